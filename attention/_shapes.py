@@ -1,0 +1,272 @@
+"""Shape names, runtime checks and the errors they raise.
+
+Every public boundary of `attention` is annotated with jaxtyping in the seed's letters:
+
+    n  tokens            d  input width        c  context width (per head: c_h)
+    h  heads             *batch  any leading batch dimensions
+
+Checks run with jaxtyping + beartype. On top of what jaxtyping checks, `check_tensors` binds the
+dimension letters itself so that a mismatch names the function, both arguments, the letter and
+both sizes ("x has d=4 but w_q has d=3"), and rejects what jaxtyping lets through: integer or bool
+tensors where floats are expected, float tensors whose dtypes disagree, tensors on different
+devices.
+
+Turning checks off uses jaxtyping's own switch, read at call time:
+
+    JAXTYPING_DISABLE=1 python ...                      # for a whole process
+    jaxtyping.config.update("jaxtyping_disable", True)  # from Python, at any time
+
+With checks off every public function and `forward` calls straight into the computation.
+"""
+
+import functools
+import inspect
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, ParamSpec, TypeVar
+
+import torch
+from beartype import beartype
+from jaxtyping import TypeCheckError, jaxtyped
+from jaxtyping import config as jaxtyping_config
+from torch import Tensor
+
+__all__ = [
+    "AttentionError",
+    "ShapeError",
+    "DtypeError",
+    "DeviceError",
+    "checks_enabled",
+    "check_tensors",
+    "check_result",
+    "checked",
+]
+
+class AttentionError(Exception):
+    """Base class of the errors raised for bad input to `attention`."""
+
+
+class ShapeError(AttentionError, ValueError):
+    """A tensor has the wrong number of dimensions or a size that disagrees with another."""
+
+
+class DtypeError(AttentionError, TypeError):
+    """A tensor has the wrong kind of dtype, or float dtypes disagree between arguments."""
+
+
+class DeviceError(AttentionError, ValueError):
+    """Tensors that must meet in one computation live on different devices."""
+
+
+def checks_enabled() -> bool:
+    """True unless checks were turned off with jaxtyping's switch (see the module docstring)."""
+    return not jaxtyping_config.jaxtyping_disable
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading jaxtyping annotations
+
+
+def _array_annotations(annotation: Any) -> list[Any]:
+    """The jaxtyping array types in `annotation`: itself, or the members of a union (`| None`)."""
+    if hasattr(annotation, "dim_str"):
+        return [annotation]
+    return [arg for arg in typing.get_args(annotation) if hasattr(arg, "dim_str")]
+
+
+def _is_bool_annotation(annotation: Any) -> bool:
+    return list(annotation.dtypes) == ["bool"]
+
+
+@functools.cache
+def _letters(dim_str: str) -> tuple[str, ...]:
+    """'*batch n d' -> ('*batch', 'n', 'd'); numbers stay as their decimal strings."""
+    return tuple(dim_str.split())
+
+
+def _describe(letters: tuple[str, ...]) -> str:
+    return "(" + ", ".join(letters) + ")"
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks
+
+
+def _check_kind(where: str, name: str, tensor: Any, annotation: Any) -> None:
+    if not isinstance(tensor, Tensor):
+        raise TypeError(
+            f"{where}: {name} must be a torch.Tensor of shape "
+            f"{_describe(_letters(annotation.dim_str))}, got {type(tensor).__name__}"
+        )
+    if _is_bool_annotation(annotation):
+        if tensor.dtype != torch.bool:
+            raise DtypeError(
+                f"{where}: {name} must be a bool tensor (True = may attend), got {tensor.dtype}"
+            )
+    elif not tensor.is_floating_point():
+        raise DtypeError(
+            f"{where}: {name} must be a floating-point tensor, got {tensor.dtype}; "
+            f"convert it first, e.g. {name}.float()"
+        )
+
+
+def _bind(
+    where: str, items: list[tuple[str, Tensor, str]], bindings: dict[str, Any]
+) -> dict[str, Any]:
+    """Bind each dimension letter to a size, raising ShapeError at the first disagreement.
+
+    `bindings` maps a letter to (size, name of the argument that bound it); '*batch' binds a tuple.
+    """
+    for name, tensor, dim_str in items:
+        letters = _letters(dim_str)
+        shape = tuple(tensor.shape)
+        variadic = [i for i, letter in enumerate(letters) if letter.startswith("*")]
+        fixed = len(letters) - len(variadic)
+        if len(shape) < fixed or (not variadic and len(shape) != fixed):
+            expected = _describe(letters)
+            raise ShapeError(
+                f"{where}: {name} must have shape {expected}"
+                f"{' (any leading batch dimensions)' if variadic else ''}, "
+                f"got {len(shape)} dimension(s) {shape}"
+            )
+        head = variadic[0] if variadic else len(letters)
+        tail = len(letters) - head - (1 if variadic else 0)
+        pairs: list[tuple[str, Any]] = list(zip(letters[:head], shape[:head], strict=True))
+        if variadic:
+            pairs.append((letters[head], shape[head : len(shape) - tail]))
+        pairs += list(zip(letters[len(letters) - tail :], shape[len(shape) - tail :], strict=True))
+        for letter, size in pairs:
+            if letter.isdigit():
+                if size != int(letter):
+                    raise ShapeError(
+                        f"{where}: {name} must have size {letter} here, got {size} (shape {shape})"
+                    )
+                continue
+            bound = bindings.get(letter)
+            if bound is None:
+                bindings[letter] = (size, name)
+                continue
+            if bound[0] != size:
+                label = letter.lstrip("*")
+                raise ShapeError(
+                    f"{where}: {name} has {label}={_size(size)} but {bound[1]} has "
+                    f"{label}={_size(bound[0])} ({name}: shape {shape}, expected "
+                    f"{_describe(letters)})"
+                )
+    return bindings
+
+
+def _size(size: int | tuple[int, ...]) -> str:
+    return str(size) if isinstance(size, int) else str(tuple(size))
+
+
+def check_tensors(
+    where: str,
+    tensors: Mapping[str, tuple[Any, Any]],
+    bindings: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Check named tensors against their jaxtyping annotations; return the letter bindings.
+
+    `tensors` maps the name shown in errors to (tensor or None, annotation). None is skipped
+    (an optional argument left out). An annotation that is a union of array types (a mask that
+    is either "*batch n n" or "*batch n") accepts the first member that binds. Kind (float or
+    bool), dtype agreement between the float tensors, device agreement, every dimension letter,
+    and sizes of at least 1 are checked, in that order; the first problem raises an
+    `AttentionError` (or `TypeError` for a non-tensor) that names it.
+    """
+    present = [
+        (name, tensor, _array_annotations(annotation))
+        for name, (tensor, annotation) in tensors.items()
+        if tensor is not None
+    ]
+    for name, tensor, candidates in present:
+        _check_kind(where, name, tensor, candidates[0])
+    floats = [(name, t) for name, t, c in present if not _is_bool_annotation(c[0])]
+    for name, tensor in floats[1:]:
+        if tensor.dtype != floats[0][1].dtype:
+            raise DtypeError(
+                f"{where}: {name} has dtype {tensor.dtype} but {floats[0][0]} has "
+                f"{floats[0][1].dtype}; all float arguments must share one dtype"
+            )
+    for name, tensor, _ in present[1:]:
+        if tensor.device != present[0][1].device:
+            raise DeviceError(
+                f"{where}: {name} is on {tensor.device} but {present[0][0]} is on "
+                f"{present[0][1].device}; move them to one device"
+            )
+    bindings = {} if bindings is None else bindings
+    for name, tensor, candidates in present:
+        _bind_one_of(where, name, tensor, candidates, bindings)
+    for letter, (size, name) in bindings.items():
+        if size == 0 or (isinstance(size, tuple) and 0 in size):
+            raise ShapeError(
+                f"{where}: {name} has {letter.lstrip('*')}={_size(size)}; "
+                f"every dimension must be at least 1"
+            )
+    return bindings
+
+
+def _bind_one_of(
+    where: str, name: str, tensor: Tensor, candidates: list[Any], bindings: dict[str, Any]
+) -> None:
+    if len(candidates) == 1:
+        _bind(where, [(name, tensor, candidates[0].dim_str)], bindings)
+        return
+    for candidate in candidates:
+        trial = dict(bindings)
+        try:
+            _bind(where, [(name, tensor, candidate.dim_str)], trial)
+        except ShapeError:
+            continue
+        bindings.update(trial)
+        return
+    expected = " or ".join(_describe(_letters(c.dim_str)) for c in candidates)
+    known = ", ".join(f"{k.lstrip('*')}={_size(v[0])}" for k, v in bindings.items())
+    raise ShapeError(
+        f"{where}: {name} has shape {tuple(tensor.shape)}, expected {expected} with {known}"
+    )
+
+
+def check_result(where: str, name: str, result: Tensor, annotation: Any, bindings: dict) -> None:
+    """Check a returned tensor against the bindings made from the arguments."""
+    _bind(where, [(name, result, _array_annotations(annotation)[0].dim_str)], dict(bindings))
+
+
+# ---------------------------------------------------------------------------------------------
+# The decorator for public functions
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def checked(fn: Callable[P, R]) -> Callable[P, R]:
+    """Check a public function with jaxtyping + beartype, and our own precise tensor checks.
+
+    The tensor arguments are checked first by `check_tensors` (so errors name the dimension),
+    then the call goes through `jaxtyped(typechecker=beartype)`, which also checks the
+    non-tensor arguments (`causal: bool`, `dropout_p: float`, ...) and the return value.
+    """
+    typechecked = jaxtyped(typechecker=beartype)(fn)
+    signature = inspect.signature(fn)
+    annotations = {
+        name: parameter.annotation
+        for name, parameter in signature.parameters.items()
+        if _array_annotations(parameter.annotation)
+    }
+    where = fn.__qualname__
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        if jaxtyping_config.jaxtyping_disable:
+            return fn(*args, **kwargs)
+        arguments = signature.bind(*args, **kwargs).arguments
+        check_tensors(
+            where, {name: (arguments.get(name), ann) for name, ann in annotations.items()}
+        )
+        try:
+            return typechecked(*args, **kwargs)
+        except TypeCheckError as error:
+            # Our tensor checks passed, so this is about a non-tensor argument or the result.
+            raise TypeCheckError(f"{where}: {error}") from None
+
+    return wrapper

@@ -1,0 +1,1 @@
+"""Symbolic half of attention-derive (see issue: derive)."""
