@@ -27,6 +27,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import torch
 from beartype import beartype
+from beartype.door import die_if_unbearable
 from jaxtyping import TypeCheckError, jaxtyped
 from jaxtyping import config as jaxtyping_config
 from torch import Tensor
@@ -40,6 +41,7 @@ __all__ = [
     "check_tensors",
     "check_result",
     "checked",
+    "checked_forward",
 ]
 
 class AttentionError(Exception):
@@ -75,7 +77,7 @@ def _array_annotations(annotation: Any) -> list[Any]:
 
 
 def _is_bool_annotation(annotation: Any) -> bool:
-    return list(annotation.dtypes) == ["bool"]
+    return "bool" in annotation.dtypes
 
 
 @functools.cache
@@ -257,8 +259,8 @@ def checked(fn: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        if jaxtyping_config.jaxtyping_disable:
-            return fn(*args, **kwargs)
+        if jaxtyping_config.jaxtyping_disable or torch.compiler.is_compiling():
+            return fn(*args, **kwargs)  # checks off, or inside a compiled region
         arguments = signature.bind(*args, **kwargs).arguments
         check_tensors(
             where, {name: (arguments.get(name), ann) for name, ann in annotations.items()}
@@ -270,3 +272,73 @@ def checked(fn: Callable[P, R]) -> Callable[P, R]:
             raise TypeCheckError(f"{where}: {error}") from None
 
     return wrapper
+
+
+# ---------------------------------------------------------------------------------------------
+# The decorator for `forward`
+
+WeightsOf = Callable[[Any], Mapping[str, tuple[Any, Any]]]
+
+
+def _check_with_jaxtyping(tensors: Mapping[str, tuple[Any, Any]]) -> None:
+    """The jaxtyping + beartype check of the same tensors, all in one dimension memo."""
+    with jaxtyped("context"):
+        for tensor, annotation in tensors.values():
+            if tensor is not None:
+                die_if_unbearable(tensor, annotation)
+
+
+@torch.compiler.disable
+def _check_forward_arguments(
+    where: str, tensors: Mapping[str, tuple[Any, Any]]
+) -> dict[str, Any]:
+    bindings = check_tensors(where, tensors)
+    _check_with_jaxtyping(tensors)
+    return bindings
+
+
+@torch.compiler.disable
+def _check_forward_result(where: str, result: Any, annotation: Any, bindings: dict) -> None:
+    members = [annotation, *typing.get_args(annotation)]
+    if isinstance(result, tuple):
+        shapes = next(typing.get_args(m) for m in members if typing.get_origin(m) is tuple)
+        for index, (part, part_annotation) in enumerate(zip(result, shapes, strict=True)):
+            check_result(where, f"result[{index}]", part, part_annotation, bindings)
+    else:
+        check_result(where, "result", result, annotation, bindings)
+
+
+def checked_forward(weights_of: WeightsOf) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Check a module's `forward`: its tensor arguments, the module's own weights (from
+    `weights_of(self)`, names as in the state_dict) against the same dimension letters, and its
+    result. Errors name the module, the argument or weight, the letter and both sizes.
+
+    The checks run outside any `torch.compile` region (`torch.compiler.disable`), so a compiled
+    module keeps its checks and the computation in between is compiled.
+    """
+
+    def decorate(forward: Callable[..., R]) -> Callable[..., R]:
+        signature = inspect.signature(forward)
+        annotations = {
+            name: parameter.annotation
+            for name, parameter in signature.parameters.items()
+            if _array_annotations(parameter.annotation)
+        }
+        returns = signature.return_annotation
+        where = forward.__qualname__
+
+        @functools.wraps(forward)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> R:
+            if jaxtyping_config.jaxtyping_disable:
+                return forward(self, *args, **kwargs)
+            arguments = signature.bind(self, *args, **kwargs).arguments
+            tensors = {name: (arguments.get(name), ann) for name, ann in annotations.items()}
+            tensors.update(weights_of(self))
+            bindings = _check_forward_arguments(where, tensors)
+            result = forward(self, *args, **kwargs)
+            _check_forward_result(where, result, returns, bindings)
+            return result
+
+        return wrapper
+
+    return decorate

@@ -1,0 +1,35 @@
+"""Shape-checked trainable self-attention in PyTorch (the numeric half of attention-derive).
+
+    from attention import SelfAttentionV1, SelfAttentionV2, CausalAttention
+    from attention import MultiHeadAttentionWrapper, MultiHeadAttention, copy_weights
+    from attention.functional import self_attention, multi_head_attention  # and each step
+
+Checks (jaxtyping + beartype, on every public function and `forward`) are on by default; turn
+them off with `JAXTYPING_DISABLE=1` or `jaxtyping.config.update("jaxtyping_disable", True)`.
+"""
+
+from . import functional
+from ._shapes import AttentionError, DeviceError, DtypeError, ShapeError, checks_enabled
+from .modules import (
+    CausalAttention,
+    MultiHeadAttention,
+    MultiHeadAttentionWrapper,
+    SelfAttentionV1,
+    SelfAttentionV2,
+    copy_weights,
+)
+
+__all__ = [
+    "functional",
+    "SelfAttentionV1",
+    "SelfAttentionV2",
+    "CausalAttention",
+    "MultiHeadAttentionWrapper",
+    "MultiHeadAttention",
+    "copy_weights",
+    "AttentionError",
+    "ShapeError",
+    "DtypeError",
+    "DeviceError",
+    "checks_enabled",
+]

@@ -1,0 +1,126 @@
+"""The unchecked computations behind `attention.functional` and the modules.
+
+Nothing here checks its arguments: the public functions and the modules' `forward` check first,
+then call in here. Keeping checks out of this file keeps it traceable by `torch.compile`.
+
+Shapes use the seed's letters: x (*batch, n, d), w (d, c), q/k/v (*batch, n, c); with heads,
+(*batch, h, n, c_h).
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ._masks import (
+    Mask,
+    allowed_positions,
+    fully_masked_rows,
+    keep_every_row_attending,
+    masked_softmax,
+)
+
+
+def projection(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    """Q = X W (+ b)."""
+    if b is None:
+        return x @ w
+    return torch.addmm(b, x.reshape(-1, x.shape[-1]), w).view(
+        *x.shape[:-1], w.shape[-1]
+    )  # (*batch·n, c) -> (*batch, n, c)
+
+
+def weights(scores: Tensor, c: int, allowed: Tensor | None) -> Tensor:
+    """A = softmax(Ω / √c) over the last axis, masked entries 0."""
+    scaled = scores / math.sqrt(c)
+    if allowed is None:
+        return torch.softmax(scaled, dim=-1)
+    return masked_softmax(scaled, allowed)
+
+
+def attend_explicitly(
+    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, dropout_p: float
+) -> tuple[Tensor, Tensor]:
+    """(C, A) step by step: Ω = QKᵀ, A = softmax(Ω/√c), dropout on A, C = AV.
+
+    q, k, v: (..., n, c); `allowed` broadcasts to (..., n, n).
+    """
+    a = weights(q @ k.mT, q.shape[-1], allowed)  # k: (..., n, c) -> (..., c, n)
+    if dropout_p > 0.0:
+        a = F.dropout(a, p=dropout_p)
+    return a @ v, a
+
+
+def attend_fused(q: Tensor, k: Tensor, v: Tensor, causal: bool, allowed: Tensor | None) -> Tensor:
+    """C from PyTorch's fused kernel. q, k, v: (*batch, h, n, c_h), h ≥ 1; `allowed` (None unless a
+    user mask was given, causal folded in) broadcasts to (*batch, 1, n, n).
+
+    Only a 4-D (B, h, n, c_h) input reaches the fused kernel (a 2-D one falls back to the math
+    kernel: 3× slower and O(n²) memory), hence the reshapes.
+    """
+    *lead, heads, n, width = q.shape
+    q4 = q.reshape(-1, heads, n, width)  # (*batch, h, n, c_h) -> (B, h, n, c_h)
+    k4 = k.reshape(-1, heads, n, width)
+    v4 = v.reshape(-1, heads, n, width)
+    if allowed is None:
+        out = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
+        return out.view(*lead, heads, n, width)  # (B, h, n, c_h) -> (*batch, h, n, c_h)
+    allowed = torch.broadcast_to(allowed, (*lead, 1, n, n))
+    mask4 = keep_every_row_attending(allowed).reshape(-1, 1, n, n)  # -> (B, 1, n, n)
+    out = F.scaled_dot_product_attention(q4, k4, v4, attn_mask=mask4)
+    out = out.view(*lead, heads, n, width)  # (B, h, n, c_h) -> (*batch, h, n, c_h)
+    return out.masked_fill(fully_masked_rows(allowed).unsqueeze(-1), 0.0)
+
+
+def attention_mask(
+    n: int, device: torch.device, causal: bool, mask: Mask, key_padding: bool, heads: bool
+) -> Tensor | None:
+    """The combined `allowed` mask, with a broadcast head axis when `heads`."""
+    allowed = allowed_positions(n, device, causal, mask, key_padding)
+    if heads and allowed is not None and allowed.dim() > 2:
+        allowed = allowed.unsqueeze(-3)  # (*batch, n, n) -> (*batch, 1, n, n)
+    return allowed
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool,
+    mask: Mask,
+    key_padding: bool,
+    dropout_p: float,
+    return_weights: bool,
+    heads: bool,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """C (or (C, A)) from Q, K, V, choosing the fused or the explicit path.
+
+    The explicit path serves when A is wanted or dropout is on (so that dropout draws the same
+    random numbers as the book's `nn.Dropout` on the weights); otherwise the fused kernel runs.
+    """
+    allowed = attention_mask(q.shape[-2], q.device, causal, mask, key_padding, heads)
+    if return_weights or dropout_p > 0.0:
+        c, a = attend_explicitly(q, k, v, allowed, dropout_p)
+        return (c, a) if return_weights else c
+    if mask is None:
+        allowed = None  # the kernel's own causal flag does the causal part
+    if not heads:
+        q, k, v = q.unsqueeze(-3), k.unsqueeze(-3), v.unsqueeze(-3)  # (*b, n, c) -> (*b, 1, n, c)
+        if allowed is not None and allowed.dim() > 2:
+            allowed = allowed.unsqueeze(-3)  # (*batch, n, n) -> (*batch, 1, n, n)
+        return attend_fused(q, k, v, causal, allowed).squeeze(-3)  # -> (*batch, n, c)
+    return attend_fused(q, k, v, causal, allowed)
+
+
+def split_heads(t: Tensor, heads: int) -> Tensor:
+    """(*batch, n, c) -> (*batch, h, n, c_h): head i takes columns i·c_h … (i+1)·c_h − 1."""
+    *lead, n, c = t.shape
+    return t.view(*lead, n, heads, c // heads).transpose(-3, -2)  # -> (*batch, h, n, c_h)
+
+
+def merge_heads(t: Tensor) -> Tensor:
+    """(*batch, h, n, c_h) -> (*batch, n, h·c_h): the heads' context vectors side by side."""
+    *lead, heads, n, width = t.shape
+    return t.transpose(-3, -2).reshape(*lead, n, heads * width)  # -> (*batch, n, c)

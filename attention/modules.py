@@ -1,0 +1,358 @@
+"""The book's attention classes (ch. 3 of *Build a Large Language Model (from Scratch)*), checked.
+
+Each class has the book's constructor arguments, parameter names, creation order and
+initialisation, so the same `torch.manual_seed` gives the same numbers and a `state_dict` saved
+from the book's class loads unchanged. On top: every `forward` is shape-checked (input, the
+module's own weights, result), and the forward pass runs on PyTorch's fused kernel when it can.
+
+Weight orientation. The seed writes Q = X Wq with Wq of shape d×c. `SelfAttentionV1` stores
+exactly that (`W_query`: d×c); the `nn.Linear` classes store Wqᵀ (`W_query.weight`: c×d). Every class
+exposes the seed's matrices as `w_q`, `w_k`, `w_v` (d×c), and `copy_weights(source, target)` moves
+them between any two single-head classes (the book's exercise 3.1).
+"""
+
+import torch
+import torch.nn as nn
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from . import _core
+from .functional import _multi_head_attention
+from ._shapes import ShapeError, checked_forward
+
+__all__ = [
+    "SelfAttentionV1",
+    "SelfAttentionV2",
+    "CausalAttention",
+    "MultiHeadAttentionWrapper",
+    "MultiHeadAttention",
+    "copy_weights",
+]
+
+MaskArg = Bool[Tensor, "*batch n n"] | Bool[Tensor, "*batch n"] | None
+WeightDC = Float[Tensor, "d c"]
+LinearWeight = Float[Tensor, "c d"]  # nn.Linear(d, c).weight is Wᵀ
+LinearBias = Float[Tensor, " c"] | None
+
+
+def _positive(where: str, **sizes: int) -> None:
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}: {name} must be a positive integer, got {name}={value!r}")
+
+
+def _dropout_rate(where: str, dropout: float) -> None:
+    if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0 <= dropout < 1:
+        raise ValueError(f"{where}: dropout must be in [0, 1), got dropout={dropout!r}")
+
+
+def _qkv_weights(module: nn.Module) -> dict[str, tuple[Tensor | None, object]]:
+    """The `nn.Linear` projections of `module`, named as in its state_dict, for the checks."""
+    named = {}
+    for name in ("W_query", "W_key", "W_value"):
+        linear = getattr(module, name)
+        named[f"{name}.weight"] = (linear.weight, LinearWeight)
+        named[f"{name}.bias"] = (linear.bias, LinearBias)
+    return named
+
+
+class _SeedWeights:
+    """The seed's d×c matrices (and biases) of a single-head module, whatever its storage."""
+
+    W_query: nn.Parameter | nn.Linear
+    W_key: nn.Parameter | nn.Linear
+    W_value: nn.Parameter | nn.Linear
+
+    def _seed(self, name: str) -> Tensor:
+        stored = getattr(self, name)
+        return stored if isinstance(stored, nn.Parameter) else stored.weight.mT  # (c, d) -> (d, c)
+
+    def _bias(self, name: str) -> Tensor | None:
+        stored = getattr(self, name)
+        return None if isinstance(stored, nn.Parameter) else stored.bias
+
+    @property
+    def w_q(self) -> Float[Tensor, "d c"]:
+        """Wq as the seed writes it (d×c), a view sharing storage (and gradients)."""
+        return self._seed("W_query")
+
+    @property
+    def w_k(self) -> Float[Tensor, "d c"]:
+        """Wk (d×c), a view."""
+        return self._seed("W_key")
+
+    @property
+    def w_v(self) -> Float[Tensor, "d c"]:
+        """Wv (d×c), a view."""
+        return self._seed("W_value")
+
+    @property
+    def b_q(self) -> Float[Tensor, " c"] | None:
+        return self._bias("W_query")
+
+    @property
+    def b_k(self) -> Float[Tensor, " c"] | None:
+        return self._bias("W_key")
+
+    @property
+    def b_v(self) -> Float[Tensor, " c"] | None:
+        return self._bias("W_value")
+
+
+@torch.no_grad()
+def copy_weights(source: _SeedWeights, target: _SeedWeights) -> None:
+    """Copy Wq, Wk, Wv (and biases) from one single-head module into another, in place.
+
+    Works between any two of SelfAttentionV1, SelfAttentionV2 and CausalAttention, transposing
+    where the storage differs (V1: `W_query` is d×c; the others: `W_query.weight` is c×d). A
+    target with biases gets the source's, or zeros if the source has none (the same function);
+    a source with biases into a target without raises ValueError (it would change the function).
+
+    >>> v1, v2 = SelfAttentionV1(3, 2), SelfAttentionV2(3, 2)
+    >>> copy_weights(v2, v1)  # now v1(x) equals v2(x)
+    """
+    where = f"copy_weights({type(source).__name__} -> {type(target).__name__})"
+    if source.w_q.shape != target.w_q.shape:
+        raise ShapeError(
+            f"{where}: source has (d, c)={tuple(source.w_q.shape)} but target has "
+            f"(d, c)={tuple(target.w_q.shape)}"
+        )
+    for name in ("W_query", "W_key", "W_value"):
+        bias = source._bias(name)
+        target_bias = target._bias(name)
+        if bias is not None and target_bias is None and bool(bias.ne(0).any()):
+            raise ValueError(f"{where}: source has a {name} bias but the target has none")
+        stored = getattr(target, name)
+        if isinstance(stored, nn.Parameter):
+            stored.copy_(source._seed(name))
+        else:
+            stored.weight.copy_(source._seed(name).mT)  # (d, c) -> (c, d)
+            if stored.bias is not None:
+                stored.bias.copy_(bias if bias is not None else torch.zeros_like(stored.bias))
+
+
+class SelfAttentionV1(_SeedWeights, nn.Module):
+    """The book's `SelfAttention_v1`: Wq, Wk, Wv as three `nn.Parameter` of shape (d_in, d_out).
+
+    $$C = \\operatorname{softmax}\\!\\big(X W_q (X W_k)^\\top / \\sqrt{c}\\big)\\, X W_v$$
+
+    with d = d_in and c = d_out; weights drawn by `torch.rand` as in the book.
+
+    >>> torch.manual_seed(123); sa = SelfAttentionV1(d_in=3, d_out=2)
+    >>> sa(torch.rand(6, 3)).shape
+    torch.Size([6, 2])
+    """
+
+    def __init__(self, d_in: int, d_out: int):
+        _positive("SelfAttentionV1", d_in=d_in, d_out=d_out)
+        super().__init__()
+        self.W_query = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_key = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_value = nn.Parameter(torch.rand(d_in, d_out))
+
+    @checked_forward(
+        lambda self: {
+            "W_query": (self.W_query, WeightDC),
+            "W_key": (self.W_key, WeightDC),
+            "W_value": (self.W_value, WeightDC),
+        }
+    )
+    def forward(
+        self, x: Float[Tensor, "*batch n d"], *, return_weights: bool = False
+    ) -> Float[Tensor, "*batch n c"] | tuple[Float[Tensor, "*batch n c"], Float[Tensor, "*batch n n"]]:
+        """C (*batch, n, c) from X (*batch, n, d); with `return_weights`, (C, A)."""
+        q, k, v = x @ self.W_query, x @ self.W_key, x @ self.W_value
+        return _core.attend(
+            q, k, v,
+            causal=False, mask=None, key_padding=False,
+            dropout_p=0.0, return_weights=return_weights, heads=False,
+        )  # fmt: skip
+
+
+class SelfAttentionV2(_SeedWeights, nn.Module):
+    """The book's `SelfAttention_v2`: Wq, Wk, Wv as three `nn.Linear(d_in, d_out, qkv_bias)`.
+
+    Same formula as V1 (plus optional biases); `nn.Linear` stores `W_query.weight` = Wqᵀ (c×d),
+    and `self.w_q` gives Wq (d×c). Initialisation is `nn.Linear`'s, as in the book.
+    """
+
+    def __init__(self, d_in: int, d_out: int, qkv_bias: bool = False):
+        _positive("SelfAttentionV2", d_in=d_in, d_out=d_out)
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+
+    @checked_forward(_qkv_weights)
+    def forward(
+        self, x: Float[Tensor, "*batch n d"], *, return_weights: bool = False
+    ) -> Float[Tensor, "*batch n c"] | tuple[Float[Tensor, "*batch n c"], Float[Tensor, "*batch n n"]]:
+        """C (*batch, n, c) from X (*batch, n, d); with `return_weights`, (C, A)."""
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+        return _core.attend(
+            q, k, v,
+            causal=False, mask=None, key_padding=False,
+            dropout_p=0.0, return_weights=return_weights, heads=False,
+        )  # fmt: skip
+
+
+class CausalAttention(_SeedWeights, nn.Module):
+    """The book's `CausalAttention`: V2 plus a causal mask and dropout on the weights.
+
+    $$a_{m,p} = 0 \\text{ for } p > m, \\qquad
+      A = \\operatorname{dropout}\\!\\big(\\operatorname{softmax}(\\text{masked } \\Omega/\\sqrt{c})\\big)$$
+
+    The `mask` buffer (context_length × context_length, 1 above the diagonal) is kept as in the
+    book so that its state_dicts load; inputs may have at most `context_length` tokens. Dropout
+    acts in training mode only. `forward` also takes an extra boolean `mask` (True = may attend,
+    (*batch, n, n) or key padding (*batch, n)), combined with the causal one.
+    """
+
+    mask: Tensor
+
+    def __init__(
+        self, d_in: int, d_out: int, context_length: int, dropout: float, qkv_bias: bool = False
+    ):
+        _positive("CausalAttention", d_in=d_in, d_out=d_out, context_length=context_length)
+        _dropout_rate("CausalAttention", dropout)
+        super().__init__()
+        self.d_out = d_out
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer(
+            "mask", torch.triu(torch.ones(context_length, context_length), diagonal=1)
+        )
+
+    @checked_forward(_qkv_weights)
+    def forward(
+        self,
+        x: Float[Tensor, "*batch n d"],
+        *,
+        mask: MaskArg = None,
+        return_weights: bool = False,
+    ) -> Float[Tensor, "*batch n c"] | tuple[Float[Tensor, "*batch n c"], Float[Tensor, "*batch n n"]]:
+        """C (*batch, n, c) from X (*batch, n, d), n ≤ context_length; with `return_weights`, (C, A)."""
+        _within_context(type(self).__name__, x.shape[-2], self.mask.shape[-1])
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+        return _core.attend(
+            q, k, v,
+            causal=True, mask=mask, key_padding=mask is not None and mask.dim() == x.dim() - 1,
+            dropout_p=self.dropout.p if self.training else 0.0,
+            return_weights=return_weights, heads=False,
+        )  # fmt: skip
+
+
+def _within_context(where: str, n: int, context_length: int) -> None:
+    if n > context_length:
+        raise ShapeError(
+            f"{where}.forward: x has n={n} tokens but context_length={context_length}; "
+            f"inputs may have at most context_length tokens"
+        )
+
+
+class MultiHeadAttentionWrapper(nn.Module):
+    """The book's `MultiHeadAttentionWrapper`: `num_heads` independent `CausalAttention` heads,
+    run one after the other and concatenated; output width num_heads · d_out."""
+
+    def __init__(
+        self,
+        d_in: int,
+        d_out: int,
+        context_length: int,
+        dropout: float,
+        num_heads: int,
+        qkv_bias: bool = False,
+    ):
+        _positive("MultiHeadAttentionWrapper", num_heads=num_heads)
+        super().__init__()
+        self.heads = nn.ModuleList(
+            [CausalAttention(d_in, d_out, context_length, dropout, qkv_bias) for _ in range(num_heads)]
+        )
+
+    @checked_forward(lambda self: {})
+    def forward(
+        self, x: Float[Tensor, "*batch n d"], *, mask: MaskArg = None
+    ) -> Float[Tensor, "*batch n c_all"]:
+        """(*batch, n, d) -> (*batch, n, num_heads · d_out)."""
+        return torch.cat([head(x, mask=mask) for head in self.heads], dim=-1)
+
+
+class MultiHeadAttention(_SeedWeights, nn.Module):
+    """The book's `MultiHeadAttention`: h fused causal heads of width c_h = d_out / num_heads,
+    concatenated and projected by `out_proj`.
+
+    $$C = \\big[A_1 V_1 \\,|\\, \\cdots \\,|\\, A_h V_h\\big] W_o + b_o,\\qquad
+      A_i = \\operatorname{dropout}\\!\\big(\\operatorname{softmax}(\\text{masked } Q_i K_i^\\top /
+      \\sqrt{c_h})\\big)$$
+
+    Head i uses columns i·c_h … (i+1)·c_h−1 of Q, K, V. Without weights or dropout, all heads run in
+    one fused `scaled_dot_product_attention` call with its causal flag. `forward` also takes an
+    extra boolean `mask` (True = may attend), shared by all heads.
+    """
+
+    mask: Tensor
+
+    def __init__(
+        self,
+        d_in: int,
+        d_out: int,
+        context_length: int,
+        dropout: float,
+        num_heads: int,
+        qkv_bias: bool = False,
+    ):
+        where = "MultiHeadAttention"
+        _positive(where, d_in=d_in, d_out=d_out, context_length=context_length)
+        _positive(where, num_heads=num_heads)
+        _dropout_rate(where, dropout)
+        if d_out % num_heads:
+            raise ValueError(
+                f"{where}: d_out={d_out} is not divisible by num_heads={num_heads}; "
+                f"each head needs width d_out / num_heads"
+            )
+        super().__init__()
+        self.d_out = d_out
+        self.num_heads = num_heads
+        self.head_dim = d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer(
+            "mask", torch.triu(torch.ones(context_length, context_length), diagonal=1)
+        )
+
+    @property
+    def w_o(self) -> Float[Tensor, "c c_out"]:
+        """W_o as the seed would write it (c×c_out): C = [heads] W_o + b_o."""
+        return self.out_proj.weight.mT
+
+    @checked_forward(
+        lambda self: {
+            **_qkv_weights(self),
+            "out_proj.weight": (self.out_proj.weight, Float[Tensor, "c_out c"]),
+            "out_proj.bias": (self.out_proj.bias, Float[Tensor, " c_out"]),
+        }
+    )
+    def forward(
+        self,
+        x: Float[Tensor, "*batch n d"],
+        *,
+        mask: MaskArg = None,
+        return_weights: bool = False,
+    ) -> (
+        Float[Tensor, "*batch n c_out"]
+        | tuple[Float[Tensor, "*batch n c_out"], Float[Tensor, "*batch h n n"]]
+    ):
+        """(*batch, n, d) -> (*batch, n, d_out); with `return_weights`, also A (*batch, h, n, n)."""
+        _within_context(type(self).__name__, x.shape[-2], self.mask.shape[-1])
+        return _multi_head_attention(
+            x, self.W_query.weight.mT, self.W_key.weight.mT, self.W_value.weight.mT,
+            self.out_proj.weight.mT, self.num_heads,
+            self.W_query.bias, self.W_key.bias, self.W_value.bias, self.out_proj.bias,
+            True, mask, mask is not None and mask.dim() == x.dim() - 1,
+            self.dropout.p if self.training else 0.0, return_weights,
+        )  # fmt: skip
