@@ -10,6 +10,7 @@ them off with `JAXTYPING_DISABLE=1` or `jaxtyping.config.update("jaxtyping_disab
 
 from . import functional
 from ._shapes import AttentionError, DeviceError, DtypeError, ShapeError, checks_enabled
+from .interop import from_torch_multihead, to_torch_multihead
 from .modules import (
     CausalAttention,
     MultiHeadAttention,
@@ -27,6 +28,8 @@ __all__ = [
     "MultiHeadAttentionWrapper",
     "MultiHeadAttention",
     "copy_weights",
+    "to_torch_multihead",
+    "from_torch_multihead",
     "AttentionError",
     "ShapeError",
     "DtypeError",

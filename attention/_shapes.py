@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, ParamSpec, TypeVar
 
 import torch
-from beartype import beartype
-from beartype.door import die_if_unbearable
+from beartype import BeartypeConf, beartype
+from beartype.door import die_if_unbearable, is_bearable
 from jaxtyping import TypeCheckError, jaxtyped
 from jaxtyping import config as jaxtyping_config
 from torch import Tensor
@@ -158,6 +158,10 @@ def _bind(
     return bindings
 
 
+def _hint_name(hint: Any) -> str:
+    return hint.__name__ if isinstance(hint, type) else str(hint)
+
+
 def _size(size: int | tuple[int, ...]) -> str:
     return str(size) if isinstance(size, int) else str(tuple(size))
 
@@ -237,6 +241,10 @@ def check_result(where: str, name: str, result: Tensor, annotation: Any, binding
 # ---------------------------------------------------------------------------------------------
 # The decorator for public functions
 
+#: beartype with PEP 484's numeric tower, so that `dropout_p=0` (an int) is a valid float.
+_CONF = BeartypeConf(is_pep484_tower=True)
+_typechecker = beartype(conf=_CONF)
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -248,12 +256,17 @@ def checked(fn: Callable[P, R]) -> Callable[P, R]:
     then the call goes through `jaxtyped(typechecker=beartype)`, which also checks the
     non-tensor arguments (`causal: bool`, `dropout_p: float`, ...) and the return value.
     """
-    typechecked = jaxtyped(typechecker=beartype)(fn)
+    typechecked = jaxtyped(typechecker=_typechecker)(fn)
     signature = inspect.signature(fn)
     annotations = {
         name: parameter.annotation
         for name, parameter in signature.parameters.items()
         if _array_annotations(parameter.annotation)
+    }
+    others = {
+        name: parameter.annotation
+        for name, parameter in signature.parameters.items()
+        if name not in annotations and parameter.annotation is not inspect.Parameter.empty
     }
     where = fn.__qualname__
 
@@ -262,6 +275,11 @@ def checked(fn: Callable[P, R]) -> Callable[P, R]:
         if jaxtyping_config.jaxtyping_disable or torch.compiler.is_compiling():
             return fn(*args, **kwargs)  # checks off, or inside a compiled region
         arguments = signature.bind(*args, **kwargs).arguments
+        for name, hint in others.items():
+            if name in arguments and not is_bearable(arguments[name], hint, conf=_CONF):
+                raise TypeError(
+                    f"{where}: {name} must be {_hint_name(hint)}, got {arguments[name]!r}"
+                )
         check_tensors(
             where, {name: (arguments.get(name), ann) for name, ann in annotations.items()}
         )

@@ -110,7 +110,8 @@ def weights(
 ) -> Float[Tensor, "*batch n n"]:
     """Attention weights $A = \\operatorname{softmax}(\\Omega / \\sqrt{c})$, row by row.
 
-    $$a_{m,p} = \\frac{\\exp(\\omega_{m,p}/\\sqrt{c})}{\\sum_{r=1}^{n} \\exp(\\omega_{m,r}/\\sqrt{c})}$$
+    $$a_{m,p} = \\frac{\\exp(\\omega_{m,p}/\\sqrt{c})}
+                     {\\sum_{r=1}^{n} \\exp(\\omega_{m,r}/\\sqrt{c})}$$
 
     With `causal`, a_{m,p} = 0 for p > m; with `mask`, a_{m,p} = 0 where the mask is False, and
     the sum over r runs over allowed keys only. Each row sums to 1, or is all zeros when no key
@@ -198,7 +199,10 @@ def split_heads(t: Float[Tensor, "*batch n c"], heads: int) -> Float[Tensor, "*b
 
 @checked
 def merge_heads(t: Float[Tensor, "*batch h n c_h"]) -> Float[Tensor, "*batch n c"]:
-    """Concatenate the heads' context vectors side by side: (*batch, h, n, c_h) -> (*batch, n, c)."""
+    """Concatenate the heads' context vectors side by side.
+
+    (*batch, h, n, c_h) -> (*batch, n, c) with c = h·c_h.
+    """
     return _core.merge_heads(t)
 
 
@@ -225,12 +229,12 @@ def multi_head_attention(
 ):
     """Multi-head attention: h heads of width c_h = c / h, concatenated, then projected by W_o.
 
-    $$C = \\big[\\,A_1 V_1 \\;\\big|\\; \\cdots \\;\\big|\\; A_h V_h\\,\\big]\\, W_o (+ b_o), \\qquad
+    $$C = \\big[A_1 V_1 \\,|\\, \\cdots \\,|\\, A_h V_h\\big] W_o (+ b_o), \\qquad
       A_i = \\operatorname{softmax}\\!\\big(Q_i K_i^\\top / \\sqrt{c_h}\\big)$$
 
-    where Q_i, K_i, V_i are columns i·c_h … (i+1)·c_h−1 of Q = X Wq, K = X Wk, V = X Wv. All heads go
-    through one fused kernel call when the weights are not requested. Returns C (*batch, n, c_out),
-    or (C, A) with A (*batch, h, n, n).
+    where Q_i, K_i, V_i are columns i·c_h … (i+1)·c_h−1 of Q = X Wq, K = X Wk, V = X Wv. All
+    heads go through one fused kernel call when the weights are not requested. Returns
+    C (*batch, n, c_out), or (C, A) with A (*batch, h, n, n).
     """
     _positive("multi_head_attention", "heads", heads)
     _probability("multi_head_attention", dropout_p)

@@ -6,9 +6,10 @@ from the book's class loads unchanged. On top: every `forward` is shape-checked 
 module's own weights, result), and the forward pass runs on PyTorch's fused kernel when it can.
 
 Weight orientation. The seed writes Q = X Wq with Wq of shape d×c. `SelfAttentionV1` stores
-exactly that (`W_query`: d×c); the `nn.Linear` classes store Wqᵀ (`W_query.weight`: c×d). Every class
-exposes the seed's matrices as `w_q`, `w_k`, `w_v` (d×c), and `copy_weights(source, target)` moves
-them between any two single-head classes (the book's exercise 3.1).
+exactly that (`W_query`: d×c); the `nn.Linear` classes store Wqᵀ (`W_query.weight`: c×d).
+Every class exposes the seed's matrices as `w_q`, `w_k`, `w_v` (d×c), and
+`copy_weights(source, target)` moves them between any two single-head classes (the book's
+exercise 3.1).
 """
 
 import torch
@@ -17,8 +18,8 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from . import _core
-from .functional import _multi_head_attention
 from ._shapes import ShapeError, checked_forward
+from .functional import _multi_head_attention
 
 __all__ = [
     "SelfAttentionV1",
@@ -31,6 +32,8 @@ __all__ = [
 
 MaskArg = Bool[Tensor, "*batch n n"] | Bool[Tensor, "*batch n"] | None
 WeightDC = Float[Tensor, "d c"]
+Context = Float[Tensor, "*batch n c"]
+ContextAndWeights = tuple[Float[Tensor, "*batch n c"], Float[Tensor, "*batch n n"]]
 LinearWeight = Float[Tensor, "c d"]  # nn.Linear(d, c).weight is Wᵀ
 LinearBias = Float[Tensor, " c"] | None
 
@@ -159,7 +162,7 @@ class SelfAttentionV1(_SeedWeights, nn.Module):
     )
     def forward(
         self, x: Float[Tensor, "*batch n d"], *, return_weights: bool = False
-    ) -> Float[Tensor, "*batch n c"] | tuple[Float[Tensor, "*batch n c"], Float[Tensor, "*batch n n"]]:
+    ) -> Context | ContextAndWeights:
         """C (*batch, n, c) from X (*batch, n, d); with `return_weights`, (C, A)."""
         q, k, v = x @ self.W_query, x @ self.W_key, x @ self.W_value
         return _core.attend(
@@ -186,7 +189,7 @@ class SelfAttentionV2(_SeedWeights, nn.Module):
     @checked_forward(_qkv_weights)
     def forward(
         self, x: Float[Tensor, "*batch n d"], *, return_weights: bool = False
-    ) -> Float[Tensor, "*batch n c"] | tuple[Float[Tensor, "*batch n c"], Float[Tensor, "*batch n n"]]:
+    ) -> Context | ContextAndWeights:
         """C (*batch, n, c) from X (*batch, n, d); with `return_weights`, (C, A)."""
         q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
         return _core.attend(
@@ -200,7 +203,8 @@ class CausalAttention(_SeedWeights, nn.Module):
     """The book's `CausalAttention`: V2 plus a causal mask and dropout on the weights.
 
     $$a_{m,p} = 0 \\text{ for } p > m, \\qquad
-      A = \\operatorname{dropout}\\!\\big(\\operatorname{softmax}(\\text{masked } \\Omega/\\sqrt{c})\\big)$$
+      A = \\operatorname{dropout}\\!\\big(\\operatorname{softmax}(\\text{masked }
+          \\Omega/\\sqrt{c})\\big)$$
 
     The `mask` buffer (context_length × context_length, 1 above the diagonal) is kept as in the
     book so that its state_dicts load; inputs may have at most `context_length` tokens. Dropout
@@ -232,8 +236,9 @@ class CausalAttention(_SeedWeights, nn.Module):
         *,
         mask: MaskArg = None,
         return_weights: bool = False,
-    ) -> Float[Tensor, "*batch n c"] | tuple[Float[Tensor, "*batch n c"], Float[Tensor, "*batch n n"]]:
-        """C (*batch, n, c) from X (*batch, n, d), n ≤ context_length; with `return_weights`, (C, A)."""
+    ) -> Context | ContextAndWeights:
+        """C (*batch, n, c) from X (*batch, n, d), n ≤ context_length; with `return_weights`,
+        (C, A)."""
         _within_context(type(self).__name__, x.shape[-2], self.mask.shape[-1])
         q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
         return _core.attend(
@@ -268,7 +273,10 @@ class MultiHeadAttentionWrapper(nn.Module):
         _positive("MultiHeadAttentionWrapper", num_heads=num_heads)
         super().__init__()
         self.heads = nn.ModuleList(
-            [CausalAttention(d_in, d_out, context_length, dropout, qkv_bias) for _ in range(num_heads)]
+            [
+                CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)
+                for _ in range(num_heads)
+            ]
         )
 
     @checked_forward(lambda self: {})
