@@ -1,1 +1,49 @@
-"""Symbolic half of attention-derive (see issue: derive)."""
+"""Symbolic half of attention-derive: self-attention derived step by step with SymPy.
+
+The pipeline reads top to bottom: notation (`_notation`) -> steps (`_steps`, `_explicit`) ->
+facts (`_facts`) -> printer and documents. Importing `derive` never imports torch; only the
+bridge functions (`check_against_torch`, `torch_steps`, the worked example) import torch and
+`attention`, when they are called.
+"""
+
+from ._check import Comparison, check_against_torch, compare, dyadic_inputs, torch_steps
+from ._explicit import ExplicitAttention, ExplicitStep, explicit_attention
+from ._facts import (
+    Fact,
+    composed_expression,
+    facts,
+    flop_count,
+    operation_count,
+    rows_sum_to_one,
+    score_variance,
+    shift_invariance,
+)
+from ._sizes import MAX_SIZE
+from ._steps import STEP_NAMES, Concat, Softmax, Step, steps
+from ._values import Values
+
+__all__ = [
+    "MAX_SIZE",
+    "STEP_NAMES",
+    "Comparison",
+    "Concat",
+    "ExplicitAttention",
+    "ExplicitStep",
+    "Fact",
+    "Softmax",
+    "Step",
+    "Values",
+    "check_against_torch",
+    "compare",
+    "composed_expression",
+    "dyadic_inputs",
+    "explicit_attention",
+    "facts",
+    "flop_count",
+    "operation_count",
+    "rows_sum_to_one",
+    "score_variance",
+    "shift_invariance",
+    "steps",
+    "torch_steps",
+]

@@ -1,0 +1,383 @@
+"""Explicit self-attention at concrete sizes: whole matrices of symbols, step by step.
+
+Each `ExplicitStep` holds its output's named entries (ω_{1,1}, ω_{1,2}, …) and a formula for
+each entry in terms of the previous steps' named entries (ω_{m,p} = Σ_j q_{m,j} k_{p,j}), never
+one expanded expression in x and w. Numbers go in step by step: substituting the values of the
+previous steps into one step's formula (`xreplace`, exact) costs what the step itself costs (about
+n²c operations), where lambdifying the fully expanded C costs seconds at n = d = c = 5.
+
+The composed matrices (Q, …, C as expressions in the entries of X and the weights) are built on
+first access, by substituting each step's composed entries into the next step's formula.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sympy as sp
+from sympy import Add, ImmutableMatrix, exp, sqrt
+
+from . import _notation as N
+from . import _steps
+from ._sizes import check_sizes
+from ._values import Values, to_matrix, to_rows
+
+__all__ = ["ExplicitStep", "ExplicitAttention", "explicit_attention"]
+
+
+@dataclass(frozen=True)
+class ExplicitStep:
+    """One step at concrete sizes.
+
+    Attributes:
+        step: the generic `Step` it instantiates (name, title, equations with symbolic sizes).
+        output: the key of its value (``"Q"``, ``"Omega"``, or per head ``"Omega_2"``).
+        head: the head (1-based) for per-head steps, else None.
+        entries: the matrix of its output's named entries (the left-hand sides).
+        formula: each entry in terms of the previous steps' named entries; the sizes c (or c_h)
+            stay symbols so that documents print √c.
+    """
+
+    step: _steps.Step
+    output: str
+    head: int | None
+    entries: ImmutableMatrix
+    formula: ImmutableMatrix
+
+    @property
+    def name(self) -> str:
+        return self.step.name
+
+    @property
+    def polynomial(self) -> bool:
+        """Projections and scores: exact over the rationals, whatever `digits` asks for."""
+        return self.step.name in ("projection", "scores") and self.output != "C"
+
+
+class ExplicitAttention:
+    """Self-attention written out at sizes n, d, c: see `explicit_attention`."""
+
+    def __init__(
+        self, n: int, d: int, c: int, *, causal: bool, heads: int, mask: object = None
+    ) -> None:
+        self.n, self.d, self.c, self.heads = check_sizes(n, d, c, heads)
+        if not isinstance(causal, bool):
+            raise TypeError(f"causal must be a bool, got {causal!r}")
+        if causal and mask is not None:
+            raise ValueError("give causal=True or a mask, not both (combine them into the mask)")
+        self.causal = causal
+        self.allowed = _allowed(self.n, causal, mask)
+        self.masked = mask is not None
+        self.width = self.c // self.heads
+        self.sizes = {N.n: self.n, N.d: self.d, N.c: self.c, N.h: self.heads, N.c_h: self.width}
+        generic = {
+            (s.name, s.output): s
+            for s in _steps.steps(causal=causal, masked=self.masked, heads=self.heads > 1)
+        }
+        self.generic_steps = tuple(generic.values())
+        self.steps = tuple(self._build(generic))
+        self.X = N.entries("x", self.n, self.d)
+        self.W_q = N.entries("wq", self.d, self.c)
+        self.W_k = N.entries("wk", self.d, self.c)
+        self.W_v = N.entries("wv", self.d, self.c)
+        self.W_o = N.entries("wo", self.c, self.c) if self.heads > 1 else None
+        self.inputs = {"X": self.X, "W_q": self.W_q, "W_k": self.W_k, "W_v": self.W_v}
+        if self.W_o is not None:
+            self.inputs["W_o"] = self.W_o
+
+    def __repr__(self) -> str:
+        variant = ", causal=True" if self.causal else ", mask=..." if self.masked else ""
+        return (
+            f"explicit_attention(n={self.n}, d={self.d}, c={self.c}{variant}, heads={self.heads})"
+        )
+
+    # -- building the steps -------------------------------------------------------------------
+
+    def _build(self, generic: dict) -> list[ExplicitStep]:
+        n, d, c, w = self.n, self.d, self.c, self.width
+        x = N.entries("x", n, d)
+        built = []
+        for which in "qkv":
+            letter = which.upper()
+            built.append(
+                ExplicitStep(
+                    generic[("projection", letter)],
+                    letter,
+                    None,
+                    N.entries(which, n, c),
+                    x * N.entries(f"w{which}", d, c),
+                )
+            )
+        q, k, v = (N.entries(which, n, c) for which in "qkv")
+        suffix = "_l" if self.heads > 1 else ""
+        width_symbol = N.c_h if self.heads > 1 else N.c
+        for head in range(1, self.heads + 1):
+            columns = slice((head - 1) * w, head * w)
+            label = f"_{head}" if self.heads > 1 else ""
+            entries = self._head_entries(head)
+            omega, scaled, a, ctx = (entries[name] for name in ("omega", "omegatilde", "a", "ctx"))
+            built += [
+                ExplicitStep(
+                    generic[("scores", "Omega" + suffix)],
+                    "Omega" + label,
+                    head if label else None,
+                    omega,
+                    q[:, columns] * k[:, columns].T,
+                ),
+                ExplicitStep(
+                    generic[("scaled_scores", "Omega_scaled" + suffix)],
+                    "Omega_scaled" + label,
+                    head if label else None,
+                    scaled,
+                    omega / sqrt(width_symbol),
+                ),
+                ExplicitStep(
+                    generic[("weights", "A" + suffix)],
+                    "A" + label,
+                    head if label else None,
+                    a,
+                    _softmax_rows(omega, width_symbol, self.allowed),
+                ),
+                ExplicitStep(
+                    generic[("context", "C" + suffix)],
+                    "C" + label,
+                    head if label else None,
+                    ctx,
+                    a * v[:, columns],
+                ),
+            ]
+        if self.heads > 1:
+            per_head = [self._head_entries(head)["ctx"] for head in range(1, self.heads + 1)]
+            built.append(
+                ExplicitStep(
+                    generic[("merge_heads", "C_concat")],
+                    "C_concat",
+                    None,
+                    N.entries("ctxcat", n, c),
+                    ImmutableMatrix(sp.Matrix.hstack(*per_head)),
+                )
+            )
+            built.append(
+                ExplicitStep(
+                    generic[("projection", "C")],
+                    "C",
+                    None,
+                    N.entries("ctx", n, c),
+                    N.entries("ctxcat", n, c) * N.entries("wo", c, c),
+                )
+            )
+        return [
+            ExplicitStep(s.step, s.output, s.head, s.entries, ImmutableMatrix(s.formula))
+            for s in built
+        ]
+
+    def _head_entries(self, head: int) -> dict[str, ImmutableMatrix]:
+        n, w = self.n, self.width
+        if self.heads == 1:
+            return {
+                "omega": N.entries("omega", n, n),
+                "omegatilde": N.entries("omegatilde", n, n),
+                "a": N.entries("a", n, n),
+                "ctx": N.entries("ctx", n, self.c),
+            }
+        return {
+            "omega": N.head_entries("omega", head, n, n),
+            "omegatilde": N.head_entries("omegatilde", head, n, n),
+            "a": N.head_entries("a", head, n, n),
+            "ctx": N.head_entries("ctx", head, n, w),
+        }
+
+    # -- composed matrices (expressions in x and the weights) ----------------------------------
+
+    @functools.cached_property
+    def _composed(self) -> dict[str, ImmutableMatrix]:
+        env: dict[sp.Basic, sp.Basic] = {
+            symbol: sp.Integer(size) for symbol, size in self.sizes.items()
+        }
+        composed = {}
+        for step in self.steps:
+            value = step.formula.xreplace(env)
+            composed[step.output] = value
+            env.update(zip(step.entries, value, strict=True))
+        return composed
+
+    def _matrix(self, letter: str) -> ImmutableMatrix | tuple[ImmutableMatrix, ...]:
+        if self.heads > 1 and letter in ("Omega", "Omega_scaled", "A"):
+            return tuple(self._composed[f"{letter}_{h}"] for h in range(1, self.heads + 1))
+        return self._composed[letter]
+
+    @property
+    def Q(self) -> ImmutableMatrix:
+        """Q = X W_q, entries in x and W_q."""
+        return self._matrix("Q")
+
+    @property
+    def K(self) -> ImmutableMatrix:
+        """K = X W_k."""
+        return self._matrix("K")
+
+    @property
+    def V(self) -> ImmutableMatrix:
+        """V = X W_v."""
+        return self._matrix("V")
+
+    @property
+    def Omega(self) -> ImmutableMatrix | tuple[ImmutableMatrix, ...]:
+        """Ω = Q Kᵀ (one matrix per head when heads > 1)."""
+        return self._matrix("Omega")
+
+    @property
+    def Omega_scaled(self) -> ImmutableMatrix | tuple[ImmutableMatrix, ...]:
+        """Ω / √c (per head: Ω⁽ˡ⁾ / √c_h)."""
+        return self._matrix("Omega_scaled")
+
+    @property
+    def A(self) -> ImmutableMatrix | tuple[ImmutableMatrix, ...]:
+        """A = softmax(Ω / √c) row by row (one matrix per head when heads > 1)."""
+        return self._matrix("A")
+
+    @property
+    def C(self) -> ImmutableMatrix:
+        """C = A V; for heads > 1, C = [C⁽¹⁾ ⋯ C⁽ʰ⁾] W_o."""
+        return self._matrix("C")
+
+    # -- numbers -------------------------------------------------------------------------------
+
+    def evaluate(
+        self,
+        X: object,
+        W_q: object,
+        W_k: object,
+        W_v: object,
+        W_o: object = None,
+        *,
+        digits: int | None = 30,
+    ) -> Values:
+        """The value of every step for concrete inputs, substituted step by step.
+
+        Inputs may be torch tensors, NumPy arrays, nested lists or SymPy matrices of ints,
+        floats (taken exactly), `Fraction`s or SymPy numbers. Projections and scores are exact.
+        The scaled scores, weights and contexts are SymPy Floats with `digits` significant
+        digits, or exact expressions (exp of algebraic numbers) when ``digits=None``.
+        """
+        if digits is not None and (isinstance(digits, bool) or not isinstance(digits, int)):
+            raise TypeError(f"digits must be a positive int or None, got {digits!r}")
+        if digits is not None and digits < 1:
+            raise ValueError(f"digits must be a positive int or None, got digits={digits}")
+        given = {"X": X, "W_q": W_q, "W_k": W_k, "W_v": W_v}
+        if self.heads > 1:
+            if W_o is None:
+                raise ValueError(f"W_o is required when heads={self.heads} (shape (c, c))")
+            given["W_o"] = W_o
+        elif W_o is not None:
+            raise ValueError("W_o is only used by the multi-head variant (heads > 1)")
+        exact: dict[sp.Basic, sp.Basic] = {s: sp.Integer(v) for s, v in self.sizes.items()}
+        for name, value in given.items():
+            symbols = self.inputs[name]
+            exact.update(zip(symbols, to_matrix(name, value, symbols.shape), strict=True))
+        return self._run(exact, digits)
+
+    def evaluate_batch(
+        self,
+        X: object,
+        W_q: object,
+        W_k: object,
+        W_v: object,
+        W_o: object = None,
+        *,
+        digits: int | None = 30,
+    ) -> list[Values]:
+        """`evaluate` for each sequence of a batch X of shape (batch, n, d); the weights are
+        shared, as in `attention`. Returns one `Values` per sequence, in order."""
+        rows = to_rows("X", X)
+        if not rows or not isinstance(rows[0], list) or not isinstance(rows[0][0], list):
+            raise ValueError(f"X must have shape (batch, {self.n}, {self.d}) for evaluate_batch")
+        return [self.evaluate(x, W_q, W_k, W_v, W_o, digits=digits) for x in rows]
+
+    def _run(self, exact: dict, digits: int | None) -> Values:
+        floats = None
+        if digits is not None:
+            floats = {s: sp.Float(v, digits) for s, v in exact.items()}
+        matrices = {}
+        for step in self.steps:
+            env = exact if step.polynomial or floats is None else floats
+            value = step.formula.xreplace(env)
+            matrices[step.output] = value
+            exact.update(zip(step.entries, value, strict=True))
+            if floats is not None:
+                floats.update(
+                    (s, sp.Float(entry, digits))
+                    for s, entry in zip(step.entries, value, strict=True)
+                )
+        return Values(matrices, self.heads, digits)
+
+
+def _softmax_rows(
+    omega: ImmutableMatrix, width: sp.Symbol, allowed: list[list[bool]]
+) -> ImmutableMatrix:
+    """a_{m,p} = exp(ω_{m,p}/√c) / Σ_{r allowed} exp(ω_{m,r}/√c); 0 where p is not allowed.
+
+    A row with no allowed key is all zeros (the convention of `attention.functional.weights`).
+    """
+    rows = []
+    for m, keep in enumerate(allowed):
+        terms = [exp(omega[m, p] / sqrt(width)) if keep[p] else None for p in range(len(keep))]
+        total = Add(*[term for term in terms if term is not None])
+        rows.append([sp.S.Zero if term is None else term / total for term in terms])
+    return ImmutableMatrix(rows)
+
+
+def _allowed(n: int, causal: bool, mask: object) -> list[list[bool]]:
+    """Which keys each query may attend to: all, p ≤ m (causal), or a boolean mask."""
+    if mask is None:
+        return [[not causal or p <= m for p in range(n)] for m in range(n)]
+    rows = to_rows("mask", mask)
+    if isinstance(rows, list) and len(rows) == n and all(isinstance(e, bool) for e in rows):
+        return [list(rows) for _ in range(n)]  # key padding: the same keys for every query
+    if (
+        isinstance(rows, list)
+        and len(rows) == n
+        and all(isinstance(row, list) and len(row) == n for row in rows)
+        and all(isinstance(e, bool) for row in rows for e in row)
+    ):
+        return [list(row) for row in rows]
+    raise ValueError(
+        f"mask must be booleans of shape ({n}, {n}) or key padding of shape ({n},) "
+        "(True = may attend)"
+    )
+
+
+def explicit_attention(
+    n: int,
+    d: int,
+    c: int,
+    *,
+    causal: bool = False,
+    heads: int = 1,
+    mask: Sequence | object = None,
+) -> ExplicitAttention:
+    r"""Self-attention at concrete sizes, with every matrix written out in symbols.
+
+    $$Q = X W_q,\ K = X W_k,\ V = X W_v,\quad \Omega = Q K^\top,\quad
+      A = \mathrm{softmax}(\Omega / \sqrt{c}),\quad C = A V$$
+
+    Shapes: X (n, d); W_q, W_k, W_v (d, c); Q, K, V (n, c); Ω, A (n, n); C (n, c). With
+    ``heads=h`` (h divides c), each head l uses columns (l-1)c/h … l c/h of Q, K, V, is scaled by
+    √(c/h), and C = [C⁽¹⁾ ⋯ C⁽ʰ⁾] W_o with W_o (c, c); Ω and A are then tuples of h matrices.
+    ``causal=True`` sets a_{m,p} = 0 for p > m; ``mask`` (booleans (n, n), or key padding (n,),
+    True = may attend) sets the masked weights to 0.
+
+    Attributes X, W_q, W_k, W_v (, W_o) hold symbols; Q, K, V, Omega, Omega_scaled, A, C are
+    SymPy matrices in those symbols; `steps` lists each step's formula in terms of the previous
+    step's named entries; `evaluate(X, W_q, W_k, W_v)` substitutes numbers step by step.
+
+    Each of n, d, c must be a positive int no larger than `derive.MAX_SIZE` (16).
+
+    Example:
+        >>> ea = explicit_attention(2, 3, 2)
+        >>> ea.Omega.shape
+        (2, 2)
+    """
+    return ExplicitAttention(n, d, c, causal=causal, heads=heads, mask=mask)

@@ -1,0 +1,119 @@
+"""Numbers in, numbers out: converting inputs to exact SymPy matrices, and the values of each step.
+
+Inputs may be torch tensors, NumPy arrays, nested lists, SymPy matrices; entries may be ints,
+floats, `fractions.Fraction` or SymPy numbers. A float becomes the exact rational it stores (a
+binary64 float is a dyadic rational), so nothing is rounded on the way in: duck typing on
+``tolist()`` reads tensors and arrays without importing torch.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import sympy as sp
+
+__all__ = ["to_matrix", "to_rows", "Values"]
+
+
+def _exact(name: str, value: object) -> sp.Expr:
+    """One entry as an exact SymPy number."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must hold numbers, got the bool {value!r}")
+    if isinstance(value, sp.Basic):
+        if not value.is_number or value.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
+            raise ValueError(f"{name} must hold finite numbers, got {value}")
+        return value
+    if isinstance(value, numbers.Integral):
+        return sp.Integer(int(value))
+    if isinstance(value, numbers.Rational):
+        return sp.Rational(int(value.numerator), int(value.denominator))
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError(f"{name} must hold finite numbers, got {number}")
+        return sp.Rational(number)  # exact: the dyadic rational the float stores
+    raise TypeError(f"{name} must hold real numbers, got {type(value).__name__} {value!r}")
+
+
+def to_rows(name: str, value: object) -> list:
+    """Nested Python lists from a tensor, an array, a SymPy matrix or nested sequences."""
+    if isinstance(value, sp.MatrixBase):
+        return value.tolist()
+    if hasattr(value, "detach"):  # a torch tensor: leave autograd and the device behind
+        value = value.detach().cpu()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return [to_rows(name, item) if _nested(item) else item for item in value]
+    raise TypeError(
+        f"{name} must be a matrix (torch tensor, NumPy array, SymPy matrix or nested lists), "
+        f"got {type(value).__name__}"
+    )
+
+
+def _nested(item: object) -> bool:
+    return hasattr(item, "tolist") or (
+        isinstance(item, Sequence) and not isinstance(item, str | bytes)
+    )
+
+
+def _shape_of(rows: object) -> tuple[int, ...]:
+    shape: list[int] = []
+    while isinstance(rows, list):
+        shape.append(len(rows))
+        rows = rows[0] if rows else None
+    return tuple(shape)
+
+
+def to_matrix(name: str, value: object, shape: tuple[int, int]) -> sp.ImmutableMatrix:
+    """An exact `ImmutableMatrix` of the given shape; errors name the argument and both shapes."""
+    rows = to_rows(name, value)
+    received = _shape_of(rows)
+    ragged = len(received) == 2 and any(
+        not isinstance(row, list) or len(row) != received[1] for row in rows
+    )
+    if received != shape or ragged:
+        raise ValueError(
+            f"{name} must have shape {shape}, got "
+            f"{'ragged rows' if ragged else f'shape {received}'}"
+        )
+    return sp.ImmutableMatrix([[_exact(name, entry) for entry in row] for row in rows])
+
+
+@dataclass(frozen=True)
+class Values:
+    """The value of every step for one set of inputs, in derivation order.
+
+    ``values["Omega"]`` (or ``values.Omega``) is a SymPy matrix; multi-head variants hold one
+    matrix per head under ``"Omega_1"``, ``"Omega_2"``, … and ``Omega`` is the tuple of them.
+    Projections and scores are exact rationals when the inputs are; the later steps are SymPy
+    `Float`s with `digits` significant digits, or exact expressions when ``digits`` is None.
+    """
+
+    matrices: dict[str, sp.ImmutableMatrix]
+    heads: int
+    digits: int | None
+
+    def __getitem__(self, letter: str) -> sp.ImmutableMatrix:
+        if letter not in self.matrices:
+            raise KeyError(f"no step produces {letter!r}; known: {list(self.matrices)}")
+        return self.matrices[letter]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.matrices)
+
+    def __getattr__(self, letter: str) -> sp.ImmutableMatrix | tuple[sp.ImmutableMatrix, ...]:
+        matrices = self.__dict__.get("matrices", {})
+        if letter in matrices:
+            return matrices[letter]
+        per_head = [matrices.get(f"{letter}_{head}") for head in range(1, self.heads + 1)]
+        if self.heads > 1 and all(matrix is not None for matrix in per_head):
+            return tuple(per_head)
+        raise AttributeError(letter)
+
+    def floats(self, letter: str) -> list[list[float]]:
+        """One step's value as nested lists of Python floats (rounded once, at the end)."""
+        return [[float(entry) for entry in row] for row in self[letter].tolist()]

@@ -1,0 +1,81 @@
+"""Time of the symbolic-vs-numeric check per size (not a test; run it by hand).
+
+    PYTHONPATH=. python tests/benchmarks/bench_derive.py            # n = d = c = 2 … 12
+    PYTHONPATH=. python tests/benchmarks/bench_derive.py --sizes 2 8 --expanded 4
+
+For each size it reports, in seconds: building `explicit_attention(n, n, n)` (the steps),
+evaluating every step on dyadic float64 inputs (exact projections and scores, 30-digit softmax
+and context), running `attention.functional` step by step, and comparing; then the whole check
+(`check_against_torch`), and its ratio to n³ (the work grows like n²c + ndc). With
+``--expanded K`` it also times the path the steps avoid, for sizes up to K: lambdify of the fully
+composed C (the "one expanded expression" route).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+
+def _timed(call):
+    start = time.perf_counter()
+    result = call()
+    return result, time.perf_counter() - start
+
+
+def bench_steps(size: int) -> dict[str, float]:
+    import derive
+
+    ea, build = _timed(lambda: derive.explicit_attention(size, size, size))
+    inputs = derive.dyadic_inputs(ea, seed=0)
+    values, evaluate = _timed(lambda: ea.evaluate(**inputs))
+    tensors, numeric = _timed(lambda: derive.torch_steps(ea, **inputs))
+    report, compare = _timed(lambda: derive.compare(values, tensors))
+    _, whole = _timed(lambda: derive.check_against_torch(size, size, size))
+    worst = max(item.max_abs_error for item in report)
+    return {
+        "build": build,
+        "evaluate": evaluate,
+        "torch": numeric,
+        "compare": compare,
+        "check": whole,
+        "worst": worst,
+    }
+
+
+def bench_expanded(size: int) -> float:
+    import sympy as sp
+
+    import derive
+
+    ea = derive.explicit_attention(size, size, size)
+    symbols = [*ea.X, *ea.W_q, *ea.W_k, *ea.W_v]
+    _, seconds = _timed(lambda: sp.lambdify(symbols, ea.C, modules="math", cse=True))
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs=2, type=int, default=(2, 12), metavar=("FROM", "TO"))
+    parser.add_argument("--expanded", type=int, default=0, metavar="K")
+    args = parser.parse_args()
+    print(
+        f"{'n=d=c':>5} {'build':>7} {'evaluate':>9} {'torch':>7} {'compare':>8} "
+        f"{'check':>7} {'check/n^3 (us)':>15} {'worst error':>12}"
+    )
+    for size in range(args.sizes[0], args.sizes[1] + 1):
+        row = bench_steps(size)
+        print(
+            f"{size:>5} {row['build']:>7.3f} {row['evaluate']:>9.3f} {row['torch']:>7.3f} "
+            f"{row['compare']:>8.3f} {row['check']:>7.3f} {1e6 * row['check'] / size**3:>15.1f} "
+            f"{row['worst']:>12.2e}",
+            flush=True,
+        )
+    for size in range(2, args.expanded + 1):
+        print(
+            f"lambdify of the composed C at n=d=c={size}: {bench_expanded(size):.2f} s", flush=True
+        )
+
+
+if __name__ == "__main__":
+    main()
