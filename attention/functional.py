@@ -26,6 +26,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from . import _core
+from ._backward import Gradients, self_attention_backward, self_attention_gradients
 from ._masks import allowed_positions, causal_allowed
 from ._shapes import ShapeError, checked
 
@@ -40,6 +41,9 @@ __all__ = [
     "split_heads",
     "merge_heads",
     "multi_head_attention",
+    "self_attention_backward",
+    "self_attention_gradients",
+    "Gradients",
 ]
 
 MaskArg = Bool[Tensor, "*batch n n"] | Bool[Tensor, "*batch n"] | None

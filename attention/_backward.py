@@ -1,0 +1,117 @@
+"""The backward pass of self-attention, written out by its matrix formulas.
+
+Given the upstream gradient dC = ∂L/∂C of a scalar loss L (same shape as C):
+
+$$dV = A^\\top dC,\\quad dA = dC\\,V^\\top,\\quad
+  dS_{m,p} = a_{m,p}\\Big(dA_{m,p} - \\sum_r a_{m,r}\\,dA_{m,r}\\Big),\\quad
+  d\\Omega = dS / \\sqrt{c},$$
+$$dQ = d\\Omega\\,K,\\quad dK = d\\Omega^\\top Q,\\quad
+  dW_q = X^\\top dQ,\\quad dW_k = X^\\top dK,\\quad dW_v = X^\\top dV,\\quad
+  dX = dQ\\,W_q^\\top + dK\\,W_k^\\top + dV\\,W_v^\\top$$
+
+where S = Ω/√c and the middle formula is the softmax Jacobian diag(a) − a aᵀ applied to each row.
+The row sum Σ_r a_{m,r} dA_{m,r} equals Σ_j dC_{m,j} C_{m,j} (the identity FlashAttention's
+backward pass relies on); we compute it that way, an O(n·c) sum instead of O(n²). Masked entries
+have a_{m,p} = 0, so they contribute nothing. With batch dimensions, the weight gradients sum
+over the batch. A readable reference, not a fast kernel: tests hold it to `torch.autograd`.
+"""
+
+import math
+from typing import NamedTuple
+
+from jaxtyping import Float
+from torch import Tensor
+
+from . import _core
+from ._shapes import checked
+
+__all__ = ["Gradients", "self_attention_gradients", "self_attention_backward"]
+
+
+class Gradients(NamedTuple):
+    """Every intermediate gradient of the backward pass, named as in the derivation."""
+
+    dX: Tensor  # (*batch, n, d)
+    dW_q: Tensor  # (d, c)
+    dW_k: Tensor  # (d, c)
+    dW_v: Tensor  # (d, c)
+    dQ: Tensor  # (*batch, n, c)
+    dK: Tensor  # (*batch, n, c)
+    dV: Tensor  # (*batch, n, c)
+    dA: Tensor  # (*batch, n, n)
+    dOmega: Tensor  # (*batch, n, n)
+
+
+def _sum_over_batch(t: Tensor) -> Tensor:
+    """(*batch, d, c) -> (d, c): a weight is shared by every sequence of the batch."""
+    return t.reshape(-1, *t.shape[-2:]).sum(dim=0)
+
+
+def _gradients(
+    x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, grad_c: Tensor, causal: bool
+) -> Gradients:
+    c = w_q.shape[-1]
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    allowed = _core.attention_mask(x.shape[-2], x.device, causal, None, False, heads=False)
+    context, a = _core.attend_explicitly(q, k, v, allowed, 0.0)
+    d_v = a.mT @ grad_c  # a: (*batch, n, n) -> its transpose
+    d_a = grad_c @ v.mT  # v: (*batch, n, c) -> (*batch, c, n)
+    row_sums = (grad_c * context).sum(dim=-1, keepdim=True)  # Σ_r a_{m,r} dA_{m,r}, (*batch, n, 1)
+    d_scaled = a * (d_a - row_sums)
+    d_omega = d_scaled / math.sqrt(c)
+    d_q = d_omega @ k
+    d_k = d_omega.mT @ q  # dΩ: (*batch, n, n) -> its transpose
+    x_t = x.mT  # (*batch, n, d) -> (*batch, d, n)
+    d_x = d_q @ w_q.T + d_k @ w_k.T + d_v @ w_v.T
+    return Gradients(
+        dX=d_x,
+        dW_q=_sum_over_batch(x_t @ d_q),
+        dW_k=_sum_over_batch(x_t @ d_k),
+        dW_v=_sum_over_batch(x_t @ d_v),
+        dQ=d_q,
+        dK=d_k,
+        dV=d_v,
+        dA=d_a,
+        dOmega=d_omega,
+    )
+
+
+@checked
+def self_attention_gradients(
+    x: Float[Tensor, "*batch n d"],
+    w_q: Float[Tensor, "d c"],
+    w_k: Float[Tensor, "d c"],
+    w_v: Float[Tensor, "d c"],
+    grad_c: Float[Tensor, "*batch n c"],
+    *,
+    causal: bool = False,
+) -> Gradients:
+    """All the gradients of the backward pass (see the module docstring for the formulas).
+
+    grad_c: dC = ∂L/∂C, the upstream gradient, shaped like C. Returns a `Gradients` tuple:
+    dX (*batch, n, d); dW_q, dW_k, dW_v (d, c); dQ, dK, dV (*batch, n, c); dA, dOmega
+    (*batch, n, n).
+    """
+    return _gradients(x, w_q, w_k, w_v, grad_c, causal)
+
+
+@checked
+def self_attention_backward(
+    x: Float[Tensor, "*batch n d"],
+    w_q: Float[Tensor, "d c"],
+    w_k: Float[Tensor, "d c"],
+    w_v: Float[Tensor, "d c"],
+    grad_c: Float[Tensor, "*batch n c"],
+    *,
+    causal: bool = False,
+) -> tuple[
+    Float[Tensor, "*batch n d"], Float[Tensor, "d c"], Float[Tensor, "d c"], Float[Tensor, "d c"]
+]:
+    """(dX, dWq, dWk, dWv): the gradients of L with respect to the inputs of `self_attention`,
+    from the upstream gradient grad_c = ∂L/∂C, by the matrix formulas of the module docstring.
+
+    >>> x, w = torch.rand(5, 3), torch.rand(3, 2)
+    >>> dX, dWq, dWk, dWv = self_attention_backward(x, w, w, w, torch.ones(5, 2))
+    """
+    g = _gradients(x, w_q, w_k, w_v, grad_c, causal)
+    return g.dX, g.dW_q, g.dW_k, g.dW_v

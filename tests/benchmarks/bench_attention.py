@@ -1,0 +1,190 @@
+"""Speed and memory of `attention`, measured in one run (not a test: nothing here asserts).
+
+    python tests/benchmarks/bench_attention.py            # everything, about 3 minutes on 2 cores
+    python tests/benchmarks/bench_attention.py --quick    # small sizes only, a smoke run
+
+Prints Markdown tables (the figures in docs/benchmarks.md come from here). Every ratio compares
+two things timed in the same run, interleaved (A, B, A, B, …), median of the repeats, so a busy
+machine slows both sides alike.
+"""
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import jaxtyping
+import torch
+import torch.nn as nn
+import torch.nn.functional as torch_F
+
+from attention import MultiHeadAttention, MultiHeadAttentionWrapper, SelfAttentionV1
+from attention import functional as F
+
+
+def paired(first, second, repeats):
+    """Median seconds of `first` and `second`, timed alternately after one warm-up each."""
+    first(), second()
+    times = ([], [])
+    for _ in range(repeats):
+        for fn, bucket in ((first, times[0]), (second, times[1])):
+            start = time.perf_counter()
+            fn()
+            bucket.append(time.perf_counter() - start)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+def unchecked(fn):
+    def call():
+        jaxtyping.config.update("jaxtyping_disable", True)
+        try:
+            return fn()
+        finally:
+            jaxtyping.config.update("jaxtyping_disable", False)
+
+    return call
+
+
+def weights(d, c, heads=1):
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(d, c, generator=g) / d**0.5 for _ in range(3)]
+
+
+def check_overhead(sizes, repeats):
+    print("\n### Runtime checks: checked / unchecked (checks off with jaxtyping's switch)\n")
+    print("| (n, d, c) | what | checked | unchecked | ratio |")
+    print("|---|---|---|---|---|")
+    for n, d, c in sizes:
+        x = torch.randn(n, d)
+        w_q, w_k, w_v = weights(d, c)
+        module = SelfAttentionV1(d, c).eval()
+        with torch.no_grad():
+            cases = {
+                "functional.self_attention": lambda: F.self_attention(x, w_q, w_k, w_v),
+                "SelfAttentionV1.forward": lambda: module(x),
+            }
+            for name, call in cases.items():
+                on, off = paired(call, unchecked(call), repeats if n < 1000 else max(5, repeats // 10))
+                print(f"| ({n}, {d}, {c}) | {name} | {fmt(on)} | {fmt(off)} | {on / off:.3f} |")
+
+
+def paths(sizes, d, c, repeats):
+    print(f"\n### Fast path, raw fused kernel, explicit path (d = {d}, c = {c}, float32)\n")
+    print("| n | fast path | raw fused SDPA | fast / raw | explicit | explicit / fast |"
+          " fast path GFLOP/s |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    results = {}
+    for n in sizes:
+        x = torch.randn(n, d)
+        w_q, w_k, w_v = weights(d, c)
+
+        def raw():
+            q, k, v = (x @ w for w in (w_q, w_k, w_v))
+            return torch_F.scaled_dot_product_attention(q[None, None], k[None, None], v[None, None])
+
+        reps = max(3, repeats // (1 + n // 1024))
+        with torch.no_grad():
+            fast, fused = paired(lambda: F.self_attention(x, w_q, w_k, w_v), raw, reps)
+            explicit, fast_again = paired(
+                lambda: F.self_attention(x, w_q, w_k, w_v, return_weights=True),
+                lambda: F.self_attention(x, w_q, w_k, w_v),
+                max(2, reps // 2),
+            )
+        flops = 6 * n * d * c + 4 * n * n * c
+        results[n] = flops / fast
+        print(f"| {n} | {fmt(fast)} | {fmt(fused)} | {fast / fused:.3f} | {fmt(explicit)} |"
+              f" {explicit / fast_again:.2f} | {flops / fast / 1e9:.1f} |")  # fmt: skip
+    return results
+
+
+def matmul_throughput(repeats):
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    torch.matmul(a, b)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.matmul(a, b)
+        times.append(time.perf_counter() - start)
+    return 2 * 2048**3 / statistics.median(times)
+
+
+PEAK_PROGRAM = """
+import resource, sys, torch
+from attention import functional as F
+n, d, c, path = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+x = torch.randn(n, d); w = [torch.randn(d, c) / d**0.5 for _ in range(3)]
+with torch.no_grad():
+    F.self_attention(x[:8], *w, return_weights=path == "explicit")  # warm up libraries
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out = F.self_attention(x, *w, return_weights=path == "explicit")
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print((after - before) / 1024)  # KiB -> MiB
+"""
+
+
+def peak_memory(n, d, c):
+    print(f"\n### Peak extra memory of one forward pass (n = {n}, d = {d}, c = {c}, float32)\n")
+    print("| path | peak extra RSS | O(n·c) output size | O(n²) matrix size |")
+    print("|---|---|---|---|")
+    for path in ("fast", "explicit"):
+        done = subprocess.run(
+            [sys.executable, "-c", PEAK_PROGRAM, str(n), str(d), str(c), path],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        mib = float(done.stdout.strip())
+        print(f"| {path} | {mib:.0f} MiB | {n * c * 4 / 2**20:.0f} MiB |"
+              f" {n * n * 4 / 2**20:.0f} MiB |")  # fmt: skip
+
+
+def multi_head(batch, n, d, heads, repeats):
+    print(f"\n### Multi-head, causal (batch {batch}, n = {n}, d = {d}, {heads} heads, float32,"
+          " no grad, eval mode)\n")  # fmt: skip
+    torch.manual_seed(0)
+    ours = MultiHeadAttention(d, d, n, 0.0, heads).eval()
+    wrapper = MultiHeadAttentionWrapper(d, d // heads, n, 0.0, heads).eval()
+    twin = nn.MultiheadAttention(d, heads, batch_first=True).eval()
+    x = torch.randn(batch, n, d)
+    blocked = torch.ones(n, n, dtype=torch.bool).triu(1)
+
+    def theirs():
+        return twin(x, x, x, attn_mask=blocked, is_causal=True, need_weights=False)
+
+    with torch.no_grad():
+        mine, torchs = paired(lambda: ours(x), theirs, repeats)
+        mine_again, wrapped = paired(lambda: ours(x), lambda: wrapper(x), repeats)
+    print("| ours (checks on) | torch.nn.MultiheadAttention | ours / torch | wrapper of heads |"
+          " ours / wrapper |")  # fmt: skip
+    print("|---|---|---|---|---|")
+    print(f"| {fmt(mine)} | {fmt(torchs)} | {mine / torchs:.3f} | {fmt(wrapped)} |"
+          f" {mine_again / wrapped:.3f} |")  # fmt: skip
+
+
+def fmt(seconds):
+    return f"{seconds * 1e3:.3f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes only")
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"{os.cpu_count()} CPUs")  # fmt: skip
+    if args.quick:
+        check_overhead([(6, 3, 2), (128, 64, 64)], 50)
+        paths([256, 512], 64, 16, 5)
+        multi_head(2, 64, 48, 4, 5)
+        return
+    check_overhead([(6, 3, 2), (128, 64, 64), (1024, 768, 64)], 200)
+    matmul = matmul_throughput(10)
+    throughput = paths([1024, 4096, 16384], 768, 64, 20)
+    print(f"\nfloat32 matmul 2048³: {matmul / 1e9:.1f} GFLOP/s; fast path at n = 16384: "
+          f"{throughput[16384] / matmul:.0%} of it.")  # fmt: skip
+    peak_memory(16384, 768, 64)
+    multi_head(8, 1024, 768, 12, 10)
+
+
+if __name__ == "__main__":
+    main()
