@@ -10,7 +10,6 @@ machine slows both sides alike.
 
 import argparse
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -58,17 +57,21 @@ def check_overhead(sizes, repeats):
     print("| (n, d, c) | what | checked | unchecked | ratio |")
     print("|---|---|---|---|---|")
     for n, d, c in sizes:
-        x = torch.randn(n, d)
-        w_q, w_k, w_v = weights(d, c)
-        module = SelfAttentionV1(d, c).eval()
-        with torch.no_grad():
-            cases = {
-                "functional.self_attention": lambda: F.self_attention(x, w_q, w_k, w_v),
-                "SelfAttentionV1.forward": lambda: module(x),
-            }
-            for name, call in cases.items():
-                on, off = paired(call, unchecked(call), repeats if n < 1000 else max(5, repeats // 10))
-                print(f"| ({n}, {d}, {c}) | {name} | {fmt(on)} | {fmt(off)} | {on / off:.3f} |")
+        overhead_rows(n, d, c, repeats if n < 1000 else max(5, repeats // 10))
+
+
+def overhead_rows(n, d, c, repeats):
+    x = torch.randn(n, d)
+    w_q, w_k, w_v = weights(d, c)
+    module = SelfAttentionV1(d, c).eval()
+    cases = {
+        "functional.self_attention": lambda: F.self_attention(x, w_q, w_k, w_v),
+        "SelfAttentionV1.forward": lambda: module(x),
+    }
+    with torch.no_grad():
+        for name, call in cases.items():
+            on, off = paired(call, unchecked(call), repeats)
+            print(f"| ({n}, {d}, {c}) | {name} | {fmt(on)} | {fmt(off)} | {on / off:.3f} |")
 
 
 def paths(sizes, d, c, repeats):
@@ -76,28 +79,32 @@ def paths(sizes, d, c, repeats):
     print("| n | fast path | raw fused SDPA | fast / raw | explicit | explicit / fast |"
           " fast path GFLOP/s |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
-    results = {}
-    for n in sizes:
-        x = torch.randn(n, d)
-        w_q, w_k, w_v = weights(d, c)
+    return {n: paths_row(n, d, c, max(3, repeats // (1 + n // 1024))) for n in sizes}
 
-        def raw():
-            q, k, v = (x @ w for w in (w_q, w_k, w_v))
-            return torch_F.scaled_dot_product_attention(q[None, None], k[None, None], v[None, None])
 
-        reps = max(3, repeats // (1 + n // 1024))
-        with torch.no_grad():
-            fast, fused = paired(lambda: F.self_attention(x, w_q, w_k, w_v), raw, reps)
-            explicit, fast_again = paired(
-                lambda: F.self_attention(x, w_q, w_k, w_v, return_weights=True),
-                lambda: F.self_attention(x, w_q, w_k, w_v),
-                max(2, reps // 2),
-            )
-        flops = 6 * n * d * c + 4 * n * n * c
-        results[n] = flops / fast
-        print(f"| {n} | {fmt(fast)} | {fmt(fused)} | {fast / fused:.3f} | {fmt(explicit)} |"
-              f" {explicit / fast_again:.2f} | {flops / fast / 1e9:.1f} |")  # fmt: skip
-    return results
+def paths_row(n, d, c, repeats):
+    """One row of the paths table; returns the fast path's FLOP/s."""
+    x = torch.randn(n, d)
+    w_q, w_k, w_v = weights(d, c)
+
+    def raw():
+        q, k, v = (x @ w for w in (w_q, w_k, w_v))
+        return torch_F.scaled_dot_product_attention(q[None, None], k[None, None], v[None, None])
+
+    def fast():
+        return F.self_attention(x, w_q, w_k, w_v)
+
+    def explicit():
+        return F.self_attention(x, w_q, w_k, w_v, return_weights=True)
+
+    with torch.no_grad():
+        fast_time, fused = paired(fast, raw, repeats)
+        explicit_time, fast_again = paired(explicit, fast, max(2, repeats // 2))
+    flops = 6 * n * d * c + 4 * n * n * c
+    print(f"| {n} | {fmt(fast_time)} | {fmt(fused)} | {fast_time / fused:.3f} |"
+          f" {fmt(explicit_time)} | {explicit_time / fast_again:.2f} |"
+          f" {flops / fast_time / 1e9:.1f} |")  # fmt: skip
+    return flops / fast_time
 
 
 def matmul_throughput(repeats):
