@@ -298,40 +298,85 @@ def check_returned(where: str, result: Any, annotation: Any, bindings: dict) -> 
         check_result(where, "result", result, annotation, bindings)
 
 
-def _split_parameters(fn: Callable) -> tuple[inspect.Signature, dict, dict]:
-    signature = inspect.signature(fn)
-    tensors, others = {}, {}
-    for name, parameter in signature.parameters.items():
-        if _array_annotations(parameter.annotation):
-            tensors[name] = parameter.annotation
-        elif parameter.annotation is not inspect.Parameter.empty:
-            others[name] = parameter.annotation
-    return signature, tensors, others
+class _CallChecker:
+    """The checks of one function's calls, with a memory of the argument signatures that passed.
+
+    Whether a call passes depends only on its arguments' shapes, dtypes and devices and on the
+    types of its other arguments, so a signature that passed once passes again: the full check
+    (about 60 µs, and 150 µs measured between large matrix products that evict its working set
+    from the caches) runs once per new signature, later calls cost a dictionary look-up.
+    """
+
+    MEMORY = 512  # signatures kept per function; forgotten all at once when full
+
+    def __init__(self, fn: Callable) -> None:
+        self.signature = inspect.signature(fn)
+        self.tensor_hints: dict[str, Any] = {}
+        self.other_hints: dict[str, Any] = {}
+        for name, parameter in self.signature.parameters.items():
+            if _array_annotations(parameter.annotation):
+                self.tensor_hints[name] = parameter.annotation
+            elif parameter.annotation is not inspect.Parameter.empty:
+                self.other_hints[name] = parameter.annotation
+        self.returns = self.signature.return_annotation
+        self.where = fn.__qualname__
+        self.passed: dict[Any, dict[str, Any]] = {}
+        self.returned: set[Any] = set()
+
+
+def _key(value: Any) -> Any:
+    """What a check depends on: shape, dtype and device of a tensor; the type of anything else."""
+    if isinstance(value, Tensor):
+        return (value.shape, value.dtype, value.device)
+    if isinstance(value, tuple):
+        return tuple(_key(part) for part in value)
+    return type(value)
+
+
+@torch.compiler.disable
+def _check_call_arguments(
+    checker: _CallChecker, args: tuple, kwargs: dict, extra: Checked
+) -> tuple[Any, dict[str, Any]]:
+    key = (
+        tuple(_key(a) for a in args),
+        tuple((name, _key(v)) for name, v in kwargs.items()),
+        tuple(_key(tensor) for tensor, _ in extra.values()),
+    )
+    bindings = checker.passed.get(key)
+    if bindings is None:
+        arguments = checker.signature.bind(*args, **kwargs).arguments
+        tensors = {name: (arguments.get(name), h) for name, h in checker.tensor_hints.items()}
+        tensors.update(extra)
+        others = {n: (arguments[n], h) for n, h in checker.other_hints.items() if n in arguments}
+        bindings = check_arguments(checker.where, tensors, others)
+        if len(checker.passed) >= checker.MEMORY:
+            checker.passed.clear()
+        checker.passed[key] = bindings
+    return key, bindings
+
+
+@torch.compiler.disable
+def _check_call_result(checker: _CallChecker, key: Any, bindings: dict, result: Any) -> None:
+    result_key = (key, _key(result))
+    if result_key not in checker.returned:
+        check_returned(checker.where, result, checker.returns, bindings)
+        if len(checker.returned) >= checker.MEMORY:
+            checker.returned.clear()
+        checker.returned.add(result_key)
 
 
 def checked(fn: Callable[P, R]) -> Callable[P, R]:
     """Check every call of a public function: arguments (tensors with precise messages), then
     the result, all against the function's jaxtyping annotations."""
-    signature, tensor_hints, other_hints = _split_parameters(fn)
-    returns = signature.return_annotation
-    where = fn.__qualname__
+    checker = _CallChecker(fn)
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         if jaxtyping_config.jaxtyping_disable:
             return fn(*args, **kwargs)
-        arguments = signature.bind(*args, **kwargs).arguments
-        bindings = check_arguments(
-            where,
-            {name: (arguments.get(name), hint) for name, hint in tensor_hints.items()},
-            {
-                name: (arguments[name], hint)
-                for name, hint in other_hints.items()
-                if name in arguments
-            },
-        )
+        key, bindings = _check_call_arguments(checker, args, kwargs, {})
         result = fn(*args, **kwargs)
-        check_returned(where, result, returns, bindings)
+        _check_call_result(checker, key, bindings, result)
         return result
 
     return wrapper
@@ -346,21 +391,15 @@ def checked_forward(
     """
 
     def decorate(forward: Callable[..., R]) -> Callable[..., R]:
-        signature, tensor_hints, other_hints = _split_parameters(forward)
-        returns = signature.return_annotation
-        where = forward.__qualname__
+        checker = _CallChecker(forward)
 
         @functools.wraps(forward)
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> R:
             if jaxtyping_config.jaxtyping_disable:
                 return forward(self, *args, **kwargs)
-            arguments = signature.bind(self, *args, **kwargs).arguments
-            tensors = {name: (arguments.get(name), hint) for name, hint in tensor_hints.items()}
-            tensors.update(weights_of(self))
-            others = {n: (arguments[n], h) for n, h in other_hints.items() if n in arguments}
-            bindings = check_arguments(where, tensors, others)
+            key, bindings = _check_call_arguments(checker, (self, *args), kwargs, weights_of(self))
             result = forward(self, *args, **kwargs)
-            check_returned(where, result, returns, bindings)
+            _check_call_result(checker, key, bindings, result)
             return result
 
         return wrapper

@@ -137,6 +137,7 @@ def test_forward_names_the_offending_argument(module, x, message):
 
 def test_weights_are_checked_against_the_input():
     sa = SelfAttentionV1(3, 2)
+    sa(INPUTS)  # a good call first: its signature is remembered
     sa.W_key = nn.Parameter(torch.rand(3, 5))  # someone replaced a weight with the wrong c
     with pytest.raises(ShapeError, match=r"W_key has c=5 but W_query has c=2"):
         sa(INPUTS)

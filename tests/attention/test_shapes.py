@@ -136,3 +136,17 @@ def test_environment_variable_turns_checks_off():
         [sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == "torch.int64"  # no DtypeError: the integer product went through
+
+
+def test_a_signature_that_passed_does_not_let_a_different_one_through():
+    # Checks remember signatures that passed (shapes, dtypes, devices, types); anything that
+    # differs is checked again in full.
+    x, w_q, w_k, w_v = good()
+    F.self_attention(x, w_q, w_k, w_v)
+    F.self_attention(x, w_q, w_k, w_v)  # remembered
+    with pytest.raises(DtypeError, match=r"w_k has dtype torch.float64 but x has torch.float32"):
+        F.self_attention(x, w_q, w_k.double(), w_v)
+    with pytest.raises(ShapeError, match=r"w_v has c=3 but w_q has c=2"):
+        F.self_attention(x, w_q, w_k, torch.randn(D, 3))
+    with pytest.raises(TypeError, match=r"causal must be bool, got 1"):
+        F.self_attention(x, w_q, w_k, w_v, causal=1)
