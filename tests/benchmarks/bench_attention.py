@@ -57,7 +57,7 @@ def check_overhead(sizes, repeats):
     print("| (n, d, c) | what | checked | unchecked | ratio |")
     print("|---|---|---|---|---|")
     for n, d, c in sizes:
-        overhead_rows(n, d, c, repeats if n < 1000 else max(5, repeats // 10))
+        overhead_rows(n, d, c, repeats if n < 1000 else repeats // 2)
 
 
 def overhead_rows(n, d, c, repeats):
