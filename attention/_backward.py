@@ -16,7 +16,6 @@ have a_{m,p} = 0, so they contribute nothing. With batch dimensions, the weight 
 over the batch. A readable reference, not a fast kernel: tests hold it to `torch.autograd`.
 """
 
-import math
 from typing import NamedTuple
 
 from jaxtyping import Float
@@ -53,12 +52,12 @@ def _gradients(
     c = w_q.shape[-1]
     q, k, v = x @ w_q, x @ w_k, x @ w_v
     allowed = _core.attention_mask(x.shape[-2], x.device, causal, None, False, heads=False)
-    context, a = _core.attend_explicitly(q, k, v, allowed, 0.0)
+    context, a = _core.attend_explicitly(q, k, v, c, allowed, 0.0)
     d_v = a.mT @ grad_c  # a: (*batch, n, n) -> its transpose
     d_a = grad_c @ v.mT  # v: (*batch, n, c) -> (*batch, c, n)
     row_sums = (grad_c * context).sum(dim=-1, keepdim=True)  # Σ_r a_{m,r} dA_{m,r}, (*batch, n, 1)
     d_scaled = a * (d_a - row_sums)
-    d_omega = d_scaled / math.sqrt(c)
+    d_omega = _core.scaled_scores(d_scaled, c)  # dΩ = dS / √c
     d_q = d_omega @ k
     d_k = d_omega.mT @ q  # dΩ: (*batch, n, n) -> its transpose
     x_t = x.mT  # (*batch, n, d) -> (*batch, d, n)

@@ -31,45 +31,72 @@ def projection(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
     )  # (*batch·n, c) -> (*batch, n, c)
 
 
-def weights(scores: Tensor, c: int, allowed: Tensor | None) -> Tensor:
-    """A = softmax(Ω / √c) over the last axis, masked entries 0."""
-    scaled = scores / math.sqrt(c)
+def scale(width: int) -> float:
+    """1/√c: the factor that brings q·k of c unit-variance components back to unit variance."""
+    return 1.0 / math.sqrt(width)
+
+
+def scores(q: Tensor, k: Tensor) -> Tensor:
+    """Ω = Q Kᵀ."""
+    return q @ k.mT  # k: (..., n, c) -> (..., c, n)
+
+
+def scaled_scores(omega: Tensor, width: int) -> Tensor:
+    """Ω / √c."""
+    return omega * scale(width)
+
+
+def softmax_rows(scaled: Tensor, allowed: Tensor | None) -> Tensor:
+    """Softmax of each row (over the keys p), masked entries 0."""
     if allowed is None:
         return torch.softmax(scaled, dim=-1)
     return masked_softmax(scaled, allowed)
 
 
+def weights(omega: Tensor, width: int, allowed: Tensor | None) -> Tensor:
+    """A = softmax(Ω / √c) row by row, masked entries 0."""
+    return softmax_rows(scaled_scores(omega, width), allowed)
+
+
+def context(a: Tensor, v: Tensor) -> Tensor:
+    """C = A V."""
+    return a @ v
+
+
 def attend_explicitly(
-    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, dropout_p: float
+    q: Tensor, k: Tensor, v: Tensor, width: int, allowed: Tensor | None, dropout_p: float
 ) -> tuple[Tensor, Tensor]:
     """(C, A) step by step: Ω = QKᵀ, A = softmax(Ω/√c), dropout on A, C = AV.
 
-    q, k, v: (..., n, c); `allowed` broadcasts to (..., n, n).
+    q, k, v: (..., n, c); `width` is the c of √c; `allowed` broadcasts to (..., n, n).
     """
-    a = weights(q @ k.mT, q.shape[-1], allowed)  # k: (..., n, c) -> (..., c, n)
+    a = weights(scores(q, k), width, allowed)
     if dropout_p > 0.0:
         a = F.dropout(a, p=dropout_p)
-    return a @ v, a
+    return context(a, v), a
 
 
-def attend_fused(q: Tensor, k: Tensor, v: Tensor, causal: bool, allowed: Tensor | None) -> Tensor:
+def attend_fused(
+    q: Tensor, k: Tensor, v: Tensor, width: int, causal: bool, allowed: Tensor | None
+) -> Tensor:
     """C from PyTorch's fused kernel. q, k, v: (*batch, h, n, c_h), h ≥ 1; `allowed` (None unless a
     user mask was given, causal folded in) broadcasts to (*batch, 1, n, n).
 
     Only a 4-D (B, h, n, c_h) input reaches the fused kernel (a 2-D one falls back to the math
     kernel: 3× slower and O(n²) memory), hence the reshapes.
     """
-    *lead, heads, n, width = q.shape
-    q4 = q.reshape(-1, heads, n, width)  # (*batch, h, n, c_h) -> (B, h, n, c_h)
-    k4 = k.reshape(-1, heads, n, width)
-    v4 = v.reshape(-1, heads, n, width)
+    *lead, heads, n, head_width = q.shape
+    q4 = q.reshape(-1, heads, n, head_width)  # (*batch, h, n, c_h) -> (B, h, n, c_h)
+    k4 = k.reshape(-1, heads, n, head_width)
+    v4 = v.reshape(-1, heads, n, head_width)
+    factor = scale(width)
     if allowed is None:
-        out = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
-        return out.view(*lead, heads, n, width)  # (B, h, n, c_h) -> (*batch, h, n, c_h)
+        out = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal, scale=factor)
+        return out.view(*lead, heads, n, head_width)  # (B, h, n, c_h) -> (*batch, h, n, c_h)
     allowed = torch.broadcast_to(allowed, (*lead, 1, n, n))
     mask4 = keep_every_row_attending(allowed).reshape(-1, 1, n, n)  # -> (B, 1, n, n)
-    out = F.scaled_dot_product_attention(q4, k4, v4, attn_mask=mask4)
-    out = out.view(*lead, heads, n, width)  # (B, h, n, c_h) -> (*batch, h, n, c_h)
+    out = F.scaled_dot_product_attention(q4, k4, v4, attn_mask=mask4, scale=factor)
+    out = out.view(*lead, heads, n, head_width)  # (B, h, n, c_h) -> (*batch, h, n, c_h)
     return out.masked_fill(fully_masked_rows(allowed).unsqueeze(-1), 0.0)
 
 
@@ -88,6 +115,7 @@ def attend(
     k: Tensor,
     v: Tensor,
     *,
+    width: int,
     causal: bool,
     mask: Mask,
     key_padding: bool,
@@ -95,14 +123,15 @@ def attend(
     return_weights: bool,
     heads: bool,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """C (or (C, A)) from Q, K, V, choosing the fused or the explicit path.
+    """C (or (C, A)) from Q, K, V, choosing the fused or the explicit path; `width` is the c
+    of the 1/√c scaling (c_h with heads).
 
     The explicit path serves when A is wanted or dropout is on (so that dropout draws the same
     random numbers as the book's `nn.Dropout` on the weights); otherwise the fused kernel runs.
     """
     allowed = attention_mask(q.shape[-2], q.device, causal, mask, key_padding, heads)
     if return_weights or dropout_p > 0.0:
-        c, a = attend_explicitly(q, k, v, allowed, dropout_p)
+        c, a = attend_explicitly(q, k, v, width, allowed, dropout_p)
         return (c, a) if return_weights else c
     if mask is None:
         allowed = None  # the kernel's own causal flag does the causal part
@@ -110,8 +139,8 @@ def attend(
         q, k, v = q.unsqueeze(-3), k.unsqueeze(-3), v.unsqueeze(-3)  # (*b, n, c) -> (*b, 1, n, c)
         if allowed is not None and allowed.dim() > 2:
             allowed = allowed.unsqueeze(-3)  # (*batch, n, n) -> (*batch, 1, n, n)
-        return attend_fused(q, k, v, causal, allowed).squeeze(-3)  # -> (*batch, n, c)
-    return attend_fused(q, k, v, causal, allowed)
+        return attend_fused(q, k, v, width, causal, allowed).squeeze(-3)  # -> (*batch, n, c)
+    return attend_fused(q, k, v, width, causal, allowed)
 
 
 def split_heads(t: Tensor, heads: int) -> Tensor:

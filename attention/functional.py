@@ -19,8 +19,6 @@ keys that exist; `causal` keeps p ≤ m. A query with no allowed key gets zero w
 context row (never NaN), and finite gradients.
 """
 
-import math
-
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
@@ -90,7 +88,7 @@ def scores(
 
     $$\\omega_{m,p} = q_m \\cdot k_p = \\sum_{j=1}^{c} q_{m,j} k_{p,j}$$
     """
-    return q @ k.mT  # k: (*batch, n, c) -> (*batch, c, n)
+    return _core.scores(q, k)
 
 
 @checked
@@ -101,7 +99,7 @@ def scaled_scores(omega: Float[Tensor, "*batch n n"], c: int) -> Float[Tensor, "
     c; dividing by √c brings it back to 1 and keeps the softmax away from a step function.
     """
     _positive("scaled_scores", "c", c)
-    return omega / math.sqrt(c)
+    return _core.scaled_scores(omega, c)
 
 
 @checked
@@ -135,7 +133,7 @@ def context(
 
     $$c_{m,j} = \\sum_{p=1}^{n} a_{m,p} v_{p,j}$$
     """
-    return a @ v
+    return _core.context(a, v)
 
 
 @checked
@@ -181,9 +179,14 @@ def self_attention(
     v = _core.projection(x, w_v, b_v)
     return _core.attend(
         q, k, v,
-        causal=causal, mask=mask, key_padding=_is_key_padding(mask, x),
+        width=scaling_width(w_q), causal=causal, mask=mask, key_padding=_is_key_padding(mask, x),
         dropout_p=dropout_p, return_weights=return_weights, heads=False,
     )  # fmt: skip
+
+
+def scaling_width(w_q: Tensor, heads: int = 1) -> int:
+    """The c of the 1/√c scaling: the width of one head's queries and keys (c_h = c / h)."""
+    return w_q.shape[-1] // heads
 
 
 @checked
@@ -276,7 +279,7 @@ def _multi_head_attention(
     v = _core.split_heads(_core.projection(x, w_v, b_v), heads)
     result = _core.attend(
         q, k, v,
-        causal=causal, mask=mask, key_padding=key_padding,
+        width=scaling_width(w_q, heads), causal=causal, mask=mask, key_padding=key_padding,
         dropout_p=dropout_p, return_weights=return_weights, heads=True,
     )  # fmt: skip
     per_head, a = result if return_weights else (result, None)
