@@ -1,12 +1,14 @@
 """Symbolic half of attention-derive: self-attention derived step by step with SymPy.
 
 The pipeline reads top to bottom: notation (`_notation`) -> steps (`_steps`, `_explicit`) ->
-facts (`_facts`) -> printer and documents. Importing `derive` never imports torch; only the
+facts (`_facts`) -> printer (`_latex`) -> documents (`_sections`, `_documents`, `_blocks`) ->
+the `derive` command (`cli`). Importing `derive` never imports torch; only the
 bridge functions (`check_against_torch`, `torch_steps`, the worked example) import torch and
 `attention`, when they are called.
 """
 
 from ._check import Comparison, check_against_torch, compare, dyadic_inputs, torch_steps
+from ._documents import DocumentOptions, latex_document, markdown_document
 from ._explicit import ExplicitAttention, ExplicitStep, explicit_attention
 from ._facts import (
     Fact,
@@ -18,6 +20,7 @@ from ._facts import (
     score_variance,
     shift_invariance,
 )
+from ._latex import AttentionPrinter, latex
 from ._sizes import MAX_SIZE
 from ._steps import STEP_NAMES, Concat, Softmax, Step, steps
 from ._values import Values
@@ -25,8 +28,10 @@ from ._values import Values
 __all__ = [
     "MAX_SIZE",
     "STEP_NAMES",
+    "AttentionPrinter",
     "Comparison",
     "Concat",
+    "DocumentOptions",
     "ExplicitAttention",
     "ExplicitStep",
     "Fact",
@@ -40,6 +45,9 @@ __all__ = [
     "explicit_attention",
     "facts",
     "flop_count",
+    "latex",
+    "latex_document",
+    "markdown_document",
     "operation_count",
     "rows_sum_to_one",
     "score_variance",

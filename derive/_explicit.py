@@ -50,6 +50,11 @@ class ExplicitStep:
     def name(self) -> str:
         return self.step.name
 
+    def _repr_latex_(self) -> str:
+        from ._sections import explicit_lines
+
+        return "$$\\begin{aligned}" + " \\\\ ".join(explicit_lines(self)) + "\\end{aligned}$$"
+
     @property
     def polynomial(self) -> bool:
         """Projections and scores: exact over the rationals, whatever `digits` asks for."""

@@ -85,7 +85,7 @@ def rows_sum_to_one(*, causal: bool = False) -> Fact:
     residual = sp.simplify(renamed - 1)
     return Fact(
         name="rows_sum_to_one",
-        title="Every row of A sums to 1",
+        title="Every row of $A$ sums to 1",
         statement=Eq(Sum(N.base("a")[N.m, N.p], (N.p, 1, N.n)), 1, evaluate=False),
         derivation=(Eq(Sum(N.base("a")[N.m, N.p], (N.p, 1, N.n)), factored, evaluate=False),),
         residual=residual,
@@ -100,11 +100,15 @@ def shift_invariance() -> Fact:
     omega = N.base("omega")
     shifted = element.replace(lambda e: isinstance(e, Indexed) and e.base == omega, lambda e: e + t)
     residual = sp.simplify(shifted - element)
+    expanded = sp.expand(shifted)  # exp((t + w)/sqrt(c)) -> exp(t/sqrt(c)) exp(w/sqrt(c))
     return Fact(
         name="shift_invariance",
         title="Softmax is unchanged by adding a constant to a row",
         statement=Eq(shifted, element, evaluate=False),
-        derivation=(Eq(sp.powsimp(sp.expand_power_exp(shifted)), element, evaluate=False),),
+        derivation=(
+            Eq(shifted, expanded, evaluate=False),
+            Eq(expanded, sp.factor_terms(expanded), evaluate=False),
+        ),
         residual=residual,
     )
 
@@ -139,7 +143,7 @@ def score_variance(width: int | None = None) -> Fact:
     dot = Sum(q[N.j] * k[N.j], (N.j, 1, size))
     return Fact(
         name="score_variance",
-        title=r"The variance of q·k grows like c, hence the scaling by 1/√c",
+        title=r"The variance of $q \cdot k$ grows like $c$, hence the scaling by $1/\sqrt{c}$",
         statement=Eq(var(dot), size, evaluate=False),
         derivation=(
             Eq(var(q[N.j] * k[N.j]), pair, evaluate=False),

@@ -97,7 +97,7 @@ MATRIX_LETTERS: dict[str, str] = {
 }
 #: Per-head matrices of the multi-head variant carry the suffix ``_l``: ``Q_l`` is Q^{(l)}.
 MATRIX_LETTERS |= {
-    f"{letter}_l": f"{latex}^{{(l)}}"
+    f"{letter}_l": f"{latex}^{{(\\ell)}}"
     for letter, latex in list(MATRIX_LETTERS.items())
     if letter in ("Q", "K", "V", "Omega", "Omega_scaled", "A", "C")
 }

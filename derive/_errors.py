@@ -1,0 +1,11 @@
+"""The two kinds of failure the `derive` command reports, each as one line on stderr."""
+
+__all__ = ["UsageError", "EnvironmentProblem"]
+
+
+class UsageError(Exception):
+    """Bad input (an option, a size, an output path): exit status 2."""
+
+
+class EnvironmentProblem(Exception):
+    """Something is missing or failed outside our input (TeX, matplotlib, torch): status 1."""

@@ -1,0 +1,138 @@
+"""Figures (matplotlib, the optional extra ``figures``): the example's heatmap, softmax saturation.
+
+Each figure comes as two files: the PNG the documents include, and a CSV of the numbers it plots.
+Both are deterministic (fixed seeds; the PNG's only metadata is matplotlib's version, no date).
+The drift test compares the CSVs always and the PNG bytes when the installed matplotlib is the
+version that drew them (rendering may change between matplotlib releases; the data may not).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+
+__all__ = [
+    "HEATMAP",
+    "SATURATION",
+    "saturation_data",
+    "heatmap_figure",
+    "saturation_figure",
+    "missing_matplotlib_message",
+]
+
+HEATMAP = "attention-heatmap"
+SATURATION = "softmax-saturation"
+
+#: Widths c and the setting of the saturation figure: 16 keys, 200 seeded rows per width.
+WIDTHS = (1, 4, 16, 64, 256, 1024)
+KEYS = 16
+ROWS = 200
+SEED = 0
+
+
+def missing_matplotlib_message() -> str:
+    return "figures need matplotlib: pip install 'attention-derive[figures]'"
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        raise RuntimeError(missing_matplotlib_message()) from error
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"svg.hashsalt": "derive", "font.size": 10})
+    return plt
+
+
+def _png(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, metadata={"Software": _software()})
+    return buffer.getvalue()
+
+
+def _software() -> str:
+    import matplotlib
+
+    return f"matplotlib {matplotlib.__version__}"
+
+
+def saturation_data() -> list[tuple[int, float, float]]:
+    """(c, mean largest weight unscaled, mean largest weight scaled by 1/√c) per width c.
+
+    For each c: ROWS queries and KEYS keys with independent standard normal components (seeded),
+    the scores q·k, and the largest softmax weight of each row, averaged over the rows.
+    """
+    rng = np.random.default_rng(SEED)
+    data = []
+    for width in WIDTHS:
+        q = rng.standard_normal((ROWS, 1, width))
+        k = rng.standard_normal((ROWS, KEYS, width))
+        scores = (q * k).sum(axis=-1)  # (ROWS, KEYS): the dot products q·k
+
+        def largest(z: np.ndarray) -> float:
+            z = z - z.max(axis=-1, keepdims=True)
+            weights = np.exp(z) / np.exp(z).sum(axis=-1, keepdims=True)
+            return float(weights.max(axis=-1).mean())
+
+        data.append((width, largest(scores), largest(scores / math.sqrt(width))))
+    return data
+
+
+def _csv(header: str, rows: list) -> bytes:
+    lines = [header] + [",".join(_cell(value) for value in row) for row in rows]
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def _cell(value: object) -> str:
+    return f"{value:.6f}" if isinstance(value, float) else str(value)
+
+
+def saturation_figure() -> dict[str, bytes]:
+    """softmax-saturation.png and .csv, by file name."""
+    plt = _pyplot()
+    data = saturation_data()
+    widths = [row[0] for row in data]
+    fig, ax = plt.subplots(figsize=(5.2, 3.2))
+    ax.plot(widths, [row[1] for row in data], "o-", label=r"softmax$(q \cdot k)$")
+    ax.plot(widths, [row[2] for row in data], "s-", label=r"softmax$(q \cdot k / \sqrt{c})$")
+    ax.axhline(1 / KEYS, color="grey", linewidth=0.8, linestyle=":", label="uniform (1/16)")
+    ax.set_xscale("log", base=4)
+    ax.set_xticks(widths, [str(width) for width in widths])
+    ax.minorticks_off()
+    ax.set_xlabel("width c of queries and keys")
+    ax.set_ylabel("mean largest weight in a row")
+    ax.set_ylim(0, 1.02)
+    ax.legend(frameon=False, fontsize=8)
+    fig.tight_layout()
+    png = _png(fig)
+    plt.close(fig)
+    csv = _csv("c,largest_unscaled,largest_scaled", data)
+    return {f"{SATURATION}.png": png, f"{SATURATION}.csv": csv}
+
+
+def heatmap_figure(tokens: tuple[str, ...], weights: list[list[float]]) -> dict[str, bytes]:
+    """attention-heatmap.png and .csv (the weights, rounded to 6 decimals), by file name."""
+    plt = _pyplot()
+    n = len(tokens)
+    fig, ax = plt.subplots(figsize=(4.6, 4.0))
+    image = ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0)
+    labels = [f"{token} ({index + 1})" for index, token in enumerate(tokens)]
+    ax.set_xticks(range(n), labels, rotation=45, ha="right")
+    ax.set_yticks(range(n), labels)
+    ax.set_xlabel("key token p")
+    ax.set_ylabel("query token m")
+    for m in range(n):
+        for p in range(n):
+            value = weights[m][p]
+            color = "black" if value > 0.6 else "white"
+            ax.text(p, m, f"{value:.2f}", ha="center", va="center", fontsize=7, color=color)
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    fig.tight_layout()
+    png = _png(fig)
+    plt.close(fig)
+    rows = [(tokens[m], *[round(v, 6) for v in weights[m]]) for m in range(n)]
+    return {f"{HEATMAP}.png": png, f"{HEATMAP}.csv": _csv("query," + ",".join(tokens), rows)}

@@ -1,0 +1,178 @@
+"""The `derive` command: every option, every bad input (status 2, one line), atomic writes."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from derive import _atomic
+from derive.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env() -> dict:
+    return dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def _run(capsysbinary, *argv):
+    status = main(list(argv))
+    out, err = capsysbinary.readouterr()
+    return status, out, err.decode()
+
+
+def test_latex_to_stdout(capsysbinary):
+    status, out, err = _run(capsysbinary, "latex")
+    assert status == 0
+    assert out.startswith(rb"\documentclass") and out.rstrip().endswith(rb"\end{document}")
+    assert err == ""
+
+
+def test_latex_options(tmp_path, capsysbinary):
+    target = tmp_path / "d.tex"
+    args = ("latex", "-o", str(target), "--fragment", "--n", "3", "--c", "4")
+    args += ("--causal", "--heads", "2", "-q")
+    status, out, err = _run(capsysbinary, *args)
+    assert (status, out, err) == (0, b"", "")
+    tex = target.read_text()
+    assert r"\documentclass" not in tex  # --fragment
+    assert "$n = 3$, $d = 4$, $c = 4$, $h = 2$ heads of width $c_h = 2$, causal" in tex  # d: 4
+    assert "Causal attention and masks" in tex and "Multi-head attention" in tex
+
+
+def test_markdown(tmp_path, capsysbinary):
+    target = tmp_path / "d.md"
+    status, _, _ = _run(capsysbinary, "markdown", "-o", str(target), "--n", "2", "--d", "3")
+    assert status == 0
+    md = target.read_text()
+    assert md.startswith("# Trainable") and "$$\n\\begin{aligned}" in md
+    assert "$n = 2$, $d = 3$, $c = 2$" in md
+
+
+def test_example_and_figures(tmp_path, capsysbinary):
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "out" / "d.md"
+    target.parent.mkdir()
+    figures = tmp_path / "out" / "pics"
+    argv = ("markdown", "-o", str(target), "--example", "--figures", str(figures), "-q")
+    status, _, err = _run(capsysbinary, *argv)
+    assert (status, err) == (0, "")
+    md = target.read_text()
+    assert "](pics/attention-heatmap.png)" in md and "](pics/softmax-saturation.png)" in md
+    assert "Worked example: the fat cat sat on the mat" in md
+    names = sorted(path.name for path in figures.iterdir())
+    assert names == [
+        "attention-heatmap.csv",
+        "attention-heatmap.png",
+        "softmax-saturation.csv",
+        "softmax-saturation.png",
+    ]
+
+
+def test_pdf(tmp_path, capsysbinary):
+    if shutil.which("pdflatex") is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI is set but pdflatex is missing")
+        pytest.skip("pdflatex is not installed")
+    target = tmp_path / "d.pdf"
+    status, _, err = _run(capsysbinary, "pdf", "-o", str(target), "--n", "2", "--d", "3")
+    assert status == 0
+    assert target.read_bytes().startswith(b"%PDF-")
+    assert "derive: compiling with pdflatex" in err  # progress on stderr
+
+
+def test_pdf_without_tex_says_what_to_install(tmp_path, capsysbinary, monkeypatch):
+    monkeypatch.setattr("derive._pdf.shutil.which", lambda name: None)
+    status, _, err = _run(capsysbinary, "pdf", "-o", str(tmp_path / "d.pdf"), "-q")
+    assert status == 1
+    assert err.count("\n") == 1 and "install TeX Live" in err and "texlive-latex-base" in err
+    assert not (tmp_path / "d.pdf").exists()
+
+
+BAD = [
+    (["latex", "--n", "0"], "argument --n: must be a positive integer, got 0"),
+    (["latex", "--d", "x"], "argument --d: must be a positive integer, got 'x'"),
+    (["latex", "--c", "2.5"], "argument --c: must be a positive integer, got '2.5'"),
+    (["latex", "--n", "17"], "argument --n: 17 is over the limit of 16"),
+    (["latex", "--c", "4", "--heads", "3"], "--heads 3 does not divide --c 4"),
+    (["markdown", "--heads", "0"], "argument --heads: must be a positive integer, got 0"),
+    (["latex", "--bogus"], "unrecognized arguments: --bogus"),
+    (["markdown", "--fragment"], "unrecognized arguments: --fragment"),  # latex only
+    (["html"], "invalid choice: 'html'"),
+    ([], "missing command: latex, markdown, pdf or docs"),
+    (["latex", "-o", "/nonexistent-folder/d.tex"], "no such directory /nonexistent-folder"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD, ids=[" ".join(a) or "none" for a, _ in BAD])
+def test_bad_input_is_one_line_and_status_2(argv, message, capsysbinary):
+    status, out, err = _run(capsysbinary, *argv)
+    assert status == 2
+    assert out == b""
+    assert err.count("\n") == 1 and message in err, err
+    assert "Traceback" not in err
+
+
+def test_output_that_is_a_directory_or_under_a_file(tmp_path, capsysbinary):
+    status, _, err = _run(capsysbinary, "latex", "-o", str(tmp_path))
+    assert status == 2 and "it is a directory" in err
+    afile = tmp_path / "file.txt"
+    afile.write_text("x")
+    status, _, err = _run(capsysbinary, "latex", "-o", str(afile / "d.tex"))
+    assert status == 2 and "no such directory" in err
+
+
+def test_existing_output_survives_bad_input(tmp_path, capsysbinary):
+    target = tmp_path / "d.tex"
+    target.write_text("precious")
+    status, _, _ = _run(capsysbinary, "latex", "-o", str(target), "--n", "-1")
+    assert status == 2 and target.read_text() == "precious"
+
+
+def test_failed_write_leaves_the_old_file_whole(tmp_path, capsysbinary, monkeypatch):
+    target = tmp_path / "d.tex"
+    target.write_text("precious")
+
+    def broken_replace(source, destination):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_atomic.os, "replace", broken_replace)
+    status, _, err = _run(capsysbinary, "latex", "-o", str(target))
+    assert status == 2 and "cannot write" in err and "No space left on device" in err
+    assert target.read_text() == "precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.tex"]  # no temporary left behind
+
+
+def test_successful_write_replaces_the_file(tmp_path, capsysbinary):
+    target = tmp_path / "d.tex"
+    target.write_text("old " * 100_000)
+    assert _run(capsysbinary, "latex", "-o", str(target))[0] == 0
+    assert target.read_text().startswith(r"\documentclass")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.tex"]
+
+
+@pytest.mark.parametrize("command", ["latex", "markdown", "pdf", "docs"])
+def test_help_has_examples(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert "example" in capsys.readouterr().out
+
+
+def test_python_dash_m_derive_is_fast_and_torch_free(tmp_path):
+    """`derive latex` at symbolic sizes: under 2 s wall with start-up, and torch not imported."""
+    command = [sys.executable, "-X", "importtime", "-m", "derive", "latex", "--n", "3"]
+    best = float("inf")
+    for _ in range(2):
+        start = time.perf_counter()
+        run = subprocess.run(command, capture_output=True, text=True, env=_env(), cwd=tmp_path)
+        best = min(best, time.perf_counter() - start)
+        assert run.returncode == 0 and run.stdout.startswith("\\documentclass")
+    imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if "|" in line}
+    assert "torch" not in imported and "attention" not in imported
+    assert "matplotlib" not in imported
+    assert best < 2.0, f"derive latex took {best:.2f} s"
