@@ -17,12 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import sympy as sp
-from sympy import Add, ImmutableMatrix, exp, sqrt
+from sympy import ImmutableMatrix, sqrt
 
 from . import _notation as N
 from . import _steps
+from ._rows import allowed_keys, softmax_rows
 from ._sizes import check_sizes
-from ._values import Values, to_matrix, to_rows
+from ._values import Values, evaluate_steps, to_matrix, to_rows
 
 __all__ = ["ExplicitStep", "ExplicitAttention", "explicit_attention"]
 
@@ -73,7 +74,7 @@ class ExplicitAttention:
         if causal and mask is not None:
             raise ValueError("give causal=True or a mask, not both (combine them into the mask)")
         self.causal = causal
-        self.allowed = _allowed(self.n, causal, mask)
+        self.allowed = allowed_keys(self.n, causal, mask)
         self.masked = mask is not None
         self.width = self.c // self.heads
         self.sizes = {N.n: self.n, N.d: self.d, N.c: self.c, N.h: self.heads, N.c_h: self.width}
@@ -143,7 +144,7 @@ class ExplicitAttention:
                     "A" + label,
                     head if label else None,
                     a,
-                    _softmax_rows(omega, width_symbol, self.allowed),
+                    softmax_rows(omega, width_symbol, self.allowed),
                 ),
                 ExplicitStep(
                     generic[("context", "C" + suffix)],
@@ -282,7 +283,7 @@ class ExplicitAttention:
         for name, value in given.items():
             symbols = self.inputs[name]
             exact.update(zip(symbols, to_matrix(name, value, symbols.shape), strict=True))
-        return self._run(exact, digits)
+        return evaluate_steps(self.steps, exact, digits, self.heads)
 
     def evaluate_batch(
         self,
@@ -300,58 +301,6 @@ class ExplicitAttention:
         if not rows or not isinstance(rows[0], list) or not isinstance(rows[0][0], list):
             raise ValueError(f"X must have shape (batch, {self.n}, {self.d}) for evaluate_batch")
         return [self.evaluate(x, W_q, W_k, W_v, W_o, digits=digits) for x in rows]
-
-    def _run(self, exact: dict, digits: int | None) -> Values:
-        floats = None
-        if digits is not None:
-            floats = {s: sp.Float(v, digits) for s, v in exact.items()}
-        matrices = {}
-        for step in self.steps:
-            env = exact if step.polynomial or floats is None else floats
-            value = step.formula.xreplace(env)
-            matrices[step.output] = value
-            exact.update(zip(step.entries, value, strict=True))
-            if floats is not None:
-                floats.update(
-                    (s, sp.Float(entry, digits))
-                    for s, entry in zip(step.entries, value, strict=True)
-                )
-        return Values(matrices, self.heads, digits)
-
-
-def _softmax_rows(
-    omega: ImmutableMatrix, width: sp.Symbol, allowed: list[list[bool]]
-) -> ImmutableMatrix:
-    """a_{m,p} = exp(ω_{m,p}/√c) / Σ_{r allowed} exp(ω_{m,r}/√c); 0 where p is not allowed.
-
-    A row with no allowed key is all zeros (the convention of `attention.functional.weights`).
-    """
-    rows = []
-    for m, keep in enumerate(allowed):
-        terms = [exp(omega[m, p] / sqrt(width)) if keep[p] else None for p in range(len(keep))]
-        total = Add(*[term for term in terms if term is not None])
-        rows.append([sp.S.Zero if term is None else term / total for term in terms])
-    return ImmutableMatrix(rows)
-
-
-def _allowed(n: int, causal: bool, mask: object) -> list[list[bool]]:
-    """Which keys each query may attend to: all, p ≤ m (causal), or a boolean mask."""
-    if mask is None:
-        return [[not causal or p <= m for p in range(n)] for m in range(n)]
-    rows = to_rows("mask", mask)
-    if isinstance(rows, list) and len(rows) == n and all(isinstance(e, bool) for e in rows):
-        return [list(rows) for _ in range(n)]  # key padding: the same keys for every query
-    if (
-        isinstance(rows, list)
-        and len(rows) == n
-        and all(isinstance(row, list) and len(row) == n for row in rows)
-        and all(isinstance(e, bool) for row in rows for e in row)
-    ):
-        return [list(row) for row in rows]
-    raise ValueError(
-        f"mask must be booleans of shape ({n}, {n}) or key padding of shape ({n},) "
-        "(True = may attend)"
-    )
 
 
 def explicit_attention(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-__all__ = ["to_matrix", "to_rows", "Values"]
+__all__ = ["to_matrix", "to_rows", "Values", "evaluate_steps"]
 
 
 def _exact(name: str, value: object) -> sp.Expr:
@@ -117,3 +117,26 @@ class Values:
     def floats(self, letter: str) -> list[list[float]]:
         """One step's value as nested lists of Python floats (rounded once, at the end)."""
         return [[float(entry) for entry in row] for row in self[letter].tolist()]
+
+
+def evaluate_steps(steps: tuple, exact: dict, digits: int | None, heads: int) -> Values:
+    """Substitute numbers into each step's formula in order (`xreplace`, exact).
+
+    `exact` maps the input symbols and the sizes to exact numbers. Polynomial steps (projections,
+    scores) are evaluated on exact values; the others on `digits`-digit Floats (SymPy then
+    evaluates exp and the quotients numerically as it builds them), or exactly when `digits` is
+    None. Each step's value feeds the next step under the step's named entries.
+    """
+    floats = None
+    if digits is not None:
+        floats = {symbol: sp.Float(value, digits) for symbol, value in exact.items()}
+    matrices = {}
+    for step in steps:
+        env = exact if step.polynomial or floats is None else floats
+        value = step.formula.xreplace(env)
+        matrices[step.output] = value
+        pairs = list(zip(step.entries, value, strict=True))
+        exact.update(pairs)
+        if floats is not None:
+            floats.update((symbol, sp.Float(entry, digits)) for symbol, entry in pairs)
+    return Values(matrices, heads, digits)
