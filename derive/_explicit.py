@@ -93,6 +93,14 @@ class ExplicitAttention:
         if self.W_o is not None:
             self.inputs["W_o"] = self.W_o
 
+    def _repr_latex_(self) -> str:
+        from ._sections import explicit_lines, matrix_line
+
+        lines = [matrix_line(N.MATRIX_LETTERS[k], v) for k, v in self.inputs.items()]
+        for step in self.steps:
+            lines += explicit_lines(step)
+        return "$$\\begin{aligned}" + " \\\\ ".join(lines) + "\\end{aligned}$$"
+
     def __repr__(self) -> str:
         variant = ", causal=True" if self.causal else ", mask=..." if self.masked else ""
         return (

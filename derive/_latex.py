@@ -57,10 +57,14 @@ class AttentionPrinter(LatexPrinter):
     def _print_Indexed(self, expr: Indexed) -> str:
         name = expr.base.label.name
         letter = N.BASES[name][1] if name in N.BASES else self._print(expr.base.label)
-        indices = [self._print(index) for index in expr.indices]
-        if len(indices) == 3:
-            return f"{letter}^{{({indices[0]})}}_{{{indices[1]},{indices[2]}}}"
-        return f"{letter}_{{{','.join(indices)}}}"
+        indices = list(expr.indices)
+        batch = indices[:1] if indices[0] == N.b else []  # a batch index comes first
+        rest = indices[len(batch) :]
+        head = rest.pop(0) if len(rest) == 3 else None  # then a head index, as a superscript
+        subscript = ",".join(self._print(index) for index in batch + rest)
+        if head is None:
+            return f"{letter}_{{{subscript}}}"
+        return f"{letter}^{{({self._print(head)})}}_{{{subscript}}}"
 
     def _print_Symbol(self, expr: sp.Symbol, style: str = "plain") -> str:
         if expr == N.ell:

@@ -29,6 +29,7 @@ __all__ = [
     "batches",
     "explicit",
     "explicit_lines",
+    "matrix_line",
 ]
 
 _ORDER = AttentionPrinter()
@@ -132,7 +133,13 @@ def multi_head() -> list[Block]:
 
 
 def batches() -> list[Block]:
-    return [Heading("Batches"), Prose(P.BATCH_TEXT)]
+    chain = steps(batch=True)
+    shown = [s for s in chain if s.output in ("Q", "Omega", "A", "C")]
+    return [
+        Heading("Batches"),
+        Prose(P.BATCH_TEXT),
+        Display(tuple(_equation(s.element) for s in shown)),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,7 +195,7 @@ def explicit_lines(step: ExplicitStep) -> list[str]:
 WIDEST_MATRIX = 8
 
 
-def _matrix_line(letter: str, matrix: sp.MatrixBase) -> str:
+def matrix_line(letter: str, matrix: sp.MatrixBase) -> str:
     rows, cols = matrix.shape
     if cols <= WIDEST_MATRIX:
         return f"{letter} &= {latex(matrix)}"
@@ -211,7 +218,7 @@ def explicit(ea: ExplicitAttention, progress: Callable[[str], None] | None = Non
     blocks: list[Block] = [
         Heading(f"Explicit: {sizes}"),
         Prose(P.EXPLICIT_INTRO),
-        Display(tuple(_matrix_line(N.MATRIX_LETTERS[k], v) for k, v in ea.inputs.items())),
+        Display(tuple(matrix_line(N.MATRIX_LETTERS[k], v) for k, v in ea.inputs.items())),
     ]
     for index, step in enumerate(ea.steps, 1):
         if progress is not None:

@@ -19,7 +19,7 @@ from sympy.matrices.expressions.matexpr import MatrixElement
 
 from . import _notation as N
 
-__all__ = ["Step", "Softmax", "Concat", "steps", "STEP_NAMES"]
+__all__ = ["Step", "Softmax", "Concat", "steps", "batched", "STEP_NAMES", "PER_SEQUENCE"]
 
 #: The names of `attention.functional` that the steps mirror, in derivation order.
 STEP_NAMES = (
@@ -311,13 +311,40 @@ def _entry_base(name: str, heads: bool) -> sp.IndexedBase | _HeadBase:
     return _HeadBase(name) if heads else N.base(name)
 
 
-def steps(*, causal: bool = False, masked: bool = False, heads: bool = False) -> tuple[Step, ...]:
+#: The entries that belong to one sequence of a batch (the weights are shared by all).
+PER_SEQUENCE = ("x", "q", "k", "v", "omega", "omegatilde", "a", "ctx", "ctxcat", "mask")
+
+
+def batched(step: Step) -> Step:
+    r"""The step for sequence b of a batch: each per-sequence entry gains the index b first
+    ($x_{b,m,i}$, $q_{b,m,j}$, …, $c_{b,m,j} = \sum_p a_{b,m,p} v_{b,p,j}$); the weights are
+    shared, so $(W_q)_{i,j}$ keeps its two indices."""
+
+    def per_sequence(expr: sp.Basic) -> bool:
+        return isinstance(expr, Indexed) and expr.base.label.name in PER_SEQUENCE
+
+    def with_batch(entry: Indexed) -> Indexed:
+        return entry.base[(N.b, *entry.indices)]
+
+    element = step.element.replace(per_sequence, with_batch)
+    return Step(step.name, step.output, step.title, step.matrix, element, step.shapes, step.head)
+
+
+def steps(
+    *, causal: bool = False, masked: bool = False, heads: bool = False, batch: bool = False
+) -> tuple[Step, ...]:
     """The generic derivation (symbolic n, d, c), step by step, in the seed's order.
 
     With ``heads=True`` the multi-head variant: the projections to width c = h c_h, the split
     into h heads, the per-head scores, scaling (by √c_h), weights and context, the concatenation
-    and the output projection by W_o.
+    and the output projection by W_o. With ``batch=True`` every per-sequence entry carries the
+    batch index b (see `batched`).
     """
+    chain = _chain(causal=causal, masked=masked, heads=heads)
+    return tuple(batched(step) for step in chain) if batch else chain
+
+
+def _chain(*, causal: bool, masked: bool, heads: bool) -> tuple[Step, ...]:
     if causal and masked:
         raise ValueError(
             "choose one of causal=True or masked=True: the causal mask is a padding-free "

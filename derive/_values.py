@@ -114,6 +114,21 @@ class Values:
             return tuple(per_head)
         raise AttributeError(letter)
 
+    def _repr_latex_(self) -> str:
+        from ._latex import latex
+        from ._notation import MATRIX_LETTERS
+
+        lines = []
+        for key, matrix in self.matrices.items():
+            letter, _, head = key.rpartition("_") if key[-1].isdigit() else (key, "", "")
+            name = MATRIX_LETTERS.get(letter, letter)
+            name = f"{name}^{{({head})}}" if head else name
+            if all(isinstance(entry, sp.Rational) for entry in matrix):
+                lines.append(f"{name} &= {latex(matrix)}")  # exact: as it is
+            else:
+                lines.append(f"{name} &= {latex(matrix.evalf(8), decimals=6)}")
+        return "$$\\begin{aligned}" + " \\\\ ".join(lines) + "\\end{aligned}$$"
+
     def floats(self, letter: str) -> list[list[float]]:
         """One step's value as nested lists of Python floats (rounded once, at the end)."""
         return [[float(entry) for entry in row] for row in self[letter].tolist()]

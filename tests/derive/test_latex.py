@@ -102,3 +102,21 @@ def test_jupyter_reprs_are_math():
     assert derive.rows_sum_to_one()._repr_latex_() == r"$$\sum_{p=1}^{n} a_{m,p} = 1$$"
     explicit = derive.explicit_attention(2, 3, 2).steps[3]
     assert explicit._repr_latex_().startswith(r"$$\begin{aligned}\omega_{1,1} &= q_{1,1} k_{1,1}")
+
+
+def test_batch_and_head_indices_print_apart():
+    (context,) = [s for s in derive.steps(batch=True) if s.output == "C"]
+    assert latex(context.element) == r"c_{b,m,j} = \sum_{p=1}^{n} a_{b,m,p} v_{b,p,j}"
+    (scores,) = [s for s in derive.steps(batch=True, heads=True) if s.output == "Omega_l"]
+    assert latex(scores.element.lhs) == r"\omega^{(\ell)}_{b,m,p}"
+
+
+def test_explicit_attention_and_values_display_as_math():
+    ea = derive.explicit_attention(2, 3, 2)
+    shown = ea._repr_latex_()
+    assert shown.startswith(r"$$\begin{aligned}X &= \left(\begin{matrix}x_{1,1}")
+    assert r"c_{2,2} &= a_{2,1} v_{1,2} + a_{2,2} v_{2,2}" in shown
+    values = ea.evaluate([[1, 0, 0], [0, 1, 0]], [[1, 0]] * 3, [[1, 0]] * 3, [[0, 1]] * 3)
+    shown = values._repr_latex_()
+    assert r"Q &= \left(\begin{matrix}1 & 0\\1 & 0\end{matrix}\right)" in shown  # exact
+    assert r"A &= \left(\begin{matrix}0.500000 & 0.500000" in shown  # 30 digits, shown with 6

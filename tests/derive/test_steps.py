@@ -144,3 +144,14 @@ def test_multi_head_steps_scale_by_the_head_width():
 def test_causal_and_masked_are_exclusive():
     with pytest.raises(ValueError, match=r"choose one of causal=True or masked=True"):
         derive.steps(causal=True, masked=True)
+
+
+def test_batched_steps_add_the_sequence_index_to_per_sequence_entries_only():
+    chain = derive.steps(batch=True)
+    (context,) = [s for s in chain if s.output == "C"]
+    a, v, ctx = N.base("a"), N.base("v"), N.base("ctx")
+    assert context.element.lhs == ctx[N.b, N.m, N.j]
+    assert context.element.rhs == sp.Sum(a[N.b, N.m, N.p] * v[N.b, N.p, N.j], (N.p, 1, N.n))
+    (query,) = [s for s in chain if s.output == "Q"]
+    assert N.base("wq")[N.i, N.j] in query.element.rhs.atoms(sp.Indexed)  # weights are shared
+    assert [s.name for s in chain] == [s.name for s in derive.steps()]
