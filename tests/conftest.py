@@ -1,5 +1,10 @@
 """Shared test set-up.
 
+Hypothesis profiles (choose with HYPOTHESIS_PROFILE=<name>):
+- `quick` (the default, and what CI runs): 25 examples a property, derandomized so that a run is
+  reproducible, no deadline (SymPy's first call of a kind is slow);
+- `thorough`: 500 examples a property, random seeds; for local runs before a release.
+
 ATTENTION_MUTANT=<name> runs the whole suite against one deliberately broken variant of
 `attention` (see tests/mutants.py); `python tests/mutants.py --full` does it for every mutant.
 """
@@ -7,6 +12,19 @@ ATTENTION_MUTANT=<name> runs the whole suite against one deliberately broken var
 import os
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "quick",
+    max_examples=25,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "thorough", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
 
 
 @pytest.fixture(autouse=True, scope="session")
