@@ -179,12 +179,12 @@ def self_attention(
     v = _core.projection(x, w_v, b_v)
     return _core.attend(
         q, k, v,
-        width=scaling_width(w_q), causal=causal, mask=mask, key_padding=_is_key_padding(mask, x),
+        width=_scaling_width(w_q), causal=causal, mask=mask, key_padding=_is_key_padding(mask, x),
         dropout_p=dropout_p, return_weights=return_weights, heads=False,
     )  # fmt: skip
 
 
-def scaling_width(w_q: Tensor, heads: int = 1) -> int:
+def _scaling_width(w_q: Tensor, heads: int = 1) -> int:
     """The c of the 1/√c scaling: the width of one head's queries and keys (c_h = c / h)."""
     return w_q.shape[-1] // heads
 
@@ -279,7 +279,7 @@ def _multi_head_attention(
     v = _core.split_heads(_core.projection(x, w_v, b_v), heads)
     result = _core.attend(
         q, k, v,
-        width=scaling_width(w_q, heads), causal=causal, mask=mask, key_padding=key_padding,
+        width=_scaling_width(w_q, heads), causal=causal, mask=mask, key_padding=key_padding,
         dropout_p=dropout_p, return_weights=return_weights, heads=True,
     )  # fmt: skip
     per_head, a = result if return_weights else (result, None)

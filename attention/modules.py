@@ -19,7 +19,7 @@ from torch import Tensor
 
 from . import _core
 from ._shapes import ShapeError, checked_forward
-from .functional import _multi_head_attention, scaling_width
+from .functional import _multi_head_attention, _scaling_width
 
 __all__ = [
     "SelfAttentionV1",
@@ -167,7 +167,7 @@ class SelfAttentionV1(_SeedWeights, nn.Module):
         q, k, v = x @ self.W_query, x @ self.W_key, x @ self.W_value
         return _core.attend(
             q, k, v,
-            width=scaling_width(self.W_query), causal=False, mask=None, key_padding=False,
+            width=_scaling_width(self.W_query), causal=False, mask=None, key_padding=False,
             dropout_p=0.0, return_weights=return_weights, heads=False,
         )  # fmt: skip
 
@@ -194,7 +194,7 @@ class SelfAttentionV2(_SeedWeights, nn.Module):
         q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
         return _core.attend(
             q, k, v,
-            width=scaling_width(self.w_q), causal=False, mask=None, key_padding=False,
+            width=_scaling_width(self.w_q), causal=False, mask=None, key_padding=False,
             dropout_p=0.0, return_weights=return_weights, heads=False,
         )  # fmt: skip
 
@@ -243,7 +243,7 @@ class CausalAttention(_SeedWeights, nn.Module):
         q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
         return _core.attend(
             q, k, v,
-            width=scaling_width(self.w_q), causal=True, mask=mask,
+            width=_scaling_width(self.w_q), causal=True, mask=mask,
             key_padding=mask is not None and mask.dim() == x.dim() - 1,
             dropout_p=self.dropout.p if self.training else 0.0,
             return_weights=return_weights, heads=False,

@@ -71,7 +71,7 @@ _ORIGINAL = {"attend_explicitly": _core.attend_explicitly, "attend_fused": _core
 #: name -> (what is wrong, [(module, attribute, replacement)])
 MUTANTS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
     "no_sqrt_c": ("softmax(Ω) instead of softmax(Ω/√c)", [(_core, "scale", _no_scale)]),
-    "sqrt_d": ("Ω/√d instead of Ω/√c", [(F, "scaling_width", _scale_by_d)]),
+    "sqrt_d": ("Ω/√d instead of Ω/√c", [(F, "_scaling_width", _scale_by_d)]),
     "wrong_axis": ("softmax over the queries (columns), not the keys (rows)",
                    [(_core, "softmax_rows", _columns_softmax)]),
     "k_for_v": ("C = A K instead of C = A V",

@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python tests/benchmarks/bench_derive.py            # n = d = c = 2 … 12
     PYTHONPATH=. python tests/benchmarks/bench_derive.py --sizes 2 8 --expanded 4
+    PYTHONPATH=. python tests/benchmarks/bench_derive.py --sizes 2 2 --claims
 
 For each size it reports, in seconds: building `explicit_attention(n, n, n)` (the steps),
 evaluating every step on dyadic float64 inputs (exact projections and scores, 30-digit softmax
@@ -54,11 +55,41 @@ def bench_expanded(size: int) -> float:
     return seconds
 
 
+def check_claims() -> None:
+    """The measurements the design rests on: xreplace vs subs, and lambdify to torch."""
+    import sympy as sp
+
+    import derive
+    from derive import _notation as N
+
+    for size in (4, 6, 8):
+        ea = derive.explicit_attention(size, size, size)
+        _ = ea.C  # build the composed matrices first; time the substitution alone
+        numbers = {s: sp.Rational(k % 7 - 3, 8) for k, s in enumerate([*ea.X, *ea.W_q])}
+        _, fast = _timed(lambda ea=ea, numbers=numbers: ea.Q.xreplace(numbers))
+        _, slow = _timed(lambda ea=ea, numbers=numbers: ea.Q.subs(numbers))
+        print(f"Q at n=d=c={size}: xreplace {1e3 * fast:.1f} ms, subs {1e3 * slow:.1f} ms")
+    import torch
+
+    ea = derive.explicit_attention(3, 3, 2)
+    (weights,) = [step for step in ea.steps if step.name == "weights"]
+    formula = weights.formula.xreplace({N.c: 2})  # exact sqrt(2) in every exponent
+    symbols = sorted(weights.formula.free_symbols - {N.c}, key=str)
+    try:
+        sp.lambdify(symbols, formula, modules="torch")(*[torch.tensor(0.5)] * len(symbols))
+        print("lambdify(modules='torch') with exact sqrt(2): works")
+    except TypeError as error:
+        print(f"lambdify(modules='torch') with exact sqrt(2): TypeError: {error}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs=2, type=int, default=(2, 12), metavar=("FROM", "TO"))
     parser.add_argument("--expanded", type=int, default=0, metavar="K")
+    parser.add_argument("--claims", action="store_true", help="xreplace vs subs; torch lambdify")
     args = parser.parse_args()
+    if args.claims:
+        check_claims()
     print(
         f"{'n=d=c':>5} {'build':>7} {'evaluate':>9} {'torch':>7} {'compare':>8} "
         f"{'check':>7} {'check/n^3 (us)':>15} {'worst error':>12}"
