@@ -155,3 +155,30 @@ def test_batched_steps_add_the_sequence_index_to_per_sequence_entries_only():
     (query,) = [s for s in chain if s.output == "Q"]
     assert N.base("wq")[N.i, N.j] in query.element.rhs.atoms(sp.Indexed)  # weights are shared
     assert [s.name for s in chain] == [s.name for s in derive.steps()]
+
+
+@pytest.mark.parametrize("output", ["Omega_l", "C_l"])
+def test_per_head_formula_equals_explicit_heads(output):
+    """Generic head l (with the split q^(l)_{m,j} = q_{m,(l-1)c_h+j}) against each explicit head,
+    at n=5, d=3, c=6, h=3 (c_h=2)."""
+    (step,) = [s for s in derive.steps(heads=True) if s.output == output]
+    ea = derive.explicit_attention(5, 3, 6, heads=3)
+    split = {name: N.base(name) for name in ("q", "k", "v")}
+
+    def unsplit(entry):  # q[l, m, j] -> q[m, (l - 1) c_h + j]
+        head, row, col = entry.indices
+        return entry.base[row, (head - 1) * N.c_h + col]
+
+    generic = step.element.rhs.replace(
+        lambda e: isinstance(e, sp.Indexed) and e.base in split.values() and len(e.indices) == 3,
+        unsplit,
+    )
+    column = N.p if output == "Omega_l" else N.j
+    for head in (1, 2, 3):
+        (explicit,) = [s for s in ea.steps if s.output == f"{output[:-2]}_{head}"]
+        rows, cols = explicit.formula.shape
+        for row in range(rows):
+            for col in range(cols):
+                fixed = {N.n: 5, N.c_h: 2, N.ell: head, N.m: row + 1, column: col + 1}
+                value = generic.xreplace(fixed).doit()
+                assert sp.expand(value - explicit.formula[row, col]) == 0
