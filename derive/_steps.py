@@ -2,7 +2,8 @@
 
 The generic derivation keeps n, d, c symbolic. The element-wise equation of every matrix product
 is not typed in: SymPy expands the matrix product element by element (`MatMul[m, j]` gives a
-`Sum` over a 0-based dummy) and `_entry_of` only renames that sum to the seed's 1-based indices.
+`Sum` over a 0-based dummy) and `_matexpr.entry_of` only renames that sum to the seed's 1-based
+indices.
 The softmax has no matrix-level meaning in SymPy, so its element-wise form is the definition.
 
 Step names match `attention.functional`: projection, scores, scaled_scores, weights, context
@@ -14,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import sympy as sp
-from sympy import Eq, Indexed, MatMul, MatrixExpr, MatrixSymbol, Sum, Transpose, exp, sqrt
-from sympy.matrices.expressions.matexpr import MatrixElement
+from sympy import Eq, Indexed, MatMul, MatrixSymbol, Sum, Transpose, exp, sqrt
 
 from . import _notation as N
+from ._matexpr import Concat, Softmax, entry_of
 
 __all__ = ["Step", "Softmax", "Concat", "steps", "batched", "STEP_NAMES", "PER_SEQUENCE"]
 
@@ -31,35 +32,6 @@ STEP_NAMES = (
     "context",
     "merge_heads",
 )
-
-
-class Softmax(MatrixExpr):
-    r"""Row-wise softmax of a matrix expression: $\mathrm{softmax}(Z)_{m,p} = e^{z_{m,p}} /
-    \sum_r e^{z_{m,r}}$ (``axis=1`` in the seed, the last axis in torch)."""
-
-    def __new__(cls, arg: MatrixExpr) -> Softmax:
-        return sp.Basic.__new__(cls, sp.sympify(arg))
-
-    @property
-    def arg(self) -> MatrixExpr:
-        return self.args[0]
-
-    @property
-    def shape(self) -> tuple[sp.Expr, sp.Expr]:
-        return self.args[0].shape
-
-
-class Concat(MatrixExpr):
-    r"""The heads side by side: $\hat{C} = [\,C^{(1)} \cdots C^{(h)}\,]$ (`heads` blocks of `head`'s
-    shape, concatenated along the columns)."""
-
-    def __new__(cls, head: MatrixExpr, heads: sp.Expr) -> Concat:
-        return sp.Basic.__new__(cls, head, sp.sympify(heads))
-
-    @property
-    def shape(self) -> tuple[sp.Expr, sp.Expr]:
-        rows, cols = self.args[0].shape
-        return rows, self.args[1] * cols
 
 
 @dataclass(frozen=True)
@@ -90,31 +62,6 @@ class Step:
         return "$$" + step_latex(self) + "$$"
 
 
-# ---------------------------------------------------------------------------------------------
-# From a matrix product to its entry, in the seed's 1-based indices
-
-
-def _entry_of(
-    product: MatrixExpr, row: sp.Symbol, col: sp.Symbol, index: sp.Symbol, names: dict
-) -> sp.Expr:
-    """Entry (row, col) of a matrix product, expanded by SymPy, with 1-based indices.
-
-    SymPy returns ``Sum(A[row-1, _k] * B[_k, col-1], (_k, 0, K-1))``; the dummy becomes the
-    1-based `index` running 1..K and each `MatrixElement` M[a, b] the seed's entry m[a+1, b+1]
-    (`names` maps each matrix symbol to the `IndexedBase` of its entries).
-    """
-    expanded = product[row - 1, col - 1]
-    if isinstance(expanded, Sum):
-        ((dummy, low, high),) = expanded.limits
-        body = expanded.function.xreplace({dummy: index - 1})
-        expanded = Sum(body, (index, low + 1, high + 1))
-
-    def rename(element: sp.Expr) -> sp.Expr:
-        return names[element.parent][element.i + 1, element.j + 1]
-
-    return expanded.replace(lambda e: isinstance(e, MatrixElement), rename)
-
-
 def _shapes(*symbols: MatrixSymbol) -> dict[str, tuple[sp.Expr, sp.Expr]]:
     return {str(symbol.name): symbol.shape for symbol in symbols}
 
@@ -137,7 +84,7 @@ def projection(which: str, *, width: sp.Expr = N.c) -> Step:
     weight = N.matrix_symbol(f"W_{which}", N.d, width)
     out = N.matrix_symbol(letter, N.n, width)
     names = {x: N.base("x"), weight: N.base(f"w{which}")}
-    element = _entry_of(MatMul(x, weight), N.m, N.j, N.i, names)
+    element = entry_of(MatMul(x, weight), N.m, N.j, N.i, names)
     return Step(
         name="projection",
         output=letter,
@@ -154,7 +101,7 @@ def output_projection() -> Step:
     weight = N.matrix_symbol("W_o", N.c, N.c)
     out = N.matrix_symbol("C", N.n, N.c)
     names = {cat: N.base("ctxcat"), weight: N.base("wo")}
-    element = _entry_of(MatMul(cat, weight), N.m, N.j, N.i, names)
+    element = entry_of(MatMul(cat, weight), N.m, N.j, N.i, names)
     return Step(
         name="projection",
         output="C",
@@ -188,7 +135,7 @@ def scores(*, heads: bool = False) -> Step:
     k = N.matrix_symbol("K" + suffix, N.n, width)
     omega = N.matrix_symbol("Omega" + suffix, N.n, N.n)
     names = {q: _entry_base("q", heads), k: _entry_base("k", heads)}
-    element = _entry_of(MatMul(q, Transpose(k)), N.m, N.p, N.j, names)
+    element = entry_of(MatMul(q, Transpose(k)), N.m, N.p, N.j, names)
     return Step(
         name="scores",
         output="Omega" + suffix,
@@ -267,7 +214,7 @@ def context(*, heads: bool = False) -> Step:
     v = N.matrix_symbol("V" + suffix, N.n, width)
     out = N.matrix_symbol("C" + suffix, N.n, width)
     names = {a: _entry_base("a", heads), v: _entry_base("v", heads)}
-    element = _entry_of(MatMul(a, v), N.m, N.j, N.p, names)
+    element = entry_of(MatMul(a, v), N.m, N.j, N.p, names)
     return Step(
         name="context",
         output="C" + suffix,
