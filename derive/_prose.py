@@ -124,7 +124,7 @@ MULTI_HEAD_TEXT = (
 )
 
 BATCH_TEXT = (
-    "Batches: several sequences are processed at once by adding a leading batch index to $X$, "
+    "Several sequences are processed at once by adding a leading batch index to $X$, "
     "$Q$, $K$, $V$, $\\Omega$, $A$ and $C$; the weights are shared, and every formula above "
     "holds for each sequence separately:"
 )
