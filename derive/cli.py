@@ -5,6 +5,7 @@
     derive markdown -o derivation.md --example --figures figures
     derive pdf -o derivation.pdf --causal --heads 2
     derive docs                               # regenerate docs/ (derivation.tex/.pdf/.md, figures)
+    derive check --trials 5                   # derive vs the torch implementation, step by step
 
 Bad input (a size that is not a positive integer, heads not dividing c, an unknown option, an
 output that cannot be written) exits with status 2 and one line on stderr; a missing TeX engine,
@@ -75,6 +76,10 @@ EPILOG = {
     "pdf": "examples:\n  derive pdf -o derivation.pdf\n"
     "  derive pdf -o derivation.pdf --n 3 --d 4 --c 2 --example --figures figures",
     "docs": "example:\n  derive docs   # rewrites docs/derivation.{tex,pdf,md} and docs/figures",
+    "check": "examples:\n  derive check                     # random sizes, one trial\n"
+    "  derive check --n 5 --d 3 --c 4 --heads 2 --causal\n"
+    "  derive check --trials 10 --seed 7\n\n"
+    "exit status: 0 when every step agrees, 1 when one does not, 2 for bad input",
 }
 
 
@@ -130,7 +135,44 @@ def _parser() -> _Parser:
             metavar="DIR",
             help="draw the figures into DIR and include them (needs matplotlib)",
         )
+    _add_check(commands)
     return parser
+
+
+def _nonnegative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
+    return value
+
+
+def _add_check(commands) -> None:
+    text = "compare every step of the derivation with the torch implementation (needs torch)"
+    sub = commands.add_parser(
+        "check",
+        help=text,
+        description=text + ": a table of step, shape, largest difference, tolerance, result",
+        epilog=EPILOG["check"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    for letter, meaning in (("n", "tokens"), ("d", "input width"), ("c", "context width")):
+        sub.add_argument(
+            f"--{letter}", type=_size(f"--{letter}"), metavar=letter.upper(),
+            help=f"{meaning} (default: drawn at random with the seed)",
+        )  # fmt: skip
+    sub.add_argument("--causal", action="store_true", help="causal attention")
+    sub.add_argument(
+        "--heads", type=_size("--heads"), default=1, metavar="H", help="multi-head, H heads"
+    )
+    sub.add_argument(
+        "--seed", type=_nonnegative, default=0, metavar="S", help="seed of sizes and inputs"
+    )
+    sub.add_argument(
+        "--trials", type=_size("--trials"), default=1, metavar="K", help="how many draws"
+    )
 
 
 def _check_output(path: str | None) -> None:
@@ -155,8 +197,13 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command is None:
             raise UsageError(
-                f"{PROG}: missing command: latex, markdown, pdf or docs (see '{PROG} --help')"
+                f"{PROG}: missing command: latex, markdown, pdf, docs or check "
+                f"(see '{PROG} --help')"
             )
+        if args.command == "check":
+            from ._check_command import run_check
+
+            return run_check(args)
         return run(args, _Progress(args.quiet), _check_output)
     except UsageError as error:
         print(str(error), file=sys.stderr)

@@ -1,0 +1,133 @@
+"""`derive check`: the symbolic derivation against the torch implementation, step by step.
+
+For each trial: sizes (those given, the others drawn with the seed), inputs drawn with the seed as
+dyadic rationals k/8 (exact in float64), every step evaluated by `derive` (exact for Q, K, V and
+Ω; 30 significant digits for the rest) and by `attention.functional`, then one table row per
+step: its shape, the largest absolute difference, the tolerance and the verdict. The polynomial
+steps must agree exactly, the others to 1e-12.
+
+This is the one command that needs torch; it is imported here, when the command runs.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from dataclasses import dataclass
+from typing import TextIO
+
+from ._errors import EnvironmentProblem, UsageError
+from ._sizes import MAX_SIZE
+
+__all__ = ["TOLERANCE", "Row", "draw_sizes", "check_rows", "format_table", "run_check"]
+
+#: The largest absolute difference allowed where the values are not exact rationals.
+TOLERANCE = 1e-12
+#: Random sizes are drawn from 1 … RANDOM_MAX (and c from multiples of the heads).
+RANDOM_MAX = 6
+
+
+@dataclass(frozen=True)
+class Row:
+    """One step compared: the symbolic value against torch's."""
+
+    step: str
+    shape: tuple[int, int]
+    difference: float
+    exact: bool  # required to be exactly equal (the polynomial steps)
+    passed: bool
+
+    @property
+    def tolerance(self) -> str:
+        return "exact" if self.exact else f"{TOLERANCE:.0e}"
+
+
+def draw_sizes(
+    rng: random.Random, n: int | None, d: int | None, c: int | None, heads: int
+) -> tuple[int, int, int]:
+    """The given sizes, and the missing ones drawn: pairwise distinct where that is possible,
+    so that a swapped axis cannot pass by coincidence; c a multiple of `heads`."""
+    taken = {size for size in (n, d, c) if size is not None}
+    if c is None:
+        multiples = [m * heads for m in range(1, MAX_SIZE // heads + 1)]
+        fresh = [m for m in multiples[: max(1, RANDOM_MAX // heads)] if m not in taken]
+        c = rng.choice(fresh or multiples[:1])
+        taken.add(c)
+    drawn = []
+    for given in (n, d):
+        if given is None:
+            fresh = [size for size in range(1, RANDOM_MAX + 1) if size not in taken]
+            given = rng.choice(fresh or list(range(1, RANDOM_MAX + 1)))
+            taken.add(given)
+        drawn.append(given)
+    return drawn[0], drawn[1], c
+
+
+def check_rows(n: int, d: int, c: int, *, causal: bool, heads: int, seed: int) -> list[Row]:
+    """Evaluate every step both ways on the same seeded dyadic inputs and compare."""
+    from ._check import compare, dyadic_inputs, torch_steps
+    from ._explicit import explicit_attention
+
+    ea = explicit_attention(n, d, c, causal=causal, heads=heads)
+    inputs = dyadic_inputs(ea, seed=seed)
+    values = ea.evaluate(**inputs)
+    exact_outputs = {step.output for step in ea.steps if step.polynomial}
+    rows = []
+    for item in compare(values, torch_steps(ea, **inputs)):
+        must_be_exact = item.output in exact_outputs
+        passed = item.exact if must_be_exact else item.max_abs_error <= TOLERANCE
+        shape = values.matrices[item.output].shape
+        rows.append(Row(item.output, shape, item.max_abs_error, must_be_exact, passed))
+    return rows
+
+
+def format_table(rows: list[Row]) -> str:
+    """A plain-text table: step, shape, max |difference|, tolerance, result."""
+    header = ("step", "shape", "max |difference|", "tolerance", "result")
+    lines = [
+        (row.step, f"{row.shape[0]}×{row.shape[1]}", f"{row.difference:.3g}", row.tolerance,
+         "pass" if row.passed else "FAIL")
+        for row in rows
+    ]  # fmt: skip
+    widths = [max(len(cell) for cell in column) for column in zip(header, *lines, strict=True)]
+    return "\n".join(
+        ("  " + "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True))).rstrip()
+        for line in [header, *lines]
+    )
+
+
+def run_check(args, out: TextIO | None = None) -> int:
+    """Execute `derive check`; 0 when every step of every trial passes, 1 otherwise."""
+    out = sys.stdout if out is None else out
+    if args.c is not None and args.c % args.heads:
+        raise UsageError(
+            f"derive check: --heads {args.heads} does not divide --c {args.c} "
+            "(each head gets c / heads columns)"
+        )
+    try:
+        import torch  # noqa: F401 - fail early, with a clear message
+
+        import attention  # noqa: F401
+    except ImportError as error:
+        raise EnvironmentProblem(
+            f"derive check compares with the torch implementation and needs torch ({error}); "
+            "pip install torch"
+        ) from None
+    rng = random.Random(args.seed)
+    failures = compared = 0
+    for trial in range(1, args.trials + 1):
+        n, d, c = draw_sizes(rng, args.n, args.d, args.c, args.heads)
+        seed = args.seed + trial - 1
+        rows = check_rows(n, d, c, causal=args.causal, heads=args.heads, seed=seed)
+        variant = ", causal" if args.causal else ""
+        heads = f", {args.heads} heads" if args.heads > 1 else ""
+        print(
+            f"trial {trial}/{args.trials}: n={n} d={d} c={c}{variant}{heads}, inputs seed {seed}",
+            file=out,
+        )
+        print(format_table(rows), file=out)
+        failures += sum(not row.passed for row in rows)
+        compared += len(rows)
+    verdict = "all pass" if failures == 0 else f"{failures} FAIL"
+    print(f"derive check: {compared} step values compared, {verdict}", file=out)
+    return 0 if failures == 0 else 1

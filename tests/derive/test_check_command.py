@@ -1,0 +1,95 @@
+"""`derive check`: every option, the exit statuses, and a broken implementation caught."""
+
+import random
+import re
+import subprocess
+import sys
+
+import pytest
+from mutants import mutant
+
+from derive._check_command import draw_sizes
+from derive.cli import main
+
+
+def run(capsys, *argv):
+    status = main(["check", *argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_given_sizes_every_step_passes(capsys):
+    status, out, err = run(capsys, "--n", "5", "--d", "3", "--c", "2", "--seed", "4")
+    assert status == 0 and err == ""
+    assert "trial 1/1: n=5 d=3 c=2, inputs seed 4" in out
+    steps = re.findall(r"^  (\w+)\s+(\d+×\d+)\s+(\S+)\s+(exact|1e-12)\s+(pass|FAIL)$", out, re.M)
+    assert [s[0] for s in steps] == ["Q", "K", "V", "Omega", "Omega_scaled", "A", "C"]
+    assert dict((s[0], s[1]) for s in steps) == {
+        "Q": "5×2", "K": "5×2", "V": "5×2", "Omega": "5×5", "Omega_scaled": "5×5",
+        "A": "5×5", "C": "5×2",
+    }  # fmt: skip
+    assert all(s[4] == "pass" for s in steps)
+    assert all(float(s[2]) == 0 for s in steps if s[3] == "exact")
+    assert out.rstrip().endswith("derive check: 7 step values compared, all pass")
+
+
+def test_causal_heads_and_trials(capsys):
+    status, out, _ = run(capsys, "--causal", "--heads", "2", "--trials", "3", "--seed", "1")
+    assert status == 0
+    assert len(re.findall(r"^trial \d/3: .*, causal, 2 heads, inputs seed \d$", out, re.M)) == 3
+    for c in re.findall(r"c=(\d+), causal", out):
+        assert int(c) % 2 == 0  # drawn c is a multiple of the heads
+    assert "A_2" in out and "C_concat" in out
+
+
+def test_a_broken_implementation_exits_one(capsys):
+    with mutant("wrong_axis"):
+        status, out, _ = run(capsys, "--n", "5", "--d", "3", "--c", "2")
+    assert status == 1
+    assert re.search(r"^  A\s.*FAIL$", out, re.M)
+    assert re.search(r"\d+ FAIL$", out.rstrip())
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--n", "0"], r"argument --n: must be a positive integer, got 0"),
+        (["--d", "x"], r"argument --d: must be a positive integer, got 'x'"),
+        (["--c", "17"], r"argument --c: 17 is over the limit of 16"),
+        (["--c", "5", "--heads", "2"], r"--heads 2 does not divide --c 5"),
+        (["--seed", "-1"], r"argument --seed: must be a non-negative integer, got -1"),
+        (["--trials", "0"], r"argument --trials: must be a positive integer, got 0"),
+        (["--bogus"], r"unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_input_exits_two_with_one_line(capsys, argv, message):
+    status, out, err = run(capsys, *argv)
+    assert status == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and re.search(message, err), err
+
+
+def test_without_torch_exits_one_saying_what_to_install(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    status, _, err = run(capsys, "--n", "2", "--d", "3", "--c", "1")
+    assert status == 1
+    assert "needs torch" in err and "pip install torch" in err
+
+
+def test_drawn_sizes_are_distinct_and_seeded():
+    first = [draw_sizes(random.Random(9), None, None, None, 1) for _ in range(2)]
+    assert first[0] == first[1]  # the same seed, the same sizes
+    for seed in range(30):
+        n, d, c = draw_sizes(random.Random(seed), None, None, None, 1)
+        assert len({n, d, c}) == 3 and max(n, d, c) <= 6
+        n, d, c = draw_sizes(random.Random(seed), None, None, None, 3)
+        assert c % 3 == 0
+    assert draw_sizes(random.Random(0), 4, None, 2, 1)[::2] == (4, 2)
+
+
+def test_console_script_help_lists_the_options():
+    done = subprocess.run(
+        [sys.executable, "-m", "derive", "check", "--help"], capture_output=True, text=True
+    )
+    assert done.returncode == 0
+    for option in ("--n", "--d", "--c", "--causal", "--heads", "--seed", "--trials"):
+        assert option in done.stdout
