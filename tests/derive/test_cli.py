@@ -103,7 +103,7 @@ BAD = [
     (["latex", "--bogus"], "unrecognized arguments: --bogus"),
     (["markdown", "--fragment"], "unrecognized arguments: --fragment"),  # latex only
     (["html"], "invalid choice: 'html'"),
-    ([], "missing command: latex, markdown, pdf or docs"),
+    ([], "missing command: latex, markdown, pdf, docs or check"),
     (["latex", "-o", "/nonexistent-folder/d.tex"], "no such directory /nonexistent-folder"),
 ]
 
