@@ -192,7 +192,7 @@ def test_multi_head_flop_formula_equals_flop_counter():
 # --- a property over sizes ----------------------------------------------------------------------
 
 
-@settings(max_examples=12, deadline=None)
+@settings(deadline=None)  # examples: the Hypothesis profile (tests/conftest.py)
 @given(
     n=st.integers(1, 4),
     d=st.integers(1, 4),
