@@ -22,7 +22,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from . import _core
-from ._shapes import checked
+from ._checks import checked
 
 __all__ = ["Gradients", "self_attention_gradients", "self_attention_backward"]
 

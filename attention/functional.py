@@ -25,8 +25,9 @@ from torch import Tensor
 
 from . import _core
 from ._backward import Gradients, self_attention_backward, self_attention_gradients
+from ._checks import checked
 from ._masks import allowed_positions, causal_allowed
-from ._shapes import ShapeError, checked
+from ._shapes import ShapeError
 
 __all__ = [
     "projection",
