@@ -8,6 +8,7 @@ bridge functions (`check_against_torch`, `torch_steps`, the worked example) impo
 """
 
 from ._check import Comparison, check_against_torch, compare, dyadic_inputs, torch_steps
+from ._check_backward import check_gradients_against_torch, gradient_inputs, torch_gradient_steps
 from ._documents import DocumentOptions, latex_document, markdown_document
 from ._explicit import ExplicitAttention, ExplicitStep, explicit_attention
 from ._facts import (
@@ -20,12 +21,15 @@ from ._facts import (
     score_variance,
     shift_invariance,
 )
+from ._gradient_steps import GradientStep
+from ._gradients import MAX_GRADIENT_SIZE, ExplicitGradients, explicit_gradients
 from ._latex import AttentionPrinter, latex
 from ._sizes import MAX_SIZE
 from ._steps import STEP_NAMES, Concat, Softmax, Step, steps
 from ._values import Values
 
 __all__ = [
+    "MAX_GRADIENT_SIZE",
     "MAX_SIZE",
     "STEP_NAMES",
     "AttentionPrinter",
@@ -33,18 +37,23 @@ __all__ = [
     "Concat",
     "DocumentOptions",
     "ExplicitAttention",
+    "ExplicitGradients",
     "ExplicitStep",
     "Fact",
+    "GradientStep",
     "Softmax",
     "Step",
     "Values",
     "check_against_torch",
+    "check_gradients_against_torch",
     "compare",
     "composed_expression",
     "dyadic_inputs",
     "explicit_attention",
+    "explicit_gradients",
     "facts",
     "flop_count",
+    "gradient_inputs",
     "latex",
     "latex_document",
     "markdown_document",
@@ -53,5 +62,6 @@ __all__ = [
     "score_variance",
     "shift_invariance",
     "steps",
+    "torch_gradient_steps",
     "torch_steps",
 ]

@@ -84,6 +84,8 @@ def glossary_markdown() -> str:
     for step in steps() + steps(heads=True) + steps(masked=True):
         shapes |= step.shapes
     for name, (letter, _) in N.BASES.items():
+        if name in N.GRADIENT_BASES:
+            continue  # gradient letters (dX, dW_q, ...): not in the forward table
         matrix = latex(N.matrix_symbol(letter, *shapes[letter]))
         rows, cols = shapes[letter]
         shape = f"${latex(rows)} \\times {latex(cols)}$"

@@ -43,6 +43,7 @@ __all__ = [
     "ell",
     "b",
     "BASES",
+    "GRADIENT_BASES",
     "MATRIX_LETTERS",
     "base",
     "entries",
@@ -77,6 +78,14 @@ BASES: dict[str, tuple[str, str]] = {
     "ctxcat": ("C_concat", r"\hat{c}"),
     "mask": ("M", "M"),
 }
+#: The backward pass (issue 6): the gradient of a scalar loss L with respect to each matrix,
+#: entry by entry (``dctx[m, j]`` is ∂L/∂c_{m,j}, printed dc_{m,j}; ``dwq[i, j]`` is d(W_q)_{i,j}).
+GRADIENT_BASES: dict[str, tuple[str, str]] = {
+    "d" + name: ("d" + letter, "d" + entry)
+    for name, (letter, entry) in BASES.items()
+    if name != "mask"
+}
+BASES |= GRADIENT_BASES
 
 #: Matrix letter -> LaTeX of the matrix.
 MATRIX_LETTERS: dict[str, str] = {
@@ -95,11 +104,15 @@ MATRIX_LETTERS: dict[str, str] = {
     "C_concat": r"\hat{C}",
     "M": "M",
 }
+#: The gradient of each matrix: ``dOmega`` is dΩ = ∂L/∂Ω (the same shape as Ω).
+MATRIX_LETTERS |= {
+    "d" + letter: "d" + latex for letter, latex in list(MATRIX_LETTERS.items()) if letter != "M"
+}
 #: Per-head matrices of the multi-head variant carry the suffix ``_l``: ``Q_l`` is Q^{(l)}.
 MATRIX_LETTERS |= {
     f"{letter}_l": f"{latex}^{{(\\ell)}}"
     for letter, latex in list(MATRIX_LETTERS.items())
-    if letter in ("Q", "K", "V", "Omega", "Omega_scaled", "A", "C")
+    if letter.removeprefix("d") in ("Q", "K", "V", "Omega", "Omega_scaled", "A", "C")
 }
 
 

@@ -18,8 +18,18 @@ __all__ = ["MAX_SIZE", "check_size", "check_sizes"]
 MAX_SIZE = 16
 
 
-def check_size(name: str, value: object, *, limit: int = MAX_SIZE) -> int:
+def check_size(
+    name: str,
+    value: object,
+    *,
+    limit: int = MAX_SIZE,
+    what: str = "derive.MAX_SIZE",
+    generic: str = "derive.steps()",
+) -> int:
     """Return `value` as an int if it is a positive integer no larger than `limit`.
+
+    `what` names the limit in the message and `generic` the symbolic alternative
+    (`derive.MAX_GRADIENT_SIZE` and `derive.backward_steps()` for the backward pass).
 
     Raises `TypeError` for a bool, a float or anything that is not an integer, and `ValueError`
     for an integer below 1 or above `limit`; the message names the argument and its value.
@@ -32,7 +42,7 @@ def check_size(name: str, value: object, *, limit: int = MAX_SIZE) -> int:
     if size > limit:
         raise ValueError(
             f"{name}={size} is over the limit of {limit} for explicit matrices "
-            f"(derive.MAX_SIZE); use the generic derivation (derive.steps()) for symbolic sizes"
+            f"({what}); use the generic derivation ({generic}) for symbolic sizes"
         )
     return size
 
