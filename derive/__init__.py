@@ -7,6 +7,8 @@ bridge functions (`check_against_torch`, `torch_steps`, the worked example) impo
 `attention`, when they are called.
 """
 
+from ._backward_facts import backward_facts, rowsum_identity, softmax_backward, softmax_jacobian
+from ._backward_steps import backward_steps
 from ._check import Comparison, check_against_torch, compare, dyadic_inputs, torch_steps
 from ._check_backward import check_gradients_against_torch, gradient_inputs, torch_gradient_steps
 from ._documents import DocumentOptions, latex_document, markdown_document
@@ -44,6 +46,8 @@ __all__ = [
     "Softmax",
     "Step",
     "Values",
+    "backward_facts",
+    "backward_steps",
     "check_against_torch",
     "check_gradients_against_torch",
     "compare",
@@ -59,8 +63,11 @@ __all__ = [
     "markdown_document",
     "operation_count",
     "rows_sum_to_one",
+    "rowsum_identity",
     "score_variance",
     "shift_invariance",
+    "softmax_backward",
+    "softmax_jacobian",
     "steps",
     "torch_gradient_steps",
     "torch_steps",

@@ -19,6 +19,7 @@ from ._blocks import Block, Display, Figure, Heading, Prose, Table, to_latex, to
 from ._explicit import explicit_attention
 from ._figures import HEATMAP, SATURATION
 from ._latex import latex
+from ._section_backward import backward
 from ._sizes import check_sizes
 
 __all__ = ["DocumentOptions", "document_blocks", "latex_document", "markdown_document"]
@@ -111,6 +112,7 @@ def document_blocks(
     if options.heads > 1:
         blocks += S.multi_head()
     blocks += S.batches()
+    blocks += backward(causal=options.causal, heads=options.heads)
     if options.sizes is not None:
         ea = explicit_attention(*options.sizes, causal=options.causal, heads=options.heads)
         blocks += S.explicit(ea, progress)

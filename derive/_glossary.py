@@ -9,6 +9,7 @@ from __future__ import annotations
 import sympy as sp
 
 from . import _notation as N
+from ._backward_facts import t
 from ._latex import latex
 from ._steps import steps
 
@@ -28,6 +29,7 @@ _INDICES = (
     (N.r, "the token summed over in the softmax's denominator"),
     (N.i, "an input feature (columns of $X$, rows of the weights)"),
     (N.j, "a context feature (columns of $Q$, $K$, $V$, $C$)"),
+    (t, "a second key, in the Jacobian of the softmax (backward pass)"),
     (N.ell, "a head (multi-head variant)"),
     (N.b, "a sequence in a batch"),
 )
@@ -92,6 +94,7 @@ def glossary_markdown() -> str:
         row = N.i if name in ("wq", "wk", "wv", "wo") else N.m
         entry = latex(N.base(name)[row, _column(name)])
         lines.append(_row(f"${matrix}$", shape, f"${entry}$", _ENTRIES[name]))
+    lines += _gradient_rows()
     head = latex(N.base("omega")[N.ell, N.m, N.p])
     lines += [
         "",
@@ -100,6 +103,36 @@ def glossary_markdown() -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _gradient_rows() -> list[str]:
+    """The backward pass: each gradient, its shape (that of its matrix) and its entry."""
+    from ._backward_steps import backward_steps, multi_head_backward_steps
+
+    shapes: dict[str, tuple[sp.Expr, sp.Expr]] = {}
+    for step in backward_steps() + multi_head_backward_steps():
+        shapes |= step.shapes
+    lines = [
+        "",
+        "## Gradients (the backward pass)",
+        "",
+        "Each gradient of the scalar loss $L$ has the shape of its matrix; "
+        "$dC$ is the upstream gradient.",
+        "",
+        _row("gradient", "shape", "entry", "gradient of $L$ with respect to"),
+        _row("---", "---", "---", "---"),
+    ]
+    for name, (letter, _) in N.GRADIENT_BASES.items():
+        rows, cols = shapes[letter]
+        forward = name.removeprefix("d")
+        row = N.i if forward in ("wq", "wk", "wv", "wo") else N.m
+        entry = latex(N.base(name)[row, _column(forward)])
+        of = latex(N.matrix_symbol(N.BASES[forward][0], rows, cols))
+        shape = f"${latex(rows)} \\times {latex(cols)}$"
+        lines.append(
+            _row(f"${latex(N.matrix_symbol(letter, rows, cols))}$", shape, f"${entry}$", f"${of}$")
+        )
+    return lines
 
 
 def _column(name: str) -> sp.Symbol:

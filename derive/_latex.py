@@ -32,7 +32,8 @@ __all__ = ["AttentionPrinter", "latex", "step_latex", "split_sum", "visible_widt
 
 #: Order of the factors in a product of entries: the seed writes x W, q k, a v, ĉ W_o.
 _RANK = {name: rank for rank, name in enumerate(
-    ["x", "ctxcat", "a", "q", "wq", "wk", "wv", "wo", "k", "v", "omega", "omegatilde", "ctx"]
+    ["x", "ctxcat", "a", "dctx", "dctxcat", "domega", "domegatilde", "da", "dq", "dk", "dv",
+     "q", "wq", "wk", "wv", "wo", "k", "v", "omega", "omegatilde", "ctx"]
 )}  # fmt: skip
 
 
@@ -78,6 +79,12 @@ class AttentionPrinter(LatexPrinter):
         if len(factors) > 1 and all(isinstance(f, Indexed) for f in factors):
             ordered = sorted(factors, key=lambda f: _RANK.get(f.base.label.name, 99))
             return " ".join(self._print(f) for f in ordered)
+        entries = [f for f in factors if isinstance(f, Indexed)]
+        sums = [f for f in factors if isinstance(f, sp.Add)]
+        if entries and len(sums) == 1 and len(entries) + 1 == len(factors):
+            # the entries first: a_{m,p} (da_{m,p} - ...), as the seed writes a weighted term
+            head = self._print(sp.Mul(*entries)) if len(entries) > 1 else self._print(entries[0])
+            return rf"{head} \left({self._print(sums[0])}\right)"
         return super()._print_Mul(expr)
 
     def _print_exp(self, expr: sp.Expr, exp: str | None = None) -> str:
@@ -104,12 +111,30 @@ class AttentionPrinter(LatexPrinter):
         matrices = [a for a in expr.args if isinstance(a, sp.MatrixExpr)]
         if scalars and matrices:
             numerator, denominator = sp.fraction(sp.Mul(*scalars))
-            product = " ".join(
-                self.parenthesize(m, PRECEDENCE["Mul"], strict=True) for m in matrices
-            )
+            product = " ".join(self._factor(m) for m in matrices)
+            if denominator == 1:  # -(A ∘ dA) J, not a fraction over 1
+                sign = "-" if numerator == -1 else f"{self._print(numerator)} "
+                return f"{sign}{product}"
             top = product if numerator == 1 else f"{self._print(numerator)} {product}"
             return rf"\frac{{{top}}}{{{self._print(denominator)}}}"
-        return " ".join(self.parenthesize(m, PRECEDENCE["Mul"], strict=True) for m in matrices)
+        return " ".join(self._factor(m) for m in matrices)
+
+    def _factor(self, matrix: sp.MatrixExpr) -> str:
+        """One factor of a matrix product; a Hadamard product in parentheses: (A ∘ dA) J."""
+        if isinstance(matrix, sp.HadamardProduct):
+            return rf"\left({self._print(matrix)}\right)"
+        return self.parenthesize(matrix, PRECEDENCE["Mul"], strict=True)
+
+    def _print_MatAdd(self, expr: sp.MatAdd) -> str:
+        """Positive terms first: dA - (A ∘ dA) J, not -(A ∘ dA) J + dA."""
+        terms = [self._print(term) for term in expr.args]
+        terms = [t for t in terms if not t.startswith("-")] + [
+            t for t in terms if t.startswith("-")
+        ]
+        text = terms[0]
+        for term in terms[1:]:
+            text += f" - {term[1:]}" if term.startswith("-") else f" + {term}"
+        return text
 
     def _print_MatrixSlice(self, expr: sp.MatrixExpr) -> str:
         (row_start, row_stop, _), (start, stop, _) = expr.rowslice, expr.colslice
@@ -117,6 +142,20 @@ class AttentionPrinter(LatexPrinter):
         first = f"{self._print(start)} + 1" if start != 0 else "1"
         parent = self.parenthesize(expr.parent, PRECEDENCE["Pow"])
         return rf"{parent}_{{{rows},\; {first} \ldots {self._print(stop)}}}"
+
+    def _print_OneMatrix(self, expr: sp.OneMatrix) -> str:
+        """The all-ones matrix J (n × n in the backward pass: (A ∘ dA) J repeats row sums)."""
+        return "J"
+
+    def _print_KroneckerDelta(self, expr: sp.KroneckerDelta, exp: str | None = None) -> str:
+        body = rf"\delta_{{{self._print(expr.args[0])},{self._print(expr.args[1])}}}"
+        return body if exp is None else rf"{body}^{{{exp}}}"
+
+    def _print_Derivative(self, expr: sp.Derivative) -> str:
+        if len(expr.variable_count) == 1 and expr.variable_count[0][1] == 1:
+            variable = self._print(expr.variables[0])
+            return rf"\frac{{\partial {self._print(expr.expr)}}}{{\partial {variable}}}"
+        return super()._print_Derivative(expr)
 
     def _print_Softmax(self, expr: Softmax) -> str:
         return rf"\operatorname{{softmax}}\left({self._print(expr.arg)}\right)"

@@ -163,3 +163,58 @@ SATURATION_CAPTION = (
     "Softmax saturation: the mean largest attention weight per row over seeded random scores, "
     "unscaled and scaled by $1/\\sqrt{c}$."
 )
+
+BACKWARD_INTRO = (
+    "$W_q$, $W_k$ and $W_v$ are trainable: gradient descent moves them against the gradient of "
+    "a scalar loss $L$. The network above self-attention hands it the upstream gradient $dC$, "
+    "the derivative of $L$ with respect to each context entry; the backward pass turns it into "
+    "the gradient of every matrix, which always has that matrix's shape:"
+)
+
+BACKWARD_STEP_TEXT = {
+    "dA": (
+        "Each context entry is a weighted sum of values, so the chain rule runs back through one "
+        "matrix product: the gradients of the weights and of the values."
+    ),
+    "dOmega_scaled": (
+        "A row's weights all depend on every scaled score of that row. SymPy differentiates "
+        "the weights step (written in $\\tilde{\\Omega}$) with respect to the score of a "
+        "second key $t$ and sums out the "
+        "Kronecker deltas it produces, which gives the Jacobian of a row, $\\mathrm{diag}(a) - "
+        "a a^\\top$. Applied to $dA$ it gives the matrix form below, where $J$ is the "
+        "$n \\times n$ matrix of ones, so that $(A \\circ dA) J$ repeats the sum of each row."
+    ),
+    "dOmega": "Through the scaling by $1/\\sqrt{c}$, which the gradient keeps:",
+    "dQ": "Through the scores, the product of the queries with the transposed keys:",
+    "dW_q": (
+        "Every token's query, key and value used the same weights, so each weight's gradient "
+        "sums over the tokens."
+    ),
+    "dX": "And $X$ fed all three projections, so its gradient has three terms.",
+}
+
+BACKWARD_ROWSUM = (
+    "The sum in the softmax's backward pass needs all $n$ weights of a row, but it can be had "
+    "from $dC$ and $C$ alone, which have only $c$ entries per row. FlashAttention's backward "
+    "pass relies on this identity, and so does the written-out backward pass of the PyTorch "
+    "implementation:"
+)
+
+BACKWARD_CAUSAL = (
+    "With the causal mask, a weight above the diagonal is the constant 0, so its score gets no "
+    "gradient:"
+)
+
+BACKWARD_MULTI_HEAD = (
+    "With several heads, the output projection comes first; head $\\ell$ then takes its own "
+    "columns of $d\\hat{C}$ as its $dC$ and runs the steps above with the head width $c_h$. The "
+    "gradients of $Q$, $K$ and $V$ collect the heads' columns side by side."
+)
+
+BACKWARD_CHECKED = (
+    "These matrix forms are not only printed. At explicit sizes, SymPy derives every gradient "
+    "entry by entry with the chain rule, each partial derivative taken on one step's formula, "
+    "and shows that the difference from the matrix form simplifies to zero. Evaluated on "
+    "numbers, the derived gradients agree with PyTorch's autograd to $10^{-10}$ for one head, "
+    "causal attention and several heads."
+)
