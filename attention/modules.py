@@ -210,7 +210,7 @@ class MultiHeadAttentionWrapper(nn.Module):
     @checked_forward(lambda self: {})
     def forward(
         self, x: Float[Tensor, "*batch n d"], *, mask: MaskArg = None
-    ) -> Float[Tensor, "*batch n c_all"]:
+    ) -> Float[Tensor, "*batch n c_out"]:
         """(*batch, n, d) -> (*batch, n, num_heads · d_out)."""
         return torch.cat([head(x, mask=mask) for head in self.heads], dim=-1)
 
