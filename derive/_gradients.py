@@ -35,13 +35,28 @@ from ._values import Values, evaluate_steps, to_matrix
 __all__ = ["MAX_GRADIENT_SIZE", "ExplicitGradients", "explicit_gradients", "gradient_of"]
 
 #: The largest n, d or c that `explicit_gradients` accepts (see docs/derive-benchmarks.md: the
-#: whole check against autograd takes about 1 s at n = d = c = 8 on a 2-core machine).
+#: whole check against autograd takes about 3 s at n = d = c = 8 on a 2-core machine and grows
+#: like n⁴).
 MAX_GRADIENT_SIZE = 8
 
 
 def gradient_of(entry: Indexed) -> Indexed:
     """The named gradient entry of a named entry: ω_{m,p} -> dω_{m,p}, x_{m,i} -> dx_{m,i}."""
     return N.base("d" + entry.base.label.name)[entry.indices]
+
+
+def _partials(formula: sp.Expr) -> list[tuple[Indexed, sp.Expr]]:
+    """(u, ∂formula/∂u) for each named entry u in one entry's formula, by `sympy.diff`.
+
+    SymPy differentiates with respect to a plain symbol several times faster than with respect
+    to an `Indexed` (whose every occurrence it checks index by index), so each entry stands in
+    as a symbol of the same name for the derivative and is put back after.
+    """
+    entries = formula.atoms(Indexed)
+    plain = {u: sp.Symbol(str(u), real=True) for u in entries}
+    back = {symbol: u for u, symbol in plain.items()}
+    stand_in = formula.xreplace(plain)
+    return [(u, sp.diff(stand_in, plain[u]).xreplace(back)) for u in entries]
 
 
 def _gradient_entries(entries: ImmutableMatrix) -> ImmutableMatrix:
@@ -93,8 +108,8 @@ class ExplicitGradients:
                 continue
             for output, f in zip(entries, formula, strict=True):
                 d_output = gradient_of(output)
-                for u in f.atoms(Indexed):
-                    terms.setdefault(u, []).append(d_output * sp.diff(f, u))
+                for u, partial in _partials(f):
+                    terms.setdefault(u, []).append(d_output * partial)
         compact = compact_forms(self)
         derived = []
         for key, head, entries, _ in reversed(nodes):
