@@ -83,6 +83,15 @@ class ExplicitGradients:
         self.inputs = {**ea.inputs, "dC": self.dC}
         self.steps = tuple(self._derive())
 
+    def _repr_latex_(self) -> str:
+        """Every gradient entry by its derived formula, in the named entries before it."""
+        from ._sections import explicit_lines, matrix_line
+
+        lines = [matrix_line("dC", self.dC)]
+        for step in self.steps:
+            lines += explicit_lines(step)
+        return "$$\\begin{aligned}" + " \\\\ ".join(lines) + "\\end{aligned}$$"
+
     def __repr__(self) -> str:
         causal = ", causal=True" if self.causal else ""
         return f"explicit_gradients(n={self.n}, d={self.d}, c={self.c}{causal}, heads={self.heads})"

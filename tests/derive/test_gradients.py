@@ -176,6 +176,16 @@ def test_evaluate_returns_the_forward_and_every_gradient():
     assert values.floats("dW_v") == [[1.0, -1.0, 2.0], [2.0, -2.0, 4.0]]
 
 
+def test_repr_and_latex_show_the_derived_formulas():
+    g = derive.explicit_gradients(2, 3, 2, causal=True)
+    assert repr(g) == "explicit_gradients(n=2, d=3, c=2, causal=True, heads=1)"
+    tex = g._repr_latex_()
+    assert tex.startswith("$$\\begin{aligned}dC &= ")
+    assert r"dv_{2,1} &= a_{1,2} dc_{1,1} + a_{2,2} dc_{2,1}" in tex  # column 2 of A
+    assert r"d\tilde{\omega}_{1,2} &= 0" in tex  # masked: the weight is the constant 0
+    assert r"d\omega_{1,1} &= d\tilde{\omega}_{1,1} / \sqrt{c}" in tex  # c stays a symbol
+
+
 # -- bad input ------------------------------------------------------------------------------------
 
 
