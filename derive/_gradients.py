@@ -48,9 +48,10 @@ def gradient_of(entry: Indexed) -> Indexed:
 def _partials(formula: sp.Expr) -> list[tuple[Indexed, sp.Expr]]:
     """(u, ∂formula/∂u) for each named entry u in one entry's formula, by `sympy.diff`.
 
-    SymPy differentiates with respect to a plain symbol several times faster than with respect
-    to an `Indexed` (whose every occurrence it checks index by index), so each entry stands in
-    as a symbol of the same name for the derivative and is put back after.
+    SymPy differentiates with respect to a plain symbol faster than with respect to an
+    `Indexed` (whose every occurrence it checks index by index; the whole derivation at
+    n = d = c = 8 took 6.6 s that way, 3.1 s this way), so each entry stands in as a symbol of
+    the same name for the derivative and is put back after.
     """
     entries = formula.atoms(Indexed)
     plain = {u: sp.Symbol(str(u), real=True) for u in entries}
