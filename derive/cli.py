@@ -173,6 +173,9 @@ def _add_check(commands) -> None:
     sub.add_argument(
         "--trials", type=_size("--trials"), default=1, metavar="K", help="how many draws"
     )
+    sub.add_argument(
+        "--forward-only", action="store_true", help="skip the backward pass (the gradients)"
+    )
 
 
 def _check_output(path: str | None) -> None:

@@ -19,7 +19,9 @@ def run(capsys, *argv):
 
 
 def test_given_sizes_every_step_passes(capsys):
-    status, out, err = run(capsys, "--n", "5", "--d", "3", "--c", "2", "--seed", "4")
+    status, out, err = run(
+        capsys, "--n", "5", "--d", "3", "--c", "2", "--seed", "4", "--forward-only"
+    )
     assert status == 0 and err == ""
     assert "trial 1/1: n=5 d=3 c=2, inputs seed 4" in out
     steps = re.findall(r"^  (\w+)\s+(\d+×\d+)\s+(\S+)\s+(exact|1e-12)\s+(pass|FAIL)$", out, re.M)
@@ -30,7 +32,26 @@ def test_given_sizes_every_step_passes(capsys):
     }  # fmt: skip
     assert all(s[4] == "pass" for s in steps)
     assert all(float(s[2]) == 0 for s in steps if s[3] == "exact")
+    assert "(backward pass not checked (--forward-only))" in out
     assert out.rstrip().endswith("derive check: 7 step values compared, all pass")
+
+
+def test_the_backward_pass_is_checked_too(capsys):
+    status, out, _ = run(capsys, "--n", "4", "--d", "3", "--c", "2", "--causal")
+    assert status == 0
+    rows = dict(re.findall(r"^  (d\w+)\s+(\d+×\d+)\s+\S+\s+1e-10\s+pass$", out, re.M))
+    assert rows == {
+        "dV": "4×2", "dA": "4×4", "dOmega_scaled": "4×4", "dOmega": "4×4", "dQ": "4×2",
+        "dK": "4×2", "dW_q": "3×2", "dW_k": "3×2", "dW_v": "3×2", "dX": "4×3",
+    }  # fmt: skip
+    assert out.rstrip().endswith("derive check: 17 step values compared, all pass")
+
+
+def test_sizes_over_the_gradient_limit_check_the_forward_pass_only(capsys):
+    status, out, _ = run(capsys, "--n", "9", "--d", "3", "--c", "2")
+    assert status == 0
+    assert "(backward pass not checked: sizes over 8)" in out
+    assert not re.search(r"^  dX", out, re.M)
 
 
 def test_causal_heads_and_trials(capsys):
@@ -91,5 +112,5 @@ def test_console_script_help_lists_the_options():
         [sys.executable, "-m", "derive", "check", "--help"], capture_output=True, text=True
     )
     assert done.returncode == 0
-    for option in ("--n", "--d", "--c", "--causal", "--heads", "--seed", "--trials"):
+    for option in ("--n", "--d", "--c", "--causal", "--heads", "--seed", "--trials", "--forward-only"):
         assert option in done.stdout
