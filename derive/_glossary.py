@@ -52,6 +52,26 @@ _ENTRIES = {
 }
 
 
+#: The dimension strings of `attention`'s jaxtyping annotations: what each holds, and where.
+_JAXTYPING = (
+    ("*batch n d", "$X$", "the input of every function and `forward`"),
+    ("d c", "$W_q$, $W_k$, $W_v$", "the seed's orientation ($Q = X W_q$): `attention.functional`, "
+     "`SelfAttentionV1`, and `w_q`, `w_k`, `w_v` of every module"),
+    ("c d", "$W_q^\\top$, …", "`nn.Linear` weights (`W_query.weight`) of `SelfAttentionV2`, "
+     "`CausalAttention`, `MultiHeadAttention`"),
+    ("c", "$b_q$, …", "biases of the projections"),
+    ("*batch n c", "$Q$, $K$, $V$, $C$", "projections and context vectors"),
+    ("*batch n n", "$\\Omega$, $A$, masks", "scores, weights, a full mask (True = may attend)"),
+    ("*batch n", "key-padding mask", "True for the keys that exist"),
+    ("*batch h n c_h", "per-head $Q$, $K$, $V$, $C$", "`split_heads`, `merge_heads`"),
+    ("*batch h n n", "per-head $A$", "`multi_head_attention(..., return_weights=True)`"),
+    ("c c_out", "$W_o$", "the output projection (`out_proj.weight` is its transpose)"),
+    ("c_out", "$b_o$", "bias of the output projection"),
+    ("*batch n c_out", "the output", "of multi-head attention ($c_{out}$ = d_out), and of the "
+     "wrapper of heads ($c_{out}$ = h · d_out)"),
+)  # fmt: skip
+
+
 def _row(*cells: str) -> str:
     return "| " + " | ".join(cells) + " |"
 
@@ -95,6 +115,17 @@ def glossary_markdown() -> str:
         entry = latex(N.base(name)[row, _column(name)])
         lines.append(_row(f"${matrix}$", shape, f"${entry}$", _ENTRIES[name]))
     lines += _gradient_rows()
+    lines += [
+        "",
+        "## Shapes in `attention` (jaxtyping)",
+        "",
+        "The same letters name the dimensions checked at runtime; `*batch` is any number of "
+        "leading batch dimensions, `h` the heads.",
+        "",
+        _row("dimensions", "holds", "where"),
+        _row("---", "---", "---"),
+        *(_row(f'`"{dims}"`', holds, where) for dims, holds, where in _JAXTYPING),
+    ]
     head = latex(N.base("omega")[N.ell, N.m, N.p])
     lines += [
         "",
