@@ -34,7 +34,7 @@ from ._values import Values, evaluate_steps, to_matrix
 
 __all__ = ["MAX_GRADIENT_SIZE", "ExplicitGradients", "explicit_gradients", "gradient_of"]
 
-#: The largest n, d or c that `explicit_gradients` accepts (see docs/derive-benchmarks.md: the
+#: The largest n, d or c that `explicit_gradients` accepts (see docs/benchmarks.md: the
 #: whole check against autograd takes about 3 s at n = d = c = 8 on a 2-core machine and grows
 #: like n⁴).
 MAX_GRADIENT_SIZE = 8

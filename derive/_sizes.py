@@ -2,7 +2,7 @@
 
 `MAX_SIZE` bounds each explicit size. Building the steps and evaluating them grows like the work
 (about n²c + ndc operations): the whole symbolic-vs-numeric check takes about 0.25 s at
-n = d = c = 8 and 1.7 s at 16 on a 2-core machine (docs/derive-benchmarks.md). Past 16 the
+n = d = c = 8 and 1.7 s at 16 on a 2-core machine (docs/benchmarks.md). Past 16 the
 check runs for many seconds and the explicit documents run to hundreds of pages, so larger
 sizes are refused up front rather than left to hang; the generic derivation (symbolic n, d, c)
 covers every size.

@@ -3,18 +3,23 @@
     PYTHONPATH=. python tests/benchmarks/bench_derive.py            # n = d = c = 2 … 12
     PYTHONPATH=. python tests/benchmarks/bench_derive.py --sizes 2 8 --expanded 4
     PYTHONPATH=. python tests/benchmarks/bench_derive.py --sizes 2 2 --claims
+    PYTHONPATH=. python tests/benchmarks/bench_derive.py --sizes 2 1 --commands
 
 For each size it reports, in seconds: building `explicit_attention(n, n, n)` (the steps),
 evaluating every step on dyadic float64 inputs (exact projections and scores, 30-digit softmax
 and context), running `attention.functional` step by step, and comparing; then the whole check
 (`check_against_torch`), and its ratio to n³ (the work grows like n²c + ndc). With
 ``--expanded K`` it also times the path the steps avoid, for sizes up to K: lambdify of the fully
-composed C (the "one expanded expression" route).
+composed C (the "one expanded expression" route). With ``--commands`` it times, best of five
+fresh processes, `import derive` and the `derive` command (start-up included).
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
+import tempfile
 import time
 
 
@@ -82,14 +87,42 @@ def check_claims() -> None:
         print(f"lambdify(modules='torch') with exact sqrt(2): TypeError: {error}")
 
 
+COMMANDS = {
+    "python -c 'import derive'": ["-c", "import derive"],
+    "derive latex (generic)": ["-m", "derive", "latex", "-o", "d.tex"],
+    "derive latex --n 8 --d 8 --c 8": ["-m", "derive", "latex", "--n", "8", "--d", "8", "--c", "8",
+                                       "-o", "d.tex"],
+    "derive markdown (generic)": ["-m", "derive", "markdown", "-o", "d.md"],
+    "derive pdf (generic, pdflatex included)": ["-m", "derive", "pdf", "-o", "d.pdf"],
+    "derive check --n 5 --d 3 --c 2": ["-m", "derive", "check", "--n", "5", "--d", "3", "--c", "2"],
+}  # fmt: skip
+
+
+def bench_commands(repeats: int = 5) -> None:
+    """Wall time of each command in a fresh process, best of `repeats`."""
+    print("| command | seconds (best of 5, start-up included) |\n|---|--:|")
+    with tempfile.TemporaryDirectory() as folder:
+        for label, argv in COMMANDS.items():
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                subprocess.run([sys.executable, *argv], cwd=folder, check=True,
+                               capture_output=True)  # fmt: skip
+                times.append(time.perf_counter() - start)
+            print(f"| `{label}` | {min(times):.2f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs=2, type=int, default=(2, 12), metavar=("FROM", "TO"))
     parser.add_argument("--expanded", type=int, default=0, metavar="K")
     parser.add_argument("--claims", action="store_true", help="xreplace vs subs; torch lambdify")
+    parser.add_argument("--commands", action="store_true", help="import and command wall times")
     args = parser.parse_args()
     if args.claims:
         check_claims()
+    if args.commands:
+        bench_commands()
     print(
         f"{'n=d=c':>5} {'build':>7} {'evaluate':>9} {'torch':>7} {'compare':>8} "
         f"{'check':>7} {'check/n^3 (us)':>15} {'worst error':>12}"

@@ -6,7 +6,6 @@ step on 30-digit Floats, the numeric side is autograd in float64. Every gradient
 """
 
 import dataclasses
-import time
 
 import pytest
 import sympy as sp
@@ -172,12 +171,10 @@ def test_a_changed_gradient_formula_disagrees_with_autograd(output, wrong):
     assert report["dX"] > 1e-3  # the error reaches the inputs' gradient
 
 
-# -- speed -------------------------------------------------------------------------------------------
+# -- the size of the issue's speed budget (timed in tests/benchmarks/bench_gradients.py) ---------
 
 
-def test_symbolic_gradient_check_at_size_four_is_quick():
-    # The issue's budget is 10 s on a 2-core machine; measured: about 0.6 s.
-    start = time.perf_counter()
+def test_symbolic_gradient_check_at_size_four_agrees():
     report = derive.check_gradients_against_torch(4, 4, 4)
-    assert time.perf_counter() - start < 10
+    assert len(report) >= 10
     assert max(item.max_abs_error for item in report) < TOLERANCE

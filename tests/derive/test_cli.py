@@ -4,7 +4,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -163,16 +162,13 @@ def test_help_has_examples(command, capsys):
     assert "example" in capsys.readouterr().out
 
 
-def test_python_dash_m_derive_is_fast_and_torch_free(tmp_path):
-    """`derive latex` at symbolic sizes: under 2 s wall with start-up, and torch not imported."""
+def test_python_dash_m_derive_is_torch_free(tmp_path):
+    """`derive latex` imports neither torch, attention nor matplotlib (its wall time, about
+    0.9 s with start-up, is measured by tests/benchmarks/bench_derive.py --commands)."""
     command = [sys.executable, "-X", "importtime", "-m", "derive", "latex", "--n", "3"]
-    best = float("inf")
-    for _ in range(2):
-        start = time.perf_counter()
-        run = subprocess.run(command, capture_output=True, text=True, env=_env(), cwd=tmp_path)
-        best = min(best, time.perf_counter() - start)
-        assert run.returncode == 0 and run.stdout.startswith("\\documentclass")
+    run = subprocess.run(command, capture_output=True, text=True, env=_env(), cwd=tmp_path)
+    assert run.returncode == 0 and run.stdout.startswith("\\documentclass")
     imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if "|" in line}
+    assert {"sympy", "derive"} <= imported  # the probe sees imports at all
     assert "torch" not in imported and "attention" not in imported
     assert "matplotlib" not in imported
-    assert best < 2.0, f"derive latex took {best:.2f} s"

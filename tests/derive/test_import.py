@@ -1,4 +1,5 @@
-"""`import derive` stays light: no torch, no attention, and quick."""
+"""`import derive` stays light: no torch, no attention (its import time is measured by
+tests/benchmarks/bench_derive.py --commands, not here)."""
 
 import json
 import os
@@ -9,12 +10,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
-import json, sys, time
-start = time.perf_counter()
+import json, sys
 import derive
-seconds = time.perf_counter() - start
 print(json.dumps({
-    "seconds": seconds,
+    "derive": "derive" in sys.modules,
     "torch": "torch" in sys.modules,
     "attention": "attention" in sys.modules,
     "matplotlib": "matplotlib" in sys.modules,
@@ -32,11 +31,8 @@ def _probe() -> dict:
 
 def test_import_does_not_import_torch_or_attention():
     probe = _probe()
+    assert probe["derive"] is True
     assert probe["torch"] is False
     assert probe["attention"] is False
     assert probe["matplotlib"] is False
 
-
-def test_import_time_is_small():
-    # Measured on the 2-core CI machine: about 0.35 s, nearly all of it SymPy's own import.
-    assert _probe()["seconds"] < 2.0
