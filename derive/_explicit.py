@@ -62,6 +62,25 @@ class ExplicitStep:
         return self.step.name in ("projection", "scores") and self.output != "C"
 
 
+def size_values(sizes: dict[sp.Symbol, int]) -> dict[sp.Basic, sp.Basic]:
+    """The substitution of the concrete sizes for their symbols (n -> 5, c -> 2, …)."""
+    return {symbol: sp.Integer(size) for symbol, size in sizes.items()}
+
+
+def compose(steps: Sequence, env: dict[sp.Basic, sp.Basic]) -> dict[str, ImmutableMatrix]:
+    """Each step's formula with the previous steps' composed entries substituted in, by output.
+
+    `env` starts as the substitutions known so far and is extended in place with every step's
+    named entries, so that a later call can compose further steps on top.
+    """
+    composed = {}
+    for step in steps:
+        value = step.formula.xreplace(env)
+        composed[step.output] = value
+        env.update(zip(step.entries, value, strict=True))
+    return composed
+
+
 class ExplicitAttention:
     """Self-attention written out at sizes n, d, c: see `explicit_attention`."""
 
@@ -207,15 +226,7 @@ class ExplicitAttention:
 
     @functools.cached_property
     def _composed(self) -> dict[str, ImmutableMatrix]:
-        env: dict[sp.Basic, sp.Basic] = {
-            symbol: sp.Integer(size) for symbol, size in self.sizes.items()
-        }
-        composed = {}
-        for step in self.steps:
-            value = step.formula.xreplace(env)
-            composed[step.output] = value
-            env.update(zip(step.entries, value, strict=True))
-        return composed
+        return compose(self.steps, size_values(self.sizes))
 
     def _matrix(self, letter: str) -> ImmutableMatrix | tuple[ImmutableMatrix, ...]:
         if self.heads > 1 and letter in ("Omega", "Omega_scaled", "A"):

@@ -27,7 +27,7 @@ import sympy as sp
 from sympy import Add, ImmutableMatrix, Indexed
 
 from . import _notation as N
-from ._explicit import ExplicitAttention
+from ._explicit import ExplicitAttention, compose, size_values
 from ._gradient_steps import GradientStep, compact_forms, reads_scaled_scores
 from ._sizes import check_size
 from ._values import Values, evaluate_steps, to_matrix
@@ -149,15 +149,9 @@ class ExplicitGradients:
 
     @functools.cached_property
     def _composed(self) -> dict[str, ImmutableMatrix]:
-        env: dict[sp.Basic, sp.Basic] = {s: sp.Integer(v) for s, v in self.forward.sizes.items()}
-        for step in self.forward.steps:
-            env.update(zip(step.entries, step.formula.xreplace(env), strict=True))
-        composed = {}
-        for step in self.steps:
-            value = step.formula.xreplace(env)
-            composed[step.output] = value
-            env.update(zip(step.entries, value, strict=True))
-        return composed
+        env = size_values(self.forward.sizes)
+        compose(self.forward.steps, env)  # the forward entries, in x and the weights
+        return compose(self.steps, env)
 
     def _matrix(self, key: str) -> ImmutableMatrix | tuple[ImmutableMatrix, ...]:
         if self.heads > 1 and key in ("dOmega", "dOmega_scaled", "dA"):
