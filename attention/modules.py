@@ -51,6 +51,32 @@ def _dropout_rate(where: str, dropout: float) -> None:
         raise ValueError(f"{where}: dropout must be in [0, 1), got dropout={dropout!r}")
 
 
+def _dropout_p(module: nn.Module) -> float:
+    """The module's dropout rate in training mode, 0 in eval mode (and without dropout)."""
+    dropout = getattr(module, "dropout", None)
+    return dropout.p if dropout is not None and module.training else 0.0
+
+
+def _attend(
+    module: nn.Module,
+    x: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool,
+    mask: Tensor | None,
+    return_weights: bool,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """A single-head module's forward after its projections: scale by √c, mask, dropout, AV."""
+    return _core.attend(
+        q, k, v,
+        width=_scaling_width(module.w_q), causal=causal, mask=mask,
+        key_padding=mask is not None and mask.dim() == x.dim() - 1,
+        dropout_p=_dropout_p(module), return_weights=return_weights, heads=False,
+    )  # fmt: skip
+
+
 def _qkv_weights(module: nn.Module) -> dict[str, tuple[Tensor | None, object]]:
     """The `nn.Linear` projections of `module`, named as in its state_dict, for the checks."""
     named = {}
@@ -92,11 +118,7 @@ class SelfAttentionV1(SeedWeights, nn.Module):
     ) -> Context | ContextAndWeights:
         """C (*batch, n, c) from X (*batch, n, d); with `return_weights`, (C, A)."""
         q, k, v = x @ self.W_query, x @ self.W_key, x @ self.W_value
-        return _core.attend(
-            q, k, v,
-            width=_scaling_width(self.W_query), causal=False, mask=None, key_padding=False,
-            dropout_p=0.0, return_weights=return_weights, heads=False,
-        )  # fmt: skip
+        return _attend(self, x, q, k, v, causal=False, mask=None, return_weights=return_weights)
 
 
 class SelfAttentionV2(SeedWeights, nn.Module):
@@ -119,11 +141,7 @@ class SelfAttentionV2(SeedWeights, nn.Module):
     ) -> Context | ContextAndWeights:
         """C (*batch, n, c) from X (*batch, n, d); with `return_weights`, (C, A)."""
         q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
-        return _core.attend(
-            q, k, v,
-            width=_scaling_width(self.w_q), causal=False, mask=None, key_padding=False,
-            dropout_p=0.0, return_weights=return_weights, heads=False,
-        )  # fmt: skip
+        return _attend(self, x, q, k, v, causal=False, mask=None, return_weights=return_weights)
 
 
 class CausalAttention(SeedWeights, nn.Module):
@@ -168,13 +186,7 @@ class CausalAttention(SeedWeights, nn.Module):
         (C, A)."""
         _within_context(type(self).__name__, x.shape[-2], self.mask.shape[-1])
         q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
-        return _core.attend(
-            q, k, v,
-            width=_scaling_width(self.w_q), causal=True, mask=mask,
-            key_padding=mask is not None and mask.dim() == x.dim() - 1,
-            dropout_p=self.dropout.p if self.training else 0.0,
-            return_weights=return_weights, heads=False,
-        )  # fmt: skip
+        return _attend(self, x, q, k, v, causal=True, mask=mask, return_weights=return_weights)
 
 
 def _within_context(where: str, n: int, context_length: int) -> None:
@@ -290,5 +302,5 @@ class MultiHeadAttention(SeedWeights, nn.Module):
             self.out_proj.weight.mT, self.num_heads,
             self.W_query.bias, self.W_key.bias, self.W_value.bias, self.out_proj.bias,
             True, mask, mask is not None and mask.dim() == x.dim() - 1,
-            self.dropout.p if self.training else 0.0, return_weights,
+            _dropout_p(self), return_weights,
         )  # fmt: skip
