@@ -3,7 +3,9 @@
 Hypothesis profiles (choose with HYPOTHESIS_PROFILE=<name>):
 - `quick` (the default, and what CI runs): 25 examples a property, derandomized so that a run is
   reproducible, no deadline (SymPy's first call of a kind is slow);
-- `thorough`: 500 examples a property, random seeds; for local runs before a release.
+- `thorough`: 500 examples a property, random seeds; for local runs before a release;
+- `mutants`: 10 examples and no shrinking, for `python tests/mutants.py --full`, where most
+  properties fail and shrinking every failure would take minutes.
 
 ATTENTION_MUTANT=<name> runs the whole suite against one deliberately broken variant of
 `attention` (see tests/mutants.py); `python tests/mutants.py --full` does it for every mutant.
@@ -12,7 +14,7 @@ ATTENTION_MUTANT=<name> runs the whole suite against one deliberately broken var
 import os
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 settings.register_profile(
     "quick",
@@ -23,6 +25,14 @@ settings.register_profile(
 )
 settings.register_profile(
     "thorough", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "mutants",
+    max_examples=10,
+    derandomize=True,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
 

@@ -175,7 +175,8 @@ def full_suite_failures(name: str) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "tests/attention", "tests/consistency",
          "--ignore=tests/consistency/test_mutants.py"],
-        env={**os.environ, "ATTENTION_MUTANT": name}, capture_output=True, text=True,
+        env={**os.environ, "ATTENTION_MUTANT": name, "HYPOTHESIS_PROFILE": "mutants"},
+        capture_output=True, text=True,
     )  # fmt: skip
     counts = re.findall(r"(\d+ (?:failed|passed|error|errors))", done.stdout)
     return ", ".join(counts) or done.stdout.strip().splitlines()[-1]
