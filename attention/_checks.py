@@ -16,6 +16,7 @@ own wrapper breaks Dynamo on torch 2.13).
 
 import functools
 import inspect
+import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, ParamSpec, TypeVar
@@ -120,7 +121,10 @@ def _check_call_arguments(
     )
     bindings = checker.passed.get(key)
     if bindings is None:
-        arguments = checker.signature.bind(*args, **kwargs).arguments
+        try:
+            arguments = checker.signature.bind(*args, **kwargs).arguments
+        except TypeError as error:
+            raise TypeError(f"{checker.where}: {error}") from None
         tensors = {name: (arguments.get(name), h) for name, h in checker.tensor_hints.items()}
         tensors.update(extra)
         others = {n: (arguments[n], h) for n, h in checker.other_hints.items() if n in arguments}
@@ -141,12 +145,29 @@ def _check_call_result(checker: _CallChecker, key: Any, bindings: dict, result: 
         checker.returned.add(result_key)
 
 
+def _own_code(wrapper: Callable, wrapped: Callable) -> Callable:
+    """`wrapper` with a code object of its own, named after `wrapped`.
+
+    TorchDynamo keeps its compiled graphs per code object, and gives up after 8 recompilations
+    of one (`recompile_limit`): were every checked `forward` to share one wrapper's code, five
+    module classes used with and without gradients would exhaust it, and compiled modules would
+    silently run eagerly. A copy of the code per decorated function keeps their caches apart.
+    """
+    code = wrapper.__code__.replace(
+        co_name=wrapped.__name__, co_qualname=f"{wrapped.__qualname__}[checked]"
+    )
+    fresh = types.FunctionType(
+        code, wrapper.__globals__, wrapped.__name__, wrapper.__defaults__, wrapper.__closure__
+    )
+    fresh.__kwdefaults__ = wrapper.__kwdefaults__
+    return functools.wraps(wrapped)(fresh)
+
+
 def checked(fn: Callable[P, R]) -> Callable[P, R]:
     """Check every call of a public function: arguments (tensors with precise messages), then
     the result, all against the function's jaxtyping annotations."""
     checker = _CallChecker(fn)
 
-    @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         if jaxtyping_config.jaxtyping_disable:
             return fn(*args, **kwargs)
@@ -155,7 +176,7 @@ def checked(fn: Callable[P, R]) -> Callable[P, R]:
         _check_call_result(checker, key, bindings, result)
         return result
 
-    return wrapper
+    return _own_code(wrapper, fn)
 
 
 def checked_forward(
@@ -169,7 +190,6 @@ def checked_forward(
     def decorate(forward: Callable[..., R]) -> Callable[..., R]:
         checker = _CallChecker(forward)
 
-        @functools.wraps(forward)
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> R:
             if jaxtyping_config.jaxtyping_disable:
                 return forward(self, *args, **kwargs)
@@ -178,6 +198,6 @@ def checked_forward(
             _check_call_result(checker, key, bindings, result)
             return result
 
-        return wrapper
+        return _own_code(wrapper, forward)
 
     return decorate

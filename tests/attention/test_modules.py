@@ -186,3 +186,29 @@ def test_checked_and_unchecked_forward_are_identical():
     finally:
         jaxtyping.config.update("jaxtyping_disable", False)
     assert torch.equal(checked, unchecked)
+
+
+def test_every_module_stays_compiled_when_several_are_used():
+    # TorchDynamo keeps graphs per code object and gives up after 8 recompilations of one;
+    # if the checked forwards shared one wrapper's code, the later classes would silently run
+    # eagerly. Count the graphs each compiled module hands to its backend.
+    graphs = {}
+
+    def counting(name):
+        def backend(graph_module, example_inputs):
+            graphs[name] = graphs.get(name, 0) + 1
+            return graph_module.forward
+
+        return backend
+
+    for index, (ours, _, args, x) in enumerate(PAIRS):
+        module = ours(*args)
+        compiled = torch.compile(module, backend=counting(f"{IDS[index]}"))
+        compiled(x)
+        with torch.no_grad():
+            compiled(x)
+        module.eval()
+        compiled(x)
+        with pytest.raises(ShapeError):
+            compiled(torch.rand(*x.shape[:-1], 5))
+    assert set(graphs) == set(IDS), graphs  # every class compiled something

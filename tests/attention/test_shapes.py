@@ -150,3 +150,9 @@ def test_a_signature_that_passed_does_not_let_a_different_one_through():
         F.self_attention(x, w_q, w_k, torch.randn(D, 3))
     with pytest.raises(TypeError, match=r"causal must be bool, got 1"):
         F.self_attention(x, w_q, w_k, w_v, causal=1)
+
+
+def test_an_unknown_keyword_names_the_function():
+    x, w_q, w_k, w_v = good()
+    with pytest.raises(TypeError, match=r"^self_attention: got an unexpected keyword argument 'scale'"):
+        F.self_attention(x, w_q, w_k, w_v, scale=2.0)
