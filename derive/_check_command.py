@@ -4,9 +4,11 @@ For each trial: sizes (those given, the others drawn with the seed), inputs draw
 dyadic rationals k/8 (exact in float64), every step evaluated by `derive` (exact for Q, K, V and
 Ω; 30 significant digits for the rest) and by `attention.functional`, then one table row per
 step: its shape, the largest absolute difference, the tolerance and the verdict. The polynomial
-steps must agree exactly, the others to 1e-12. Then the backward pass: every gradient derived by
-SymPy (`derive.explicit_gradients`) against `torch.autograd` through the same steps, for an
-upstream gradient dC drawn the same way, to 1e-10 (sizes up to `MAX_GRADIENT_SIZE`; skipped, and
+steps must agree exactly, the others to 1e-12. Then C from the entry points people call (the
+fused path, the explicit path, the book's class with the same weights). Then the backward pass:
+every gradient derived by SymPy (`derive.explicit_gradients`) against `torch.autograd` through
+the same steps, for an upstream gradient dC drawn the same way, and (single head)
+`self_attention_backward`, to 1e-10 (sizes up to `MAX_GRADIENT_SIZE`; skipped, and
 said so, above it or with `--forward-only`).
 
 This is the one command that needs torch; it is imported here, when the command runs.
@@ -29,6 +31,7 @@ __all__ = [
     "Row",
     "draw_sizes",
     "check_rows",
+    "implementation_rows",
     "gradient_rows",
     "format_table",
     "run_check",
@@ -97,8 +100,77 @@ def check_rows(n: int, d: int, c: int, *, causal: bool, heads: int, seed: int) -
     return rows
 
 
+def _tensor(matrix):
+    import torch
+
+    return torch.tensor([[float(v) for v in row] for row in matrix.tolist()], dtype=torch.float64)
+
+
+def _row(label: str, expected, got, limit: float) -> Row:
+    difference = float((got.detach() - expected).abs().max())
+    return Row(label, tuple(expected.shape), difference, False, difference <= limit, limit)
+
+
+def _module_output(n: int, d: int, c: int, heads: int, causal: bool, inputs: dict):
+    """(name, C) from the book's class for this variant, holding the derivation's weights."""
+    import torch
+
+    import attention
+
+    if heads > 1:
+        module = attention.MultiHeadAttention(d, c, n, 0.0, heads).double()
+        with torch.no_grad():
+            for name, key in (("W_query", "W_q"), ("W_key", "W_k"), ("W_value", "W_v")):
+                getattr(module, name).weight.copy_(inputs[key].T)  # (d, c) -> (c, d)
+            module.out_proj.weight.copy_(inputs["W_o"].T)
+            module.out_proj.bias.zero_()
+    else:
+        seed = attention.SelfAttentionV1(d, c).double()
+        with torch.no_grad():
+            for name, key in (("W_query", "W_q"), ("W_key", "W_k"), ("W_value", "W_v")):
+                getattr(seed, name).copy_(inputs[key])
+        module = attention.CausalAttention(d, c, n, 0.0).double() if causal else seed
+        attention.copy_weights(seed, module)
+    return type(module).__name__, module.eval()(inputs["X"])
+
+
+def implementation_rows(
+    n: int, d: int, c: int, *, causal: bool, heads: int, seed: int
+) -> list[Row]:
+    """C from the entry points people call, against the derived C: the fused path, the explicit
+    path, and the book's class (the multi-head class is causal only, as in the book)."""
+    from attention import functional as F
+
+    from ._check import dyadic_inputs
+    from ._explicit import explicit_attention
+
+    ea = explicit_attention(n, d, c, causal=causal, heads=heads)
+    inputs = dyadic_inputs(ea, seed=seed)
+    expected = _tensor(ea.evaluate(**inputs).C)
+    x, w = inputs["X"], (inputs["W_q"], inputs["W_k"], inputs["W_v"])
+    if heads > 1:
+        fused = F.multi_head_attention(x, *w, inputs["W_o"], heads=heads, causal=causal)
+        explicit, _ = F.multi_head_attention(
+            x, *w, inputs["W_o"], heads=heads, causal=causal, return_weights=True
+        )
+    else:
+        fused = F.self_attention(x, *w, causal=causal)
+        explicit, _ = F.self_attention(x, *w, causal=causal, return_weights=True)
+    rows = [
+        _row("C · fused path", expected, fused, TOLERANCE),
+        _row("C · explicit path", expected, explicit, TOLERANCE),
+    ]
+    if heads == 1 or causal:
+        name, output = _module_output(n, d, c, heads, causal, inputs)
+        rows.append(_row(f"C · {name}", expected, output, TOLERANCE))
+    return rows
+
+
 def gradient_rows(n: int, d: int, c: int, *, causal: bool, heads: int, seed: int) -> list[Row]:
-    """Every gradient derived by SymPy against torch.autograd, on seeded dyadic inputs."""
+    """Every gradient derived by SymPy against torch.autograd, on seeded dyadic inputs; then,
+    single head, against `attention.functional.self_attention_backward` (the matrix formulas)."""
+    from attention import functional as F
+
     from ._check import compare
     from ._check_backward import gradient_inputs, gradients_only, torch_gradient_steps
     from ._gradients import explicit_gradients
@@ -106,11 +178,20 @@ def gradient_rows(n: int, d: int, c: int, *, causal: bool, heads: int, seed: int
     g = explicit_gradients(n, d, c, causal=causal, heads=heads)
     inputs = gradient_inputs(g, seed=seed)
     values = gradients_only(g.evaluate(**inputs))
-    return [
+    rows = [
         Row(item.output, values.matrices[item.output].shape, item.max_abs_error, False,
             item.max_abs_error <= GRADIENT_TOLERANCE, GRADIENT_TOLERANCE)
         for item in compare(values, torch_gradient_steps(g, **inputs))
     ]  # fmt: skip
+    if heads == 1:
+        written_out = F.self_attention_backward(
+            inputs["X"], inputs["W_q"], inputs["W_k"], inputs["W_v"], inputs["dC"], causal=causal
+        )
+        for name, got in zip(("dX", "dW_q", "dW_k", "dW_v"), written_out, strict=True):
+            expected = _tensor(values.matrices[name])
+            label = f"{name} · self_attention_backward"
+            rows.append(_row(label, expected, got, GRADIENT_TOLERANCE))
+    return rows
 
 
 def format_table(rows: list[Row]) -> str:
@@ -151,6 +232,7 @@ def run_check(args, out: TextIO | None = None) -> int:
         n, d, c = draw_sizes(rng, args.n, args.d, args.c, args.heads)
         seed = args.seed + trial - 1
         rows = check_rows(n, d, c, causal=args.causal, heads=args.heads, seed=seed)
+        rows += implementation_rows(n, d, c, causal=args.causal, heads=args.heads, seed=seed)
         note = ""
         if args.forward_only:
             note = "backward pass not checked (--forward-only)"

@@ -33,7 +33,9 @@ def test_given_sizes_every_step_passes(capsys):
     assert all(s[4] == "pass" for s in steps)
     assert all(float(s[2]) == 0 for s in steps if s[3] == "exact")
     assert "(backward pass not checked (--forward-only))" in out
-    assert out.rstrip().endswith("derive check: 7 step values compared, all pass")
+    for entry_point in ("fused path", "explicit path", "SelfAttentionV1"):
+        assert re.search(rf"^  C · {entry_point}\s+5×2\s+\S+\s+1e-12\s+pass$", out, re.M), entry_point
+    assert out.rstrip().endswith("derive check: 10 step values compared, all pass")
 
 
 def test_the_backward_pass_is_checked_too(capsys):
@@ -44,7 +46,11 @@ def test_the_backward_pass_is_checked_too(capsys):
         "dV": "4×2", "dA": "4×4", "dOmega_scaled": "4×4", "dOmega": "4×4", "dQ": "4×2",
         "dK": "4×2", "dW_q": "3×2", "dW_k": "3×2", "dW_v": "3×2", "dX": "4×3",
     }  # fmt: skip
-    assert out.rstrip().endswith("derive check: 17 step values compared, all pass")
+    assert "C · CausalAttention" in out
+    for name, shape in (("dX", "4×3"), ("dW_q", "3×2"), ("dW_k", "3×2"), ("dW_v", "3×2")):
+        assert re.search(rf"^  {name} · self_attention_backward\s+{shape}\s+\S+\s+1e-10\s+pass$",
+                         out, re.M), name  # fmt: skip
+    assert out.rstrip().endswith("derive check: 24 step values compared, all pass")
 
 
 def test_sizes_over_the_gradient_limit_check_the_forward_pass_only(capsys):
@@ -61,6 +67,25 @@ def test_causal_heads_and_trials(capsys):
     for c in re.findall(r"c=(\d+), causal", out):
         assert int(c) % 2 == 0  # drawn c is a multiple of the heads
     assert "A_2" in out and "C_concat" in out
+
+
+def test_a_broken_entry_point_is_caught_though_the_steps_agree(capsys):
+    # K used for V inside self_attention only: every step function still agrees
+    with mutant("k_for_v"):
+        status, out, _ = run(capsys, "--n", "5", "--d", "3", "--c", "2", "--forward-only")
+    assert status == 1
+    assert re.search(r"^  C\s.*pass$", out, re.M)  # the steps
+    assert re.search(r"^  C · fused path\s.*FAIL$", out, re.M)
+    assert re.search(r"^  C · explicit path\s.*FAIL$", out, re.M)
+
+
+def test_multi_head_uses_the_book_class_when_causal(capsys):
+    status, out, _ = run(capsys, "--n", "5", "--d", "3", "--c", "4", "--heads", "2", "--causal",
+                         "--forward-only")  # fmt: skip
+    assert status == 0 and re.search(r"^  C · MultiHeadAttention\s+5×4\s.*pass$", out, re.M)
+    status, out, _ = run(capsys, "--n", "5", "--d", "3", "--c", "4", "--heads", "2",
+                         "--forward-only")  # fmt: skip
+    assert status == 0 and "C · MultiHeadAttention" not in out  # the book's class is causal
 
 
 def test_a_broken_implementation_exits_one(capsys):
