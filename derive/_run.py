@@ -180,8 +180,13 @@ def run(args, progress: Progress, check_output: Callable[[str | None], None]) ->
         base = Path(args.output).parent if args.output else Path(".")
         write_files(base, figures)
     if args.output is None:
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
+        try:
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+        except OSError as error:  # a full disk, a closed pipe
+            raise UsageError(
+                f"derive: cannot write to standard output: {error.strerror or error}"
+            ) from None
     else:
         _write(Path(args.output), data)
     return 0

@@ -173,3 +173,15 @@ def test_python_dash_m_derive_is_torch_free(tmp_path):
     assert {"sympy", "derive"} <= imported  # the probe sees imports at all
     assert "torch" not in imported and "attention" not in imported
     assert "matplotlib" not in imported
+
+
+def test_a_full_standard_output_is_one_line_and_status_2():
+    with open("/dev/full", "wb") as full:  # every write fails with ENOSPC (Linux)
+        done = subprocess.run(
+            [sys.executable, "-m", "derive", "latex"], stdout=full, stderr=subprocess.PIPE,
+            text=True, env=_env(),
+        )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "derive: cannot write to standard output: No space left on device"
+    ]
