@@ -115,7 +115,10 @@ CAUSAL_TEXT = (
     "Causal attention: when processing token $m$, a decoder may not look at the tokens after "
     "it. The weights above the diagonal are set to 0 and the softmax runs over $r \\le m$ "
     "only. A padding mask does the same for arbitrary positions: an additive mask $M$ holds 0 "
-    "where a token may attend and $-\\infty$ where it may not, inside the exponentials."
+    "where a token may attend and $-\\infty$ where it may not, inside the exponentials. A "
+    "query that may attend to no key at all (a fully masked row, possible with a padding mask) "
+    "would divide 0 by 0; by convention its weights and its context vector are 0, which is "
+    "what the implementation returns, with finite gradients."
 )
 
 MULTI_HEAD_TEXT = (
