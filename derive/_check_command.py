@@ -100,10 +100,11 @@ def check_rows(n: int, d: int, c: int, *, causal: bool, heads: int, seed: int) -
     return rows
 
 
-def _tensor(matrix):
+def _tensor(values, name: str):
+    """One derived value as a float64 tensor (`Values.floats`: rounded once, at the end)."""
     import torch
 
-    return torch.tensor([[float(v) for v in row] for row in matrix.tolist()], dtype=torch.float64)
+    return torch.tensor(values.floats(name), dtype=torch.float64)
 
 
 def _row(label: str, expected, got, limit: float) -> Row:
@@ -146,7 +147,7 @@ def implementation_rows(
 
     ea = explicit_attention(n, d, c, causal=causal, heads=heads)
     inputs = dyadic_inputs(ea, seed=seed)
-    expected = _tensor(ea.evaluate(**inputs).C)
+    expected = _tensor(ea.evaluate(**inputs), "C")
     x, w = inputs["X"], (inputs["W_q"], inputs["W_k"], inputs["W_v"])
     if heads > 1:
         fused = F.multi_head_attention(x, *w, inputs["W_o"], heads=heads, causal=causal)
@@ -188,7 +189,7 @@ def gradient_rows(n: int, d: int, c: int, *, causal: bool, heads: int, seed: int
             inputs["X"], inputs["W_q"], inputs["W_k"], inputs["W_v"], inputs["dC"], causal=causal
         )
         for name, got in zip(("dX", "dW_q", "dW_k", "dW_v"), written_out, strict=True):
-            expected = _tensor(values.matrices[name])
+            expected = _tensor(values, name)
             label = f"{name} · self_attention_backward"
             rows.append(_row(label, expected, got, GRADIENT_TOLERANCE))
     return rows

@@ -57,7 +57,7 @@ def _figures(options: DocumentOptions, example, progress: Progress) -> dict[str,
     try:
         files = _figures.saturation_figure()
         if example is not None:
-            weights = [[float(v) for v in row] for row in example.values.A.tolist()]
+            weights = example.values.floats("A")
             files |= _figures.heatmap_figure(example.tokens, weights)
     except (ImportError, RuntimeError) as error:
         raise EnvironmentProblem(str(error) or missing_matplotlib_message()) from None

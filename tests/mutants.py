@@ -113,9 +113,7 @@ def _steps_agree(**variant) -> bool:
 def _end_to_end_agrees(causal: bool, return_weights: bool) -> bool:
     ea = derive.explicit_attention(5, 3, 2, causal=causal)
     inputs = dyadic_inputs(ea, seed=3)
-    expected = torch.tensor(
-        [[float(e) for e in row] for row in ea.evaluate(**inputs).C.tolist()], dtype=torch.float64
-    )
+    expected = torch.tensor(ea.evaluate(**inputs).floats("C"), dtype=torch.float64)
     out = F.self_attention(inputs["X"], inputs["W_q"], inputs["W_k"], inputs["W_v"],
                            causal=causal, return_weights=return_weights)  # fmt: skip
     got = out[0] if return_weights else out

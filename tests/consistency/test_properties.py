@@ -76,6 +76,5 @@ def test_batches_sequence_by_sequence(shape, batch, causal, seed):
     symbolic = ea.evaluate_batch(flat_x, weights["W_q"], weights["W_k"], weights["W_v"])
     for index, values in enumerate(symbolic):
         for name, numeric in (("C", flat_c[index]), ("A", flat_a[index])):
-            expected = torch.tensor([[float(v) for v in row] for row in values[name].tolist()],
-                                    dtype=torch.float64).reshape(numeric.shape)  # fmt: skip
+            expected = torch.tensor(values.floats(name), dtype=torch.float64)
             torch.testing.assert_close(numeric, expected, rtol=0, atol=TOLERANCE)
