@@ -34,6 +34,8 @@ __all__ = [
     "DtypeError",
     "DeviceError",
     "checks_enabled",
+    "check_positive",
+    "check_probability",
     "check_tensors",
     "check_result",
 ]
@@ -53,6 +55,20 @@ class DtypeError(AttentionError, TypeError):
 
 class DeviceError(AttentionError, ValueError):
     """Tensors that must meet in one computation live on different devices."""
+
+
+def check_positive(where: str, **sizes: int) -> None:
+    """Each size must be an int (not a bool) of at least 1; ValueError naming it otherwise."""
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}: {name} must be a positive integer, got {name}={value!r}")
+
+
+def check_probability(where: str, **rates: float) -> None:
+    """Each rate (a dropout probability) must be a number in [0, 1); ValueError otherwise."""
+    for name, value in rates.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+            raise ValueError(f"{where}: {name} must be in [0, 1), got {name}={value!r}")
 
 
 def checks_enabled() -> bool:

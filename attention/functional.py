@@ -27,7 +27,7 @@ from . import _core
 from ._backward import Gradients, self_attention_backward, self_attention_gradients
 from ._checks import checked
 from ._masks import allowed_positions, causal_allowed
-from ._shapes import ShapeError
+from ._shapes import ShapeError, check_positive, check_probability
 
 __all__ = [
     "projection",
@@ -46,16 +46,6 @@ __all__ = [
 ]
 
 MaskArg = Bool[Tensor, "*batch n n"] | Bool[Tensor, "*batch n"] | None
-
-
-def _positive(where: str, name: str, value: int) -> None:
-    if value < 1:
-        raise ValueError(f"{where}: {name} must be a positive integer, got {name}={value}")
-
-
-def _probability(where: str, dropout_p: float) -> None:
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"{where}: dropout_p must be in [0, 1), got dropout_p={dropout_p}")
 
 
 def _is_key_padding(mask: Tensor | None, x: Tensor) -> bool:
@@ -99,7 +89,7 @@ def scaled_scores(omega: Float[Tensor, "*batch n n"], c: int) -> Float[Tensor, "
     If the c components of q and k are independent with mean 0 and variance 1, q·k has variance
     c; dividing by √c brings it back to 1 and keeps the softmax away from a step function.
     """
-    _positive("scaled_scores", "c", c)
+    check_positive("scaled_scores", c=c)
     return _core.scaled_scores(omega, c)
 
 
@@ -120,7 +110,7 @@ def weights(
     the sum over r runs over allowed keys only. Each row sums to 1, or is all zeros when no key
     is allowed.
     """
-    _positive("weights", "c", c)
+    check_positive("weights", c=c)
     key_padding = _is_key_padding(mask, omega)  # omega has as many dimensions as X
     allowed = allowed_positions(omega.shape[-1], omega.device, causal, mask, key_padding)
     return _core.weights(omega, c, allowed)
@@ -140,7 +130,7 @@ def context(
 @checked
 def causal_mask(n: int) -> Bool[Tensor, "n n"]:
     """The causal mask (n×n): True where p ≤ m, i.e. where token m may attend to token p."""
-    _positive("causal_mask", "n", n)
+    check_positive("causal_mask", n=n)
     return causal_allowed(n, torch.device("cpu"))
 
 
@@ -174,7 +164,7 @@ def self_attention(
     >>> self_attention(X, W, W, W).shape
     torch.Size([6, 2])
     """
-    _probability("self_attention", dropout_p)
+    check_probability("self_attention", dropout_p=dropout_p)
     q = _core.projection(x, w_q, b_q)
     k = _core.projection(x, w_k, b_k)
     v = _core.projection(x, w_v, b_v)
@@ -196,7 +186,7 @@ def split_heads(t: Float[Tensor, "*batch n c"], heads: int) -> Float[Tensor, "*b
 
     (*batch, n, c) -> (*batch, h, n, c_h)
     """
-    _positive("split_heads", "heads", heads)
+    check_positive("split_heads", heads=heads)
     if t.shape[-1] % heads:
         raise ShapeError(
             f"split_heads: c={t.shape[-1]} is not divisible by heads={heads}; "
@@ -244,8 +234,8 @@ def multi_head_attention(
     heads go through one fused kernel call when the weights are not requested. Returns
     C (*batch, n, c_out), or (C, A) with A (*batch, h, n, n).
     """
-    _positive("multi_head_attention", "heads", heads)
-    _probability("multi_head_attention", dropout_p)
+    check_positive("multi_head_attention", heads=heads)
+    check_probability("multi_head_attention", dropout_p=dropout_p)
     c = w_q.shape[-1]
     if c % heads:
         raise ShapeError(

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from . import _core
 from ._checks import checked_forward
-from ._shapes import ShapeError
+from ._shapes import ShapeError, check_positive, check_probability
 from ._weights import SeedWeights, copy_weights
 from .functional import _multi_head_attention, _scaling_width
 
@@ -38,17 +38,6 @@ Context = Float[Tensor, "*batch n c"]
 ContextAndWeights = tuple[Float[Tensor, "*batch n c"], Float[Tensor, "*batch n n"]]
 LinearWeight = Float[Tensor, "c d"]  # nn.Linear(d, c).weight is Wᵀ
 LinearBias = Float[Tensor, " c"] | None
-
-
-def _positive(where: str, **sizes: int) -> None:
-    for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{where}: {name} must be a positive integer, got {name}={value!r}")
-
-
-def _dropout_rate(where: str, dropout: float) -> None:
-    if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0 <= dropout < 1:
-        raise ValueError(f"{where}: dropout must be in [0, 1), got dropout={dropout!r}")
 
 
 def _dropout_p(module: nn.Module) -> float:
@@ -100,7 +89,7 @@ class SelfAttentionV1(SeedWeights, nn.Module):
     """
 
     def __init__(self, d_in: int, d_out: int):
-        _positive("SelfAttentionV1", d_in=d_in, d_out=d_out)
+        check_positive("SelfAttentionV1", d_in=d_in, d_out=d_out)
         super().__init__()
         self.W_query = nn.Parameter(torch.rand(d_in, d_out))
         self.W_key = nn.Parameter(torch.rand(d_in, d_out))
@@ -129,7 +118,7 @@ class SelfAttentionV2(SeedWeights, nn.Module):
     """
 
     def __init__(self, d_in: int, d_out: int, qkv_bias: bool = False):
-        _positive("SelfAttentionV2", d_in=d_in, d_out=d_out)
+        check_positive("SelfAttentionV2", d_in=d_in, d_out=d_out)
         super().__init__()
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
@@ -162,8 +151,8 @@ class CausalAttention(SeedWeights, nn.Module):
     def __init__(
         self, d_in: int, d_out: int, context_length: int, dropout: float, qkv_bias: bool = False
     ):
-        _positive("CausalAttention", d_in=d_in, d_out=d_out, context_length=context_length)
-        _dropout_rate("CausalAttention", dropout)
+        check_positive("CausalAttention", d_in=d_in, d_out=d_out, context_length=context_length)
+        check_probability("CausalAttention", dropout=dropout)
         super().__init__()
         self.d_out = d_out
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
@@ -210,7 +199,7 @@ class MultiHeadAttentionWrapper(nn.Module):
         num_heads: int,
         qkv_bias: bool = False,
     ):
-        _positive("MultiHeadAttentionWrapper", num_heads=num_heads)
+        check_positive("MultiHeadAttentionWrapper", num_heads=num_heads)
         super().__init__()
         self.heads = nn.ModuleList(
             [
@@ -252,9 +241,10 @@ class MultiHeadAttention(SeedWeights, nn.Module):
         qkv_bias: bool = False,
     ):
         where = "MultiHeadAttention"
-        _positive(where, d_in=d_in, d_out=d_out, context_length=context_length)
-        _positive(where, num_heads=num_heads)
-        _dropout_rate(where, dropout)
+        check_positive(
+            where, d_in=d_in, d_out=d_out, context_length=context_length, num_heads=num_heads
+        )
+        check_probability(where, dropout=dropout)
         if d_out % num_heads:
             raise ValueError(
                 f"{where}: d_out={d_out} is not divisible by num_heads={num_heads}; "
