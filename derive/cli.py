@@ -50,17 +50,20 @@ class _Progress:
             print(f"{PROG}: {message} ({elapsed:.1f} s)", file=sys.stderr, flush=True)
 
 
-def _size(name: str):
+def _integer(minimum: int = 1, limit: int | None = None):
+    """An argparse type: an int of at least `minimum` (and at most `limit`, if given)."""
+    kind = "positive integer" if minimum == 1 else "non-negative integer"
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-        if value > MAX_SIZE and name != "--heads":
+            raise argparse.ArgumentTypeError(f"must be a {kind}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be a {kind}, got {value}")
+        if limit is not None and value > limit:
             raise argparse.ArgumentTypeError(
-                f"{value} is over the limit of {MAX_SIZE} for explicit sizes"
+                f"{value} is over the limit of {limit} for explicit sizes"
             )
         return value
 
@@ -116,14 +119,14 @@ def _parser() -> _Parser:
         for letter, meaning in (("n", "tokens"), ("d", "input width"), ("c", "context width")):
             sub.add_argument(
                 f"--{letter}",
-                type=_size(f"--{letter}"),
+                type=_integer(limit=MAX_SIZE),
                 metavar=letter.upper(),
                 help=f"explicit mode: {meaning} (default {DEFAULT_SIZES[letter]} when any "
                 "size is given)",
             )
         sub.add_argument("--causal", action="store_true", help="causal attention (and masks)")
         sub.add_argument(
-            "--heads", type=_size("--heads"), default=1, metavar="H", help="multi-head, H heads"
+            "--heads", type=_integer(), default=1, metavar="H", help="multi-head, H heads"
         )
         sub.add_argument(
             "--example",
@@ -139,16 +142,6 @@ def _parser() -> _Parser:
     return parser
 
 
-def _nonnegative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
-    return value
-
-
 def _add_check(commands) -> None:
     text = "compare every step of the derivation with the torch implementation (needs torch)"
     sub = commands.add_parser(
@@ -160,19 +153,15 @@ def _add_check(commands) -> None:
     )
     for letter, meaning in (("n", "tokens"), ("d", "input width"), ("c", "context width")):
         sub.add_argument(
-            f"--{letter}", type=_size(f"--{letter}"), metavar=letter.upper(),
+            f"--{letter}", type=_integer(limit=MAX_SIZE), metavar=letter.upper(),
             help=f"{meaning} (default: drawn at random with the seed)",
         )  # fmt: skip
     sub.add_argument("--causal", action="store_true", help="causal attention")
+    sub.add_argument("--heads", type=_integer(), default=1, metavar="H", help="multi-head, H heads")
     sub.add_argument(
-        "--heads", type=_size("--heads"), default=1, metavar="H", help="multi-head, H heads"
+        "--seed", type=_integer(minimum=0), default=0, metavar="S", help="seed of sizes and inputs"
     )
-    sub.add_argument(
-        "--seed", type=_nonnegative, default=0, metavar="S", help="seed of sizes and inputs"
-    )
-    sub.add_argument(
-        "--trials", type=_size("--trials"), default=1, metavar="K", help="how many draws"
-    )
+    sub.add_argument("--trials", type=_integer(), default=1, metavar="K", help="how many draws")
     sub.add_argument(
         "--forward-only", action="store_true", help="skip the backward pass (the gradients)"
     )
