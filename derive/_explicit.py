@@ -23,7 +23,7 @@ from . import _notation as N
 from . import _steps
 from ._rows import allowed_keys, softmax_rows
 from ._sizes import check_sizes
-from ._values import Values, evaluate_steps, to_matrix, to_rows
+from ._values import Values, compose, evaluate_steps, exact_numbers, size_values, to_rows
 
 __all__ = ["ExplicitStep", "ExplicitAttention", "explicit_attention"]
 
@@ -60,25 +60,6 @@ class ExplicitStep:
     def polynomial(self) -> bool:
         """Projections and scores: exact over the rationals, whatever `digits` asks for."""
         return self.step.name in ("projection", "scores") and self.output != "C"
-
-
-def size_values(sizes: dict[sp.Symbol, int]) -> dict[sp.Basic, sp.Basic]:
-    """The substitution of the concrete sizes for their symbols (n -> 5, c -> 2, …)."""
-    return {symbol: sp.Integer(size) for symbol, size in sizes.items()}
-
-
-def compose(steps: Sequence, env: dict[sp.Basic, sp.Basic]) -> dict[str, ImmutableMatrix]:
-    """Each step's formula with the previous steps' composed entries substituted in, by output.
-
-    `env` starts as the substitutions known so far and is extended in place with every step's
-    named entries, so that a later call can compose further steps on top.
-    """
-    composed = {}
-    for step in steps:
-        value = step.formula.xreplace(env)
-        composed[step.output] = value
-        env.update(zip(step.entries, value, strict=True))
-    return composed
 
 
 class ExplicitAttention:
@@ -287,21 +268,8 @@ class ExplicitAttention:
         The scaled scores, weights and contexts are SymPy Floats with `digits` significant
         digits, or exact expressions (exp of algebraic numbers) when ``digits=None``.
         """
-        if digits is not None and (isinstance(digits, bool) or not isinstance(digits, int)):
-            raise TypeError(f"digits must be a positive int or None, got {digits!r}")
-        if digits is not None and digits < 1:
-            raise ValueError(f"digits must be a positive int or None, got digits={digits}")
         given = {"X": X, "W_q": W_q, "W_k": W_k, "W_v": W_v}
-        if self.heads > 1:
-            if W_o is None:
-                raise ValueError(f"W_o is required when heads={self.heads} (shape (c, c))")
-            given["W_o"] = W_o
-        elif W_o is not None:
-            raise ValueError("W_o is only used by the multi-head variant (heads > 1)")
-        exact: dict[sp.Basic, sp.Basic] = {s: sp.Integer(v) for s, v in self.sizes.items()}
-        for name, value in given.items():
-            symbols = self.inputs[name]
-            exact.update(zip(symbols, to_matrix(name, value, symbols.shape), strict=True))
+        exact = exact_numbers(self.inputs, self.sizes, self.heads, given, W_o, digits)
         return evaluate_steps(self.steps, exact, digits, self.heads)
 
     def evaluate_batch(

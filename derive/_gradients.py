@@ -27,10 +27,10 @@ import sympy as sp
 from sympy import Add, ImmutableMatrix, Indexed
 
 from . import _notation as N
-from ._explicit import ExplicitAttention, compose, size_values
+from ._explicit import ExplicitAttention
 from ._gradient_steps import GradientStep, compact_forms, reads_scaled_scores
 from ._sizes import check_size
-from ._values import Values, evaluate_steps, to_matrix
+from ._values import Values, compose, evaluate_steps, exact_numbers, size_values
 
 __all__ = ["MAX_GRADIENT_SIZE", "ExplicitGradients", "explicit_gradients", "gradient_of"]
 
@@ -222,16 +222,7 @@ class ExplicitGradients:
         (d, c); dC (n, c); W_o (c, c) when heads > 1.
         """
         given = {"X": X, "W_q": W_q, "W_k": W_k, "W_v": W_v, "dC": dC}
-        if self.heads > 1:
-            if W_o is None:
-                raise ValueError(f"W_o is required when heads={self.heads} (shape (c, c))")
-            given["W_o"] = W_o
-        elif W_o is not None:
-            raise ValueError("W_o is only used by the multi-head variant (heads > 1)")
-        exact: dict[sp.Basic, sp.Basic] = {s: sp.Integer(v) for s, v in self.forward.sizes.items()}
-        for name, value in given.items():
-            symbols = self.inputs[name]
-            exact.update(zip(symbols, to_matrix(name, value, symbols.shape), strict=True))
+        exact = exact_numbers(self.inputs, self.forward.sizes, self.heads, given, W_o, digits)
         return evaluate_steps(self.forward.steps + self.steps, exact, digits, self.heads)
 
 

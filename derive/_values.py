@@ -15,7 +15,15 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-__all__ = ["to_matrix", "to_rows", "Values", "evaluate_steps"]
+__all__ = [
+    "to_matrix",
+    "to_rows",
+    "Values",
+    "evaluate_steps",
+    "size_values",
+    "compose",
+    "exact_numbers",
+]
 
 
 def _exact(name: str, value: object) -> sp.Expr:
@@ -155,3 +163,50 @@ def evaluate_steps(steps: tuple, exact: dict, digits: int | None, heads: int) ->
         if floats is not None:
             floats.update((symbol, sp.Float(entry, digits)) for symbol, entry in pairs)
     return Values(matrices, heads, digits)
+
+
+def size_values(sizes: dict[sp.Symbol, int]) -> dict[sp.Basic, sp.Basic]:
+    """The substitution of the concrete sizes for their symbols (n -> 5, c -> 2, …)."""
+    return {symbol: sp.Integer(size) for symbol, size in sizes.items()}
+
+
+def compose(steps: Sequence, env: dict[sp.Basic, sp.Basic]) -> dict[str, sp.ImmutableMatrix]:
+    """Each step's formula with the previous steps' composed entries substituted in, by output.
+
+    `env` starts as the substitutions known so far and is extended in place with every step's
+    named entries, so that a later call can compose further steps on top.
+    """
+    composed = {}
+    for step in steps:
+        value = step.formula.xreplace(env)
+        composed[step.output] = value
+        env.update(zip(step.entries, value, strict=True))
+    return composed
+
+
+def exact_numbers(
+    inputs: dict[str, sp.ImmutableMatrix],
+    sizes: dict[sp.Symbol, int],
+    heads: int,
+    given: dict[str, object],
+    W_o: object,
+    digits: int | None,
+) -> dict[sp.Basic, sp.Basic]:
+    """The exact substitution for `evaluate`: the sizes, and each given input's entries read
+    exactly (W_o required exactly when heads > 1); `digits` checked on the way."""
+    if digits is not None and (isinstance(digits, bool) or not isinstance(digits, int)):
+        raise TypeError(f"digits must be a positive int or None, got {digits!r}")
+    if digits is not None and digits < 1:
+        raise ValueError(f"digits must be a positive int or None, got digits={digits}")
+    given = dict(given)
+    if heads > 1:
+        if W_o is None:
+            raise ValueError(f"W_o is required when heads={heads} (shape (c, c))")
+        given["W_o"] = W_o
+    elif W_o is not None:
+        raise ValueError("W_o is only used by the multi-head variant (heads > 1)")
+    exact = size_values(sizes)
+    for name, value in given.items():
+        symbols = inputs[name]
+        exact.update(zip(symbols, to_matrix(name, value, symbols.shape), strict=True))
+    return exact
