@@ -1,74 +1,149 @@
-"""Symbolic half of attention-derive: self-attention derived step by step with SymPy.
+"""attention-derive's symbolic half: self-attention declared once, derived by SymPy.
 
-The pipeline reads top to bottom: notation (`_notation`) -> steps (`_steps`, `_explicit`) ->
-facts (`_facts`) -> printer (`_latex`) -> documents (`_sections`, `_documents`, `_blocks`) ->
-the `derive` command (`cli`). Importing `derive` never imports torch; only the
-bridge functions (`check_against_torch`, `torch_steps`, the worked example) import torch and
-`attention`, when they are called.
+The package reads as its pipeline (each layer imports only the ones before it):
+
+- `derive.notation`: the book's letters, the matrix expressions SymPy lacks, the LaTeX printer;
+- `derive.graph`: the declarations of the steps (the only typed-in mathematics) and the stated
+  assumptions; the graphs they form (self-attention, causal, multi-head);
+- `derive.calculus`: what SymPy derives from a graph: matrix forms (`matrix_form`), the backward
+  pass at symbolic sizes, compositions, operation and FLOP counts;
+- `derive.proofs`: the facts and the chains of equations that derive them;
+- `derive.explicit`: concrete sizes: entries, values, the chain rule, the two derivations agree;
+- `derive.render`: documents (LaTeX, Markdown, PDF), prose, figures, the glossary;
+- `derive.cli`: the `derive` command; `derive.bridge`: the only part that touches torch (the
+  checks against `attention`, the worked example), imported lazily.
+
+``import derive`` never imports torch.
 """
 
-from ._backward_facts import backward_facts, rowsum_identity, softmax_backward, softmax_jacobian
-from ._backward_steps import backward_steps
-from ._check import Comparison, check_against_torch, compare, dyadic_inputs, torch_steps
-from ._check_backward import check_gradients_against_torch, gradient_inputs, torch_gradient_steps
-from ._documents import DocumentOptions, latex_document, markdown_document
-from ._explicit import ExplicitAttention, ExplicitStep, explicit_attention
-from ._facts import (
-    Fact,
-    composed_expression,
-    facts,
-    flop_count,
-    operation_count,
-    rows_sum_to_one,
-    score_variance,
-    shift_invariance,
+from . import calculus as _calculus
+from . import proofs as _proofs
+from .bridge.example import WorkedExample, worked_example
+from .bridge.gradients import check_gradients_against_torch, gradient_inputs, torch_gradient_steps
+from .bridge.steps import Comparison, check_against_torch, compare, dyadic_inputs, torch_steps
+from .calculus import Contribution, Gradient, NoMatrixForm, Step, matrix_form
+from .explicit import (
+    MAX_GRADIENT_SIZE,
+    MAX_SIZE,
+    ExplicitAttention,
+    ExplicitGradients,
+    ExplicitStep,
+    GradientStep,
+    Values,
+    explicit_attention,
+    explicit_gradients,
 )
-from ._gradient_steps import GradientStep
-from ._gradients import MAX_GRADIENT_SIZE, ExplicitGradients, explicit_gradients
-from ._latex import AttentionPrinter, latex
-from ._sizes import MAX_SIZE
-from ._steps import STEP_NAMES, Concat, Softmax, Step, steps
-from ._values import Values
+from .graph import STEP_NAMES, Declaration, Graph
+from .graph import self_attention as graph
+from .notation import AttentionPrinter, Concat, Softmax, latex
+from .proofs import Fact
+from .render import DocumentOptions, Provenance
+from .render import documents as _documents
 
 __all__ = [
-    "MAX_GRADIENT_SIZE",
-    "MAX_SIZE",
-    "STEP_NAMES",
-    "AttentionPrinter",
-    "Comparison",
-    "Concat",
-    "DocumentOptions",
-    "ExplicitAttention",
-    "ExplicitGradients",
-    "ExplicitStep",
-    "Fact",
-    "GradientStep",
-    "Softmax",
-    "Step",
-    "Values",
-    "backward_facts",
-    "backward_steps",
-    "check_against_torch",
-    "check_gradients_against_torch",
-    "compare",
-    "composed_expression",
-    "dyadic_inputs",
-    "explicit_attention",
-    "explicit_gradients",
-    "facts",
-    "flop_count",
-    "gradient_inputs",
-    "latex",
-    "latex_document",
-    "markdown_document",
-    "operation_count",
-    "rows_sum_to_one",
-    "rowsum_identity",
-    "score_variance",
-    "shift_invariance",
-    "softmax_backward",
-    "softmax_jacobian",
-    "steps",
-    "torch_gradient_steps",
-    "torch_steps",
-]
+    "MAX_GRADIENT_SIZE", "MAX_SIZE", "STEP_NAMES", "AttentionPrinter", "Comparison", "Concat",
+    "Contribution", "Declaration", "DocumentOptions", "ExplicitAttention", "ExplicitGradients",
+    "ExplicitStep", "Fact", "Gradient", "GradientStep", "Graph", "NoMatrixForm", "Provenance",
+    "Softmax", "Step", "Values", "WorkedExample", "backward_steps", "check_against_torch",
+    "check_gradients_against_torch", "compare", "composed_expression", "dyadic_inputs",
+    "explicit_attention", "explicit_gradients", "facts", "flop_count", "gradient_inputs",
+    "graph", "latex", "latex_document", "markdown_document", "matrix_form", "operation_count",
+    "rows_sum_to_one", "rowsum_identity", "scaled_score_variance", "score_variance",
+    "shift_invariance", "softmax_jacobian", "steps", "torch_gradient_steps", "torch_steps",
+    "worked_example",
+]  # fmt: skip
+
+
+def _graph(given: Graph | None, **form: bool) -> Graph:
+    return graph(**form) if given is None else given
+
+
+def steps(*, causal: bool = False, masked: bool = False, heads: bool = False) -> tuple[Step, ...]:
+    """The steps of self-attention (causal, masked, multi-head), each with its declaration and
+    the matrix form SymPy derives from it."""
+    return _calculus.steps(graph(causal=causal, masked=masked, heads=heads))
+
+
+def backward_steps(
+    *, causal: bool = False, masked: bool = False, heads: bool = False
+) -> tuple[Gradient, ...]:
+    """Every gradient of self-attention at symbolic sizes, derived by reverse mode."""
+    return _calculus.backward(graph(causal=causal, masked=masked, heads=heads))
+
+
+def composed_expression(graph: Graph | None = None, *, heads: bool = False):
+    """C as one matrix expression in X and the weights (each step's matrix form put in)."""
+    return _calculus.composed_expression(_graph(graph, heads=heads))
+
+
+def operation_count(graph: Graph | None = None, *, heads: bool = False) -> dict:
+    """Matrix products and transposes of C: 5 and 1 for one head."""
+    return _calculus.operation_count(_graph(graph, heads=heads))
+
+
+def flop_count(graph: Graph | None = None, *, heads: bool = False):
+    """FLOPs of C's matrix products: 6ndc + 4n²c for one head."""
+    return _calculus.flop_count(_graph(graph, heads=heads))
+
+
+def facts(graph: Graph | None = None) -> tuple[Fact, ...]:
+    """The facts of the forward steps: rows sum to 1, shift invariance, the variances."""
+    return _proofs.facts(_graph(graph))
+
+
+def rows_sum_to_one(graph: Graph | None = None, *, causal: bool = False) -> Fact:
+    """Σ_p a_{m,p} = 1, derived (causal: from the declared mask, over its limits)."""
+    return _proofs.rows_sum_to_one(_graph(graph, causal=causal))
+
+
+def shift_invariance(graph: Graph | None = None) -> Fact:
+    """A constant added to a row of scores leaves the weights unchanged."""
+    return _proofs.shift_invariance(_graph(graph))
+
+
+def score_variance(graph: Graph | None = None) -> Fact:
+    """Var(ω_{m,p}) = c from the stated assumptions."""
+    return _proofs.score_variance(_graph(graph))
+
+
+def scaled_score_variance(graph: Graph | None = None) -> Fact:
+    """Var(ω̃_{m,p}) = 1: the reason for 1/√c."""
+    return _proofs.scaled_score_variance(_graph(graph))
+
+
+def softmax_jacobian(graph: Graph | None = None) -> Fact:
+    """∂a_{m,p}/∂ω̃_{m,t} = a_{m,p}(δ_{p,t} − a_{m,t})."""
+    return _proofs.softmax_jacobian(_graph(graph))
+
+
+def rowsum_identity(graph: Graph | None = None) -> Fact:
+    """Σ_r a_{m,r} ā_{m,r} = Σ_j z̄_{m,j} z_{m,j}."""
+    return _proofs.rowsum_identity(_graph(graph))
+
+
+def _example(options: DocumentOptions, example):
+    if example is not None or not options.example:
+        return example
+    from .cli.documents import example_for
+
+    return example_for(options)
+
+
+def latex_document(
+    options: DocumentOptions, *, fragment: bool = False, example=None, graph: Graph | None = None
+) -> str:
+    r"""The derivation as LaTeX: a standalone article, or with `fragment` the body to \input.
+    With ``options.example`` the worked example is computed (torch) unless given.
+
+    Example:
+        >>> tex = latex_document(DocumentOptions(sizes=(3, 4, 2)))
+        >>> tex.count("% provenance: declared")
+        8
+    """
+    return _documents.latex_document(options, fragment=fragment,
+                                     example=_example(options, example), graph=graph)  # fmt: skip
+
+
+def markdown_document(options: DocumentOptions, *, example=None, graph: Graph | None = None) -> str:
+    """The derivation as GitHub-flavoured Markdown with ``$$`` math (see `latex_document`)."""
+    return _documents.markdown_document(options, example=_example(options, example), graph=graph)

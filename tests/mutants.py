@@ -23,7 +23,7 @@ import torch.nn.functional as torch_F
 import derive
 from attention import _core, _masks
 from attention import functional as F
-from derive._check import check_against_torch, dyadic_inputs
+from derive.bridge.steps import check_against_torch, dyadic_inputs
 
 TOLERANCE = 1e-12
 
@@ -135,7 +135,7 @@ def _dropout_scales_kept_weights() -> bool:
 CHECKS: dict[str, Callable[[], bool]] = {
     "steps (single head)": lambda: _steps_agree(),
     "steps (causal)": lambda: _steps_agree(causal=True),
-    "steps (padding mask)": lambda: _steps_agree(mask=[True, True, True, False, False]),
+    "steps (padding mask)": lambda: _steps_agree(key_padding_mask=[True, True, True, False, False]),
     "steps (2 heads)": lambda: _steps_agree(heads=2),
     "C (fused path)": lambda: _end_to_end_agrees(causal=False, return_weights=False),
     "C (explicit path)": lambda: _end_to_end_agrees(causal=False, return_weights=True),

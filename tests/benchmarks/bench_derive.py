@@ -4,6 +4,7 @@
     PYTHONPATH=. python tests/benchmarks/bench_derive.py --sizes 2 8 --expanded 4
     PYTHONPATH=. python tests/benchmarks/bench_derive.py --sizes 2 2 --claims
     PYTHONPATH=. python tests/benchmarks/bench_derive.py --sizes 2 1 --commands
+    PYTHONPATH=. python tests/benchmarks/bench_derive.py --sizes 2 1 --symbolic
 
 For each size it reports, in seconds: building `explicit_attention(n, n, n)` (the steps),
 evaluating every step on dyadic float64 inputs (exact projections and scores, 30-digit softmax
@@ -11,7 +12,10 @@ and context), running `attention.functional` step by step, and comparing; then t
 (`check_against_torch`), and its ratio to n³ (the work grows like n²c + ndc). With
 ``--expanded K`` it also times the path the steps avoid, for sizes up to K: lambdify of the fully
 composed C (the "one expanded expression" route). With ``--commands`` it times, best of five
-fresh processes, `import derive` and the `derive` command (start-up included).
+fresh processes, `import derive` and the `derive` command (start-up included). With
+``--symbolic`` it times, each in a fresh process (the derivations are cached per graph), what
+SymPy derives at symbolic sizes from the declarations of each graph: the matrix forms, the
+backward pass, the facts.
 """
 
 from __future__ import annotations
@@ -65,8 +69,6 @@ def check_claims() -> None:
     import sympy as sp
 
     import derive
-    from derive import _notation as N
-
     for size in (4, 6, 8):
         ea = derive.explicit_attention(size, size, size)
         _ = ea.C  # build the composed matrices first; time the substitution alone
@@ -77,9 +79,9 @@ def check_claims() -> None:
     import torch
 
     ea = derive.explicit_attention(3, 3, 2)
-    (weights,) = [step for step in ea.steps if step.name == "weights"]
-    formula = weights.formula.xreplace({N.c: 2})  # exact sqrt(2) in every exponent
-    symbols = sorted(weights.formula.free_symbols - {N.c}, key=str)
+    (scaled,) = [step for step in ea.steps if step.name == "scaled_scores"]
+    formula = scaled.formula  # an exact sqrt(2) in every entry
+    symbols = sorted(formula.free_symbols, key=str)
     try:
         sp.lambdify(symbols, formula, modules="torch")(*[torch.tensor(0.5)] * len(symbols))
         print("lambdify(modules='torch') with exact sqrt(2): works")
@@ -112,13 +114,44 @@ def bench_commands(repeats: int = 5) -> None:
             print(f"| `{label}` | {min(times):.2f} |", flush=True)
 
 
+SYMBOLIC = """
+import time
+start = time.perf_counter()
+from derive import calculus, proofs
+from derive.graph import self_attention
+imported = time.perf_counter()
+graph = self_attention({form})
+calculus.steps(graph)
+forms = time.perf_counter()
+calculus.backward(graph)
+backward = time.perf_counter()
+proofs.facts(graph), proofs.softmax_jacobian(graph), proofs.rowsum_identity(graph)
+facts = time.perf_counter()
+print(imported - start, forms - imported, backward - forms, facts - backward)
+"""
+
+
+def bench_symbolic() -> None:
+    """What the derivation at symbolic sizes costs, per graph, in a fresh process."""
+    print("| graph | import | matrix forms | backward pass | facts |\n|---|--:|--:|--:|--:|")
+    for label, form in (("self-attention", ""), ("causal", "causal=True"),
+                        ("multi-head", "heads=True")):  # fmt: skip
+        done = subprocess.run([sys.executable, "-c", SYMBOLIC.format(form=form)], check=True,
+                              capture_output=True, text=True)  # fmt: skip
+        times = [float(x) for x in done.stdout.split()]
+        print(f"| {label} | " + " | ".join(f"{t:.2f} s" for t in times) + " |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs=2, type=int, default=(2, 12), metavar=("FROM", "TO"))
     parser.add_argument("--expanded", type=int, default=0, metavar="K")
     parser.add_argument("--claims", action="store_true", help="xreplace vs subs; torch lambdify")
     parser.add_argument("--commands", action="store_true", help="import and command wall times")
+    parser.add_argument("--symbolic", action="store_true", help="the derivation's own cost")
     args = parser.parse_args()
+    if args.symbolic:
+        bench_symbolic()
     if args.claims:
         check_claims()
     if args.commands:

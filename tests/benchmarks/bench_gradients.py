@@ -34,7 +34,7 @@ def bench(size: int, *, heads: int = 1, causal: bool = False) -> dict[str, float
     inputs = derive.gradient_inputs(g, seed=0)
     values, evaluate_s = _timed(lambda: g.evaluate(**inputs))
     tensors, torch_s = _timed(lambda: derive.torch_gradient_steps(g, **inputs))
-    from derive._check_backward import gradients_only
+    from derive.bridge.gradients import gradients_only
 
     report, compare_s = _timed(lambda: derive.compare(gradients_only(values), tensors))
     _, check_s = _timed(lambda: derive.check_gradients_against_torch(size, size, size, **kwargs))

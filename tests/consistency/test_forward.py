@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 import derive
 from attention import functional as F
-from derive import _notation as N
-from derive._check import check_against_torch, compare, dyadic_inputs, torch_steps
+from derive.bridge.steps import check_against_torch, compare, dyadic_inputs, torch_steps
+from derive.notation import letters as N
 
 TOLERANCE = 1e-12
 
@@ -30,7 +30,7 @@ def _polynomial(output):
     [
         {},  # the seed's single head
         {"causal": True},  # a_{m,p} = 0 for p > m
-        {"mask": [True, True, True, False, False]},  # key padding: the last two tokens
+        {"key_padding_mask": [True, True, True, False, False]},  # the last two tokens are padding
         {"mask": [[p <= m and p != 1 for p in range(5)] for m in range(5)]},  # general mask
         {"mask": [[m != 2 for _ in range(5)] for m in range(5)]},  # a row with no key at all
     ],
@@ -131,8 +131,8 @@ def _mutate(ea, output, formula):
 
 
 MUTANTS = {
-    # drop the 1/sqrt(c): softmax(Omega) instead of softmax(Omega / sqrt(c))
-    "no_sqrt_c": ("A", lambda s: s.formula.xreplace({N.c: 1})),
+    # drop the 1/sqrt(c): softmax(Omega) instead of softmax(Omega / sqrt(c)), here c = 2
+    "no_sqrt_c": ("Omega_scaled", lambda s: s.formula * sp.sqrt(2)),
     # softmax over the wrong axis: normalise the columns of A instead of the rows
     "wrong_axis": ("A", lambda s: s.formula.T),
     # K and V swapped in the context: C = A K

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import derive
 from attention import functional as F
-from derive._check import compare, dyadic_inputs, torch_steps
+from derive.bridge.steps import compare, dyadic_inputs, torch_steps
 
 TOLERANCE = 1e-12
 
@@ -48,11 +48,12 @@ def test_single_head_plain_and_causal(shape, causal, seed):
 def test_padding_and_full_masks(shape, data, seed):
     n = shape[0]
     if data.draw(st.booleans(), label="key padding"):
-        mask = data.draw(st.lists(st.booleans(), min_size=n, max_size=n), label="mask")
+        keys = data.draw(st.lists(st.booleans(), min_size=n, max_size=n), label="keys")
+        assert_agrees(derive.explicit_attention(*shape, key_padding_mask=keys), seed)
     else:
         row = st.lists(st.booleans(), min_size=n, max_size=n)
         mask = data.draw(st.lists(row, min_size=n, max_size=n), label="mask")
-    assert_agrees(derive.explicit_attention(*shape, mask=mask), seed)
+        assert_agrees(derive.explicit_attention(*shape, mask=mask), seed)
 
 
 @given(st.integers(2, 3).flatmap(lambda h: st.tuples(st.just(h), sizes(heads=h))),

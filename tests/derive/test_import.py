@@ -1,13 +1,23 @@
-"""`import derive` stays light: no torch, no attention (its import time is measured by
-tests/benchmarks/bench_derive.py --commands, not here)."""
+"""The layout of derive: `import derive` stays light (no torch, no attention), the subpackages
+import only the layers below them (no circle, function-level imports included), and no module
+grows past 300 lines."""
 
+import ast
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "derive"
+
+#: The pipeline, bottom to top: a layer may import the layers before it, never after.
+LAYERS = ["notation", "graph", "calculus", "proofs", "explicit", "render", "cli"]
+#: bridge touches torch and may use every layer; only cli and the package's facade import it.
+BRIDGE = "bridge"
 
 PROBE = """
 import json, sys
@@ -31,8 +41,92 @@ def _probe() -> dict:
 
 def test_import_does_not_import_torch_or_attention():
     probe = _probe()
-    assert probe["derive"] is True
-    assert probe["torch"] is False
-    assert probe["attention"] is False
-    assert probe["matplotlib"] is False
+    assert probe == {"derive": True, "torch": False, "attention": False, "matplotlib": False}
 
+
+def _modules() -> dict[str, Path]:
+    return {
+        ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): path
+        for path in sorted(PACKAGE.rglob("*.py"))
+    }
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    """Every module of derive that `module` imports, at any depth of its code."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1])
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            if target.startswith("derive"):
+                submodules = {f"{target}.{alias.name}" for alias in node.names}
+                found |= submodules if node.module is None else {target, *submodules}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("derive")}
+    modules = _modules()
+    ancestors = {".".join(module.split(".")[:k]) for k in range(1, module.count(".") + 1)}
+    return {name for name in found if name in modules and name != module} - ancestors
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS + [BRIDGE] else None
+
+
+def test_layers_import_downwards_only():
+    for module, path in _modules().items():
+        mine = _layer(module)
+        if mine is None:
+            continue  # the facade (derive/__init__.py) and __main__
+        for target in _imports(module, path):
+            theirs = _layer(target)
+            if theirs is None:
+                pytest.fail(f"{module} imports the package facade {target}")
+            if mine == BRIDGE or theirs == mine:
+                continue
+            if theirs == BRIDGE:
+                assert mine == "cli", f"{module} imports {target}: only cli may use the bridge"
+                continue
+            assert LAYERS.index(theirs) < LAYERS.index(mine), f"{module} imports {target}"
+
+
+def test_no_import_circle():
+    modules = _modules()
+    graph = {module: _imports(module, path) for module, path in modules.items()}
+    state: dict[str, int] = {}
+
+    def visit(module: str, trail: list[str]) -> None:
+        state[module] = 1
+        for target in graph[module]:
+            target = target if target in graph else target.rpartition(".")[0]
+            if state.get(target) == 1 and target != module:
+                if module.startswith(target + ".") or target == "derive":
+                    continue  # a module and its own package's __init__
+                pytest.fail("import circle: " + " -> ".join([*trail, module, target]))
+            if state.get(target) is None:
+                visit(target, [*trail, module])
+        state[module] = 2
+
+    for module in graph:
+        if state.get(module) is None:
+            visit(module, [])
+
+
+def test_no_module_is_over_300_lines():
+    long = {
+        path.relative_to(ROOT).as_posix(): count
+        for path in PACKAGE.rglob("*.py")
+        if (count := len(path.read_text(encoding="utf-8").splitlines())) > 300
+    }
+    assert not long, long
+
+
+def test_the_pipeline_reads_from_the_folder_listing():
+    folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert folders == sorted([*LAYERS, BRIDGE])

@@ -1,0 +1,16 @@
+"""What SymPy derives from a graph of declarations: the matrix form of each step
+(`matrix_form`), the backward pass at symbolic sizes (`backward`), compositions, and the
+operation and FLOP counts."""
+
+from .compose import composed_expression, inline
+from .counts import flop_count, operation_count
+from .forward import Step, steps
+from .indices import element_of, under_ranges, zero_based
+from .matrix_form import NoMatrixForm, matrix_form
+from .reverse import Contribution, Gradient, backward
+
+__all__ = [
+    "Contribution", "Gradient", "NoMatrixForm", "Step", "backward", "composed_expression",
+    "element_of", "flop_count", "inline", "matrix_form", "operation_count", "steps",
+    "under_ranges", "zero_based",
+]  # fmt: skip

@@ -1,0 +1,68 @@
+"""Operation and FLOP counts, read off the composed matrix expression of a graph's output.
+
+Counted on ``softmax(X W_q (X W_k)^T / √c) X W_v``: a product of k matrices is k − 1 matrix
+products, a transpose is a transpose; a scalar factor (1/√c), the softmax and the mask are not
+matrix products. A sub-expression that appears twice is computed once (Q feeds every head);
+inside the concatenation of heads, a sub-expression that depends on the head index ℓ is computed
+once per head. A product of an (a × b) and a (b × e) matrix costs 2abe FLOPs (one multiply and
+one add per term), the count of ``torch.utils.flop_counter``.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+from sympy import MatMul, MatrixExpr, Transpose
+
+from ..graph import Graph
+from ..notation import Concat
+from ..notation import letters as L
+from .compose import composed_expression
+
+__all__ = ["operation_count", "flop_count"]
+
+
+def _walk(expr: sp.Basic, heads: sp.Expr, visit, seen: set) -> None:
+    """Visit each distinct matrix sub-expression once, with how many times it is computed."""
+    if expr in seen:
+        return
+    seen.add(expr)
+    per_head = heads != 1 and L.ell in expr.free_symbols
+    visit(expr, heads if per_head else sp.S.One)
+    inner = expr.count if isinstance(expr, Concat) else heads
+    for arg in expr.args:
+        if isinstance(arg, MatrixExpr):
+            _walk(arg, inner, visit, seen)
+
+
+def _matrices(product: MatMul) -> list[MatrixExpr]:
+    return [arg for arg in product.args if isinstance(arg, MatrixExpr)]
+
+
+def operation_count(graph: Graph) -> dict[str, int | sp.Expr]:
+    """Matrix products and transposes in the composed expression of the graph's output."""
+    counts: dict[str, sp.Expr] = {"matrix products": sp.S.Zero, "transposes": sp.S.Zero}
+
+    def visit(expr: sp.Basic, times: sp.Expr) -> None:
+        if isinstance(expr, MatMul):
+            counts["matrix products"] += times * (len(_matrices(expr)) - 1)
+        elif isinstance(expr, Transpose):
+            counts["transposes"] += times
+
+    _walk(composed_expression(graph), sp.S.One, visit, set())
+    return {key: int(value) if value.is_Integer else value for key, value in counts.items()}
+
+
+def flop_count(graph: Graph) -> sp.Expr:
+    """FLOPs of the matrix products of the graph's output, in n, d, c (and h)."""
+    total = sp.S.Zero
+
+    def visit(expr: sp.Basic, times: sp.Expr) -> None:
+        nonlocal total
+        if isinstance(expr, MatMul):
+            factors = _matrices(expr)
+            rows = factors[0].shape[0]
+            for left, right in zip(factors, factors[1:], strict=False):
+                total += times * 2 * rows * left.shape[1] * right.shape[1]
+
+    _walk(composed_expression(graph), sp.S.One, visit, set())
+    return sp.expand(total.subs([(r.lhs, r.rhs) for r in graph.relations]))

@@ -1,0 +1,159 @@
+r"""From an element-wise formula to its matrix form: ω_{m,p} = Σ_j q_{m,j} k_{p,j} gives Ω = Q Kᵀ.
+
+`matrix_form(element, (row, col))` reads an expression in elements of `MatrixSymbol`s (0-based
+sums, as SymPy writes them) with two free indices and returns the matrix expression whose entry
+(row, col) it is. Contractions (chains and transposes: Σ_i Σ_j X[m,i] M[i,j] X[p,j] → X M Xᵀ,
+Σ_m X[m,i] G[m,j] → Xᵀ G) go through SymPy's own converters (`convert_indexed_to_array`, then
+`convert_array_to_matrix`). Around them, the rules SymPy lacks:
+
+- a sum of terms is the sum of their matrices; a factor free of the indices is a scalar;
+- a product of factors that share both indices is a Hadamard product (A ∘ B);
+- a factor that depends on the row alone and sums over an index as long as a row is a product
+  with the all-ones matrix: Σ_r F[m,r] = (F J)[m,p];
+- Σ_k F[m,k] G[k,p] where F or G is itself element-wise is the product of their matrices;
+- exp(z[m,p]) / Σ_r exp(z[m,r]) is the row-wise softmax of Z;
+- an element Y[m, o + p] whose column is offset by o (free of the indices) is a block of columns
+  of Y, as wide as `shape` says.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+from sympy import HadamardProduct, MatAdd, MatrixSymbol, OneMatrix, Sum, exp
+from sympy.matrices.expressions.matexpr import MatrixElement
+
+from ..notation.matexpr import Softmax
+
+__all__ = ["matrix_form", "NoMatrixForm"]
+
+_ONES = "J"
+
+
+class NoMatrixForm(ValueError):
+    """The element-wise formula has no matrix form that these rules can find."""
+
+
+def matrix_form(
+    element: sp.Expr,
+    indices: tuple[sp.Symbol, sp.Symbol],
+    *,
+    shape: tuple[sp.Expr, sp.Expr] | None = None,
+) -> sp.MatrixExpr:
+    r"""The matrix whose entry (row, col) is `element`.
+
+    `element` is written in elements of `MatrixSymbol`s with 0-based sums (as SymPy writes the
+    entry of a matrix product); `indices` are its two free indices, (row, col). `shape` is the
+    shape of the result, needed only for a block of columns.
+
+    Example:
+        >>> import sympy as sp
+        >>> n, c = sp.symbols("n c", integer=True, positive=True)
+        >>> m, p, j = sp.symbols("m p j", integer=True)
+        >>> Q, K = sp.MatrixSymbol("Q", n, c), sp.MatrixSymbol("K", n, c)
+        >>> matrix_form(sp.Sum(Q[m, j] * K[p, j], (j, 0, c - 1)), (m, p))
+        Q*K.T
+    """
+    row, col = indices
+    form = _form(sp.sympify(element), row, col, shape)
+    ones = [s for s in form.atoms(MatrixSymbol) if str(s.name) == _ONES]
+    return form.xreplace({s: OneMatrix(*s.shape) for s in ones})
+
+
+def _depends(expr: sp.Expr, index: sp.Symbol) -> bool:
+    return index in expr.free_symbols
+
+
+def _is_scalar(expr: sp.Expr, row: sp.Symbol, col: sp.Symbol) -> bool:
+    return not (expr.has(MatrixElement) or _depends(expr, row) or _depends(expr, col))
+
+
+def _form(expr: sp.Expr, row: sp.Symbol, col: sp.Symbol, shape: tuple | None) -> sp.MatrixExpr:
+    if isinstance(expr, sp.Add):
+        return MatAdd(*[_form(term, row, col, shape) for term in expr.args]).doit()
+    if isinstance(expr, MatrixElement):
+        return _element(expr, row, col, shape)
+    if isinstance(expr, sp.Mul):
+        return _product(expr, row, col, shape)
+    if isinstance(expr, Sum) and _depends(expr, row) and not _depends(expr, col):
+        return _row_sum(expr, row, col, shape)
+    if isinstance(expr, Sum):
+        return _sum(expr, row, col, shape)
+    raise NoMatrixForm(f"no matrix form for {expr} with indices ({row}, {col})")
+
+
+def _element(element: MatrixElement, row, col, shape) -> sp.MatrixExpr:
+    matrix, (first, second) = element.parent, (element.i, element.j)
+    if (first, second) == (row, col):
+        return matrix
+    if (first, second) == (col, row):
+        return matrix.T
+    offset = sp.expand(second - col)
+    if first == row and not (_depends(offset, row) or _depends(offset, col)) and shape:
+        return matrix[:, offset : offset + shape[1]]
+    raise NoMatrixForm(f"element {element} is not entry ({row}, {col}) of a matrix")
+
+
+def _softmax(numerator: sp.Expr, denominator: sp.Expr, row, col, shape) -> sp.MatrixExpr | None:
+    """Softmax(Z) when numerator / denominator is exp(z[row,col]) / Σ_v exp(z[row,v])."""
+    if not (isinstance(numerator, exp) and isinstance(denominator, Sum)):
+        return None
+    if len(denominator.limits) != 1:
+        return None
+    ((variable, low, _),) = denominator.limits
+    if low != 0 or denominator.function != numerator.xreplace({col: variable}):
+        return None
+    return Softmax(_form(numerator.args[0], row, col, shape))
+
+
+def _product(expr: sp.Mul, row, col, shape) -> sp.MatrixExpr:
+    scalars = [f for f in expr.args if _is_scalar(f, row, col)]
+    rest = [f for f in expr.args if not _is_scalar(f, row, col)]
+    scale = sp.Mul(*scalars)
+    numerators = [f for f in rest if not (f.is_Pow and f.exp == -1)]
+    inverses = [f.base for f in rest if f.is_Pow and f.exp == -1]
+    if len(numerators) == 1 and len(inverses) == 1:
+        softmax = _softmax(numerators[0], inverses[0], row, col, shape)
+        if softmax is not None:
+            return scale * softmax if scale != 1 else softmax
+    if inverses:
+        raise NoMatrixForm(f"no matrix form for the quotient {expr}")
+    matrices = [_form(f, row, col, shape) for f in rest]
+    product = matrices[0] if len(matrices) == 1 else HadamardProduct(*matrices)
+    return scale * product if scale != 1 else product
+
+
+def _row_sum(total: Sum, row, col, shape) -> sp.MatrixExpr:
+    """A row's sum, the same in every column: Σ_v F[row,v] = (F J)[row,col], J all ones."""
+    if len(total.limits) != 1:
+        raise NoMatrixForm(f"no matrix form for {total} (one index per row's sum)")
+    ((variable, low, high),) = total.limits
+    length = high - low + 1
+    ones = MatrixSymbol(_ONES, length, shape[1] if shape else length)
+    return _form(Sum(total.function * ones[variable, col], *total.limits), row, col, shape)
+
+
+def _sum(total: Sum, row, col, shape) -> sp.MatrixExpr:
+    """A contraction: SymPy's converters, else Σ_k F[row,k] G[k,col] split by hand."""
+    from sympy.tensor.array.expressions import convert_array_to_matrix, convert_indexed_to_array
+
+    try:
+        array = convert_indexed_to_array(total, first_indices=[row, col])
+        converted = convert_array_to_matrix(array)
+        if isinstance(converted, sp.MatrixExpr) and converted.shape[0] != 1 != converted.shape[1]:
+            return converted
+    except Exception:  # noqa: BLE001 - SymPy raises assorted errors where it has no rule
+        pass
+    if len(total.limits) != 1:
+        raise NoMatrixForm(f"no matrix form for {total}")
+    ((variable, _, _),) = total.limits
+    left, right = [], []
+    for factor in sp.Mul.make_args(total.function):
+        if _depends(factor, col) and not _depends(factor, row):
+            right.append(factor)
+        elif not _depends(factor, col):
+            left.append(factor)
+        else:
+            raise NoMatrixForm(f"{factor} in {total} reads both ({row}, {col})")
+    if not left or not right:
+        raise NoMatrixForm(f"no matrix form for {total}")
+    return _form(sp.Mul(*left), row, variable, None) * _form(sp.Mul(*right), variable, col, None)

@@ -1,0 +1,193 @@
+"""`derive latex|markdown|pdf|docs`: render documents (nothing written yet), then write them.
+
+`render` turns options into the bytes of a document plus its figures; `generate_docs` renders
+the files under docs/ (the drift test compares them with the committed ones); `run_document`
+and `run_docs` execute a parsed command line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from ..render import DocumentOptions, latex_document, markdown_document
+from .errors import EnvironmentProblem, UsageError
+from .files import check_output, write, write_files, write_stdout
+
+__all__ = ["DOCS_OPTIONS", "render", "generate_docs", "run_document", "run_docs", "example_for"]
+
+#: What docs/derivation.* contain: the derivation, explicit at n = 3, d = 4, c = 2, the worked
+#: example at the same sizes ("the fat cat") and the figures (in docs/figures).
+DOCS_OPTIONS = DocumentOptions(sizes=(3, 4, 2), example=True, figures="figures")
+
+Progress = Callable[..., None]
+
+
+def _quiet(message: str, *, always: bool = False) -> None:
+    """A progress callback that says nothing."""
+
+
+def example_for(options: DocumentOptions):
+    """The worked example the options ask for: the sentence's first n tokens at widths d and
+    c when sizes are given (the explicit section's sizes), else the whole sentence at 4, 3."""
+    if not options.example:
+        return None
+    try:
+        from ..bridge.example import worked_example
+    except ImportError as error:  # pragma: no cover - torch is a dependency
+        raise EnvironmentProblem(f"the worked example needs torch ({error})") from None
+    if options.sizes is None:
+        return worked_example(causal=options.causal)
+    n, d, c = options.sizes
+    return worked_example(n=n, d=d, c=c, causal=options.causal)
+
+
+def _figures(options: DocumentOptions, example) -> dict[str, bytes]:
+    """The figure files by their path relative to the document (``figures/x.png``)."""
+    if options.figures is None:
+        return {}
+    from ..render import figures
+
+    try:
+        files = figures.saturation_figure()
+        if example is not None:
+            files |= figures.heatmap_figure(example.tokens, example.values.floats("A"))
+    except (ImportError, RuntimeError) as error:
+        raise EnvironmentProblem(str(error) or figures.missing_matplotlib_message()) from None
+    folder = options.figures.rstrip("/")
+    return {f"{folder}/{name}": data for name, data in files.items()}
+
+
+def _compile(tex: str, figures: dict[str, bytes]) -> bytes:
+    from ..render import pdf
+
+    pictures = {name: data for name, data in figures.items() if name.endswith(".png")}
+    try:
+        return pdf.compile_pdf(tex, pictures)
+    except (pdf.EngineMissing, pdf.CompileError) as error:
+        raise EnvironmentProblem(str(error)) from None
+
+
+def render(
+    kind: str, options: DocumentOptions, *, fragment: bool = False, progress: Progress = _quiet
+) -> tuple[bytes, dict[str, bytes]]:
+    """The document (`kind`: latex, markdown or pdf) and its figures, as bytes."""
+    example = example_for(options)
+    if example is not None:
+        progress("computed the worked example with torch and SymPy")
+    figures = _figures(options, example)
+    if figures:
+        progress("drew the figures")
+    if kind == "markdown":
+        text = markdown_document(options, example=example, progress=progress)
+        return text.encode("utf-8"), figures
+    tex = latex_document(options, fragment=fragment and kind == "latex", example=example,
+                         progress=progress)  # fmt: skip
+    progress("printed the document")
+    if kind == "latex":
+        return tex.encode("utf-8"), figures
+    pdf = _compile(tex, figures)
+    progress("compiled it with pdflatex", always=True)
+    return pdf, figures
+
+
+def generate_docs(*, pdf: bool = True, progress: Progress = _quiet) -> dict[str, bytes]:
+    """Every generated file under docs/, by path relative to docs/ (deterministic)."""
+    from ..render.glossary import glossary_markdown
+
+    example = example_for(DOCS_OPTIONS)
+    progress("computed the worked example")
+    figures = _figures(DOCS_OPTIONS, example)
+    progress("drew the figures")
+    tex = latex_document(DOCS_OPTIONS, example=example, progress=progress)
+    files = {
+        "glossary.md": glossary_markdown().encode("utf-8"),
+        "derivation.tex": tex.encode("utf-8"),
+        "derivation.md": markdown_document(DOCS_OPTIONS, example=example).encode("utf-8"),
+        **figures,
+    }
+    progress("printed the documents")
+    if pdf:
+        files["derivation.pdf"] = _compile(tex, figures)
+        progress("compiled docs/derivation.pdf with pdflatex", always=True)
+    return files
+
+
+def _options(args) -> DocumentOptions:
+    given = {letter: getattr(args, letter) for letter in "ndc"}
+    sizes = None
+    if any(value is not None for value in given.values()):
+        from . import DEFAULT_SIZES
+
+        sizes = tuple(
+            given[letter] if given[letter] is not None else DEFAULT_SIZES[letter]
+            for letter in "ndc"
+        )
+        if sizes[2] % args.heads:
+            raise UsageError(
+                f"derive {args.command}: --heads {args.heads} does not divide --c {sizes[2]} "
+                "(each head gets c / heads columns)"
+            )
+    if args.example and args.heads > 1:
+        raise UsageError(
+            f"derive {args.command}: the worked example is single-head; drop --heads or --example"
+        )
+    if args.example and sizes is not None and sizes[0] > 7:
+        raise UsageError(
+            f"derive {args.command}: the worked example's sentence has 7 tokens, so --example "
+            f"takes --n up to 7, got --n {sizes[0]}"
+        )
+    figures = None
+    if args.figures is not None:
+        base = Path(args.output).parent if args.output else Path(".")
+        figures = Path(os.path.relpath(Path(args.figures), base)).as_posix()
+    return DocumentOptions(
+        sizes=sizes, causal=args.causal, heads=args.heads, example=args.example, figures=figures
+    )
+
+
+def run_document(args, progress: Progress) -> int:
+    """`derive latex|markdown|pdf`: render, then write the document and its figures."""
+    check_output(args.output)
+    if args.command == "pdf" and args.output is None and os.isatty(1):
+        raise UsageError("derive pdf: refusing to write a PDF to a terminal; use -o FILE")
+    options = _options(args)
+    if args.command == "pdf":
+        from ..render import pdf
+
+        try:
+            pdf.require_engine()
+        except pdf.EngineMissing as error:
+            raise EnvironmentProblem(str(error)) from None
+    data, figures = render(args.command, options, fragment=getattr(args, "fragment", False),
+                           progress=progress)  # fmt: skip
+    if figures:
+        write_files(Path(args.output).parent if args.output else Path("."), figures)
+    if args.output is None:
+        write_stdout(data)
+    else:
+        write(Path(args.output), data)
+    return 0
+
+
+def run_docs(args, progress: Progress) -> int:
+    """`derive docs`: regenerate the files under --out (created if missing)."""
+    root = Path(args.out)
+    try:
+        exists = root.is_dir()
+    except OSError as error:
+        raise UsageError(f"derive docs: cannot use --out {args.out}: {error.strerror}") from None
+    if exists:
+        check_output(str(root / "derivation.tex"))
+    if not args.no_pdf:
+        from ..render import pdf
+
+        try:
+            pdf.require_engine()
+        except pdf.EngineMissing as error:
+            raise EnvironmentProblem(f"{error} (or skip the PDF with --no-pdf)") from None
+    files = generate_docs(pdf=not args.no_pdf, progress=progress)
+    write_files(root, files)
+    progress(f"wrote {len(files)} files under {root}", always=True)
+    return 0

@@ -1,0 +1,97 @@
+"""The lines an explicit step shows: one per entry, long sums broken, the softmax's row sums
+written once as s_m. Objects use them for their rich display; documents for their sections.
+A step is anything with `entries`, `formula` and `name` (`ExplicitStep`, `GradientStep`)."""
+
+from __future__ import annotations
+
+import re
+
+import sympy as sp
+
+from ..notation import latex
+from ..notation import letters as L
+from ..notation.printer import ordered_terms
+
+__all__ = ["explicit_lines", "matrix_line", "visible_width", "split_sum", "WIDEST_MATRIX"]
+
+#: Wider matrices are shown by their generic entry, so that no display runs off the page.
+WIDEST_MATRIX = 8
+
+
+def _long(lhs: str, expr: sp.Expr) -> list[str]:
+    """``lhs &= t1 + t2 + …`` broken into lines of about 56 visible characters."""
+    terms = [latex(term, fold_short_frac=True) for term in ordered_terms(expr)]
+    terms = [f"\\left({t}\\right)" if t.startswith("-") and k else t for k, t in enumerate(terms)]
+    lines = split_sum(terms)
+    return [f"{lhs} &= {lines[0]}"] + [rf"&\quad + {line}" for line in lines[1:]]
+
+
+def _entries_lines(step) -> list[str]:
+    lines: list[str] = []
+    rows, cols = step.formula.shape
+    for row in range(rows):
+        for col in range(cols):
+            lines += _long(latex(step.entries[row, col]), step.formula[row, col])
+    return lines
+
+
+def _weights_lines(step) -> list[str]:
+    """Per row: the shared denominator s_m once, then each a_{m,p} over s_m."""
+    lines: list[str] = []
+    s = sp.IndexedBase("s")
+    for row in range(step.formula.shape[0]):
+        entries = [step.formula[row, col] for col in range(step.formula.shape[1])]
+        nonzero = [entry for entry in entries if entry != 0]
+        total = sp.fraction(nonzero[0])[1] if nonzero else sp.S.Zero
+        if total != 1 and total != 0:
+            lines += _long(latex(s[row + 1]), total)
+        for col, entry in enumerate(entries):
+            lhs = latex(step.entries[row, col])
+            numerator, denominator = sp.fraction(entry)
+            if denominator == total and total not in (0, 1):
+                lines.append(rf"{lhs} &= \frac{{{latex(numerator)}}}{{{latex(s[row + 1])}}}")
+            else:
+                lines.append(f"{lhs} &= {latex(entry)}")
+    return lines
+
+
+def explicit_lines(step) -> list[str]:
+    """The aligned lines of one explicit step (weights: with the shared row sums s_m)."""
+    return _weights_lines(step) if step.name == "weights" else _entries_lines(step)
+
+
+def matrix_line(letter: str, matrix: sp.MatrixBase) -> str:
+    """``X &= (matrix of named entries)``, or its generic entry when wider than 8 columns."""
+    rows, cols = matrix.shape
+    if cols <= WIDEST_MATRIX:
+        return f"{letter} &= {latex(matrix)}"
+    entry = matrix[0, 0]  # base[1, 1]: the same letter with the generic indices
+    first, second = (L.i, L.j) if entry.base.label.name.startswith("w") else (L.m, L.i)
+    generic = latex(entry.base[first, second])
+    return (
+        rf"{letter} &= \left({generic}\right)_{{{latex(first)} = 1 \ldots {rows},\;"
+        rf" {latex(second)} = 1 \ldots {cols}}}"
+    )
+
+
+def visible_width(tex: str) -> int:
+    """About how many characters a LaTeX formula shows (\\left, braces, marks: 0; \\exp: 3)."""
+    tex = re.sub(r"\\(left|right)\b", "", tex)
+    tex = re.sub(r"\\exp\b", "exp", tex)
+    tex = re.sub(r"\\[a-zA-Z]+", "x", tex)
+    return len(re.sub(r"[{}^_\s]", "", tex))
+
+
+def split_sum(terms: list[str], *, width: int = 56) -> list[str]:
+    """Group the LaTeX terms of a sum into lines of about `width` visible characters (a term
+    wider than `width` gets a line of its own); the caller joins the lines with ``+``."""
+    lines: list[list[str]] = [[]]
+    length = 0
+    for term in terms:
+        size = visible_width(term) + 1
+        if lines[-1] and length + size > width:
+            lines.append([])
+            length = 0
+        lines[-1].append(term)
+        length += size
+    return [" + ".join(line) for line in lines]

@@ -1,0 +1,249 @@
+r"""The backward pass at concrete sizes, derived by SymPy from the explicit forward steps.
+
+A scalar loss L reaches self-attention through its output: the upstream gradient \bar{C} is a
+matrix of fresh entries \bar{z}_{m,j}. Every forward step gives each output entry y as a short
+formula f_y in the previous steps' named entries. Walking the steps backwards, the gradient of
+each named entry u is the chain rule
+
+$$\bar{u} = \sum_{\text{steps that read } u} \; \sum_{y} \bar{y} \,
+  \frac{\partial f_y}{\partial u},$$
+
+each partial derivative taken by `sympy.diff` on one entry's formula (a few terms), never on one
+expanded expression in x and the weights. The matrix forms derived at symbolic sizes
+(`derive.calculus.backward`) are instantiated at the same sizes (`compact`), and
+`derive.explicit.agreement` shows that the two derivations agree entry by entry.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import ClassVar
+
+import sympy as sp
+from sympy import Add, ImmutableMatrix, Indexed
+
+from .. import calculus
+from ..notation import letters as L
+from .forward import ExplicitAttention
+from .instantiate import cells
+from .sizes import check_size
+from .values import Values, compose, evaluate_steps, exact_numbers, size_values
+
+__all__ = ["MAX_GRADIENT_SIZE", "GradientStep", "ExplicitGradients", "explicit_gradients"]
+
+#: The largest n, d or c that `explicit_gradients` accepts (docs/benchmarks.md: the whole check
+#: against autograd takes about 3 s at n = d = c = 8 on a 2-core machine and grows like n⁴).
+MAX_GRADIENT_SIZE = 8
+
+
+def gradient_of(entry: Indexed) -> Indexed:
+    """The gradient's entry of a named entry: ω_{m,p} -> \\bar{ω}_{m,p}, x_{m,i} -> …"""
+    return L.base("d" + entry.base.label.name)[entry.indices]
+
+
+@dataclass(frozen=True)
+class GradientStep:
+    """One gradient at concrete sizes.
+
+    Attributes:
+        output: its key, ``"d"`` + the forward key (``"dV"``, ``"dA_2"`` for head 2).
+        of: the forward matrix it is the gradient of (``"V"``, ``"A_2"``).
+        head: the head (1-based) for per-head gradients, else None.
+        entries: its named entries (\\bar{v}_{p,j}, ...), the left-hand sides.
+        formula: each entry by the chain rule, in named entries of the forward steps and of the
+            gradients before it.
+        compact: the matrix form derived at symbolic sizes, at these sizes, in the same entries.
+    """
+
+    output: str
+    of: str
+    head: int | None
+    entries: ImmutableMatrix
+    formula: ImmutableMatrix
+    compact: ImmutableMatrix
+
+    #: Read by `derive.explicit.values.evaluate_steps`: gradients are evaluated on Floats.
+    polynomial: ClassVar[bool] = False
+    name: ClassVar[str] = "gradient"
+
+    def _repr_latex_(self) -> str:
+        from .display import explicit_lines
+
+        return "$$\\begin{aligned}" + " \\\\ ".join(explicit_lines(self)) + "\\end{aligned}$$"
+
+
+def _partials(formula: sp.Expr) -> list[tuple[Indexed, sp.Expr]]:
+    """(u, ∂formula/∂u) for each named entry u of one entry's formula, by `sympy.diff`.
+
+    Each entry stands in as a plain symbol for the derivative and is put back after: SymPy
+    differentiates with respect to a symbol about twice as fast as with respect to an `Indexed`.
+    """
+    entries = formula.atoms(Indexed)
+    plain = {u: sp.Symbol(str(u), real=True) for u in entries}
+    back = {symbol: u for u, symbol in plain.items()}
+    stand_in = formula.xreplace(plain)
+    return [(u, sp.diff(stand_in, plain[u]).xreplace(back)) for u in entries]
+
+
+class ExplicitGradients:
+    """The backward pass at sizes n, d, c: see `explicit_gradients`."""
+
+    def __init__(self, n: int, d: int, c: int, *, causal: bool, heads: int) -> None:
+        for name, value in (("n", n), ("d", d), ("c", c)):
+            check_size(name, value, limit=MAX_GRADIENT_SIZE, what="derive.MAX_GRADIENT_SIZE",
+                       generic="derive.backward_steps()")  # fmt: skip
+        self.forward = ea = ExplicitAttention(n, d, c, causal=causal, heads=heads)
+        self.n, self.d, self.c, self.heads, self.causal = ea.n, ea.d, ea.c, ea.heads, ea.causal
+        self.width = ea.width
+        self.dC = L.entries("dctx", self.n, self.c)
+        self.inputs = {**ea.inputs, "dC": self.dC}
+        self.steps = tuple(self._derive())
+
+    def _repr_latex_(self) -> str:
+        """Every gradient entry by its derived formula, in the named entries before it."""
+        from .display import explicit_lines, matrix_line
+
+        lines = [matrix_line(L.MATRIX_LATEX["dC"], self.dC)]
+        for step in self.steps:
+            lines += explicit_lines(step)
+        return "$$\\begin{aligned}" + " \\\\ ".join(lines) + "\\end{aligned}$$"
+
+    def __repr__(self) -> str:
+        causal = ", causal=True" if self.causal else ""
+        return f"explicit_gradients(n={self.n}, d={self.d}, c={self.c}{causal}, heads={self.heads})"
+
+    # -- the derivation ----------------------------------------------------------------------------
+
+    def _derive(self) -> list[GradientStep]:
+        nodes = [(key, None, value, None) for key, value in self.forward.inputs.items()]
+        nodes += [(s.output, s.head, s.entries, s.formula) for s in self.forward.steps]
+        terms: dict[Indexed, list[sp.Expr]] = {}
+        for _, _, entries, formula in nodes:
+            if formula is None:
+                continue
+            for output, f in zip(entries, formula, strict=True):
+                d_output = gradient_of(output)
+                for u, partial in _partials(f):
+                    terms.setdefault(u, []).append(d_output * partial)
+        compact = self._compact()
+        derived = []
+        for key, head, entries, _ in reversed(nodes):
+            if key == "C":
+                continue  # \bar{C} is the upstream gradient, given
+            formula = entries.applyfunc(lambda u: Add(*terms.get(u, [])))
+            gradient = entries.applyfunc(gradient_of)
+            form = gradient.applyfunc(lambda e: compact.get(e, e))
+            matrices = (ImmutableMatrix(m) for m in (gradient, formula, form))
+            derived.append(GradientStep("d" + key, key, head, *matrices))
+        return derived
+
+    def _compact(self) -> dict[Indexed, sp.Expr]:
+        """Every entry of every gradient derived at symbolic sizes, at these sizes, written in
+        the entries this explicit derivation names (folded entries resolved)."""
+        sizes = size_values(self.forward.sizes)
+        values: dict[Indexed, sp.Expr] = {}
+        for gradient in calculus.backward(self.forward.graph):
+            shape = gradient.shape
+            for _, entry, value in cells(gradient.element, shape, sizes, self.heads):
+                values[entry] = value
+        folded = dict(self.forward.instance.folded)
+        letters = self.forward.instance.folded_letters
+        folded |= {e: v for e, v in values.items() if L.letter_of(e)[1:] in letters}
+        for _ in range(4):  # folded gradients may read folded gradients
+            values = {e: v.xreplace(folded) for e, v in values.items()}
+            folded = {e: v.xreplace(folded) for e, v in folded.items()}
+        return values
+
+    def step(self, output: str) -> GradientStep:
+        """The gradient step that produces `output` (``"dV"``, ``"dA_2"``, ...)."""
+        for step in self.steps:
+            if step.output == output:
+                return step
+        raise KeyError(f"no gradient step {output!r}; known: {[s.output for s in self.steps]}")
+
+    # -- the matrices over X, the weights and \bar{C} --------------------------------------------
+
+    @functools.cached_property
+    def _composed(self) -> dict[str, ImmutableMatrix]:
+        env = size_values(self.forward.sizes)
+        compose(self.forward.steps, env)  # the forward entries, in x and the weights
+        return compose(self.steps, env)
+
+    def _matrix(self, key: str) -> ImmutableMatrix | tuple[ImmutableMatrix, ...]:
+        if self.heads > 1 and key in ("dOmega", "dOmega_scaled", "dA"):
+            return tuple(self._composed[f"{key}_{h}"] for h in range(1, self.heads + 1))
+        return self._composed[key]
+
+    dX = property(lambda self: self._matrix("dX"), doc="\\bar{X} = \\bar{Q} W_qᵀ + …")
+    dW_q = property(lambda self: self._matrix("dW_q"), doc="\\bar{W}_q = Xᵀ \\bar{Q}.")
+    dW_k = property(lambda self: self._matrix("dW_k"), doc="\\bar{W}_k = Xᵀ \\bar{K}.")
+    dW_v = property(lambda self: self._matrix("dW_v"), doc="\\bar{W}_v = Xᵀ \\bar{V}.")
+    dQ = property(lambda self: self._matrix("dQ"), doc="\\bar{Q} = \\bar{Ω} K (per head).")
+    dK = property(lambda self: self._matrix("dK"), doc="\\bar{K} = \\bar{Ω}ᵀ Q (per head).")
+    dV = property(lambda self: self._matrix("dV"), doc="\\bar{V} = Aᵀ \\bar{C} (per head).")
+    dA = property(lambda self: self._matrix("dA"), doc="\\bar{A} = \\bar{C} Vᵀ (a tuple per head).")
+    dOmega = property(lambda self: self._matrix("dOmega"), doc="\\bar{Ω} = \\bar{Ω̃} / √c.")
+    dOmega_scaled = property(lambda self: self._matrix("dOmega_scaled"), doc="The softmax's.")
+
+    @property
+    def dW_o(self) -> ImmutableMatrix:
+        """\\bar{W}_o = Ĉᵀ \\bar{C} (multi-head only)."""
+        if self.heads == 1:
+            raise AttributeError("dW_o exists only for heads > 1 (the single head has no W_o)")
+        return self._composed["dW_o"]
+
+    # -- proofs ------------------------------------------------------------------------------------
+
+    def residuals(self) -> dict[str, ImmutableMatrix]:
+        """Chain rule minus the instantiated symbolic form, per gradient step, simplified."""
+        from .agreement import residual
+
+        return {step.output: residual(self, step) for step in self.steps}
+
+    def proven(self) -> bool:
+        """True when every gradient by the chain rule equals its symbolic form (`residuals`)."""
+        return all(matrix.is_zero_matrix for matrix in self.residuals().values())
+
+    def rowsum_residual(self) -> ImmutableMatrix:
+        """Σ_r a_{m,r} \\bar{a}_{m,r} − Σ_j \\bar{z}_{m,j} z_{m,j} per row (and head), expanded."""
+        from .agreement import rowsum_residual
+
+        return rowsum_residual(self)
+
+    # -- numbers -----------------------------------------------------------------------------------
+
+    def evaluate(
+        self, X: object, W_q: object, W_k: object, W_v: object, dC: object, W_o: object = None,
+        *, digits: int | None = 30,
+    ) -> Values:  # fmt: skip
+        """The forward steps, then each gradient step, on numbers (`xreplace`, step by step).
+
+        Returns a `Values` holding the forward values (``Q`` … ``C``) and the gradients (``dA``,
+        ``dV``, …, ``dX``), 30-digit SymPy Floats by default. Shapes: X (n, d); W_q, W_k, W_v
+        (d, c); dC (n, c); W_o (c, c) when heads > 1.
+        """
+        given = {"X": X, "W_q": W_q, "W_k": W_k, "W_v": W_v, "dC": dC}
+        exact = exact_numbers(self.inputs, self.forward.sizes, self.heads, given, W_o, digits)
+        return evaluate_steps(self.forward.steps + self.steps, exact, digits, self.heads)
+
+
+def explicit_gradients(
+    n: int, d: int, c: int, *, causal: bool = False, heads: int = 1
+) -> ExplicitGradients:
+    r"""The backward pass of self-attention at concrete sizes, derived by SymPy.
+
+    Attributes: `dC` (n, c), fresh entries \bar{z}_{m,j}; `dX` (n, d), `dW_q`, `dW_k`, `dW_v`
+    (d, c), `dQ`, `dK`, `dV` (n, c), `dA`, `dOmega`, `dOmega_scaled` (n, n; a tuple per head),
+    and `dW_o` (c, c) for heads > 1: SymPy matrices over the entries of X, the weights and
+    \bar{C}, the same symbols as `explicit_attention(n, d, c, causal=causal, heads=heads)`.
+    `steps` lists each gradient's derived formula in named entries; `evaluate` puts numbers in
+    step by step; `residuals` shows that the chain rule here and the matrix forms derived at
+    symbolic sizes agree. Each of n, d, c is at most `MAX_GRADIENT_SIZE`.
+
+    Example:
+        >>> g = explicit_gradients(2, 3, 2)
+        >>> g.dW_q.shape
+        (3, 2)
+    """
+    return ExplicitGradients(n, d, c, causal=causal, heads=heads)

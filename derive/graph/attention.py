@@ -1,0 +1,234 @@
+"""The declarations of self-attention (section 3.4 of the book), its causal and multi-head forms.
+
+This module and `derive.graph.assumptions` are the only places where formulas are typed in.
+Each function returns one step, declared by the formula of one entry of its output:
+
+    q_{m,j} = Σ_{i=1}^{d} x_{m,i} (W_q)_{i,j}          projection (and K, V)
+    ω_{m,p} = Σ_{j=1}^{c} q_{m,j} k_{p,j}              scores
+    ω̃_{m,p} = ω_{m,p} / √c                             scaled_scores
+    M_{m,p} = 0 if p ≤ m, −∞ otherwise                  causal_mask
+    ω̂_{m,p} = ω̃_{m,p} + M_{m,p}                        masked scores (the mask is additive)
+    a_{m,p} = exp(s_{m,p}) / Σ_{r=1}^{n} exp(s_{m,r})   weights (s = ω̃, or ω̂ when masked)
+    z_{m,j} = Σ_{p=1}^{n} a_{m,p} v_{p,j}              context (z: the entries of C)
+
+and for h heads of width c_h = c / h: the split q^{(ℓ)}_{m,j} = q_{m,(ℓ−1)c_h+j}, the same
+steps per head, the concatenation \\hat{z}_{m,(ℓ−1)c_h+j} = z^{(ℓ)}_{m,j} and the output
+projection z_{m,j} = Σ_{i=1}^{c} \\hat{z}_{m,i} (W_o)_{i,j}. Step names match
+`attention.functional`, so that the two halves read side by side.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import sympy as sp
+from sympy import Eq, Piecewise, Sum, exp, sqrt
+
+from ..notation import letters as L
+from .declaration import Declaration, Graph
+
+__all__ = [
+    "projection", "scores", "scaled_scores", "causal_mask", "masked_scores", "weights",
+    "context", "split_heads", "merge_heads", "output_projection", "self_attention", "STEP_NAMES",
+]  # fmt: skip
+
+#: The names of `attention.functional` that the steps mirror, in derivation order.
+STEP_NAMES = (
+    "projection", "split_heads", "scores", "scaled_scores", "causal_mask", "weights", "context",
+    "merge_heads",
+)  # fmt: skip
+
+_SHAPES = {
+    "X": (L.n, L.d), "W_q": (L.d, L.c), "W_k": (L.d, L.c), "W_v": (L.d, L.c),
+    "Q": (L.n, L.c), "K": (L.n, L.c), "V": (L.n, L.c), "Omega": (L.n, L.n),
+    "Omega_scaled": (L.n, L.n), "M": (L.n, L.n), "Omega_masked": (L.n, L.n), "A": (L.n, L.n),
+    "C": (L.n, L.c), "C_concat": (L.n, L.c), "W_o": (L.c, L.c),
+}  # fmt: skip
+
+
+def _shape(letter: str) -> tuple[sp.Expr, sp.Expr]:
+    """The shape of a matrix; a head's matrices have c_h columns where the whole has c."""
+    if letter.endswith("_l"):
+        rows, cols = _SHAPES[letter.removesuffix("_l")]
+        return rows, L.c_h if cols == L.c else cols
+    return _SHAPES[letter]
+
+
+def _shapes(*letters: str) -> dict[str, tuple[sp.Expr, sp.Expr]]:
+    return {letter: _shape(letter) for letter in letters}
+
+
+def _entry(name: str, head: bool, *indices: sp.Expr) -> sp.Indexed:
+    """One entry: ``_entry("q", False, m, j)`` is q_{m,j}; with `head`, q^{(ℓ)}_{m,j}."""
+    base = L.base(name)
+    return base[(L.ell, *indices)] if head else base[indices]
+
+
+def _suffix(head: bool) -> str:
+    return "_l" if head else ""
+
+
+_TITLES = {"q": "Query projection", "k": "Key projection", "v": "Value projection"}
+
+
+def projection(which: str) -> Declaration:
+    r"""$q_{m,j} = \sum_{i=1}^{d} x_{m,i} (W_q)_{i,j}$ (`which`: ``"q"``, ``"k"`` or ``"v"``)."""
+    m, i, j = L.m, L.i, L.j
+    rhs = Sum(_entry("x", False, m, i) * _entry(f"w{which}", False, i, j), (i, 1, L.d))
+    letter = which.upper()
+    return Declaration(
+        "projection",
+        letter,
+        _TITLES[which],
+        Eq(_entry(which, False, m, j), rhs, evaluate=False),
+        _shapes("X", f"W_{which}", letter),
+    )
+
+
+def scores(*, head: bool = False) -> Declaration:
+    r"""$\omega_{m,p} = \sum_{j=1}^{c} q_{m,j} k_{p,j}$: the dot product of query m and key p."""
+    m, p, j = L.m, L.p, L.j
+    width = L.c_h if head else L.c
+    rhs = Sum(_entry("q", head, m, j) * _entry("k", head, p, j), (j, 1, width))
+    s = _suffix(head)
+    return Declaration(
+        "scores",
+        "Omega" + s,
+        "Attention scores",
+        Eq(_entry("omega", head, m, p), rhs, evaluate=False),
+        _shapes("Q" + s, "K" + s, "Omega" + s),
+    )
+
+
+def scaled_scores(*, head: bool = False) -> Declaration:
+    r"""$\tilde\omega_{m,p} = \omega_{m,p} / \sqrt{c}$ (per head: $\sqrt{c_h}$)."""
+    width = L.c_h if head else L.c
+    s = _suffix(head)
+    rhs = _entry("omega", head, L.m, L.p) / sqrt(width)
+    return Declaration(
+        "scaled_scores",
+        "Omega_scaled" + s,
+        "Scaling by the square root of the width",
+        Eq(_entry("omegatilde", head, L.m, L.p), rhs, evaluate=False),
+        _shapes("Omega" + s, "Omega_scaled" + s),
+    )
+
+
+def causal_mask() -> Declaration:
+    r"""$M_{m,p} = 0$ where $p \le m$ (token m may attend to p), $-\infty$ otherwise."""
+    rhs = Piecewise((0, sp.Le(L.p, L.m)), (-sp.oo, True))
+    return Declaration(
+        "causal_mask",
+        "M",
+        "The causal mask",
+        Eq(_entry("mask", False, L.m, L.p), rhs, evaluate=False),
+        _shapes("M"),
+        constant=True,
+    )
+
+
+def masked_scores(*, head: bool = False) -> Declaration:
+    r"""$\hat\omega_{m,p} = \tilde\omega_{m,p} + M_{m,p}$: the mask is added to the scores."""
+    s = _suffix(head)
+    rhs = _entry("omegatilde", head, L.m, L.p) + _entry("mask", False, L.m, L.p)
+    return Declaration(
+        "weights",
+        "Omega_masked" + s,
+        "Masking the scores",
+        Eq(_entry("omegahat", head, L.m, L.p), rhs, evaluate=False),
+        _shapes("Omega_scaled" + s, "M", "Omega_masked" + s),
+    )
+
+
+def weights(*, head: bool = False, masked: bool = False) -> Declaration:
+    r"""$a_{m,p} = \exp(\tilde\omega_{m,p}) / \sum_{r=1}^{n} \exp(\tilde\omega_{m,r})$: the
+    softmax of each row (of the masked scores $\hat\omega$ when `masked`)."""
+    source = "omegahat" if masked else "omegatilde"
+    s = _suffix(head)
+    numerator = exp(_entry(source, head, L.m, L.p))
+    total = Sum(exp(_entry(source, head, L.m, L.r)), (L.r, 1, L.n))
+    letter = ("Omega_masked" if masked else "Omega_scaled") + s
+    return Declaration(
+        "weights",
+        "A" + s,
+        "Attention weights (row-wise softmax)",
+        Eq(_entry("a", head, L.m, L.p), numerator / total, evaluate=False),
+        _shapes(letter, "A" + s),
+    )
+
+
+def context(*, head: bool = False) -> Declaration:
+    r"""$z_{m,j} = \sum_{p=1}^{n} a_{m,p} v_{p,j}$: row m of C weighs the value rows."""
+    m, p, j = L.m, L.p, L.j
+    rhs = Sum(_entry("a", head, m, p) * _entry("v", head, p, j), (p, 1, L.n))
+    s = _suffix(head)
+    return Declaration(
+        "context",
+        "C" + s,
+        "Context vectors",
+        Eq(_entry("ctx", head, m, j), rhs, evaluate=False),
+        _shapes("A" + s, "V" + s, "C" + s),
+    )
+
+
+def split_heads(which: str) -> Declaration:
+    r"""Head ℓ takes its block of columns: $q^{(\ell)}_{m,j} = q_{m,(\ell-1)c_h+j}$."""
+    letter = which.upper()
+    rhs = _entry(which, False, L.m, (L.ell - 1) * L.c_h + L.j)
+    return Declaration(
+        "split_heads",
+        letter + "_l",
+        "Split into heads",
+        Eq(_entry(which, True, L.m, L.j), rhs, evaluate=False),
+        _shapes(letter, letter + "_l"),
+    )
+
+
+def merge_heads() -> Declaration:
+    r"""The heads side by side: $\hat{z}_{m,(\ell-1)c_h+j} = z^{(\ell)}_{m,j}$."""
+    lhs = _entry("ctxcat", False, L.m, (L.ell - 1) * L.c_h + L.j)
+    return Declaration(
+        "merge_heads",
+        "C_concat",
+        "Concatenate the heads",
+        Eq(lhs, _entry("ctx", True, L.m, L.j), evaluate=False),
+        _shapes("C_l", "C_concat"),
+    )
+
+
+def output_projection() -> Declaration:
+    r"""$z_{m,j} = \sum_{i=1}^{c} \hat{z}_{m,i} (W_o)_{i,j}$: the heads mixed by $W_o$."""
+    m, i, j = L.m, L.i, L.j
+    rhs = Sum(_entry("ctxcat", False, m, i) * _entry("wo", False, i, j), (i, 1, L.c))
+    return Declaration(
+        "projection",
+        "C",
+        "Output projection",
+        Eq(_entry("ctx", False, m, j), rhs, evaluate=False),
+        _shapes("C_concat", "W_o", "C"),
+    )
+
+
+@functools.cache
+def self_attention(*, causal: bool = False, masked: bool = False, heads: bool = False) -> Graph:
+    """The graph of self-attention: one head, or h heads of width c_h = c / h (`heads`).
+
+    `causal` declares the causal mask M and adds it to the scaled scores; `masked` adds a mask M
+    given as an input (0 where a query may attend, −∞ where not: padding, or any pattern).
+    """
+    if causal and masked:
+        raise ValueError("choose causal=True or masked=True: the causal mask is one mask M")
+    steps = [projection("q"), projection("k"), projection("v")]
+    if heads:
+        steps += [split_heads(which) for which in "qkv"]
+    steps += [scores(head=heads), scaled_scores(head=heads)]
+    if causal:
+        steps.append(causal_mask())
+    if causal or masked:
+        steps.append(masked_scores(head=heads))
+    steps += [weights(head=heads, masked=causal or masked), context(head=heads)]
+    if heads:
+        steps += [merge_heads(), output_projection()]
+    name = ("causal " if causal else "masked " if masked else "") + "self-attention"
+    relations = (Eq(L.c_h, L.c / L.h),) if heads else ()
+    return Graph(("multi-head " if heads else "") + name, tuple(steps), relations)

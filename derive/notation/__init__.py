@@ -1,0 +1,9 @@
+"""The book's notation: letters and index ranges, the matrix expressions SymPy lacks, and the
+LaTeX printer every object and document shares (at the bottom of the pipeline: everything else
+imports it, it imports nothing of `derive`)."""
+
+from . import letters
+from .matexpr import Concat, Softmax
+from .printer import AttentionPrinter, latex
+
+__all__ = ["letters", "Concat", "Softmax", "AttentionPrinter", "latex"]

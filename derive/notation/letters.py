@@ -1,0 +1,196 @@
+"""The book's letters, once: sizes, indices, the entries of every matrix, and their LaTeX.
+
+Sizes (positive integer symbols)::
+
+    n  tokens        d  input width      c  width of queries, keys, values and contexts
+    h  heads         c_h  per-head width
+
+Indices (1-based, as in the book)::
+
+    m, p, r, t  tokens (m a query; p, t keys; r the summation index of the softmax)
+    i           input features (columns of X, rows of W_q, W_k, W_v)
+    j, j'       context features (columns of W_q, W_k, W_v, Q, K, V, C)
+    l           a head (printed ℓ),  b  a sequence in a batch
+
+One letter, one meaning: the entries of C are z_{m,j} (the book calls the context vector of a
+token z), so that c is only ever the width; a gradient ∂L/∂Y is written with a bar, Ȳ (its
+entries ȳ), so that d is only ever the input width; the constant added to a row of scores is
+λ, so that t is only ever a token.
+
+Matrices are `MatrixSymbol`s (symbolic sizes); their entries are `Indexed` objects whose indices
+are 1-based integers or index symbols, so ``base("x")[m, i]`` is x_{m,i} with no shift anywhere.
+A head's entries carry the head first: ``base("omega")[l, m, p]`` is ω^{(ℓ)}_{m,p}.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import sympy as sp
+from sympy import IndexedBase, MatrixSymbol, Symbol
+
+__all__ = [
+    "n", "d", "c", "h", "c_h", "m", "p", "r", "t", "i", "j", "j2", "ell", "b", "lam",
+    "SIZES", "BASES", "READING_ORDER", "reading_key", "MATRIX_LATEX", "ENTRY_LATEX", "base",
+    "letter_of", "name_of",
+    "matrix_symbol", "entries", "head_entries", "gradient", "is_gradient",
+]  # fmt: skip
+
+# Sizes.
+n, d, c, h = sp.symbols("n d c h", integer=True, positive=True)
+c_h = Symbol("c_h", integer=True, positive=True)
+SIZES = (n, d, c, h, c_h)
+
+# Indices, 1-based.
+m, p, r, t, i, j, b = sp.symbols("m p r t i j b", integer=True, positive=True)
+#: A second context feature (the variance of a score sums over pairs j, j').
+j2 = Symbol("j'", integer=True, positive=True)
+#: The head index (the letter l, named `ell` in Python so that it never reads as 1).
+ell = Symbol("l", integer=True, positive=True)
+#: The constant added to every score of a row (shift invariance of the softmax).
+lam = Symbol("lambda", real=True)
+
+#: Entry name -> matrix letter. The entry names are internal; readers see `ENTRY_LATEX`.
+_FORWARD = {
+    "x": "X",
+    "wq": "W_q",
+    "wk": "W_k",
+    "wv": "W_v",
+    "wo": "W_o",
+    "q": "Q",
+    "k": "K",
+    "v": "V",
+    "omega": "Omega",
+    "omegatilde": "Omega_scaled",
+    "mask": "M",
+    "omegahat": "Omega_masked",
+    "a": "A",
+    "ctx": "C",
+    "ctxcat": "C_concat",
+}
+#: LaTeX of one entry's letter: x_{m,i}, (W_q)_{i,j}, ω_{m,p}, z_{m,j} (an entry of C), ...
+_ENTRY = {
+    "x": "x",
+    "wq": "(W_q)",
+    "wk": "(W_k)",
+    "wv": "(W_v)",
+    "wo": "(W_o)",
+    "q": "q",
+    "k": "k",
+    "v": "v",
+    "omega": r"\omega",
+    "omegatilde": r"\tilde{\omega}",
+    "mask": "M",
+    "omegahat": r"\hat{\omega}",
+    "a": "a",
+    "ctx": "z",
+    "ctxcat": r"\hat{z}",
+}
+#: LaTeX of each matrix letter.
+_MATRIX = {
+    "X": "X",
+    "W_q": "W_q",
+    "W_k": "W_k",
+    "W_v": "W_v",
+    "W_o": "W_o",
+    "Q": "Q",
+    "K": "K",
+    "V": "V",
+    "Omega": r"\Omega",
+    "Omega_scaled": r"\tilde{\Omega}",
+    "M": "M",
+    "Omega_masked": r"\hat{\Omega}",
+    "A": "A",
+    "C": "C",
+    "C_concat": r"\hat{C}",
+}
+
+
+def _bar(tex: str) -> str:
+    """The adjoint's bar: x -> \\bar{x}, (W_q) -> (\\bar{W}_q), W_q -> \\bar{W}_q."""
+    if tex.startswith("(") and tex.endswith(")"):
+        return "(" + _bar(tex[1:-1]) + ")"
+    if "_" in tex and not tex.startswith("\\"):
+        head, _, tail = tex.partition("_")
+        return rf"\bar{{{head}}}_{tail}"
+    return rf"\bar{{{tex}}}"
+
+
+#: Entry name -> matrix letter, for the forward matrices and their gradients ("dq" -> "dQ").
+BASES: dict[str, str] = _FORWARD | {"d" + k: "d" + v for k, v in _FORWARD.items() if k != "mask"}
+#: Entry name -> LaTeX of the entry's letter (gradients with a bar: "dq" -> \bar{q}).
+ENTRY_LATEX: dict[str, str] = _ENTRY | {"d" + k: _bar(v) for k, v in _ENTRY.items() if k != "mask"}
+#: Matrix letter -> LaTeX; gradients ("dQ" -> \bar{Q}); per head ("Q_l" -> Q^{(\ell)}).
+MATRIX_LATEX: dict[str, str] = _MATRIX | {"d" + k: _bar(v) for k, v in _MATRIX.items() if k != "M"}
+MATRIX_LATEX |= {f"{k}_l": f"{v}^{{(\\ell)}}" for k, v in list(MATRIX_LATEX.items())}
+_LETTERS = {letter: name for name, letter in BASES.items()}
+
+
+#: The order of entries in a product and of terms in a sum (and of a step's inputs): the book
+#: writes x W, q k, a v, \hat{z} W_o; the gradients in the order of their matrix forms.
+READING_ORDER = (
+    "x", "ctxcat", "a", "dctx", "ctx", "domega", "domegatilde", "domegahat", "da", "dq", "dk",
+    "dv", "q", "wq", "wk", "wv", "wo", "k", "v", "omega", "omegatilde", "omegahat", "mask",
+    "dx", "dwq", "dwk", "dwv", "dwo", "dctxcat",
+)  # fmt: skip
+_RANK = {name: rank for rank, name in enumerate(READING_ORDER)}
+
+
+def reading_key(entry: sp.Indexed) -> tuple:
+    """Where an entry goes in a product or a sum: its letter's place in `READING_ORDER`, then
+    its indices (numbers numerically, so x_{1,2} comes before x_{1,10}; symbols by name)."""
+    indices = tuple((0, int(k), "") if k.is_Integer else (1, 0, str(k)) for k in entry.indices)
+    return (_RANK.get(entry.base.label.name, len(_RANK)), indices)
+
+
+def is_gradient(letter: str) -> bool:
+    """True for a gradient's letter (``dQ``, ``dW_q``, ``dQ_l``)."""
+    return letter.startswith("d") and letter[1:].removesuffix("_l") in _LETTERS
+
+
+def gradient(letter: str) -> str:
+    """The letter of a matrix's gradient: ``Q`` -> ``dQ``, ``Q_l`` -> ``dQ_l``."""
+    return "d" + letter
+
+
+@functools.cache
+def base(name: str) -> IndexedBase:
+    """The `IndexedBase` of one letter's entries, e.g. ``base("omega")[m, p]`` is ω_{m,p}."""
+    if name not in BASES:
+        raise ValueError(f"unknown entry letter {name!r}; expected one of {sorted(BASES)}")
+    return IndexedBase(name, real=True)
+
+
+def letter_of(entry: sp.Indexed) -> str:
+    """The matrix letter of an entry: x_{m,i} -> ``X``; a head's ω^{(ℓ)}_{m,p} -> ``Omega_l``."""
+    letter = BASES[entry.base.label.name]
+    return letter + "_l" if len(entry.indices) == 3 else letter
+
+
+def name_of(letter: str) -> str:
+    """The entry name of a matrix letter: ``Omega`` -> ``omega`` (``Omega_l`` too)."""
+    return _LETTERS[letter.removesuffix("_l")]
+
+
+@functools.cache
+def matrix_symbol(letter: str, rows: sp.Expr, cols: sp.Expr) -> MatrixSymbol:
+    """The `MatrixSymbol` of a whole matrix, e.g. ``X`` of shape n × d."""
+    return MatrixSymbol(letter, rows, cols)
+
+
+@functools.cache
+def entries(name: str, rows: int, cols: int) -> sp.ImmutableMatrix:
+    """The explicit rows × cols matrix of a letter's entries, 1-based: entry (m, i) is x[m, i].
+
+    The same call returns the same (immutable) matrix, so that every step and every later
+    derivation (the gradients) shares one set of symbols.
+    """
+    letter = base(name)
+    return sp.ImmutableMatrix(rows, cols, lambda row, col: letter[row + 1, col + 1])
+
+
+@functools.cache
+def head_entries(name: str, head: int, rows: int, cols: int) -> sp.ImmutableMatrix:
+    """The entries of one head's matrix: ω^{(ℓ)}_{m,p} is ``omega[l, m, p]``."""
+    letter = base(name)
+    return sp.ImmutableMatrix(rows, cols, lambda row, col: letter[head, row + 1, col + 1])

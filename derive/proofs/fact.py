@@ -1,0 +1,61 @@
+"""A fact: a claim about a graph, and the chain of equations by which SymPy derives it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+__all__ = ["Fact", "chain"]
+
+
+def chain(lhs: sp.Expr, *values: sp.Expr) -> tuple[sp.Eq, ...]:
+    """lhs = v_1 = v_2 = …, each step once: a value equal to the one before is left out."""
+    equations: list[sp.Eq] = []
+    for value in values:
+        if equations and equations[-1].rhs == value:
+            continue
+        equations.append(sp.Eq(lhs, value, evaluate=False))
+    return tuple(equations)
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A claim and its derivation.
+
+    Attributes:
+        name: a key (``"rows_sum_to_one"``).
+        title: a few words for documents (no formula).
+        derivation: equations in order; each continues the one before (its left-hand side is
+            the previous one's, or the previous right-hand side), each step done by SymPy.
+        claim: what the fact says (Σ_p a_{m,p} = 1); `holds` when the derivation reaches it.
+        sources: the outputs of the declarations the derivation reads (for provenance).
+        how: a few words on how SymPy derived it.
+    """
+
+    name: str
+    title: str
+    derivation: tuple[sp.Eq, ...]
+    claim: sp.Eq
+    sources: tuple[str, ...]
+    how: str
+
+    @property
+    def statement(self) -> sp.Eq:
+        """The first left-hand side equals the last right-hand side."""
+        return sp.Eq(self.derivation[0].lhs, self.derivation[-1].rhs, evaluate=False)
+
+    @property
+    def residual(self) -> sp.Expr:
+        """The derived value minus the claimed one, simplified (0 when the fact holds)."""
+        return sp.simplify(sp.expand(self.derivation[-1].rhs - self.claim.rhs))
+
+    @property
+    def holds(self) -> bool:
+        """True when the derivation reaches the claim exactly."""
+        return self.residual == 0
+
+    def _repr_latex_(self) -> str:
+        from ..notation import latex
+
+        return "$$" + latex(self.statement) + "$$"

@@ -1,0 +1,193 @@
+r"""Layout: the blocks of a document and their two renderings, LaTeX and GitHub Markdown.
+
+A document is a list of blocks (`Heading`, `Prose`, `Display`, `Table`, `Figure`). The blocks
+carry finished LaTeX for their mathematics (printed by `derive.notation.latex` from SymPy objects)
+and prose from `derive.render.prose`; the renderers only lay them out. Every display carries its
+`Provenance`: declared (typed in, in `derive.graph`), derived (by SymPy, and how) or numeric
+(computed, and by what); the LaTeX puts it in a comment line before the display, the Markdown in
+an HTML comment.
+
+- LaTeX: ``align*`` for displays (``\allowdisplaybreaks`` lets long ones cross pages),
+  ``booktabs`` tables, ``graphicx`` figures; standalone (a whole ``article``) or a fragment to
+  ``\input``. Packages: amsmath, amssymb, geometry, graphicx, booktabs — all in TeX Live's
+  latex-base and latex-recommended.
+- Markdown: ``$$ … $$`` blocks holding ``aligned``, which GitHub renders; inline ``$…$``;
+  pipe tables; images.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "Heading", "Prose", "Provenance", "Display", "Table", "Figure", "Block", "to_latex",
+    "to_markdown", "declared", "derived", "numeric",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Heading:
+    text: str
+    level: int = 1
+
+
+@dataclass(frozen=True)
+class Prose:
+    """A paragraph; may hold inline math ``$…$`` and ``\\emph{…}``."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a display comes from.
+
+    Attributes:
+        kind: ``"declared"``, ``"derived"`` or ``"numeric"``.
+        how: for derived and numeric displays, a few words on how (or by what).
+        sources: the outputs of the declarations the display depends on (not printed; a test
+            changes each declaration and checks that the displays citing it change).
+    """
+
+    kind: str
+    how: str = ""
+    sources: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("declared", "derived", "numeric"):
+            raise ValueError(f"provenance must be declared, derived or numeric, got {self.kind!r}")
+        if self.kind != "declared" and not self.how:
+            raise ValueError(f"a {self.kind} display must say how it was obtained")
+
+    def comment(self) -> str:
+        """``provenance: derived — matrix_form of the declaration``."""
+        return f"provenance: {self.kind}" + (f" — {self.how}" if self.how else "")
+
+
+def declared(*sources: str) -> Provenance:
+    """A display of declarations (the only typed-in mathematics)."""
+    return Provenance("declared", "", sources)
+
+
+def derived(how: str, *sources: str) -> Provenance:
+    """A display SymPy derived, and how."""
+    return Provenance("derived", how, sources)
+
+
+def numeric(what: str, *sources: str) -> Provenance:
+    """A display of numbers, and what computed them."""
+    return Provenance("numeric", what, sources)
+
+
+@dataclass(frozen=True)
+class Display:
+    """Display math: one equation per line, ``&`` marks the alignment point."""
+
+    lines: tuple[str, ...]
+    provenance: Provenance
+
+
+@dataclass(frozen=True)
+class Table:
+    """Cells are text with inline math."""
+
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """An image file, referenced by a path relative to the document."""
+
+    path: str
+    caption: str
+
+
+Block = Heading | Prose | Display | Table | Figure
+
+_PREAMBLE = r"""\documentclass[11pt]{article}
+\usepackage[margin=2.2cm]{geometry}
+\usepackage{amsmath,amssymb}
+\usepackage{graphicx}
+\usepackage{booktabs}
+\allowdisplaybreaks
+\pdfinfoomitdate=1
+\pdftrailerid{}
+\pdfsuppressptexinfo=-1
+"""
+
+
+def _latex_block(block: Block) -> str:
+    if isinstance(block, Heading):
+        command = {1: "section", 2: "subsection"}.get(block.level, "subsubsection")
+        return rf"\{command}*{{{block.text}}}"
+    if isinstance(block, Prose):
+        return block.text
+    if isinstance(block, Display):
+        body = " \\\\\n".join(block.lines)
+        comment = f"% {block.provenance.comment()}\n"
+        return comment + "\\begin{align*}\n" + body + "\n\\end{align*}"
+    if isinstance(block, Table):
+        columns = "l" * len(block.header)
+        lines = [
+            rf"\begin{{tabular}}{{{columns}}}",
+            r"\toprule",
+            " & ".join(block.header) + r" \\",
+            r"\midrule",
+            *(" & ".join(row) + r" \\" for row in block.rows),
+            r"\bottomrule",
+            r"\end{tabular}",
+        ]
+        return "\\begin{center}\n" + "\n".join(lines) + "\n\\end{center}"
+    if isinstance(block, Figure):
+        return (
+            "\\begin{figure}[htbp]\n\\centering\n"
+            rf"\includegraphics[width=0.72\textwidth]{{{block.path}}}"
+            f"\n\n\\smallskip{{\\small {block.caption}}}\n\\end{{figure}}"
+        )
+    raise TypeError(f"unknown block {block!r}")
+
+
+def to_latex(blocks: list[Block], *, title: str, note: str, standalone: bool = True) -> str:
+    """The document as LaTeX: a whole ``article``, or with ``standalone=False`` the body only."""
+    body = "\n\n".join(_latex_block(block) for block in blocks) + "\n"
+    if not standalone:
+        return f"% {title}\n% {note}\n\n" + body
+    head = _PREAMBLE + f"\\title{{{title}}}\n\\author{{}}\n\\date{{}}\n"
+    return (
+        head + "\n\\begin{document}\n\\maketitle\n\n" + f"{note}\n\n" + body + "\\end{document}\n"
+    )
+
+
+def _markdown_text(text: str) -> str:
+    """LaTeX prose to Markdown prose: emphasis and non-breaking marks; math stays as is."""
+    text = re.sub(r"\\emph\{([^}]*)\}", r"*\1*", text)
+    return text.replace("~", " ")
+
+
+def _markdown_block(block: Block) -> str:
+    if isinstance(block, Heading):
+        return "#" * (block.level + 1) + " " + _markdown_text(block.text)
+    if isinstance(block, Prose):
+        return _markdown_text(block.text)
+    if isinstance(block, Display):
+        lines = list(block.lines)
+        comment = f"<!-- {block.provenance.comment()} -->\n"
+        if len(lines) == 1 and "&" not in lines[0]:
+            return comment + "$$\n" + lines[0] + "\n$$"
+        return comment + "$$\n\\begin{aligned}\n" + " \\\\\n".join(lines) + "\n\\end{aligned}\n$$"
+    if isinstance(block, Table):
+        rows = [block.header, tuple("---" for _ in block.header), *block.rows]
+        return "\n".join("| " + " | ".join(_markdown_text(c) for c in row) + " |" for row in rows)
+    if isinstance(block, Figure):
+        caption = _markdown_text(block.caption)
+        return f"![{caption}]({block.path})\n\n*{caption}*"
+    raise TypeError(f"unknown block {block!r}")
+
+
+def to_markdown(blocks: list[Block], *, title: str, note: str) -> str:
+    """The document as GitHub-flavoured Markdown with ``$$`` math."""
+    parts = [f"# {title}", f"*{_markdown_text(note)}*"]
+    parts += [_markdown_block(block) for block in blocks]
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,127 @@
+"""Derivation documents, assembled from the sections: LaTeX (standalone or fragment), Markdown.
+
+`DocumentOptions` says what goes in: the generic derivation always; the causal and multi-head
+sections when asked for; the explicit mode at concrete sizes; the worked example (computed by
+`derive.bridge`, passed in) and the figures. `graph` replaces the declarations of the generic
+derivation (a test changes one declaration and checks that every display derived from it
+changes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..explicit import ExplicitAttention
+from ..explicit.sizes import check_sizes
+from ..graph import Graph, self_attention
+from . import prose as P
+from .blocks import Block, Figure, Prose, to_latex, to_markdown
+from .sections import backward as B
+from .sections import explicit as E
+from .sections import forward as F
+from .sections import variants as V
+
+__all__ = ["DocumentOptions", "document_blocks", "latex_document", "markdown_document",
+           "HEATMAP", "SATURATION"]  # fmt: skip
+
+HEATMAP = "attention-heatmap"
+SATURATION = "softmax-saturation"
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class DocumentOptions:
+    """What a derivation document contains.
+
+    Attributes:
+        sizes: (n, d, c) for the explicit mode, or None for the generic derivation only.
+        causal: add the causal/mask section; the explicit mode and the example are causal.
+        heads: h > 1 adds the multi-head section; the explicit mode uses h heads.
+        example: add the worked example ("the fat cat sat on the mat"; computed with torch).
+        figures: the folder, relative to the document, that holds the figures (None: no figures).
+    """
+
+    sizes: tuple[int, int, int] | None = None
+    causal: bool = False
+    heads: int = 1
+    example: bool = False
+    figures: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.sizes is not None:
+            check_sizes(*self.sizes, self.heads)
+        elif not isinstance(self.heads, int) or isinstance(self.heads, bool) or self.heads < 1:
+            raise ValueError(f"heads must be a positive int, got heads={self.heads!r}")
+
+
+def figure_path(options: DocumentOptions, name: str) -> str:
+    folder = (options.figures or ".").rstrip("/")
+    return f"{folder}/{name}.png"
+
+
+def document_blocks(
+    options: DocumentOptions,
+    *,
+    example: object = None,
+    graph: Graph | None = None,
+    progress: Progress | None = None,
+) -> list[Block]:
+    """The blocks of the document. `example` is the worked example (`derive.worked_example`),
+    required when ``options.example``; `graph` the declarations of the generic derivation."""
+    base = self_attention() if graph is None else graph
+    blocks: list[Block] = F.pipeline() + F.shapes(base) + F.derivation_steps(base) + F.facts(base)
+    if options.figures is not None:
+        figure = figure_path(options, SATURATION)
+        blocks += [Prose(P.SATURATION_TEXT), Figure(figure, P.SATURATION_CAPTION)]
+    blocks += F.counts(base)
+    if options.causal:
+        blocks += V.causal(self_attention(causal=True))
+    if options.heads > 1:
+        blocks += V.multi_head(self_attention(heads=True))
+    blocks += V.batches(base)
+    blocks += B.backward(
+        base,
+        causal=self_attention(causal=True) if options.causal else None,
+        heads=self_attention(heads=True) if options.heads > 1 else None,
+    )
+    if progress is not None:
+        progress("derived the steps, the facts and the backward pass")
+    if options.sizes is not None:
+        ea = ExplicitAttention(*options.sizes, causal=options.causal, heads=options.heads,
+                               graph=graph)  # fmt: skip
+        if progress is not None:
+            progress(f"instantiated the steps at n={ea.n}, d={ea.d}, c={ea.c}")
+        blocks += E.explicit(ea, progress)
+    if options.example:
+        if example is None:
+            raise ValueError("options.example needs the worked example: pass example=")
+        figure = figure_path(options, HEATMAP) if options.figures is not None else None
+        blocks += E.example(example, figure)
+    return blocks
+
+
+def latex_document(
+    options: DocumentOptions,
+    *,
+    fragment: bool = False,
+    example: object = None,
+    graph: Graph | None = None,
+    progress: Progress | None = None,
+) -> str:
+    """The derivation as LaTeX: a standalone article, or with `fragment` the body to \\input."""
+    blocks = document_blocks(options, example=example, graph=graph, progress=progress)
+    return to_latex(blocks, title=P.TITLE, note=P.AUTHORSHIP, standalone=not fragment)
+
+
+def markdown_document(
+    options: DocumentOptions,
+    *,
+    example: object = None,
+    graph: Graph | None = None,
+    progress: Progress | None = None,
+) -> str:
+    """The derivation as GitHub-flavoured Markdown with ``$$`` math."""
+    blocks = document_blocks(options, example=example, graph=graph, progress=progress)
+    return to_markdown(blocks, title=P.TITLE, note=P.AUTHORSHIP)

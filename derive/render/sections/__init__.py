@@ -1,0 +1,1 @@
+"""The sections of a derivation document, each a list of blocks."""

@@ -1,0 +1,88 @@
+"""The explicit section (concrete sizes) and the worked example of a document."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sympy as sp
+
+from ...explicit import ExplicitAttention
+from ...explicit.display import explicit_lines, matrix_line
+from ...notation import latex
+from ...notation import letters as L
+from .. import prose as P
+from ..blocks import Block, Display, Figure, Heading, Prose, Table, derived, numeric
+
+__all__ = ["explicit", "example"]
+
+
+def explicit(ea: ExplicitAttention, progress: Callable[[str], None] | None = None) -> list[Block]:
+    """Every step at the sizes of `ea`, entry by entry, each in the named entries it reads."""
+    sizes = f"$n = {ea.n}$, $d = {ea.d}$, $c = {ea.c}$"
+    if ea.heads > 1:
+        sizes += f", $h = {ea.heads}$ heads of width $c_h = {ea.width}$"
+    if ea.causal:
+        sizes += ", causal"
+    inputs = tuple(matrix_line(L.MATRIX_LATEX[k], v) for k, v in ea.inputs.items())
+    blocks: list[Block] = [
+        Heading(f"Explicit: {sizes}"),
+        Prose(P.EXPLICIT_INTRO),
+        Display(inputs, derived("the named entries of the inputs at these sizes")),
+    ]
+    how = "the declaration at these sizes and indices, its sums written out"
+    for index, step in enumerate(ea.steps, 1):
+        head = f" (head {step.head})" if step.head is not None else ""
+        blocks.append(Heading(f"{step.step.title}{head}", 2))
+        if step.name == "weights":
+            blocks.append(Prose(P.EXPLICIT_ROW_SUM))
+        blocks.append(Display(tuple(explicit_lines(step)), derived(how, step.step.output)))
+        if progress is not None:
+            progress(f"printed explicit step {index}/{len(ea.steps)}: {step.output}")
+    return blocks
+
+
+def _rounded(rows: list[list[float]] | sp.MatrixBase, digits: int = 4) -> sp.Matrix:
+    """A matrix of SymPy Floats rounded to `digits` decimals, for printing."""
+    numbers = rows.tolist() if isinstance(rows, sp.MatrixBase) else rows
+    return sp.Matrix([[sp.Float(f"{float(v):.{digits}f}") for v in row] for row in numbers])
+
+
+def example(worked, figure: str | None) -> list[Block]:
+    """The worked example: its inputs, A and C by PyTorch and by SymPy, the heatmap."""
+    tokens = worked.tokens
+    n = len(tokens)
+    sizes = f"$n = {n}$, $d = {worked.d}$, $c = {worked.c}$"
+    seeded = tuple(
+        f"{L.MATRIX_LATEX[name]} &= {latex(_rounded(worked.inputs[name]), decimals=4)}"
+        for name in ("X", "W_q", "W_k", "W_v")
+    )
+    blocks: list[Block] = [
+        Heading("Worked example: " + " ".join(tokens)),
+        Prose(P.EXAMPLE_INTRO + f" Sizes: {sizes}" + (", causal." if worked.causal else ".")),
+        Display(seeded, numeric("seeded embeddings and weights, drawn by torch")),
+    ]
+    header = ("", *(f"{token} ({p + 1})" for p, token in enumerate(tokens)))
+    symbolic = worked.values.floats("A")
+    for label, matrix in (("PyTorch", worked.torch_a), ("SymPy", symbolic)):
+        blocks.append(Prose(f"Attention weights $A$ computed by {label} (rows: queries):"))
+        rows = tuple(
+            (f"{tokens[m]} ({m + 1})", *(f"{matrix[m][p]:.3f}" for p in range(n))) for m in range(n)
+        )
+        blocks.append(Table(header, rows))
+    lines = (
+        rf"C_{{\text{{PyTorch}}}} &= {latex(_rounded(worked.torch_c), decimals=4)}",
+        rf"C_{{\text{{SymPy}}}} &= {latex(_rounded(worked.values.C), decimals=4)}",
+    )
+    blocks.append(
+        Display(
+            lines,
+            numeric(
+                "attention.functional.self_attention (PyTorch), and "
+                "the declarations evaluated by SymPy to 30 digits"
+            ),
+        )
+    )
+    blocks.append(Prose(P.EXAMPLE_AGREEMENT.format(tolerance="$10^{-12}$")))
+    if figure is not None:
+        blocks.append(Figure(figure, P.HEATMAP_CAPTION))
+    return blocks

@@ -1,0 +1,166 @@
+"""`derive check`: every option, the exit statuses, and a broken implementation caught."""
+
+import random
+import re
+import subprocess
+import sys
+
+import pytest
+from mutants import mutant
+
+from derive.bridge.check import draw_sizes
+from derive.cli import main
+
+
+def run(capsys, *argv):
+    status = main(["check", *argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_given_sizes_every_step_passes(capsys):
+    status, out, err = run(
+        capsys, "--n", "5", "--d", "3", "--c", "2", "--seed", "4", "--forward-only"
+    )
+    assert status == 0 and err == ""
+    assert "trial 1/1: n=5 d=3 c=2, inputs seed 4" in out
+    steps = re.findall(r"^  (\w+)\s+(\d+×\d+)\s+(\S+)\s+(exact|1e-12)\s+(pass|FAIL)$", out, re.M)
+    assert "(rerun with --seed" not in out  # a given seed is not announced
+    assert [s[0] for s in steps] == ["Q", "K", "V", "Omega", "Omega_scaled", "A", "C"]
+    assert dict((s[0], s[1]) for s in steps) == {
+        "Q": "5×2", "K": "5×2", "V": "5×2", "Omega": "5×5", "Omega_scaled": "5×5",
+        "A": "5×5", "C": "5×2",
+    }  # fmt: skip
+    assert all(s[4] == "pass" for s in steps)
+    assert all(float(s[2]) == 0 for s in steps if s[3] == "exact")
+    assert "(backward pass not checked (--forward-only))" in out
+    for entry_point in ("fused path", "explicit path", "SelfAttentionV1"):
+        assert re.search(rf"^  C · {entry_point}\s+5×2\s+\S+\s+1e-12\s+pass$", out, re.M), (
+            entry_point
+        )
+    assert out.rstrip().endswith("derive check: 10 step values compared, all pass")
+
+
+def test_the_backward_pass_is_checked_too(capsys):
+    status, out, _ = run(capsys, "--n", "4", "--d", "3", "--c", "2", "--causal")
+    assert status == 0
+    rows = dict(re.findall(r"^  (d\w+)\s+(\d+×\d+)\s+\S+\s+1e-10\s+pass$", out, re.M))
+    assert rows == {
+        "dV": "4×2", "dA": "4×4", "dOmega_scaled": "4×4", "dOmega": "4×4", "dQ": "4×2",
+        "dK": "4×2", "dW_q": "3×2", "dW_k": "3×2", "dW_v": "3×2", "dX": "4×3",
+    }  # fmt: skip
+    assert "C · CausalAttention" in out
+    for name, shape in (("dX", "4×3"), ("dW_q", "3×2"), ("dW_k", "3×2"), ("dW_v", "3×2")):
+        assert re.search(rf"^  {name} · self_attention_backward\s+{shape}\s+\S+\s+1e-10\s+pass$",
+                         out, re.M), name  # fmt: skip
+    assert out.rstrip().endswith("derive check: 24 step values compared, all pass")
+
+
+def test_sizes_over_the_gradient_limit_check_the_forward_pass_only(capsys):
+    status, out, _ = run(capsys, "--n", "9", "--d", "3", "--c", "2")
+    assert status == 0
+    assert "(backward pass not checked: sizes over 8)" in out
+    assert not re.search(r"^  dX", out, re.M)
+
+
+def test_causal_heads_and_trials(capsys):
+    status, out, _ = run(capsys, "--causal", "--heads", "2", "--trials", "3", "--seed", "1")
+    assert status == 0
+    assert len(re.findall(r"^trial \d/3: .*, causal, 2 heads, inputs seed \d$", out, re.M)) == 3
+    for c in re.findall(r"c=(\d+), causal", out):
+        assert int(c) % 2 == 0  # drawn c is a multiple of the heads
+    assert "A_2" in out and "C_2" in out
+
+
+def test_a_broken_entry_point_is_caught_though_the_steps_agree(capsys):
+    # K used for V inside self_attention only: every step function still agrees
+    with mutant("k_for_v"):
+        status, out, _ = run(capsys, "--n", "5", "--d", "3", "--c", "2", "--forward-only")
+    assert status == 1
+    assert re.search(r"^  C\s.*pass$", out, re.M)  # the steps
+    assert re.search(r"^  C · fused path\s.*FAIL$", out, re.M)
+    assert re.search(r"^  C · explicit path\s.*FAIL$", out, re.M)
+
+
+def test_multi_head_uses_the_book_class_when_causal(capsys):
+    status, out, _ = run(capsys, "--n", "5", "--d", "3", "--c", "4", "--heads", "2", "--causal",
+                         "--forward-only")  # fmt: skip
+    assert status == 0 and re.search(r"^  C · MultiHeadAttention\s+5×4\s.*pass$", out, re.M)
+    status, out, _ = run(capsys, "--n", "5", "--d", "3", "--c", "4", "--heads", "2",
+                         "--forward-only")  # fmt: skip
+    assert status == 0 and "C · MultiHeadAttention" not in out  # the book's class is causal
+
+
+def test_a_broken_implementation_exits_one(capsys):
+    with mutant("wrong_axis"):
+        status, out, _ = run(capsys, "--n", "5", "--d", "3", "--c", "2")
+    assert status == 1
+    assert re.search(r"^  A\s.*FAIL$", out, re.M)
+    assert re.search(r"\d+ FAIL$", out.rstrip())
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--n", "0"], r"argument --n: must be a positive integer, got 0"),
+        (["--d", "x"], r"argument --d: must be a positive integer, got 'x'"),
+        (["--c", "17"], r"argument --c: 17 is over the limit of 16"),
+        (["--c", "5", "--heads", "2"], r"--heads 2 does not divide --c 5"),
+        (["--seed", "-1"], r"argument --seed: must be a non-negative integer, got -1"),
+        (["--trials", "0"], r"argument --trials: must be a positive integer, got 0"),
+        (["--bogus"], r"unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_input_exits_two_with_one_line(capsys, argv, message):
+    status, out, err = run(capsys, *argv)
+    assert status == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and re.search(message, err), err
+
+
+def test_without_torch_exits_one_saying_what_to_install(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    status, _, err = run(capsys, "--n", "2", "--d", "3", "--c", "1")
+    assert status == 1
+    assert "needs torch" in err and "pip install torch" in err
+
+
+def test_without_a_seed_each_run_draws_one_and_prints_it(capsys):
+    seeds = set()
+    for _ in range(3):
+        status, out, _ = run(capsys, "--forward-only", "--n", "2", "--d", "3")
+        assert status == 0
+        (seed,) = re.findall(r"^derive check: seed (\d+) \(rerun with --seed \1\)$", out, re.M)
+        seeds.add(int(seed))
+    assert len(seeds) > 1  # 3 draws out of 2³² agree by chance with probability ~1e-19
+    status, again, _ = run(capsys, "--forward-only", "--n", "2", "--d", "3", "--seed", str(seed))
+    assert status == 0 and out.split("\n", 1)[1] == again  # the printed seed reruns the trial
+
+
+def test_drawn_sizes_are_distinct_and_seeded():
+    first = [draw_sizes(random.Random(9), None, None, None, 1) for _ in range(2)]
+    assert first[0] == first[1]  # the same seed, the same sizes
+    for seed in range(30):
+        n, d, c = draw_sizes(random.Random(seed), None, None, None, 1)
+        assert len({n, d, c}) == 3 and max(n, d, c) <= 6
+        n, d, c = draw_sizes(random.Random(seed), None, None, None, 3)
+        assert c % 3 == 0
+    assert draw_sizes(random.Random(0), 4, None, 2, 1)[::2] == (4, 2)
+    assert draw_sizes(random.Random(0), None, None, None, 16)[2] == 16  # as many heads as allowed
+
+
+def test_console_script_help_lists_the_options():
+    done = subprocess.run(
+        [sys.executable, "-m", "derive", "check", "--help"], capture_output=True, text=True
+    )
+    assert done.returncode == 0
+    for option in (
+        "--n",
+        "--d",
+        "--c",
+        "--causal",
+        "--heads",
+        "--seed",
+        "--trials",
+        "--forward-only",
+    ):
+        assert option in done.stdout

@@ -1,0 +1,88 @@
+"""derive.matrix_form: from an element-wise formula (0-based sums, as SymPy writes them) to its
+matrix form. Sizes are distinct symbols so that a transposed or swapped factor changes a shape."""
+
+import pytest
+import sympy as sp
+from sympy import MatrixSymbol, OneMatrix, Sum, exp, sqrt
+
+import derive
+from derive.notation import Softmax
+
+n, d, c = sp.symbols("n d c", integer=True, positive=True)
+m, p, i, j, r = sp.symbols("m p i j r", integer=True)
+X, M, G = MatrixSymbol("X", n, d), MatrixSymbol("M", d, d), MatrixSymbol("G", n, c)
+Q, K, W = MatrixSymbol("Q", n, c), MatrixSymbol("K", n, c), MatrixSymbol("W", d, c)
+A, B, Z = MatrixSymbol("A", n, n), MatrixSymbol("B", n, n), MatrixSymbol("Z", n, n)
+
+
+@pytest.mark.parametrize(
+    ("element", "indices", "expected"),
+    [
+        # the dot products of queries and keys: Ω = Q Kᵀ
+        (Sum(Q[m, j] * K[p, j], (j, 0, c - 1)), (m, p), Q * K.T),
+        # a projection: X W
+        (Sum(X[m, i] * W[i, j], (i, 0, d - 1)), (m, j), X * W),
+        # a chain with a transpose at the end, written as nested sums: X M Xᵀ
+        (Sum(Sum(X[m, i] * M[i, j] * X[p, j], (i, 0, d - 1)), (j, 0, d - 1)), (m, p), X * M * X.T),
+        # the same as one sum over two indices
+        (Sum(X[m, i] * M[i, j] * X[p, j], (i, 0, d - 1), (j, 0, d - 1)), (m, p), X * M * X.T),
+        # a sum over the rows: Xᵀ G (the gradient of a weight)
+        (Sum(X[m, i] * G[m, j], (m, 0, n - 1)), (i, j), X.T * G),
+        # the indices swapped: the transpose
+        (Q[p, m], (m, p), Q.T),
+        # a scalar factor stays a scalar
+        (Q[m, j] / sqrt(c), (m, j), Q / sqrt(c)),
+        (2 * Sum(Q[m, j] * K[p, j], (j, 0, c - 1)), (m, p), 2 * Q * K.T),
+    ],
+)
+def test_contractions_chains_and_transposes(element, indices, expected):
+    assert derive.matrix_form(element, indices) == expected
+
+
+def test_a_wrong_index_order_gives_another_matrix():
+    # Σ_j Q[m,j] K[j,p] would be Q K (shapes permitting): here K[p, j] and K[j, p] differ
+    square = MatrixSymbol("S", c, n)
+    assert derive.matrix_form(Sum(Q[m, j] * square[j, p], (j, 0, c - 1)), (m, p)) == Q * square
+    assert derive.matrix_form(Sum(Q[p, j] * K[m, j], (j, 0, c - 1)), (m, p)) == K * Q.T
+
+
+def test_row_wise_softmax():
+    element = exp(Z[m, p]) / Sum(exp(Z[m, r]), (r, 0, n - 1))
+    assert derive.matrix_form(element, (m, p)) == Softmax(Z)
+    shifted = exp(Z[m, p] + A[m, p]) / Sum(exp(Z[m, r] + A[m, r]), (r, 0, n - 1))
+    assert derive.matrix_form(shifted, (m, p)) == Softmax(Z + A)
+
+
+def test_softmax_over_the_wrong_axis_is_no_row_softmax():
+    column = exp(Z[m, p]) / Sum(exp(Z[r, p]), (r, 0, n - 1))  # over the queries: not a softmax
+    with pytest.raises(derive.NoMatrixForm):
+        derive.matrix_form(column, (m, p))
+
+
+def test_hadamard_and_a_row_sum_through_the_ones_matrix():
+    element = A[m, p] * (B[m, p] - Sum(A[m, r] * B[m, r], (r, 0, n - 1)))
+    form = derive.matrix_form(element, (m, p))
+    expected = sp.HadamardProduct(A, B - sp.HadamardProduct(A, B) * OneMatrix(n, n))
+    assert form.doit() == expected.doit()  # the same product, whatever the order of its factors
+    # its entry, expanded by SymPy, is the element again
+    entry = form[m, p]
+    difference = sp.expand(entry.doit() - element.doit())
+    assert sp.simplify(difference.subs(n, 3).doit()) == 0
+
+
+def test_a_block_of_columns_needs_the_shape():
+    h, c_h = sp.symbols("h c_h", integer=True, positive=True)
+    ell = sp.Symbol("l", integer=True, positive=True)
+    element = Q[m, (ell - 1) * c_h + j]
+    block = derive.matrix_form(element, (m, j), shape=(n, c_h))
+    assert isinstance(block, sp.MatrixSlice) and block.parent == Q
+    (start, stop, step), whole = block.colslice, block.rowslice
+    assert (sp.expand(start - (ell - 1) * c_h), sp.expand(stop - ell * c_h), step) == (0, 0, 1)
+    assert whole == (0, n, 1)
+    with pytest.raises(derive.NoMatrixForm, match="is not entry"):
+        derive.matrix_form(element, (m, j))
+
+
+def test_a_formula_with_no_matrix_form_is_refused():
+    with pytest.raises(derive.NoMatrixForm):
+        derive.matrix_form(exp(Q[m, j]), (m, j))

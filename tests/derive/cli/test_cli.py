@@ -1,0 +1,262 @@
+"""The `derive` command: every option, every bad input (status 2, or 1 for the environment, one
+line, never a traceback), atomic writes."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from derive.cli import atomic as _atomic
+from derive.cli import main
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _env() -> dict:
+    return dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def _run(capsysbinary, *argv):
+    status = main(list(argv))
+    out, err = capsysbinary.readouterr()
+    return status, out, err.decode()
+
+
+def test_latex_to_stdout(capsysbinary):
+    status, out, err = _run(capsysbinary, "latex")
+    assert status == 0
+    assert out.startswith(rb"\documentclass") and out.rstrip().endswith(rb"\end{document}")
+    assert err == ""
+
+
+def test_latex_options(tmp_path, capsysbinary):
+    target = tmp_path / "d.tex"
+    args = ("latex", "-o", str(target), "--fragment", "--n", "3", "--c", "4")
+    args += ("--causal", "--heads", "2", "-q")
+    status, out, err = _run(capsysbinary, *args)
+    assert (status, out, err) == (0, b"", "")
+    tex = target.read_text()
+    assert r"\documentclass" not in tex  # --fragment
+    assert "$n = 3$, $d = 4$, $c = 4$, $h = 2$ heads of width $c_h = 2$, causal" in tex  # d: 4
+    assert "Causal attention and masks" in tex and "Multi-head attention" in tex
+
+
+def test_markdown(tmp_path, capsysbinary):
+    target = tmp_path / "d.md"
+    status, _, _ = _run(capsysbinary, "markdown", "-o", str(target), "--n", "2", "--d", "3")
+    assert status == 0
+    md = target.read_text()
+    assert md.startswith("# Trainable") and "$$\n\\begin{aligned}" in md
+    assert "$n = 2$, $d = 3$, $c = 2$" in md
+
+
+def test_example_and_figures(tmp_path, capsysbinary):
+    import matplotlib  # noqa: F401 - a test dependency; the figures need it
+
+    target = tmp_path / "out" / "d.md"
+    target.parent.mkdir()
+    figures = tmp_path / "out" / "pics"
+    argv = ("markdown", "-o", str(target), "--example", "--figures", str(figures), "-q")
+    status, _, err = _run(capsysbinary, *argv)
+    assert (status, err) == (0, "")
+    md = target.read_text()
+    assert "](pics/attention-heatmap.png)" in md and "](pics/softmax-saturation.png)" in md
+    assert "Worked example: the fat cat sat on the mat" in md  # no sizes: the whole sentence
+    names = sorted(path.name for path in figures.iterdir())
+    assert names == [
+        "attention-heatmap.csv",
+        "attention-heatmap.png",
+        "softmax-saturation.csv",
+        "softmax-saturation.png",
+    ]
+
+
+def test_pdf(tmp_path, capsysbinary):
+    if shutil.which("pdflatex") is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI is set but pdflatex is missing")
+        pytest.skip("pdflatex is not installed")
+    target = tmp_path / "d.pdf"
+    status, _, err = _run(capsysbinary, "pdf", "-o", str(target), "--n", "2", "--d", "3")
+    assert status == 0
+    assert target.read_bytes().startswith(b"%PDF-")
+    assert "derive: compiled it with pdflatex (" in err  # progress on stderr, with its own time
+
+
+def test_pdf_without_tex_says_what_to_install(tmp_path, capsysbinary, monkeypatch):
+    monkeypatch.setattr("derive.render.pdf.shutil.which", lambda name: None)
+    status, _, err = _run(capsysbinary, "pdf", "-o", str(tmp_path / "d.pdf"), "-q")
+    assert status == 1
+    assert err.count("\n") == 1 and "install TeX Live" in err and "texlive-latex-base" in err
+    assert not (tmp_path / "d.pdf").exists()
+
+
+BAD = [
+    (["latex", "--n", "0"], "argument --n: must be a positive integer, got 0"),
+    (["latex", "--d", "x"], "argument --d: must be a positive integer, got 'x'"),
+    (["latex", "--c", "2.5"], "argument --c: must be a positive integer, got '2.5'"),
+    (["latex", "--n", "17"], "argument --n: 17 is over the limit of 16"),
+    (["latex", "--c", "4", "--heads", "3"], "--heads 3 does not divide --c 4"),
+    (["markdown", "--heads", "0"], "argument --heads: must be a positive integer, got 0"),
+    (["latex", "--bogus"], "unrecognized arguments: --bogus"),
+    (["markdown", "--fragment"], "unrecognized arguments: --fragment"),  # latex only
+    (["html"], "invalid choice: 'html'"),
+    ([], "missing command: latex, markdown, pdf, docs or check"),
+    (["latex", "-o", "/nonexistent-folder/d.tex"], "no such directory /nonexistent-folder"),
+    (["latex", "-o", "x" * 300 + ".tex"], "File name too long"),
+    (["latex", "--example", "--heads", "2", "--c", "4"], "the worked example is single-head"),
+    (["latex", "--example", "--n", "8"], "takes --n up to 7, got --n 8"),
+    (["latex", "--heads", "17"], "argument --heads: 17 is over the limit of 16"),
+    (["check", "--heads", "17"], "argument --heads: 17 is over the limit of 16"),
+    (
+        ["check", "--seed", "1" + "0" * 30],
+        "argument --seed: 1000000000000000000000000000000 is over",
+    ),
+    (["check", "--seed", "-1"], "argument --seed: must be a non-negative integer, got -1"),
+    (["check", "--c", "3", "--heads", "2"], "--heads 2 does not divide --c 3"),
+    (["docs", "--out", "y" * 300], "File name too long"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD, ids=[" ".join(a) or "none" for a, _ in BAD])
+def test_bad_input_is_one_line_and_status_2(argv, message, capsysbinary):
+    status, out, err = _run(capsysbinary, *argv)
+    assert status == 2
+    assert out == b""
+    assert err.count("\n") == 1 and message in err, err
+    assert "Traceback" not in err
+
+
+def test_example_honours_the_sizes(tmp_path, capsysbinary):
+    target = tmp_path / "d.tex"
+    argv = ("latex", "-o", str(target), "--n", "3", "--d", "4", "--c", "2", "--example", "-q")
+    assert _run(capsysbinary, *argv)[0] == 0
+    tex = target.read_text()
+    assert r"\section*{Worked example: the fat cat}" in tex
+    assert "Sizes: $n = 3$, $d = 4$, $c = 2$." in tex
+
+
+def test_a_pdflatex_that_cannot_run_is_one_line_and_status_1(tmp_path, capsysbinary, monkeypatch):
+    engine = tmp_path / "pdflatex"
+    engine.write_bytes(b"\x7fELF not really")  # on PATH, executable, not a program
+    engine.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    status, _, err = _run(capsysbinary, "pdf", "-o", str(tmp_path / "d.pdf"), "-q")
+    assert status == 1 and err.count("\n") == 1
+    assert "pdflatex at" in err and "cannot run" in err
+    assert not (tmp_path / "d.pdf").exists()
+
+
+def test_a_failing_pdflatex_is_quoted(tmp_path, capsysbinary, monkeypatch):
+    engine = tmp_path / "pdflatex"
+    engine.write_text("#!/bin/sh\necho 'This is a fake engine'\necho 'it gives up here'\nexit 3\n")
+    engine.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    status, _, err = _run(capsysbinary, "pdf", "-o", str(tmp_path / "d.pdf"), "-q")
+    assert status == 1 and err.count("\n") == 1
+    assert "exit status 3" in err and "it gives up here" in err
+
+
+def test_progress_lines_show_each_steps_own_time(tmp_path, capsysbinary, monkeypatch):
+    import derive.cli as cli
+
+    clock = iter([0.0, 0.5, 2.0, 2.25, 9.0, 9.125] + [10.0 + k for k in range(100)])
+    monkeypatch.setattr(cli.time, "perf_counter", lambda: next(clock))
+    progress = cli._Progress(quiet=False)
+    progress("first")  # 0.5 s into the job: quiet (under a second so far)
+    progress("second")  # 2.0: 1.5 s of its own
+    progress("third", always=True)  # 2.25: 0.25 s of its own
+    err = capsysbinary.readouterr().err.decode().splitlines()
+    assert err == ["derive: second (1.50 s)", "derive: third (0.25 s)"]
+
+
+def test_docs_creates_its_folder_and_can_skip_the_pdf(tmp_path, capsysbinary):
+    import matplotlib  # noqa: F401 - the figures need it
+
+    out = tmp_path / "new" / "docs"
+    status, _, err = _run(capsysbinary, "docs", "--out", str(out), "--no-pdf", "-q")
+    assert (status, err) == (0, "")
+    names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert "derivation.tex" in names and "glossary.md" in names
+    assert "derivation.pdf" not in names
+
+
+def test_docs_without_tex_fails_before_any_work(tmp_path, capsysbinary, monkeypatch):
+    monkeypatch.setattr("derive.render.pdf.shutil.which", lambda name: None)
+    monkeypatch.setattr("derive.cli.documents.generate_docs", lambda **_: pytest.fail("worked"))
+    status, _, err = _run(capsysbinary, "docs", "--out", str(tmp_path / "docs"))
+    assert status == 1 and "install TeX Live" in err and "--no-pdf" in err
+    assert not (tmp_path / "docs").exists()
+
+
+def test_output_that_is_a_directory_or_under_a_file(tmp_path, capsysbinary):
+    status, _, err = _run(capsysbinary, "latex", "-o", str(tmp_path))
+    assert status == 2 and "it is a directory" in err
+    afile = tmp_path / "file.txt"
+    afile.write_text("x")
+    status, _, err = _run(capsysbinary, "latex", "-o", str(afile / "d.tex"))
+    assert status == 2 and "no such directory" in err
+
+
+def test_existing_output_survives_bad_input(tmp_path, capsysbinary):
+    target = tmp_path / "d.tex"
+    target.write_text("precious")
+    status, _, _ = _run(capsysbinary, "latex", "-o", str(target), "--n", "-1")
+    assert status == 2 and target.read_text() == "precious"
+
+
+def test_failed_write_leaves_the_old_file_whole(tmp_path, capsysbinary, monkeypatch):
+    target = tmp_path / "d.tex"
+    target.write_text("precious")
+
+    def broken_replace(source, destination):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_atomic.os, "replace", broken_replace)
+    status, _, err = _run(capsysbinary, "latex", "-o", str(target))
+    assert status == 2 and "cannot write" in err and "No space left on device" in err
+    assert target.read_text() == "precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.tex"]  # no temporary left behind
+
+
+def test_successful_write_replaces_the_file(tmp_path, capsysbinary):
+    target = tmp_path / "d.tex"
+    target.write_text("old " * 100_000)
+    assert _run(capsysbinary, "latex", "-o", str(target))[0] == 0
+    assert target.read_text().startswith(r"\documentclass")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.tex"]
+
+
+@pytest.mark.parametrize("command", ["latex", "markdown", "pdf", "docs"])
+def test_help_has_examples(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert "example" in capsys.readouterr().out
+
+
+def test_python_dash_m_derive_is_torch_free(tmp_path):
+    """`derive latex` imports neither torch, attention nor matplotlib (its wall time, about
+    0.9 s with start-up, is measured by tests/benchmarks/bench_derive.py --commands)."""
+    command = [sys.executable, "-X", "importtime", "-m", "derive", "latex", "--n", "3"]
+    run = subprocess.run(command, capture_output=True, text=True, env=_env(), cwd=tmp_path)
+    assert run.returncode == 0 and run.stdout.startswith("\\documentclass")
+    imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if "|" in line}
+    assert {"sympy", "derive"} <= imported  # the probe sees imports at all
+    assert "torch" not in imported and "attention" not in imported
+    assert "matplotlib" not in imported
+
+
+def test_a_full_standard_output_is_one_line_and_status_2():
+    with open("/dev/full", "wb") as full:  # every write fails with ENOSPC (Linux)
+        done = subprocess.run(
+            [sys.executable, "-m", "derive", "latex"], stdout=full, stderr=subprocess.PIPE,
+            text=True, env=_env(),
+        )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "derive: cannot write to standard output: No space left on device"
+    ]

@@ -1,0 +1,131 @@
+"""docs/ holds what `derive docs` generates now: a test fails when the files drift.
+
+- derivation.tex, derivation.md, glossary.md and the figures' CSV data: byte for byte.
+- the figures' PNGs: byte for byte when the installed matplotlib is the one that drew them (its
+  version is in the PNG); otherwise the CSV of the plotted numbers is what must not drift.
+- derivation.pdf: it carries the SHA-256 of the source it was built from (the .tex and the
+  PNGs), which must be the committed source; and where the local pdfTeX is the one that built it,
+  rebuilding gives the same bytes.
+
+Regenerate with: `derive docs` (or `python -m derive docs`).
+"""
+
+import os
+import re
+import shutil
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+
+from derive.cli.documents import generate_docs
+from derive.render.pdf import compile_pdf, pdf_producer, pdf_subject, source_hash
+
+DOCS = Path(__file__).resolve().parents[3] / "docs"
+HINT = "docs/ drifted from the code; regenerate with `derive docs`"
+
+
+@pytest.fixture(scope="module")
+def generated():
+    import matplotlib  # noqa: F401 - a test dependency; the figures need it
+
+    return generate_docs(pdf=False)
+
+
+def _png_text(data: bytes) -> dict[str, str]:
+    """The tEXt chunks of a PNG."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    chunks, offset = {}, 8
+    while offset < len(data):
+        (length,) = struct.unpack(">I", data[offset : offset + 4])
+        kind = data[offset + 4 : offset + 8]
+        body = data[offset + 8 : offset + 8 + length]
+        if kind == b"tEXt":
+            key, _, value = body.partition(b"\0")
+            chunks[key.decode()] = value.decode("latin-1")
+        elif kind == b"zTXt":
+            key, _, rest = body.partition(b"\0")
+            chunks[key.decode()] = zlib.decompress(rest[1:]).decode("latin-1")
+        offset += 12 + length
+    return chunks
+
+
+def test_text_files_match(generated):
+    for name, data in generated.items():
+        if name.endswith((".tex", ".md", ".csv")):
+            path = DOCS / name
+            assert path.exists(), f"{name} is missing; {HINT}"
+            assert path.read_bytes() == data, f"{name}: {HINT}"
+
+
+def test_figures_match(generated):
+    import matplotlib
+
+    pngs = [name for name in generated if name.endswith(".png")]
+    assert sorted(pngs) == ["figures/attention-heatmap.png", "figures/softmax-saturation.png"]
+    for name in pngs:
+        committed = (DOCS / name).read_bytes()
+        drawn_by = _png_text(committed).get("Software")
+        if drawn_by == f"matplotlib {matplotlib.__version__}":
+            assert committed == generated[name], f"{name}: {HINT}"
+        else:  # another matplotlib draws other pixels; the plotted data is pinned by the CSV
+            assert (DOCS / name.replace(".png", ".csv")).read_bytes() == generated[
+                name.replace(".png", ".csv")
+            ]
+
+
+def test_figures_are_referenced(generated):
+    for document in ("derivation.tex", "derivation.md"):
+        text = generated[document].decode()
+        assert "figures/attention-heatmap.png" in text
+        assert "figures/softmax-saturation.png" in text
+
+
+def _committed_pictures() -> dict[str, bytes]:
+    return {
+        f"figures/{path.name}": path.read_bytes()
+        for path in sorted((DOCS / "figures").glob("*.png"))
+    }
+
+
+def test_pdf_was_built_from_the_committed_source(generated):
+    pdf = (DOCS / "derivation.pdf").read_bytes()
+    tex = (DOCS / "derivation.tex").read_text(encoding="utf-8")
+    assert tex.encode() == generated["derivation.tex"], HINT
+    assert pdf_subject(pdf) == source_hash(tex, _committed_pictures()), f"derivation.pdf: {HINT}"
+
+
+def test_pdf_rebuilds_byte_for_byte():
+    engine = shutil.which("pdflatex")
+    if engine is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI is set but pdflatex is missing")
+        pytest.skip("pdflatex is not installed")
+    committed = (DOCS / "derivation.pdf").read_bytes()
+    tex = (DOCS / "derivation.tex").read_text(encoding="utf-8")
+    rebuilt = compile_pdf(tex, _committed_pictures())
+    assert pdf_subject(rebuilt) == pdf_subject(committed)
+    if pdf_producer(rebuilt) == pdf_producer(committed):
+        assert rebuilt == committed, f"derivation.pdf: {HINT}"
+    else:  # another pdfTeX lays out other bytes; the source hash above still pins the content
+        assert pdf_producer(rebuilt).startswith("pdfTeX")
+
+
+def test_api_mapping_names_exist():
+    """Every `attention.…` and `derive.…` name the mapping page cites can be imported."""
+    import importlib
+
+    text = (DOCS / "api-mapping.md").read_text(encoding="utf-8")
+    names = set(re.findall(r"`((?:attention|derive)(?:\.\w+)+)", text))
+    assert len(names) > 15
+    for dotted in sorted(names):
+        module_name, _, attribute = dotted.rpartition(".")
+        module = importlib.import_module(module_name)
+        assert hasattr(module, attribute), dotted
+    functional = importlib.import_module("attention.functional")
+    for name in re.findall(r"`(\w+)\(", text):
+        if name not in ("derive",):
+            assert hasattr(functional, name) or any(
+                hasattr(importlib.import_module(m), name) for m in ("derive", "attention")
+            ), name
