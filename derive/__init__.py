@@ -4,7 +4,8 @@ The package reads as its pipeline (each layer imports only the ones before it):
 
 - `derive.notation`: the book's letters, the matrix expressions SymPy lacks, the LaTeX printer;
 - `derive.graph`: the declarations of the steps (the only typed-in mathematics) and the stated
-  assumptions; the graphs they form (self-attention, causal, multi-head);
+  assumptions; the graphs they form (self-attention, causal, multi-head) and the registry of
+  variants (`variants()`: kv-cache, sliding-window, cross-attention);
 - `derive.calculus`: what SymPy derives from a graph: matrix forms (`matrix_form`), the backward
   pass at symbolic sizes, compositions, operation and FLOP counts;
 - `derive.proofs`: the facts and the chains of equations that derive them;
@@ -35,6 +36,7 @@ from .explicit import (
 )
 from .graph import STEP_NAMES, Declaration, Graph
 from .graph import self_attention as graph
+from .graph.variants import Variant, variant, variants
 from .notation import AttentionPrinter, Concat, Softmax, latex
 from .proofs import Fact
 from .render import DocumentOptions, Provenance
@@ -50,7 +52,7 @@ __all__ = [
     "graph", "latex", "latex_document", "markdown_document", "matrix_form", "operation_count",
     "rows_sum_to_one", "rowsum_identity", "scaled_score_variance", "score_variance",
     "shift_invariance", "softmax_jacobian", "steps", "torch_gradient_steps", "torch_steps",
-    "worked_example",
+    "Variant", "variant", "variants", "worked_example",
 ]  # fmt: skip
 
 

@@ -3,7 +3,7 @@
 operation and FLOP counts."""
 
 from .compose import composed_expression, inline
-from .counts import flop_count, operation_count
+from .counts import flop_count, operation_count, step_flops
 from .forward import Step, steps
 from .indices import element_of, under_ranges, zero_based
 from .matrix_form import NoMatrixForm, matrix_form
@@ -11,6 +11,6 @@ from .reverse import Contribution, Gradient, backward
 
 __all__ = [
     "Contribution", "Gradient", "NoMatrixForm", "Step", "backward", "composed_expression",
-    "element_of", "flop_count", "inline", "matrix_form", "operation_count", "steps",
+    "element_of", "flop_count", "inline", "matrix_form", "operation_count", "step_flops", "steps",
     "under_ranges", "zero_based",
 ]  # fmt: skip

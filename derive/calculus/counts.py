@@ -17,8 +17,9 @@ from ..graph import Graph
 from ..notation import Concat
 from ..notation import letters as L
 from .compose import composed_expression
+from .forward import steps
 
-__all__ = ["operation_count", "flop_count"]
+__all__ = ["operation_count", "flop_count", "step_flops"]
 
 
 def _walk(expr: sp.Basic, heads: sp.Expr, visit, seen: set) -> None:
@@ -66,3 +67,16 @@ def flop_count(graph: Graph) -> sp.Expr:
 
     _walk(composed_expression(graph), sp.S.One, visit, set())
     return sp.expand(total.subs([(r.lhs, r.rhs) for r in graph.relations]))
+
+
+def step_flops(graph: Graph) -> sp.Expr:
+    """FLOPs of each step's own matrix product, summed (for a graph of separate outputs)."""
+    total = sp.S.Zero
+    for step in steps(graph):
+        form = step.matrix.rhs if step.matrix is not None else None
+        if isinstance(form, MatMul):
+            factors = _matrices(form)
+            rows = factors[0].shape[0]
+            for left, right in zip(factors, factors[1:], strict=False):
+                total += 2 * rows * left.shape[1] * right.shape[1]
+    return sp.expand(total)

@@ -18,7 +18,7 @@ from sympy import Eq, MatrixSymbol
 from ..graph import Declaration, Graph
 from ..notation import Concat
 from ..notation import letters as L
-from .indices import zero_based
+from .indices import zero_based, zero_index
 from .matrix_form import matrix_form
 
 __all__ = ["Step", "steps", "symbols_of", "declared_matrix"]
@@ -65,11 +65,12 @@ def declared_matrix(step: Declaration, relations: tuple[Eq, ...] = ()) -> Eq | N
     row, col = step.free
     if isinstance(col, sp.Symbol):
         rhs = zero_based(step.element.rhs, (row, col), symbols)
-        return Eq(output, matrix_form(rhs, (row, col), shape=output.shape), evaluate=False)
+        indices = (zero_index(row), zero_index(col))
+        return Eq(output, matrix_form(rhs, indices, shape=output.shape), evaluate=False)
     # a block of columns: the entry's column is (ℓ − 1) w + j, with j running over the block
     (index,) = [s for s in col.free_symbols if s not in (L.ell,) and s not in L.SIZES]
     rhs = zero_based(step.element.rhs, (row, index), symbols)
-    block = matrix_form(rhs, (row, index))
+    block = matrix_form(rhs, (zero_index(row), zero_index(index)))
     width = sp.expand(col - index).coeff(L.ell)
     count = sp.simplify((output.shape[1] / width).subs([(r.lhs, r.rhs) for r in relations]))
     return Eq(output, Concat(block, count), evaluate=False)

@@ -21,12 +21,17 @@ from sympy.matrices.expressions.matexpr import MatrixElement
 
 from ..notation import letters as L
 
-__all__ = ["Ranges", "zero_based", "element_of", "under_ranges", "decide", "fresh_index"]
+__all__ = [
+    "Ranges", "zero_based", "zero_index", "element_of", "under_ranges", "decide", "fresh_index",
+]  # fmt: skip
 
 Ranges = Mapping[sp.Symbol, tuple[sp.Expr, sp.Expr]]
 
 #: The summation index for a sum over each size, in order of preference.
-_NAMES = {L.n: (L.m, L.p, L.r, L.t), L.c: (L.j, L.j2), L.c_h: (L.j, L.j2), L.d: (L.i,)}
+_NAMES = {
+    L.n: (L.m, L.p, L.r, L.t), L.s: (L.p, L.r, L.t), L.c: (L.j, L.j2), L.c_h: (L.j, L.j2),
+    L.d: (L.i,), L.d_y: (L.i,),
+}  # fmt: skip
 
 
 def _shift_sum(total: Sum, by: int) -> Sum:
@@ -43,11 +48,11 @@ def zero_based(
 ) -> sp.Expr:
     """A 1-based right-hand side as SymPy's matrix machinery reads it.
 
-    Each free index f becomes 0-based (f + 1 in the 1-based entry), each sum runs from 0, and each
-    entry y_{a,b} becomes the element Y[a − 1, b − 1] of its matrix symbol (`symbols`: letter ->
-    `MatrixSymbol`; a head's entry y^{(ℓ)}_{a,b} is an element of ``Y_l``).
+    Each free index f becomes its 0-based twin `zero_index(f)` (f = zero_index(f) + 1), each sum
+    runs from 0, and each entry y_{a,b} becomes the element Y[a − 1, b − 1] of its matrix symbol
+    (`symbols`: letter -> `MatrixSymbol`; a head's entry y^{(ℓ)}_{a,b} is an element of ``Y_l``).
     """
-    expr = expr.xreplace({index: index + 1 for index in free})
+    expr = expr.xreplace({index: zero_index(index) + 1 for index in free})
     expr = expr.replace(lambda e: isinstance(e, Sum), lambda e: _shift_sum(e, -1))
 
     def element(entry: Indexed) -> sp.Expr:
@@ -55,6 +60,12 @@ def zero_based(
         return symbols[L.letter_of(entry)][row - 1, col - 1]
 
     return expr.replace(lambda e: isinstance(e, Indexed), element)
+
+
+def zero_index(index: sp.Symbol) -> sp.Symbol:
+    """The 0-based twin of a 1-based index: the same name, running from 0 (so that SymPy accepts
+    it as an index of a matrix with one row)."""
+    return sp.Symbol(index.name, integer=True, nonnegative=True)
 
 
 def fresh_index(size: sp.Expr, taken: set[sp.Symbol]) -> sp.Symbol:
@@ -218,20 +229,24 @@ def _limits(
     condition: sp.Basic, variable: sp.Symbol, low: sp.Expr, high: sp.Expr, ranges: Ranges
 ) -> tuple[sp.Expr, sp.Expr] | None:
     """New limits for a sum over `variable` whose terms vanish outside `condition` (a
-    conjunction of bounds on the variable that stay within low … high), or None."""
+    conjunction of bounds on the variable), or None. A bound the ranges do not show to lie
+    within low … high becomes a max or a min (integers: p > e is p ≥ e + 1)."""
     parts = condition.args if isinstance(condition, sp.And) else (condition,)
     for part in parts:
-        if not isinstance(part, sp.core.relational.Relational) or part.rel_op not in ("<=", ">="):
+        if not isinstance(part, sp.core.relational.Relational) or part.rel_op not in (
+            "<=", ">=", "<", ">"
+        ):  # fmt: skip
             return None
+        strict = part.rel_op in ("<", ">")
         small, large = part.lts, part.gts
         if small == variable and variable not in large.free_symbols:
-            if decide(sp.Le(large, high), ranges) != sp.true:
-                return None
-            high = large
+            bound = large - 1 if strict else large
+            inside = decide(sp.Le(bound, high), ranges) == sp.true
+            high = bound if inside else sp.Min(high, bound)
         elif large == variable and variable not in small.free_symbols:
-            if decide(sp.Le(low, small), ranges) != sp.true:
-                return None
-            low = small
+            bound = small + 1 if strict else small
+            inside = decide(sp.Le(low, bound), ranges) == sp.true
+            low = bound if inside else sp.Max(low, bound)
         else:
             return None
     return low, high
@@ -250,11 +265,24 @@ def _fold(expr: sp.Expr) -> sp.Expr:
     return folded.xreplace(inner)
 
 
+def _extreme(expr: sp.Expr, ranges: Ranges) -> sp.Expr:
+    """max(a, b) or min(a, b) where the ranges decide which argument it is."""
+    if len(expr.args) != 2:
+        return expr
+    a, b = expr.args
+    a_at_most_b = decide(sp.Le(a, b), ranges)
+    b_at_most_a = decide(sp.Le(b, a), ranges)
+    if isinstance(expr, sp.Max):
+        return b if a_at_most_b == sp.true else a if b_at_most_a == sp.true else expr
+    return a if a_at_most_b == sp.true else b if b_at_most_a == sp.true else expr
+
+
 def under_ranges(expr: sp.Expr, ranges: Ranges) -> sp.Expr:
     """`expr` with every condition the ranges decide decided (see the module docstring)."""
     for _ in range(4):  # deciding one level can expose the next
         before = expr
         expr = expr.replace(lambda e: isinstance(e, Piecewise), lambda e: _piecewise(e, ranges))
+        expr = expr.replace(lambda e: isinstance(e, sp.Max | sp.Min), lambda e: _extreme(e, ranges))
         expr = expr.replace(lambda e: isinstance(e, Sum), lambda e: _sum(e, ranges))
         expr = _fold(expr) if expr.has(Piecewise) else expr
         if expr == before:

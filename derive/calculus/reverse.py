@@ -32,7 +32,7 @@ from ..graph import Declaration, Graph
 from ..notation import Concat, Softmax
 from ..notation import letters as L
 from .forward import declared_matrix, steps, symbols_of
-from .indices import element_of, under_ranges, zero_based
+from .indices import element_of, under_ranges, zero_based, zero_index
 from .matrix_form import matrix_form
 
 __all__ = ["Contribution", "Gradient", "backward", "in_outputs", "CONSTANT"]
@@ -187,7 +187,7 @@ def _element_route(step: Declaration, letter: str, shapes: dict) -> Contribution
         L.gradient(letter): _symbol(L.gradient(letter), shapes),
         step.output: _symbol(step.output, shapes),
     }
-    term = matrix_form(zero_based(final, (m, p), symbols), (m, p))
+    term = matrix_form(zero_based(final, (m, p), symbols), (zero_index(m), zero_index(p)))
     how = "the chain rule entry by entry: sympy.diff, the Kronecker deltas summed out"
     return Contribution(step, term, how, equations)
 
@@ -225,6 +225,8 @@ def _free(letter: str) -> tuple[sp.Symbol, sp.Symbol]:
         return L.m, L.p
     if name in ("k", "v"):  # a key or a value: token p, as in ω_{m,p} and z_{m,j}
         return L.p, L.j
+    if name == "y":
+        return L.p, L.i
     return (L.m, L.i) if name == "x" else (L.m, L.j)
 
 

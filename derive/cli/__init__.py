@@ -85,6 +85,25 @@ EPILOG = {
 }
 
 
+def _variant_options(sub, what: str) -> None:
+    """--variant NAME and one option per size a variant adds (--w, --s, --d-y), read off the
+    registry: a new variant's sizes become options with no edit here."""
+    from ..graph.variants import REGISTRY, variants
+
+    sub.add_argument("--variant", choices=variants(), metavar="NAME",
+                     help=f"{what} of a variant: {', '.join(variants())}")  # fmt: skip
+    seen: dict[str, list[str]] = {}
+    for found in REGISTRY().values():
+        for symbol, default in found.sizes:
+            seen.setdefault(str(symbol), []).append(f"{found.name} (default {default})")
+    for name, users in seen.items():
+        sub.add_argument(
+            f"--{name.replace('_', '-')}", dest=f"size_{name}", metavar=name.upper(),
+            type=_integer(limit=MAX_SIZE, what=" for explicit sizes"),
+            help=f"size {name} of " + ", ".join(users),
+        )  # fmt: skip
+
+
 def _sizes(sub, help_text: str) -> None:
     for letter, meaning in (("n", "tokens"), ("d", "input width"), ("c", "context width")):
         sub.add_argument(
@@ -136,6 +155,7 @@ def _parser() -> _Parser:
             metavar="DIR",
             help="draw the figures into DIR and include them (needs matplotlib)",
         )
+        _variant_options(sub, "the derivation")
     _add_check(commands)
     return parser
 

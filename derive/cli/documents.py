@@ -142,9 +142,28 @@ def _options(args) -> DocumentOptions:
     if args.figures is not None:
         base = Path(args.output).parent if args.output else Path(".")
         figures = Path(os.path.relpath(Path(args.figures), base)).as_posix()
-    return DocumentOptions(
-        sizes=sizes, causal=args.causal, heads=args.heads, example=args.example, figures=figures
+    extra = tuple(
+        (key.removeprefix("size_"), value)
+        for key, value in sorted(vars(args).items())
+        if key.startswith("size_") and value is not None
     )
+    if extra and args.variant is None:
+        from ..graph.variants import REGISTRY
+
+        (name, _), *_ = extra
+        owners = [v.name for v in REGISTRY().values() if name in {str(x) for x, _ in v.sizes}]
+        option = "--" + name.replace("_", "-")
+        raise UsageError(
+            f"derive {args.command}: {option} is a size of {' and '.join(owners)}; "
+            f"give --variant {owners[0]}"
+        )
+    try:
+        return DocumentOptions(
+            sizes=sizes, causal=args.causal, heads=args.heads, example=args.example,
+            figures=figures, variant=args.variant, extra=extra,
+        )  # fmt: skip
+    except ValueError as error:
+        raise UsageError(f"derive {args.command}: {error}") from None
 
 
 def run_document(args, progress: Progress) -> int:

@@ -45,9 +45,10 @@ def rowsum_residual(g) -> ImmutableMatrix:
         d_a = g.step("dA" + label).formula
         d_z = context.entries.applyfunc(lambda e: L.base("d" + e.base.label.name)[e.indices])
         column = []
-        for m in range(g.n):
-            left = Add(*[a[m, r] * d_a[m, r] for r in range(g.n)])
-            right = Add(*[d_z[m, j] * context.formula[m, j] for j in range(g.width)])
+        queries, keys = a.shape
+        for m in range(queries):
+            left = Add(*[a[m, r] * d_a[m, r] for r in range(keys)])
+            right = Add(*[d_z[m, j] * context.formula[m, j] for j in range(context.formula.cols)])
             column.append(sp.expand(left - right))
         columns.append(column)
     return ImmutableMatrix(g.n, g.heads, lambda m, head: columns[head][m])

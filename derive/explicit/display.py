@@ -1,5 +1,5 @@
 """The lines an explicit step shows: one per entry, long sums broken, the softmax's row sums
-written once as s_m. Objects use them for their rich display; documents for their sections.
+written once as D_m. Objects use them for their rich display; documents for their sections.
 A step is anything with `entries`, `formula` and `name` (`ExplicitStep`, `GradientStep`)."""
 
 from __future__ import annotations
@@ -36,27 +36,27 @@ def _entries_lines(step) -> list[str]:
 
 
 def _weights_lines(step) -> list[str]:
-    """Per row: the shared denominator s_m once, then each a_{m,p} over s_m."""
+    """Per row: the shared denominator D_m once, then each a_{m,p} over D_m."""
     lines: list[str] = []
-    s = sp.IndexedBase("s")
+    total_of = sp.IndexedBase("D")  # the row's denominator (s is the number of keys)
     for row in range(step.formula.shape[0]):
         entries = [step.formula[row, col] for col in range(step.formula.shape[1])]
         nonzero = [entry for entry in entries if entry != 0]
         total = sp.fraction(nonzero[0])[1] if nonzero else sp.S.Zero
         if total != 1 and total != 0:
-            lines += _long(latex(s[row + 1]), total)
+            lines += _long(latex(total_of[row + 1]), total)
         for col, entry in enumerate(entries):
             lhs = latex(step.entries[row, col])
             numerator, denominator = sp.fraction(entry)
             if denominator == total and total not in (0, 1):
-                lines.append(rf"{lhs} &= \frac{{{latex(numerator)}}}{{{latex(s[row + 1])}}}")
+                lines.append(rf"{lhs} &= \frac{{{latex(numerator)}}}{{{latex(total_of[row + 1])}}}")
             else:
                 lines.append(f"{lhs} &= {latex(entry)}")
     return lines
 
 
 def explicit_lines(step) -> list[str]:
-    """The aligned lines of one explicit step (weights: with the shared row sums s_m)."""
+    """The aligned lines of one explicit step (weights: with the shared row sums D_m)."""
     return _weights_lines(step) if step.name == "weights" else _entries_lines(step)
 
 

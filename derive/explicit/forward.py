@@ -22,7 +22,7 @@ from .instantiate import instantiate
 from .sizes import check_sizes
 from .values import Values, compose, evaluate_steps, exact_numbers, size_values, to_rows
 
-__all__ = ["ExplicitAttention", "explicit_attention", "allowed_keys"]
+__all__ = ["ExplicitGraph", "ExplicitAttention", "explicit_attention", "allowed_keys"]
 
 
 def allowed_keys(n: int, causal: bool, mask: object, key_padding_mask: object) -> list[list[bool]]:
@@ -50,7 +50,47 @@ def allowed_keys(n: int, causal: bool, mask: object, key_padding_mask: object) -
     return allowed
 
 
-class ExplicitAttention:
+class ExplicitGraph:
+    """Any graph of declarations written out at concrete sizes (`sizes`: symbol -> int, the
+    variants' s, d_y, w included): its inputs' named entries, its steps, their values."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        sizes: dict[sp.Symbol, int],
+        *,
+        heads: int = 1,
+        given: dict | None = None,
+    ) -> None:
+        self.graph, self.heads = graph, heads
+        self.sizes = dict(sizes)
+        self.generic_steps = calculus.steps(graph)
+        self.instance = instantiate(graph, size_values(self.sizes), heads, dict(given or {}))
+        self.steps = self.instance.steps
+        shapes = graph.shapes
+        self.inputs = {
+            letter: L.entries(L.name_of(letter), *(int(sp.sympify(x).xreplace(self.sizes))
+                                                   for x in shapes[letter]))
+            for letter in graph.inputs
+            if letter != "M"  # a mask is given as numbers, not as an input
+        }  # fmt: skip
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{symbol}={value}" for symbol, value in self.sizes.items())
+        return f"ExplicitGraph({self.graph.name!r}, {sizes})"
+
+    def evaluate(self, *, digits: int | None = 30, **given: object) -> Values:
+        """The value of every step for concrete inputs (by letter: ``X=…, Y=…, W_q=…``)."""
+        missing = sorted(set(self.inputs) - set(given))
+        unknown = sorted(set(given) - set(self.inputs))
+        if missing or unknown:
+            raise TypeError(f"evaluate needs exactly {list(self.inputs)}: missing {missing}, "
+                            f"unknown {unknown}")  # fmt: skip
+        exact = exact_numbers(self.inputs, self.sizes, 1, given, None, digits)
+        return evaluate_steps(self.steps, exact, digits, self.heads)
+
+
+class ExplicitAttention(ExplicitGraph):
     """Self-attention written out at sizes n, d, c: see `explicit_attention`."""
 
     def __init__(
@@ -71,26 +111,20 @@ class ExplicitAttention:
         self.causal = causal
         self.masked = mask is not None or key_padding_mask is not None
         self.allowed = allowed_keys(self.n, causal, mask, key_padding_mask)
-        self.graph = graph or self_attention(
+        graph = graph or self_attention(
             causal=causal and not self.masked, masked=self.masked, heads=self.heads > 1
         )
         self.width = self.c // self.heads
-        self.sizes = {L.n: self.n, L.d: self.d, L.c: self.c, L.h: self.heads, L.c_h: self.width}
+        sizes = {L.n: self.n, L.d: self.d, L.c: self.c, L.h: self.heads, L.c_h: self.width}
         given = {}
         if self.masked:  # M: 0 where a query may attend, −∞ where not (causal folded in)
             for row in range(self.n):
                 for col in range(self.n):
                     value = sp.S.Zero if self.allowed[row][col] else -sp.oo
                     given[L.base("mask")[row + 1, col + 1]] = value
-        self.generic_steps = calculus.steps(self.graph)
-        self.instance = instantiate(self.graph, size_values(self.sizes), self.heads, given)
-        self.steps = self.instance.steps
-        self.X = L.entries("x", self.n, self.d)
-        self.W_q, self.W_k, self.W_v = (L.entries(f"w{w}", self.d, self.c) for w in "qkv")
-        self.W_o = L.entries("wo", self.c, self.c) if self.heads > 1 else None
-        self.inputs = {"X": self.X, "W_q": self.W_q, "W_k": self.W_k, "W_v": self.W_v}
-        if self.W_o is not None:
-            self.inputs["W_o"] = self.W_o
+        super().__init__(graph, sizes, heads=self.heads, given=given)
+        self.X, self.W_q, self.W_k, self.W_v = (self.inputs[k] for k in ("X", "W_q", "W_k", "W_v"))
+        self.W_o = self.inputs.get("W_o")
 
     def _repr_latex_(self) -> str:
         from .display import explicit_lines, matrix_line

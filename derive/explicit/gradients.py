@@ -25,7 +25,7 @@ from sympy import Add, ImmutableMatrix, Indexed
 
 from .. import calculus
 from ..notation import letters as L
-from .forward import ExplicitAttention
+from .forward import ExplicitAttention, ExplicitGraph
 from .instantiate import cells
 from .sizes import check_size
 from .values import Values, compose, evaluate_steps, exact_numbers, size_values
@@ -93,11 +93,31 @@ class ExplicitGradients:
         for name, value in (("n", n), ("d", d), ("c", c)):
             check_size(name, value, limit=MAX_GRADIENT_SIZE, what="derive.MAX_GRADIENT_SIZE",
                        generic="derive.backward_steps()")  # fmt: skip
-        self.forward = ea = ExplicitAttention(n, d, c, causal=causal, heads=heads)
-        self.n, self.d, self.c, self.heads, self.causal = ea.n, ea.d, ea.c, ea.heads, ea.causal
-        self.width = ea.width
-        self.dC = L.entries("dctx", self.n, self.c)
-        self.inputs = {**ea.inputs, "dC": self.dC}
+        self._build(ExplicitAttention(n, d, c, causal=causal, heads=heads))
+
+    @classmethod
+    def of(cls, forward: ExplicitGraph) -> ExplicitGradients:
+        """The backward pass of any explicit graph (a variant's), every size at most
+        `MAX_GRADIENT_SIZE`."""
+        for symbol, value in forward.sizes.items():
+            check_size(str(symbol), value, limit=MAX_GRADIENT_SIZE, what="derive.MAX_GRADIENT_SIZE",
+                       generic="derive.backward_steps()")  # fmt: skip
+        built = cls.__new__(cls)
+        built._build(forward)
+        return built
+
+    def _build(self, forward: ExplicitGraph) -> None:
+        self.forward = forward
+        sizes = {str(symbol): value for symbol, value in forward.sizes.items()}
+        self.n, self.d, self.c = sizes["n"], sizes["d"], sizes["c"]
+        self.heads, self.causal = forward.heads, getattr(forward, "causal", False)
+        self.width = self.c // self.heads
+        output = forward.graph.output
+        rows, cols = (
+            int(sp.sympify(x).xreplace(forward.sizes)) for x in forward.graph.shapes[output]
+        )
+        self.dC = L.entries("d" + L.name_of(output), rows, cols)
+        self.inputs = {**forward.inputs, "dC": self.dC}
         self.steps = tuple(self._derive())
 
     def _repr_latex_(self) -> str:
@@ -225,6 +245,11 @@ class ExplicitGradients:
         """
         given = {"X": X, "W_q": W_q, "W_k": W_k, "W_v": W_v, "dC": dC}
         exact = exact_numbers(self.inputs, self.forward.sizes, self.heads, given, W_o, digits)
+        return evaluate_steps(self.forward.steps + self.steps, exact, digits, self.heads)
+
+    def evaluate_inputs(self, *, digits: int | None = 30, **given: object) -> Values:
+        """`evaluate` for any graph: every input by its letter (``X=…, Y=…, dC=…``)."""
+        exact = exact_numbers(self.inputs, self.forward.sizes, 1, given, None, digits)
         return evaluate_steps(self.forward.steps + self.steps, exact, digits, self.heads)
 
 

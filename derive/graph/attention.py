@@ -8,7 +8,7 @@ Each function returns one step, declared by the formula of one entry of its outp
     ω̃_{m,p} = ω_{m,p} / √c                             scaled_scores
     M_{m,p} = 0 if p ≤ m, −∞ otherwise                  causal_mask
     ω̂_{m,p} = ω̃_{m,p} + M_{m,p}                        masked scores (the mask is additive)
-    a_{m,p} = exp(s_{m,p}) / Σ_{r=1}^{n} exp(s_{m,r})   weights (s = ω̃, or ω̂ when masked)
+    a_{m,p} = exp(ω̃_{m,p}) / Σ_{r=1}^{n} exp(ω̃_{m,r}) weights (of ω̂ when masked)
     z_{m,j} = Σ_{p=1}^{n} a_{m,p} v_{p,j}              context (z: the entries of C)
 
 and for h heads of width c_h = c / h: the split q^{(ℓ)}_{m,j} = q_{m,(ℓ−1)c_h+j}, the same
@@ -20,6 +20,7 @@ projection z_{m,j} = Σ_{i=1}^{c} \\hat{z}_{m,i} (W_o)_{i,j}. Step names match
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import sympy as sp
 from sympy import Eq, Piecewise, Sum, exp, sqrt
@@ -38,24 +39,39 @@ STEP_NAMES = (
     "merge_heads",
 )  # fmt: skip
 
-_SHAPES = {
-    "X": (L.n, L.d), "W_q": (L.d, L.c), "W_k": (L.d, L.c), "W_v": (L.d, L.c),
-    "Q": (L.n, L.c), "K": (L.n, L.c), "V": (L.n, L.c), "Omega": (L.n, L.n),
-    "Omega_scaled": (L.n, L.n), "M": (L.n, L.n), "Omega_masked": (L.n, L.n), "A": (L.n, L.n),
-    "C": (L.n, L.c), "C_concat": (L.n, L.c), "W_o": (L.c, L.c),
-}  # fmt: skip
+
+@dataclass(frozen=True)
+class Dims:
+    """The sizes a graph's matrices have: queries (rows of X, Q, Ω, A, C), keys (rows of the
+    matrix the keys and values are projected from, and of K, V; columns of Ω, A), the width of
+    X, the width of the key/value source, and c. Self-attention reads its keys from X itself;
+    cross-attention from another sequence Y (s × d_y)."""
+
+    queries: sp.Expr = L.n
+    keys: sp.Expr = L.n
+    width: sp.Expr = L.d
+    source_width: sp.Expr = L.d
+    source: str = "x"
+
+    def shape(self, letter: str) -> tuple[sp.Expr, sp.Expr]:
+        """The shape of a matrix; a head's matrices have c_h columns where the whole has c."""
+        if letter.endswith("_l"):
+            rows, cols = self.shape(letter.removesuffix("_l"))
+            return rows, L.c_h if cols == L.c else cols
+        n, s, c = self.queries, self.keys, L.c
+        table = {
+            "X": (n, self.width), "Y": (s, self.source_width), "W_q": (self.width, c),
+            "W_k": (self.source_width, c), "W_v": (self.source_width, c), "Q": (n, c),
+            "K": (s, c), "V": (s, c), "Omega": (n, s), "Omega_scaled": (n, s), "M": (n, s),
+            "Omega_masked": (n, s), "A": (n, s), "C": (n, c), "C_concat": (n, c), "W_o": (c, c),
+        }  # fmt: skip
+        return table[letter]
+
+    def shapes(self, *letters: str) -> dict[str, tuple[sp.Expr, sp.Expr]]:
+        return {letter: self.shape(letter) for letter in letters}
 
 
-def _shape(letter: str) -> tuple[sp.Expr, sp.Expr]:
-    """The shape of a matrix; a head's matrices have c_h columns where the whole has c."""
-    if letter.endswith("_l"):
-        rows, cols = _SHAPES[letter.removesuffix("_l")]
-        return rows, L.c_h if cols == L.c else cols
-    return _SHAPES[letter]
-
-
-def _shapes(*letters: str) -> dict[str, tuple[sp.Expr, sp.Expr]]:
-    return {letter: _shape(letter) for letter in letters}
+SELF = Dims()
 
 
 def _entry(name: str, head: bool, *indices: sp.Expr) -> sp.Indexed:
@@ -71,21 +87,25 @@ def _suffix(head: bool) -> str:
 _TITLES = {"q": "Query projection", "k": "Key projection", "v": "Value projection"}
 
 
-def projection(which: str) -> Declaration:
-    r"""$q_{m,j} = \sum_{i=1}^{d} x_{m,i} (W_q)_{i,j}$ (`which`: ``"q"``, ``"k"`` or ``"v"``)."""
-    m, i, j = L.m, L.i, L.j
-    rhs = Sum(_entry("x", False, m, i) * _entry(f"w{which}", False, i, j), (i, 1, L.d))
+def projection(which: str, dims: Dims = SELF) -> Declaration:
+    r"""$q_{m,j} = \sum_{i=1}^{d} x_{m,i} (W_q)_{i,j}$ (`which`: ``"q"``, ``"k"`` or ``"v"``);
+    keys and values from the source the dims name (Y for cross-attention: row p)."""
+    i, j = L.i, L.j
+    source = "x" if which == "q" else dims.source
+    row = L.p if source == "y" else L.m
+    width = dims.width if source == "x" else dims.source_width
+    rhs = Sum(_entry(source, False, row, i) * _entry(f"w{which}", False, i, j), (i, 1, width))
     letter = which.upper()
     return Declaration(
         "projection",
         letter,
         _TITLES[which],
-        Eq(_entry(which, False, m, j), rhs, evaluate=False),
-        _shapes("X", f"W_{which}", letter),
+        Eq(_entry(which, False, row, j), rhs, evaluate=False),
+        dims.shapes(source.upper(), f"W_{which}", letter),
     )
 
 
-def scores(*, head: bool = False) -> Declaration:
+def scores(*, head: bool = False, dims: Dims = SELF) -> Declaration:
     r"""$\omega_{m,p} = \sum_{j=1}^{c} q_{m,j} k_{p,j}$: the dot product of query m and key p."""
     m, p, j = L.m, L.p, L.j
     width = L.c_h if head else L.c
@@ -96,11 +116,11 @@ def scores(*, head: bool = False) -> Declaration:
         "Omega" + s,
         "Attention scores",
         Eq(_entry("omega", head, m, p), rhs, evaluate=False),
-        _shapes("Q" + s, "K" + s, "Omega" + s),
+        dims.shapes("Q" + s, "K" + s, "Omega" + s),
     )
 
 
-def scaled_scores(*, head: bool = False) -> Declaration:
+def scaled_scores(*, head: bool = False, dims: Dims = SELF) -> Declaration:
     r"""$\tilde\omega_{m,p} = \omega_{m,p} / \sqrt{c}$ (per head: $\sqrt{c_h}$)."""
     width = L.c_h if head else L.c
     s = _suffix(head)
@@ -110,11 +130,11 @@ def scaled_scores(*, head: bool = False) -> Declaration:
         "Omega_scaled" + s,
         "Scaling by the square root of the width",
         Eq(_entry("omegatilde", head, L.m, L.p), rhs, evaluate=False),
-        _shapes("Omega" + s, "Omega_scaled" + s),
+        dims.shapes("Omega" + s, "Omega_scaled" + s),
     )
 
 
-def causal_mask() -> Declaration:
+def causal_mask(dims: Dims = SELF) -> Declaration:
     r"""$M_{m,p} = 0$ where $p \le m$ (token m may attend to p), $-\infty$ otherwise."""
     rhs = Piecewise((0, sp.Le(L.p, L.m)), (-sp.oo, True))
     return Declaration(
@@ -122,12 +142,12 @@ def causal_mask() -> Declaration:
         "M",
         "The causal mask",
         Eq(_entry("mask", False, L.m, L.p), rhs, evaluate=False),
-        _shapes("M"),
+        dims.shapes("M"),
         constant=True,
     )
 
 
-def masked_scores(*, head: bool = False) -> Declaration:
+def masked_scores(*, head: bool = False, dims: Dims = SELF) -> Declaration:
     r"""$\hat\omega_{m,p} = \tilde\omega_{m,p} + M_{m,p}$: the mask is added to the scores."""
     s = _suffix(head)
     rhs = _entry("omegatilde", head, L.m, L.p) + _entry("mask", False, L.m, L.p)
@@ -136,38 +156,38 @@ def masked_scores(*, head: bool = False) -> Declaration:
         "Omega_masked" + s,
         "Masking the scores",
         Eq(_entry("omegahat", head, L.m, L.p), rhs, evaluate=False),
-        _shapes("Omega_scaled" + s, "M", "Omega_masked" + s),
+        dims.shapes("Omega_scaled" + s, "M", "Omega_masked" + s),
     )
 
 
-def weights(*, head: bool = False, masked: bool = False) -> Declaration:
+def weights(*, head: bool = False, masked: bool = False, dims: Dims = SELF) -> Declaration:
     r"""$a_{m,p} = \exp(\tilde\omega_{m,p}) / \sum_{r=1}^{n} \exp(\tilde\omega_{m,r})$: the
     softmax of each row (of the masked scores $\hat\omega$ when `masked`)."""
     source = "omegahat" if masked else "omegatilde"
     s = _suffix(head)
     numerator = exp(_entry(source, head, L.m, L.p))
-    total = Sum(exp(_entry(source, head, L.m, L.r)), (L.r, 1, L.n))
+    total = Sum(exp(_entry(source, head, L.m, L.r)), (L.r, 1, dims.keys))
     letter = ("Omega_masked" if masked else "Omega_scaled") + s
     return Declaration(
         "weights",
         "A" + s,
         "Attention weights (row-wise softmax)",
         Eq(_entry("a", head, L.m, L.p), numerator / total, evaluate=False),
-        _shapes(letter, "A" + s),
+        dims.shapes(letter, "A" + s),
     )
 
 
-def context(*, head: bool = False) -> Declaration:
+def context(*, head: bool = False, dims: Dims = SELF) -> Declaration:
     r"""$z_{m,j} = \sum_{p=1}^{n} a_{m,p} v_{p,j}$: row m of C weighs the value rows."""
     m, p, j = L.m, L.p, L.j
-    rhs = Sum(_entry("a", head, m, p) * _entry("v", head, p, j), (p, 1, L.n))
+    rhs = Sum(_entry("a", head, m, p) * _entry("v", head, p, j), (p, 1, dims.keys))
     s = _suffix(head)
     return Declaration(
         "context",
         "C" + s,
         "Context vectors",
         Eq(_entry("ctx", head, m, j), rhs, evaluate=False),
-        _shapes("A" + s, "V" + s, "C" + s),
+        dims.shapes("A" + s, "V" + s, "C" + s),
     )
 
 
@@ -180,7 +200,7 @@ def split_heads(which: str) -> Declaration:
         letter + "_l",
         "Split into heads",
         Eq(_entry(which, True, L.m, L.j), rhs, evaluate=False),
-        _shapes(letter, letter + "_l"),
+        SELF.shapes(letter, letter + "_l"),
     )
 
 
@@ -192,7 +212,7 @@ def merge_heads() -> Declaration:
         "C_concat",
         "Concatenate the heads",
         Eq(lhs, _entry("ctx", True, L.m, L.j), evaluate=False),
-        _shapes("C_l", "C_concat"),
+        SELF.shapes("C_l", "C_concat"),
     )
 
 
@@ -205,7 +225,7 @@ def output_projection() -> Declaration:
         "C",
         "Output projection",
         Eq(_entry("ctx", False, m, j), rhs, evaluate=False),
-        _shapes("C_concat", "W_o", "C"),
+        SELF.shapes("C_concat", "W_o", "C"),
     )
 
 

@@ -30,7 +30,8 @@ import sympy as sp
 from sympy import IndexedBase, MatrixSymbol, Symbol
 
 __all__ = [
-    "n", "d", "c", "h", "c_h", "m", "p", "r", "t", "i", "j", "j2", "ell", "b", "lam",
+    "n", "d", "c", "h", "c_h", "s", "d_y", "w", "m", "p", "r", "t", "i", "j", "j2", "ell", "b",
+    "lam",
     "SIZES", "BASES", "READING_ORDER", "reading_key", "MATRIX_LATEX", "ENTRY_LATEX", "base",
     "letter_of", "name_of",
     "matrix_symbol", "entries", "head_entries", "gradient", "is_gradient",
@@ -39,7 +40,11 @@ __all__ = [
 # Sizes.
 n, d, c, h = sp.symbols("n d c h", integer=True, positive=True)
 c_h = Symbol("c_h", integer=True, positive=True)
-SIZES = (n, d, c, h, c_h)
+#: The variants' sizes: s keys (and d_y their width) read from another sequence Y
+#: (cross-attention), the window w of sliding-window attention.
+s, w = sp.symbols("s w", integer=True, positive=True)
+d_y = Symbol("d_y", integer=True, positive=True)
+SIZES = (n, d, c, h, c_h, s, d_y, w)
 
 # Indices, 1-based.
 m, p, r, t, i, j, b = sp.symbols("m p r t i j b", integer=True, positive=True)
@@ -53,6 +58,7 @@ lam = Symbol("lambda", real=True)
 #: Entry name -> matrix letter. The entry names are internal; readers see `ENTRY_LATEX`.
 _FORWARD = {
     "x": "X",
+    "y": "Y",
     "wq": "W_q",
     "wk": "W_k",
     "wv": "W_v",
@@ -71,6 +77,7 @@ _FORWARD = {
 #: LaTeX of one entry's letter: x_{m,i}, (W_q)_{i,j}, ω_{m,p}, z_{m,j} (an entry of C), ...
 _ENTRY = {
     "x": "x",
+    "y": "y",
     "wq": "(W_q)",
     "wk": "(W_k)",
     "wv": "(W_v)",
@@ -89,6 +96,7 @@ _ENTRY = {
 #: LaTeX of each matrix letter.
 _MATRIX = {
     "X": "X",
+    "Y": "Y",
     "W_q": "W_q",
     "W_k": "W_k",
     "W_v": "W_v",
@@ -129,9 +137,9 @@ _LETTERS = {letter: name for name, letter in BASES.items()}
 #: The order of entries in a product and of terms in a sum (and of a step's inputs): the book
 #: writes x W, q k, a v, \hat{z} W_o; the gradients in the order of their matrix forms.
 READING_ORDER = (
-    "x", "ctxcat", "a", "dctx", "ctx", "domega", "domegatilde", "domegahat", "da", "dq", "dk",
+    "x", "y", "ctxcat", "a", "dctx", "ctx", "domega", "domegatilde", "domegahat", "da", "dq", "dk",
     "dv", "q", "wq", "wk", "wv", "wo", "k", "v", "omega", "omegatilde", "omegahat", "mask",
-    "dx", "dwq", "dwk", "dwv", "dwo", "dctxcat",
+    "dx", "dy", "dwq", "dwk", "dwv", "dwo", "dctxcat",
 )  # fmt: skip
 _RANK = {name: rank for rank, name in enumerate(READING_ORDER)}
 

@@ -5,7 +5,7 @@ r"""What SymPy proves about the softmax of a graph's weights step, at symbolic n
   mask (causal), the weights are first written without it: the mask's formula put in, and the
   conditions the index ranges decide decided, which gives the causal limits r ≤ m.
 - `shift_invariance`: a constant λ added to every score of a row cancels.
-- `softmax_jacobian`: ∂a_{m,p}/∂s_{m,t} = a_{m,p}(δ_{p,t} − a_{m,t}), by `sympy.diff`.
+- `softmax_jacobian`: ∂a_{m,p}/∂ω̃_{m,t} = a_{m,p}(δ_{p,t} − a_{m,t}), by `sympy.diff`.
 """
 
 from __future__ import annotations
@@ -54,11 +54,13 @@ def _same_dummy(expr: sp.Expr, index: sp.Symbol) -> sp.Expr:
 
 
 def rows_sum_to_one(graph: Graph) -> Fact:
-    r"""$\sum_{p=1}^{n} a_{m,p} = 1$ for every row m (with a declared mask, over its limits)."""
+    r"""$\sum_{p} a_{m,p} = 1$ over the keys, for every row m (with a declared mask, over its
+    limits)."""
     element, sources = weights_element(graph)
-    a = _weights(graph).element.lhs
-    total = Sum(a, (L.p, 1, L.n))
-    written = Sum(element, (L.p, 1, L.n))
+    step = _weights(graph)
+    a, keys = step.element.lhs, step.shapes[step.output][1]  # n, or s keys from another sequence
+    total = Sum(a, (L.p, 1, keys))
+    written = Sum(element, (L.p, 1, keys))
     decided = under_ranges(written, _RANGES)
     factored = sp.factor_terms(decided)
     renamed = _same_dummy(factored, L.r)
@@ -97,8 +99,8 @@ def shift_invariance(graph: Graph) -> Fact:
 
 def softmax_jacobian(graph: Graph) -> Fact:
     r"""The Jacobian of a row of the weights, written in the weights: for the softmax,
-    $\partial a_{m,p} / \partial s_{m,t} = a_{m,p}(\delta_{p,t} - a_{m,t})$ (s: the scores it
-    reads), by `sympy.diff` of the declared formula and the deltas summed out."""
+    $\partial a_{m,p} / \partial \tilde\omega_{m,t} = a_{m,p}(\delta_{p,t} - a_{m,t})$ (of the
+    scores it reads), by `sympy.diff` of the declared formula and the deltas summed out."""
     step = _weights(graph)
     (source,) = step.inputs
     element = step.element.rhs

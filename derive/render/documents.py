@@ -12,14 +12,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import sympy as sp
+
 from ..explicit import ExplicitAttention
-from ..explicit.sizes import check_sizes
+from ..explicit.forward import ExplicitGraph
+from ..explicit.sizes import check_size, check_sizes
 from ..graph import Graph, self_attention
+from ..graph.variants import variant
+from ..notation import letters as L
 from . import prose as P
 from .blocks import Block, Figure, Prose, to_latex, to_markdown
 from .sections import backward as B
 from .sections import explicit as E
 from .sections import forward as F
+from .sections import variant as V2
 from .sections import variants as V
 
 __all__ = ["DocumentOptions", "document_blocks", "latex_document", "markdown_document",
@@ -48,12 +54,39 @@ class DocumentOptions:
     heads: int = 1
     example: bool = False
     figures: str | None = None
+    variant: str | None = None
+    extra: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.sizes is not None:
             check_sizes(*self.sizes, self.heads)
         elif not isinstance(self.heads, int) or isinstance(self.heads, bool) or self.heads < 1:
             raise ValueError(f"heads must be a positive int, got heads={self.heads!r}")
+        if self.variant is None:
+            if self.extra:
+                raise ValueError(f"sizes {dict(self.extra)} belong to a variant; give variant=")
+            return
+        found = variant(self.variant)  # ValueError naming the known variants
+        if self.causal or self.heads > 1 or self.example:
+            raise ValueError(
+                f"variant {self.variant!r} is its own graph: causal, heads and example do not "
+                "apply to it"
+            )
+        known = {str(symbol) for symbol, _ in found.sizes}
+        for name, value in self.extra:
+            if name not in known:
+                raise ValueError(f"variant {self.variant!r} has no size {name!r}; its sizes: "
+                                 f"{sorted(known) or 'none beyond n, d, c'}")  # fmt: skip
+            check_size(name, value)
+
+    def variant_sizes(self) -> dict[sp.Symbol, int]:
+        """The explicit sizes of a variant: n, d, c and its own (given, or its defaults)."""
+        found = variant(self.variant)
+        given = dict(self.extra)
+        n, d, c = self.sizes
+        sizes = {L.n: n, L.d: d, L.c: c}
+        sizes |= {symbol: given.get(str(symbol), default) for symbol, default in found.sizes}
+        return sizes
 
 
 def figure_path(options: DocumentOptions, name: str) -> str:
@@ -70,6 +103,8 @@ def document_blocks(
 ) -> list[Block]:
     """The blocks of the document. `example` is the worked example (`derive.worked_example`),
     required when ``options.example``; `graph` the declarations of the generic derivation."""
+    if options.variant is not None:
+        return _variant_blocks(options, progress)
     base = self_attention() if graph is None else graph
     blocks: list[Block] = F.pipeline() + F.shapes(base) + F.derivation_steps(base) + F.facts(base)
     if options.figures is not None:
@@ -102,6 +137,21 @@ def document_blocks(
     return blocks
 
 
+def _variant_blocks(options: DocumentOptions, progress: Progress | None) -> list[Block]:
+    found = variant(options.variant)
+    blocks = V2.variant_sections(found)
+    if progress is not None:
+        progress(f"derived the variant {found.name}")
+    if options.sizes is not None:
+        ea = ExplicitGraph(found.graph, options.variant_sizes())
+        blocks += E.explicit(ea, progress)
+    return blocks
+
+
+def _title(options: DocumentOptions) -> str:
+    return P.TITLE if options.variant is None else f"{variant(options.variant).title}, derived"
+
+
 def latex_document(
     options: DocumentOptions,
     *,
@@ -112,7 +162,7 @@ def latex_document(
 ) -> str:
     """The derivation as LaTeX: a standalone article, or with `fragment` the body to \\input."""
     blocks = document_blocks(options, example=example, graph=graph, progress=progress)
-    return to_latex(blocks, title=P.TITLE, note=P.AUTHORSHIP, standalone=not fragment)
+    return to_latex(blocks, title=_title(options), note=P.AUTHORSHIP, standalone=not fragment)
 
 
 def markdown_document(
@@ -124,4 +174,4 @@ def markdown_document(
 ) -> str:
     """The derivation as GitHub-flavoured Markdown with ``$$`` math."""
     blocks = document_blocks(options, example=example, graph=graph, progress=progress)
-    return to_markdown(blocks, title=P.TITLE, note=P.AUTHORSHIP)
+    return to_markdown(blocks, title=_title(options), note=P.AUTHORSHIP)

@@ -21,6 +21,9 @@ _SIZES = (
     (L.c, "width of the query, key, value and context vectors"),
     (L.h, "number of heads (multi-head attention)"),
     (L.c_h, "width of one head"),
+    (L.s, "keys read from another sequence $Y$ (cross-attention)"),
+    (L.d_y, "width of an entry of $Y$ (cross-attention)"),
+    (L.w, "the window of sliding-window attention: a query sees its last $w$ keys"),
 )
 
 _INDICES = (
@@ -37,6 +40,7 @@ _INDICES = (
 
 _ENTRIES = {
     "x": "input embedding of token m, feature i",
+    "y": "entry p of the sequence the keys and values come from (cross-attention)",
     "wq": "query weight from input feature i to query feature j",
     "wk": "key weight",
     "wv": "value weight",
@@ -59,6 +63,7 @@ _OTHER = (
     (r"\mu_q, \sigma_q^{2}", "mean and variance of a query's components (likewise for keys)"),
     (r"\delta_{p,t}", "the Kronecker delta: 1 when p = t, else 0"),
     ("J", "the all-ones matrix"),
+    ("D_m", "the softmax's denominator of row m, in the explicit sections"),
     (r"\circ", "the entry-wise (Hadamard) product"),
     (r"\bar{Y}", "the gradient of the loss L with respect to Y, shaped like Y"),
 )
@@ -83,6 +88,12 @@ _JAXTYPING = (
 )  # fmt: skip
 
 
+def _variant_graphs() -> list:
+    from ..graph.variants import REGISTRY
+
+    return [found.graph for found in REGISTRY().values()]
+
+
 def _row(*cells: str) -> str:
     return "| " + " | ".join(cells) + " |"
 
@@ -95,6 +106,8 @@ def _index(name: str) -> tuple[sp.Symbol, sp.Symbol]:
         return L.m, L.p
     if name.removeprefix("d") in ("k", "v"):
         return L.p, L.j
+    if name.removeprefix("d") == "y":
+        return L.p, L.i
     return (L.m, L.i) if name.removeprefix("d") == "x" else (L.m, L.j)
 
 
@@ -128,8 +141,8 @@ def glossary_markdown() -> str:
         _row("---", "---", "---", "---"),
     ]
     shapes: dict[str, tuple[sp.Expr, sp.Expr]] = {}
-    for graph in (self_attention(causal=True), self_attention(heads=True)):
-        shapes |= graph.shapes
+    for graph in (self_attention(causal=True), self_attention(heads=True), *_variant_graphs()):
+        shapes |= {letter: shape for letter, shape in graph.shapes.items() if letter not in shapes}
     for name, text in _ENTRIES.items():
         letter = L.BASES[name]
         matrix = latex(L.matrix_symbol(letter, *shapes[letter]))
@@ -182,7 +195,8 @@ def _gradient_rows() -> list[str]:
         _row("gradient", "shape", "entry", "gradient of $L$ with respect to"),
         _row("---", "---", "---", "---"),
     ]
-    graphs = (self_attention(), self_attention(causal=True), self_attention(heads=True))
+    graphs = (self_attention(), self_attention(causal=True), self_attention(heads=True),
+              *_variant_graphs())  # fmt: skip
     seen: dict[str, tuple] = {"C": self_attention().shapes["C"]}
     for graph in graphs:
         for gradient in calculus.backward(graph):

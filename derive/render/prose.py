@@ -175,7 +175,7 @@ EXPLICIT_INTRO = (
 )
 
 EXPLICIT_ROW_SUM = (
-    "Row by row, the softmax's denominator is written once as $s_m$ and shared by the row:"
+    "Row by row, the softmax's denominator is written once as $D_m$ and shared by the row:"
 )
 
 EXAMPLE_INTRO = (

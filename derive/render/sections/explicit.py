@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import sympy as sp
 
-from ...explicit import ExplicitAttention
 from ...explicit.display import explicit_lines, matrix_line
+from ...explicit.forward import ExplicitGraph
 from ...notation import latex
 from ...notation import letters as L
 from .. import prose as P
@@ -16,13 +16,21 @@ from ..blocks import Block, Display, Figure, Heading, Prose, Table, derived, num
 __all__ = ["explicit", "example"]
 
 
-def explicit(ea: ExplicitAttention, progress: Callable[[str], None] | None = None) -> list[Block]:
-    """Every step at the sizes of `ea`, entry by entry, each in the named entries it reads."""
-    sizes = f"$n = {ea.n}$, $d = {ea.d}$, $c = {ea.c}$"
+def _sizes(ea: ExplicitGraph) -> str:
+    """``$n = 3$, $d = 4$, $c = 2$`` and the graph's other sizes (heads, a variant's)."""
+    shown = [f"${latex(symbol)} = {value}$" for symbol, value in ea.sizes.items()
+             if symbol not in (L.h, L.c_h)]  # fmt: skip
+    text = ", ".join(shown)
     if ea.heads > 1:
-        sizes += f", $h = {ea.heads}$ heads of width $c_h = {ea.width}$"
-    if ea.causal:
-        sizes += ", causal"
+        text += f", $h = {ea.heads}$ heads of width $c_h = {ea.sizes[L.c_h]}$"
+    if getattr(ea, "causal", False):
+        text += ", causal"
+    return text
+
+
+def explicit(ea: ExplicitGraph, progress: Callable[[str], None] | None = None) -> list[Block]:
+    """Every step at the sizes of `ea`, entry by entry, each in the named entries it reads."""
+    sizes = _sizes(ea)
     inputs = tuple(matrix_line(L.MATRIX_LATEX[k], v) for k, v in ea.inputs.items())
     blocks: list[Block] = [
         Heading(f"Explicit: {sizes}"),

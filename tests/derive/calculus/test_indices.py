@@ -5,7 +5,7 @@ import sympy as sp
 from sympy import KroneckerDelta, Piecewise, Sum, exp
 
 from derive.calculus import element_of, under_ranges, zero_based
-from derive.calculus.indices import decide
+from derive.calculus.indices import decide, zero_index
 from derive.notation import letters as L
 
 n, c = L.n, L.c
@@ -18,7 +18,9 @@ def test_zero_based_shifts_free_and_summed_indices():
     q, k = L.base("q"), L.base("k")
     Q, K = sp.MatrixSymbol("Q", n, c), sp.MatrixSymbol("K", n, c)
     one_based = Sum(q[m, j] * k[p, j], (j, 1, c))
-    assert zero_based(one_based, (m, p), {"Q": Q, "K": K}) == Sum(Q[m, j] * K[p, j], (j, 0, c - 1))
+    m0, p0 = zero_index(m), zero_index(p)  # the same names, counted from 0
+    assert zero_based(one_based, (m, p), {"Q": Q, "K": K}) == Sum(Q[m0, j] * K[p0, j], (j, 0, c - 1))
+    assert (m0.name, m0.is_nonnegative, m0 == m) == ("m", True, False)
 
 
 def test_element_of_names_each_sum_by_its_size_and_counts_from_one():

@@ -89,7 +89,7 @@ def test_explicit_mode_writes_each_step_in_the_previous_entries():
     tex = latex_document(DocumentOptions(sizes=(3, 4, 2)))
     assert r"\omega_{3,2} &= q_{3,1} k_{2,1} + q_{3,2} k_{2,2}" in tex
     assert r"\tilde{\omega}_{1,2} &= \frac{\omega_{1,2}}{\sqrt{2}}" in tex  # c = 2: √2
-    assert r"a_{1,2} &= \frac{\exp\left(\tilde{\omega}_{1,2}\right)}{s_{1}}" in tex
+    assert r"a_{1,2} &= \frac{\exp\left(\tilde{\omega}_{1,2}\right)}{D_{1}}" in tex
     assert r"z_{2,1} &= a_{2,1} v_{1,1} + a_{2,2} v_{2,1} + a_{2,3} v_{3,1}" in tex
     scores = tex[tex.index(r"\omega_{1,1} &=") : tex.index(r"\tilde{\omega}_{1,1} &=")]
     assert "x_{" not in scores and "W_q" not in scores  # never expanded down to x and w
@@ -109,7 +109,7 @@ def test_explicit_lines_stay_on_the_page():
     """At the largest size, every display line fits (about 70 visible characters)."""
     blocks = document_blocks(DocumentOptions(sizes=(16, 16, 16)))
     lines = [line for block in blocks if isinstance(block, Display) for line in block.lines]
-    explicit = [line for line in lines if re.match(r"(q|k|v|\\omega|a|z|s)_\{\d", line)]
+    explicit = [line for line in lines if re.match(r"(q|k|v|\\omega|a|z|D)_\{\d", line)]
     assert len(explicit) > 16 * 16
     widest = max(visible_width(line) for line in explicit)
     assert widest <= 75, widest

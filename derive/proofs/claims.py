@@ -1,0 +1,160 @@
+"""The claims of the variants, derived: each claim of `derive.graph.claims` becomes a `Fact`.
+
+- `SameAs`: each declaration of the variant, with the substitutions made and each condition
+  the ranges (and the assumed sizes) decide decided, is the other graph's declaration;
+- `ReadsRows`: the entry of C composed with the derived causal weights, its sums stopped where
+  the weights vanish: row m reads only the keys and values p ≤ m;
+- `CacheSize`: the entries of the cached matrices, counted from their declared shapes;
+- `DecodeCost`: the FLOPs of one new token (its row against the cache, its own key and value)
+  against recomputing the whole graph at length m, from the matrix forms;
+- `AllowedPairs`: the (query, key) pairs the declared mask allows, summed under the ranges, and
+  the products computed over them only.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+from sympy import Eq, Sum
+
+from ..calculus import flop_count, step_flops, under_ranges
+from ..graph import Graph
+from ..graph.claims import AllowedPairs, CacheSize, Claim, DecodeCost, ReadsRows, SameAs
+from ..notation import letters as L
+from .fact import Fact, chain
+from .softmax import weights_element
+
+__all__ = ["prove"]
+
+_RANGES = {L.m: (sp.S.One, L.n), L.p: (sp.S.One, L.n)}
+FLOPS = sp.Function("FLOPs")
+ENTRIES = sp.Function("entries")
+PAIRS = sp.Function("pairs")
+
+
+def _assumed(assume: tuple) -> tuple[dict, dict]:
+    """Sizes written as bound + a non-negative gap (w = n + κ for w ≥ n), and back."""
+    gaps = {size: sp.Symbol(f"kappa_{size}", integer=True, nonnegative=True) for size, _ in assume}
+    forward = {size: bound + gaps[size] for size, bound in assume}
+    return forward, {gaps[size]: size - bound for size, bound in assume}
+
+
+def _canonical(expr: sp.Basic) -> sp.Basic:
+    """Each condition in its canonical form (p ≤ m and m ≥ p are one condition)."""
+    return expr.replace(
+        lambda e: isinstance(e, sp.core.relational.Relational), lambda e: e.canonical
+    )
+
+
+def _same_as(graph: Graph, claim: SameAs) -> Fact:
+    forward, back = _assumed(claim.assume)
+    substitute = dict(claim.substitute)
+    bases = {k: v for k, v in substitute.items() if isinstance(k, sp.IndexedBase)}
+    sizes = {k: v for k, v in substitute.items() if not isinstance(k, sp.IndexedBase)}
+    lines, residual = [], []
+    for step in graph.declarations:
+        other = claim.other.producer(step.output)
+        if other is None:
+            residual.append(False)
+            continue
+        rename = dict(zip(step.free, other.free, strict=True))  # k_{p,j} and k_{m,j}: one step
+        mine = step.element.rhs.xreplace(bases).xreplace(sizes).xreplace(forward)
+        decided = under_ranges(mine, _RANGES).xreplace(back)
+        theirs = other.element.rhs
+        if step.element.rhs.xreplace(rename) != theirs:
+            lines.append(Eq(step.element.lhs, step.element.rhs, evaluate=False))
+            lines.append(Eq(step.element.lhs, decided, evaluate=False))
+        residual.append(_canonical(decided.xreplace(rename)) == _canonical(theirs))
+    statement = Eq(sp.Symbol(r"\text{" + graph.name + "}"),
+                   sp.Symbol(r"\text{" + claim.other.name + "}"), evaluate=False)  # fmt: skip
+    reached = statement if all(residual) else Eq(statement.lhs, sp.nan, evaluate=False)
+    return Fact("same_as", f"When it is {claim.other.name}", (*lines, reached), statement,
+                tuple(s.output for s in graph.declarations),
+                "each declaration with the substitution made, its conditions decided under the "
+                "index ranges and the assumed sizes")  # fmt: skip
+
+
+def _reads_rows(graph: Graph, claim: ReadsRows) -> Fact:
+    context = graph.step(claim.letter)
+    weights, sources = weights_element(graph)
+    a = L.base("a")
+    composed = context.element.rhs.replace(
+        lambda e: isinstance(e, sp.Indexed) and e.base == a,
+        lambda e: weights.xreplace(dict(zip((L.m, L.p), e.indices, strict=True))),
+    )
+    decided = under_ranges(composed, _RANGES)
+    limits = [limit for s in decided.atoms(Sum) for limit in s.limits]
+    keys = [high for variable, _, high in limits if variable in (L.p, L.r)]
+    bound = sp.S.One if keys and all(high == L.m for high in keys) else sp.nan
+    lhs = context.element.lhs
+    return Fact("reads_rows", "Row m reads the rows before it", chain(lhs, composed, decided),
+                Eq(lhs, decided if bound == 1 else sp.nan, evaluate=False),
+                (claim.letter, *sources),
+                "the derived causal weights put into the context, the sums stopped where they "
+                "vanish")  # fmt: skip
+
+
+def _cache_size(graph: Graph, claim: CacheSize) -> Fact:
+    shapes = graph.shapes
+    counted = sp.Add(*[shapes[letter][0] * shapes[letter][1] for letter in claim.letters])
+    lhs = ENTRIES(*[sp.Symbol(L.MATRIX_LATEX[letter]) for letter in claim.letters])
+    return Fact("cache_size", "What the cache holds", (Eq(lhs, counted, evaluate=False),),
+                Eq(lhs, counted, evaluate=False), claim.letters,
+                "the entries of the cached matrices, from their declared shapes")  # fmt: skip
+
+
+def _decode_cost(graph: Graph, claim: DecodeCost) -> Fact:
+    one = flop_count(claim.attend) + step_flops(claim.append)
+    full = flop_count(graph).xreplace({L.n: L.m})
+    token, whole = FLOPS(sp.Symbol(r"\text{one token}")), FLOPS(sp.Symbol(r"\text{recomputed}"))
+    lines = (Eq(token, sp.expand(one), evaluate=False), Eq(whole, full, evaluate=False))
+    return Fact("decode_cost", "What one token costs", lines, lines[-1],
+                tuple(s.output for s in graph.declarations),
+                "counted on the matrix forms of one decoding step and of the whole graph at "
+                "length m")  # fmt: skip
+
+
+def _split(total: Sum, ranges: dict) -> sp.Expr:
+    """Σ_m f(m) with a max or min inside, split where it changes argument and each part
+    decided under its own range."""
+    ((variable, low, high),) = total.limits
+    extremes = list(total.function.atoms(sp.Max, sp.Min))
+    if not extremes:
+        return total.doit()
+    a, b = extremes[0].args
+    (point,) = sp.solve(sp.Eq(a, b), variable)
+    parts = []
+    for start, stop in ((low, point), (point + 1, high)):
+        inner = {**ranges, variable: (start, stop)}
+        parts.append(Sum(under_ranges(total.function, inner), (variable, start, stop)))
+    return sp.Add(*parts, evaluate=False)
+
+
+def _allowed_pairs(graph: Graph, claim: AllowedPairs) -> Fact:
+    (mask,) = [s for s in graph.declarations if s.constant]
+    (_, allowed), _ = mask.element.rhs.args
+    indicator = sp.Piecewise((1, allowed), (0, True))
+    total = Sum(Sum(indicator, (L.p, 1, L.n)), (L.m, 1, L.n))
+    per_row = under_ranges(Sum(indicator, (L.p, 1, L.n)), _RANGES).doit()
+    forward, back = _assumed(claim.assume)
+    ranges = {variable: (low.xreplace(forward), high.xreplace(forward))
+              for variable, (low, high) in _RANGES.items()}  # fmt: skip
+    split = _split(Sum(per_row.xreplace(forward), (L.m, 1, L.n.xreplace(forward))), ranges)
+    split = split.xreplace(back)
+    counted = sp.Add(*[sp.factor_terms(part.doit()) for part in split.args], evaluate=False)
+    pairs = PAIRS(sp.Symbol("M"))
+    products = sp.expand(4 * L.c * counted)  # 2c a score, 2c a term of a context entry
+    lines = (Eq(pairs, total, evaluate=False), Eq(pairs, Sum(per_row, (L.m, 1, L.n)),
+             evaluate=False), Eq(pairs, split, evaluate=False), Eq(pairs, counted, evaluate=False),
+             Eq(FLOPS(sp.Symbol(r"\Omega, C")), products, evaluate=False))  # fmt: skip
+    return Fact("allowed_pairs", "What the window costs", lines, lines[-1], (mask.output,),
+                "the mask's allowed pairs summed under the index ranges, split where the max "
+                "changes")  # fmt: skip
+
+
+_PROVERS = {SameAs: _same_as, ReadsRows: _reads_rows, CacheSize: _cache_size,
+            DecodeCost: _decode_cost, AllowedPairs: _allowed_pairs}  # fmt: skip
+
+
+def prove(graph: Graph, claim: Claim) -> Fact:
+    """The fact SymPy derives for one claim of a variant's graph."""
+    return _PROVERS[type(claim)](graph, claim)

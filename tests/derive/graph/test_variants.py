@@ -1,0 +1,118 @@
+"""The registry of variants: each variant's graph, claims and twin, and what SymPy derives for
+it. Parametrised over `derive.variants()`: a variant is tested by being registered."""
+
+import pytest
+import sympy as sp
+
+import derive
+from derive import calculus
+from derive.explicit.forward import ExplicitGraph
+from derive.graph.variants import variant
+from derive.notation import latex
+from derive.notation import letters as L
+from derive.proofs.claims import prove
+
+VARIANTS = derive.variants()
+
+
+def test_the_registered_names():
+    assert VARIANTS == ("kv-cache", "sliding-window", "cross-attention")
+    with pytest.raises(ValueError, match=r"unknown variant 'nope'; known: kv-cache, sliding"):
+        derive.variant("nope")
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_every_claim_of_every_variant_holds(name):
+    found = variant(name)
+    assert found.claims
+    for claim in found.claims:
+        fact = prove(found.graph, claim)
+        assert fact.holds, (name, fact.name, fact.residual)
+    assert derive.rows_sum_to_one(found.graph).holds
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_every_variant_has_matrix_forms_and_a_backward_pass(name):
+    graph = variant(name).graph
+    for step in calculus.steps(graph):
+        assert step.matrix is not None or step.declaration.constant, step.output
+    gradients = {g.of for g in calculus.backward(graph)}
+    assert set(graph.inputs) - {"M"} <= gradients
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_every_variant_is_written_out_at_its_default_sizes(name):
+    found = variant(name)
+    sizes = {L.n: 4, L.d: 3, L.c: 2} | dict(found.sizes)
+    explicit = ExplicitGraph(found.graph, sizes)
+    assert [s.output for s in explicit.steps][-1] == "C"
+    (weights,) = [s for s in explicit.steps if s.name == "weights"]
+    for row in range(4):
+        assert sp.simplify(sum(weights.formula.row(row)) - 1) == 0
+
+
+def test_the_sliding_window_sees_only_its_last_w_keys():
+    explicit = ExplicitGraph(variant("sliding-window").graph, {L.n: 5, L.d: 3, L.c: 2, L.w: 2})
+    (weights,) = [s for s in explicit.steps if s.name == "weights"]
+    nonzero = [[p for p in range(5) if weights.formula[m, p] != 0] for m in range(5)]
+    assert nonzero == [[0], [0, 1], [1, 2], [2, 3], [3, 4]]
+
+
+def test_a_wider_window_than_the_sequence_is_causal_and_a_narrow_one_is_not():
+    found = variant("sliding-window")
+    (same,) = [c for c in found.claims if type(c).__name__ == "SameAs"]
+    assert prove(found.graph, same).holds
+    narrow = type(same)(same.other, assume=((L.w, sp.S.One),))  # only w ≥ 1: not causal
+    assert not prove(found.graph, narrow).holds
+
+
+def test_the_window_costs_n_w_not_n_squared():
+    found = variant("sliding-window")
+    (pairs,) = [c for c in found.claims if type(c).__name__ == "AllowedPairs"]
+    fact = prove(found.graph, pairs)
+    counted = fact.derivation[-2].rhs
+    assert sp.expand(counted - (L.w * (L.w + 1) / 2 + L.w * (L.n - L.w))) == 0
+    assert sp.expand(fact.derivation[-1].rhs - 4 * L.c * counted) == 0
+    assert counted.xreplace({L.w: L.n}).expand() == (L.n * (L.n + 1) / 2).expand()  # causal
+
+
+def test_the_cache_reads_only_earlier_rows_and_saves_a_factor_m():
+    found = variant("kv-cache")
+    facts = {type(c).__name__: prove(found.graph, c) for c in found.claims}
+    row = facts["ReadsRows"].derivation[-1].rhs
+    assert {limit[2] for s in row.atoms(sp.Sum) for limit in s.limits} == {L.m}
+    assert facts["CacheSize"].derivation[-1].rhs == 2 * L.n * L.c
+    one, whole = (e.rhs for e in facts["DecodeCost"].derivation)
+    assert sp.expand(one - (6 * L.d * L.c + 4 * L.m * L.c)) == 0
+    assert sp.expand(whole - (6 * L.m * L.d * L.c + 4 * L.m**2 * L.c)) == 0
+
+
+def test_cross_attention_reads_y_and_is_self_attention_when_y_is_x():
+    found = variant("cross-attention")
+    assert found.graph.inputs == ("X", "W_q", "Y", "W_k", "W_v")
+    shapes = found.graph.shapes
+    assert (shapes["Omega"], shapes["K"], shapes["C"]) == ((L.n, L.s), (L.s, L.c), (L.n, L.c))
+    assert (
+        sp.expand(
+            derive.flop_count(found.graph)
+            - (2 * L.n * L.d * L.c + 4 * L.s * L.d_y * L.c + 4 * L.n * L.s * L.c)
+        )
+        == 0
+    )
+    gradients = {g.output: g for g in calculus.backward(found.graph)}
+    assert latex(gradients["dY"].matrix) == r"\bar{Y} = \bar{K} W_k^\top + \bar{V} W_v^\top"
+    (same,) = found.claims
+    assert prove(found.graph, same).holds
+    wrong = type(same)(same.other, substitute=((L.s, L.n),))  # Y not replaced: not the same
+    assert not prove(found.graph, wrong).holds
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_the_two_derivations_of_every_variants_backward_pass_agree(name):
+    from derive.explicit.gradients import ExplicitGradients
+
+    found = variant(name)
+    sizes = {L.n: 4, L.d: 2, L.c: 3} | {symbol: min(value, 3) for symbol, value in found.sizes}
+    gradients = ExplicitGradients.of(ExplicitGraph(found.graph, sizes))
+    assert gradients.proven()
+    assert gradients.rowsum_residual().is_zero_matrix
