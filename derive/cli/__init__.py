@@ -178,6 +178,7 @@ def _add_check(commands) -> None:
                      help="how many draws")  # fmt: skip
     sub.add_argument("--forward-only", action="store_true",
                      help="skip the backward pass (the gradients)")  # fmt: skip
+    _variant_options(sub, "the check")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,16 @@ SEED_LIMIT = 2**32 - 1
 def run_check(args, out: TextIO | None = None) -> int:
     """Execute `derive check`; 0 when every step of every trial passes, 1 otherwise."""
     out = sys.stdout if out is None else out
+    given = {k.removeprefix("size_"): v for k, v in vars(args).items()
+             if k.startswith("size_") and v is not None}  # fmt: skip
+    if args.variant is not None and (args.causal or args.heads > 1):
+        raise UsageError(
+            f"derive check: variant {args.variant!r} is its own graph: --causal and --heads do "
+            "not apply to it"
+        )
+    if given and args.variant is None:
+        raise UsageError(f"derive check: {', '.join('--' + k.replace('_', '-') for k in given)}"
+                         " belong to a variant; give --variant")  # fmt: skip
     if args.c is not None and args.c % args.heads:
         raise UsageError(
             f"derive check: --heads {args.heads} does not divide --c {args.c} "
@@ -33,6 +43,7 @@ def run_check(args, out: TextIO | None = None) -> int:
         import attention  # noqa: F401
 
         from ..bridge.check import draw_sizes, format_table, trial_rows
+        from ..bridge.variants import variant_rows
     except ImportError as error:
         raise EnvironmentProblem(
             f"derive check compares with the torch implementation and needs torch ({error}); "
@@ -46,9 +57,14 @@ def run_check(args, out: TextIO | None = None) -> int:
     for trial in range(1, args.trials + 1):
         n, d, c = draw_sizes(rng, args.n, args.d, args.c, args.heads)
         inputs_seed = (seed + trial - 1) % (SEED_LIMIT + 1)
-        rows, note = trial_rows(n, d, c, causal=args.causal, heads=args.heads, seed=inputs_seed,
-                                forward_only=args.forward_only)  # fmt: skip
+        if args.variant is None:
+            rows, note = trial_rows(n, d, c, causal=args.causal, heads=args.heads,
+                                    seed=inputs_seed, forward_only=args.forward_only)  # fmt: skip
+        else:
+            rows, note = variant_rows(args.variant, n, d, c, given, seed=inputs_seed,
+                                      forward_only=args.forward_only)  # fmt: skip
         variant = ", causal" if args.causal else ""
+        variant += f", {args.variant}" if args.variant else ""
         heads = f", {args.heads} heads" if args.heads > 1 else ""
         print(f"trial {trial}/{args.trials}: n={n} d={d} c={c}{variant}{heads}, "
               f"inputs seed {inputs_seed}", file=out)  # fmt: skip
