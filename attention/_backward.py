@@ -21,7 +21,7 @@ from typing import NamedTuple
 from jaxtyping import Float
 from torch import Tensor
 
-from . import _core
+from . import _core, _masks
 from ._checks import checked
 
 __all__ = ["Gradients", "self_attention_gradients", "self_attention_backward"]
@@ -51,7 +51,7 @@ def _gradients(
 ) -> Gradients:
     c = w_q.shape[-1]
     q, k, v = x @ w_q, x @ w_k, x @ w_v
-    allowed = _core.attention_mask(x.shape[-2], x.device, causal, None, False, heads=False)
+    allowed = _masks.allowed_positions(x.shape[-2], x.device, causal, None)
     context, a = _core.attend_explicitly(q, k, v, c, allowed, 0.0)
     d_v = a.mT @ grad_c  # a: (*batch, n, n) -> its transpose
     d_a = grad_c @ v.mT  # v: (*batch, n, c) -> (*batch, c, n)

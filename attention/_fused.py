@@ -1,0 +1,152 @@
+"""The fast path: PyTorch's fused kernel forward, and a backward pass that is exact at any scale.
+
+Why not the kernel's own backward. With X = randn(2, 5, 3)·s and random 3×4 weights, the weight
+gradients of the fused kernel's backward on the CPU (float32) against a float64 reference are
+off by 4e-2 at s = 30, 6 at s = 100 (gradients of size 229) and 2e3 at s = 1000, while the
+explicit path stays at 1e-5. Like every FlashAttention backward, the kernel recomputes
+P = exp(S − lse) from a stored log-sum-exp and takes dS = P ∘ (dP − D) with D = rowsum(dC ∘ C).
+At large scores both halves are ill-conditioned in float32: lse is a number of the size of the
+scores, so P of the winning key is exp(±ulp(|S|)) instead of 1 (at |S| = 3·10⁶ the ulp is 0.25),
+and dP and D are two separately rounded sums of size |dC||V| whose exact difference is 0 for a
+saturated row, so their rounding error, multiplied by K, lands in dQ. Recomputing P from a
+float32 lse (tests/benchmarks/bench_gradients_at_scale.py measures every variant) is no cure:
+it is as wrong as the kernel at s = 1000 (and with D = rowsum(P ∘ dA), far worse).
+
+The cure: the backward below takes each block of query rows with all their keys, recomputes
+S = (Q/√c)Kᵀ for the block, and its softmax exactly as the explicit path does (the row maximum
+subtracted, so the winning key gets exp(0) = 1), then the derived formulas
+
+    dV = Aᵀ dC,  dA = dC Vᵀ,  dS = A ∘ (dA − rowsum(A ∘ dA)),  dΩ = dS/√c,
+    dQ = dΩ K,  dK = dΩᵀ Q
+
+(`torch._softmax_backward_data` is dS in one pass). Its gradients agree with the float64
+reference as well as the explicit path's at every scale. A block holds `rows` × n scores
+(`_plan`: about 2¹⁷, one core's L2 cache), so the extra memory is a few blocks plus dQ, dK, dV:
+O(n·c) for c ≥ 64, never an n×n matrix. With `causal`, a block of rows r0…r1 needs keys < r1
+only, which halves the work.
+
+Devices: the same code runs on any device (its operations are plain torch ops); on a GPU it is
+exact but slower than the fused backward kernels there, which share the same ill-conditioning.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from ._masks import fully_masked_rows
+
+#: Scores per block of the backward pass: 2¹⁷ float32 entries, 512 KiB, a core's L2 cache.
+BLOCK_ENTRIES = 2**17
+#: Fewer query rows than this make the block's matrix products slow (measured: 32 rows at
+#: n = 4096 took 1.28× torch's fused backward, 64 rows 1.13×).
+MIN_ROWS = 64
+
+
+def attention(
+    q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, allowed: Tensor | None
+) -> Tensor:
+    """C = softmax(QKᵀ·scale, masked) V for q, k, v of shape (B, h, n, c_h).
+
+    `allowed` (B, 1, R, n) with R ∈ {1, n}, or None: the user's masks, causal kept apart. A
+    query that may attend no key gets a zero row. With gradients, through `FusedAttention`.
+    """
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return FusedAttention.apply(q, k, v, scale, causal, allowed)
+    return _forward(q, k, v, scale, causal, allowed)
+
+
+def _forward(
+    q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, allowed: Tensor | None
+) -> Tensor:
+    if allowed is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    if causal:  # the kernel takes a mask or its causal flag, not both
+        n = q.shape[-2]
+        allowed = allowed & torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+    dead = fully_masked_rows(allowed).unsqueeze(-1)  # (B, 1, R) -> (B, 1, R, 1)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed | dead, scale=scale)
+    return out.masked_fill(dead, 0.0)  # opened only to avoid 0/0: those rows are zero
+
+
+class FusedAttention(torch.autograd.Function):
+    """The fused kernel forward; the blockwise backward of this module's docstring."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale, causal, allowed):  # type: ignore[override]
+        ctx.save_for_backward(q, k, v, allowed)
+        ctx.scale, ctx.causal = scale, causal
+        return _forward(q, k, v, scale, causal, allowed)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):  # type: ignore[override]
+        q, k, v, allowed = ctx.saved_tensors
+        dq, dk, dv = gradients(q, k, v, grad_out, ctx.scale, ctx.causal, allowed)
+        return dq, dk, dv, None, None, None
+
+
+def _plan(slices: int, n: int) -> tuple[int, int]:
+    """(slices per block, query rows per block): whole sequences of several (batch, head)
+    slices when n is small, else blocks of rows of one slice."""
+    rows = min(n, max(MIN_ROWS, BLOCK_ENTRIES // n))
+    group = max(1, BLOCK_ENTRIES // (rows * n)) if rows == n else 1
+    return min(group, slices), rows
+
+
+def _block_mask(
+    allowed: Tensor, s0: int, s1: int, heads: int, r0: int, r1: int, keys: int
+) -> Tensor:
+    """The rows r0…r1 and keys < `keys` of `allowed` (B, 1, R, n) for slices s0…s1 of the
+    flattened (B·h) axis: (G or 1, r1 − r0 or 1, keys)."""
+    rows = slice(r0, r1) if allowed.shape[-2] > 1 else slice(None)
+    if s1 - s0 == 1:
+        return allowed[s0 // heads, 0, rows, :keys]  # (R', keys), broadcast over the slice
+    index = torch.arange(s0, s1, device=allowed.device) // heads  # slice -> batch entry
+    return allowed[index, 0, rows, :keys]  # -> (G, R', keys)
+
+
+def gradients(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    grad_out: Tensor,
+    scale: float,
+    causal: bool,
+    allowed: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(dQ, dK, dV) for q, k, v, grad_out of shape (B, h, n, c_h), block by block."""
+    batch, heads, n, width = q.shape
+    slices = batch * heads
+    q_scaled = (q * scale).reshape(slices, n, width)  # (B, h, n, c_h) -> (B·h, n, c_h)
+    k = k.reshape(slices, n, width)
+    v = v.reshape(slices, n, width)
+    grad_out = grad_out.reshape(slices, n, width)
+    dq = torch.empty_like(q_scaled)
+    dk = torch.zeros_like(k)
+    dv = torch.zeros_like(v)
+    group, rows = _plan(slices, n)
+    above = torch.ones(rows, rows, dtype=torch.bool, device=q.device).triu(1) if causal else None
+    for s0 in range(0, slices, group):
+        s1 = min(slices, s0 + group)
+        for r0 in range(0, n, rows):
+            r1 = min(n, r0 + rows)
+            keys = r1 if causal else n  # causal: the keys after the block's last row are masked
+            q_b, g_b = q_scaled[s0:s1, r0:r1], grad_out[s0:s1, r0:r1]
+            k_b, v_b = k[s0:s1, :keys], v[s0:s1, :keys]
+            s = torch.bmm(q_b, k_b.transpose(1, 2))  # (G, b, c_h) @ (G, c_h, keys) -> (G, b, keys)
+            if above is not None:
+                s[..., r0:r1].masked_fill_(above[: r1 - r0, : r1 - r0], float("-inf"))
+            if allowed is not None:
+                s.masked_fill_(~_block_mask(allowed, s0, s1, heads, r0, r1, keys), float("-inf"))
+            a = torch.softmax(s, dim=-1)
+            if allowed is not None:  # a row with no key: 0/0 above, zero weights by convention
+                a.masked_fill_(torch.isneginf(s.amax(dim=-1, keepdim=True)), 0.0)
+            dv[s0:s1, :keys].baddbmm_(a.transpose(1, 2), g_b)  # += Aᵀ dC
+            d_a = torch.bmm(g_b, v_b.transpose(1, 2))  # dA = dC Vᵀ: (G, b, keys)
+            d_s = torch._softmax_backward_data(d_a, a, -1, a.dtype)  # A ∘ (dA − rowsum(A ∘ dA))
+            torch.bmm(d_s, k_b, out=dq[s0:s1, r0:r1])  # dS K (the 1/√c comes below)
+            dk[s0:s1, :keys].baddbmm_(d_s.transpose(1, 2), q_b)  # += dSᵀ (Q/√c) = dΩᵀ Q
+    dq.mul_(scale)  # dQ = dΩ K = (dS/√c) K
+    shape = (batch, heads, n, width)
+    return dq.view(shape), dk.view(shape), dv.view(shape)  # (B·h, n, c_h) -> (B, h, n, c_h)
