@@ -94,9 +94,17 @@ def copy_weights(source: SeedWeights, target: SeedWeights) -> None:
     target with biases gets the source's, or zeros if the source has none (the same function);
     a source with biases into a target without raises ValueError (it would change the function).
 
+    >>> from attention import SelfAttentionV1, SelfAttentionV2
     >>> v1, v2 = SelfAttentionV1(3, 2), SelfAttentionV2(3, 2)
     >>> copy_weights(v2, v1)  # now v1(x) equals v2(x)
     """
+    for name, module in (("source", source), ("target", target)):
+        if not isinstance(module, SeedWeights):
+            raise TypeError(
+                f"copy_weights: {name} must be an attention module with the seed's Wq, Wk, Wv "
+                f"(SelfAttentionV1, SelfAttentionV2, CausalAttention), "
+                f"got {type(module).__name__}"
+            )
     where = f"copy_weights({type(source).__name__} -> {type(target).__name__})"
     if source.w_q.shape != target.w_q.shape:
         raise ShapeError(
