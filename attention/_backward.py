@@ -109,8 +109,12 @@ def self_attention_backward(
     """(dX, dWq, dWk, dWv): the gradients of L with respect to the inputs of `self_attention`,
     from the upstream gradient grad_c = ∂L/∂C, by the matrix formulas of the module docstring.
 
+    >>> import torch
+    >>> from attention.functional import self_attention_backward
     >>> x, w = torch.rand(5, 3), torch.rand(3, 2)
     >>> dX, dWq, dWk, dWv = self_attention_backward(x, w, w, w, torch.ones(5, 2))
+    >>> dX.shape, dWq.shape
+    (torch.Size([5, 3]), torch.Size([3, 2]))
     """
     g = _gradients(x, w_q, w_k, w_v, grad_c, causal)
     return g.dX, g.dW_q, g.dW_k, g.dW_v

@@ -67,6 +67,8 @@ def projection(
     x: X (*batch, n, d); w: W (d, c) in the seed's orientation (`nn.Linear` stores Wᵀ);
     b: optional bias (c).
 
+    >>> import torch
+    >>> from attention.functional import projection
     >>> projection(torch.ones(5, 3), torch.ones(3, 2)).shape
     torch.Size([5, 2])
     """
@@ -166,6 +168,8 @@ def self_attention(
     Returns C (*batch, n, c), or (C, A) with `return_weights` (A after dropout, the weights that
     were used).
 
+    >>> import torch
+    >>> from attention.functional import self_attention
     >>> X, W = torch.rand(6, 3), torch.rand(3, 2)
     >>> self_attention(X, W, W, W).shape
     torch.Size([6, 2])

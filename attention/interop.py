@@ -122,6 +122,7 @@ def torch_masks(
     batched one (one copy per head, batch-major, as torch wants).
 
     >>> import torch
+    >>> from attention import torch_masks
     >>> masks = torch_masks(3, 2, key_padding_mask=torch.tensor([[True, True, False]]))
     >>> masks["attn_mask"].tolist()[0], masks["key_padding_mask"].tolist()
     ([False, True, True], [[False, False, True]])

@@ -77,7 +77,10 @@ class SelfAttentionV1(SeedWeights, nn.Module):
 
     with d = d_in and c = d_out; weights drawn by `torch.rand` as in the book.
 
-    >>> torch.manual_seed(123); sa = SelfAttentionV1(d_in=3, d_out=2)
+    >>> import torch
+    >>> from attention import SelfAttentionV1
+    >>> _ = torch.manual_seed(123)
+    >>> sa = SelfAttentionV1(d_in=3, d_out=2)
     >>> sa(torch.rand(6, 3)).shape
     torch.Size([6, 2])
     """
