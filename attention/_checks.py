@@ -130,14 +130,19 @@ def _part(value: Any) -> Any:
     return (value.shape, value.dtype, value.device)
 
 
-def _call_key(args: tuple, kwargs: dict, tensors: tuple | None = None) -> Any:
-    """The signature of a call (for a module's forward: without `self`, with its weights)."""
-    key: Any = tuple(map(_part, args))
+_TENSORS = frozenset({Tensor, Parameter})
+
+
+def _call_key(args: tuple, kwargs: dict, tensors: tuple = ()) -> Any:
+    """The signature of a call (for a module's forward: without `self`, with its weights).
+    Tensors are read in line, without a call of `_part`: at the book's size every 0.1 µs of
+    this function is 0.4 % of the call."""
+    parts = tuple(
+        [(a.shape, a.dtype, a.device) if type(a) in _TENSORS else _part(a) for a in args + tensors]
+    )
     if kwargs:
-        key = (key, tuple(kwargs), tuple(map(_part, kwargs.values())))
-    if tensors is not None:
-        key = (key, tuple(map(_part, tensors)))
-    return key
+        return parts, len(args), tuple(kwargs), tuple(map(_part, kwargs.values()))
+    return parts, len(args)
 
 
 def _check_call(checker: _CallChecker, args: tuple, kwargs: dict, weights: Weights | None) -> dict:

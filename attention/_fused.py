@@ -21,12 +21,14 @@ subtracted, so the winning key gets exp(0) = 1), then the derived formulas
 
 (`torch._softmax_backward_data` is dS in one pass). Its gradients agree with the float64
 reference as well as the explicit path's at every scale. A block holds `rows` × n scores
-(`_plan`: about 2¹⁷, one core's L2 cache), so the extra memory is a few blocks plus dQ, dK, dV:
-O(n·c) for c ≥ 64, never an n×n matrix. With `causal`, a block of rows r0…r1 needs keys < r1
-only, which halves the work.
+(`_plan`: 2¹⁷ entries or 128 rows, whichever is more), so the extra memory is four such blocks
+plus dQ, dK, dV: O(n·c), never an n×n matrix (57 MiB at n = 16384, c = 64, against 1 GiB for one
+n×n float32 matrix). With `causal`, a block of rows r0…r1 needs keys < r1 only, which halves the
+work.
 
-Devices: the same code runs on any device (its operations are plain torch ops); on a GPU it is
-exact but slower than the fused backward kernels there, which share the same ill-conditioning.
+Devices: the same code runs on any device (its operations are plain torch ops). On a GPU it
+would be slower than the fused backward kernels there, which also recompute P from a stored
+log-sum-exp; neither their accuracy nor our speed there is measured (no GPU here).
 """
 
 import torch
@@ -36,11 +38,13 @@ from torch.autograd.function import once_differentiable
 
 from ._masks import fully_masked_rows
 
-#: Scores per block of the backward pass: 2¹⁷ float32 entries, 512 KiB, a core's L2 cache.
+#: Scores per block of the backward pass: 2¹⁷ float32 entries, 512 KiB (a core's L2 cache holds
+#: the block's four such matrices at n ≤ 1024).
 BLOCK_ENTRIES = 2**17
-#: Fewer query rows than this make the block's matrix products slow (measured: 32 rows at
-#: n = 4096 took 1.28× torch's fused backward, 64 rows 1.13×).
-MIN_ROWS = 64
+#: Fewer query rows than this make the block's matrix products slow: dV and dK sum over the
+#: block's rows (one thread, backward alone against torch's: 64 rows 1.45×, 128 rows 1.32×,
+#: 256 rows 1.41× at n = 4096; 1.27×, 1.25×, 1.46× at n = 1024).
+MIN_ROWS = 128
 
 
 def attention(

@@ -163,7 +163,11 @@ def _qkv_tensors(module: nn.Module) -> tuple[Tensor | None, ...]:
 
 def v1_weights(module: nn.Module) -> Weights:
     """SelfAttentionV1: W_query, W_key, W_value (d×c)."""
-    return _V1_NAMES, tuple(parameter(module, name) for name in _QKV)
+    try:
+        own = module._parameters
+        return _V1_NAMES, (own["W_query"], own["W_key"], own["W_value"])
+    except KeyError:  # replaced by something else than a parameter
+        return _V1_NAMES, tuple(parameter(module, name) for name in _QKV)
 
 
 def v2_weights(module: nn.Module) -> Weights:
