@@ -112,6 +112,10 @@ class _CallChecker:
 
 
 _PLAIN = frozenset({type(None), float, str})
+#: Looked up once: inside each wrapper, attribute look-ups are part of every call's cost.
+#: (TorchDynamo knows the function itself, whatever name it is reached by.)
+_is_compiling = torch.compiler.is_compiling
+_config = jaxtyping_config
 
 
 def _part(value: Any) -> Any:
@@ -230,9 +234,9 @@ def checked(fn: Callable[P, R]) -> Callable[P, R]:
     passed = checker.passed
 
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        if jaxtyping_config.jaxtyping_disable:
+        if _config.jaxtyping_disable:
             return fn(*args, **kwargs)
-        if torch.compiler.is_compiling():
+        if _is_compiling():
             arguments, result_of = _outside_graph(checker)
             pending = arguments(checker, args, kwargs)
             result = fn(*args, **kwargs)
@@ -259,9 +263,9 @@ def checked_forward(
         passed = checker.passed
 
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> R:
-            if jaxtyping_config.jaxtyping_disable:
+            if _config.jaxtyping_disable:
                 return forward(self, *args, **kwargs)
-            if torch.compiler.is_compiling():
+            if _is_compiling():
                 arguments, result_of = _outside_graph(checker)
                 pending = arguments(checker, (self, *args), kwargs)
                 result = forward(self, *args, **kwargs)

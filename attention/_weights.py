@@ -148,13 +148,17 @@ def _qkv_names(prefix: str = "") -> tuple[tuple[str, object], ...]:
     )
 
 
-_MHA_NAMES = (*_qkv_names(), ("out_proj.weight", OutWeight), ("out_proj.bias", OutBias))
+_V2_NAMES = _qkv_names()
+_MHA_NAMES = (*_V2_NAMES, ("out_proj.weight", OutWeight), ("out_proj.bias", OutBias))
 
 
 def _qkv_tensors(module: nn.Module) -> tuple[Tensor | None, ...]:
     """The `nn.Linear` projections' weights and biases, in the order of `_qkv_names`."""
     try:
-        q, k, v = (module._modules[name]._parameters for name in _QKV)
+        modules = module._modules
+        q = modules["W_query"]._parameters
+        k = modules["W_key"]._parameters
+        v = modules["W_value"]._parameters
         return (q["weight"], q["bias"], k["weight"], k["bias"], v["weight"], v["bias"])
     except (KeyError, AttributeError):  # replaced by something else than an nn.Linear
         linears = [submodule(module, name) for name in _QKV]
@@ -172,7 +176,7 @@ def v1_weights(module: nn.Module) -> Weights:
 
 def v2_weights(module: nn.Module) -> Weights:
     """The nn.Linear single-head modules: W_query.weight (c×d), W_query.bias (c), …"""
-    return _qkv_names(), _qkv_tensors(module)
+    return _V2_NAMES, _qkv_tensors(module)
 
 
 def multi_head_weights(module: nn.Module) -> Weights:
