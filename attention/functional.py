@@ -11,8 +11,9 @@ checks off with `JAXTYPING_DISABLE=1`). The symbolic twin of each step has the s
 `derive`.
 
 `self_attention` has two paths: without weights or dropout, PyTorch's fused
-`scaled_dot_product_attention` on a 4-D layout (the only one that reaches its fused kernel); with
-them, the explicit path, the steps below one after the other: five matrix products, one transpose.
+`scaled_dot_product_attention` on a 4-D layout (the only one that reaches its fused kernel), with
+a backward pass of our own that is exact at any score scale (`attention._fused`); with them, the
+explicit path, the steps below one after the other: five matrix products, one transpose.
 
 Masks: True = may attend. `mask` (*batch, n, n) is a full mask, entry (m, p) for query m and key p;
 `key_padding_mask` (*batch, n) is True where the key exists (the opposite of
