@@ -46,9 +46,10 @@ ROW_ENTRIES = 2**17
 #: 256 rows 1.41× at n = 4096; 1.27×, 1.25×, 1.46× at n = 1024).
 MIN_ROWS = 128
 #: Scores per block across slices: several (batch, head) slices go through each batched matrix
-#: product, so that both threads work on their own slice (measured at batch 4, 12 heads,
-#: n = 1024, two threads: 1.36× torch's backward one slice at a time, 1.08× two at a time).
-BLOCK_ENTRIES = 2**18
+#: product, so that the threads work on slices of their own (forward + backward against torch's
+#: at batch 4, 12 heads, n = 1024, two threads: one slice per block 1.28×, two 1.18×, four 1.11×,
+#: six 1.07-1.09×, twelve 1.08-1.16×). 2¹⁹ is four slices of 128 rows at n = 1024.
+BLOCK_ENTRIES = 2**19
 
 
 def attention(
@@ -102,16 +103,31 @@ def _plan(slices: int, n: int) -> tuple[int, int]:
     return min(group, slices), rows
 
 
-def _block_mask(
-    allowed: Tensor, s0: int, s1: int, heads: int, r0: int, r1: int, keys: int
-) -> Tensor:
-    """The rows r0…r1 and keys < `keys` of `allowed` (B, 1, R, n) for slices s0…s1 of the
-    flattened (B·h) axis: (G or 1, r1 − r0 or 1, keys)."""
-    rows = slice(r0, r1) if allowed.shape[-2] > 1 else slice(None)
-    if s1 - s0 == 1:
-        return allowed[s0 // heads, 0, rows, :keys]  # (R', keys), broadcast over the slice
+def _block_mask(allowed: Tensor, where: tuple, heads: int, rows: slice, keys: int) -> Tensor:
+    """The block's part of `allowed` (B, 1, R, n): (G or 1, r1 − r0 or 1, keys), where `where`
+    is the block's (batch entry, heads) or (range of flattened B·h slices)."""
+    rows = rows if allowed.shape[-2] > 1 else slice(None)  # key padding: one row for all
+    if len(where) == 2:  # one batch entry: its mask, shared by the heads
+        return allowed[where[0], 0, rows, :keys]
+    s0, s1 = where[0].start, where[0].stop
     index = torch.arange(s0, s1, device=allowed.device) // heads  # slice -> batch entry
     return allowed[index, 0, rows, :keys]  # -> (G, R', keys)
+
+
+def _groups(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, group: int) -> tuple:
+    """How to cut (B, h, n, c_h) into groups of slices without copying: (tensors to index, the
+    index of each group). Split heads are views into (B, n, h, c_h) and cannot be flattened to
+    (B·h, n, c_h) without a copy each, so they go one batch entry at a time, `group` heads at a
+    time; otherwise the slices are flattened."""
+    batch, heads, n, width = q.shape
+    tensors = (q, k, v, grad_out)
+    if heads > 1 and group <= heads and not all(t.is_contiguous() for t in tensors):
+        where = [(b, slice(h, min(heads, h + group))) for b in range(batch)
+                 for h in range(0, heads, group)]  # fmt: skip
+        return tensors, where
+    slices = batch * heads
+    flat = tuple(t.reshape(slices, n, width) for t in tensors)  # (B, h, n, c_h) -> (B·h, n, c_h)
+    return flat, [(slice(s, min(slices, s + group)),) for s in range(0, slices, group)]
 
 
 def gradients(
@@ -123,38 +139,35 @@ def gradients(
     causal: bool,
     allowed: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """(dQ, dK, dV) for q, k, v, grad_out of shape (B, h, n, c_h), block by block."""
+    """(dQ, dK, dV) for q, k, v, grad_out of shape (B, h, n, c_h), block by block; the
+    gradients have the memory layout of the groups' tensors (see `_groups`)."""
     batch, heads, n, width = q.shape
-    slices = batch * heads
-    q_scaled = (q * scale).reshape(slices, n, width)  # (B, h, n, c_h) -> (B·h, n, c_h)
-    k = k.reshape(slices, n, width)
-    v = v.reshape(slices, n, width)
-    grad_out = grad_out.reshape(slices, n, width)
-    dq = torch.empty_like(q_scaled)
-    dk = torch.zeros_like(k)
-    dv = torch.zeros_like(v)
-    group, rows = _plan(slices, n)
+    group, rows = _plan(batch * heads, n)
+    (q, k, v, grad_out), where = _groups(q, k, v, grad_out, group)
+    dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
     above = torch.ones(rows, rows, dtype=torch.bool, device=q.device).triu(1) if causal else None
-    for s0 in range(0, slices, group):
-        s1 = min(slices, s0 + group)
+    for slices in where:
+        q_s, k_s, v_s, g_s = q[slices], k[slices], v[slices], grad_out[slices]  # (G, n, c_h)
+        dq_s, dk_s, dv_s = dq[slices], dk[slices], dv[slices]
         for r0 in range(0, n, rows):
             r1 = min(n, r0 + rows)
             keys = r1 if causal else n  # causal: the keys after the block's last row are masked
-            q_b, g_b = q_scaled[s0:s1, r0:r1], grad_out[s0:s1, r0:r1]
-            k_b, v_b = k[s0:s1, :keys], v[s0:s1, :keys]
+            q_b, g_b = q_s[:, r0:r1] * scale, g_s[:, r0:r1]
+            k_b, v_b = k_s[:, :keys], v_s[:, :keys]
             s = torch.bmm(q_b, k_b.transpose(1, 2))  # (G, b, c_h) @ (G, c_h, keys) -> (G, b, keys)
             if above is not None:
                 s[..., r0:r1].masked_fill_(above[: r1 - r0, : r1 - r0], float("-inf"))
             if allowed is not None:
-                s.masked_fill_(~_block_mask(allowed, s0, s1, heads, r0, r1, keys), float("-inf"))
+                block = _block_mask(allowed, slices, heads, slice(r0, r1), keys)
+                s.masked_fill_(~block, float("-inf"))
             a = torch.softmax(s, dim=-1)
             if allowed is not None:  # a row with no key: 0/0 above, zero weights by convention
                 a.masked_fill_(torch.isneginf(s.amax(dim=-1, keepdim=True)), 0.0)
-            dv[s0:s1, :keys].baddbmm_(a.transpose(1, 2), g_b)  # += Aᵀ dC
+            dv_s[:, :keys].baddbmm_(a.transpose(1, 2), g_b)  # += Aᵀ dC
             d_a = torch.bmm(g_b, v_b.transpose(1, 2))  # dA = dC Vᵀ: (G, b, keys)
             d_s = torch._softmax_backward_data(d_a, a, -1, a.dtype)  # A ∘ (dA − rowsum(A ∘ dA))
-            dq[s0:s1, r0:r1] = torch.bmm(d_s, k_b)  # dS K (the 1/√c comes below)
-            dk[s0:s1, :keys].baddbmm_(d_s.transpose(1, 2), q_b)  # += dSᵀ (Q/√c) = dΩᵀ Q
+            dq_s[:, r0:r1] = torch.bmm(d_s, k_b)  # dS K (the 1/√c comes below)
+            dk_s[:, :keys].baddbmm_(d_s.transpose(1, 2), q_b)  # += dSᵀ (Q/√c) = dΩᵀ Q
     dq.mul_(scale)  # dQ = dΩ K = (dS/√c) K
     shape = (batch, heads, n, width)
     return dq.view(shape), dk.view(shape), dv.view(shape)  # (B·h, n, c_h) -> (B, h, n, c_h)

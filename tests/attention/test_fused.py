@@ -124,7 +124,7 @@ def test_backward_is_blockwise_and_never_holds_an_n_by_n_matrix(causal):
     assert "aten._scaled_dot_product_flash_attention_for_cpu_backward" not in names
     assert "aten._softmax_backward_data" in names  # dS, block by block
     largest = max(size for _, size in record.ops)
-    assert largest <= _fused.BLOCK_ENTRIES < n * n, largest
+    assert largest <= _fused.ROW_ENTRIES < n * n, largest  # one sequence: blocks of rows
 
 
 def test_forward_is_the_fused_kernel():
@@ -178,3 +178,27 @@ def test_double_precision_gradcheck_with_every_mask():
         lambda *t: F.self_attention(*t, causal=True, mask=mask, key_padding_mask=kpm), inputs
     )
     assert math.isfinite(F.self_attention(*inputs, mask=mask).sum().item())
+
+
+@pytest.mark.parametrize(
+    ("batch", "heads", "n", "causal"),
+    [
+        (2, 3, 300, False),  # split heads, two heads per block: one batch entry at a time
+        (2, 3, 300, True),
+        (3, 1, 200, True),  # one head: the (batch, head) slices flattened
+        (2, 2, 700, False),  # row blocks of 374 (2¹⁷ / n) within each slice
+    ],
+)
+def test_blocks_of_slices_and_rows_give_the_explicit_gradients(batch, heads, n, causal):
+    g = torch.Generator().manual_seed(4)
+    c = 2 * heads
+    tensors = [torch.randn(batch, n, 3, generator=g, dtype=torch.float64)]
+    tensors += [torch.randn(3, c, generator=g, dtype=torch.float64) for _ in range(3)]
+    tensors.append(torch.randn(c, 5, generator=g, dtype=torch.float64))
+    upstream = torch.randn(batch, n, 5, generator=g, dtype=torch.float64)
+    kpm = torch.rand(batch, n, generator=g) > 0.2
+    options = {"heads": heads, "causal": causal, "key_padding_mask": kpm}
+    fast = gradients(tensors, upstream, options, torch.float64, explicit=False)
+    explicit = gradients(tensors, upstream, options, torch.float64, explicit=True)
+    for got, expected in zip(fast, explicit, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
