@@ -22,7 +22,7 @@ subtracted, so the winning key gets exp(0) = 1), then the derived formulas
 (`torch._softmax_backward_data` is dS in one pass). Its gradients agree with the float64
 reference as well as the explicit path's at every scale. A block holds `rows` × n scores
 (`_plan`: 2¹⁷ entries or 128 rows, whichever is more; a few (batch, head) slices at a time), so
-the extra memory is four such blocks plus dQ, dK, dV: O(n·c), never an n×n matrix (86 MiB at
+the extra memory is four such blocks plus dQ, dK, dV: O(n·c), never an n×n matrix (about 110 MiB at
 n = 16384, c = 64, forward and backward, against 1 GiB for one n×n float32 matrix). With
 `causal`, a block of rows r0…r1 needs keys < r1 only, which halves the work.
 
