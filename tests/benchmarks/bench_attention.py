@@ -1,6 +1,6 @@
 """Speed and memory of `attention`, measured in one run (not a test: nothing here asserts).
 
-    python tests/benchmarks/bench_attention.py            # everything, about 6 minutes on 2 cores
+    python tests/benchmarks/bench_attention.py            # everything, about 2 minutes on 2 cores
     python tests/benchmarks/bench_attention.py --quick    # small sizes only, a smoke run
 
 Prints Markdown tables (the figures in docs/benchmarks.md come from here). Every ratio compares
