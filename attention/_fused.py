@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ._masks import fully_masked_rows
+from ._masks import allowed_positions, fully_masked_rows
 
 #: Scores per query block of one (batch, head) slice: 2¹⁷ float32 entries, 512 KiB (a core's L2
 #: cache holds the block's four such matrices at n ≤ 1024).
@@ -70,9 +70,8 @@ def _forward(
 ) -> Tensor:
     if allowed is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
-    if causal:  # the kernel takes a mask or its causal flag, not both
-        n = q.shape[-2]
-        allowed = allowed & torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+    # the kernel takes a mask or its causal flag, not both: with a mask, causal joins it
+    allowed = allowed_positions(q.shape[-2], q.device, causal, allowed)
     dead = fully_masked_rows(allowed).unsqueeze(-1)  # (B, 1, R) -> (B, 1, R, 1)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed | dead, scale=scale)
     return out.masked_fill(dead, 0.0)  # opened only to avoid 0/0: those rows are zero

@@ -106,9 +106,3 @@ def masked_softmax(scaled: Tensor, allowed: Tensor) -> Tensor:
 def fully_masked_rows(allowed: Tensor) -> Tensor:
     """(…, n): True for the queries that may attend no key at all."""
     return ~allowed.any(dim=-1)
-
-
-def keep_every_row_attending(allowed: Tensor) -> Tensor:
-    """`allowed` with fully masked rows opened up, so that a fused kernel never divides by zero
-    (the caller zeroes those rows' outputs afterwards, which also zeroes their gradients)."""
-    return allowed | fully_masked_rows(allowed).unsqueeze(-1)
