@@ -10,7 +10,7 @@ them off with `JAXTYPING_DISABLE=1` or `jaxtyping.config.update("jaxtyping_disab
 
 from . import functional
 from ._shapes import AttentionError, DeviceError, DtypeError, ShapeError, checks_enabled
-from .interop import from_torch_multihead, to_torch_multihead
+from .interop import from_torch_multihead, to_torch_multihead, torch_masks
 from .modules import (
     CausalAttention,
     MultiHeadAttention,
@@ -30,6 +30,7 @@ __all__ = [
     "copy_weights",
     "to_torch_multihead",
     "from_torch_multihead",
+    "torch_masks",
     "AttentionError",
     "ShapeError",
     "DtypeError",

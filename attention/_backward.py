@@ -21,7 +21,7 @@ from typing import NamedTuple
 from jaxtyping import Float
 from torch import Tensor
 
-from . import _core
+from . import _core, _masks
 from ._checks import checked
 
 __all__ = ["Gradients", "self_attention_gradients", "self_attention_backward"]
@@ -51,7 +51,7 @@ def _gradients(
 ) -> Gradients:
     c = w_q.shape[-1]
     q, k, v = x @ w_q, x @ w_k, x @ w_v
-    allowed = _core.attention_mask(x.shape[-2], x.device, causal, None, False, heads=False)
+    allowed = _masks.allowed_positions(x.shape[-2], x.device, causal, None)
     context, a = _core.attend_explicitly(q, k, v, c, allowed, 0.0)
     d_v = a.mT @ grad_c  # a: (*batch, n, n) -> its transpose
     d_a = grad_c @ v.mT  # v: (*batch, n, c) -> (*batch, c, n)
@@ -109,8 +109,12 @@ def self_attention_backward(
     """(dX, dWq, dWk, dWv): the gradients of L with respect to the inputs of `self_attention`,
     from the upstream gradient grad_c = ∂L/∂C, by the matrix formulas of the module docstring.
 
+    >>> import torch
+    >>> from attention.functional import self_attention_backward
     >>> x, w = torch.rand(5, 3), torch.rand(3, 2)
     >>> dX, dWq, dWk, dWv = self_attention_backward(x, w, w, w, torch.ones(5, 2))
+    >>> dX.shape, dWq.shape
+    (torch.Size([5, 3]), torch.Size([3, 2]))
     """
     g = _gradients(x, w_q, w_k, w_v, grad_c, causal)
     return g.dX, g.dW_q, g.dW_k, g.dW_v

@@ -4,14 +4,18 @@
 `check_tensors`, for messages that name the dimension; then everything through beartype, the
 tensors in one jaxtyping memo), and the result after it, against the same dimension letters.
 
-Why not `@jaxtyped(typechecker=beartype)` on each function: measured here, it costs about 130 µs
-a call (it binds the signature and checks the parameters twice), against about 60 µs for the
-same checks made through `beartype.door` inside a `jaxtyped("context")` memo, as below, and
-about 5 µs once a call's signature has passed (see `_CallChecker`).
+What a call costs. The full check takes about 60 µs (`@jaxtyped(typechecker=beartype)` on each
+function measured about 130 µs). Whether a call passes depends only on its signature: the shape,
+dtype and device of each tensor (the module's weights included), the type of every other argument
+and the value of its flags and sizes (bools and ints, which decide the shape of the result). So
+the full check, of the arguments and of the result, runs once per signature; a call whose
+signature has passed before costs building its signature and one dictionary look-up, about 2 µs
+(see docs/benchmarks.md).
 
-The checks run in functions marked `torch.compiler.disable`: under `torch.compile` they run
-eagerly, outside the compiled graph, and the computation between them is compiled (jaxtyping's
-own wrapper breaks Dynamo on torch 2.13).
+Under `torch.compile`: the checks run eagerly, outside the compiled graph, through
+`torch.compiler.disable` applied at trace time (jaxtyping's own wrapper breaks Dynamo). Nothing
+here touches `torch._dynamo` before a compilation starts: importing it costs about 0.7 s, and a
+function wrapped by `torch.compiler.disable` costs about 1 µs a call even when nothing compiles.
 """
 
 import functools
@@ -27,6 +31,7 @@ from beartype.door import die_if_unbearable, is_bearable
 from jaxtyping import config as jaxtyping_config
 from jaxtyping import jaxtyped
 from torch import Tensor
+from torch.nn import Parameter
 
 from ._shapes import _array_annotations, _hint_name, check_result, check_tensors
 
@@ -42,6 +47,10 @@ _CONF = BeartypeConf(is_pep484_tower=True)
 P = ParamSpec("P")
 R = TypeVar("R")
 Checked = Mapping[str, tuple[Any, Any]]
+#: A module's own tensors for the checks: ((name as in its state_dict, annotation) for each,
+#: the tensors in the same order). The first part is a constant, so that a call whose signature
+#: passed before costs reading the tensors only.
+Weights = tuple[tuple[tuple[str, Any], ...], tuple[Any, ...]]
 
 
 def check_arguments(where: str, tensors: Checked, others: Checked) -> dict[str, Any]:
@@ -76,17 +85,11 @@ def check_returned(where: str, result: Any, annotation: Any, bindings: dict) -> 
 
 
 class _CallChecker:
-    """The checks of one function's calls, with a memory of the argument signatures that passed.
-
-    Whether a call passes depends only on its arguments' shapes, dtypes and devices and on the
-    types of its other arguments, so a signature that passed once passes again: the full check
-    (about 60 µs, and 150 µs measured between large matrix products that evict its working set
-    from the caches) runs once per new signature, later calls cost a dictionary look-up.
-    """
+    """The checks of one function's calls, with a memory of the signatures that passed."""
 
     MEMORY = 512  # signatures kept per function; forgotten all at once when full
 
-    def __init__(self, fn: Callable) -> None:
+    def __init__(self, fn: Callable, weights: Callable[[Any], Weights] | None = None) -> None:
         self.signature = inspect.signature(fn)
         self.tensor_hints: dict[str, Any] = {}
         self.other_hints: dict[str, Any] = {}
@@ -97,52 +100,113 @@ class _CallChecker:
                 self.other_hints[name] = parameter.annotation
         self.returns = self.signature.return_annotation
         self.where = fn.__qualname__
-        self.passed: dict[Any, dict[str, Any]] = {}
-        self.returned: set[Any] = set()
+        self.weights = weights
+        self.passed: set[Any] = set()
+        #: The two checks wrapped by torch.compiler.disable, made at the first compilation.
+        self.outside: tuple[Callable, Callable] | None = None
+
+    def remember(self, key: Any) -> None:
+        if len(self.passed) >= self.MEMORY:
+            self.passed.clear()
+        self.passed.add(key)
 
 
-def _key(value: Any) -> Any:
-    """What a check depends on: shape, dtype and device of a tensor; the type of anything else."""
-    if isinstance(value, Tensor):
+_PLAIN = frozenset({type(None), float, str})
+#: Looked up once: inside each wrapper, attribute look-ups are part of every call's cost.
+#: (TorchDynamo knows the function itself, whatever name it is reached by.)
+_is_compiling = torch.compiler.is_compiling
+_config = jaxtyping_config
+
+
+def _part(value: Any) -> Any:
+    """What a check depends on: shape, dtype and device of a tensor; the value of a flag or a
+    size (with its type: True and 1 are different signatures); the type of anything else.
+
+    `type(...) is` first: `isinstance(value, Tensor)` alone costs 0.15 µs (Tensor's metaclass).
+    """
+    kind = type(value)
+    if kind is Tensor or kind is Parameter:
         return (value.shape, value.dtype, value.device)
-    if isinstance(value, tuple):
-        return tuple(_key(part) for part in value)
-    return type(value)
+    if kind is bool or kind is int:
+        return (kind, value)
+    if kind in _PLAIN or not isinstance(value, Tensor):
+        return kind
+    return (value.shape, value.dtype, value.device)
 
 
-@torch.compiler.disable
-def _check_call_arguments(
-    checker: _CallChecker, args: tuple, kwargs: dict, extra: Checked
-) -> tuple[Any, dict[str, Any]]:
-    key = (
-        tuple(_key(a) for a in args),
-        tuple((name, _key(v)) for name, v in kwargs.items()),
-        tuple(_key(tensor) for tensor, _ in extra.values()),
+_TENSORS = frozenset({Tensor, Parameter})
+
+
+def _call_key(args: tuple, kwargs: dict, tensors: tuple = ()) -> Any:
+    """The signature of a call (for a module's forward: without `self`, with its weights).
+    Tensors are read in line, without a call of `_part`: at the book's size every 0.1 µs of
+    this function is 0.4 % of the call."""
+    parts = tuple(
+        [(a.shape, a.dtype, a.device) if type(a) in _TENSORS else _part(a) for a in args + tensors]
     )
-    bindings = checker.passed.get(key)
-    if bindings is None:
-        try:
-            arguments = checker.signature.bind(*args, **kwargs).arguments
-        except TypeError as error:
-            raise TypeError(f"{checker.where}: {error}") from None
-        tensors = {name: (arguments.get(name), h) for name, h in checker.tensor_hints.items()}
-        tensors.update(extra)
-        others = {n: (arguments[n], h) for n, h in checker.other_hints.items() if n in arguments}
-        bindings = check_arguments(checker.where, tensors, others)
-        if len(checker.passed) >= checker.MEMORY:
-            checker.passed.clear()
-        checker.passed[key] = bindings
-    return key, bindings
+    if kwargs:
+        return parts, len(args), tuple(kwargs), tuple(map(_part, kwargs.values()))
+    return parts, len(args)
 
 
-@torch.compiler.disable
-def _check_call_result(checker: _CallChecker, key: Any, bindings: dict, result: Any) -> None:
-    result_key = (key, _key(result))
-    if result_key not in checker.returned:
+def _check_call(checker: _CallChecker, args: tuple, kwargs: dict, weights: Weights | None) -> dict:
+    """The full check of one call's arguments (and of the module's weights); the bindings."""
+    try:
+        arguments = checker.signature.bind(*args, **kwargs).arguments
+    except TypeError as error:
+        raise TypeError(f"{checker.where}: {error}") from None
+    tensors = {name: (arguments.get(name), h) for name, h in checker.tensor_hints.items()}
+    if weights is not None:
+        for (name, annotation), tensor in zip(*weights, strict=True):
+            tensors[name] = (tensor, annotation)
+    others = {n: (arguments[n], h) for n, h in checker.other_hints.items() if n in arguments}
+    return check_arguments(checker.where, tensors, others)
+
+
+def _first_call(checker: _CallChecker, key: Any, fn: Callable, args: tuple, kwargs: dict,
+                weights: Weights | None) -> Any:  # fmt: skip
+    """A signature not seen before: check the arguments, call, check the result, remember."""
+    bindings = _check_call(checker, args, kwargs, weights)
+    result = fn(*args, **kwargs)
+    check_returned(checker.where, result, checker.returns, bindings)
+    checker.remember(key)
+    return result
+
+
+def _outside_graph(checker: _CallChecker) -> tuple[Callable, Callable]:
+    """The checks as functions that torch.compile runs eagerly, outside its graph.
+
+    Made at the first compilation, not at import: `torch.compiler.disable` imports
+    torch._dynamo. The compiled call itself stays in each wrapper's own code (see `_own_code`):
+    were it in a shared helper, the graph breaks around the checks would put every function's
+    computation in that helper's frames, which share one recompilation limit.
+    """
+    if checker.outside is None:
+        checker.outside = (
+            torch.compiler.disable(_arguments_outside_graph),
+            torch.compiler.disable(_result_outside_graph),
+        )
+    return checker.outside
+
+
+def _arguments_outside_graph(checker: _CallChecker, args: tuple, kwargs: dict) -> Any:
+    """Under torch.compile, run eagerly: check a new signature's arguments; None if it passed
+    before, else (key, bindings) for `_result_outside_graph`."""
+    if checker.weights is None:
+        weights, key = None, _call_key(args, kwargs)
+    else:
+        weights = checker.weights(args[0])
+        key = _call_key(args[1:], kwargs, weights[1])
+    if key in checker.passed:
+        return None
+    return key, _check_call(checker, args, kwargs, weights)
+
+
+def _result_outside_graph(checker: _CallChecker, pending: Any, result: Any) -> None:
+    if pending is not None:
+        key, bindings = pending
         check_returned(checker.where, result, checker.returns, bindings)
-        if len(checker.returned) >= checker.MEMORY:
-            checker.returned.clear()
-        checker.returned.add(result_key)
+        checker.remember(key)
 
 
 def _own_code(wrapper: Callable, wrapped: Callable) -> Callable:
@@ -167,36 +231,51 @@ def checked(fn: Callable[P, R]) -> Callable[P, R]:
     """Check every call of a public function: arguments (tensors with precise messages), then
     the result, all against the function's jaxtyping annotations."""
     checker = _CallChecker(fn)
+    passed = checker.passed
 
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        if jaxtyping_config.jaxtyping_disable:
+        if _config.jaxtyping_disable:
             return fn(*args, **kwargs)
-        key, bindings = _check_call_arguments(checker, args, kwargs, {})
-        result = fn(*args, **kwargs)
-        _check_call_result(checker, key, bindings, result)
-        return result
+        if _is_compiling():
+            arguments, result_of = _outside_graph(checker)
+            pending = arguments(checker, args, kwargs)
+            result = fn(*args, **kwargs)
+            result_of(checker, pending, result)
+            return result
+        key = _call_key(args, kwargs)
+        if key in passed:
+            return fn(*args, **kwargs)
+        return _first_call(checker, key, fn, args, kwargs, None)
 
     return _own_code(wrapper, fn)
 
 
 def checked_forward(
-    weights_of: Callable[[Any], Checked],
+    weights_of: Callable[[Any], Weights],
 ) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """Check every call of a module's `forward`: its arguments, the module's own weights (from
-    `weights_of(self)`, named as in the state_dict) against the same dimension letters, and its
-    result. Errors name the module, the argument or weight, the letter and both sizes.
+    `weights_of(self)`, see `Weights`) against the same dimension letters, and its result.
+    Errors name the module, the argument or weight, the letter and both sizes.
     """
 
     def decorate(forward: Callable[..., R]) -> Callable[..., R]:
-        checker = _CallChecker(forward)
+        checker = _CallChecker(forward, weights_of)
+        passed = checker.passed
 
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> R:
-            if jaxtyping_config.jaxtyping_disable:
+            if _config.jaxtyping_disable:
                 return forward(self, *args, **kwargs)
-            key, bindings = _check_call_arguments(checker, (self, *args), kwargs, weights_of(self))
-            result = forward(self, *args, **kwargs)
-            _check_call_result(checker, key, bindings, result)
-            return result
+            if _is_compiling():
+                arguments, result_of = _outside_graph(checker)
+                pending = arguments(checker, (self, *args), kwargs)
+                result = forward(self, *args, **kwargs)
+                result_of(checker, pending, result)
+                return result
+            weights = weights_of(self)
+            key = _call_key(args, kwargs, weights[1])
+            if key in passed:
+                return forward(self, *args, **kwargs)
+            return _first_call(checker, key, forward, (self, *args), kwargs, weights)
 
         return _own_code(wrapper, forward)
 

@@ -13,13 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._masks import (
-    Mask,
-    allowed_positions,
-    fully_masked_rows,
-    keep_every_row_attending,
-    masked_softmax,
-)
+from . import _fused
+from ._masks import allowed_positions, hide_unattended, masked_softmax
 
 
 def projection(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
@@ -79,35 +74,21 @@ def attend_explicitly(
 def attend_fused(
     q: Tensor, k: Tensor, v: Tensor, width: int, causal: bool, allowed: Tensor | None
 ) -> Tensor:
-    """C from PyTorch's fused kernel. q, k, v: (*batch, h, n, c_h), h ≥ 1; `allowed` (None unless a
-    user mask was given, causal folded in) broadcasts to (*batch, 1, n, n).
+    """C from PyTorch's fused kernel (and the exact backward of `attention._fused`).
 
-    Only a 4-D (B, h, n, c_h) input reaches the fused kernel (a 2-D one falls back to the math
-    kernel: 3× slower and O(n²) memory), hence the reshapes.
+    q, k, v: (*batch, h, n, c_h), h ≥ 1; `allowed` (the user's masks, causal kept apart, or None)
+    broadcasts to (*batch, 1, n, n). Only a 4-D (B, h, n, c_h) input reaches the fused kernel (a
+    2-D one falls back to the math kernel: 3× slower and O(n²) memory), hence the reshapes.
     """
     *lead, heads, n, head_width = q.shape
     q4 = q.reshape(-1, heads, n, head_width)  # (*batch, h, n, c_h) -> (B, h, n, c_h)
     k4 = k.reshape(-1, heads, n, head_width)
     v4 = v.reshape(-1, heads, n, head_width)
-    factor = scale(width)
-    if allowed is None:
-        out = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal, scale=factor)
-        return out.view(*lead, heads, n, head_width)  # (B, h, n, c_h) -> (*batch, h, n, c_h)
-    allowed = torch.broadcast_to(allowed, (*lead, 1, n, n))
-    mask4 = keep_every_row_attending(allowed).reshape(-1, 1, n, n)  # -> (B, 1, n, n)
-    out = F.scaled_dot_product_attention(q4, k4, v4, attn_mask=mask4, scale=factor)
-    out = out.view(*lead, heads, n, head_width)  # (B, h, n, c_h) -> (*batch, h, n, c_h)
-    return out.masked_fill(fully_masked_rows(allowed).unsqueeze(-1), 0.0)
-
-
-def attention_mask(
-    n: int, device: torch.device, causal: bool, mask: Mask, key_padding: bool, heads: bool
-) -> Tensor | None:
-    """The combined `allowed` mask, with a broadcast head axis when `heads`."""
-    allowed = allowed_positions(n, device, causal, mask, key_padding)
-    if heads and allowed is not None and allowed.dim() > 2:
-        allowed = allowed.unsqueeze(-3)  # (*batch, n, n) -> (*batch, 1, n, n)
-    return allowed
+    if allowed is not None:
+        rows = allowed.shape[-2]  # 1 for key padding alone, else n
+        allowed = torch.broadcast_to(allowed, (*lead, 1, rows, n)).reshape(-1, 1, rows, n)
+    out = _fused.attention(q4, k4, v4, scale(width), causal, allowed)
+    return out.view(*lead, heads, n, head_width)  # (B, h, n, c_h) -> (*batch, h, n, c_h)
 
 
 def attend(
@@ -117,28 +98,30 @@ def attend(
     *,
     width: int,
     causal: bool,
-    mask: Mask,
-    key_padding: bool,
+    allowed: Tensor | None,
     dropout_p: float,
     return_weights: bool,
     heads: bool,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """C (or (C, A)) from Q, K, V, choosing the fused or the explicit path; `width` is the c
-    of the 1/√c scaling (c_h with heads).
+    of the 1/√c scaling (c_h with heads). `allowed`: the user's masks (`_masks.given_masks`,
+    (*batch, 1 or n, n), shared by the heads), causal kept apart.
 
     The explicit path serves when A is wanted or dropout is on (so that dropout draws the same
     random numbers as the book's `nn.Dropout` on the weights); otherwise the fused kernel runs.
+    Keys that no query may attend are zeroed first (`_masks.hide_unattended`).
     """
-    allowed = attention_mask(q.shape[-2], q.device, causal, mask, key_padding, heads)
+    k, v = hide_unattended(k, v, causal, allowed, heads)
+    if heads and allowed is not None:
+        allowed = allowed.unsqueeze(-3)  # (*batch, R, n) -> (*batch, 1, R, n): shared by heads
     if return_weights or dropout_p > 0.0:
-        c, a = attend_explicitly(q, k, v, width, allowed, dropout_p)
+        full = allowed_positions(q.shape[-2], q.device, causal, allowed)
+        c, a = attend_explicitly(q, k, v, width, full, dropout_p)
         return (c, a) if return_weights else c
-    if mask is None:
-        allowed = None  # the kernel's own causal flag does the causal part
     if not heads:
         q, k, v = q.unsqueeze(-3), k.unsqueeze(-3), v.unsqueeze(-3)  # (*b, n, c) -> (*b, 1, n, c)
-        if allowed is not None and allowed.dim() > 2:
-            allowed = allowed.unsqueeze(-3)  # (*batch, n, n) -> (*batch, 1, n, n)
+        if allowed is not None:
+            allowed = allowed.unsqueeze(-3)  # (*batch, R, n) -> (*batch, 1, R, n)
         return attend_fused(q, k, v, width, causal, allowed).squeeze(-3)  # -> (*batch, n, c)
     return attend_fused(q, k, v, width, causal, allowed)
 

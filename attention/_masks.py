@@ -1,8 +1,18 @@
 """Masks: which key p each query m may attend to, and a softmax that respects them.
 
 Convention (the same as `torch.nn.functional.scaled_dot_product_attention`'s boolean mask):
-True = may attend. A full mask has shape (*batch, n, n), a key-padding mask (*batch, n) says which
-keys exist (the same for every query). `causal` keeps p ≤ m, the diagonal included.
+True = may attend. Two kinds of mask, each with its own argument:
+
+- `mask` (*batch, n, n): a full mask, entry (m, p) for query m and key p;
+- `key_padding_mask` (*batch, n): True where the key exists (the same for every query). This is
+  the opposite of `torch.nn.MultiheadAttention`'s `key_padding_mask`, where True = ignore.
+
+`causal` keeps p ≤ m, the diagonal included. All three combine (logical and). Inside, the user's
+masks become one `allowed` tensor of shape (*batch, 1, n) (key padding alone) or (*batch, n, n),
+broadcastable against the scores; causal is kept apart so that the fused kernel can use its own
+causal flag.
+
+Masked positions have no influence, even when they hold NaN or ±inf (see `hide_unattended`).
 """
 
 import torch
@@ -16,17 +26,66 @@ def causal_allowed(n: int, device: torch.device) -> Tensor:
     return torch.ones(n, n, dtype=torch.bool, device=device).tril()
 
 
-def allowed_positions(
-    n: int, device: torch.device, causal: bool, mask: Mask, key_padding: bool
-) -> Tensor | None:
+def given_masks(mask: Mask, key_padding_mask: Mask) -> Tensor | None:
+    """The user's masks as one `allowed` (causal not included); None if neither was given."""
+    if key_padding_mask is None:
+        return mask
+    padding = key_padding_mask.unsqueeze(-2)  # (*batch, n) -> (*batch, 1, n): same for all m
+    return padding if mask is None else mask & padding
+
+
+def allowed_positions(n: int, device: torch.device, causal: bool, allowed: Mask) -> Tensor | None:
     """True where query m may attend key p, broadcastable to (*batch, n, n); None if all may."""
-    allowed = None
-    if mask is not None:
-        allowed = mask.unsqueeze(-2) if key_padding else mask  # (*batch, n) -> (*batch, 1, n)
     if causal:
         lower = causal_allowed(n, device)
-        allowed = lower if allowed is None else allowed & lower
+        return lower if allowed is None else allowed & lower
     return allowed
+
+
+def attended_keys(causal: bool, allowed: Tensor) -> Tensor:
+    """(*batch, n): True for the keys that at least one query may attend."""
+    if allowed.shape[-2] == 1:  # key padding: with causal, key p is still seen by query p
+        return allowed.squeeze(-2)  # (*batch, 1, n) -> (*batch, n)
+    return allowed_positions(allowed.shape[-1], allowed.device, causal, allowed).any(dim=-2)
+
+
+def attending_queries(causal: bool, allowed: Tensor) -> Tensor:
+    """(*batch, n) or (*batch, 1): True for the queries that may attend at least one key."""
+    if allowed.shape[-2] == 1:
+        padding = allowed.squeeze(-2)  # (*batch, 1, n) -> (*batch, n)
+        if causal:  # query m sees keys p ≤ m: is any of them there?
+            return padding.cumsum(dim=-1) > 0
+        return padding.any(dim=-1, keepdim=True)  # the same answer for every query
+    return allowed_positions(allowed.shape[-1], allowed.device, causal, allowed).any(dim=-1)
+
+
+def silence_isolated(x: Tensor, causal: bool, allowed: Mask) -> Tensor:
+    """X with zeros at the positions that neither attend nor are attended (*batch, n, d).
+
+    Such a position's output is zero by convention and no other output reads it, so replacing
+    its input changes nothing, except that NaN or ±inf there no longer reach the gradients of
+    the weights through the projections' backward pass (0 · NaN is NaN).
+    """
+    if allowed is None:
+        return x
+    isolated = ~(attended_keys(causal, allowed) | attending_queries(causal, allowed))
+    return x.masked_fill(isolated.unsqueeze(-1), 0.0)  # (*batch, n) -> (*batch, n, 1)
+
+
+def hide_unattended(k: Tensor, v: Tensor, causal: bool, allowed: Mask, heads: bool) -> tuple:
+    """K and V with zero rows at the keys no query may attend.
+
+    Their weights are exactly 0, but 0 · NaN and 0 · inf are NaN: without this, one NaN in a
+    masked-out key would turn every row of C = AV (and of the fused kernel's output) into NaN.
+    With `heads`, k and v are (*batch, h, n, c_h) and the mask is shared by the heads.
+    """
+    if allowed is None:
+        return k, v
+    hidden = ~attended_keys(causal, allowed)
+    if heads:
+        hidden = hidden.unsqueeze(-2)  # (*batch, n) -> (*batch, 1, n): shared by the heads
+    hidden = hidden.unsqueeze(-1)  # (..., n) -> (..., n, 1)
+    return k.masked_fill(hidden, 0.0), v.masked_fill(hidden, 0.0)
 
 
 def masked_softmax(scaled: Tensor, allowed: Tensor) -> Tensor:
@@ -47,9 +106,3 @@ def masked_softmax(scaled: Tensor, allowed: Tensor) -> Tensor:
 def fully_masked_rows(allowed: Tensor) -> Tensor:
     """(…, n): True for the queries that may attend no key at all."""
     return ~allowed.any(dim=-1)
-
-
-def keep_every_row_attending(allowed: Tensor) -> Tensor:
-    """`allowed` with fully masked rows opened up, so that a fused kernel never divides by zero
-    (the caller zeroes those rows' outputs afterwards, which also zeroes their gradients)."""
-    return allowed | fully_masked_rows(allowed).unsqueeze(-1)

@@ -36,6 +36,7 @@ __all__ = [
     "checks_enabled",
     "check_positive",
     "check_probability",
+    "check_flag",
     "check_tensors",
     "check_result",
 ]
@@ -71,6 +72,13 @@ def check_probability(where: str, **rates: float) -> None:
             raise ValueError(f"{where}: {name} must be in [0, 1), got {name}={value!r}")
 
 
+def check_flag(where: str, **flags: bool) -> None:
+    """Each flag must be a bool (`qkv_bias='no'` would otherwise create biases); TypeError."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{where}: {name} must be a bool, got {name}={value!r}")
+
+
 def checks_enabled() -> bool:
     """True unless checks were turned off with jaxtyping's switch (see the module docstring)."""
     return not jaxtyping_config.jaxtyping_disable
@@ -91,6 +99,11 @@ def _is_bool_annotation(annotation: Any) -> bool:
     return "bool" in annotation.dtypes
 
 
+def _is_optional(annotation: Any) -> bool:
+    """True for an annotation that admits None (`Float[Tensor, "c"] | None`)."""
+    return type(None) in typing.get_args(annotation)
+
+
 @functools.cache
 def _letters(dim_str: str) -> tuple[str, ...]:
     """'*batch n d' -> ('*batch', 'n', 'd'); numbers stay as their decimal strings."""
@@ -107,9 +120,10 @@ def _describe(letters: tuple[str, ...]) -> str:
 
 def _check_kind(where: str, name: str, tensor: Any, annotation: Any) -> None:
     if not isinstance(tensor, Tensor):
+        got = "None" if tensor is None else type(tensor).__name__
         raise TypeError(
             f"{where}: {name} must be a torch.Tensor of shape "
-            f"{_describe(_letters(annotation.dim_str))}, got {type(tensor).__name__}"
+            f"{_describe(_letters(annotation.dim_str))}, got {got}"
         )
     if _is_bool_annotation(annotation):
         if tensor.dtype != torch.bool:
@@ -185,8 +199,9 @@ def check_tensors(
     """Check named tensors against their jaxtyping annotations; return the letter bindings.
 
     `tensors` maps the name shown in errors to (tensor or None, annotation). None is skipped
-    (an optional argument left out). An annotation that is a union of array types (a mask that
-    is either "*batch n n" or "*batch n") accepts the first member that binds. Kind (float or
+    where the annotation admits it (`... | None`: an optional argument left out) and refused
+    with a TypeError that names the argument everywhere else. An annotation that is a union of
+    array types accepts the first member that binds. Kind (float or
     bool), dtype agreement between the float tensors, device agreement, every dimension letter,
     and sizes of at least 1 are checked, in that order; the first problem raises an
     `AttentionError` (or `TypeError` for a non-tensor) that names it.
@@ -194,7 +209,7 @@ def check_tensors(
     present = [
         (name, tensor, _array_annotations(annotation))
         for name, (tensor, annotation) in tensors.items()
-        if tensor is not None
+        if tensor is not None or not _is_optional(annotation)
     ]
     for name, tensor, candidates in present:
         _check_kind(where, name, tensor, candidates[0])
@@ -213,7 +228,10 @@ def check_tensors(
             )
     bindings = {} if bindings is None else bindings
     for name, tensor, candidates in present:
-        _bind_one_of(where, name, tensor, candidates, bindings)
+        try:
+            _bind_one_of(where, name, tensor, candidates, bindings)
+        except ShapeError as error:
+            raise ShapeError(f"{error}{_fits_elsewhere(name, tensor, tensors, bindings)}") from None
     for letter, (size, name) in bindings.items():
         if size == 0 or (isinstance(size, tuple) and 0 in size):
             raise ShapeError(
@@ -221,6 +239,23 @@ def check_tensors(
                 f"every dimension must be at least 1"
             )
     return bindings
+
+
+def _fits_elsewhere(
+    name: str, tensor: Tensor, tensors: Mapping[str, tuple[Any, Any]], bindings: dict[str, Any]
+) -> str:
+    """A hint when a misfit tensor would fit an optional argument left out (a key-padding mask
+    given as `mask`), else ''."""
+    for other, (value, annotation) in tensors.items():
+        if other == name or value is not None or not _is_optional(annotation):
+            continue
+        for candidate in _array_annotations(annotation):
+            try:
+                _bind("", [(other, tensor, candidate.dim_str)], dict(bindings))
+            except ShapeError:
+                continue
+            return f"; its shape fits {other} {_describe(_letters(candidate.dim_str))}"
+    return ""
 
 
 def _bind_one_of(

@@ -1,19 +1,45 @@
-"""The seed's d×c weight matrices of the single-head modules, whatever their storage.
+"""The weights of the modules: the seed's d×c view of them, copying them, reading them fast.
 
 `SelfAttentionV1` stores Wq as the seed writes it (`W_query`: d×c); the `nn.Linear` classes store
 Wqᵀ (`W_query.weight`: c×d). `SeedWeights` gives both the same view (`w_q`, `w_k`, `w_v`: d×c,
 sharing storage and gradients), and `copy_weights` moves the matrices between any two classes,
-transposing where needed (the book's exercise 3.1).
+transposing where needed (the book's exercise 3.1). The `*_weights` functions give each module's
+tensors to the checks of its `forward` (`attention._checks.Weights`), named as in the state_dict.
 """
+
+import functools
 
 import torch
 import torch.nn as nn
 from jaxtyping import Float
 from torch import Tensor
 
+from ._checks import Weights
 from ._shapes import ShapeError
 
-__all__ = ["SeedWeights", "copy_weights"]
+__all__ = [
+    "SeedWeights",
+    "copy_weights",
+    "parameter",
+    "submodule",
+    "v1_weights",
+    "v2_weights",
+    "multi_head_weights",
+    "heads_weights",
+]
+
+
+def submodule(module: nn.Module, name: str) -> nn.Module:
+    """`module.name` for a registered submodule, without nn.Module.__getattr__'s cost (a dict
+    look-up instead of about 0.5 µs: the checks read the weights at every call)."""
+    found = module._modules.get(name)
+    return found if found is not None else getattr(module, name)
+
+
+def parameter(module: nn.Module, name: str) -> Tensor | None:
+    """`module.name` for a registered parameter (None if registered as None), fast likewise."""
+    parameters = module._parameters
+    return parameters[name] if name in parameters else getattr(module, name, None)
 
 
 class SeedWeights:
@@ -68,9 +94,17 @@ def copy_weights(source: SeedWeights, target: SeedWeights) -> None:
     target with biases gets the source's, or zeros if the source has none (the same function);
     a source with biases into a target without raises ValueError (it would change the function).
 
+    >>> from attention import SelfAttentionV1, SelfAttentionV2
     >>> v1, v2 = SelfAttentionV1(3, 2), SelfAttentionV2(3, 2)
     >>> copy_weights(v2, v1)  # now v1(x) equals v2(x)
     """
+    for name, module in (("source", source), ("target", target)):
+        if not isinstance(module, SeedWeights):
+            raise TypeError(
+                f"copy_weights: {name} must be an attention module with the seed's Wq, Wk, Wv "
+                f"(SelfAttentionV1, SelfAttentionV2, CausalAttention), "
+                f"got {type(module).__name__}"
+            )
     where = f"copy_weights({type(source).__name__} -> {type(target).__name__})"
     if source.w_q.shape != target.w_q.shape:
         raise ShapeError(
@@ -89,3 +123,71 @@ def copy_weights(source: SeedWeights, target: SeedWeights) -> None:
             stored.weight.copy_(source._seed(name).mT)  # (d, c) -> (c, d)
             if stored.bias is not None:
                 stored.bias.copy_(bias if bias is not None else torch.zeros_like(stored.bias))
+
+
+# ---------------------------------------------------------------------------------------------
+# The weights the checks of each forward read (at every call: read from the modules' own
+# dictionaries, what nn.Module.__getattr__ reads at 0.5 µs a look-up, attributes as fallback)
+
+WeightDC = Float[Tensor, "d c"]
+LinearWeight = Float[Tensor, "c d"]  # nn.Linear(d, c).weight is Wᵀ
+LinearBias = Float[Tensor, " c"] | None
+OutWeight = Float[Tensor, "c_out c"]  # out_proj.weight is W_oᵀ
+OutBias = Float[Tensor, " c_out"]
+_QKV = ("W_query", "W_key", "W_value")
+_V1_NAMES = tuple((name, WeightDC) for name in _QKV)
+
+
+@functools.cache
+def _qkv_names(prefix: str = "") -> tuple[tuple[str, object], ...]:
+    """(name, annotation) of the projections' weights and biases, as in the state_dict."""
+    return tuple(
+        (f"{prefix}{name}.{part}", annotation)
+        for name in _QKV
+        for part, annotation in (("weight", LinearWeight), ("bias", LinearBias))
+    )
+
+
+_V2_NAMES = _qkv_names()
+_MHA_NAMES = (*_V2_NAMES, ("out_proj.weight", OutWeight), ("out_proj.bias", OutBias))
+
+
+def _qkv_tensors(module: nn.Module) -> tuple[Tensor | None, ...]:
+    """The `nn.Linear` projections' weights and biases, in the order of `_qkv_names`."""
+    try:
+        modules = module._modules
+        q = modules["W_query"]._parameters
+        k = modules["W_key"]._parameters
+        v = modules["W_value"]._parameters
+        return (q["weight"], q["bias"], k["weight"], k["bias"], v["weight"], v["bias"])
+    except (KeyError, AttributeError):  # replaced by something else than an nn.Linear
+        linears = [submodule(module, name) for name in _QKV]
+        return tuple(parameter(linear, part) for linear in linears for part in ("weight", "bias"))
+
+
+def v1_weights(module: nn.Module) -> Weights:
+    """SelfAttentionV1: W_query, W_key, W_value (d×c)."""
+    try:
+        own = module._parameters
+        return _V1_NAMES, (own["W_query"], own["W_key"], own["W_value"])
+    except KeyError:  # replaced by something else than a parameter
+        return _V1_NAMES, tuple(parameter(module, name) for name in _QKV)
+
+
+def v2_weights(module: nn.Module) -> Weights:
+    """The nn.Linear single-head modules: W_query.weight (c×d), W_query.bias (c), …"""
+    return _V2_NAMES, _qkv_tensors(module)
+
+
+def multi_head_weights(module: nn.Module) -> Weights:
+    """MultiHeadAttention: the projections, then out_proj.weight (c_out×c) and its bias."""
+    out_proj = submodule(module, "out_proj")
+    tensors = (*_qkv_tensors(module), parameter(out_proj, "weight"), parameter(out_proj, "bias"))
+    return _MHA_NAMES, tensors
+
+
+def heads_weights(wrapper: nn.Module) -> Weights:
+    """MultiHeadAttentionWrapper: every head's projections, named heads[i].W_query.weight …"""
+    heads = list(submodule(wrapper, "heads")._modules.values())
+    names = tuple(item for i in range(len(heads)) for item in _qkv_names(f"heads[{i}]."))
+    return names, tuple(tensor for head in heads for tensor in _qkv_tensors(head))

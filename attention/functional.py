@@ -11,12 +11,16 @@ checks off with `JAXTYPING_DISABLE=1`). The symbolic twin of each step has the s
 `derive`.
 
 `self_attention` has two paths: without weights or dropout, PyTorch's fused
-`scaled_dot_product_attention` on a 4-D layout (the only one that reaches its fused kernel); with
-them, the explicit path, the steps below one after the other: five matrix products, one transpose.
+`scaled_dot_product_attention` on a 4-D layout (the only one that reaches its fused kernel), with
+a backward pass of our own that is exact at any score scale (`attention._fused`); with them, the
+explicit path, the steps below one after the other: five matrix products, one transpose.
 
-Masks: True = may attend. `mask` is (*batch, n, n), or a key-padding mask (*batch, n) marking the
-keys that exist; `causal` keeps p ≤ m. A query with no allowed key gets zero weights and a zero
-context row (never NaN), and finite gradients.
+Masks: True = may attend. `mask` (*batch, n, n) is a full mask, entry (m, p) for query m and key p;
+`key_padding_mask` (*batch, n) is True where the key exists (the opposite of
+`torch.nn.MultiheadAttention`'s `key_padding_mask`, where True = ignore); `causal` keeps p ≤ m.
+All three combine. A query with no allowed key gets zero weights and a zero context row (never
+NaN), and finite gradients. Keys no query may attend have no influence on any output, NaN and ±inf
+included; a position that neither attends nor is attended has none on the gradients either.
 """
 
 import torch
@@ -26,7 +30,7 @@ from torch import Tensor
 from . import _core
 from ._backward import Gradients, self_attention_backward, self_attention_gradients
 from ._checks import checked
-from ._masks import allowed_positions, causal_allowed
+from ._masks import allowed_positions, causal_allowed, given_masks, silence_isolated
 from ._shapes import ShapeError, check_positive, check_probability
 
 __all__ = [
@@ -45,11 +49,10 @@ __all__ = [
     "Gradients",
 ]
 
-MaskArg = Bool[Tensor, "*batch n n"] | Bool[Tensor, "*batch n"] | None
-
-
-def _is_key_padding(mask: Tensor | None, x: Tensor) -> bool:
-    return mask is not None and mask.dim() == x.dim() - 1
+#: A full mask: entry (m, p) True where query m may attend key p.
+MaskArg = Bool[Tensor, "*batch n n"] | None
+#: Key padding: True where key p exists (torch.nn.MultiheadAttention's True means the opposite).
+KeyPaddingArg = Bool[Tensor, "*batch n"] | None
 
 
 @checked
@@ -65,6 +68,8 @@ def projection(
     x: X (*batch, n, d); w: W (d, c) in the seed's orientation (`nn.Linear` stores Wᵀ);
     b: optional bias (c).
 
+    >>> import torch
+    >>> from attention.functional import projection
     >>> projection(torch.ones(5, 3), torch.ones(3, 2)).shape
     torch.Size([5, 2])
     """
@@ -100,19 +105,21 @@ def weights(
     *,
     causal: bool = False,
     mask: MaskArg = None,
+    key_padding_mask: KeyPaddingArg = None,
 ) -> Float[Tensor, "*batch n n"]:
     """Attention weights $A = \\operatorname{softmax}(\\Omega / \\sqrt{c})$, row by row.
 
     $$a_{m,p} = \\frac{\\exp(\\omega_{m,p}/\\sqrt{c})}
                      {\\sum_{r=1}^{n} \\exp(\\omega_{m,r}/\\sqrt{c})}$$
 
-    With `causal`, a_{m,p} = 0 for p > m; with `mask`, a_{m,p} = 0 where the mask is False, and
-    the sum over r runs over allowed keys only. Each row sums to 1, or is all zeros when no key
-    is allowed.
+    With `causal`, a_{m,p} = 0 for p > m; with `mask` (*batch, n, n), a_{m,p} = 0 where it is
+    False; with `key_padding_mask` (*batch, n), a_{m,p} = 0 where key p is False (True = the
+    key exists; the opposite of torch.nn.MultiheadAttention's). The sum over r runs over allowed
+    keys only. Each row sums to 1, or is all zeros when no key is allowed.
     """
     check_positive("weights", c=c)
-    key_padding = _is_key_padding(mask, omega)  # omega has as many dimensions as X
-    allowed = allowed_positions(omega.shape[-1], omega.device, causal, mask, key_padding)
+    allowed = given_masks(mask, key_padding_mask)
+    allowed = allowed_positions(omega.shape[-1], omega.device, causal, allowed)
     return _core.weights(omega, c, allowed)
 
 
@@ -146,6 +153,7 @@ def self_attention(
     b_v: Float[Tensor, " c"] | None = None,
     causal: bool = False,
     mask: MaskArg = None,
+    key_padding_mask: KeyPaddingArg = None,
     dropout_p: float = 0.0,
     return_weights: bool = False,
 ) -> Float[Tensor, "*batch n c"] | tuple[Float[Tensor, "*batch n c"], Float[Tensor, "*batch n n"]]:
@@ -153,24 +161,28 @@ def self_attention(
     $C = \\operatorname{softmax}\\!\\big(X W_q (X W_k)^\\top / \\sqrt{c}\\big)\\, X W_v$.
 
     x: X (*batch, n, d). w_q, w_k, w_v: Wq, Wk, Wv (d, c), so that Q = X Wq. b_q, b_k, b_v:
-    optional biases (c). causal: token m attends to p ≤ m only. mask: True = may attend,
-    (*batch, n, n) or key padding (*batch, n); combines with `causal`. dropout_p: dropout on A
-    after the softmax (the book's order), applied whenever > 0 (modules pass 0 in eval mode).
+    optional biases (c). causal: token m attends to p ≤ m only. mask (*batch, n, n): True where
+    query m may attend key p. key_padding_mask (*batch, n): True where key p exists (True =
+    ignore in torch.nn.MultiheadAttention: invert it). The three combine. dropout_p: dropout on
+    A after the softmax (the book's order), applied whenever > 0 (modules pass 0 in eval mode).
 
     Returns C (*batch, n, c), or (C, A) with `return_weights` (A after dropout, the weights that
     were used).
 
+    >>> import torch
+    >>> from attention.functional import self_attention
     >>> X, W = torch.rand(6, 3), torch.rand(3, 2)
     >>> self_attention(X, W, W, W).shape
     torch.Size([6, 2])
     """
     check_probability("self_attention", dropout_p=dropout_p)
+    allowed = given_masks(mask, key_padding_mask)
+    x = silence_isolated(x, causal, allowed)
     q = _core.projection(x, w_q, b_q)
     k = _core.projection(x, w_k, b_k)
     v = _core.projection(x, w_v, b_v)
     return _core.attend(
-        q, k, v,
-        width=_scaling_width(w_q), causal=causal, mask=mask, key_padding=_is_key_padding(mask, x),
+        q, k, v, width=_scaling_width(w_q), causal=causal, allowed=allowed,
         dropout_p=dropout_p, return_weights=return_weights, heads=False,
     )  # fmt: skip
 
@@ -219,6 +231,7 @@ def multi_head_attention(
     b_o: Float[Tensor, " c_out"] | None = None,
     causal: bool = False,
     mask: MaskArg = None,
+    key_padding_mask: KeyPaddingArg = None,
     dropout_p: float = 0.0,
     return_weights: bool = False,
 ) -> (
@@ -231,8 +244,9 @@ def multi_head_attention(
       A_i = \\operatorname{softmax}\\!\\big(Q_i K_i^\\top / \\sqrt{c_h}\\big)$$
 
     where Q_i, K_i, V_i are columns i·c_h … (i+1)·c_h−1 of Q = X Wq, K = X Wk, V = X Wv. All
-    heads go through one fused kernel call when the weights are not requested. Returns
-    C (*batch, n, c_out), or (C, A) with A (*batch, h, n, n).
+    heads go through one fused kernel call when the weights are not requested. `mask`
+    (*batch, n, n) and `key_padding_mask` (*batch, n) as in `self_attention`, shared by the
+    heads. Returns C (*batch, n, c_out), or (C, A) with A (*batch, h, n, n).
     """
     check_positive("multi_head_attention", heads=heads)
     check_probability("multi_head_attention", dropout_p=dropout_p)
@@ -243,7 +257,7 @@ def multi_head_attention(
         )
     return _multi_head_attention(
         x, w_q, w_k, w_v, w_o, heads, b_q, b_k, b_v, b_o,
-        causal, mask, _is_key_padding(mask, x), dropout_p, return_weights,
+        causal, given_masks(mask, key_padding_mask), dropout_p, return_weights,
     )  # fmt: skip
 
 
@@ -259,18 +273,18 @@ def _multi_head_attention(
     b_v: Tensor | None,
     b_o: Tensor | None,
     causal: bool,
-    mask: Tensor | None,
-    key_padding: bool,
+    allowed: Tensor | None,
     dropout_p: float,
     return_weights: bool,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Unchecked multi-head attention (`MultiHeadAttention.forward` calls it after its checks)."""
+    """Unchecked multi-head attention (`MultiHeadAttention.forward` calls it after its checks);
+    `allowed` from `_masks.given_masks`."""
+    x = silence_isolated(x, causal, allowed)
     q = _core.split_heads(_core.projection(x, w_q, b_q), heads)  # -> (*batch, h, n, c_h)
     k = _core.split_heads(_core.projection(x, w_k, b_k), heads)
     v = _core.split_heads(_core.projection(x, w_v, b_v), heads)
     result = _core.attend(
-        q, k, v,
-        width=_scaling_width(w_q, heads), causal=causal, mask=mask, key_padding=key_padding,
+        q, k, v, width=_scaling_width(w_q, heads), causal=causal, allowed=allowed,
         dropout_p=dropout_p, return_weights=return_weights, heads=True,
     )  # fmt: skip
     per_head, a = result if return_weights else (result, None)

@@ -1,40 +1,56 @@
-"""Moving weights between `attention.MultiHeadAttention` and `torch.nn.MultiheadAttention`.
+"""Weights and masks between `attention.MultiHeadAttention` and `torch.nn.MultiheadAttention`.
 
 `torch.nn.MultiheadAttention(embed_dim, num_heads, batch_first=True)` computes the same function as
 `MultiHeadAttention(d_in=embed_dim, d_out=embed_dim, ...)`, with this correspondence:
 
-| ours                                      | torch.nn.MultiheadAttention                  |
-|-------------------------------------------|----------------------------------------------|
-| `W_query.weight`, `W_key.weight`,         | `in_proj_weight` (3c×d): q, k, v stacked     |
-| `W_value.weight` (c×d each)               |                                              |
-| `W_query.bias`, … (zeros if no qkv_bias)  | `in_proj_bias` (3c): q, k, v stacked         |
-| `out_proj.weight`, `out_proj.bias`        | `out_proj.weight`, `out_proj.bias`           |
-| causal (always on)                        | `attn_mask=~causal_mask(n)` (True = blocked) |
-| `mask` (True = may attend)                | `attn_mask=~mask`, `key_padding_mask=~mask`  |
-| `dropout` (on the weights)                | `dropout` (on the weights)                   |
+| ours                                      | torch.nn.MultiheadAttention                    |
+|-------------------------------------------|------------------------------------------------|
+| `W_query.weight`, `W_key.weight`,         | `in_proj_weight` (3c×d): q, k, v stacked       |
+| `W_value.weight` (c×d each)               |                                                |
+| `W_query.bias`, … (zeros if no qkv_bias)  | `in_proj_bias` (3c): q, k, v stacked (bias=True)|
+| `out_proj.weight`, `out_proj.bias`        | `out_proj.weight`, `out_proj.bias` (or zeros)  |
+| causal (always on)                        | `attn_mask=~causal_mask(n)` (True = blocked)   |
+| `mask` (*batch, n, n), True = may attend  | `attn_mask` (B·h, n, n), True = blocked        |
+| `key_padding_mask` (*batch, n), True =    | `key_padding_mask` (B, n), True = ignore: the  |
+| the key exists                            | opposite meaning, so it is inverted            |
+| `dropout` (on the weights)                | `dropout` (on the weights)                     |
 
-torch's module needs d_in = d_out (its query width is its output width), and its boolean masks
-mean the opposite of ours: True there marks a position that may *not* be attended.
+`torch_masks` builds torch's two mask arguments from ours. torch's module needs d_in = d_out (its
+query width is its output width). A query that may attend no key gets zeros from ours and NaN
+from torch's module.
 """
 
 import torch
 import torch.nn as nn
+from jaxtyping import Bool
+from torch import Tensor
 
+from ._checks import checked
+from ._masks import allowed_positions
+from ._shapes import ShapeError, check_positive
 from .modules import MultiHeadAttention
 
-__all__ = ["to_torch_multihead", "from_torch_multihead"]
+__all__ = ["to_torch_multihead", "from_torch_multihead", "torch_masks"]
+
+
+def _check_type(where: str, name: str, value: object, expected: type, described: str) -> None:
+    if not isinstance(value, expected):
+        raise TypeError(f"{where}: {name} must be {described}, got {type(value).__name__}")
 
 
 @torch.no_grad()
 def to_torch_multihead(module: MultiHeadAttention) -> nn.MultiheadAttention:
     """A `torch.nn.MultiheadAttention(batch_first=True)` holding the same weights as `module`.
 
-    Call it with the causal mask inverted: `torch_mha(x, x, x, attn_mask=~causal_mask(n))`.
+    Call it with the causal mask inverted: `torch_mha(x, x, x, attn_mask=~causal_mask(n))`, or
+    with `**torch_masks(num_heads, ...)`.
     """
+    where = "to_torch_multihead"
+    _check_type(where, "module", module, MultiHeadAttention, "an attention.MultiHeadAttention")
     d_in, d_out = module.W_query.in_features, module.d_out
     if d_in != d_out:
         raise ValueError(
-            f"to_torch_multihead: torch.nn.MultiheadAttention needs d_in = d_out, "
+            f"{where}: torch.nn.MultiheadAttention needs d_in = d_out, "
             f"got d_in={d_in}, d_out={d_out}"
         )
     reference = module.W_query.weight
@@ -58,19 +74,72 @@ def to_torch_multihead(module: MultiHeadAttention) -> nn.MultiheadAttention:
 def from_torch_multihead(twin: nn.MultiheadAttention, context_length: int) -> MultiHeadAttention:
     """A `MultiHeadAttention` (causal, up to `context_length` tokens) with `twin`'s weights.
 
-    `twin` must use one packed input projection (`kdim = vdim = embed_dim`) and have biases.
+    `twin` must use one packed input projection (`kdim = vdim = embed_dim`), without
+    `add_bias_kv` or `add_zero_attn` (extra keys that ours does not have). Built with
+    `bias=False`, it gives a module without qkv biases and a zero `out_proj.bias`.
     """
-    if twin.in_proj_weight is None or twin.in_proj_bias is None:
+    where = "from_torch_multihead"
+    _check_type(where, "twin", twin, nn.MultiheadAttention, "a torch.nn.MultiheadAttention")
+    check_positive(where, context_length=context_length)
+    if twin.in_proj_weight is None:
         raise ValueError(
-            "from_torch_multihead: twin must have a packed in_proj_weight and biases "
-            "(kdim = vdim = embed_dim, bias=True)"
+            f"{where}: twin must have a packed in_proj_weight (kdim = vdim = embed_dim), "
+            f"got kdim={twin.kdim}, vdim={twin.vdim}, embed_dim={twin.embed_dim}"
         )
-    c = twin.embed_dim
-    module = MultiHeadAttention(c, c, context_length, twin.dropout, twin.num_heads, qkv_bias=True)
+    if twin.bias_k is not None or twin.add_zero_attn:
+        raise ValueError(
+            f"{where}: twin has add_bias_kv={twin.bias_k is not None}, "
+            f"add_zero_attn={twin.add_zero_attn}; MultiHeadAttention has no extra keys"
+        )
+    c, bias = twin.embed_dim, twin.in_proj_bias is not None
+    module = MultiHeadAttention(c, c, context_length, twin.dropout, twin.num_heads, qkv_bias=bias)
     module = module.to(device=twin.in_proj_weight.device, dtype=twin.in_proj_weight.dtype)
     for index, linear in enumerate((module.W_query, module.W_key, module.W_value)):
-        linear.weight.copy_(twin.in_proj_weight[index * c : (index + 1) * c])  # (3c, d) -> (c, d)
-        linear.bias.copy_(twin.in_proj_bias[index * c : (index + 1) * c])
+        rows = slice(index * c, (index + 1) * c)  # (3c, d) -> (c, d): q, k, v in turn
+        linear.weight.copy_(twin.in_proj_weight[rows])
+        if bias:
+            linear.bias.copy_(twin.in_proj_bias[rows])
     module.out_proj.weight.copy_(twin.out_proj.weight)
-    module.out_proj.bias.copy_(twin.out_proj.bias)
+    out_bias = twin.out_proj.bias
+    module.out_proj.bias.copy_(out_bias if out_bias is not None else torch.zeros(c))
     return module.train(twin.training)
+
+
+@checked
+def torch_masks(
+    n: int,
+    num_heads: int,
+    *,
+    causal: bool = True,
+    mask: Bool[Tensor, "*batch n n"] | None = None,
+    key_padding_mask: Bool[Tensor, "*batch n"] | None = None,
+) -> dict[str, Tensor]:
+    """`torch.nn.MultiheadAttention`'s `attn_mask` and `key_padding_mask` for our masks over n
+    tokens (causal by default, as `MultiHeadAttention` is).
+
+    Ours: True = may attend (`mask`), True = the key exists (`key_padding_mask`); torch's: True
+    = may not. `attn_mask` is (n, n) for an unbatched `mask` or none, and (B·h, n, n) for a
+    batched one (one copy per head, batch-major, as torch wants).
+
+    >>> import torch
+    >>> from attention import torch_masks
+    >>> masks = torch_masks(3, 2, key_padding_mask=torch.tensor([[True, True, False]]))
+    >>> masks["attn_mask"].tolist()[0], masks["key_padding_mask"].tolist()
+    ([False, True, True], [[False, False, True]])
+    """
+    check_positive("torch_masks", n=n, num_heads=num_heads)
+    for name, given in (("mask", mask), ("key_padding_mask", key_padding_mask)):
+        if given is not None and given.shape[-1] != n:
+            raise ShapeError(f"torch_masks: {name} has n={given.shape[-1]} but n={n}")
+    device = mask.device if mask is not None else None
+    allowed = allowed_positions(n, device or torch.device("cpu"), causal, mask)
+    out = {}
+    if allowed is not None:
+        if allowed.dim() > 2:
+            lead = allowed.shape[:-2]
+            allowed = allowed.unsqueeze(-3).expand(*lead, num_heads, n, n)  # (*b, h, n, n)
+            allowed = allowed.reshape(-1, n, n)  # (*batch, h, n, n) -> (B·h, n, n)
+        out["attn_mask"] = ~allowed
+    if key_padding_mask is not None:
+        out["key_padding_mask"] = ~key_padding_mask
+    return out

@@ -14,14 +14,22 @@ exercise 3.1).
 
 import torch
 import torch.nn as nn
-from jaxtyping import Bool, Float
+from jaxtyping import Float
 from torch import Tensor
 
 from . import _core
 from ._checks import checked_forward
-from ._shapes import ShapeError, check_positive, check_probability
-from ._weights import SeedWeights, copy_weights
-from .functional import _multi_head_attention, _scaling_width
+from ._masks import given_masks, silence_isolated
+from ._shapes import ShapeError, check_flag, check_positive, check_probability
+from ._weights import (
+    SeedWeights,
+    copy_weights,
+    heads_weights,
+    multi_head_weights,
+    v1_weights,
+    v2_weights,
+)
+from .functional import KeyPaddingArg, MaskArg, _multi_head_attention, _scaling_width
 
 __all__ = [
     "SelfAttentionV1",
@@ -32,12 +40,8 @@ __all__ = [
     "copy_weights",
 ]
 
-MaskArg = Bool[Tensor, "*batch n n"] | Bool[Tensor, "*batch n"] | None
-WeightDC = Float[Tensor, "d c"]
 Context = Float[Tensor, "*batch n c"]
 ContextAndWeights = tuple[Float[Tensor, "*batch n c"], Float[Tensor, "*batch n n"]]
-LinearWeight = Float[Tensor, "c d"]  # nn.Linear(d, c).weight is Wᵀ
-LinearBias = Float[Tensor, " c"] | None
 
 
 def _dropout_p(module: nn.Module) -> float:
@@ -46,34 +50,24 @@ def _dropout_p(module: nn.Module) -> float:
     return dropout.p if dropout is not None and module.training else 0.0
 
 
-def _attend(
+def _linear_attend(
     module: nn.Module,
     x: Tensor,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
     *,
     causal: bool,
-    mask: Tensor | None,
+    mask: Tensor | None = None,
+    key_padding_mask: Tensor | None = None,
     return_weights: bool,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """A single-head module's forward after its projections: scale by √c, mask, dropout, AV."""
+    """The forward of the `nn.Linear` single-head modules: mask, project, scale by √c, dropout,
+    AV. Positions that neither attend nor are attended are zeroed first (`silence_isolated`)."""
+    allowed = given_masks(mask, key_padding_mask)
+    x = silence_isolated(x, causal, allowed)
+    q, k, v = module.W_query(x), module.W_key(x), module.W_value(x)
     return _core.attend(
-        q, k, v,
-        width=_scaling_width(module.w_q), causal=causal, mask=mask,
-        key_padding=mask is not None and mask.dim() == x.dim() - 1,
+        q, k, v, width=_scaling_width(module.w_q), causal=causal, allowed=allowed,
         dropout_p=_dropout_p(module), return_weights=return_weights, heads=False,
     )  # fmt: skip
-
-
-def _qkv_weights(module: nn.Module) -> dict[str, tuple[Tensor | None, object]]:
-    """The `nn.Linear` projections of `module`, named as in its state_dict, for the checks."""
-    named = {}
-    for name in ("W_query", "W_key", "W_value"):
-        linear = getattr(module, name)
-        named[f"{name}.weight"] = (linear.weight, LinearWeight)
-        named[f"{name}.bias"] = (linear.bias, LinearBias)
-    return named
 
 
 class SelfAttentionV1(SeedWeights, nn.Module):
@@ -83,7 +77,10 @@ class SelfAttentionV1(SeedWeights, nn.Module):
 
     with d = d_in and c = d_out; weights drawn by `torch.rand` as in the book.
 
-    >>> torch.manual_seed(123); sa = SelfAttentionV1(d_in=3, d_out=2)
+    >>> import torch
+    >>> from attention import SelfAttentionV1
+    >>> _ = torch.manual_seed(123)
+    >>> sa = SelfAttentionV1(d_in=3, d_out=2)
     >>> sa(torch.rand(6, 3)).shape
     torch.Size([6, 2])
     """
@@ -95,19 +92,16 @@ class SelfAttentionV1(SeedWeights, nn.Module):
         self.W_key = nn.Parameter(torch.rand(d_in, d_out))
         self.W_value = nn.Parameter(torch.rand(d_in, d_out))
 
-    @checked_forward(
-        lambda self: {
-            "W_query": (self.W_query, WeightDC),
-            "W_key": (self.W_key, WeightDC),
-            "W_value": (self.W_value, WeightDC),
-        }
-    )
+    @checked_forward(v1_weights)
     def forward(
         self, x: Float[Tensor, "*batch n d"], *, return_weights: bool = False
     ) -> Context | ContextAndWeights:
         """C (*batch, n, c) from X (*batch, n, d); with `return_weights`, (C, A)."""
         q, k, v = x @ self.W_query, x @ self.W_key, x @ self.W_value
-        return _attend(self, x, q, k, v, causal=False, mask=None, return_weights=return_weights)
+        return _core.attend(
+            q, k, v, width=_scaling_width(self.W_query), causal=False, allowed=None,
+            dropout_p=0.0, return_weights=return_weights, heads=False,
+        )  # fmt: skip
 
 
 class SelfAttentionV2(SeedWeights, nn.Module):
@@ -119,18 +113,18 @@ class SelfAttentionV2(SeedWeights, nn.Module):
 
     def __init__(self, d_in: int, d_out: int, qkv_bias: bool = False):
         check_positive("SelfAttentionV2", d_in=d_in, d_out=d_out)
+        check_flag("SelfAttentionV2", qkv_bias=qkv_bias)
         super().__init__()
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
 
-    @checked_forward(_qkv_weights)
+    @checked_forward(v2_weights)
     def forward(
         self, x: Float[Tensor, "*batch n d"], *, return_weights: bool = False
     ) -> Context | ContextAndWeights:
         """C (*batch, n, c) from X (*batch, n, d); with `return_weights`, (C, A)."""
-        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
-        return _attend(self, x, q, k, v, causal=False, mask=None, return_weights=return_weights)
+        return _linear_attend(self, x, causal=False, return_weights=return_weights)
 
 
 class CausalAttention(SeedWeights, nn.Module):
@@ -142,8 +136,9 @@ class CausalAttention(SeedWeights, nn.Module):
 
     The `mask` buffer (context_length × context_length, 1 above the diagonal) is kept as in the
     book so that its state_dicts load; inputs may have at most `context_length` tokens. Dropout
-    acts in training mode only. `forward` also takes an extra boolean `mask` (True = may attend,
-    (*batch, n, n) or key padding (*batch, n)), combined with the causal one.
+    acts in training mode only. `forward` also takes a boolean `mask` (*batch, n, n) (True = may
+    attend) and a `key_padding_mask` (*batch, n) (True = the key exists: the opposite of
+    torch.nn.MultiheadAttention's), combined with the causal one.
     """
 
     mask: Tensor
@@ -153,6 +148,7 @@ class CausalAttention(SeedWeights, nn.Module):
     ):
         check_positive("CausalAttention", d_in=d_in, d_out=d_out, context_length=context_length)
         check_probability("CausalAttention", dropout=dropout)
+        check_flag("CausalAttention", qkv_bias=qkv_bias)
         super().__init__()
         self.d_out = d_out
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
@@ -163,32 +159,39 @@ class CausalAttention(SeedWeights, nn.Module):
             "mask", torch.triu(torch.ones(context_length, context_length), diagonal=1)
         )
 
-    @checked_forward(_qkv_weights)
+    @checked_forward(v2_weights)
     def forward(
         self,
         x: Float[Tensor, "*batch n d"],
         *,
         mask: MaskArg = None,
+        key_padding_mask: KeyPaddingArg = None,
         return_weights: bool = False,
     ) -> Context | ContextAndWeights:
         """C (*batch, n, c) from X (*batch, n, d), n ≤ context_length; with `return_weights`,
         (C, A)."""
-        _within_context(type(self).__name__, x.shape[-2], self.mask.shape[-1])
-        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
-        return _attend(self, x, q, k, v, causal=True, mask=mask, return_weights=return_weights)
+        _within_context("CausalAttention.forward", x.shape[-2], self.mask.shape[-1])
+        return _linear_attend(
+            self, x, causal=True, mask=mask, key_padding_mask=key_padding_mask,
+            return_weights=return_weights,
+        )  # fmt: skip
 
 
-def _within_context(where: str, n: int, context_length: int) -> None:
+def _within_context(where: str, n: int, context_length: int, owner: str = "") -> None:
     if n > context_length:
         raise ShapeError(
-            f"{where}.forward: x has n={n} tokens but context_length={context_length}; "
+            f"{where}: x has n={n} tokens but {owner}context_length={context_length}; "
             f"inputs may have at most context_length tokens"
         )
 
 
 class MultiHeadAttentionWrapper(nn.Module):
     """The book's `MultiHeadAttentionWrapper`: `num_heads` independent `CausalAttention` heads,
-    run one after the other and concatenated; output width num_heads · d_out."""
+    run one after the other and concatenated; output width num_heads · d_out.
+
+    Its `forward` checks every head's weights itself, so an error names the wrapper and the head
+    (`heads[2].W_query.weight has d=3 but x has d=4`), not the inner `CausalAttention`.
+    """
 
     def __init__(
         self,
@@ -200,6 +203,7 @@ class MultiHeadAttentionWrapper(nn.Module):
         qkv_bias: bool = False,
     ):
         check_positive("MultiHeadAttentionWrapper", num_heads=num_heads)
+        check_flag("MultiHeadAttentionWrapper", qkv_bias=qkv_bias)
         super().__init__()
         self.heads = nn.ModuleList(
             [
@@ -208,12 +212,21 @@ class MultiHeadAttentionWrapper(nn.Module):
             ]
         )
 
-    @checked_forward(lambda self: {})
+    @checked_forward(heads_weights)
     def forward(
-        self, x: Float[Tensor, "*batch n d"], *, mask: MaskArg = None
+        self,
+        x: Float[Tensor, "*batch n d"],
+        *,
+        mask: MaskArg = None,
+        key_padding_mask: KeyPaddingArg = None,
     ) -> Float[Tensor, "*batch n c_out"]:
-        """(*batch, n, d) -> (*batch, n, num_heads · d_out)."""
-        return torch.cat([head(x, mask=mask) for head in self.heads], dim=-1)
+        """(*batch, n, d) -> (*batch, n, num_heads · d_out); masks as in CausalAttention."""
+        for index, head in enumerate(self.heads):
+            where = "MultiHeadAttentionWrapper.forward"
+            _within_context(where, x.shape[-2], head.mask.shape[-1], f"heads[{index}] has ")
+        return torch.cat(
+            [head(x, mask=mask, key_padding_mask=key_padding_mask) for head in self.heads], dim=-1
+        )
 
 
 class MultiHeadAttention(SeedWeights, nn.Module):
@@ -225,8 +238,9 @@ class MultiHeadAttention(SeedWeights, nn.Module):
       \\sqrt{c_h})\\big)$$
 
     Head i uses columns i·c_h … (i+1)·c_h−1 of Q, K, V. Without weights or dropout, all heads run in
-    one fused `scaled_dot_product_attention` call with its causal flag. `forward` also takes an
-    extra boolean `mask` (True = may attend), shared by all heads.
+    one fused `scaled_dot_product_attention` call with its causal flag. `forward` also takes a
+    `mask` (*batch, n, n) and a `key_padding_mask` (*batch, n) as CausalAttention does, shared by
+    all heads.
     """
 
     mask: Tensor
@@ -245,6 +259,7 @@ class MultiHeadAttention(SeedWeights, nn.Module):
             where, d_in=d_in, d_out=d_out, context_length=context_length, num_heads=num_heads
         )
         check_probability(where, dropout=dropout)
+        check_flag(where, qkv_bias=qkv_bias)
         if d_out % num_heads:
             raise ValueError(
                 f"{where}: d_out={d_out} is not divisible by num_heads={num_heads}; "
@@ -268,29 +283,23 @@ class MultiHeadAttention(SeedWeights, nn.Module):
         """W_o as the seed would write it (c×c_out): C = [heads] W_o + b_o."""
         return self.out_proj.weight.mT
 
-    @checked_forward(
-        lambda self: {
-            **_qkv_weights(self),
-            "out_proj.weight": (self.out_proj.weight, Float[Tensor, "c_out c"]),
-            "out_proj.bias": (self.out_proj.bias, Float[Tensor, " c_out"]),
-        }
-    )
+    @checked_forward(multi_head_weights)
     def forward(
         self,
         x: Float[Tensor, "*batch n d"],
         *,
         mask: MaskArg = None,
+        key_padding_mask: KeyPaddingArg = None,
         return_weights: bool = False,
     ) -> (
         Float[Tensor, "*batch n c_out"]
         | tuple[Float[Tensor, "*batch n c_out"], Float[Tensor, "*batch h n n"]]
     ):
         """(*batch, n, d) -> (*batch, n, d_out); with `return_weights`, also A (*batch, h, n, n)."""
-        _within_context(type(self).__name__, x.shape[-2], self.mask.shape[-1])
+        _within_context("MultiHeadAttention.forward", x.shape[-2], self.mask.shape[-1])
         return _multi_head_attention(
             x, self.W_query.weight.mT, self.W_key.weight.mT, self.W_value.weight.mT,
             self.out_proj.weight.mT, self.num_heads,
             self.W_query.bias, self.W_key.bias, self.W_value.bias, self.out_proj.bias,
-            True, mask, mask is not None and mask.dim() == x.dim() - 1,
-            _dropout_p(self), return_weights,
+            True, given_masks(mask, key_padding_mask), _dropout_p(self), return_weights,
         )  # fmt: skip

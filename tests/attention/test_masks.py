@@ -23,30 +23,40 @@ def padding(lengths):
     return torch.arange(N) < torch.tensor(lengths)[:, None]
 
 
+def full_mask(seed=9):
+    """(batch, n, n) random full mask; query 0 of sequence 1 may attend nothing."""
+    mask = torch.rand(BATCH, N, N, generator=torch.Generator().manual_seed(seed)) > 0.6
+    mask[1, 0] = False
+    return mask
+
+
 @pytest.mark.parametrize("return_weights", [False, True], ids=["fused", "explicit"])
 @pytest.mark.parametrize(
-    ("causal", "mask", "allowed"),
+    ("causal", "mask", "key_padding_mask", "allowed"),
     [
         # causal only: p <= m
-        (True, None, causal_allowed(N)),
+        (True, None, None, causal_allowed(N)),
         # key padding: sequences of 6, 4 and 1 tokens
-        (False, padding([6, 4, 1]), padding([6, 4, 1])[:, None, :].numpy()),
+        (False, None, padding([6, 4, 1]), padding([6, 4, 1])[:, None, :].numpy()),
         # key padding combined with causal
-        (True, padding([6, 4, 1]), padding([6, 4, 1])[:, None, :].numpy() & causal_allowed(N)),
-        # a full (batch, n, n) mask, with fully masked rows (query 0 of sequence 1 sees nothing)
-        (False, torch.rand(BATCH, N, N, generator=torch.Generator().manual_seed(9)) > 0.6, None),
+        (True, None, padding([6, 4, 1]), padding([6, 4, 1])[:, None, :].numpy() & causal_allowed(N)),
+        # a sequence with no key at all: every row of it is zero
+        (False, None, padding([6, 0, 2]), padding([6, 0, 2])[:, None, :].numpy()),
+        # a full (batch, n, n) mask, with a fully masked row
+        (False, full_mask(), None, full_mask().numpy()),
+        # a full mask, key padding and causal, all three at once
+        (True, full_mask(), padding([6, 4, 1]),
+         full_mask().numpy() & padding([6, 4, 1])[:, None, :].numpy() & causal_allowed(N)),
     ],
-    ids=["causal", "padding", "padding+causal", "full-mask"],
-)
-def test_masked_attention_matches_reference(causal, mask, allowed, return_weights):
+    ids=["causal", "padding", "padding+causal", "empty-sequence", "full-mask", "all-three"],
+)  # fmt: skip
+def test_masked_attention_matches_reference(causal, mask, key_padding_mask, allowed, return_weights):
     x, w_q, w_k, w_v = make()
-    if allowed is None:
-        mask[1, 0] = False
-        allowed = mask.numpy()
     expected_c, expected_a = batched_reference(x, w_q, w_k, w_v, allowed=allowed)
     out = F.self_attention(
-        x, w_q, w_k, w_v, causal=causal, mask=mask, return_weights=return_weights
-    )
+        x, w_q, w_k, w_v, causal=causal, mask=mask, key_padding_mask=key_padding_mask,
+        return_weights=return_weights,
+    )  # fmt: skip
     got_c = out[0] if return_weights else out
     np.testing.assert_allclose(got_c.numpy(), expected_c, rtol=0, atol=1e-12)
     if return_weights:
@@ -95,10 +105,12 @@ def test_fully_masked_rows_give_zeros_and_finite_gradients():
 def test_gradcheck_with_masks():
     x, w_q, w_k, w_v = make()
     inputs = tuple(t.requires_grad_() for t in (x[:2, :4], w_q, w_k, w_v))
-    mask = padding([6, 4, 1])[:2, :4]
+    kpm = padding([6, 4, 1])[:2, :4]
     assert torch.autograd.gradcheck(
-        lambda *t: F.self_attention(*t, causal=True, mask=mask), inputs
+        lambda *t: F.self_attention(*t, causal=True, key_padding_mask=kpm), inputs
     )
+    mask = full_mask()[:2, :4, :4]
+    assert torch.autograd.gradcheck(lambda *t: F.self_attention(*t, mask=mask), inputs)
 
 
 def test_eval_mode_is_deterministic_and_equals_no_dropout():
@@ -139,19 +151,38 @@ def test_multi_head_dropout_only_in_training():
 
 
 @pytest.mark.parametrize(
-    ("mask", "error", "message"),
+    ("argument", "mask", "error", "message"),
     [
-        (torch.ones(BATCH, N, N), DtypeError, r"mask must be a bool tensor"),
-        (torch.ones(BATCH, N, N, dtype=torch.int64), DtypeError, r"mask must be a bool tensor"),
-        (torch.ones(BATCH, N - 1, dtype=torch.bool), ShapeError, r"mask has shape \(3, 5\)"),
-        (torch.ones(2, N, N, dtype=torch.bool), ShapeError, r"mask has shape \(2, 6, 6\)"),
-        (torch.ones(N, dtype=torch.bool), ShapeError, r"mask has shape \(6,\)"),
+        # a float mask
+        ("mask", torch.ones(BATCH, N, N), DtypeError, r"mask must be a bool tensor"),
+        # an integer key-padding mask
+        ("key_padding_mask", torch.ones(BATCH, N, dtype=torch.int64), DtypeError,
+         r"key_padding_mask must be a bool tensor"),
+        # a full mask for 5 tokens: the message says that n = 6 came from x
+        ("mask", torch.ones(BATCH, N - 1, N - 1, dtype=torch.bool), ShapeError,
+         r"mask has n=5 but x has n=6 \(mask: shape \(3, 5, 5\)"),
+        # key padding for 5 tokens
+        ("key_padding_mask", torch.ones(BATCH, N - 1, dtype=torch.bool), ShapeError,
+         r"key_padding_mask has n=5 but x has n=6"),
+        # a full mask for another batch
+        ("mask", torch.ones(2, N, N, dtype=torch.bool), ShapeError,
+         r"mask has batch=\(2,\) but x has batch=\(3,\)"),
+        # key padding given as `mask`: never silently read as key padding, and the hint says so
+        ("mask", torch.ones(BATCH, N, dtype=torch.bool), ShapeError,
+         r"mask has batch=\(\) but x has batch=\(3,\).*fits key_padding_mask \(\*batch, n\)"),
+        # a full mask given as key padding
+        ("key_padding_mask", torch.ones(BATCH, N, N, dtype=torch.bool), ShapeError,
+         r"key_padding_mask has batch=\(3, 6\) but x has batch=\(3,\).*fits mask \(\*batch, n, n\)"),
+        # a key-padding mask without the batch dimension
+        ("key_padding_mask", torch.ones(N, dtype=torch.bool), ShapeError,
+         r"key_padding_mask has batch=\(\) but x has batch=\(3,\)"),
     ],
-    ids=["float", "int", "short-padding", "wrong-batch", "no-batch"],
-)
-def test_bad_masks_are_named(mask, error, message):
+    ids=["float", "int-padding", "short-mask", "short-padding", "wrong-batch", "padding-as-mask",
+         "mask-as-padding", "no-batch"],
+)  # fmt: skip
+def test_bad_masks_are_named(argument, mask, error, message):
     x, w_q, w_k, w_v = make()
-    with pytest.raises(error, match=message):
-        F.self_attention(x, w_q, w_k, w_v, mask=mask)
-    with pytest.raises(error, match=message.replace("self_attention", "CausalAttention")):
-        CausalAttention(D, C, N, 0.0).double()(x, mask=mask)
+    with pytest.raises(error, match=rf"^self_attention: {message}"):
+        F.self_attention(x, w_q, w_k, w_v, **{argument: mask})
+    with pytest.raises(error, match=rf"^CausalAttention.forward: {message}"):
+        CausalAttention(D, C, N, 0.0).double()(x, **{argument: mask})

@@ -110,7 +110,7 @@ def test_padding_mask_agrees_with_torch_key_padding_mask():
     x = torch.randn(2, 8, 6, dtype=torch.float64)
     exists = torch.arange(8) < torch.tensor([[8], [5]])  # second sequence: 5 real tokens
     expected, _ = twin(x, x, x, attn_mask=~F.causal_mask(8), key_padding_mask=~exists)
-    torch.testing.assert_close(ours(x, mask=exists), expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(ours(x, key_padding_mask=exists), expected, rtol=0, atol=1e-12)
 
 
 def test_to_torch_needs_equal_widths():

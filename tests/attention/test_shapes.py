@@ -57,9 +57,12 @@ def call_with(**changes):
         ({"b_q": torch.randn(3)}, ShapeError, r"b_q has c=3 but w_q has c=2"),
         # a float mask
         ({"mask": torch.ones(N, N)}, DtypeError, r"mask must be a bool tensor \(True = may attend\)"),
-        # a mask for another sequence length
+        # a mask for another sequence length: which n came from which argument
         ({"mask": torch.ones(N, N + 1, dtype=torch.bool)}, ShapeError,
-         r"mask has shape \(5, 6\), expected \(\*batch, n, n\) or \(\*batch, n\) with .*n=5"),
+         r"self_attention: mask has n=6 but x has n=5 \(mask: shape \(5, 6\), expected \(\*batch, n, n\)\)"),
+        # key padding for another sequence length
+        ({"key_padding_mask": torch.ones(N + 2, dtype=torch.bool)}, ShapeError,
+         r"self_attention: key_padding_mask has n=7 but x has n=5"),
         # dropout probability of 1 or more
         ({"dropout_p": 1.0}, ValueError, r"dropout_p must be in \[0, 1\), got dropout_p=1.0"),
         # negative dropout
@@ -76,8 +79,10 @@ def test_bad_input_is_named(changes, error, message):
 def test_batch_dimensions_must_agree_between_x_and_mask():
     x, w_q, w_k, w_v = good()
     xb = x.expand(2, N, D)
-    with pytest.raises(ShapeError, match=r"mask has shape \(3, 5, 5\).*batch=\(2,\)"):
+    with pytest.raises(ShapeError, match=r"mask has batch=\(3,\) but x has batch=\(2,\)"):
         F.self_attention(xb, w_q, w_k, w_v, mask=torch.ones(3, N, N, dtype=torch.bool))
+    with pytest.raises(ShapeError, match=r"key_padding_mask has batch=\(3,\) but x has batch=\(2,\)"):
+        F.self_attention(xb, w_q, w_k, w_v, key_padding_mask=torch.ones(3, N, dtype=torch.bool))
 
 
 def test_step_functions_are_checked_too():

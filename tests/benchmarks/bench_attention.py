@@ -1,6 +1,6 @@
 """Speed and memory of `attention`, measured in one run (not a test: nothing here asserts).
 
-    python tests/benchmarks/bench_attention.py            # everything, about 3 minutes on 2 cores
+    python tests/benchmarks/bench_attention.py            # everything, about 2 minutes on 2 cores
     python tests/benchmarks/bench_attention.py --quick    # small sizes only, a smoke run
 
 Prints Markdown tables (the figures in docs/benchmarks.md come from here). Every ratio compares
@@ -20,19 +20,26 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as torch_F
 
-from attention import MultiHeadAttention, MultiHeadAttentionWrapper, SelfAttentionV1
+from attention import (
+    CausalAttention,
+    MultiHeadAttention,
+    MultiHeadAttentionWrapper,
+    SelfAttentionV1,
+)
 from attention import functional as F
 
 
-def paired(first, second, repeats):
-    """Median seconds of `first` and `second`, timed alternately after one warm-up each."""
+def paired(first, second, repeats, number=1):
+    """Median seconds of one call of `first` and of `second`, timed alternately (`number` calls
+    per sample) after one warm-up each."""
     first(), second()
     times = ([], [])
     for _ in range(repeats):
         for fn, bucket in ((first, times[0]), (second, times[1])):
             start = time.perf_counter()
-            fn()
-            bucket.append(time.perf_counter() - start)
+            for _ in range(number):
+                fn()
+            bucket.append((time.perf_counter() - start) / number)
     return statistics.median(times[0]), statistics.median(times[1])
 
 
@@ -64,14 +71,45 @@ def overhead_rows(n, d, c, repeats):
     x = torch.randn(n, d)
     w_q, w_k, w_v = weights(d, c)
     module = SelfAttentionV1(d, c).eval()
+    causal = CausalAttention(d, c, n, 0.0).eval()
     cases = {
         "functional.self_attention": lambda: F.self_attention(x, w_q, w_k, w_v),
         "SelfAttentionV1.forward": lambda: module(x),
+        "CausalAttention.forward": lambda: causal(x),
     }
+    number = max(1, 2000 // n)  # calls per sample: about 100 at the book's size
     with torch.no_grad():
         for name, call in cases.items():
-            on, off = paired(call, unchecked(call), repeats)
+            on, off = paired(call, unchecked(call), repeats, number)
             print(f"| ({n}, {d}, {c}) | {name} | {fmt(on)} | {fmt(off)} | {on / off:.3f} |")
+
+
+IMPORT_PROGRAM = """
+import sys, time
+start = time.perf_counter()
+import torch
+middle = time.perf_counter()
+import attention
+end = time.perf_counter()
+print(middle - start, end - middle, "torch._dynamo" in sys.modules)
+"""
+
+
+def import_cost(repeats):
+    print("\n### Import time (fresh processes, median)\n")
+    torch_alone, extra, dynamo = [], [], set()
+    for _ in range(repeats):
+        done = subprocess.run(
+            [sys.executable, "-c", IMPORT_PROGRAM], capture_output=True, text=True, check=True
+        )
+        first, second, loaded = done.stdout.split()
+        torch_alone.append(float(first))
+        extra.append(float(second))
+        dynamo.add(loaded)
+    print("| `import torch` | then `import attention` | torch._dynamo imported |")
+    print("|---|---|---|")
+    print(f"| {statistics.median(torch_alone):.2f} s | +{statistics.median(extra):.3f} s |"
+          f" {', '.join(sorted(dynamo))} |")  # fmt: skip
 
 
 def paths(sizes, d, c, repeats):
@@ -107,6 +145,47 @@ def paths_row(n, d, c, repeats):
     return flops / fast_time
 
 
+def training(sizes, repeats):
+    """Forward + backward of the fast path against torch's fused kernel with its own backward,
+    the same projections on both sides (the weights' gradients are what training needs)."""
+    print("\n### Forward + backward, fast path against torch's fused kernel (float32)\n")
+    print("| batch | heads | n | d | c | causal | ours | torch's fused | ours / torch |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for batch, heads, n, d, c, causal in sizes:
+        repeat = max(3, repeats // (1 + batch * heads * n // 4096))
+        training_row(batch, heads, n, d, c, causal, repeat)
+
+
+def training_row(batch, heads, n, d, c, causal, repeats):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, n, d, generator=g)
+    w = [(torch.randn(d, c, generator=g) / d**0.5).requires_grad_() for _ in range(3)]
+    w_o = (torch.randn(c, c, generator=g) / c**0.5).requires_grad_()
+    upstream = torch.randn(batch, n, c, generator=g)
+    leaves = [*w, w_o] if heads > 1 else w
+
+    def ours():
+        if heads == 1:
+            out = F.self_attention(x, *w, causal=causal)
+        else:
+            out = F.multi_head_attention(x, *w, w_o, heads=heads, causal=causal)
+        torch.autograd.grad(out, leaves, upstream)
+
+    def theirs():
+        q, k, v = (  # (B, n, c) -> (B, h, n, c_h)
+            (x @ weight).view(batch, n, heads, c // heads).transpose(1, 2) for weight in w
+        )
+        out = torch_F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        out = out.transpose(1, 2).reshape(batch, n, c)  # (B, h, n, c_h) -> (B, n, c)
+        if heads > 1:
+            out = out @ w_o
+        torch.autograd.grad(out, leaves, upstream)
+
+    mine, torchs = paired(ours, theirs, repeats)
+    print(f"| {batch} | {heads} | {n} | {d} | {c} | {'yes' if causal else 'no'} | {fmt(mine)} |"
+          f" {fmt(torchs)} | {mine / torchs:.3f} |")  # fmt: skip
+
+
 def matmul_throughput(repeats):
     a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
     torch.matmul(a, b)
@@ -127,22 +206,35 @@ def status(field):  # kB, from the kernel's view of this process
         return next(int(line.split()[1]) for line in lines if line.startswith(field + ":"))
 
 n, d, c, path = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-x = torch.randn(n, d); w = [torch.randn(d, c) / d**0.5 for _ in range(3)]
-with torch.no_grad():
-    F.self_attention(x[:8], *w, return_weights=path == "explicit")  # warm up libraries
+backward = path.endswith("+backward")
+x = torch.randn(n, d); w = [(torch.randn(d, c) / d**0.5).requires_grad_(backward) for _ in range(3)]
+
+def run(x):
+    if path.startswith("torch"):
+        q, k, v = (x @ weight for weight in w)
+        out = torch.nn.functional.scaled_dot_product_attention(q[None, None], k[None, None],
+                                                               v[None, None])[0, 0]
+    else:
+        out = F.self_attention(x, *w, return_weights=path.startswith("explicit"))
+        out = out[0] if isinstance(out, tuple) else out
+    if backward:
+        torch.autograd.grad(out, w, torch.ones_like(out))
+
+with torch.set_grad_enabled(backward):
+    run(x[:8])  # warm up libraries
     with open("/proc/self/clear_refs", "w") as reset:
         reset.write("5")  # the peak (VmHWM) starts again from the current RSS
     before = status("VmRSS")
-    out = F.self_attention(x, *w, return_weights=path == "explicit")
+    run(x)
     print((status("VmHWM") - before) / 1024)  # kB -> MiB
 """
 
 
-def peak_memory(n, d, c):
-    print(f"\n### Peak extra memory of one forward pass (n = {n}, d = {d}, c = {c}, float32)\n")
+def peak_memory(n, d, c, paths):
+    print(f"\n### Peak extra memory (n = {n}, d = {d}, c = {c}, float32)\n")
     print("| path | peak extra RSS (VmHWM − VmRSS) | n·c floats | n² floats |")
     print("|---|---|---|---|")
-    for path in ("fast", "explicit"):
+    for path in paths:
         done = subprocess.run(
             [sys.executable, "-c", PEAK_PROGRAM, str(n), str(d), str(c), path],
             capture_output=True, text=True, check=True,
@@ -182,20 +274,36 @@ def fmt(seconds):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes only")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"{os.cpu_count()} CPUs")  # fmt: skip
     if args.quick:
         check_overhead([(6, 3, 2), (128, 64, 64)], 50)
+        import_cost(3)
         paths([256, 512], 64, 16, 5)
+        training([(1, 1, 256, 64, 16, False), (2, 4, 128, 48, 48, True)], 5)
+        peak_memory(1024, 64, 16, ["fast+backward"])
         multi_head(2, 64, 48, 4, 5)
         return
     check_overhead([(6, 3, 2), (128, 64, 64), (1024, 768, 64)], 200)
+    import_cost(9)
     matmul = matmul_throughput(10)
     throughput = paths([1024, 4096, 16384], 768, 64, 20)
     print(f"\nfloat32 matmul 2048³: {matmul / 1e9:.1f} GFLOP/s; fast path at n = 16384: "
           f"{throughput[16384] / matmul:.0%} of it.")  # fmt: skip
-    peak_memory(16384, 768, 64)
+    training(
+        [
+            (1, 1, 1024, 768, 64, False),
+            (1, 1, 4096, 768, 64, False),
+            (1, 1, 4096, 768, 64, True),
+            (4, 12, 1024, 768, 768, True),  # GPT-2 small's attention: 12 heads of 64
+        ],
+        10,
+    )
+    peak_memory(16384, 768, 64, ["fast", "explicit", "fast+backward", "torch+backward"])
     multi_head(8, 1024, 768, 12, 10)
 
 

@@ -1,0 +1,106 @@
+"""A tensor that is required is required: None, or anything that is not a tensor, in its place
+gets a TypeError naming the function and the argument, from every public entry point; the
+arguments annotated `| None` stay optional."""
+
+import pytest
+import torch
+
+from attention import (
+    CausalAttention,
+    MultiHeadAttention,
+    MultiHeadAttentionWrapper,
+    SelfAttentionV1,
+    SelfAttentionV2,
+)
+from attention import functional as F
+
+N, D, C, HEADS = 5, 3, 4, 2
+
+
+def tensors():
+    g = torch.Generator().manual_seed(0)
+    return {
+        "x": torch.randn(N, D, generator=g),
+        "w": torch.randn(D, C, generator=g),
+        "q": torch.randn(N, C, generator=g),
+        "omega": torch.randn(N, N, generator=g),
+        "a": torch.rand(N, N, generator=g),
+        "heads": torch.randn(HEADS, N, C // HEADS, generator=g),
+    }
+
+
+def good_calls():
+    """(where, callable of keyword arguments, good arguments, required tensors, optional ones)."""
+    t = tensors()
+    x, w, q = t["x"], t["w"], t["q"]
+    qkv = {"x": x, "w_q": w, "w_k": w, "w_v": w}
+    modules = [
+        ("SelfAttentionV1.forward", SelfAttentionV1(D, C)),
+        ("SelfAttentionV2.forward", SelfAttentionV2(D, C)),
+        ("CausalAttention.forward", CausalAttention(D, C, N, 0.0)),
+        ("MultiHeadAttentionWrapper.forward", MultiHeadAttentionWrapper(D, C, N, 0.0, HEADS)),
+        ("MultiHeadAttention.forward", MultiHeadAttention(D, C, N, 0.0, HEADS)),
+    ]
+    masks = ("mask", "key_padding_mask")
+    return [
+        ("projection", F.projection, {"x": x, "w": w}, ["x", "w"], ["b"]),
+        ("scores", F.scores, {"q": q, "k": q}, ["q", "k"], []),
+        ("scaled_scores", F.scaled_scores, {"omega": t["omega"], "c": C}, ["omega"], []),
+        ("weights", F.weights, {"omega": t["omega"], "c": C}, ["omega"], list(masks)),
+        ("context", F.context, {"a": t["a"], "v": q}, ["a", "v"], []),
+        ("self_attention", F.self_attention, qkv, list(qkv), ["b_q", "b_k", "b_v", *masks]),
+        ("split_heads", F.split_heads, {"t": q, "heads": HEADS}, ["t"], []),
+        ("merge_heads", F.merge_heads, {"t": t["heads"]}, ["t"], []),
+        ("multi_head_attention", F.multi_head_attention,
+         {**qkv, "w_o": torch.randn(C, C), "heads": HEADS}, [*qkv, "w_o"],
+         ["b_q", "b_k", "b_v", "b_o", *masks]),
+        ("self_attention_backward", F.self_attention_backward, {**qkv, "grad_c": q},
+         [*qkv, "grad_c"], []),
+        ("self_attention_gradients", F.self_attention_gradients, {**qkv, "grad_c": q},
+         [*qkv, "grad_c"], []),
+        *[(where, module, {"x": x}, ["x"], [] if "V" in where else list(masks))
+          for where, module in modules],
+    ]  # fmt: skip
+
+
+CASES = [
+    (where, fn, arguments, name, bad)
+    for where, fn, arguments, required, _ in good_calls()
+    for name in required
+    for bad in (None, 2.0)
+]
+
+
+@pytest.mark.parametrize(
+    ("where", "fn", "arguments", "name", "bad"),
+    CASES,
+    ids=[f"{where}-{name}-{type(bad).__name__}" for where, _, _, name, bad in CASES],
+)
+def test_a_missing_tensor_is_named(where, fn, arguments, name, bad):
+    fn(**arguments)  # the good call passes (and its signature is remembered)
+    got = "None" if bad is None else "float"
+    message = rf"^{where}: {name} must be a torch.Tensor of shape \(.*\), got {got}$"
+    with pytest.raises(TypeError, match=message):
+        fn(**{**arguments, name: bad})
+
+
+@pytest.mark.parametrize(
+    ("where", "fn", "arguments", "optional"),
+    [(where, fn, arguments, optional) for where, fn, arguments, _, optional in good_calls()],
+    ids=[where for where, *_ in good_calls()],
+)
+def test_optional_tensors_may_be_none(where, fn, arguments, optional):
+    expected = fn(**arguments)
+    got = fn(**arguments, **dict.fromkeys(optional))
+    pairs = zip(got, expected, strict=True) if isinstance(got, tuple) else [(got, expected)]
+    assert all(torch.equal(g, e) for g, e in pairs), where
+
+
+def test_the_table_covers_every_public_function_and_module():
+    import attention
+
+    functions = {name for name in F.__all__ if callable(getattr(F, name)) and name != "Gradients"}
+    covered = {where.split(".")[0] for where, *_ in good_calls()}
+    assert functions - {"causal_mask"} <= covered  # causal_mask takes no tensor
+    classes = {name for name in attention.__all__ if name[0].isupper() and "Error" not in name}
+    assert classes <= covered
