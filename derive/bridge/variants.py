@@ -1,9 +1,10 @@
 """`derive check --variant NAME`: a registered variant against `attention`, step by step.
 
 Generic over the registry: the variant's graph written out at the check's sizes
-(`ExplicitGraph`), every step evaluated by SymPy and by its `attention.functional` twin of the
-same name (projection, scores, scaled_scores, weights, context) on the same seeded dyadic
-inputs; then C from the variant's own entry point (its `Twin`: called once on the whole
+(`ExplicitGraph`), every step evaluated by SymPy and by its `attention` twin of the same name
+(projection, scores, scaled_scores, weights, context, apply_rope, rms_norm; per head where the
+graph has heads, each head's block of columns read as its declaration says) on the same seeded
+dyadic inputs; then C from the variant's own entry point (its `Twin`: called once on the whole
 sequence, or one new row at a time with the cache it returns); then every gradient derived by
 the chain rule against autograd through the same steps.
 """
@@ -18,7 +19,8 @@ import sympy as sp
 from ..explicit import MAX_GRADIENT_SIZE
 from ..explicit.forward import ExplicitGraph
 from ..explicit.gradients import ExplicitGradients
-from ..graph.variants import Variant, variant
+from ..explicit.instantiate import key_of
+from ..graph.variants import Variant, explicit_sizes, variant
 from ..notation import letters as L
 from .check import GRADIENT_TOLERANCE, TOLERANCE, Row
 from .steps import compare
@@ -27,9 +29,8 @@ __all__ = ["variant_sizes", "variant_rows", "torch_graph_steps"]
 
 
 def variant_sizes(found: Variant, n: int, d: int, c: int, given: dict[str, int]) -> dict:
-    """n, d, c and the variant's own sizes (given, or its defaults)."""
-    sizes = {L.n: n, L.d: d, L.c: c}
-    return sizes | {symbol: given.get(str(symbol), default) for symbol, default in found.sizes}
+    """n, d, c, the variant's own sizes (given, or its defaults), c_h and its parameters."""
+    return explicit_sizes(found, n, d, c, given)
 
 
 def _inputs(explicit: ExplicitGraph, seed: int) -> dict[str, Any]:
@@ -59,29 +60,96 @@ def _allowed(explicit: ExplicitGraph) -> Any:
     return allowed
 
 
+def _number(value: object) -> object:
+    """A size or parameter as torch takes it: an int, else a float."""
+    value = sp.sympify(value)
+    return int(value) if value.is_Integer else float(value)
+
+
+class _Reader:
+    """The tensors of one explicit graph, by letter and head: computed steps by their key; a
+    folded step (the split into heads, the concatenation) read as its declaration says."""
+
+    def __init__(self, explicit: ExplicitGraph, values: dict[str, Any]) -> None:
+        self.explicit, self.values = explicit, values
+
+    def __call__(self, letter: str, head: int | None) -> Any:
+        key = key_of(letter, head) if letter.endswith("_l") else letter
+        if key in self.values:
+            return self.values[key]
+        step = self.explicit.graph.step(letter)
+        if step.name == "merge_heads":
+            import torch
+
+            blocks = [self("C_l", h) for h in range(1, self.explicit.heads + 1)]
+            return torch.cat(blocks, dim=-1)
+        (source,) = step.inputs  # a block of columns: (ℓ − 1) c_h + j, or a group's block
+        column = step.element.rhs.indices[-1]
+        at = {L.ell: head or 1, L.j: 1} | self.explicit.sizes
+        start = int(sp.sympify(column).xreplace(at)) - 1
+        width = int(sp.sympify(step.shapes[letter][1]).xreplace(self.explicit.sizes))
+        return self(source, None)[..., start : start + width]
+
+
 def torch_graph_steps(explicit: ExplicitGraph, inputs: dict[str, Any]) -> dict[str, Any]:
-    """Each explicit step by the `attention.functional` function of its name."""
+    """Each explicit step by the `attention` function of its name, keyed like `Values`."""
     from attention import functional as F
 
-    width = explicit.sizes[L.c]
+    sizes = explicit.sizes
     values = dict(inputs)
+    read = _Reader(explicit, values)
     mask = _allowed(explicit)
     for step in explicit.steps:
         declaration = step.step.declaration
-        read = [values[letter] for letter in declaration.inputs if letter in values]
+        head = step.head
+        width = sizes[L.c_h] if declaration.head else sizes[L.c]
+        letters = [x for x in declaration.inputs if x not in L.CONSTANT_LETTERS]
+        read_all = [] if step.name == "weights" else [read(letter, head) for letter in letters]
         if step.name == "projection":
-            values[step.output] = F.projection(*read)
+            value = F.projection(*read_all)
         elif step.name == "scores":
-            values[step.output] = F.scores(*read)
+            value = F.scores(*read_all)
         elif step.name == "scaled_scores":
-            values[step.output] = F.scaled_scores(*read, width)
+            value = F.scaled_scores(*read_all, width)
         elif step.name == "weights":  # softmax(Ω̃ / √1): the same weights, and Ω̃ gets a gradient
-            values[step.output] = F.weights(values["Omega_scaled"], 1, mask=mask)
+            scaled = read("Omega_scaled_l" if declaration.head else "Omega_scaled", head)
+            value = F.weights(scaled, 1, mask=mask)
         elif step.name == "context":
-            values[step.output] = F.context(*read)
+            value = F.context(*read_all)
+        elif step.name == "apply_rope":
+            value = _rope(read_all[0], width, sizes)
+        elif step.name == "rms_norm":
+            from attention import grouped
+
+            source, gain = read_all
+            value = grouped.rms_norm(source, gain.reshape(-1), eps=_number(sizes[L.eps]))
         else:
-            raise ValueError(f"no attention.functional twin for step {step.name!r}")
+            raise ValueError(f"no attention twin for step {step.name!r}")
+        values[step.output] = value
     return values
+
+
+def _rope(x: Any, width: int, sizes: dict) -> Any:
+    """attention.apply_rope with the book's tables at this width, base and length."""
+    import torch
+
+    import attention
+
+    cos, sin = attention.compute_rope_params(
+        width, theta_base=_number(sizes[L.beta]), context_length=x.shape[-2],
+        dtype=torch.float64,
+    )  # fmt: skip
+    return attention.apply_rope(x, cos, sin)
+
+
+def _option(value: object, sizes: dict[str, object], inputs: dict[str, Any]) -> object:
+    """A twin's keyword value: a size or parameter at the check's values, an input of one row
+    as a vector (QK-norm's gains), or the value itself."""
+    if isinstance(value, sp.Symbol):
+        return _number(sizes[str(value)])
+    if isinstance(value, str):
+        return inputs[value].reshape(-1)
+    return value
 
 
 def _twin(found: Variant, explicit: ExplicitGraph, inputs: dict[str, Any]) -> Any:
@@ -91,8 +159,7 @@ def _twin(found: Variant, explicit: ExplicitGraph, inputs: dict[str, Any]) -> An
     module, _, name = found.twin.function.rpartition(".")
     function = getattr(importlib.import_module(module), name)
     sizes = {str(symbol): value for symbol, value in explicit.sizes.items()}
-    options = {key: sizes[str(value)] if isinstance(value, sp.Symbol) else value
-               for key, value in found.twin.options}  # fmt: skip
+    options = {key: _option(value, sizes, inputs) for key, value in found.twin.options}
     arguments = [inputs[letter] for letter in found.twin.arguments]
     if not found.twin.incremental:
         return function(*arguments, **options)
@@ -116,7 +183,8 @@ def variant_rows(name: str, n: int, d: int, c: int, given: dict[str, int], *, se
     import torch
 
     found = variant(name)
-    explicit = ExplicitGraph(found.graph, variant_sizes(found, n, d, c, given))
+    sizes = variant_sizes(found, n, d, c, given)
+    explicit = ExplicitGraph(found.graph, sizes, heads=sizes.get(L.h, 1))
     inputs = _inputs(explicit, seed)
     values = explicit.evaluate(**inputs)
     exact = {step.output for step in explicit.steps if step.polynomial}
@@ -130,7 +198,7 @@ def variant_rows(name: str, n: int, d: int, c: int, given: dict[str, int], *, se
                      _twin(found, explicit, inputs), TOLERANCE))  # fmt: skip
     if forward_only:
         return rows, "backward pass not checked (--forward-only)"
-    if max(explicit.sizes.values()) > MAX_GRADIENT_SIZE:
+    if max(v for k, v in explicit.sizes.items() if k in L.SIZES) > MAX_GRADIENT_SIZE:
         return rows, f"backward pass not checked: sizes over {MAX_GRADIENT_SIZE}"
     return rows + _gradient_rows(explicit, inputs, seed), ""
 

@@ -7,10 +7,12 @@ from .counts import flop_count, operation_count, step_flops
 from .forward import Step, steps
 from .indices import element_of, under_ranges, zero_based
 from .matrix_form import NoMatrixForm, matrix_form
+from .naming import book_indices
 from .reverse import Contribution, Gradient, backward
 
 __all__ = [
-    "Contribution", "Gradient", "NoMatrixForm", "Step", "backward", "composed_expression",
+    "Contribution", "Gradient", "NoMatrixForm", "Step", "backward", "book_indices",
+    "composed_expression",
     "element_of", "flop_count", "inline", "matrix_form", "operation_count", "step_flops", "steps",
     "under_ranges", "zero_based",
 ]  # fmt: skip

@@ -11,10 +11,10 @@ one add per term), the count of ``torch.utils.flop_counter``.
 from __future__ import annotations
 
 import sympy as sp
-from sympy import MatMul, MatrixExpr, Transpose
+from sympy import MatMul, MatrixExpr, MatrixSymbol, Transpose
 
 from ..graph import Graph
-from ..notation import Concat
+from ..notation import Concat, Diag
 from ..notation import letters as L
 from .compose import composed_expression
 from .forward import steps
@@ -36,7 +36,16 @@ def _walk(expr: sp.Basic, heads: sp.Expr, visit, seen: set) -> None:
 
 
 def _matrices(product: MatMul) -> list[MatrixExpr]:
-    return [arg for arg in product.args if isinstance(arg, MatrixExpr)]
+    """The factors of a product that cost a matrix product: a diagonal scaling (diag γ) and a
+    constant pattern (the rotation R of RoPE, a signed permutation: a copy of columns) are
+    not counted."""
+    return [
+        arg
+        for arg in product.args
+        if isinstance(arg, MatrixExpr)
+        and not isinstance(arg, Diag)
+        and not (isinstance(arg, MatrixSymbol) and str(arg.name) in L.CONSTANT_LETTERS)
+    ]
 
 
 def operation_count(graph: Graph) -> dict[str, int | sp.Expr]:

@@ -6,7 +6,8 @@ simplification under the declared index ranges.
 - `element_of` does the reverse for a matrix expression: its entry, in the book's indices, each
   summation index named after the size it runs over (p over n, j over c, i over d).
 - `under_ranges` decides what the ranges decide: a condition such as t ≤ n where t runs over
-  1 … n, a sum of a Kronecker delta (Σ_{r=1}^{n} f(r) δ_{r,t} = f(t) when 1 ≤ t ≤ n), a sum whose
+  1 … n, a floor (⌊(ℓ − 1)/h⌋ = 0 for ℓ = 1 … h), a sum of a Kronecker delta
+  (Σ_{r=1}^{n} f(r) δ_{r,t} = f(t) when 1 ≤ t ≤ n), a sum whose
   terms vanish past an index (Σ_{r=1}^{n} [r ≤ m] f(r) = Σ_{r=1}^{m} f(r)). No branch is picked by
   hand: each is decided from the ranges, or left as it is.
 """
@@ -277,10 +278,18 @@ def _extreme(expr: sp.Expr, ranges: Ranges) -> sp.Expr:
     return a if a_at_most_b == sp.true else b if b_at_most_a == sp.true else expr
 
 
+def _floor(expr: sp.floor, ranges: Ranges) -> sp.Expr:
+    """⌊e⌋ where the ranges keep e within [k, k + 1): ⌊(ℓ − 1)/h⌋ = 0 for ℓ = 1 … h."""
+    low, high = (_bound(expr.args[0], ranges, lowest=which) for which in (True, False))
+    k = sp.floor(low) if low.is_number and low is not sp.nan else None
+    return k if k is not None and (k + 1 - high).is_positive else expr
+
+
 def under_ranges(expr: sp.Expr, ranges: Ranges) -> sp.Expr:
     """`expr` with every condition the ranges decide decided (see the module docstring)."""
     for _ in range(4):  # deciding one level can expose the next
         before = expr
+        expr = expr.replace(lambda e: isinstance(e, sp.floor), lambda e: _floor(e, ranges))
         expr = expr.replace(lambda e: isinstance(e, Piecewise), lambda e: _piecewise(e, ranges))
         expr = expr.replace(lambda e: isinstance(e, sp.Max | sp.Min), lambda e: _extreme(e, ranges))
         expr = expr.replace(lambda e: isinstance(e, Sum), lambda e: _sum(e, ranges))

@@ -12,17 +12,21 @@ sums, as SymPy writes them) with two free indices and returns the matrix express
   with the all-ones matrix: Σ_r F[m,r] = (F J)[m,p];
 - Σ_k F[m,k] G[k,p] where F or G is itself element-wise is the product of their matrices;
 - exp(z[m,p]) / Σ_r exp(z[m,r]) is the row-wise softmax of Z;
+- a function of one entry (cos φ[m,p]) is that function applied entry by entry (cos Φ);
 - an element Y[m, o + p] whose column is offset by o (free of the indices) is a block of columns
-  of Y, as wide as `shape` says.
+  of Y, as wide as `shape` says;
+- z[m,p] / √(Σ_v z[m,v]² / w + ε) is the RMS normalisation of the rows of Z, and a factor
+  γ[0,p] of a one-row γ scales the columns: rmsnorm(Z) diag(γ).
 """
 
 from __future__ import annotations
 
 import sympy as sp
 from sympy import HadamardProduct, MatAdd, MatrixSymbol, OneMatrix, Sum, exp
+from sympy.matrices.expressions.applyfunc import ElementwiseApplyFunction
 from sympy.matrices.expressions.matexpr import MatrixElement
 
-from ..notation.matexpr import Softmax
+from ..notation.matexpr import Diag, RMSNorm, Softmax
 
 __all__ = ["matrix_form", "NoMatrixForm"]
 
@@ -78,7 +82,15 @@ def _form(expr: sp.Expr, row: sp.Symbol, col: sp.Symbol, shape: tuple | None) ->
         return _row_sum(expr, row, col, shape)
     if isinstance(expr, Sum):
         return _sum(expr, row, col, shape)
+    if isinstance(expr, sp.Function) and len(expr.args) == 1:
+        return ElementwiseApplyFunction(_lambda(type(expr)), _form(expr.args[0], row, col, shape))
     raise NoMatrixForm(f"no matrix form for {expr} with indices ({row}, {col})")
+
+
+def _lambda(function: type) -> sp.Lambda:
+    """The one-argument function applied entry by entry, as `ElementwiseApplyFunction` wants."""
+    z = sp.Dummy("z")
+    return sp.Lambda(z, function(z))
 
 
 def _element(element: MatrixElement, row, col, shape) -> sp.MatrixExpr:
@@ -87,7 +99,7 @@ def _element(element: MatrixElement, row, col, shape) -> sp.MatrixExpr:
         return matrix
     if (first, second) == (col, row):
         return matrix.T
-    offset = sp.expand(second - col)
+    offset = sp.expand(second - col, deep=False)
     if first == row and not (_depends(offset, row) or _depends(offset, col)) and shape:
         return matrix[:, offset : offset + shape[1]]
     raise NoMatrixForm(f"element {element} is not entry ({row}, {col}) of a matrix")
@@ -105,10 +117,43 @@ def _softmax(numerator: sp.Expr, denominator: sp.Expr, row, col, shape) -> sp.Ma
     return Softmax(_form(numerator.args[0], row, col, shape))
 
 
+def _rms(factors: list[sp.Expr], row, col, shape) -> sp.MatrixExpr | None:
+    """rmsnorm(Z) (diag(γ)) when the factors are z[row,col], (Σ_v z[row,v]² / w + ε)^(−1/2)
+    (and γ[0,col] of a one-row γ)."""
+    roots = [f for f in factors if f.is_Pow and f.exp == sp.Rational(-1, 2)]
+    if len(roots) != 1:
+        return None
+    (root,) = roots
+    sums = list(root.base.atoms(Sum))
+    if len(sums) != 1 or len(sums[0].limits) != 1:
+        return None
+    (total,), others = sums, [f for f in factors if f is not root]
+    ((variable, low, high),) = total.limits
+    square = total.function
+    if not (square.is_Pow and square.exp == 2 and isinstance(square.base, MatrixElement)):
+        return None
+    z = square.base.parent
+    eps = sp.simplify(root.base - total / (high - low + 1))
+    entry = z[row, col]
+    gains = [f for f in others if f != entry]
+    if entry not in others or eps.has(row, col, MatrixElement) or square.base != z[row, variable]:
+        return None
+    normed = RMSNorm(z, eps)
+    if not gains:
+        return normed
+    (gain,) = gains
+    if not (isinstance(gain, MatrixElement) and gain.parent.shape[0] == 1 and gain.j == col):
+        return None
+    return normed * Diag(gain.parent)
+
+
 def _product(expr: sp.Mul, row, col, shape) -> sp.MatrixExpr:
     scalars = [f for f in expr.args if _is_scalar(f, row, col)]
     rest = [f for f in expr.args if not _is_scalar(f, row, col)]
     scale = sp.Mul(*scalars)
+    rms = _rms(rest, row, col, shape)
+    if rms is not None:
+        return scale * rms if scale != 1 else rms
     numerators = [f for f in rest if not (f.is_Pow and f.exp == -1)]
     inverses = [f.base for f in rest if f.is_Pow and f.exp == -1]
     if len(numerators) == 1 and len(inverses) == 1:

@@ -27,18 +27,20 @@ from dataclasses import dataclass
 
 import sympy as sp
 from sympy import Eq, Indexed, MatAdd, MatrixSymbol, Sum, Trace
+from sympy.matrices.expressions.applyfunc import ElementwiseApplyFunction
 
 from ..graph import Declaration, Graph
-from ..notation import Concat, Softmax
+from ..notation import Concat, Entries, GroupConcat, RMSNorm, Softmax
 from ..notation import letters as L
 from .forward import declared_matrix, steps, symbols_of
 from .indices import element_of, under_ranges, zero_based, zero_index
-from .matrix_form import matrix_form
+from .matrix_form import NoMatrixForm, matrix_form
+from .naming import book_indices, compact_roots
 
 __all__ = ["Contribution", "Gradient", "backward", "in_outputs", "CONSTANT"]
 
-#: Letters that carry no gradient: the mask is not trained.
-CONSTANT = frozenset({"M"})
+#: Letters that carry no gradient: the mask, RoPE's angles and rotation are not trained.
+CONSTANT = L.CONSTANT_LETTERS
 
 #: The indices of the chain rule's sum over the output entries, besides the gradient's own (m, p).
 _ROW, _COL = sp.Symbol("m'", integer=True, positive=True), L.t
@@ -93,7 +95,9 @@ def _symbol(letter: str, shapes: dict) -> MatrixSymbol:
 
 
 def _is_linear(form: sp.MatrixExpr) -> bool:
-    return not form.has(Softmax, Concat, sp.MatrixSlice, sp.HadamardProduct)
+    return not form.has(
+        Softmax, Concat, sp.MatrixSlice, sp.HadamardProduct, RMSNorm, ElementwiseApplyFunction
+    )
 
 
 def _linear(step: Declaration, form: sp.MatrixExpr, letter: str, shapes: dict) -> Contribution:
@@ -113,6 +117,14 @@ def _block(step: Declaration, form: sp.MatrixExpr, shapes: dict, relations) -> C
     heads = sp.simplify(
         (form.parent.shape[1] / form.shape[1]).subs([(r.lhs, r.rhs) for r in relations])
     )
+    shared = list(form.colslice[0].atoms(sp.floor))
+    if shared:  # ⌊(ℓ−1) g/h⌋: the heads of group ν read one block, and their gradients add up
+        (group,) = shared
+        (first,) = sp.solve(sp.Eq(group.args[0], L.nu - 1), L.ell)
+        (after,) = sp.solve(sp.Eq(group.args[0], L.nu), L.ell)
+        term = GroupConcat(upstream, heads, sp.expand(first), sp.expand(after - 1))
+        how = "the adjoint of a shared block: the heads of each group summed, groups side by side"
+        return Contribution(step, term, how)
     term = Concat(upstream, heads)
     return Contribution(step, term, "the adjoint of a block of columns: the blocks side by side")
 
@@ -164,17 +176,21 @@ def _element_route(step: Declaration, letter: str, shapes: dict) -> Contribution
     """\\bar{u}_{m,p} = Σ_{m'} Σ_t \\bar{y}_{m',t} ∂y_{m',t}/∂u_{m,p}, deltas summed out."""
     row, col = step.free
     (rows, cols) = step.shapes[step.output]
-    m, p = L.m, L.p
+    p = L.p
+    m = sp.S.One if step.shapes[letter][0] == 1 else L.m  # a row of gains: its one row
     y = step.element.rhs.xreplace({row: _ROW, col: _COL})
     upstream = _entry(L.gradient(step.output), _ROW, _COL)
     target = _entry(letter, m, p)
     derivative = sp.Derivative(_entry(step.output, _ROW, _COL), target)
     chain = Sum(upstream * derivative, (_COL, 1, cols), (_ROW, 1, rows))
     differentiated = Sum(sp.expand(upstream * sp.diff(y, target)), (_COL, 1, cols), (_ROW, 1, rows))
-    ranges = {m: (1, rows), p: (1, cols)}
+    ranges = {index: (1, size) for index, size in zip((m, p), step.shapes[letter], strict=True)
+              if index.is_Symbol}  # fmt: skip
     summed = under_ranges(differentiated, ranges)
-    written = in_outputs(summed, step, {m, p, _COL})
-    final = written.xreplace({_COL: L.r})
+    written = in_outputs(summed, step, {m, p, _COL} - {sp.S.One})
+    final = compact_roots(written.xreplace({_COL: L.r}))
+    if step.head and not letter.endswith("_l"):  # shared by the heads (gains): theirs add up
+        final = Sum(final, (L.ell, 1, L.h))
     lhs = _entry(L.gradient(letter), m, p)
     equations = (
         Eq(lhs, chain, evaluate=False),
@@ -187,8 +203,14 @@ def _element_route(step: Declaration, letter: str, shapes: dict) -> Contribution
         L.gradient(letter): _symbol(L.gradient(letter), shapes),
         step.output: _symbol(step.output, shapes),
     }
-    term = matrix_form(zero_based(final, (m, p), symbols), (zero_index(m), zero_index(p)))
     how = "the chain rule entry by entry: sympy.diff, the Kronecker deltas summed out"
+    try:
+        if not m.is_Symbol:
+            raise NoMatrixForm("a gradient of one row (a gain) is given by its entries")
+        term = matrix_form(zero_based(final, (m, p), symbols), (zero_index(m), zero_index(p)))
+    except NoMatrixForm:  # the matrix of these entries, as derived
+        term = Entries(final, (m, p), *step.shapes[letter])
+        how += "; no matrix form found: the matrix of its entries"
     return Contribution(step, term, how, equations)
 
 
@@ -206,28 +228,25 @@ def _gradient(letter: str, parts: list[Contribution], shapes: dict) -> Gradient:
     terms = [part.term for part in parts]
     total = terms[0] if len(terms) == 1 else MatAdd(*terms)
     matrix = Eq(symbol, total, evaluate=False)
-    if isinstance(total, Concat):  # \bar{Q} = [\bar{Q}^(1) ⋯]: entry (m, (ℓ−1) w + j)
+    if isinstance(total, Entries):  # no matrix form: the derived entry, in the book's indices
+        row, col = book_indices(letter)
+        at = dict(zip(total.indices, (row, col), strict=True))
+        lhs = _entry(L.gradient(letter), row, col)
+        element = Eq(lhs, total.entry.xreplace({k: v for k, v in at.items() if k.is_Symbol}),
+                     evaluate=False)  # fmt: skip
+    elif isinstance(total, GroupConcat):  # k̄_{m,(ν−1)c_h+j} = Σ_ℓ k̄^{(ℓ)}_{m,j}, ℓ in group ν
+        width = total.block.shape[1]
+        lhs = _entry(L.gradient(letter), L.m, (L.nu - 1) * width + L.j)
+        rhs = Sum(element_of(total.block, L.m, L.j), (L.ell, total.first, total.last))
+        element = Eq(lhs, rhs, evaluate=False)
+    elif isinstance(total, Concat):  # \bar{Q} = [\bar{Q}^(1) ⋯]: entry (m, (ℓ−1) w + j)
         width = total.block.shape[1]
         lhs = _entry(L.gradient(letter), L.m, (L.ell - 1) * width + L.j)
         element = Eq(lhs, element_of(total.block, L.m, L.j), evaluate=False)
     else:
-        row, col = _free(letter)
+        row, col = book_indices(letter)
         element = Eq(_entry(L.gradient(letter), row, col), element_of(total, row, col))
     return Gradient(L.gradient(letter), letter, tuple(parts), matrix, element)
-
-
-def _free(letter: str) -> tuple[sp.Symbol, sp.Symbol]:
-    """The indices the book gives an entry of this matrix: (m, p), (m, j), (i, j), (m, i)."""
-    name = L.name_of(letter)
-    if name in ("wq", "wk", "wv", "wo"):
-        return L.i, L.j
-    if name in ("omega", "omegatilde", "omegahat", "a", "mask"):
-        return L.m, L.p
-    if name in ("k", "v"):  # a key or a value: token p, as in ω_{m,p} and z_{m,j}
-        return L.p, L.j
-    if name == "y":
-        return L.p, L.i
-    return (L.m, L.i) if name == "x" else (L.m, L.j)
 
 
 @functools.cache

@@ -89,13 +89,17 @@ def _variant_options(sub, what: str) -> None:
     """--variant NAME and one option per size a variant adds (--w, --s, --d-y), read off the
     registry: a new variant's sizes become options with no edit here."""
     from ..graph.variants import REGISTRY, variants
+    from ..notation import letters as L
 
-    sub.add_argument("--variant", choices=variants(), metavar="NAME",
-                     help=f"{what} of a variant: {', '.join(variants())}")  # fmt: skip
+    sub.add_argument("--variant", choices=variants(), metavar="NAME", action="append",
+                     help=f"{what} of a variant: {', '.join(variants())}; gqa, qk-norm and "
+                     "rope combine (--variant gqa --variant rope); --heads gives their "
+                     "heads")  # fmt: skip
     seen: dict[str, list[str]] = {}
     for found in REGISTRY().values():
         for symbol, default in found.sizes:
-            seen.setdefault(str(symbol), []).append(f"{found.name} (default {default})")
+            if symbol != L.h:  # the heads of a variant: --heads
+                seen.setdefault(str(symbol), []).append(f"{found.name} (default {default})")
     for name, users in seen.items():
         sub.add_argument(
             f"--{name.replace('_', '-')}", dest=f"size_{name}", metavar=name.upper(),

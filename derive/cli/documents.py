@@ -15,7 +15,10 @@ from ..render import DocumentOptions, latex_document, markdown_document
 from .errors import EnvironmentProblem, UsageError
 from .files import check_output, write, write_files, write_stdout
 
-__all__ = ["DOCS_OPTIONS", "render", "generate_docs", "run_document", "run_docs", "example_for"]
+__all__ = [
+    "DOCS_OPTIONS", "render", "generate_docs", "run_document", "run_docs", "example_for",
+    "variant_arguments",
+]  # fmt: skip
 
 #: What docs/derivation.* contain: the derivation, explicit at n = 3, d = 4, c = 2, the worked
 #: example at the same sizes ("the fat cat") and the figures (in docs/figures).
@@ -114,7 +117,31 @@ def generate_docs(*, pdf: bool = True, progress: Progress = _quiet) -> dict[str,
     return files
 
 
+def variant_arguments(args) -> tuple[str | None, int, tuple[tuple[str, int], ...]]:
+    """(the variant's name, joining repeated --variant with "+", the heads left for the
+    generic derivation, the variant's own sizes given, --heads as h for a variant with
+    heads)."""
+    extra = tuple(
+        (key.removeprefix("size_"), value)
+        for key, value in sorted(vars(args).items())
+        if key.startswith("size_") and value is not None
+    )
+    if not args.variant:
+        return None, args.heads, extra
+    name = "+".join(dict.fromkeys(args.variant))
+    from ..graph.variants import variant
+
+    try:
+        found = variant(name)
+    except ValueError as error:
+        raise UsageError(f"derive {args.command}: {error}") from None
+    if args.heads > 1 and found.heads:
+        return found.name, 1, (*extra, ("h", args.heads))
+    return found.name, args.heads, extra
+
+
 def _options(args) -> DocumentOptions:
+    name, heads, extra = variant_arguments(args)
     given = {letter: getattr(args, letter) for letter in "ndc"}
     sizes = None
     if any(value is not None for value in given.values()):
@@ -142,12 +169,7 @@ def _options(args) -> DocumentOptions:
     if args.figures is not None:
         base = Path(args.output).parent if args.output else Path(".")
         figures = Path(os.path.relpath(Path(args.figures), base)).as_posix()
-    extra = tuple(
-        (key.removeprefix("size_"), value)
-        for key, value in sorted(vars(args).items())
-        if key.startswith("size_") and value is not None
-    )
-    if extra and args.variant is None:
+    if extra and name is None:
         from ..graph.variants import REGISTRY
 
         (name, _), *_ = extra
@@ -159,8 +181,8 @@ def _options(args) -> DocumentOptions:
         )
     try:
         return DocumentOptions(
-            sizes=sizes, causal=args.causal, heads=args.heads, example=args.example,
-            figures=figures, variant=args.variant, extra=extra,
+            sizes=sizes, causal=args.causal, heads=heads, example=args.example,
+            figures=figures, variant=name, extra=extra,
         )  # fmt: skip
     except ValueError as error:
         raise UsageError(f"derive {args.command}: {error}") from None

@@ -2,7 +2,8 @@ r"""The two derivations of the backward pass agree: the chain rule at concrete s
 (`ExplicitGradients`) against the matrix forms derived at symbolic sizes, instantiated.
 
 `residual` subtracts one from the other and simplifies the difference: a polynomial step by
-`expand`; the softmax's step with each weight replaced by its formula, each exp(ω̃_{m,r}) by a
+`expand` (with roots, an RMS normalisation's: over one denominator, `simplify`); the
+softmax's step with each weight replaced by its formula, each exp(ω̃_{m,r}) by a
 positive symbol e_{m,r}, and `cancel` (a rational function). `rowsum_residual` does the same for
 Σ_r a_{m,r} \bar{a}_{m,r} = Σ_j \bar{z}_{m,j} z_{m,j}.
 """
@@ -26,12 +27,21 @@ def residual(g, step) -> ImmutableMatrix:
     """`step.formula − step.compact`, simplified (zero entries when the two agree)."""
     difference = step.formula - step.compact
     if not step.of.startswith("Omega_scaled"):
-        return ImmutableMatrix(difference.applyfunc(sp.expand))
+        return ImmutableMatrix(difference.applyfunc(_polynomial_or_root))
     weights = _weights(g, step.head)
     scores = sorted({e for value in weights.formula for e in value.atoms(sp.Indexed)}, key=str)
     logs = {s: sp.log(sp.Symbol(f"e_{k}", positive=True)) for k, s in enumerate(scores)}
     difference = difference.xreplace(dict(zip(weights.entries, weights.formula, strict=True)))
     return ImmutableMatrix(difference.xreplace(logs).applyfunc(sp.cancel))
+
+
+def _polynomial_or_root(value: sp.Expr) -> sp.Expr:
+    """`expand`; where roots remain (an RMS normalisation's), over one denominator and
+    simplified."""
+    value = sp.expand(value)
+    if value == 0 or not any(not p.exp.is_Integer for p in value.atoms(sp.Pow)):
+        return value
+    return sp.simplify(sp.together(value))
 
 
 def rowsum_residual(g) -> ImmutableMatrix:

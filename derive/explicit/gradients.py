@@ -100,6 +100,8 @@ class ExplicitGradients:
         """The backward pass of any explicit graph (a variant's), every size at most
         `MAX_GRADIENT_SIZE`."""
         for symbol, value in forward.sizes.items():
+            if symbol not in L.SIZES:  # a parameter (RoPE's β, QK-norm's ε), not a size
+                continue
             check_size(str(symbol), value, limit=MAX_GRADIENT_SIZE, what="derive.MAX_GRADIENT_SIZE",
                        generic="derive.backward_steps()")  # fmt: skip
         built = cls.__new__(cls)

@@ -82,9 +82,9 @@ def _rational_polynomial(value: sp.Expr) -> bool:
         return value.is_Rational
     if not value.is_polynomial(*gens):
         return False
-    return not any(
-        power.exp.is_Rational and not power.exp.is_Integer for power in value.atoms(sp.Pow)
-    )
+    if any(power.exp.is_Rational and not power.exp.is_Integer for power in value.atoms(sp.Pow)):
+        return False
+    return all(c.is_Rational for c in sp.Poly(value, *gens).coeffs())  # not cos(1) q_{1,1}
 
 
 def _cells(step: Step, sizes: dict, heads: int, known: dict | None = None):
@@ -109,12 +109,14 @@ def cells(element: sp.Eq, shape: tuple, sizes: dict, heads: int, known: dict | N
     for symbol in symbols:
         if symbol == L.ell:
             ranges.append(range(1, heads + 1))
+        elif symbol == L.nu:  # a group's block of columns: ν = 1 … g
+            ranges.append(range(1, cols // int(sizes[L.c_h]) + 1))
         elif symbol == indices[0]:
             ranges.append(range(1, rows + 1))
         else:
             width = cols if symbol == indices[1] else int(sizes[L.c_h])
             ranges.append(range(1, width + 1))
-    numbers = {size: int(value) for size, value in sizes.items()}
+    numbers = {size: int(value) for size, value in sizes.items() if sp.sympify(value).is_Integer}
     for values in itertools.product(*ranges):
         at = dict(zip(symbols, values, strict=True)) | numbers
         head = at.get(L.ell) if L.ell in symbols else None
@@ -138,14 +140,19 @@ def _int(index: sp.Expr, at: dict) -> int:
         return at[index]
     if index.is_Integer:
         return int(index)
-    if index.is_Add:
+    if isinstance(index, sp.floor):  # a group's block: ⌊(ℓ − 1) g / h⌋
+        return int(sp.floor(index.args[0].xreplace({k: sp.Integer(v) for k, v in at.items()})))
+    if index.is_Add and all(arg.is_Integer or arg.is_Symbol or arg.is_Mul for arg in index.args):
         return sum(_int(arg, at) for arg in index.args)
-    if index.is_Mul:
+    if index.is_Mul and all(arg.is_Integer or arg.is_Symbol for arg in index.args):
         value = 1
         for arg in index.args:
             value *= _int(arg, at)
         return value
-    raise ValueError(f"index {index} is not an integer expression")
+    value = sp.sympify(index).xreplace({k: sp.Integer(v) for k, v in at.items()})
+    if not value.is_Integer:  # h ν / g and the like: an integer once the sizes are in
+        raise ValueError(f"index {index} is not an integer expression (at {at})")
+    return int(value)
 
 
 def value_at(expr: sp.Expr, at: dict, sizes: dict, known: dict | None = None) -> sp.Expr:

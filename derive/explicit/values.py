@@ -170,8 +170,9 @@ def evaluate_steps(steps: tuple, exact: dict, digits: int | None, heads: int) ->
 
 
 def size_values(sizes: dict[sp.Symbol, int]) -> dict[sp.Basic, sp.Basic]:
-    """The substitution of the concrete sizes for their symbols (n -> 5, c -> 2, …)."""
-    return {symbol: sp.Integer(size) for symbol, size in sizes.items()}
+    """The substitution of the concrete sizes for their symbols (n -> 5, c -> 2, …), and of
+    the parameters (β -> 10000, ε -> 1/1000000)."""
+    return {symbol: sp.sympify(size) for symbol, size in sizes.items()}
 
 
 def compose(steps: Sequence, env: dict[sp.Basic, sp.Basic]) -> dict[str, sp.ImmutableMatrix]:

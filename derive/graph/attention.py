@@ -44,26 +44,30 @@ STEP_NAMES = (
 class Dims:
     """The sizes a graph's matrices have: queries (rows of X, Q, Ω, A, C), keys (rows of the
     matrix the keys and values are projected from, and of K, V; columns of Ω, A), the width of
-    X, the width of the key/value source, and c. Self-attention reads its keys from X itself;
-    cross-attention from another sequence Y (s × d_y)."""
+    X, the width of the key/value source, c, and the width of K and V (c, or g c_h when g
+    groups of keys and values serve h heads). Self-attention reads its keys from X itself;
+    cross-attention from another sequence Y (s × d_y); latent attention from U (n × d_u)."""
 
     queries: sp.Expr = L.n
     keys: sp.Expr = L.n
     width: sp.Expr = L.d
     source_width: sp.Expr = L.d
     source: str = "x"
+    kv_width: sp.Expr = L.c
 
     def shape(self, letter: str) -> tuple[sp.Expr, sp.Expr]:
         """The shape of a matrix; a head's matrices have c_h columns where the whole has c."""
         if letter.endswith("_l"):
             rows, cols = self.shape(letter.removesuffix("_l"))
-            return rows, L.c_h if cols == L.c else cols
-        n, s, c = self.queries, self.keys, L.c
+            return rows, L.c_h if cols in (L.c, self.kv_width) else cols
+        n, s, c, kv = self.queries, self.keys, L.c, self.kv_width
         table = {
-            "X": (n, self.width), "Y": (s, self.source_width), "W_q": (self.width, c),
-            "W_k": (self.source_width, c), "W_v": (self.source_width, c), "Q": (n, c),
-            "K": (s, c), "V": (s, c), "Omega": (n, s), "Omega_scaled": (n, s), "M": (n, s),
-            "Omega_masked": (n, s), "A": (n, s), "C": (n, c), "C_concat": (n, c), "W_o": (c, c),
+            "X": (n, self.width), "Y": (s, self.source_width), "U": (s, L.d_u),
+            "W_dkv": (self.width, L.d_u), "W_q": (self.width, c), "W_k": (self.source_width, kv),
+            "W_v": (self.source_width, kv), "W_uk": (L.d_u, kv), "W_uv": (L.d_u, kv),
+            "Q": (n, c), "K": (s, kv), "V": (s, kv), "Omega": (n, s), "Omega_scaled": (n, s),
+            "M": (n, s), "Omega_masked": (n, s), "A": (n, s), "C": (n, c), "C_concat": (n, c),
+            "W_o": (c, c),
         }  # fmt: skip
         return table[letter]
 

@@ -9,7 +9,11 @@ import sympy as sp
 
 from .declaration import Graph
 
-__all__ = ["Claim", "SameAs", "ReadsRows", "CacheSize", "DecodeCost", "AllowedPairs"]
+__all__ = [
+    "Claim", "SameAs", "ReadsRows", "CacheSize", "DecodeCost", "AllowedPairs", "RelativePosition",
+    "ZeroAngles", "SameForEveryHead", "CacheAgainst", "WeightCount", "ScoreBound", "Absorption",
+    "On",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -53,4 +57,62 @@ class AllowedPairs:
     assume: tuple[tuple[sp.Symbol, sp.Expr], ...] = ()
 
 
-Claim = SameAs | ReadsRows | CacheSize | DecodeCost | AllowedPairs
+@dataclass(frozen=True)
+class RelativePosition:
+    """The rotated score depends on the positions only through p − m."""
+
+
+@dataclass(frozen=True)
+class ZeroAngles:
+    """With every rotary angle 0 the score is the score of `other`."""
+
+    other: Graph
+
+
+@dataclass(frozen=True)
+class SameForEveryHead:
+    """After `substitute`, each of `letters` (per-head declarations) reads the same entries for
+    every head ℓ = 1 … h (multi-query attention: one group of keys and values)."""
+
+    letters: tuple[str, ...]
+    substitute: tuple[tuple[sp.Basic, sp.Basic], ...]
+
+
+@dataclass(frozen=True)
+class CacheAgainst:
+    """The entries a cache of `letters` holds, against a cache of `theirs` in `other`."""
+
+    letters: tuple[str, ...]
+    other: Graph
+    theirs: tuple[str, ...] = ("K", "V")
+
+
+@dataclass(frozen=True)
+class WeightCount:
+    """How many entries (trainable numbers) the weights `letters` have."""
+
+    letters: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ScoreBound:
+    """With queries and keys RMS-normalised, every score is bounded by the width and the gains."""
+
+
+@dataclass(frozen=True)
+class Absorption:
+    """A head's scores computed from the latent U, W_q and W_uk, without K."""
+
+
+@dataclass(frozen=True)
+class On:
+    """`claim` proved on `graph` (one stage of a combination: QK-norm's bound on the graph
+    before RoPE rotates the normalised queries and keys)."""
+
+    graph: Graph
+    claim: object
+
+
+Claim = (On | SameAs | ReadsRows | CacheSize | DecodeCost | AllowedPairs | RelativePosition
+         | ZeroAngles | SameForEveryHead | CacheAgainst | WeightCount | ScoreBound
+         | Absorption)  # fmt: skip

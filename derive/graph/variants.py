@@ -8,67 +8,27 @@ the `attention` function that computes it. Its document, its explicit matrices, 
 
 - ``kv-cache``: causal attention computed one new row at a time against cached keys and values;
 - ``sliding-window``: each query sees its last w keys (the mask declared);
-- ``cross-attention``: queries from X, keys and values from another sequence Y (s × d_y).
+- ``cross-attention``: queries from X, keys and values from another sequence Y (s × d_y);
+- ``rope``, ``gqa``, ``qk-norm``, ``mla``: the attention of the book's Llama 3, Qwen 3 and
+  DeepSeek's latent attention (`derive.graph.models`); ``gqa``, ``qk-norm`` and ``rope``
+  combine as the models combine them (``gqa+rope`` is Llama 3's, ``gqa+qk-norm+rope`` Qwen 3's).
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import sympy as sp
 from sympy import Eq, Piecewise
 
 from ..notation import letters as L
 from . import attention as S
-from .claims import AllowedPairs, CacheSize, Claim, DecodeCost, ReadsRows, SameAs
+from .claims import AllowedPairs, CacheSize, DecodeCost, ReadsRows, SameAs
 from .declaration import Declaration, Graph
+from .models import combination, models
+from .variant import Twin, Variant, explicit_sizes
 
-__all__ = ["Twin", "Variant", "variants", "variant", "REGISTRY"]
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One variant of attention.
-
-    Attributes:
-        name: its key (``"sliding-window"``), as `derive latex --variant NAME` takes it.
-        title: a few words for documents.
-        graph: its declarations.
-        base: the graph whose steps it shares; its document refers to them.
-        claims: what SymPy derives about it (proved in `derive.proofs.claims`).
-        sizes: the sizes it adds to n, d, c, with the value its explicit matrices use by
-            default (``((w, 2),)``).
-        twin: the `attention` function that computes it, and how to call it.
-        text: a few sentences for its document (words only; the formulas come from the graph).
-    """
-
-    name: str
-    title: str
-    graph: Graph
-    base: Graph
-    claims: tuple[Claim, ...]
-    sizes: tuple[tuple[sp.Symbol, int], ...]
-    twin: Twin
-    text: str
-
-
-@dataclass(frozen=True)
-class Twin:
-    """How `derive check --variant` calls the `attention` function that computes a variant.
-
-    Attributes:
-        function: its dotted name (``"attention.functional.cross_attention"``).
-        arguments: the graph's inputs it takes, in order (``("X", "Y", "W_q", "W_k", "W_v")``).
-        options: keyword arguments: a value, or a size symbol put in at the check's sizes.
-        incremental: called one new row of X at a time with the cache it returned last
-            (``decode_step(x_new, w_q, w_k, w_v, cache=None) -> (context rows, cache)``).
-    """
-
-    function: str
-    arguments: tuple[str, ...] = ("X", "W_q", "W_k", "W_v")
-    options: tuple[tuple[str, object], ...] = ()
-    incremental: bool = False
+__all__ = ["Twin", "Variant", "variants", "variant", "REGISTRY", "explicit_sizes"]
 
 
 def sliding_window_mask() -> Declaration:
@@ -174,7 +134,7 @@ def _cross_attention() -> Variant:
 
 @functools.cache
 def _registry() -> dict[str, Variant]:
-    built = (_kv_cache(), _sliding_window(), _cross_attention())
+    built = (_kv_cache(), _sliding_window(), _cross_attention(), *models())
     return {variant.name: variant for variant in built}
 
 
@@ -187,8 +147,14 @@ def variants() -> tuple[str, ...]:
 
 
 def variant(name: str) -> Variant:
-    """The variant registered under `name`; a ValueError naming the known ones otherwise."""
+    """The variant registered under `name`, or the combination of variants ``"gqa+rope"``; a
+    ValueError naming the known ones otherwise."""
     found = _registry().get(name)
-    if found is None:
-        raise ValueError(f"unknown variant {name!r}; known: {', '.join(variants())}")
-    return found
+    if found is not None:
+        return found
+    parts = name.split("+") if isinstance(name, str) else []
+    unknown = [part for part in parts if part not in _registry()]
+    if len(parts) < 2 or unknown:
+        raise ValueError(f"unknown variant {name!r}; known: {', '.join(variants())} "
+                         "(gqa, qk-norm and rope combine: gqa+rope)")  # fmt: skip
+    return combination(tuple(parts))

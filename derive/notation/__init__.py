@@ -3,7 +3,10 @@ LaTeX printer every object and document shares (at the bottom of the pipeline: e
 imports it, it imports nothing of `derive`)."""
 
 from . import letters
-from .matexpr import Concat, Softmax
+from .matexpr import Concat, Diag, Entries, GroupConcat, RMSNorm, Softmax
 from .printer import AttentionPrinter, latex
 
-__all__ = ["letters", "Concat", "Softmax", "AttentionPrinter", "latex"]
+__all__ = [
+    "letters", "Concat", "GroupConcat", "Softmax", "RMSNorm", "Diag", "Entries",
+    "AttentionPrinter", "latex",
+]  # fmt: skip

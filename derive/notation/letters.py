@@ -4,13 +4,21 @@ Sizes (positive integer symbols)::
 
     n  tokens        d  input width      c  width of queries, keys, values and contexts
     h  heads         c_h  per-head width
+    s  keys read from another sequence (cross-attention), d_y  its width
+    w  the window of sliding-window attention
+    g  groups of keys and values (grouped-query attention)
+    d_u  width of the shared latent of keys and values (multi-head latent attention)
+
+Parameters (positive reals): β the base of the rotary angles (RoPE), ε the constant under the
+root of an RMS normalisation.
 
 Indices (1-based, as in the book)::
 
     m, p, r, t  tokens (m a query; p, t keys; r the summation index of the softmax)
     i           input features (columns of X, rows of W_q, W_k, W_v)
     j, j'       context features (columns of W_q, W_k, W_v, Q, K, V, C)
-    l           a head (printed ℓ),  b  a sequence in a batch
+    f           latent features (columns of U, rows of W_uk, W_uv)
+    l           a head (printed ℓ),  ν  a group of keys and values,  b  a sequence in a batch
 
 One letter, one meaning: the entries of C are z_{m,j} (the book calls the context vector of a
 token z), so that c is only ever the width; a gradient ∂L/∂Y is written with a bar, Ȳ (its
@@ -30,8 +38,8 @@ import sympy as sp
 from sympy import IndexedBase, MatrixSymbol, Symbol
 
 __all__ = [
-    "n", "d", "c", "h", "c_h", "s", "d_y", "w", "m", "p", "r", "t", "i", "j", "j2", "ell", "b",
-    "lam",
+    "n", "d", "c", "h", "c_h", "s", "d_y", "w", "g", "d_u", "beta", "eps", "m", "p", "r", "t",
+    "i", "j", "j2", "f", "ell", "nu", "b", "lam", "CONSTANT_LETTERS",
     "SIZES", "BASES", "READING_ORDER", "reading_key", "MATRIX_LATEX", "ENTRY_LATEX", "base",
     "letter_of", "name_of",
     "matrix_symbol", "entries", "head_entries", "gradient", "is_gradient",
@@ -44,14 +52,22 @@ c_h = Symbol("c_h", integer=True, positive=True)
 #: (cross-attention), the window w of sliding-window attention.
 s, w = sp.symbols("s w", integer=True, positive=True)
 d_y = Symbol("d_y", integer=True, positive=True)
-SIZES = (n, d, c, h, c_h, s, d_y, w)
+#: Groups of keys and values (grouped-query attention), the latent width (latent attention).
+g = Symbol("g", integer=True, positive=True)
+d_u = Symbol("d_u", integer=True, positive=True)
+SIZES = (n, d, c, h, c_h, s, d_y, w, g, d_u)
+#: The base of the rotary angles θ_j = β^{−2(j−1)/c}, and the ε of an RMS normalisation.
+beta = Symbol("beta", positive=True)
+eps = Symbol("epsilon", positive=True)
 
 # Indices, 1-based.
-m, p, r, t, i, j, b = sp.symbols("m p r t i j b", integer=True, positive=True)
+m, p, r, t, i, j, b, f = sp.symbols("m p r t i j b f", integer=True, positive=True)
 #: A second context feature (the variance of a score sums over pairs j, j').
 j2 = Symbol("j'", integer=True, positive=True)
 #: The head index (the letter l, named `ell` in Python so that it never reads as 1).
 ell = Symbol("l", integer=True, positive=True)
+#: A group of keys and values (grouped-query attention).
+nu = Symbol("nu", integer=True, positive=True)
 #: The constant added to every score of a row (shift invariance of the softmax).
 lam = Symbol("lambda", real=True)
 
@@ -73,7 +89,23 @@ _FORWARD = {
     "a": "A",
     "ctx": "C",
     "ctxcat": "C_concat",
+    # the variants of the later chapters: RoPE, QK-norm, latent keys and values
+    "phi": "Phi",
+    "rot": "R",
+    "qrot": "Q_rot",
+    "krot": "K_rot",
+    "qnorm": "Q_norm",
+    "knorm": "K_norm",
+    "gq": "G_q",
+    "gk": "G_k",
+    "u": "U",
+    "wdkv": "W_dkv",
+    "wuk": "W_uk",
+    "wuv": "W_uv",
 }
+#: Letters whose entries are numbers fixed by the sizes (no gradient flows into them).
+CONSTANT_LETTERS = frozenset({"M", "Phi", "R"})
+_CONSTANT_NAMES = frozenset({"mask", "phi", "rot"})
 #: LaTeX of one entry's letter: x_{m,i}, (W_q)_{i,j}, ω_{m,p}, z_{m,j} (an entry of C), ...
 _ENTRY = {
     "x": "x",
@@ -92,6 +124,18 @@ _ENTRY = {
     "a": "a",
     "ctx": "z",
     "ctxcat": r"\hat{z}",
+    "phi": r"\phi",
+    "rot": "R",
+    "qrot": r"\mathring{q}",
+    "krot": r"\mathring{k}",
+    "qnorm": r"\check{q}",
+    "knorm": r"\check{k}",
+    "gq": r"(\gamma_q)",
+    "gk": r"(\gamma_k)",
+    "u": "u",
+    "wdkv": "(W_{dkv})",
+    "wuk": "(W_{uk})",
+    "wuv": "(W_{uv})",
 }
 #: LaTeX of each matrix letter.
 _MATRIX = {
@@ -111,6 +155,18 @@ _MATRIX = {
     "A": "A",
     "C": "C",
     "C_concat": r"\hat{C}",
+    "Phi": r"\Phi",
+    "R": "R",
+    "Q_rot": r"\mathring{Q}",
+    "K_rot": r"\mathring{K}",
+    "Q_norm": r"\check{Q}",
+    "K_norm": r"\check{K}",
+    "G_q": r"\gamma_q",
+    "G_k": r"\gamma_k",
+    "U": "U",
+    "W_dkv": "W_{dkv}",
+    "W_uk": "W_{uk}",
+    "W_uv": "W_{uv}",
 }
 
 
@@ -125,11 +181,17 @@ def _bar(tex: str) -> str:
 
 
 #: Entry name -> matrix letter, for the forward matrices and their gradients ("dq" -> "dQ").
-BASES: dict[str, str] = _FORWARD | {"d" + k: "d" + v for k, v in _FORWARD.items() if k != "mask"}
+BASES: dict[str, str] = _FORWARD | {
+    "d" + k: "d" + v for k, v in _FORWARD.items() if k not in _CONSTANT_NAMES
+}
 #: Entry name -> LaTeX of the entry's letter (gradients with a bar: "dq" -> \bar{q}).
-ENTRY_LATEX: dict[str, str] = _ENTRY | {"d" + k: _bar(v) for k, v in _ENTRY.items() if k != "mask"}
+ENTRY_LATEX: dict[str, str] = _ENTRY | {
+    "d" + k: _bar(v) for k, v in _ENTRY.items() if k not in _CONSTANT_NAMES
+}
 #: Matrix letter -> LaTeX; gradients ("dQ" -> \bar{Q}); per head ("Q_l" -> Q^{(\ell)}).
-MATRIX_LATEX: dict[str, str] = _MATRIX | {"d" + k: _bar(v) for k, v in _MATRIX.items() if k != "M"}
+MATRIX_LATEX: dict[str, str] = _MATRIX | {
+    "d" + k: _bar(v) for k, v in _MATRIX.items() if k not in CONSTANT_LETTERS
+}
 MATRIX_LATEX |= {f"{k}_l": f"{v}^{{(\\ell)}}" for k, v in list(MATRIX_LATEX.items())}
 _LETTERS = {letter: name for name, letter in BASES.items()}
 
@@ -137,9 +199,11 @@ _LETTERS = {letter: name for name, letter in BASES.items()}
 #: The order of entries in a product and of terms in a sum (and of a step's inputs): the book
 #: writes x W, q k, a v, \hat{z} W_o; the gradients in the order of their matrix forms.
 READING_ORDER = (
-    "x", "y", "ctxcat", "a", "dctx", "ctx", "domega", "domegatilde", "domegahat", "da", "dq", "dk",
-    "dv", "q", "wq", "wk", "wv", "wo", "k", "v", "omega", "omegatilde", "omegahat", "mask",
-    "dx", "dy", "dwq", "dwk", "dwv", "dwo", "dctxcat",
+    "x", "y", "u", "ctxcat", "a", "dctx", "ctx", "domega", "domegatilde", "domegahat", "da",
+    "dqrot", "dkrot", "dqnorm", "dknorm", "dq", "dk", "dv", "du", "qrot", "qnorm", "q", "gq",
+    "wq", "wdkv", "wk", "wv", "wuk", "wuv", "wo", "krot", "knorm", "k", "gk", "v", "omega",
+    "omegatilde", "omegahat", "mask", "rot", "phi",
+    "dx", "dy", "dgq", "dgk", "dwq", "dwdkv", "dwk", "dwv", "dwuk", "dwuv", "dwo", "dctxcat",
 )  # fmt: skip
 _RANK = {name: rank for rank, name in enumerate(READING_ORDER)}
 

@@ -20,17 +20,15 @@ Indices are already 1-based in the objects (see `derive.notation.letters`): noth
 from __future__ import annotations
 
 import sympy as sp
-from sympy import Indexed, MatrixSymbol
+from sympy import Indexed
 from sympy.printing.latex import LatexPrinter
-from sympy.printing.precedence import PRECEDENCE
 
 from . import letters as L
-from .matexpr import Concat, Softmax
+from .matrix_printer import MatrixPrinting
 
 __all__ = ["AttentionPrinter", "latex", "ordered_terms"]
 
 #: The order of the matrices in a sum of matrix products (\bar{Q} W_q^T + \bar{K} W_k^T + ...).
-_MATRIX_RANK = {L.BASES[name]: rank for rank, name in enumerate(L.READING_ORDER)}
 _entry_key = L.reading_key
 
 
@@ -51,7 +49,7 @@ def ordered_terms(expr: sp.Add) -> list[sp.Expr]:
     )
 
 
-class AttentionPrinter(LatexPrinter):
+class AttentionPrinter(MatrixPrinting, LatexPrinter):
     """`LatexPrinter` with the book's notation (see the module docstring for the table)."""
 
     printmethod = "_attention_latex"
@@ -81,10 +79,20 @@ class AttentionPrinter(LatexPrinter):
             return f"{letter}_{{{subscript}}}"
         return f"{letter}^{{({self._print(head)})}}_{{{subscript}}}"
 
+    def _print_Pow(self, expr: sp.Pow) -> str:
+        """A head's entry to a power in braces, {q^{(ℓ)}_{m,j}}^{2}: never a double
+        superscript."""
+        base, power = expr.args
+        if isinstance(base, Indexed) and len(base.indices) == 3 and power.is_Integer and power > 0:
+            return rf"\left({self._print(base)}\right)^{{{self._print(power)}}}"
+        return super()._print_Pow(expr)
+
     def _print_Symbol(self, expr: sp.Symbol, style: str = "plain") -> str:
         special = {L.ell: r"\ell", L.c_h: "c_h", L.j2: "j'", L.lam: r"\lambda"}
         if expr in special:
             return special[expr]
+        if expr.name.startswith("gmax_"):  # the largest gain of QK-norm, max_j |(γ_q)_{1,j}|
+            return rf"\max_{{j}} \left|(\gamma_{expr.name[-1]})_{{1,j}}\right|"
         if expr.name.startswith("sigma_") and expr.name.endswith("^2"):  # a variance σ_q²
             return rf"\sigma_{{{expr.name[6:-2]}}}^{{2}}"
         return super()._print_Symbol(expr, style=style)
@@ -192,93 +200,6 @@ class AttentionPrinter(LatexPrinter):
         return super()._print_Derivative(expr)
 
     # -- matrices --------------------------------------------------------------------------------
-
-    def _print_MatrixSymbol(self, expr: MatrixSymbol, style: str = "plain") -> str:
-        return L.MATRIX_LATEX.get(str(expr.name), super()._print_MatrixSymbol(expr))
-
-    def _print_Transpose(self, expr: sp.Transpose) -> str:
-        base = self.parenthesize(expr.arg, PRECEDENCE["Pow"])
-        return rf"{{{base}}}^\top" if "^" in base else rf"{base}^\top"
-
-    def _print_MatMul(self, expr: sp.MatMul) -> str:
-        scalars = [a for a in expr.args if not isinstance(a, sp.MatrixExpr)]
-        matrices = [a for a in expr.args if isinstance(a, sp.MatrixExpr)]
-        product = " ".join(self._factor(m) for m in matrices)
-        if not scalars:
-            return product
-        numerator, denominator = sp.fraction(sp.Mul(*scalars))
-        if denominator == 1:  # -(A ∘ \bar{A}) J, 2 X W_q: not a fraction over 1
-            sign = "-" if numerator == -1 else f"{self._print(numerator)} "
-            return f"{sign}{product}"
-        top = product if numerator == 1 else f"{self._print(numerator)} {product}"
-        if top.startswith("-"):
-            return rf"-\frac{{{top[1:].lstrip()}}}{{{self._print(denominator)}}}"
-        return rf"\frac{{{top}}}{{{self._print(denominator)}}}"
-
-    def _factor(self, matrix: sp.MatrixExpr) -> str:
-        """One factor of a matrix product; a Hadamard product in parentheses: (A ∘ \\bar{A}) J."""
-        if isinstance(matrix, sp.HadamardProduct | sp.MatAdd):
-            return rf"\left({self._print(matrix)}\right)"
-        return self.parenthesize(matrix, PRECEDENCE["Mul"], strict=True)
-
-    def _print_MatAdd(self, expr: sp.MatAdd) -> str:
-        """Positive terms first, then in the order of their matrices: \\bar{Q} W_q^T + ..."""
-
-        def key(term: sp.MatrixExpr) -> tuple:
-            names = [str(s.name).removesuffix("_l") for s in _symbols_in_order(term)]
-            return (term.could_extract_minus_sign(), [_MATRIX_RANK.get(x, 99) for x in names])
-
-        text = ""
-        for index, term in enumerate(sorted(expr.args, key=key)):
-            printed = self._print(term)
-            if index and printed.startswith("-"):
-                text += f" - {printed[1:].lstrip()}"
-            elif index:
-                text += f" + {printed}"
-            else:
-                text = printed
-        return text
-
-    def _print_HadamardProduct(self, expr: sp.HadamardProduct) -> str:
-        """A ∘ (\\bar{A} - …): plain matrices first."""
-        factors = sorted(expr.args, key=lambda f: not isinstance(f, MatrixSymbol))
-        return r" \circ ".join(self._factor(f) for f in factors)
-
-    def _print_MatrixSlice(self, expr: sp.MatrixExpr) -> str:
-        (row_start, row_stop, _), (start, stop, _) = expr.rowslice, expr.colslice
-        rows = ":" if (row_start, row_stop) == (0, expr.parent.shape[0]) else "?"
-        first = self._print(sp.Add(sp.factor(start), 1, evaluate=False))
-        stop = sp.factor(stop)
-        last = self._print(stop)
-        if stop.is_Mul and all(f.is_Symbol for f in stop.args):  # ℓ c_h: the head first
-            last = " ".join(self._print(f) for f in sorted(stop.args, key=lambda f: f != L.ell))
-        parent = self.parenthesize(expr.parent, PRECEDENCE["Pow"])
-        return rf"{parent}_{{{rows},\; {first} \ldots {last}}}"
-
-    def _print_OneMatrix(self, expr: sp.OneMatrix) -> str:
-        """The all-ones matrix J: (A ∘ \\bar{A}) J repeats each row's sum along the row."""
-        return "J"
-
-    def _print_Softmax(self, expr: Softmax) -> str:
-        return rf"\operatorname{{softmax}}\left({self._print(expr.arg)}\right)"
-
-    def _print_Concat(self, expr: Concat) -> str:
-        block, count = expr.block, self._print(expr.count)
-        if not isinstance(block, MatrixSymbol):  # a composed block: ℓ = 1 … h side by side
-            return rf"\left[\, {self._print(block)} \,\right]_{{\ell = 1 \ldots {count}}}"
-        letter = L.MATRIX_LATEX[str(block.name).removesuffix("_l")]
-        blocks = rf"{letter}^{{(1)}} \;\; {letter}^{{(2)}} \;\cdots\; {letter}^{{({count})}}"
-        return rf"\left[\, {blocks} \,\right]"
-
-
-def _symbols_in_order(expr: sp.Basic) -> list[MatrixSymbol]:
-    """The matrix symbols of an expression, left to right."""
-    if isinstance(expr, MatrixSymbol):
-        return [expr]
-    found: list[MatrixSymbol] = []
-    for arg in expr.args:
-        found += _symbols_in_order(arg)
-    return found
 
 
 _PRINTER = AttentionPrinter()

@@ -8,7 +8,9 @@
 - `DecodeCost`: the FLOPs of one new token (its row against the cache, its own key and value)
   against recomputing the whole graph at length m, from the matrix forms;
 - `AllowedPairs`: the (query, key) pairs the declared mask allows, summed under the ranges, and
-  the products computed over them only.
+  the products computed over them only;
+- the claims of the later models' variants: `derive.proofs.rope` (RoPE), `.heads` (groups of
+  keys and values, caches, weights), `.norm` (QK-norm's bound), `.latent` (latent attention).
 """
 
 from __future__ import annotations
@@ -18,9 +20,28 @@ from sympy import Eq, Sum
 
 from ..calculus import flop_count, step_flops, under_ranges
 from ..graph import Graph
-from ..graph.claims import AllowedPairs, CacheSize, Claim, DecodeCost, ReadsRows, SameAs
+from ..graph.claims import (
+    Absorption,
+    AllowedPairs,
+    CacheAgainst,
+    CacheSize,
+    Claim,
+    DecodeCost,
+    On,
+    ReadsRows,
+    RelativePosition,
+    SameAs,
+    SameForEveryHead,
+    ScoreBound,
+    WeightCount,
+    ZeroAngles,
+)  # fmt: skip
 from ..notation import letters as L
 from .fact import Fact, chain
+from .heads import cache_against, same_for_every_head, weight_count
+from .latent import absorption
+from .norm import score_bound
+from .rope import relative_position, zero_angles
 from .softmax import weights_element
 
 __all__ = ["prove"]
@@ -151,8 +172,16 @@ def _allowed_pairs(graph: Graph, claim: AllowedPairs) -> Fact:
                 "changes")  # fmt: skip
 
 
-_PROVERS = {SameAs: _same_as, ReadsRows: _reads_rows, CacheSize: _cache_size,
-            DecodeCost: _decode_cost, AllowedPairs: _allowed_pairs}  # fmt: skip
+_PROVERS = {
+    SameAs: _same_as, ReadsRows: _reads_rows, CacheSize: _cache_size, DecodeCost: _decode_cost,
+    AllowedPairs: _allowed_pairs, SameForEveryHead: same_for_every_head,
+    CacheAgainst: cache_against, WeightCount: weight_count,
+    RelativePosition: lambda graph, claim: relative_position(graph),
+    ZeroAngles: lambda graph, claim: zero_angles(graph, claim.other),
+    ScoreBound: lambda graph, claim: score_bound(graph),
+    Absorption: lambda graph, claim: absorption(graph),
+    On: lambda graph, claim: prove(claim.graph, claim.claim),
+}  # fmt: skip
 
 
 def prove(graph: Graph, claim: Claim) -> Fact:

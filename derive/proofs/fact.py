@@ -42,7 +42,9 @@ class Fact:
 
     @property
     def statement(self) -> sp.Eq:
-        """The first left-hand side equals the last right-hand side."""
+        """The first left-hand side equals the last right-hand side; for a bound, the claim."""
+        if not all(isinstance(line, sp.Eq) for line in self.derivation):
+            return self.claim
         return sp.Eq(self.derivation[0].lhs, self.derivation[-1].rhs, evaluate=False)
 
     @property
@@ -52,8 +54,10 @@ class Fact:
 
     @property
     def holds(self) -> bool:
-        """True when the derivation reaches the claim exactly."""
-        return self.residual == 0
+        """True when the derivation reaches the claim exactly (a matrix claim: to the zero
+        matrix)."""
+        residual = self.residual
+        return residual == 0 or isinstance(residual, sp.ZeroMatrix)
 
     def _repr_latex_(self) -> str:
         from ..notation import latex

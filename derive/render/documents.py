@@ -18,8 +18,7 @@ from ..explicit import ExplicitAttention
 from ..explicit.forward import ExplicitGraph
 from ..explicit.sizes import check_size, check_sizes
 from ..graph import Graph, self_attention
-from ..graph.variants import variant
-from ..notation import letters as L
+from ..graph.variants import explicit_sizes, variant
 from . import prose as P
 from .blocks import Block, Figure, Prose, to_latex, to_markdown
 from .sections import backward as B
@@ -78,15 +77,13 @@ class DocumentOptions:
                 raise ValueError(f"variant {self.variant!r} has no size {name!r}; its sizes: "
                                  f"{sorted(known) or 'none beyond n, d, c'}")  # fmt: skip
             check_size(name, value)
+        if self.sizes is not None:
+            self.variant_sizes()  # sizes that do not fit together: a ValueError naming them
 
     def variant_sizes(self) -> dict[sp.Symbol, int]:
-        """The explicit sizes of a variant: n, d, c and its own (given, or its defaults)."""
-        found = variant(self.variant)
-        given = dict(self.extra)
-        n, d, c = self.sizes
-        sizes = {L.n: n, L.d: d, L.c: c}
-        sizes |= {symbol: given.get(str(symbol), default) for symbol, default in found.sizes}
-        return sizes
+        """The explicit sizes of a variant: n, d, c, its own (given, or its defaults), c_h and
+        its parameters (`derive.graph.variants.explicit_sizes`)."""
+        return explicit_sizes(variant(self.variant), *self.sizes, dict(self.extra))
 
 
 def figure_path(options: DocumentOptions, name: str) -> str:

@@ -24,6 +24,10 @@ _SIZES = (
     (L.s, "keys read from another sequence $Y$ (cross-attention)"),
     (L.d_y, "width of an entry of $Y$ (cross-attention)"),
     (L.w, "the window of sliding-window attention: a query sees its last $w$ keys"),
+    (L.g, "groups of keys and values (grouped-query attention): $h/g$ heads share one"),
+    (L.d_u, "width of the latent $U$ of keys and values (multi-head latent attention)"),
+    (L.beta, "base of the rotary angles (RoPE; the book's `theta_base`, 10 000)"),
+    (L.eps, "the constant under the root of an RMS normalisation (QK-norm; $10^{-6}$)"),
 )
 
 _INDICES = (
@@ -34,7 +38,9 @@ _INDICES = (
     (L.i, "an input feature (columns of $X$, rows of the weights)"),
     (L.j, "a context feature (columns of $Q$, $K$, $V$, $C$)"),
     (L.j2, "a second context feature (the variance of a score)"),
+    (L.f, "a feature of the latent $U$ (multi-head latent attention)"),
     (L.ell, "a head (multi-head attention)"),
+    (L.nu, "a group of keys and values (grouped-query attention)"),
     (L.b, "a sequence in a batch"),
 )
 
@@ -55,6 +61,18 @@ _ENTRIES = {
     "a": "attention weight of token m on token p",
     "ctx": "context vector of token m (the book's z), feature j",
     "ctxcat": "the heads' context vectors side by side (multi-head attention)",
+    "phi": "rotary angle of token m, feature j: its position times the pair's frequency",
+    "rot": "the rotation of RoPE's pairs: $x R$ is $[-x_2\\ x_1]$ (the book's rotate half)",
+    "qrot": "query rotated by its position (RoPE)",
+    "krot": "key rotated by its position (RoPE)",
+    "qnorm": "query divided by its root mean square, times the gains (QK-norm)",
+    "knorm": "key divided by its root mean square, times the gains (QK-norm)",
+    "gq": "gain of query feature j (QK-norm; the book's `q_norm.scale`)",
+    "gk": "gain of key feature j (QK-norm; the book's `k_norm.scale`)",
+    "u": "latent of token m, feature f: what the cache keeps (latent attention)",
+    "wdkv": "down-projection weight to the latent (the book's `W_DKV`)",
+    "wuk": "up-projection weight from the latent to the keys (the book's `W_UK`)",
+    "wuv": "up-projection weight from the latent to the values (the book's `W_UV`)",
 }
 
 _OTHER = (
@@ -98,17 +116,9 @@ def _row(*cells: str) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def _index(name: str) -> tuple[sp.Symbol, sp.Symbol]:
-    """The indices the documents give an entry of this letter."""
-    if name.removeprefix("d") in ("wq", "wk", "wv", "wo"):
-        return L.i, L.j
-    if name.removeprefix("d") in ("omega", "omegatilde", "omegahat", "a", "mask"):
-        return L.m, L.p
-    if name.removeprefix("d") in ("k", "v"):
-        return L.p, L.j
-    if name.removeprefix("d") == "y":
-        return L.p, L.i
-    return (L.m, L.i) if name.removeprefix("d") == "x" else (L.m, L.j)
+def _index(name: str) -> tuple[sp.Expr, sp.Expr]:
+    """The indices the documents give an entry of this letter (its gradient's alike)."""
+    return calculus.book_indices(L.BASES[name.removeprefix("d")])
 
 
 def glossary_markdown() -> str:

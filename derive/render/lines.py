@@ -10,9 +10,12 @@ from ..proofs import Fact
 __all__ = ["equation", "chain", "fact_lines", "shape"]
 
 
+_RELATION = {"==": "=", "<=": r"\le", "<": "<", ">=": r"\ge", ">": ">"}
+
+
 def equation(eq: sp.Eq) -> str:
-    """``lhs &= rhs``."""
-    return f"{latex(eq.lhs)} &= {latex(eq.rhs)}"
+    r"""``lhs &= rhs`` (``&\le`` for an inequality)."""
+    return f"{latex(eq.lhs)} &{_RELATION[eq.rel_op]} {latex(eq.rhs)}"
 
 
 def chain(equations: tuple[sp.Eq, ...]) -> tuple[str, ...]:
@@ -24,7 +27,7 @@ def chain(equations: tuple[sp.Eq, ...]) -> tuple[str, ...]:
     for eq in equations:
         if lhs is not None and eq.lhs in (lhs, last):
             if eq.rhs != last:
-                lines.append(f"&= {latex(eq.rhs)}")
+                lines.append(f"&{_RELATION[eq.rel_op]} {latex(eq.rhs)}")
                 last = eq.rhs
             continue
         lines.append(equation(eq))

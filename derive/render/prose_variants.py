@@ -46,4 +46,40 @@ CLAIM_TEXT = {
         "see fewer keys than the window. Computing the scores and the context over these "
         "pairs only:"
     ),
+    "relative_position": (
+        "The rotated queries and keys put into the score, the rotation's deltas summed out, "
+        "the sum split where the rotation changes sign so that the pair $(j, j + c/2)$ is one "
+        "term, and each pair's coefficient simplified by SymPy's trigonometric identities. "
+        "Every angle that remains is $(m - p)\\theta_j$, with $\\theta_j = "
+        "\\beta^{-2(j-1)/c}$: the score depends on where the query and the key are only "
+        "through how far apart they are (SymPy checks that moving both by the same amount "
+        "changes no angle). The term of one pair is the statement for one pair:"
+    ),
+    "zero_angles": (
+        "With every angle $0$ (a rotation by nothing) the score is the score without RoPE:"
+    ),
+    "same_for_every_head": (
+        "With one group ($g = 1$), the group a head reads is decided by SymPy for every "
+        "$\\ell = 1 \\ldots h$: every head reads the same keys and values, which is "
+        "multi-query attention:"
+    ),
+    "cache_against": (
+        "What a cache keeps per layer, counted from the declared shapes, against the keys and "
+        "values that multi-head attention keeps, and their ratio:"
+    ),
+    "weight_count": "How many numbers the key and value projections hold:",
+    "score_bound": (
+        "The squared length of a normalised query, derived from the declaration: the root "
+        "leaves the sum, and SymPy checks that what is subtracted from $c$ is not negative. "
+        "Then the Cauchy–Schwarz inequality bounds every score, whatever $X$, $W_q$ and $W_k$ "
+        "are, so the scaled scores stay within a fixed range and the softmax cannot "
+        "saturate:"
+    ),
+    "absorption": (
+        "The score of head $\\ell$ with its query and key put in, down to $X$, $W_q$, the "
+        "latent $U$ and $W_{uk}$, head $\\ell$'s columns named as blocks, and the matrix form "
+        "SymPy finds. The product $W_q^{(\\ell)} {W_{uk}^{(\\ell)}}^\\top$ ($d \\times d_u$) "
+        "can be computed once, and the scores read the cached latent directly: the keys are "
+        "never formed."
+    ),
 }

@@ -63,7 +63,7 @@ def _weights(graph: Graph) -> list[Block]:
     if not any(step.constant for step in graph.declarations):
         return []
     element, sources = proofs.weights_element(graph)
-    a = graph.step("A").element.lhs
+    (a,) = [s.element.lhs for s in graph.declarations if s.output in ("A", "A_l")]
     line = equation(sp.Eq(a, element, evaluate=False))
     how = "the mask put into the weights, conditions decided under the index ranges"
     return [Prose(P.CAUSAL_DERIVED), Display((line,), derived(how, *sources))]

@@ -85,4 +85,4 @@ def test_a_block_of_columns_needs_the_shape():
 
 def test_a_formula_with_no_matrix_form_is_refused():
     with pytest.raises(derive.NoMatrixForm):
-        derive.matrix_form(exp(Q[m, j]), (m, j))
+        derive.matrix_form(Q[m, j] / Sum(Q[m, r] ** 3, (r, 0, c - 1)), (m, j))

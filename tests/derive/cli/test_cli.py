@@ -253,7 +253,7 @@ def test_python_dash_m_derive_is_torch_free(tmp_path):
 def test_a_full_standard_output_is_one_line_and_status_2():
     with open("/dev/full", "wb") as full:  # every write fails with ENOSPC (Linux)
         done = subprocess.run(
-            [sys.executable, "-m", "derive", "latex"], stdout=full, stderr=subprocess.PIPE,
+            [sys.executable, "-m", "derive", "latex", "-q"], stdout=full, stderr=subprocess.PIPE,
             text=True, env=_env(),
         )  # fmt: skip
     assert done.returncode == 2

@@ -7,7 +7,7 @@ import sympy as sp
 import derive
 from derive import calculus
 from derive.explicit.forward import ExplicitGraph
-from derive.graph.variants import variant
+from derive.graph.variants import explicit_sizes, variant
 from derive.notation import latex
 from derive.notation import letters as L
 from derive.proofs.claims import prove
@@ -16,7 +16,9 @@ VARIANTS = derive.variants()
 
 
 def test_the_registered_names():
-    assert VARIANTS == ("kv-cache", "sliding-window", "cross-attention")
+    assert VARIANTS == (
+        "kv-cache", "sliding-window", "cross-attention", "rope", "gqa", "qk-norm", "mla"
+    )  # fmt: skip
     with pytest.raises(ValueError, match=r"unknown variant 'nope'; known: kv-cache, sliding"):
         derive.variant("nope")
 
@@ -43,12 +45,12 @@ def test_every_variant_has_matrix_forms_and_a_backward_pass(name):
 @pytest.mark.parametrize("name", VARIANTS)
 def test_every_variant_is_written_out_at_its_default_sizes(name):
     found = variant(name)
-    sizes = {L.n: 4, L.d: 3, L.c: 2} | dict(found.sizes)
-    explicit = ExplicitGraph(found.graph, sizes)
+    sizes = explicit_sizes(found, 4, 3, 4, {})
+    explicit = ExplicitGraph(found.graph, sizes, heads=sizes.get(L.h, 1))
     assert [s.output for s in explicit.steps][-1] == "C"
-    (weights,) = [s for s in explicit.steps if s.name == "weights"]
-    for row in range(4):
-        assert sp.simplify(sum(weights.formula.row(row)) - 1) == 0
+    for weights in [s for s in explicit.steps if s.name == "weights"]:  # one per head
+        for row in range(4):
+            assert sp.simplify(sum(weights.formula.row(row)) - 1) == 0
 
 
 def test_the_sliding_window_sees_only_its_last_w_keys():
@@ -112,7 +114,7 @@ def test_the_two_derivations_of_every_variants_backward_pass_agree(name):
     from derive.explicit.gradients import ExplicitGradients
 
     found = variant(name)
-    sizes = {L.n: 4, L.d: 2, L.c: 3} | {symbol: min(value, 3) for symbol, value in found.sizes}
-    gradients = ExplicitGradients.of(ExplicitGraph(found.graph, sizes))
+    sizes = explicit_sizes(found, 3, 2, 4, {})
+    gradients = ExplicitGradients.of(ExplicitGraph(found.graph, sizes, heads=sizes.get(L.h, 1)))
     assert gradients.proven()
     assert gradients.rowsum_residual().is_zero_matrix

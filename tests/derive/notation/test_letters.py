@@ -49,8 +49,8 @@ def test_sizes_are_positive_integers():
 
 
 def test_unknown_letter_is_refused():
-    with pytest.raises(ValueError, match=r"unknown entry letter 'u'"):
-        L.base("u")
+    with pytest.raises(ValueError, match=r"unknown entry letter 'xi'"):
+        L.base("xi")
 
 
 def test_reading_order_sorts_indices_numerically():

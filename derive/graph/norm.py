@@ -1,0 +1,70 @@
+r"""QK-norm (the book's Qwen 3), declared: queries and keys RMS-normalised before the scores.
+
+Each row of a head's queries (and keys) is divided by its root mean square and scaled by a
+learnable gain per feature, shared by the heads (the book's ``q_norm = RMSNorm(head_dim)``):
+
+    \check{q}_{m,j} = (γ_q)_{1,j} q_{m,j} / √( Σ_{j'} q_{m,j'}² / c + ε )
+
+The gains are a 1 × c matrix (a row), so that every matrix of the derivation has two indices.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+from sympy import Eq, Sum, sqrt
+
+from ..notation import letters as L
+from .declaration import Declaration, Graph
+
+__all__ = ["rms_norm", "with_qk_norm"]
+
+_NORMED = {"q": "qnorm", "k": "knorm"}
+_GAIN = {"q": "gq", "k": "gk"}
+
+
+def rms_norm(which: str, head: bool, rows: sp.Expr) -> Declaration:
+    r"""$\check{q}_{m,j} = (\gamma_q)_{1,j}\, q_{m,j} / \sqrt{\sum_{j'} q_{m,j'}^2 / c +
+    \epsilon}$ (`which`: ``"q"`` or ``"k"``; keys by their row p)."""
+    width = L.c_h if head else L.c
+    row, j, j2 = (L.m if which == "q" else L.p), L.j, L.j2
+    base, normed = L.base(which), L.base(_NORMED[which])
+
+    def entry(b: sp.IndexedBase, *indices: sp.Expr) -> sp.Indexed:
+        return b[(L.ell, *indices)] if head else b[indices]
+
+    mean_square = Sum(entry(base, row, j2) ** 2, (j2, 1, width)) / width
+    rhs = L.base(_GAIN[which])[1, j] * entry(base, row, j) / sqrt(mean_square + L.eps)
+    suffix = "_l" if head else ""
+    letter, source = L.BASES[_NORMED[which]] + suffix, which.upper() + suffix
+    gain = L.BASES[_GAIN[which]]
+    return Declaration(
+        "rms_norm",
+        letter,
+        "Normalising the " + ("queries" if which == "q" else "keys"),
+        Eq(entry(normed, row, j), rhs, evaluate=False),
+        {source: (rows, width), gain: (sp.S.One, width), letter: (rows, width)},
+    )
+
+
+def _reads(step: Declaration) -> Declaration:
+    """The scores step reading the normalised queries and keys."""
+    bases = {L.base(name): L.base(new) for name, new in _NORMED.items()}
+    suffix = "_l" if step.head else ""
+    shapes = dict(step.shapes)
+    for name, new in _NORMED.items():
+        shapes[L.BASES[new] + suffix] = shapes.pop(name.upper() + suffix)
+    element = Eq(step.element.lhs, step.element.rhs.xreplace(bases), evaluate=False)
+    return Declaration(step.name, step.output, step.title, element, shapes, step.constant)
+
+
+def with_qk_norm(graph: Graph) -> Graph:
+    """`graph` with its queries and keys RMS-normalised before the scores (per head)."""
+    steps: list[Declaration] = []
+    for step in graph.declarations:
+        if step.name != "scores":
+            steps.append(step)
+            continue
+        rows = {letter[0].lower(): step.shapes[letter][0] for letter in step.inputs}
+        steps += [rms_norm("q", step.head, rows["q"]), rms_norm("k", step.head, rows["k"]),
+                  _reads(step)]  # fmt: skip
+    return Graph(graph.name + " with QK-norm", tuple(steps), graph.relations)

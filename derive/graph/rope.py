@@ -1,0 +1,130 @@
+r"""Rotary position embeddings (RoPE), declared, and the transform that puts them into a graph.
+
+The book's Llama 3 and Qwen 3 (`llms_from_scratch.llama3`, `.qwen3`) rotate each query and key
+before the scores, by an angle proportional to the token's position. Its code pairs feature j
+with feature j + c/2 (the two halves of a head, "rotate half"); the paper's pairs (2i, 2i+1) are
+the same rotation with the features listed in another order, the same for queries and keys, so
+every score is the same. The declarations follow the book's code, with 1-based indices:
+
+    φ_{m,j} = (m − 1) θ_j,  θ_j = β^{−2(j−1)/c} (j ≤ c/2), θ_j = θ_{j−c/2} (j > c/2)   angles
+    R_{j',j} = δ_{j', j−c/2} − δ_{j', j+c/2}                                     rotate half
+    \mathring{q}_{m,j} = q_{m,j} cos φ_{m,j} + Σ_{j'} q_{m,j'} R_{j',j} sin φ_{m,j}  apply_rope
+
+so that \mathring{Q} = Q ∘ cos Φ + (Q R) ∘ sin Φ: the book's ``x * cos + rotated * sin`` with
+``rotated = cat(−x₂, x₁) = x R``. Token m sits at position m − 1 (the book counts from 0).
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+from sympy import Eq, KroneckerDelta, Piecewise, Sum, cos, sin
+
+from ..notation import letters as L
+from .declaration import Declaration, Graph
+
+__all__ = ["rope_angles", "rotate_half", "apply_rope", "with_rope"]
+
+_ROTATED = {"q": "qrot", "k": "krot", "qnorm": "qrot", "knorm": "krot"}
+
+
+def _width(head: bool) -> sp.Expr:
+    return L.c_h if head else L.c
+
+
+def rope_angles(head: bool = False, rows: sp.Expr = L.n) -> Declaration:
+    r"""$\phi_{m,j} = (m-1)\,\beta^{-2(j-1)/c}$ for $j \le c/2$, the same angle for $j$ and
+    $j + c/2$: token m's position times the frequency of its pair."""
+    width, m, j = _width(head), L.m, L.j
+    half = width / 2
+    low = (m - 1) * L.beta ** (-2 * (j - 1) / width)
+    high = (m - 1) * L.beta ** (-2 * (j - half - 1) / width)
+    rhs = Piecewise((low, sp.Le(j, half)), (high, True))
+    return Declaration(
+        "compute_rope_params",
+        "Phi",
+        "The rotary angles",
+        Eq(L.base("phi")[m, j], rhs, evaluate=False),
+        {"Phi": (rows, width)},
+        constant=True,
+    )
+
+
+def rotate_half(head: bool = False) -> Declaration:
+    r"""$R_{j',j} = \delta_{j',j-c/2} - \delta_{j',j+c/2}$: $x R$ is $[-x_2\ x_1]$, the two
+    halves of x swapped, the first negated."""
+    width, j2, j = _width(head), L.j2, L.j
+    half = width / 2
+    rhs = KroneckerDelta(j2, j - half) - KroneckerDelta(j2, j + half)
+    return Declaration(
+        "rotate_half",
+        "R",
+        "Rotating half",
+        Eq(L.base("rot")[j2, j], rhs, evaluate=False),
+        {"R": (width, width)},
+        constant=True,
+    )
+
+
+def _entry(name: str, head: bool, *indices: sp.Expr) -> sp.Indexed:
+    base = L.base(name)
+    return base[(L.ell, *indices)] if head else base[indices]
+
+
+def apply_rope(source: str, head: bool, rows: sp.Expr) -> Declaration:
+    r"""$\mathring{q}_{m,j} = q_{m,j}\cos\phi_{m,j} + \sum_{j'} q_{m,j'} R_{j',j} \sin\phi_{m,j}$
+    (`source`: the entry name of what is rotated: ``"q"``, ``"k"``, or their normalised
+    ``"qnorm"``, ``"knorm"``); keys are rotated by their own position p."""
+    width, j, j2 = _width(head), L.j, L.j2
+    row = L.m if source.startswith("q") else L.p
+    angle = L.base("phi")[row, j]
+    rotated = Sum(_entry(source, head, row, j2) * L.base("rot")[j2, j], (j2, 1, width))
+    rhs = _entry(source, head, row, j) * cos(angle) + rotated * sin(angle)
+    output = _ROTATED[source]
+    suffix = "_l" if head else ""
+    letter, source_letter = L.BASES[output] + suffix, L.BASES[source] + suffix
+    return Declaration(
+        "apply_rope",
+        letter,
+        "Rotating the " + ("queries" if row == L.m else "keys"),
+        Eq(_entry(output, head, row, j), rhs, evaluate=False),
+        {
+            source_letter: (rows, width),
+            "Phi": (rows, width),
+            "R": (width, width),
+            letter: (rows, width),
+        },  # fmt: skip
+    )
+
+
+def _reads(step: Declaration, rotated: dict[str, str]) -> Declaration:
+    """The scores step reading the rotated queries and keys."""
+    bases = {L.base(name): L.base(new) for name, new in rotated.items()}
+    rhs = step.element.rhs.xreplace(bases)
+    shapes = dict(step.shapes)
+    suffix = "_l" if step.head else ""
+    for name, new in rotated.items():
+        old = L.BASES[name] + suffix
+        shapes[L.BASES[new] + suffix] = shapes.pop(old)
+    element = Eq(step.element.lhs, rhs, evaluate=False)
+    return Declaration(step.name, step.output, step.title, element, shapes, step.constant)
+
+
+def with_rope(graph: Graph) -> Graph:
+    """`graph` with its queries and keys rotated before the scores (per head, where it has
+    heads): the angles, the rotation, the two rotations, and the scores reading them."""
+    steps: list[Declaration] = []
+    for step in graph.declarations:
+        if step.name != "scores":
+            steps.append(step)
+            continue
+        sources = [L.name_of(letter) for letter in step.inputs]
+        rows = {L.name_of(letter): step.shapes[letter][0] for letter in step.inputs}
+        query, key = sources
+        steps += [
+            rope_angles(step.head),
+            rotate_half(step.head),
+            apply_rope(query, step.head, rows[query]),
+            apply_rope(key, step.head, rows[key]),
+            _reads(step, {query: _ROTATED[query], key: _ROTATED[key]}),
+        ]
+    return Graph(graph.name + " with RoPE", tuple(steps), graph.relations)
