@@ -103,8 +103,8 @@ BAD = [
     (["markdown", "--heads", "0"], "argument --heads: must be a positive integer, got 0"),
     (["latex", "--bogus"], "unrecognized arguments: --bogus"),
     (["markdown", "--fragment"], "unrecognized arguments: --fragment"),  # latex only
-    (["html"], "invalid choice: 'html'"),
-    ([], "missing command: latex, markdown, pdf, docs or check"),
+    (["htm"], "invalid choice: 'htm'"),
+    ([], "missing command: latex, markdown, pdf, html, notebook, docs or check"),
     (["latex", "-o", "/nonexistent-folder/d.tex"], "no such directory /nonexistent-folder"),
     (["latex", "-o", "x" * 300 + ".tex"], "File name too long"),
     (["latex", "--example", "--heads", "2", "--c", "4"], "the worked example is single-head"),
