@@ -133,7 +133,7 @@ def _example(options: DocumentOptions) -> list[Cell]:
               "example.values.A.evalf(4)  # every step's value: example.values"),
         _markdown("The attention weights again, by the PyTorch implementation "
                   "(`attention.functional.self_attention`), from the same inputs:"),
-        _code("import torch", "from attention.functional import self_attention", "",
+        _code("import torch", "", "from attention.functional import self_attention", "",
               "X, W_q, W_k, W_v = (torch.tensor(example.inputs[name], dtype=torch.float64)",
               '                    for name in ("X", "W_q", "W_k", "W_v"))',
               f"C, A = self_attention(X, W_q, W_k, W_v, causal={causal}, return_weights=True)",
@@ -151,9 +151,9 @@ def _check(options: DocumentOptions) -> list[Cell]:
     return [
         _markdown("## Checking the derivation against PyTorch", P.NOTEBOOK_CHECK),
         _code("import contextlib", "import io", "", "import derive.cli", "",
-              "table = io.StringIO()",
+              f"argv = {' '.join(argv)!r}.split()", "table = io.StringIO()",
               "with contextlib.redirect_stdout(table):  # drop this line to see the table",
-              f"    status = derive.cli.main({argv!r})",
+              "    status = derive.cli.main(argv)",
               "print(table.getvalue().splitlines()[-1])", "status"),
     ]  # fmt: skip
 
@@ -177,13 +177,13 @@ def _variant(options: DocumentOptions) -> list[Cell]:
     ]  # fmt: skip
     cells += [_code(f"steps[{k}]") for k in range(1, len(steps(found.graph)))]
     if options.sizes is not None:
-        sizes = ", ".join(f"letters.{symbol}: {value}"
-                          for symbol, value in options.variant_sizes().items())  # fmt: skip
+        sizes = [f"    letters.{symbol}: {value}," for symbol, value in
+                 options.variant_sizes().items()]  # fmt: skip
         cells += [
             _markdown("## Explicit", P.EXPLICIT_INTRO),
             _code("from derive.explicit.forward import ExplicitGraph",
-                  "from derive.notation import letters", "",
-                  f"explicit = ExplicitGraph(variant.graph, {{{sizes}}})",
+                  "from derive.notation import letters", "", "sizes = {", *sizes, "}",
+                  "explicit = ExplicitGraph(variant.graph, sizes)",
                   "for step in explicit.steps:", "    display(step)"),
         ]  # fmt: skip
     return cells
