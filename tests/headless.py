@@ -70,13 +70,6 @@ class Visit:
                      if message.type in ("error", "warning") else None)  # fmt: skip
         self.page.goto(Path(path).resolve().as_uri())
 
-    def load_seconds(self) -> float:
-        """From the start of navigation to the end of the load event (Navigation Timing)."""
-        end = self.page.evaluate(
-            "() => performance.getEntriesByType('navigation')[0].loadEventEnd"
-        )
-        return end / 1000
-
     def close(self) -> None:
         self.context.close()
 
