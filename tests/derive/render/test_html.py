@@ -102,6 +102,23 @@ def test_every_entry_carries_its_formula_and_what_it_reads(page):
     assert "data-formula" not in entries["e-x-1-2"]  # an input
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        DocumentOptions(sizes=(3, 2, 4), causal=True, heads=2),  # heads: ω^{(ℓ)}, C from both
+        DocumentOptions(variant="cross-attention", sizes=(2, 3, 2)),  # keys from Y
+        DocumentOptions(variant="kv-cache", sizes=(3, 2, 2)),
+    ],
+    ids=["causal-heads", "cross-attention", "kv-cache"],
+)
+def test_every_entry_read_is_on_the_page(options):
+    entries = _entries(html_document(options))
+    reads = {key for cell in entries.values() for key in cell.get("data-reads", "").split()}
+    assert len(reads) > 40 and reads <= set(entries)
+    formulas = sum("data-formula" in cell for cell in entries.values())
+    assert 0 < formulas < len(entries)  # the inputs have none
+
+
 def test_one_entry_per_matrix_in_the_tab_order(page):
     root = _parse(page)
     tables = [t for t in root.iter("table") if t.get("role") == "grid"]
