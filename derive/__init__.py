@@ -10,7 +10,8 @@ The package reads as its pipeline (each layer imports only the ones before it):
   pass at symbolic sizes, compositions, operation and FLOP counts;
 - `derive.proofs`: the facts and the chains of equations that derive them;
 - `derive.explicit`: concrete sizes: entries, values, the chain rule, the two derivations agree;
-- `derive.render`: documents (LaTeX, Markdown, PDF), prose, figures, the glossary;
+- `derive.render`: documents (LaTeX, Markdown, PDF, a self-contained HTML page, notebooks),
+  prose, figures (PNG and SVG), the glossary;
 - `derive.cli`: the `derive` command; `derive.bridge`: the only part that touches torch (the
   checks against `attention`, the worked example), imported lazily.
 
@@ -49,7 +50,8 @@ __all__ = [
     "Softmax", "Step", "Values", "WorkedExample", "backward_steps", "check_against_torch",
     "check_gradients_against_torch", "compare", "composed_expression", "dyadic_inputs",
     "explicit_attention", "explicit_gradients", "facts", "flop_count", "gradient_inputs",
-    "graph", "latex", "latex_document", "markdown_document", "matrix_form", "operation_count",
+    "graph", "html_document", "latex", "latex_document", "markdown_document", "matrix_form",
+    "operation_count",
     "rows_sum_to_one", "rowsum_identity", "scaled_score_variance", "score_variance",
     "shift_invariance", "softmax_jacobian", "steps", "torch_gradient_steps", "torch_steps",
     "Variant", "variant", "variants", "worked_example",
@@ -149,3 +151,9 @@ def latex_document(
 def markdown_document(options: DocumentOptions, *, example=None, graph: Graph | None = None) -> str:
     """The derivation as GitHub-flavoured Markdown with ``$$`` math (see `latex_document`)."""
     return _documents.markdown_document(options, example=_example(options, example), graph=graph)
+
+
+def html_document(options: DocumentOptions, *, example=None, graph: Graph | None = None) -> str:
+    """The derivation as one self-contained HTML page: KaTeX and the figures (SVG) inlined, the
+    explicit matrices as tables whose entries show their formula (see `latex_document`)."""
+    return _documents.html_document(options, example=_example(options, example), graph=graph)

@@ -1,10 +1,13 @@
-"""The `derive` command: the derivation of self-attention as LaTeX, Markdown or PDF, and checks.
+"""The `derive` command: the derivation of self-attention as LaTeX, Markdown, PDF, an HTML page
+or a Jupyter notebook, and checks.
 
     derive latex                              # the generic derivation, LaTeX on stdout
     derive latex -o derivation.tex --n 3 --d 4 --c 2
     derive markdown -o derivation.md --example --figures figures
     derive pdf -o derivation.pdf --causal --heads 2
-    derive docs                               # regenerate docs/ (derivation.tex/.pdf/.md, figures)
+    derive html -o derivation.html --n 3 --d 4 --c 2 --example --figures
+    derive notebook -o derivation.ipynb --n 3 --d 4 --c 2 --example
+    derive docs                               # regenerate docs/ (derivation.*, figures)
     derive check --trials 5                   # derive vs the torch implementation, step by step
 
 Bad input (a size or seed out of range, heads not dividing c, an unknown option, an output that
@@ -25,6 +28,8 @@ from .errors import EnvironmentProblem, UsageError
 __all__ = ["main", "DEFAULT_SIZES"]
 
 PROG = "derive"
+#: The commands whose figures are inline SVG: their --figures takes no folder.
+INLINE_FIGURES = ("html", "notebook")
 #: The sizes of the explicit mode when only some of --n/--d/--c are given.
 DEFAULT_SIZES = {"n": 3, "d": 4, "c": 2}
 
@@ -77,7 +82,12 @@ EPILOG = {
     "  derive markdown --n 3 --d 4 --c 2 --example --figures figures -o derivation.md",
     "pdf": "examples:\n  derive pdf -o derivation.pdf\n"
     "  derive pdf -o derivation.pdf --n 3 --d 4 --c 2 --example --figures figures",
-    "docs": "example:\n  derive docs   # rewrites docs/derivation.{tex,pdf,md} and docs/figures",
+    "html": "examples:\n  derive html -o derivation.html\n"
+    "  derive html -o derivation.html --n 3 --d 4 --c 2 --example --figures",
+    "notebook": "examples:\n  derive notebook -o derivation.ipynb\n"
+    "  derive notebook -o derivation.ipynb --n 3 --d 4 --c 2 --example --figures",
+    "docs": "example:\n  derive docs   # rewrites docs/derivation.{tex,pdf,md,html,ipynb} and "
+    "docs/figures",
     "check": "examples:\n  derive check                     # random sizes, one trial\n"
     "  derive check --n 5 --d 3 --c 4 --heads 2 --causal\n"
     "  derive check --trials 10 --seed 7\n\n"
@@ -125,7 +135,7 @@ def _parser() -> _Parser:
     parser = _Parser(
         prog=PROG,
         description="Derive trainable scaled dot-product self-attention with SymPy and print "
-        "the derivation as LaTeX, Markdown or PDF.",
+        "the derivation as LaTeX, Markdown, PDF, HTML or a Jupyter notebook.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="run 'derive COMMAND --help' for the options of each command",
     )
@@ -134,6 +144,8 @@ def _parser() -> _Parser:
         "latex": "the derivation as LaTeX (standalone document, or --fragment)",
         "markdown": "the derivation as GitHub Markdown with $$ math",
         "pdf": "the derivation compiled to PDF with pdflatex",
+        "html": "the derivation as one self-contained HTML page (KaTeX inlined, no network)",
+        "notebook": "the derivation as a Jupyter notebook, saved with its outputs (needs torch)",
         "docs": "regenerate the derivation files under docs/",
     }
     for name, text in helps.items():
@@ -154,11 +166,14 @@ def _parser() -> _Parser:
             help="the worked example 'the fat cat sat on the mat' (needs torch): its first N "
             "tokens at widths D and C when sizes are given, else all 7 at D=4, C=3",
         )  # fmt: skip
-        sub.add_argument(
-            "--figures",
-            metavar="DIR",
-            help="draw the figures into DIR and include them (needs matplotlib)",
-        )
+        if name in INLINE_FIGURES:
+            sub.add_argument("--figures", action="store_const", const=".",
+                             help="include the figures, drawn inline as SVG (no files, no "
+                             "matplotlib)")  # fmt: skip
+        else:
+            sub.add_argument("--figures", metavar="DIR",
+                             help="draw the figures into DIR and include them (needs matplotlib)")
+
         _variant_options(sub, "the derivation")
     _add_check(commands)
     return parser
@@ -191,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         if args.command is None:
             raise UsageError(
-                f"{PROG}: missing command: latex, markdown, pdf, docs or check "
+                f"{PROG}: missing command: latex, markdown, pdf, html, notebook, docs or check "
                 f"(see '{PROG} --help')"
             )
         if args.command == "check":

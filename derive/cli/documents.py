@@ -1,4 +1,5 @@
-"""`derive latex|markdown|pdf|docs`: render documents (nothing written yet), then write them.
+"""`derive latex|markdown|pdf|html|notebook|docs`: render documents (nothing written yet), then
+write them.
 
 `render` turns options into the bytes of a document plus its figures; `generate_docs` renders
 the files under docs/ (the drift test compares them with the committed ones); `run_document`
@@ -11,7 +12,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from ..render import DocumentOptions, latex_document, markdown_document
+from ..render import DocumentOptions, html_document, latex_document, markdown_document
+from . import DEFAULT_SIZES, INLINE_FIGURES
 from .errors import EnvironmentProblem, UsageError
 from .files import check_output, write, write_files, write_stdout
 
@@ -72,13 +74,34 @@ def _compile(tex: str, figures: dict[str, bytes]) -> bytes:
         raise EnvironmentProblem(str(error)) from None
 
 
+def notebook(options: DocumentOptions, progress: Progress = _quiet) -> bytes:
+    """The notebook for `options`, its code cells run in this process (outputs saved)."""
+    from ..render.notebook import notebook_cells, to_ipynb
+
+    try:
+        from ..bridge.notebook import run_cells
+    except ImportError as error:  # pragma: no cover - torch is a dependency
+        raise EnvironmentProblem(f"the notebook's cells need torch ({error})") from None
+    cells = notebook_cells(options)
+    outputs = run_cells(cells)
+    progress("ran the notebook's cells")
+    return to_ipynb(cells, outputs).encode("utf-8")
+
+
 def render(
     kind: str, options: DocumentOptions, *, fragment: bool = False, progress: Progress = _quiet
 ) -> tuple[bytes, dict[str, bytes]]:
-    """The document (`kind`: latex, markdown or pdf) and its figures, as bytes."""
+    """The document (`kind`: latex, markdown, pdf, html or notebook) and its figure files (none
+    for html and notebook, whose figures are inline SVG), as bytes."""
+    if kind == "notebook":
+        return notebook(options, progress), {}
     example = example_for(options)
     if example is not None:
         progress("computed the worked example with torch and SymPy")
+    if kind == "html":
+        page = html_document(options, example=example, progress=progress)
+        progress("printed the page")
+        return page.encode("utf-8"), {}
     figures = _figures(options, example)
     if figures:
         progress("drew the figures")
@@ -108,9 +131,11 @@ def generate_docs(*, pdf: bool = True, progress: Progress = _quiet) -> dict[str,
         "glossary.md": glossary_markdown().encode("utf-8"),
         "derivation.tex": tex.encode("utf-8"),
         "derivation.md": markdown_document(DOCS_OPTIONS, example=example).encode("utf-8"),
+        "derivation.html": html_document(DOCS_OPTIONS, example=example).encode("utf-8"),
         **figures,
     }
     progress("printed the documents")
+    files["derivation.ipynb"] = notebook(DOCS_OPTIONS, progress)
     if pdf:
         files["derivation.pdf"] = _compile(tex, figures)
         progress("compiled docs/derivation.pdf with pdflatex", always=True)
@@ -145,7 +170,6 @@ def _options(args) -> DocumentOptions:
     given = {letter: getattr(args, letter) for letter in "ndc"}
     sizes = None
     if any(value is not None for value in given.values()):
-        from . import DEFAULT_SIZES
 
         sizes = tuple(
             given[letter] if given[letter] is not None else DEFAULT_SIZES[letter]
@@ -166,7 +190,9 @@ def _options(args) -> DocumentOptions:
             f"takes --n up to 7, got --n {sizes[0]}"
         )
     figures = None
-    if args.figures is not None:
+    if args.figures is not None and args.command in INLINE_FIGURES:
+        figures = "figures"  # only named: the figures are drawn into the document itself
+    elif args.figures is not None:
         base = Path(args.output).parent if args.output else Path(".")
         figures = Path(os.path.relpath(Path(args.figures), base)).as_posix()
     if extra and name is None:
@@ -189,7 +215,8 @@ def _options(args) -> DocumentOptions:
 
 
 def run_document(args, progress: Progress) -> int:
-    """`derive latex|markdown|pdf`: render, then write the document and its figures."""
+    """`derive latex|markdown|pdf|html|notebook`: render, then write the document and its
+    figures."""
     check_output(args.output)
     if args.command == "pdf" and args.output is None and os.isatty(1):
         raise UsageError("derive pdf: refusing to write a PDF to a terminal; use -o FILE")

@@ -1,7 +1,14 @@
-"""Documents: the blocks and their LaTeX and Markdown, the prose, the sections, PDF and figures."""
+"""Documents: the blocks and their LaTeX, Markdown and HTML, the prose, the sections, PDF,
+figures (PNG and SVG) and notebooks."""
 
 from .blocks import Display, Provenance
-from .documents import DocumentOptions, document_blocks, latex_document, markdown_document
+from .documents import (
+    DocumentOptions,
+    document_blocks,
+    html_document,
+    latex_document,
+    markdown_document,
+)
 
-__all__ = ["Display", "DocumentOptions", "Provenance", "document_blocks", "latex_document",
-           "markdown_document"]  # fmt: skip
+__all__ = ["Display", "DocumentOptions", "Provenance", "document_blocks", "html_document",
+           "latex_document", "markdown_document"]  # fmt: skip

@@ -1,11 +1,11 @@
 r"""Layout: the blocks of a document and their two renderings, LaTeX and GitHub Markdown.
 
-A document is a list of blocks (`Heading`, `Prose`, `Display`, `Table`, `Figure`). The blocks
-carry finished LaTeX for their mathematics (printed by `derive.notation.latex` from SymPy objects)
-and prose from `derive.render.prose`; the renderers only lay them out. Every display carries its
-`Provenance`: declared (typed in, in `derive.graph`), derived (by SymPy, and how) or numeric
-(computed, and by what); the LaTeX puts it in a comment line before the display, the Markdown in
-an HTML comment.
+A document is a list of blocks (`Heading`, `Prose`, `Display`, `Table`, `Figure`, `Matrices`).
+The blocks carry finished LaTeX for their mathematics (printed by `derive.notation.latex` from
+SymPy objects) and prose from `derive.render.prose`; the renderers only lay them out. Every
+display carries its `Provenance`: declared (typed in, in `derive.graph`), derived (by SymPy, and
+how) or numeric (computed, and by what); the LaTeX puts it in a comment line before the display,
+the Markdown in an HTML comment.
 
 - LaTeX: ``align*`` for displays (``\allowdisplaybreaks`` lets long ones cross pages),
   ``booktabs`` tables, ``graphicx`` figures; standalone (a whole ``article``) or a fragment to
@@ -13,6 +13,10 @@ an HTML comment.
   latex-base and latex-recommended.
 - Markdown: ``$$ … $$`` blocks holding ``aligned``, which GitHub renders; inline ``$…$``;
   pipe tables; images.
+
+`Matrices` (the explicit matrices, entry by entry, each entry with its formula and what it reads)
+is the interactive view of the HTML page (`derive.render.html`); LaTeX and Markdown show the same
+entries in the displays of the explicit steps and leave it out.
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
-    "Heading", "Prose", "Provenance", "Display", "Table", "Figure", "Block", "to_latex",
-    "to_markdown", "declared", "derived", "numeric",
+    "Heading", "Prose", "Provenance", "Display", "Table", "Figure", "Entry", "Matrix", "Matrices",
+    "Block", "to_latex", "to_markdown", "declared", "derived", "numeric",
 ]  # fmt: skip
 
 
@@ -82,10 +86,16 @@ def numeric(what: str, *sources: str) -> Provenance:
 
 @dataclass(frozen=True)
 class Display:
-    """Display math: one equation per line, ``&`` marks the alignment point."""
+    """Display math: one equation per line, ``&`` marks the alignment point.
+
+    `detail`, when set, says that a view with a better primary view of the same content (the
+    HTML page's tables of entries) may fold this display under that summary; LaTeX and Markdown
+    show it as any other.
+    """
 
     lines: tuple[str, ...]
     provenance: Provenance
+    detail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -104,7 +114,43 @@ class Figure:
     caption: str
 
 
-Block = Heading | Prose | Display | Table | Figure
+@dataclass(frozen=True)
+class Entry:
+    """One entry of an explicit matrix.
+
+    Attributes:
+        key: its name in a page (``"a-2-3"``; a head's ``"omega-1-2-3"``), unique in a document.
+        tex: its LaTeX (``a_{2,3}``).
+        formula: the LaTeX of its formula in the previous steps' entries, or None for an input.
+        reads: the keys of the entries its formula reads (its `Indexed` atoms), in reading order.
+        value: its number, when the document has numbers for it (the worked example).
+    """
+
+    key: str
+    tex: str
+    formula: str | None = None
+    reads: tuple[str, ...] = ()
+    value: float | None = None
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """An explicit matrix: its letter (LaTeX), what it is, its entries row by row."""
+
+    letter: str
+    role: str
+    rows: tuple[tuple[Entry, ...], ...]
+
+
+@dataclass(frozen=True)
+class Matrices:
+    """Every matrix of the explicit mode, entry by entry (HTML only; see the module docstring)."""
+
+    matrices: tuple[Matrix, ...]
+    provenance: Provenance
+
+
+Block = Heading | Prose | Display | Table | Figure | Matrices
 
 _PREAMBLE = r"""\documentclass[11pt]{article}
 \usepackage[margin=2.2cm]{geometry}
@@ -116,6 +162,11 @@ _PREAMBLE = r"""\documentclass[11pt]{article}
 \pdftrailerid{}
 \pdfsuppressptexinfo=-1
 """
+
+
+def _printed(blocks: list[Block]) -> list[Block]:
+    """The blocks LaTeX and Markdown print: all but the HTML's interactive `Matrices`."""
+    return [block for block in blocks if not isinstance(block, Matrices)]
 
 
 def _latex_block(block: Block) -> str:
@@ -151,7 +202,7 @@ def _latex_block(block: Block) -> str:
 
 def to_latex(blocks: list[Block], *, title: str, note: str, standalone: bool = True) -> str:
     """The document as LaTeX: a whole ``article``, or with ``standalone=False`` the body only."""
-    body = "\n\n".join(_latex_block(block) for block in blocks) + "\n"
+    body = "\n\n".join(_latex_block(block) for block in _printed(blocks)) + "\n"
     if not standalone:
         return f"% {title}\n% {note}\n\n" + body
     head = _PREAMBLE + f"\\title{{{title}}}\n\\author{{}}\n\\date{{}}\n"
@@ -189,5 +240,5 @@ def _markdown_block(block: Block) -> str:
 def to_markdown(blocks: list[Block], *, title: str, note: str) -> str:
     """The document as GitHub-flavoured Markdown with ``$$`` math."""
     parts = [f"# {title}", f"*{_markdown_text(note)}*"]
-    parts += [_markdown_block(block) for block in blocks]
+    parts += [_markdown_block(block) for block in _printed(blocks)]
     return "\n\n".join(parts) + "\n"

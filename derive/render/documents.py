@@ -21,6 +21,7 @@ from ..graph import Graph, self_attention
 from ..graph.variants import explicit_sizes, variant
 from . import prose as P
 from .blocks import Block, Figure, Prose, to_latex, to_markdown
+from .html import to_html
 from .sections import backward as B
 from .sections import explicit as E
 from .sections import forward as F
@@ -28,7 +29,7 @@ from .sections import variant as V2
 from .sections import variants as V
 
 __all__ = ["DocumentOptions", "document_blocks", "latex_document", "markdown_document",
-           "HEATMAP", "SATURATION"]  # fmt: skip
+           "html_document", "document_title", "HEATMAP", "SATURATION"]  # fmt: skip
 
 HEATMAP = "attention-heatmap"
 SATURATION = "softmax-saturation"
@@ -125,7 +126,8 @@ def document_blocks(
                                graph=graph)  # fmt: skip
         if progress is not None:
             progress(f"instantiated the steps at n={ea.n}, d={ea.d}, c={ea.c}")
-        blocks += E.explicit(ea, progress)
+        numbers = E.example_numbers(example) if options.example and example is not None else None
+        blocks += E.explicit(ea, progress, numbers)
     if options.example:
         if example is None:
             raise ValueError("options.example needs the worked example: pass example=")
@@ -145,7 +147,7 @@ def _variant_blocks(options: DocumentOptions, progress: Progress | None) -> list
     return blocks
 
 
-def _title(options: DocumentOptions) -> str:
+def document_title(options: DocumentOptions) -> str:
     return P.TITLE if options.variant is None else f"{variant(options.variant).title}, derived"
 
 
@@ -159,7 +161,8 @@ def latex_document(
 ) -> str:
     """The derivation as LaTeX: a standalone article, or with `fragment` the body to \\input."""
     blocks = document_blocks(options, example=example, graph=graph, progress=progress)
-    return to_latex(blocks, title=_title(options), note=P.AUTHORSHIP, standalone=not fragment)
+    title = document_title(options)
+    return to_latex(blocks, title=title, note=P.AUTHORSHIP, standalone=not fragment)
 
 
 def markdown_document(
@@ -171,4 +174,30 @@ def markdown_document(
 ) -> str:
     """The derivation as GitHub-flavoured Markdown with ``$$`` math."""
     blocks = document_blocks(options, example=example, graph=graph, progress=progress)
-    return to_markdown(blocks, title=_title(options), note=P.AUTHORSHIP)
+    return to_markdown(blocks, title=document_title(options), note=P.AUTHORSHIP)
+
+
+def _svg_figures(blocks: list[Block], example: object) -> dict[str, str]:
+    """The SVG of each figure of the document, by the path the LaTeX gives it."""
+    from . import svg
+
+    drawn = {}
+    for block in blocks:
+        if isinstance(block, Figure) and block.path.endswith(f"{SATURATION}.png"):
+            drawn[block.path] = svg.saturation_svg()
+        elif isinstance(block, Figure) and block.path.endswith(f"{HEATMAP}.png"):
+            drawn[block.path] = svg.heatmap_svg(example.tokens, example.values.floats("A"))
+    return drawn
+
+
+def html_document(
+    options: DocumentOptions,
+    *,
+    example: object = None,
+    graph: Graph | None = None,
+    progress: Progress | None = None,
+) -> str:
+    """The derivation as one self-contained HTML page (KaTeX and the figures inlined)."""
+    blocks = document_blocks(options, example=example, graph=graph, progress=progress)
+    figures = _svg_figures(blocks, example)
+    return to_html(blocks, title=document_title(options), note=P.AUTHORSHIP, figures=figures)

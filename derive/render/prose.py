@@ -174,6 +174,24 @@ EXPLICIT_INTRO = (
     "reads, never as one expanded expression in $x$ and $W$."
 )
 
+EXPLICIT_DETAIL = "Every entry written out"
+
+MATRICES_HINT = (
+    "Every matrix of this section, entry by entry. Hover over an entry, or focus it (Tab, then "
+    "the arrow keys), to see its formula in the entries of the steps before it and, where the "
+    "worked example gives numbers, its value; the entries it reads light up."
+)
+
+INPUT_ROLE = "an input"
+
+NOTEBOOK_CHECK = (
+    "The derive check command evaluates every step of the derivation and of its backward pass, "
+    "entry by entry, and compares it with the PyTorch implementation on seeded inputs. Its "
+    "table of largest differences depends on the floating-point kernels of the machine, so this "
+    "cell keeps only the verdict, which does not: the saved notebook is the same wherever it is "
+    "generated. Status 0 means every step agreed."
+)
+
 EXPLICIT_ROW_SUM = (
     "Row by row, the softmax's denominator is written once as $D_m$ and shared by the row:"
 )

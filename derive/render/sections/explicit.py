@@ -12,8 +12,9 @@ from ...notation import latex
 from ...notation import letters as L
 from .. import prose as P
 from ..blocks import Block, Display, Figure, Heading, Prose, Table, derived, numeric
+from .entries import Numbers, matrices
 
-__all__ = ["explicit", "example"]
+__all__ = ["explicit", "example", "example_numbers"]
 
 
 def _sizes(ea: ExplicitGraph) -> str:
@@ -28,25 +29,39 @@ def _sizes(ea: ExplicitGraph) -> str:
     return text
 
 
-def explicit(ea: ExplicitGraph, progress: Callable[[str], None] | None = None) -> list[Block]:
-    """Every step at the sizes of `ea`, entry by entry, each in the named entries it reads."""
+def explicit(
+    ea: ExplicitGraph,
+    progress: Callable[[str], None] | None = None,
+    numbers: Numbers | None = None,
+) -> list[Block]:
+    """Every step at the sizes of `ea`, entry by entry, each in the named entries it reads;
+    `numbers` (`example_numbers`) give the entries their values where they fit these sizes."""
     sizes = _sizes(ea)
     inputs = tuple(matrix_line(L.MATRIX_LATEX[k], v) for k, v in ea.inputs.items())
     blocks: list[Block] = [
         Heading(f"Explicit: {sizes}"),
         Prose(P.EXPLICIT_INTRO),
-        Display(inputs, derived("the named entries of the inputs at these sizes")),
-    ]
+        matrices(ea, numbers),
+        Display(inputs, derived("the named entries of the inputs at these sizes"),
+                P.EXPLICIT_DETAIL),
+    ]  # fmt: skip
     how = "the declaration at these sizes and indices, its sums written out"
     for index, step in enumerate(ea.steps, 1):
         head = f" (head {step.head})" if step.head is not None else ""
         blocks.append(Heading(f"{step.step.title}{head}", 2))
         if step.name == "weights":
             blocks.append(Prose(P.EXPLICIT_ROW_SUM))
-        blocks.append(Display(tuple(explicit_lines(step)), derived(how, step.step.output)))
+        lines = tuple(explicit_lines(step))
+        blocks.append(Display(lines, derived(how, step.step.output), P.EXPLICIT_DETAIL))
         if progress is not None:
             progress(f"printed explicit step {index}/{len(ea.steps)}: {step.output}")
     return blocks
+
+
+def example_numbers(worked) -> Numbers:
+    """The worked example's inputs and the value of every step, by matrix key, as floats."""
+    numbers = {name: [list(row) for row in rows] for name, rows in worked.inputs.items()}
+    return numbers | {key: worked.values.floats(key) for key in worked.values}
 
 
 def _rounded(rows: list[list[float]] | sp.MatrixBase, digits: int = 4) -> sp.Matrix:

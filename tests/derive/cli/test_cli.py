@@ -1,6 +1,7 @@
 """The `derive` command: every option, every bad input (status 2, or 1 for the environment, one
 line, never a traceback), atomic writes."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -74,6 +75,35 @@ def test_example_and_figures(tmp_path, capsysbinary):
     ]
 
 
+def test_html(tmp_path, capsysbinary):
+    target = tmp_path / "d.html"
+    argv = ("html", "-o", str(target), "--n", "3", "--d", "4", "--c", "2", "--example", "--figures")
+    status, out, err = _run(capsysbinary, *argv, "-q")
+    assert (status, out, err) == (0, b"", "")
+    page = target.read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert 'id="e-a-2-3"' in page and "data-value=" in page  # the explicit entries, with values
+    assert page.count('<figure class="plot">\n<svg ') == 2  # the figures, inline
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["d.html"]  # no figure files
+
+
+def test_html_to_stdout_is_the_generic_derivation(capsysbinary):
+    status, out, err = _run(capsysbinary, "html")
+    assert (status, err) == (0, "")
+    assert out.startswith(b"<!DOCTYPE html>") and b"td class=\"entry\"" not in out
+
+
+def test_notebook(tmp_path, capsysbinary):
+    target = tmp_path / "d.ipynb"
+    argv = ("notebook", "-o", str(target), "--variant", "kv-cache", "-q")
+    status, out, err = _run(capsysbinary, *argv)
+    assert (status, out, err) == (0, b"", "")
+    notebook = json.loads(target.read_text())
+    code = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
+    assert notebook["nbformat"] == 4 and "derive.variant('kv-cache')" in "".join(code[0]["source"])
+    assert code[0]["outputs"][0]["data"]["text/latex"][0].startswith("$$")
+
+
 def test_pdf(tmp_path, capsysbinary):
     if shutil.which("pdflatex") is None:
         if os.environ.get("CI"):
@@ -103,8 +133,8 @@ BAD = [
     (["markdown", "--heads", "0"], "argument --heads: must be a positive integer, got 0"),
     (["latex", "--bogus"], "unrecognized arguments: --bogus"),
     (["markdown", "--fragment"], "unrecognized arguments: --fragment"),  # latex only
-    (["html"], "invalid choice: 'html'"),
-    ([], "missing command: latex, markdown, pdf, docs or check"),
+    (["htm"], "invalid choice: 'htm'"),
+    ([], "missing command: latex, markdown, pdf, html, notebook, docs or check"),
     (["latex", "-o", "/nonexistent-folder/d.tex"], "no such directory /nonexistent-folder"),
     (["latex", "-o", "x" * 300 + ".tex"], "File name too long"),
     (["latex", "--example", "--heads", "2", "--c", "4"], "the worked example is single-head"),
@@ -118,6 +148,16 @@ BAD = [
     (["check", "--seed", "-1"], "argument --seed: must be a non-negative integer, got -1"),
     (["check", "--c", "3", "--heads", "2"], "--heads 2 does not divide --c 3"),
     (["docs", "--out", "y" * 300], "File name too long"),
+    (["html", "--figures", "figures"], "unrecognized arguments: figures"),  # inline: no folder
+    (["html", "--fragment"], "unrecognized arguments: --fragment"),
+    (["html", "--n", "17"], "argument --n: 17 is over the limit of 16"),
+    (["html", "--c", "4", "--heads", "3"], "--heads 3 does not divide --c 4"),
+    (["html", "-o", "/nonexistent-folder/d.html"], "no such directory /nonexistent-folder"),
+    (["html", "--variant", "kv-cache", "--causal"], "causal, heads and example do not apply"),
+    (["notebook", "--d", "0"], "argument --d: must be a positive integer, got 0"),
+    (["notebook", "--example", "--n", "8"], "takes --n up to 7, got --n 8"),
+    (["notebook", "--variant", "nope"], "argument --variant: invalid choice: 'nope'"),
+    (["notebook", "--w", "2"], "--w is a size of sliding-window; give --variant sliding-window"),
 ]
 
 

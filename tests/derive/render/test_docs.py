@@ -1,6 +1,7 @@
 """docs/ holds what `derive docs` generates now: a test fails when the files drift.
 
-- derivation.tex, derivation.md, glossary.md and the figures' CSV data: byte for byte.
+- derivation.tex, derivation.md, derivation.html, derivation.ipynb (saved with its outputs),
+  glossary.md and the figures' CSV data: byte for byte.
 - the figures' PNGs: byte for byte when the installed matplotlib is the one that drew them (its
   version is in the PNG); otherwise the CSV of the plotted numbers is what must not drift.
 - derivation.pdf: it carries the SHA-256 of the source it was built from (the .tex and the
@@ -52,8 +53,9 @@ def _png_text(data: bytes) -> dict[str, str]:
 
 
 def test_text_files_match(generated):
+    assert {"derivation.html", "derivation.ipynb"} <= set(generated)
     for name, data in generated.items():
-        if name.endswith((".tex", ".md", ".csv")):
+        if name.endswith((".tex", ".md", ".csv", ".html", ".ipynb")):
             path = DOCS / name
             assert path.exists(), f"{name} is missing; {HINT}"
             assert path.read_bytes() == data, f"{name}: {HINT}"
@@ -83,9 +85,12 @@ def test_figures_are_referenced(generated):
 
 
 def _committed_pictures() -> dict[str, bytes]:
+    """The PNGs the committed LaTeX includes (docs/figures also holds the page's screenshot)."""
+    tex = (DOCS / "derivation.tex").read_text(encoding="utf-8")
     return {
         f"figures/{path.name}": path.read_bytes()
         for path in sorted((DOCS / "figures").glob("*.png"))
+        if f"figures/{path.name}" in tex
     }
 
 

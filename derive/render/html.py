@@ -1,0 +1,178 @@
+r"""The derivation as one self-contained HTML page, laid out from the same blocks as the LaTeX.
+
+The page fetches nothing when it is viewed: KaTeX's script and stylesheet (its fonts as
+``data:`` URLs) and derive's own are inlined (`derive.render.webassets`), the figures are inline
+SVG (`derive.render.svg`), and a Content-Security-Policy forbids every other source. The math is
+typeset in the browser: each formula is in the page as its LaTeX source (what a reader without
+JavaScript sees), which the page's script hands to KaTeX.
+
+- `Display`: its provenance as an HTML comment before it and in ``data-provenance`` (and the
+  declarations it depends on in ``data-sources``); a display with a `detail` summary (the
+  explicit sums) is folded into a ``<details>`` element, since the tables show the same entries.
+- `Matrices`: one table per matrix, one cell per entry, with its LaTeX (``data-entry``), its
+  formula (``data-formula``), the ids of the entries it reads (``data-reads``) and its value
+  (``data-value``) where known; hovering or focusing a cell shows them (arrow keys move between
+  the cells of a matrix).
+- Prose: inline ``$…$`` math, ``\emph`` and ``\texttt``; anything else of LaTeX is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from html import escape
+
+from . import prose as P
+from .blocks import Block, Display, Entry, Figure, Heading, Matrices, Matrix, Prose, Table
+from .webassets import KATEX_VERSION, katex_script, katex_style, page_script, page_style
+
+__all__ = ["to_html", "inline", "POLICY"]
+
+#: Nothing but what the page holds: inline styles and scripts, fonts and images as data: URLs.
+POLICY = (
+    "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
+    "font-src data:; img-src data:"
+)
+
+
+def _words(text: str) -> str:
+    text = escape(text, quote=False)
+    text = re.sub(r"\\emph\{([^{}\\]*)\}", r"<em>\1</em>", text)
+    text = re.sub(r"\\texttt\{([^{}\\]*)\}", r"<code>\1</code>", text)
+    text = text.replace("~", "\u00a0")
+    if re.search(r"[\\{}]", text):
+        raise ValueError(f"prose holds LaTeX that a page cannot show: {text!r}")
+    return text
+
+
+def inline(text: str) -> str:
+    """Prose as HTML: ``$…$`` becomes a math span (typeset by the page), the rest is escaped."""
+    parts = re.split(r"(\$[^$]+\$)", text)
+    return "".join(
+        f'<span class="math">{escape(part[1:-1], quote=False)}</span>'
+        if part.startswith("$") and part.endswith("$") and len(part) > 1
+        else _words(part)
+        for part in parts
+    )
+
+
+def _tex(lines: tuple[str, ...]) -> str:
+    if len(lines) == 1 and "&" not in lines[0]:
+        return lines[0]
+    return "\\begin{aligned}\n" + " \\\\\n".join(lines) + "\n\\end{aligned}"
+
+
+def _display(block: Display) -> str:
+    provenance = block.provenance
+    said = provenance.comment().removeprefix("provenance: ")
+    sources = " ".join(provenance.sources)
+    sources = f' data-sources="{escape(sources)}"' if sources else ""
+    html = (
+        f"<!-- {provenance.comment().replace('--', '- -')} -->\n"
+        f'<div class="math display" data-provenance="{escape(said)}"{sources}>'
+        f"{escape(_tex(block.lines), quote=False)}</div>"
+    )
+    if block.detail is None:
+        return html
+    return f'<details class="sums">\n<summary>{inline(block.detail)}</summary>\n{html}\n</details>'
+
+
+def _td(cell: str) -> str:
+    number = re.fullmatch(r"-?\d+(\.\d+)?", cell) is not None
+    return f'<td class="number">{cell}</td>' if number else f"<td>{inline(cell)}</td>"
+
+
+def _table(block: Table) -> str:
+    head = "".join(f"<th>{inline(cell)}</th>" for cell in block.header)
+    rows = "".join("<tr>" + "".join(_td(cell) for cell in row) + "</tr>\n" for row in block.rows)
+    return f'<table class="data">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{rows}</tbody>\n' \
+        "</table>"
+
+
+def _figure(block: Figure, figures: dict[str, str]) -> str:
+    if block.path not in figures:
+        raise ValueError(f"no SVG for the figure {block.path}; known: {sorted(figures)}")
+    return f'<figure class="plot">\n{figures[block.path]}\n<figcaption>{inline(block.caption)}' \
+        "</figcaption>\n</figure>"
+
+
+def _number(value: float) -> str:
+    return f"{value:.4f}".replace("-0.0000", "0.0000")
+
+
+def _cell(entry: Entry, first: bool) -> str:
+    attributes = [f'id="e-{entry.key}"', f'data-entry="{escape(entry.tex)}"']
+    if entry.formula is not None:
+        attributes.append(f'data-formula="{escape(entry.formula)}"')
+        attributes.append(f'data-reads="{" ".join(f"e-{key}" for key in entry.reads)}"')
+    shown = f'<span class="math">{escape(entry.tex, quote=False)}</span>'
+    if entry.value is not None:
+        attributes.append(f'data-value="{entry.value:.10g}"')
+        shown = _number(entry.value)
+    tabindex = "0" if first else "-1"
+    return f'<td class="entry" tabindex="{tabindex}" {" ".join(attributes)}>{shown}</td>'
+
+
+def _matrix(matrix: Matrix, index: int) -> str:
+    rows = "".join(
+        "<tr>" + "".join(_cell(entry, r == c == 0) for c, entry in enumerate(row)) + "</tr>\n"
+        for r, row in enumerate(matrix.rows)
+    )
+    size = f"{len(matrix.rows)} × {len(matrix.rows[0])}"
+    caption = (f'<figcaption id="matrix-{index}"><span class="math">'
+               f'{escape(matrix.letter, quote=False)}</span> <span class="role">'
+               f"{inline(matrix.role)}, {size}</span></figcaption>")  # fmt: skip
+    return (f'<figure class="matrix">{caption}\n<table role="grid" '
+            f'aria-labelledby="matrix-{index}">\n<tbody>\n{rows}</tbody>\n</table>\n</figure>')
+
+
+def _matrices(block: Matrices) -> str:
+    said = block.provenance.comment().removeprefix("provenance: ")
+    tables = "\n".join(_matrix(matrix, k) for k, matrix in enumerate(block.matrices, 1))
+    return (
+        f"<!-- {block.provenance.comment().replace('--', '- -')} -->\n"
+        f'<div class="matrices" data-provenance="{escape(said)}">\n'
+        f'<p class="hint">{inline(P.MATRICES_HINT)}</p>\n<div class="grid">\n{tables}\n</div>\n'
+        "</div>"
+    )
+
+
+def _block(block: Block, figures: dict[str, str]) -> str:
+    if isinstance(block, Heading):
+        level = min(block.level + 1, 4)
+        return f"<h{level}>{inline(block.text)}</h{level}>"
+    if isinstance(block, Prose):
+        return f"<p>{inline(block.text)}</p>"
+    if isinstance(block, Display):
+        return _display(block)
+    if isinstance(block, Table):
+        return _table(block)
+    if isinstance(block, Figure):
+        return _figure(block, figures)
+    if isinstance(block, Matrices):
+        return _matrices(block)
+    raise TypeError(f"unknown block {block!r}")
+
+
+_PANEL = (
+    '<aside id="entry-panel" class="entry-panel" aria-live="polite" hidden>\n'
+    '<div class="entry-formula"></div>\n<div class="entry-value"></div>\n</aside>'
+)
+
+
+def to_html(blocks: list[Block], *, title: str, note: str, figures: dict[str, str]) -> str:
+    """The document as one HTML page; `figures` maps each `Figure`'s path to its SVG."""
+    body = "\n\n".join(_block(block, figures) for block in blocks)
+    panel = _PANEL + "\n" if any(isinstance(block, Matrices) for block in blocks) else ""
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        '<meta name="color-scheme" content="light dark">\n'
+        f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">\n'
+        f'<meta name="generator" content="attention-derive (derive html), KaTeX {KATEX_VERSION}">\n'
+        f"<title>{escape(title)}</title>\n"
+        f"<style>/* KaTeX {KATEX_VERSION}, MIT licence */\n{katex_style()}</style>\n"
+        f"<style>\n{page_style()}</style>\n</head>\n<body>\n<main>\n"
+        f'<h1>{inline(title)}</h1>\n<p class="note">{inline(note)}</p>\n\n{body}\n</main>\n'
+        f"{panel}<script>/* KaTeX {KATEX_VERSION}, MIT licence */\n{katex_script()}</script>\n"
+        f"<script>\n{page_script()}</script>\n</body>\n</html>\n"
+    )

@@ -1,0 +1,172 @@
+"""Figures as SVG, drawn by derive's own code (no matplotlib): the worked example's heatmap of
+attention weights and the softmax-saturation plot, for the HTML page and for notebooks.
+
+They plot the same numbers as the PNGs of `derive.render.figures` (`saturation_data`, the
+example's weights). Text, axes and lines use ``currentColor``, so that a figure takes the colour
+of the page around it (light or dark); only the heatmap's cells carry colours of their own, a
+ramp through five colours of matplotlib's viridis. Coordinates are printed with fixed decimals:
+the same numbers give the same bytes.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass
+
+from .figures import KEYS, saturation_data
+
+__all__ = ["Svg", "heatmap", "saturation_plot", "heatmap_svg", "saturation_svg"]
+
+#: viridis at 0, 1/4, 1/2, 3/4, 1 (the colour map of the PNG heatmap).
+RAMP = ((0x44, 0x01, 0x54), (0x3B, 0x52, 0x8B), (0x21, 0x91, 0x8C), (0x5E, 0xC9, 0x62),
+        (0xFD, 0xE7, 0x25))  # fmt: skip
+FONT = 'font-family="sans-serif" font-size="11" fill="currentColor"'
+
+
+@dataclass(frozen=True)
+class Svg:
+    """An SVG figure; notebooks show it (``_repr_svg_``), pages inline `text`."""
+
+    title: str
+    text: str
+
+    def _repr_svg_(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"<SVG figure: {self.title}>"
+
+
+def _n(value: float) -> str:
+    """A coordinate: two decimals, trailing zeros dropped."""
+    text = f"{value:.2f}".rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
+
+
+def _text(x: float, y: float, words: str, anchor: str = "middle", extra: str = "") -> str:
+    return (f'<text x="{_n(x)}" y="{_n(y)}" text-anchor="{anchor}"{extra}>'
+            f"{html.escape(words)}</text>")  # fmt: skip
+
+
+def colour(value: float) -> str:
+    """The ramp's colour at `value` in [0, 1], as ``#rrggbb``."""
+    value = min(max(value, 0.0), 1.0) * (len(RAMP) - 1)
+    low = min(int(value), len(RAMP) - 2)
+    part = value - low
+    rgb = (round(a + (b - a) * part) for a, b in zip(RAMP[low], RAMP[low + 1], strict=True))
+    return "#" + "".join(f"{channel:02x}" for channel in rgb)
+
+
+def _svg(title: str, width: int, height: int, body: list[str]) -> str:
+    label = html.escape(title)
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" role="img" aria-label="{label}">'
+        f"<title>{label}</title>" + "".join(body) + "</svg>"
+    )
+
+
+def heatmap_svg(tokens: tuple[str, ...], weights: list[list[float]]) -> str:
+    """The attention weights as an n × n grid (row: query token, column: key token), each cell
+    coloured by its weight and labelled with it, and a colour bar from 0 to 1."""
+    n, size = len(tokens), 44
+    labels = [f"{token} ({index + 1})" for index, token in enumerate(tokens)]
+    left, top = 96, 12
+    grid = n * size
+    body = [f"<g {FONT}>"]
+    for m in range(n):
+        for p in range(n):
+            value, x, y = weights[m][p], left + p * size, top + m * size
+            body.append(f'<rect x="{x}" y="{y}" width="{size}" height="{size}" '
+                        f'fill="{colour(value)}"><title>{labels[m]} → {labels[p]}: '
+                        f"{value:.4f}</title></rect>")  # fmt: skip
+            ink = "#000000" if value > 0.6 else "#ffffff"
+            body.append(_text(x + size / 2, y + size / 2 + 4, f"{value:.2f}",
+                              extra=f' fill="{ink}" font-size="10"'))  # fmt: skip
+        body.append(_text(left - 6, top + m * size + size / 2 + 4, labels[m], "end"))
+    for p in range(n):
+        x, y = left + p * size + size / 2, top + grid + 10
+        body.append(_text(x, y, labels[p], "end", f' transform="rotate(-45 {_n(x)} {_n(y)})"'))
+    body.append(_text(left + grid / 2, top + grid + 84, "key token p"))
+    y = top + grid / 2
+    body.append(_text(14, y, "query token m", extra=f' transform="rotate(-90 14 {_n(y)})"'))
+    bar = left + grid + 16
+    stops = "".join(f'<stop offset="{_n(k / (len(RAMP) - 1))}" stop-color="{colour(1 - k / 4)}"/>'
+                    for k in range(len(RAMP)))  # fmt: skip
+    body.append(f'<defs><linearGradient id="derive-ramp" x1="0" y1="0" x2="0" y2="1">{stops}'
+                "</linearGradient></defs>")  # fmt: skip
+    body.append(f'<rect x="{bar}" y="{top}" width="12" height="{grid}" fill="url(#derive-ramp)"/>')
+    for tick in (0.0, 0.5, 1.0):
+        y = top + grid * (1 - tick)
+        body.append(f'<line x1="{bar + 12}" y1="{_n(y)}" x2="{bar + 16}" y2="{_n(y)}" '
+                    'stroke="currentColor"/>')  # fmt: skip
+        body.append(_text(bar + 19, y + 4, f"{tick:.1f}", "start"))
+    body.append("</g>")
+    return _svg("Attention weights of the worked example", bar + 44, top + grid + 96, body)
+
+
+def saturation_svg(data: list[tuple[int, float, float]] | None = None) -> str:
+    """The mean largest softmax weight of a row against the width c (a log axis), unscaled and
+    scaled by 1/√c, with the uniform weight 1/KEYS dotted (`saturation_data` by default)."""
+    data = saturation_data() if data is None else data
+    width, height, left, right, top, bottom = 540, 330, 58, 520, 14, 270
+    steps = math.log(data[-1][0], 4) or 1.0
+
+    def x(c: int) -> float:
+        return left + (right - left) * math.log(c, 4) / steps
+
+    def y(value: float) -> float:
+        return bottom - (bottom - top) * value / 1.02
+
+    body = [f"<g {FONT}>",
+            f'<path d="M{left} {top}V{bottom}H{right}" fill="none" stroke="currentColor"/>']
+    for c, *_ in data:
+        body.append(f'<line x1="{_n(x(c))}" y1="{bottom}" x2="{_n(x(c))}" y2="{bottom + 4}" '
+                    'stroke="currentColor"/>')  # fmt: skip
+        body.append(_text(x(c), bottom + 17, str(c)))
+    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
+        body.append(f'<line x1="{left - 4}" y1="{_n(y(tick))}" x2="{left}" y2="{_n(y(tick))}" '
+                    'stroke="currentColor"/>')  # fmt: skip
+        body.append(_text(left - 7, y(tick) + 4, f"{tick:.2f}", "end"))
+    uniform = y(1 / KEYS)
+    body.append(f'<line x1="{left}" y1="{_n(uniform)}" x2="{right}" y2="{_n(uniform)}" '
+                'stroke="currentColor" stroke-dasharray="2 3" opacity="0.6"/>')  # fmt: skip
+    series = (("softmax(q·k)", 1, "#1f77b4", "circle"),
+              ("softmax(q·k / √c)", 2, "#e8710a", "square"))  # fmt: skip
+    for _, column, ink, mark in series:
+        points = [(x(row[0]), y(row[column])) for row in data]
+        path = "M" + "L".join(f"{_n(px)} {_n(py)}" for px, py in points)
+        body.append(f'<path d="{path}" fill="none" stroke="{ink}" stroke-width="1.8"/>')
+        body += [_mark(mark, px, py, ink) for px, py in points]
+    for row, (name, _, ink, mark) in enumerate(series):  # the legend, clear of the curves
+        ly = y(0.62) + 18 * row
+        body.append(f'<line x1="{right - 170}" y1="{_n(ly)}" x2="{right - 146}" y2="{_n(ly)}" '
+                    f'stroke="{ink}" stroke-width="1.8"/>')  # fmt: skip
+        body += [_mark(mark, right - 158, ly, ink), _text(right - 140, ly + 4, name, "start")]
+    ly = y(0.62) + 36
+    body.append(f'<line x1="{right - 170}" y1="{_n(ly)}" x2="{right - 146}" y2="{_n(ly)}" '
+                'stroke="currentColor" stroke-dasharray="2 3" opacity="0.6"/>')  # fmt: skip
+    body.append(_text(right - 140, ly + 4, f"uniform (1/{KEYS})", "start"))
+    body.append(_text((left + right) / 2, bottom + 40, "width c of queries and keys"))
+    middle = (top + bottom) / 2
+    body.append(_text(16, middle, "mean largest weight in a row",
+                      extra=f' transform="rotate(-90 16 {_n(middle)})"'))  # fmt: skip
+    body.append("</g>")
+    return _svg("Softmax saturation", width, height, body)
+
+
+def _mark(kind: str, x: float, y: float, ink: str) -> str:
+    if kind == "circle":
+        return f'<circle cx="{_n(x)}" cy="{_n(y)}" r="3.5" fill="{ink}"/>'
+    return f'<rect x="{_n(x - 3.5)}" y="{_n(y - 3.5)}" width="7" height="7" fill="{ink}"/>'
+
+
+def heatmap(tokens: tuple[str, ...], weights: list[list[float]]) -> Svg:
+    """`heatmap_svg` as an object a notebook shows."""
+    return Svg("attention weights", heatmap_svg(tuple(tokens), weights))
+
+
+def saturation_plot() -> Svg:
+    """`saturation_svg` as an object a notebook shows."""
+    return Svg("softmax saturation", saturation_svg())
