@@ -50,6 +50,8 @@ class Fact:
     @property
     def residual(self) -> sp.Expr:
         """The derived value minus the claimed one, simplified (0 when the fact holds)."""
+        if self.claim.rhs is sp.nan:  # the derivation did not reach what was claimed
+            return sp.nan
         return sp.simplify(sp.expand(self.derivation[-1].rhs - self.claim.rhs))
 
     @property

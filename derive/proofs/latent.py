@@ -44,8 +44,10 @@ def absorption(graph: Graph) -> Fact:
     lhs = step.element.lhs
     composed = inline(step.element.rhs, graph, {"Q_l", "K_l", "Q", "K"})
     named = _blocks(composed, L.c_h)
-    shapes = {"X": (L.n, L.d), "W_q_l": (L.d, L.c_h), "U": (L.n, L.d_u),
-              "W_uk_l": (L.d_u, L.c_h)}  # fmt: skip
+    whole = graph.shapes  # each block W^{(ℓ)} has c_h of its matrix's columns
+    letters = {L.letter_of(e) for e in named.atoms(Indexed)}
+    shapes = {x: (whole[x.removesuffix("_l")][0], L.c_h) if x.endswith("_l") else whole[x]
+              for x in letters}  # fmt: skip
     symbols = symbols_of(shapes)
     row, col = step.free
     zero = zero_based(sp.expand(named), (row, col), symbols)

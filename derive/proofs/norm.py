@@ -28,13 +28,13 @@ GAIN_MAX = {
 _S = sp.Symbol("S", nonnegative=True)
 
 
-def _normalised(graph: Graph, letter: str) -> tuple[sp.Indexed, sp.Expr, sp.Expr]:
+def _normalised(graph: Graph, letter: str) -> tuple[sp.Expr, sp.Expr, sp.Expr | None]:
     """(u_{row,j} as \\check{q} / γ, the same from the declaration, the sum of squares S)."""
     step = graph.step(letter)
     gain = [e for e in step.element.rhs.atoms(sp.Indexed) if L.letter_of(e).startswith("G_")]
     (gain,) = gain
-    (total,) = step.element.rhs.atoms(Sum)
-    return step.element.lhs / gain, step.element.rhs / gain, total
+    sums = list(step.element.rhs.atoms(Sum))  # none: a declaration that does not normalise
+    return step.element.lhs / gain, step.element.rhs / gain, sums[0] if sums else None
 
 
 def _squared_length(graph: Graph, letter: str, width: sp.Expr) -> tuple[list, bool]:
@@ -43,6 +43,8 @@ def _squared_length(graph: Graph, letter: str, width: sp.Expr) -> tuple[list, bo
     j = L.j
     squares = Sum(lhs**2, (j, 1, width))
     put = Sum(rhs**2, (j, 1, width))
+    if total is None:
+        return [Eq(squares, put, evaluate=False)], False
     held = (rhs**2).xreplace({total: _S})  # S holds Σ_{j'} q_{m,j'}², free of j
     entry = [e for e in rhs.atoms(sp.Indexed) if j in e.indices][0]
     outside = sp.simplify(held / entry**2)  # the factor free of j leaves the sum

@@ -86,3 +86,33 @@ def test_a_block_of_columns_needs_the_shape():
 def test_a_formula_with_no_matrix_form_is_refused():
     with pytest.raises(derive.NoMatrixForm):
         derive.matrix_form(Q[m, j] / Sum(Q[m, r] ** 3, (r, 0, c - 1)), (m, j))
+
+
+def test_a_function_of_one_entry_is_taken_entry_by_entry():
+    from sympy.matrices.expressions.applyfunc import ElementwiseApplyFunction
+
+    form = derive.matrix_form(Q[m, j] * sp.cos(G[m, j]), (m, j))
+    assert isinstance(form, sp.HadamardProduct) and Q in form.args
+    (cosine,) = [f for f in form.args if isinstance(f, ElementwiseApplyFunction)]
+    assert cosine.expr == G and cosine.function(sp.Symbol("z")) == sp.cos(sp.Symbol("z"))
+
+
+def test_rms_normalisation_of_the_rows_and_gains_on_the_columns():
+    from derive.notation import Diag, RMSNorm
+
+    eps = sp.Symbol("epsilon", positive=True)
+    gains = MatrixSymbol("g", 1, c)
+    root = (Sum(Q[m, r] ** 2, (r, 0, c - 1)) / c + eps) ** sp.Rational(-1, 2)
+    assert derive.matrix_form(Q[m, j] * root, (m, j)) == RMSNorm(Q, eps)
+    assert derive.matrix_form(gains[0, j] * Q[m, j] * root, (m, j)) == RMSNorm(Q, eps) * Diag(gains)
+    over_columns = (Sum(Q[r, j] ** 2, (r, 0, n - 1)) / n + eps) ** sp.Rational(-1, 2)
+    with pytest.raises(derive.NoMatrixForm):  # a column's statistic: not a row normalisation
+        derive.matrix_form(Q[m, j] * over_columns, (m, j))
+
+
+def test_a_block_offset_by_a_group_is_a_block_of_columns():
+    g, h, ell = sp.symbols("g h l", integer=True, positive=True)
+    offset = sp.floor((ell - 1) * g / h) * 2
+    form = derive.matrix_form(K[m, offset + j], (m, j), shape=(n, 2))
+    assert isinstance(form, sp.MatrixSlice) and form.parent == K
+    assert form.colslice[0] == offset

@@ -158,7 +158,15 @@ BAD = [
     (["notebook", "--example", "--n", "8"], "takes --n up to 7, got --n 8"),
     (["notebook", "--variant", "nope"], "argument --variant: invalid choice: 'nope'"),
     (["notebook", "--w", "2"], "--w is a size of sliding-window; give --variant sliding-window"),
-]
+    (["latex", "--variant", "mla", "--variant", "rope"], "only gqa, qk-norm, rope combine"),
+    (["latex", "--variant", "gqa", "--heads", "3", "--g", "2", "--c", "6"],
+     "g=2 does not divide h=3 (each group serves h / g heads)"),
+    (["latex", "--variant", "gqa", "--variant", "rope", "--heads", "2", "--c", "2"],
+     "RoPE rotates pairs of features: c / h=1 must be even"),
+    (["check", "--variant", "rope", "--c", "3"], "--c 3 is not a multiple of 2"),
+    (["check", "--variant", "gqa", "--heads", "4", "--g", "3"], "g=3 does not divide h=4"),
+    (["check", "--variant", "kv-cache", "--heads", "2"], "--causal and --heads do not apply"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("argv", "message"), BAD, ids=[" ".join(a) or "none" for a, _ in BAD])
@@ -300,3 +308,14 @@ def test_a_full_standard_output_is_one_line_and_status_2():
     assert done.stderr.strip().splitlines() == [
         "derive: cannot write to standard output: No space left on device"
     ]
+
+
+def test_variants_combine_and_take_their_heads_from_heads(tmp_path, capsysbinary):
+    target = tmp_path / "qwen.tex"
+    argv = ("latex", "-o", str(target), "--variant", "rope", "--variant", "qk-norm", "--variant",
+            "gqa", "--heads", "2", "--g", "1", "--n", "3", "--d", "4", "--c", "4", "-q")  # fmt: skip
+    assert _run(capsysbinary, *argv)[0] == 0
+    tex = target.read_text()
+    assert r"\title{Grouped-query attention with QK-norm and RoPE (the attention of Qwen 3), " in tex
+    assert r"\section*{Explicit: $n = 4$" not in tex and "$n = 3$" in tex
+    assert r"\mathring{q}^{(\ell)}_{m,j}" in tex and r"\check{q}^{(\ell)}_{m,j}" in tex

@@ -1,0 +1,185 @@
+"""The variants of the book's later models (RoPE, grouped-query attention, QK-norm, latent
+attention): their facts hold, say what they should, and fail when a declaration is changed."""
+
+import pytest
+import sympy as sp
+from sympy import Eq, Piecewise
+
+import derive
+from derive import calculus
+from derive.graph import self_attention
+from derive.graph.attention import projection
+from derive.graph.claims import CacheAgainst, SameAs, SameForEveryHead
+from derive.graph.grouped import grouped_query_attention
+from derive.graph.latent import latent_attention
+from derive.graph.models import combination, grouped
+from derive.graph.norm import with_qk_norm
+from derive.graph.rope import with_rope
+from derive.notation import GroupConcat, latex
+from derive.notation import letters as L
+from derive.proofs.claims import prove
+from derive.proofs.latent import absorption
+from derive.proofs.norm import score_bound
+from derive.proofs.rope import THETA, relative_position, zero_angles
+
+CAUSAL = self_attention(causal=True)
+HEADS = self_attention(causal=True, heads=True)
+
+
+def _angles(expr: sp.Expr) -> set[sp.Expr]:
+    return {e.args[0] for e in expr.atoms(sp.cos, sp.sin)}
+
+
+def test_the_rotated_score_reads_the_positions_through_p_minus_m_only():
+    fact = relative_position(with_rope(CAUSAL))
+    assert fact.holds
+    last = fact.derivation[-1].rhs
+    assert isinstance(last, sp.Sum) and last.limits[0][2] == L.c / 2  # one term per pair
+    for angle in _angles(last):
+        assert sp.simplify(angle / (THETA[L.j] * (L.p - L.m))) in (1, -1)
+    # the pair (j, j + c/2): q_{m,j} k_{p,j} + q_{m,j+c/2} k_{p,j+c/2} multiplies the cosine
+    q, k = L.base("q"), L.base("k")
+    half = L.j + L.c / 2
+    (cos,) = last.function.atoms(sp.cos)
+    cosine = sp.expand(last.function, deep=False).coeff(cos)
+    assert sp.expand(cosine - (q[L.m, L.j] * k[L.p, L.j] + q[L.m, half] * k[L.p, half])) == 0
+
+
+def test_an_angle_not_linear_in_the_position_is_not_relative():
+    graph = with_rope(CAUSAL)
+    angles = graph.step("Phi").element.rhs
+    squared = angles.xreplace({L.m - 1: (L.m - 1) ** 2})
+    assert squared != angles
+    assert not relative_position(graph.replace("Phi", squared)).holds
+
+
+def test_a_rotation_that_does_not_pair_the_features_is_not_relative():
+    graph = with_rope(CAUSAL)
+    assert not relative_position(graph.replace("R", sp.S.Zero)).holds
+
+
+def test_with_every_angle_zero_rope_is_the_base_score():
+    graph = with_rope(CAUSAL)
+    fact = zero_angles(graph, CAUSAL)
+    assert fact.holds
+    assert fact.derivation[-1].rhs == CAUSAL.step("Omega").element.rhs
+    doubled = graph.step("Q_rot").element.rhs * 2  # q̊ = 2 (…): not the base score at φ = 0
+    assert not zero_angles(graph.replace("Q_rot", doubled), CAUSAL).holds
+
+
+def test_rope_rotates_each_head_by_its_own_width():
+    graph = with_rope(grouped_query_attention())
+    assert graph.shapes["Phi"] == (L.n, L.c_h) and graph.shapes["R"] == (L.c_h, L.c_h)
+    assert relative_position(graph).holds
+
+
+def test_gqa_is_multi_head_attention_when_g_is_h_and_multi_query_when_g_is_1():
+    graph = grouped_query_attention()
+    assert prove(graph, SameAs(HEADS, substitute=((L.g, L.h),))).holds
+    assert not prove(graph, SameAs(HEADS, substitute=((L.g, 1),))).holds
+    one = prove(graph, SameForEveryHead(("K_l", "V_l"), ((L.g, 1),)))
+    assert one.holds and one.derivation[1].rhs == L.base("k")[L.m, L.j]
+    assert not prove(graph, SameForEveryHead(("K_l",), ((L.g, 2),))).holds
+
+
+def test_gqa_keeps_g_over_h_of_the_cache_and_d_g_c_h_weights_per_projection():
+    graph = grouped_query_attention()
+    fact = prove(graph, CacheAgainst(("K", "V"), HEADS))
+    assert fact.derivation[0].rhs == 2 * L.n * L.g * L.c_h
+    assert fact.derivation[-1].rhs == L.g / L.h
+    assert graph.shapes["W_k"] == (L.d, L.g * L.c_h)
+    assert sp.expand(derive.flop_count(graph) - derive.flop_count(HEADS)).has(L.g)
+
+
+def test_the_grouped_split_reads_the_block_of_its_group():
+    (step,) = [s for s in calculus.steps(grouped_query_attention()) if s.output == "K_l"]
+    start = step.matrix.rhs.colslice[0]
+    values = {L.g: 2, L.h: 4, L.c_h: 3}
+    assert [int(start.xreplace(values | {L.ell: head})) for head in range(1, 5)] == [0, 0, 3, 3]
+
+
+def test_the_gradient_of_a_shared_block_adds_the_heads_of_its_group():
+    gradients = {g.output: g for g in calculus.backward(grouped_query_attention())}
+    term = gradients["dK"].matrix.rhs
+    assert isinstance(term, GroupConcat) and term.count == L.g
+    assert (term.first, term.last) == (sp.expand((L.nu - 1) * L.h / L.g + 1), L.h * L.nu / L.g)
+    assert isinstance(gradients["dQ"].matrix.rhs, derive.notation.Concat)  # one head, one block
+
+
+def test_qk_norm_bounds_every_score():
+    fact = score_bound(with_qk_norm(CAUSAL))
+    assert fact.holds
+    s = sp.Sum(L.base("q")[L.m, L.j2] ** 2, (L.j2, 1, L.c))
+    assert sp.simplify(fact.derivation[2].rhs - (L.c - L.c**2 * L.eps / (s + L.c * L.eps))) == 0
+    assert isinstance(fact.claim, sp.Le) and fact.claim.rhs.has(sp.sqrt(L.c))
+
+
+def test_a_normalisation_without_its_root_bounds_nothing():
+    graph = with_qk_norm(CAUSAL)
+    unnormalised = L.base("gq")[1, L.j] * L.base("q")[L.m, L.j]
+    assert not score_bound(graph.replace("Q_norm", unnormalised)).holds
+
+
+def test_latent_attention_scores_read_the_latent_not_the_keys():
+    fact = absorption(latent_attention())
+    assert fact.holds
+    assert latex(fact.claim.rhs) == r"X W_q^{(\ell)} {W_{uk}^{(\ell)}}^\top U^\top"
+    graph = latent_attention()
+    from_x = projection("k")  # keys from X, not from the latent: no absorption
+    broken = derive.Graph(graph.name, tuple(
+        from_x if s.output == "K" else s for s in graph.declarations
+    ), graph.relations)  # fmt: skip
+    assert not absorption(broken).holds
+
+
+def test_latent_attention_caches_the_latent_only():
+    fact = prove(latent_attention(), CacheAgainst(("U",), HEADS))
+    assert fact.derivation[0].rhs == L.n * L.d_u
+    assert fact.derivation[-1].rhs == L.d_u / (2 * L.c)
+
+
+def test_combinations_apply_their_layers_in_the_models_order():
+    llama = derive.variant("rope+gqa")
+    assert llama.name == "gqa+rope" and "Llama 3" in llama.title
+    qwen = derive.variant("rope+qk-norm+gqa")
+    assert qwen.name == "gqa+qk-norm+rope" and "Qwen 3" in qwen.title
+    order = [s.output for s in qwen.graph.declarations]
+    assert order.index("K_l") < order.index("K_norm_l") < order.index("K_rot_l")
+    assert order.index("K_rot_l") < order.index("Omega_l")
+    assert qwen.graph.step("Omega_l").inputs == ("Q_rot_l", "K_rot_l")
+    assert qwen.graph.step("Q_rot_l").inputs[0] == "Q_norm_l"
+    assert all(prove(qwen.graph, claim).holds for claim in qwen.claims)
+    assert dict(qwen.twin.options)["theta_base"] == L.beta
+    assert qwen.base == HEADS
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [("mla+rope", "only gqa, qk-norm, rope combine"), ("rope+rope", "each once"),
+     ("gqa+nope", "unknown variant 'gqa\\+nope'")],
+)  # fmt: skip
+def test_what_does_not_combine_is_refused(name, message):
+    with pytest.raises(ValueError, match=message):
+        derive.variant(name)
+
+
+def test_the_transforms_keep_the_steps_they_do_not_touch():
+    graph = grouped(HEADS)
+    before = {s.output: s for s in HEADS.declarations}
+    changed = {
+        s.output for s in graph.declarations
+        if s != before[s.output] or dict(s.shapes) != dict(before[s.output].shapes)
+    }  # fmt: skip
+    assert changed == {"K", "V", "K_l", "V_l"}
+    assert combination(("gqa",)).graph.declarations == grouped_query_attention().declarations
+    assert [s.output for s in graph.declarations] == [s.output for s in HEADS.declarations]
+
+
+def test_the_declared_angles_pair_j_with_j_plus_half():
+    angles = with_rope(CAUSAL).step("Phi").element.rhs
+    assert isinstance(angles, Piecewise)
+    at = {L.c: 8, L.m: 3, L.beta: 10_000}
+    values = [angles.xreplace(at | {L.j: j}) for j in range(1, 9)]
+    assert values[:4] == values[4:]
+    assert values[0] == 2 and values[1] == sp.Integer(2) / 10
+    assert Eq(values[3], 2 * sp.Rational(1, 1000)) == sp.true
