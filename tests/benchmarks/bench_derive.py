@@ -5,6 +5,7 @@
     PYTHONPATH=. python tests/benchmarks/bench_derive.py --sizes 2 2 --claims
     PYTHONPATH=. python tests/benchmarks/bench_derive.py --sizes 2 1 --commands
     PYTHONPATH=. python tests/benchmarks/bench_derive.py --sizes 2 1 --symbolic
+    PYTHONPATH=. python tests/benchmarks/bench_derive.py --variants
 
 For each size it reports, in seconds: building `explicit_attention(n, n, n)` (the steps),
 evaluating every step on dyadic float64 inputs (exact projections and scores, 30-digit softmax
@@ -15,7 +16,8 @@ composed C (the "one expanded expression" route). With ``--commands`` it times, 
 fresh processes, `import derive` and the `derive` command (start-up included). With
 ``--symbolic`` it times, each in a fresh process (the derivations are cached per graph), what
 SymPy derives at symbolic sizes from the declarations of each graph: the matrix forms, the
-backward pass, the facts.
+backward pass, the facts. With ``--variants`` it times each variant's document (symbolic, and
+explicit) and its check, each in a fresh process.
 """
 
 from __future__ import annotations
@@ -114,6 +116,37 @@ def bench_commands(repeats: int = 5) -> None:
             print(f"| `{label}` | {min(times):.2f} |", flush=True)
 
 
+#: The variants timed by --variants: a document each (symbolic, then explicit) and a check.
+VARIANTS = {
+    "kv-cache": [], "sliding-window": [], "cross-attention": [], "rope": [], "qk-norm": [],
+    "gqa": ["--heads", "4", "--g", "2"], "mla": ["--heads", "2"],
+    "gqa+rope": ["--heads", "4", "--g", "2"], "gqa+qk-norm+rope": ["--heads", "4", "--g", "2"],
+}  # fmt: skip
+
+
+def bench_variants(repeats: int = 3) -> None:
+    """Wall time of `derive latex --variant`, symbolic and at n=3, d=4, c=8, and of `derive
+    check --variant` at n=4, d=3, c=8, in a fresh process each, best of `repeats`."""
+    print("| variant | latex (symbolic) | latex (n=3, d=4, c=8) | check (n=4, d=3, c=8) |")
+    print("|---|--:|--:|--:|")
+    with tempfile.TemporaryDirectory() as folder:
+        for name, extra in VARIANTS.items():
+            flags = [x for part in name.split("+") for x in ("--variant", part)] + extra
+            runs = (["latex", "-o", "v.tex", "-q"], ["latex", "-o", "v.tex", "-q", "--n", "3",
+                    "--d", "4", "--c", "8"], ["check", "--n", "4", "--d", "3", "--c", "8",
+                    "--seed", "1"])  # fmt: skip
+            cells = []
+            for argv in runs:
+                times = []
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    subprocess.run([sys.executable, "-m", "derive", *argv, *flags], cwd=folder,
+                                   check=True, capture_output=True)  # fmt: skip
+                    times.append(time.perf_counter() - start)
+                cells.append(f"{min(times):.2f} s")
+            print(f"| `{name}` | " + " | ".join(cells) + " |", flush=True)
+
+
 SYMBOLIC = """
 import time
 start = time.perf_counter()
@@ -149,7 +182,11 @@ def main() -> None:
     parser.add_argument("--claims", action="store_true", help="xreplace vs subs; torch lambdify")
     parser.add_argument("--commands", action="store_true", help="import and command wall times")
     parser.add_argument("--symbolic", action="store_true", help="the derivation's own cost")
+    parser.add_argument("--variants", action="store_true", help="each variant's document, check")
     args = parser.parse_args()
+    if args.variants:
+        bench_variants()
+        return
     if args.symbolic:
         bench_symbolic()
     if args.claims:
