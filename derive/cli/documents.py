@@ -52,10 +52,14 @@ def _figures(options: DocumentOptions, example) -> dict[str, bytes]:
     """The figure files by their path relative to the document (``figures/x.png``)."""
     if options.figures is None:
         return {}
+    from ..graph.variants import variant
     from ..render import figures
+    from ..render.documents import bounds_scores
 
     try:
         files = figures.saturation_figure()
+        if options.variant is not None and bounds_scores(variant(options.variant)):
+            files |= figures.qk_norm_figure()
         if example is not None:
             files |= figures.heatmap_figure(example.tokens, example.values.floats("A"))
     except (ImportError, RuntimeError) as error:

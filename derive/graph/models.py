@@ -107,8 +107,8 @@ LAYERS = {
             "qk-norm", 1, "QK-norm",
             "QK-norm (the book's Qwen 3) divides each query and each key by its root mean "
             "square and scales it by learned gains before the scores. The scores then stay "
-            "within a bound set by the width and the gains, whatever the inputs: the softmax "
-            "cannot saturate.",
+            "within a bound set by the width and the gains, whatever the scale of the inputs: "
+            "growing inputs cannot saturate the softmax.",
             with_qk_norm, _qk_norm_claims, parameters=((L.eps, sp.Rational(1, 10**6)),),
             options=(("q_gain", "G_q"), ("k_gain", "G_k"), ("eps", L.eps)),
         ),

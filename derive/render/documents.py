@@ -19,7 +19,9 @@ from ..explicit.forward import ExplicitGraph
 from ..explicit.sizes import check_size, check_sizes
 from ..graph import Graph, self_attention
 from ..graph.variants import explicit_sizes, variant
+from ..notation import letters as L
 from . import prose as P
+from . import prose_variants as PV
 from .blocks import Block, Figure, Prose, to_latex, to_markdown
 from .html import to_html
 from .sections import backward as B
@@ -33,6 +35,7 @@ __all__ = ["DocumentOptions", "document_blocks", "latex_document", "markdown_doc
 
 HEATMAP = "attention-heatmap"
 SATURATION = "softmax-saturation"
+SATURATION_QK_NORM = "softmax-saturation-qk-norm"
 
 Progress = Callable[[str], None]
 
@@ -141,10 +144,20 @@ def _variant_blocks(options: DocumentOptions, progress: Progress | None) -> list
     blocks = V2.variant_sections(found)
     if progress is not None:
         progress(f"derived the variant {found.name}")
+    if options.figures is not None and bounds_scores(found):
+        figure = figure_path(options, SATURATION_QK_NORM)
+        blocks += [Prose(PV.QK_NORM_FIGURE_TEXT), Figure(figure, PV.QK_NORM_FIGURE_CAPTION)]
     if options.sizes is not None:
-        ea = ExplicitGraph(found.graph, options.variant_sizes())
+        sizes = options.variant_sizes()
+        ea = ExplicitGraph(found.graph, sizes, heads=sizes.get(L.h, 1))
         blocks += E.explicit(ea, progress)
     return blocks
+
+
+def bounds_scores(found) -> bool:
+    """True for a variant whose document shows QK-norm's bound (its figure goes with it)."""
+    claims = [getattr(claim, "claim", claim) for claim in found.claims]  # On(graph, claim)
+    return any(type(claim).__name__ == "ScoreBound" for claim in claims)
 
 
 def document_title(options: DocumentOptions) -> str:
@@ -185,6 +198,8 @@ def _svg_figures(blocks: list[Block], example: object) -> dict[str, str]:
     for block in blocks:
         if isinstance(block, Figure) and block.path.endswith(f"{SATURATION}.png"):
             drawn[block.path] = svg.saturation_svg()
+        elif isinstance(block, Figure) and block.path.endswith(f"{SATURATION_QK_NORM}.png"):
+            drawn[block.path] = svg.qk_norm_svg()
         elif isinstance(block, Figure) and block.path.endswith(f"{HEATMAP}.png"):
             drawn[block.path] = svg.heatmap_svg(example.tokens, example.values.floats("A"))
     return drawn

@@ -1,4 +1,5 @@
-"""Figures (matplotlib, the optional extra ``figures``): the example's heatmap, softmax saturation.
+"""Figures (matplotlib, the optional extra ``figures``): the example's heatmap, softmax saturation
+(and, for QK-norm's documents, saturation with normalised queries and keys against its bound).
 
 Each figure comes as two files: the PNG the documents include, and a CSV of the numbers it plots.
 Both are deterministic (fixed seeds; the PNG's only metadata is matplotlib's version, no date).
@@ -16,7 +17,10 @@ import numpy as np
 __all__ = [
     "HEATMAP",
     "SATURATION",
+    "SATURATION_QK_NORM",
     "saturation_data",
+    "qk_norm_data",
+    "qk_norm_figure",
     "heatmap_figure",
     "saturation_figure",
     "missing_matplotlib_message",
@@ -24,6 +28,11 @@ __all__ = [
 
 HEATMAP = "attention-heatmap"
 SATURATION = "softmax-saturation"
+SATURATION_QK_NORM = "softmax-saturation-qk-norm"
+#: QK-norm's figure: its ε (the book's RMSNorm), one width, the scales of the inputs.
+EPS = 1e-6
+QK_WIDTH = 16
+SCALES = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 
 #: Widths c and the setting of the saturation figure: 16 keys, 200 seeded rows per width.
 WIDTHS = (1, 4, 16, 64, 256, 1024)
@@ -72,14 +81,37 @@ def saturation_data() -> list[tuple[int, float, float]]:
         q = rng.standard_normal((ROWS, 1, width))
         k = rng.standard_normal((ROWS, KEYS, width))
         scores = (q * k).sum(axis=-1)  # (ROWS, KEYS): the dot products q·k
-
-        def largest(z: np.ndarray) -> float:
-            z = z - z.max(axis=-1, keepdims=True)
-            weights = np.exp(z) / np.exp(z).sum(axis=-1, keepdims=True)
-            return float(weights.max(axis=-1).mean())
-
-        data.append((width, largest(scores), largest(scores / math.sqrt(width))))
+        data.append((width, _largest(scores), _largest(scores / math.sqrt(width))))
     return data
+
+
+def qk_norm_data() -> list[tuple[float, float, float, float]]:
+    """(s, largest weight scaled by 1/√c, the same after QK-norm, the most the bound allows) per
+    scale s of the queries and keys (s times standard normal components; c = QK_WIDTH, gains 1).
+
+    Without QK-norm the scores grow like s² and the softmax saturates; after it they do not
+    depend on s, and no row can pass the bound |ω̃| ≤ √c (one key at +√c, the others at −√c).
+    """
+    rng = np.random.default_rng(SEED)
+    q = rng.standard_normal((ROWS, 1, QK_WIDTH))
+    k = rng.standard_normal((ROWS, KEYS, QK_WIDTH))
+    root = math.sqrt(QK_WIDTH)
+    bound = 1 / (1 + (KEYS - 1) * math.exp(-2 * root))
+    data = []
+    for scale in SCALES:
+        a, b = scale * q, scale * k
+        u, v = (x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + EPS) for x in (a, b))
+        plain = (a * b).sum(axis=-1) / root
+        normed = (u * v).sum(axis=-1) / root
+        data.append((scale, _largest(plain), _largest(normed), bound))
+    return data
+
+
+def _largest(z: np.ndarray) -> float:
+    """The largest softmax weight of each row, averaged over the rows."""
+    z = z - z.max(axis=-1, keepdims=True)
+    weights = np.exp(z) / np.exp(z).sum(axis=-1, keepdims=True)
+    return float(weights.max(axis=-1).mean())
 
 
 def _csv(header: str, rows: list) -> bytes:
@@ -112,6 +144,32 @@ def saturation_figure() -> dict[str, bytes]:
     plt.close(fig)
     csv = _csv("c,largest_unscaled,largest_scaled", data)
     return {f"{SATURATION}.png": png, f"{SATURATION}.csv": csv}
+
+
+def qk_norm_figure() -> dict[str, bytes]:
+    """softmax-saturation-qk-norm.png and .csv: saturation against the scale of the inputs,
+    with and without QK-norm, and the derived bound."""
+    plt = _pyplot()
+    data = qk_norm_data()
+    scales = [row[0] for row in data]
+    fig, ax = plt.subplots(figsize=(5.2, 3.2))
+    ax.plot(scales, [row[1] for row in data], "s-", label=r"softmax$(q \cdot k / \sqrt{c})$")
+    ax.plot(scales, [row[2] for row in data], "^-", label=r"QK-norm, then $/ \sqrt{c}$")
+    ax.plot(scales, [row[3] for row in data], "--", color="black", linewidth=1,
+            label=r"the most $|\tilde\omega| \leq \sqrt{c}$ allows")  # fmt: skip
+    ax.axhline(1 / KEYS, color="grey", linewidth=0.8, linestyle=":", label="uniform (1/16)")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(scales, [f"{scale:g}" for scale in scales])
+    ax.minorticks_off()
+    ax.set_xlabel(f"scale s of the queries and keys (c = {QK_WIDTH})")
+    ax.set_ylabel("mean largest weight in a row")
+    ax.set_ylim(0, 1.02)
+    ax.legend(frameon=False, fontsize=8)
+    fig.tight_layout()
+    png = _png(fig)
+    plt.close(fig)
+    csv = _csv("s,largest_scaled,largest_qk_norm,bound", data)
+    return {f"{SATURATION_QK_NORM}.png": png, f"{SATURATION_QK_NORM}.csv": csv}
 
 
 def heatmap_figure(tokens: tuple[str, ...], weights: list[list[float]]) -> dict[str, bytes]:

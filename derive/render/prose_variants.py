@@ -13,6 +13,20 @@ VARIANT_NOTHING_NEW = (
 
 VARIANT_SHAPES = "Its matrices of new shapes: {shapes}."
 
+QK_NORM_FIGURE_TEXT = (
+    "The bound does not depend on the scale of the inputs. Queries and keys whose components "
+    "are $s$ times standard normal give scores that grow like $s^2$, and without QK-norm the "
+    "softmax tends to a single key; after it, the weights are the same at every scale, and no "
+    "row can go past what $|\\tilde\\omega_{m,p}| \\le \\sqrt{c}$ allows (gains 1): one "
+    "key at $+\\sqrt{c}$, the others at $-\\sqrt{c}$."
+)
+
+QK_NORM_FIGURE_CAPTION = (
+    "The mean largest weight of a row of 16 keys against the scale $s$ of queries and keys "
+    "($c = 16$, 200 rows with seeded standard normal components, gains 1, "
+    "$\\epsilon = 10^{-6}$), without and with QK-norm, and the most the bound allows."
+)
+
 VARIANT_COUNT = "Counted on the whole mechanism composed from its matrix forms:"
 
 VARIANT_BACKWARD = (
@@ -71,9 +85,9 @@ CLAIM_TEXT = {
     "score_bound": (
         "The squared length of a normalised query, derived from the declaration: the root "
         "leaves the sum, and SymPy checks that what is subtracted from $c$ is not negative. "
-        "Then the Cauchy–Schwarz inequality bounds every score, whatever $X$, $W_q$ and $W_k$ "
-        "are, so the scaled scores stay within a fixed range and the softmax cannot "
-        "saturate:"
+        "Then the Cauchy–Schwarz inequality bounds every score, whatever the scale of $X$, "
+        "$W_q$ and $W_k$: larger inputs cannot push the softmax towards a single key, and the "
+        "learned gains set how peaked it may be:"
     ),
     "absorption": (
         "The score of head $\\ell$ with its query and key put in, down to $X$, $W_q$, the "

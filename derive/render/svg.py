@@ -14,9 +14,11 @@ import html
 import math
 from dataclasses import dataclass
 
-from .figures import KEYS, saturation_data
+from .figures import KEYS, QK_WIDTH, qk_norm_data, saturation_data
 
-__all__ = ["Svg", "heatmap", "saturation_plot", "heatmap_svg", "saturation_svg"]
+__all__ = [
+    "Svg", "heatmap", "saturation_plot", "heatmap_svg", "saturation_svg", "qk_norm_svg",
+]  # fmt: skip
 
 #: viridis at 0, 1/4, 1/2, 3/4, 1 (the colour map of the PNG heatmap).
 RAMP = ((0x44, 0x01, 0x54), (0x3B, 0x52, 0x8B), (0x21, 0x91, 0x8C), (0x5E, 0xC9, 0x62),
@@ -110,11 +112,30 @@ def saturation_svg(data: list[tuple[int, float, float]] | None = None) -> str:
     """The mean largest softmax weight of a row against the width c (a log axis), unscaled and
     scaled by 1/√c, with the uniform weight 1/KEYS dotted (`saturation_data` by default)."""
     data = saturation_data() if data is None else data
-    width, height, left, right, top, bottom = 540, 330, 58, 520, 14, 270
-    steps = math.log(data[-1][0], 4) or 1.0
+    series = (("softmax(q·k)", 1, "#1f77b4", "circle"),
+              ("softmax(q·k / √c)", 2, "#e8710a", "square"))  # fmt: skip
+    return _curves("Softmax saturation", data, series, 4, "width c of queries and keys")
 
-    def x(c: int) -> float:
-        return left + (right - left) * math.log(c, 4) / steps
+
+def qk_norm_svg() -> str:
+    """`qk_norm_data` as SVG: the largest weight against the scale of the inputs, without and
+    with QK-norm, and the most the derived bound allows (dashed)."""
+    series = (("softmax(q·k / √c)", 1, "#e8710a", "square"),
+              ("QK-norm, then / √c", 2, "#2ca02c", "circle"),
+              ("the most |ω̃| ≤ √c allows", 3, "currentColor", "dashed"))  # fmt: skip
+    label = f"scale s of the queries and keys (c = {QK_WIDTH})"
+    return _curves("Softmax saturation with QK-norm", qk_norm_data(), series, 2, label)
+
+
+def _curves(title: str, data: list[tuple], series: tuple, base: int, label: str) -> str:
+    """Curves of the columns `series` names against the first column (a log axis of `base`),
+    with the uniform weight 1/KEYS dotted and a legend."""
+    width, height, left, right, top, bottom = 540, 330, 58, 520, 14, 270
+    first = math.log(data[0][0], base)
+    steps = (math.log(data[-1][0], base) - first) or 1.0
+
+    def x(value: float) -> float:
+        return left + (right - left) * (math.log(value, base) - first) / steps
 
     def y(value: float) -> float:
         return bottom - (bottom - top) * value / 1.02
@@ -124,7 +145,7 @@ def saturation_svg(data: list[tuple[int, float, float]] | None = None) -> str:
     for c, *_ in data:
         body.append(f'<line x1="{_n(x(c))}" y1="{bottom}" x2="{_n(x(c))}" y2="{bottom + 4}" '
                     'stroke="currentColor"/>')  # fmt: skip
-        body.append(_text(x(c), bottom + 17, str(c)))
+        body.append(_text(x(c), bottom + 17, f"{c:g}"))
     for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
         body.append(f'<line x1="{left - 4}" y1="{_n(y(tick))}" x2="{left}" y2="{_n(y(tick))}" '
                     'stroke="currentColor"/>')  # fmt: skip
@@ -132,28 +153,29 @@ def saturation_svg(data: list[tuple[int, float, float]] | None = None) -> str:
     uniform = y(1 / KEYS)
     body.append(f'<line x1="{left}" y1="{_n(uniform)}" x2="{right}" y2="{_n(uniform)}" '
                 'stroke="currentColor" stroke-dasharray="2 3" opacity="0.6"/>')  # fmt: skip
-    series = (("softmax(q·k)", 1, "#1f77b4", "circle"),
-              ("softmax(q·k / √c)", 2, "#e8710a", "square"))  # fmt: skip
     for _, column, ink, mark in series:
         points = [(x(row[0]), y(row[column])) for row in data]
         path = "M" + "L".join(f"{_n(px)} {_n(py)}" for px, py in points)
-        body.append(f'<path d="{path}" fill="none" stroke="{ink}" stroke-width="1.8"/>')
-        body += [_mark(mark, px, py, ink) for px, py in points]
-    for row, (name, _, ink, mark) in enumerate(series):  # the legend, clear of the curves
+        dash = ' stroke-dasharray="6 4"' if mark == "dashed" else ""
+        body.append(f'<path d="{path}" fill="none" stroke="{ink}" stroke-width="1.8"{dash}/>')
+        body += [_mark(mark, px, py, ink) for px, py in points] if mark != "dashed" else []
+    legend = [*series, (f"uniform (1/{KEYS})", 0, "currentColor", "dotted")]
+    for row, (name, _, ink, mark) in enumerate(legend):  # the legend, clear of the curves
         ly = y(0.62) + 18 * row
+        dash = {"dashed": ' stroke-dasharray="6 4"',
+                "dotted": ' stroke-dasharray="2 3" opacity="0.6"'}.get(mark, "")  # fmt: skip
+        stroke = "" if mark == "dotted" else ' stroke-width="1.8"'
         body.append(f'<line x1="{right - 170}" y1="{_n(ly)}" x2="{right - 146}" y2="{_n(ly)}" '
-                    f'stroke="{ink}" stroke-width="1.8"/>')  # fmt: skip
-        body += [_mark(mark, right - 158, ly, ink), _text(right - 140, ly + 4, name, "start")]
-    ly = y(0.62) + 36
-    body.append(f'<line x1="{right - 170}" y1="{_n(ly)}" x2="{right - 146}" y2="{_n(ly)}" '
-                'stroke="currentColor" stroke-dasharray="2 3" opacity="0.6"/>')  # fmt: skip
-    body.append(_text(right - 140, ly + 4, f"uniform (1/{KEYS})", "start"))
-    body.append(_text((left + right) / 2, bottom + 40, "width c of queries and keys"))
+                    f'stroke="{ink}"{stroke}{dash}/>')
+        if mark in ("circle", "square"):
+            body.append(_mark(mark, right - 158, ly, ink))
+        body.append(_text(right - 140, ly + 4, name, "start"))
+    body.append(_text((left + right) / 2, bottom + 40, label))
     middle = (top + bottom) / 2
     body.append(_text(16, middle, "mean largest weight in a row",
                       extra=f' transform="rotate(-90 16 {_n(middle)})"'))  # fmt: skip
     body.append("</g>")
-    return _svg("Softmax saturation", width, height, body)
+    return _svg(title, width, height, body)
 
 
 def _mark(kind: str, x: float, y: float, ink: str) -> str:

@@ -49,3 +49,18 @@ def test_variant_options_are_checked():
     assert {str(k): v for k, v in options.variant_sizes().items()} == {
         "n": 3, "d": 4, "c": 2, "s": 5, "d_y": 5,
     }  # fmt: skip
+
+
+def test_qk_norm_shows_its_bound_on_a_saturation_figure():
+    from derive.render.figures import qk_norm_data
+
+    tex = latex_document(DocumentOptions(variant="gqa+qk-norm", figures="figs"))
+    assert r"\includegraphics" in tex and "figs/softmax-saturation-qk-norm.png" in tex
+    assert "figs/softmax-saturation-qk-norm" not in latex_document(
+        DocumentOptions(variant="gqa+rope", figures="figs")
+    )
+    rows = qk_norm_data()
+    normed = [row[2] for row in rows]
+    assert max(normed) - min(normed) < 1e-5  # QK-norm: the same weights at every scale (but ε)
+    assert rows[0][1] < normed[0] < rows[-1][1]  # without it: from flat to saturated
+    assert all(row[2] <= row[3] for row in rows)  # never past what the bound allows
