@@ -1,0 +1,1 @@
+"""`derive conform`: anyone's attention checked against the derivation."""
