@@ -26,8 +26,8 @@ With one head c_h = c, so ``scale-by-c`` and ``scale-twice`` are the same formul
 ``scale-by-model-width`` is no mistake at all; an implementation is told apart from a mistake only
 where their formulas differ.
 
-Dropout is declared for what `derive conform` can observe: a dropout that keeps every entry, at
-rate ρ, multiplies what it is given by 1/(1 − ρ) (the weights, in the book's order).
+Each mistake changes the correct graph of a `Form` (`derive.graph.forms`); dropout is declared
+there for what `derive conform` can observe.
 ``nan-on-empty-rows`` changes no formula: it is the weights' declaration read in IEEE arithmetic,
 where a row with no key divides 0 by 0, instead of with derive's convention that such a row has
 zero weights (`Mistake.rows`).
@@ -35,7 +35,6 @@ zero weights (`Mistake.rows`).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -43,96 +42,19 @@ import sympy as sp
 from sympy import Eq, Piecewise, Sum, exp, floor, sqrt
 
 from ..notation import letters as L
-from .attention import SELF, self_attention
+from .attention import SELF
 from .declaration import Declaration, Graph
+from .forms import RHO, Form, entry, reference, replaced, softmax_input, softmax_of, suffix
 
-__all__ = ["RHO", "Form", "Mistake", "MISTAKES", "reference", "mistake"]
-
-#: The dropout rate ρ (0 where no dropout is observed).
-RHO = sp.Symbol("rho", positive=True)
-
-
-@dataclass(frozen=True)
-class Form:
-    """Which graph of self-attention an implementation is compared with.
-
-    Attributes:
-        heads: several heads (split, merge, output projection W_o), or one.
-        causal: the causal mask declared (M_{m,p} = 0 where p ≤ m).
-        masked: a mask M given as an input (a boolean mask; with `causal`, folded into M).
-        dropout: dropout on the weights, keeping every entry, at rate ρ.
-        projections: Q, K, V from X and the weights; without, Q, K, V are the inputs (a
-            function like torch's scaled_dot_product_attention).
-    """
-
-    heads: bool = False
-    causal: bool = False
-    masked: bool = False
-    dropout: bool = False
-    projections: bool = True
-
-
-def _entry(name: str, head: bool, *indices: sp.Expr) -> sp.Indexed:
-    return L.base(name)[(L.ell, *indices)] if head else L.base(name)[indices]
-
-
-def _s(form: Form) -> str:
-    return "_l" if form.heads else ""
-
-
-def replaced(graph: Graph, output: str, rhs: sp.Expr) -> Graph:
-    """`graph` with the step computing `output` declared by `rhs`, which may read matrices the
-    step did not read before (their shapes from the graph)."""
-    step = graph.step(output)
-    shapes = graph.shapes
-    element = Eq(step.element.lhs, rhs, evaluate=False)
-    letters = {output} | {L.letter_of(e) for e in rhs.atoms(sp.Indexed)}
-    changed = Declaration(step.name, step.output, step.title, element,
-                          {x: shapes[x] for x in sorted(letters)}, step.constant)  # fmt: skip
-    steps = tuple(changed if s.output == output else s for s in graph.declarations)
-    return Graph(graph.name, steps, graph.relations)
-
-
-def _softmax_input(form: Form) -> str:
-    """The entry the softmax reads: ω̂ (masked scores) or ω̃ (scaled scores)."""
-    return "omegahat" if form.causal or form.masked else "omegatilde"
-
-
-def softmax_of(name: str, form: Form, temperature: sp.Expr = sp.S.One) -> sp.Expr:
-    """exp(x_{m,p} / t) / Σ_r exp(x_{m,r} / t): the declared softmax of each row of x."""
-    top = exp(_entry(name, form.heads, L.m, L.p) / temperature)
-    below = Sum(exp(_entry(name, form.heads, L.m, L.r) / temperature), (L.r, 1, L.n))
-    return top / below
-
-
-def dropout_on_weights(graph: Graph, form: Form) -> Graph:
-    r"""a_{m,p} = softmax_{m,p} / (1 − ρ): the weights, then dropout keeping every one."""
-    weights = softmax_of(_softmax_input(form), form) / (1 - RHO)
-    return replaced(graph, "A" + _s(form), weights)
-
-
-@functools.cache
-def reference(form: Form) -> Graph:
-    """The graph an implementation of this form must compute (from `self_attention`)."""
-    full = self_attention(
-        causal=form.causal and not form.masked, masked=form.masked, heads=form.heads
-    )
-    steps = full.declarations
-    name = full.name
-    if not form.projections:
-        steps = tuple(s for s in steps if not (s.name == "projection" and s.output in "QKV"))
-        name += " of given Q, K, V"
-    graph = Graph(name, steps, full.relations)
-    return dropout_on_weights(graph, form) if form.dropout else graph
-
+__all__ = ["Mistake", "MISTAKES", "mistake"]
 
 # -- the mistakes, each a function of the correct graph ----------------------------------------
 
 
 def _scaled_by(width: Callable[[Form], sp.Expr]) -> Callable[[Graph, Form], Graph]:
     def change(graph: Graph, form: Form) -> Graph:
-        omega = _entry("omega", form.heads, L.m, L.p)
-        return replaced(graph, "Omega_scaled" + _s(form), omega / width(form))
+        omega = entry("omega", form.heads, L.m, L.p)
+        return replaced(graph, "Omega_scaled" + suffix(form), omega / width(form))
 
     return change
 
@@ -144,9 +66,9 @@ def _head_width(form: Form) -> sp.Expr:
 def scaled_twice(graph: Graph, form: Form) -> Graph:
     r"""ω̃_{m,p} = ω_{m,p} / (√c √c): the 1/√c of the declaration applied twice."""
     root = sqrt(_head_width(form))
-    omega = _entry("omega", form.heads, L.m, L.p)
+    omega = entry("omega", form.heads, L.m, L.p)
     twice = sp.Mul(omega, sp.Pow(root, -1), sp.Pow(root, -1), evaluate=False)
-    return replaced(graph, "Omega_scaled" + _s(form), twice)
+    return replaced(graph, "Omega_scaled" + suffix(form), twice)
 
 
 def model_width(graph: Graph, form: Form) -> Graph:
@@ -156,18 +78,18 @@ def model_width(graph: Graph, form: Form) -> Graph:
 
 def softmax_over_queries(graph: Graph, form: Form) -> Graph:
     r"""a_{m,p} = exp(x_{m,p}) / Σ_r exp(x_{r,p}): each column sums to one, not each row."""
-    name = _softmax_input(form)
-    top = exp(_entry(name, form.heads, L.m, L.p))
-    below = Sum(exp(_entry(name, form.heads, L.r, L.p)), (L.r, 1, L.n))
+    name = softmax_input(form)
+    top = exp(entry(name, form.heads, L.m, L.p))
+    below = Sum(exp(entry(name, form.heads, L.r, L.p)), (L.r, 1, L.n))
     weights = top / below / (1 - RHO) if form.dropout else top / below
-    return replaced(graph, "A" + _s(form), weights)
+    return replaced(graph, "A" + suffix(form), weights)
 
 
 def values_are_keys(graph: Graph, form: Form) -> Graph:
     r"""z_{m,j} = Σ_p a_{m,p} k_{p,j}: the keys weighed where the values belong."""
     head = form.heads
-    rhs = Sum(_entry("a", head, L.m, L.p) * _entry("k", head, L.p, L.j), (L.p, 1, L.n))
-    return replaced(graph, "C" + _s(form), rhs)
+    rhs = Sum(entry("a", head, L.m, L.p) * entry("k", head, L.p, L.j), (L.p, 1, L.n))
+    return replaced(graph, "C" + suffix(form), rhs)
 
 
 def _causal_mask(allowed: sp.Basic) -> Callable[[Graph, Form], Graph | None]:
@@ -186,13 +108,13 @@ def mask_inverted(graph: Graph, form: Form) -> Graph:
     triangle when causal): the boolean mask read with True as masked."""
     if not form.masked:
         return graph
-    mask = _entry("mask", False, L.m, L.p)
+    mask = entry("mask", False, L.m, L.p)
     if form.causal:
         inverted = Piecewise((0, sp.And(sp.Ne(mask, 0), sp.Le(L.p, L.m))), (-sp.oo, True))
     else:
         inverted = Piecewise((-sp.oo, Eq(mask, 0)), (0, True))
-    scaled = _entry("omegatilde", form.heads, L.m, L.p)
-    return replaced(graph, "Omega_masked" + _s(form), scaled + inverted)
+    scaled = entry("omegatilde", form.heads, L.m, L.p)
+    return replaced(graph, "Omega_masked" + suffix(form), scaled + inverted)
 
 
 def mask_after_softmax(graph: Graph, form: Form) -> Graph:
@@ -200,10 +122,10 @@ def mask_after_softmax(graph: Graph, form: Form) -> Graph:
     summing to one."""
     if not (form.causal or form.masked):
         return graph
-    top = exp(_entry("omegahat", form.heads, L.m, L.p))
-    below = Sum(exp(_entry("omegatilde", form.heads, L.m, L.r)), (L.r, 1, L.n))
+    top = exp(entry("omegahat", form.heads, L.m, L.p))
+    below = Sum(exp(entry("omegatilde", form.heads, L.m, L.r)), (L.r, 1, L.n))
     weights = top / below / (1 - RHO) if form.dropout else top / below
-    return replaced(graph, "A" + _s(form), weights)
+    return replaced(graph, "A" + suffix(form), weights)
 
 
 def dropout_before_softmax(graph: Graph, form: Form) -> Graph:
@@ -211,8 +133,8 @@ def dropout_before_softmax(graph: Graph, form: Form) -> Graph:
     softmax, where the book drops weights after it."""
     if not form.dropout:
         return graph
-    weights = softmax_of(_softmax_input(form), form, temperature=1 - RHO)
-    return replaced(graph, "A" + _s(form), weights)
+    weights = softmax_of(softmax_input(form), form, temperature=1 - RHO)
+    return replaced(graph, "A" + suffix(form), weights)
 
 
 def heads_mixed(graph: Graph, form: Form) -> Graph:
@@ -227,7 +149,9 @@ def heads_mixed(graph: Graph, form: Form) -> Graph:
     rhs = L.base("ctx")[head, row, column]
     step = graph.step("C_concat")
     element = Eq(L.base("ctxcat")[L.m, L.i], rhs, evaluate=False)
-    merged = Declaration(step.name, step.output, step.title, element, SELF.shapes("C_l", "C_concat"))
+    merged = Declaration(
+        step.name, step.output, step.title, element, SELF.shapes("C_l", "C_concat")
+    )
     steps = tuple(merged if s.output == "C_concat" else s for s in graph.declarations)
     return Graph(graph.name, steps, graph.relations)
 
@@ -278,23 +202,35 @@ MISTAKES: tuple[Mistake, ...] = (
     Mistake("scale-twice", "scaled by 1/√c twice", scaled_twice),
     Mistake("softmax-over-queries", "softmax over the queries (columns)", softmax_over_queries),
     Mistake("values-are-keys", "the keys weighed for the values: C = A K", values_are_keys),
-    Mistake("causal-diagonal-masked", "causal mask hides the diagonal: p < m",
-            _causal_mask(sp.Lt(L.p, L.m))),
-    Mistake("causal-leaks-future", "causal mask lets a token see the next: p ≤ m + 1",
-            _causal_mask(sp.Le(L.p, L.m + 1))),
+    Mistake(
+        "causal-diagonal-masked",
+        "causal mask hides the diagonal: p < m",
+        _causal_mask(sp.Lt(L.p, L.m)),
+    ),
+    Mistake(
+        "causal-leaks-future",
+        "causal mask lets a token see the next: p ≤ m + 1",
+        _causal_mask(sp.Le(L.p, L.m + 1)),
+    ),
     Mistake("mask-inverted", "boolean mask read with True as masked", mask_inverted),
-    Mistake("mask-after-softmax", "weights zeroed after the softmax, not renormalised",
-            mask_after_softmax),
-    Mistake("dropout-before-softmax", "dropout on the scores, before the softmax",
-            dropout_before_softmax),
+    Mistake(
+        "mask-after-softmax",
+        "weights zeroed after the softmax, not renormalised",
+        mask_after_softmax,
+    ),
+    Mistake(
+        "dropout-before-softmax",
+        "dropout on the scores, before the softmax",
+        dropout_before_softmax,
+    ),
     Mistake("heads-mixed", "heads merged by a reshape without the transpose", heads_mixed),
     Mistake("nan-on-empty-rows", "NaN for a query with no key to attend to", unchanged, "nan"),
-)  # fmt: skip
+)
 
 
 def mistake(id: str) -> Mistake:
     """The catalogue entry `id`; a ValueError naming the known ids otherwise."""
-    for entry in MISTAKES:
-        if entry.id == id:
-            return entry
+    for found in MISTAKES:
+        if found.id == id:
+            return found
     raise ValueError(f"unknown mistake {id!r}; known: {', '.join(m.id for m in MISTAKES)}")

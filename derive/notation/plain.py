@@ -26,10 +26,23 @@ from .printer import ordered_terms
 __all__ = ["PlainPrinter", "plain"]
 
 _ENTRY = {
-    "x": "x", "y": "y", "wq": "W_q", "wk": "W_k", "wv": "W_v", "wo": "W_o", "q": "q", "k": "k",
-    "v": "v", "omega": "ω", "omegatilde": "ω̃", "mask": "M", "omegahat": "ω̂", "a": "a",
-    "ctx": "z", "ctxcat": "ẑ",
-}  # fmt: skip
+    "x": "x",
+    "y": "y",
+    "wq": "W_q",
+    "wk": "W_k",
+    "wv": "W_v",
+    "wo": "W_o",
+    "q": "q",
+    "k": "k",
+    "v": "v",
+    "omega": "ω",
+    "omegatilde": "ω̃",
+    "mask": "M",
+    "omegahat": "ω̂",
+    "a": "a",
+    "ctx": "z",
+    "ctxcat": "ẑ",
+}
 _MATRIX = {"Omega": "Ω", "Omega_scaled": "Ω̃", "Omega_masked": "Ω̂", "C_concat": "Ĉ"}
 #: The adjoint's bar, as a combining character: q̄, Ω̄.
 _BAR = "\u0304"
@@ -97,7 +110,10 @@ class PlainPrinter(StrPrinter):
 
     def _factor(self, matrix: sp.MatrixExpr) -> str:
         """One factor of a product; a Hadamard product or a sum in parentheses: (A ∘ Ā) J."""
-        if isinstance(matrix, sp.HadamardProduct | sp.MatAdd):
+        scaled = isinstance(matrix, sp.MatMul) and not all(
+            isinstance(a, sp.MatrixExpr) for a in matrix.args
+        )
+        if isinstance(matrix, sp.HadamardProduct | sp.MatAdd) or scaled:
             return f"({self._print(matrix)})"
         return self.parenthesize(matrix, PRECEDENCE["Mul"], strict=True)
 
@@ -137,7 +153,7 @@ class PlainPrinter(StrPrinter):
 
     def _print_MatAdd(self, expr: sp.MatAdd) -> str:
         text = ""
-        terms = sorted(expr.args, key=lambda term: term.could_extract_minus_sign())
+        terms = sorted(expr.args, key=lambda t: (t.could_extract_minus_sign(), str(t) == "M"))
         for index, term in enumerate(terms):
             printed = self._print(term)
             if index == 0:

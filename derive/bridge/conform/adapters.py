@@ -30,7 +30,7 @@ from typing import Any
 
 from .target import ConformError
 
-__all__ = ["Weights", "Adapter", "register_adapter", "adapters", "find_adapter", "Observe"]
+__all__ = ["Weights", "Adapter", "register_adapter", "registered", "Observe"]
 
 
 @dataclass
@@ -59,14 +59,18 @@ class Weights:
         d, c = tuple(self.W_q.shape)
         for name in ("W_k", "W_v"):
             if tuple(getattr(self, name).shape) != (d, c):
-                raise ConformError(f"adapter {adapter}: {name} has shape "
-                                   f"{tuple(getattr(self, name).shape)}, W_q has {(d, c)}")  # fmt: skip
+                raise ConformError(
+                    f"adapter {adapter}: {name} has shape "
+                    f"{tuple(getattr(self, name).shape)}, W_q has {(d, c)}"
+                )
         if not isinstance(self.heads, int) or self.heads < 1 or c % self.heads:
-            raise ConformError(f"adapter {adapter}: heads={self.heads!r} must be a positive int "
-                               f"dividing c={c}")  # fmt: skip
+            raise ConformError(
+                f"adapter {adapter}: heads={self.heads!r} must be a positive int dividing c={c}"
+            )
         if self.W_o is not None and self.W_o.shape[0] != c:
-            raise ConformError(f"adapter {adapter}: W_o has shape {tuple(self.W_o.shape)}, "
-                               f"expected ({c}, c_out)")  # fmt: skip
+            raise ConformError(
+                f"adapter {adapter}: W_o has shape {tuple(self.W_o.shape)}, expected ({c}, c_out)"
+            )
 
 
 #: A submodule whose "input" or "output" is the given letters (several: split equally).
@@ -94,11 +98,15 @@ class Adapter:
         except ConformError:
             raise
         except Exception as error:  # noqa: BLE001 - a user adapter's own failure
-            raise ConformError(f"adapter {self.name} could not read the weights of "
-                               f"{type(module).__name__}: {type(error).__name__}: {error}") from None  # fmt: skip
+            raise ConformError(
+                f"adapter {self.name} could not read the weights of "
+                f"{type(module).__name__}: {type(error).__name__}: {error}"
+            ) from None
         if not isinstance(weights, Weights):
-            raise ConformError(f"adapter {self.name} returned {type(weights).__name__}, "
-                               "expected derive.testing.Weights")  # fmt: skip
+            raise ConformError(
+                f"adapter {self.name} returned {type(weights).__name__}, "
+                "expected derive.testing.Weights"
+            )
         weights.check(self.name)
         return weights
 
@@ -129,29 +137,6 @@ def register_adapter(
     return register
 
 
-def adapters() -> tuple[Adapter, ...]:
-    """Every adapter, in the order they are tried: registered (last first), then built-in."""
-    from .conventions import BUILT_IN
-
-    return (*_REGISTERED, *BUILT_IN)
-
-
-def find_adapter(module: Any, name: str | None = None) -> Adapter:
-    """The adapter for `module` (or the one named); a ConformError saying what was looked for."""
-    every = adapters()
-    if name is not None:
-        for adapter in every:
-            if adapter.name == name:
-                return adapter
-        raise ConformError(f"no adapter {name!r}; known: {', '.join(a.name for a in every)}")
-    for adapter in every:
-        try:
-            if adapter.recognises(module):
-                return adapter
-        except Exception:  # noqa: BLE001 - a recogniser that fails does not recognise
-            continue
-    looked = "; ".join(f"{a.looks_for} ({a.name})" for a in every if a.looks_for)
-    raise ConformError(
-        f"no adapter finds the weights of {type(module).__name__}: looked for {looked}; "
-        "register one for your convention with derive.testing.register_adapter"
-    )
+def registered() -> tuple[Adapter, ...]:
+    """The adapters registered so far, the last first."""
+    return tuple(_REGISTERED)

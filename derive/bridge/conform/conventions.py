@@ -48,8 +48,10 @@ def _heads(module: Any, *names: str) -> int:
         value = getattr(module, name, None)
         if isinstance(value, int):
             return value
-    raise ConformError(f"{type(module).__name__}: found the projections but no number of heads "
-                       f"(looked for {' or '.join(names)})")  # fmt: skip
+    raise ConformError(
+        f"{type(module).__name__}: found the projections but no number of heads "
+        f"(looked for {' or '.join(names)})"
+    )
 
 
 # -- torch.nn.MultiheadAttention ------------------------------------------------------------
@@ -65,8 +67,10 @@ def _mha_weights(module: Any) -> Weights:
     extra = [name for name in ("bias_k", "bias_v") if getattr(module, name, None) is not None]
     if extra or module.add_zero_attn:
         what = ", ".join(extra + (["add_zero_attn"] if module.add_zero_attn else []))
-        raise ConformError(f"MultiheadAttention with {what}: extra keys that self-attention "
-                           "as the book declares it does not have")  # fmt: skip
+        raise ConformError(
+            f"MultiheadAttention with {what}: extra keys that self-attention "
+            "as the book declares it does not have"
+        )
     if module.in_proj_weight is not None:
         blocks, biases = _thirds(module.in_proj_weight.mT, module.in_proj_bias)
     else:  # separate q, k, v projections (kdim or vdim given)
@@ -74,8 +78,15 @@ def _mha_weights(module: Any) -> Weights:
         bias = module.in_proj_bias
         biases = [None] * 3 if bias is None else list(bias.chunk(3))
     w_o, b_o = _linear(module.out_proj)
-    return Weights(*blocks, W_o=w_o, b_q=biases[0], b_k=biases[1], b_v=biases[2], b_o=b_o,
-                   heads=module.num_heads)  # fmt: skip
+    return Weights(
+        *blocks,
+        W_o=w_o,
+        b_q=biases[0],
+        b_k=biases[1],
+        b_v=biases[2],
+        b_o=b_o,
+        heads=module.num_heads,
+    )
 
 
 def _mha_call(module: Any, x: Any, allowed: Any) -> Any:
@@ -95,8 +106,15 @@ def _is_gpt2(module: Any) -> bool:
 
 def _gpt2_weights(module: Any) -> Weights:
     blocks, biases = _thirds(module.c_attn.weight, module.c_attn.bias)  # Conv1D: x W + b
-    return Weights(*blocks, W_o=module.c_proj.weight, b_q=biases[0], b_k=biases[1],
-                   b_v=biases[2], b_o=module.c_proj.bias, heads=_heads(module, "num_heads"))  # fmt: skip
+    return Weights(
+        *blocks,
+        W_o=module.c_proj.weight,
+        b_q=biases[0],
+        b_k=biases[1],
+        b_v=biases[2],
+        b_o=module.c_proj.bias,
+        heads=_heads(module, "num_heads"),
+    )
 
 
 def _is_nanogpt(module: Any) -> bool:
@@ -109,8 +127,15 @@ def _is_nanogpt(module: Any) -> bool:
 def _nanogpt_weights(module: Any) -> Weights:
     blocks, biases = _thirds(*_linear(module.c_attn))
     w_o, b_o = _linear(module.c_proj)
-    return Weights(*blocks, W_o=w_o, b_q=biases[0], b_k=biases[1], b_v=biases[2], b_o=b_o,
-                   heads=_heads(module, "n_head", "num_heads"))  # fmt: skip
+    return Weights(
+        *blocks,
+        W_o=w_o,
+        b_q=biases[0],
+        b_k=biases[1],
+        b_v=biases[2],
+        b_o=b_o,
+        heads=_heads(module, "n_head", "num_heads"),
+    )
 
 
 def _is_timm(module: Any) -> bool:
@@ -123,12 +148,21 @@ def _timm_weights(module: Any) -> Weights:
     for norm in ("q_norm", "k_norm"):
         layer = getattr(module, norm, None)
         if layer is not None and type(layer).__name__ != "Identity":
-            raise ConformError(f"timm Attention with {norm}={type(layer).__name__}: QK-norm is "
-                               "not in the book's declarations")  # fmt: skip
+            raise ConformError(
+                f"timm Attention with {norm}={type(layer).__name__}: QK-norm is "
+                "not in the book's declarations"
+            )
     blocks, biases = _thirds(*_linear(module.qkv))
     w_o, b_o = _linear(module.proj)
-    return Weights(*blocks, W_o=w_o, b_q=biases[0], b_k=biases[1], b_v=biases[2], b_o=b_o,
-                   heads=_heads(module, "num_heads"))  # fmt: skip
+    return Weights(
+        *blocks,
+        W_o=w_o,
+        b_q=biases[0],
+        b_k=biases[1],
+        b_v=biases[2],
+        b_o=b_o,
+        heads=_heads(module, "num_heads"),
+    )
 
 
 # -- the book's classes (and this package's) -------------------------------------------------
@@ -160,35 +194,78 @@ def _book_weights(module: Any) -> Weights:
         join = lambda xs: None if xs[0] is None else torch.cat(xs, dim=-1)  # noqa: E731
         return Weights(
             *(join([getattr(p, w) for p in parts]) for w in ("W_q", "W_k", "W_v")),
-            b_q=join([p.b_q for p in parts]), b_k=join([p.b_k for p in parts]),
-            b_v=join([p.b_v for p in parts]), heads=len(parts),
-        )  # fmt: skip
+            b_q=join([p.b_q for p in parts]),
+            b_k=join([p.b_k for p in parts]),
+            b_v=join([p.b_v for p in parts]),
+            heads=len(parts),
+        )
     (w_q, b_q), (w_k, b_k), (w_v, b_v) = (
         _book_projection(module, name) for name in ("W_query", "W_key", "W_value")
     )
     if not hasattr(module, "out_proj"):
         return Weights(w_q, w_k, w_v, b_q=b_q, b_k=b_k, b_v=b_v)
     w_o, b_o = _linear(module.out_proj)
-    return Weights(w_q, w_k, w_v, W_o=w_o, b_q=b_q, b_k=b_k, b_v=b_v, b_o=b_o,
-                   heads=_heads(module, "num_heads"))  # fmt: skip
+    return Weights(
+        w_q,
+        w_k,
+        w_v,
+        W_o=w_o,
+        b_q=b_q,
+        b_k=b_k,
+        b_v=b_v,
+        b_o=b_o,
+        heads=_heads(module, "num_heads"),
+    )
 
 
-_PROJECTIONS = (("W_query", "output", ("Q",)), ("W_key", "output", ("K",)),
-                ("W_value", "output", ("V",)), ("out_proj", "input", ("C_concat",)))  # fmt: skip
+_PROJECTIONS = (
+    ("W_query", "output", ("Q",)),
+    ("W_key", "output", ("K",)),
+    ("W_value", "output", ("V",)),
+    ("out_proj", "input", ("C_concat",)),
+)
 
 BUILT_IN: tuple[Adapter, ...] = (
-    Adapter("torch-mha", _is_mha, _mha_weights, call=_mha_call, mask="attn_mask",
-            looks_for="nn.MultiheadAttention"),
-    Adapter("gpt2", _is_gpt2, _gpt2_weights, dropout="attn_dropout",
-            observe=(("c_attn", "output", ("Q", "K", "V")), ("c_proj", "input", ("C_concat",))),
-            looks_for="c_attn as a Conv1D, c_proj, num_heads"),
-    Adapter("nanogpt", _is_nanogpt, _nanogpt_weights, dropout="attn_dropout",
-            observe=(("c_attn", "output", ("Q", "K", "V")), ("c_proj", "input", ("C_concat",))),
-            looks_for="c_attn as an nn.Linear, c_proj, n_head"),
-    Adapter("timm", _is_timm, _timm_weights, mask="attn_mask", dropout="attn_drop",
-            observe=(("qkv", "output", ("Q", "K", "V")), ("proj", "input", ("C_concat",))),
-            looks_for="qkv, proj, num_heads"),
-    Adapter("book", _is_book, _book_weights, mask="mask", dropout="dropout",
-            observe=_PROJECTIONS,
-            looks_for="W_query, W_key, W_value (+ out_proj, num_heads), or heads"),
-)  # fmt: skip
+    Adapter(
+        "torch-mha",
+        _is_mha,
+        _mha_weights,
+        call=_mha_call,
+        mask="attn_mask",
+        looks_for="nn.MultiheadAttention",
+    ),
+    Adapter(
+        "gpt2",
+        _is_gpt2,
+        _gpt2_weights,
+        dropout="attn_dropout",
+        observe=(("c_attn", "output", ("Q", "K", "V")), ("c_proj", "input", ("C_concat",))),
+        looks_for="c_attn as a Conv1D, c_proj, num_heads",
+    ),
+    Adapter(
+        "nanogpt",
+        _is_nanogpt,
+        _nanogpt_weights,
+        dropout="attn_dropout",
+        observe=(("c_attn", "output", ("Q", "K", "V")), ("c_proj", "input", ("C_concat",))),
+        looks_for="c_attn as an nn.Linear, c_proj, n_head",
+    ),
+    Adapter(
+        "timm",
+        _is_timm,
+        _timm_weights,
+        mask="attn_mask",
+        dropout="attn_drop",
+        observe=(("qkv", "output", ("Q", "K", "V")), ("proj", "input", ("C_concat",))),
+        looks_for="qkv, proj, num_heads",
+    ),
+    Adapter(
+        "book",
+        _is_book,
+        _book_weights,
+        mask="mask",
+        dropout="dropout",
+        observe=_PROJECTIONS,
+        looks_for="W_query, W_key, W_value (+ out_proj, num_heads), or heads",
+    ),
+)

@@ -94,9 +94,13 @@ class _Grid:
         if isinstance(expr, sp.Mod):
             return torch.remainder(_tensor(torch, args[0]), args[1])
         comparisons = {
-            sp.LessThan: torch.le, sp.StrictLessThan: torch.lt, sp.GreaterThan: torch.ge,
-            sp.StrictGreaterThan: torch.gt, sp.Equality: torch.eq, sp.Unequality: torch.ne,
-        }  # fmt: skip
+            sp.LessThan: torch.le,
+            sp.StrictLessThan: torch.lt,
+            sp.GreaterThan: torch.ge,
+            sp.StrictGreaterThan: torch.gt,
+            sp.Equality: torch.eq,
+            sp.Unequality: torch.ne,
+        }
         if type(expr) in comparisons:
             return comparisons[type(expr)](_tensor(torch, args[0]), _tensor(torch, args[1]))
         if isinstance(expr, sp.And):

@@ -18,7 +18,7 @@ from ...notation import letters as L
 from .adapters import Adapter, Weights
 from .target import ConformError, Target
 
-__all__ = ["ModuleHarness", "FunctionHarness", "StandInDropout"]
+__all__ = ["ModuleHarness", "FunctionHarness", "stand_in_dropout"]
 
 
 def _first_tensor(result: Any) -> Any:
@@ -28,8 +28,10 @@ def _first_tensor(result: Any) -> Any:
     if isinstance(result, tuple | list):
         result = next((r for r in result if isinstance(r, torch.Tensor)), None)
     if not isinstance(result, torch.Tensor):
-        raise ConformError(f"the target returned {type(result).__name__}, expected a tensor "
-                           "(or a tuple whose first tensor is the output)")  # fmt: skip
+        raise ConformError(
+            f"the target returned {type(result).__name__}, expected a tensor "
+            "(or a tuple whose first tensor is the output)"
+        )
     return result
 
 
@@ -49,6 +51,7 @@ class ModuleHarness:
         self.c_out = self.c if self.weights.W_o is None else int(self.weights.W_o.shape[1])
         self.with_heads = self.weights.W_o is not None or self.heads > 1
         self.one_at_a_time: bool | None = None
+        self.mask_per_sequence = False
 
     @property
     def accepts_mask(self) -> bool:
@@ -61,8 +64,9 @@ class ModuleHarness:
 
     def max_tokens(self) -> int | None:
         """The smallest square buffer (a causal mask of context_length), if any."""
-        sizes = [b.shape[-1] for b in self.module.buffers() if b.ndim >= 2
-                 and b.shape[-1] == b.shape[-2]]  # fmt: skip
+        sizes = [
+            b.shape[-1] for b in self.module.buffers() if b.ndim >= 2 and b.shape[-1] == b.shape[-2]
+        ]
         return min(sizes) if sizes else None
 
     def __call__(self, x: Any, allowed: Any = None, module: Any = None, grad: bool = False) -> Any:
@@ -82,10 +86,18 @@ class ModuleHarness:
     def _once(self, module: Any, x: Any, mask: Any) -> Any:
         if self.adapter.call is not None:
             return _first_tensor(self.adapter.call(module, x, mask))
-        options = {}
-        if mask is not None:
-            options[self.adapter.mask] = mask if self.adapter.mask_means == "allowed" else ~mask
-        return _first_tensor(module(x, **options))
+        if mask is None:
+            return _first_tensor(module(x))
+        given = mask if self.adapter.mask_means == "allowed" else ~mask
+        if self.mask_per_sequence:  # a module that wants (*batch, n, n), not (n, n)
+            given = given.expand(*x.shape[:-2], *given.shape[-2:])
+        try:
+            return _first_tensor(module(x, **{self.adapter.mask: given}))
+        except Exception:
+            if self.mask_per_sequence or x.ndim == 2:
+                raise
+            self.mask_per_sequence = True
+            return self._once(module, x, mask)
 
     def _run(self, module: Any, x: Any, mask: Any) -> Any:
         import torch
@@ -104,15 +116,19 @@ class ModuleHarness:
             try:
                 return self._run(module, x, mask)
             except Exception as error:  # noqa: BLE001
-                raise ConformError(f"calling {self.target.name} failed on a batch ({problem}) and "
-                                   f"on one sequence ({type(error).__name__}: {error})") from None  # fmt: skip
+                raise ConformError(
+                    f"calling {self.target.name} failed on a batch ({problem}) and "
+                    f"on one sequence ({type(error).__name__}: {error})"
+                ) from None
         if not self.one_at_a_time:
             return self._once(module, x, mask)
         rows = [self._once(module, sequence, mask) for sequence in x.unbind(0)]
         out = torch.stack(rows)
         if tuple(out.shape) != expected:
-            raise ConformError(f"{self.target.name} returned shape {tuple(out.shape)}, "
-                               f"expected {expected} (batch, n, c_out)")  # fmt: skip
+            raise ConformError(
+                f"{self.target.name} returned shape {tuple(out.shape)}, "
+                f"expected {expected} (batch, n, c_out)"
+            )
         return out
 
     def graph_inputs(self, x: Any, weights: Weights | None = None) -> tuple[dict, Any]:
@@ -124,8 +140,9 @@ class ModuleHarness:
         as64 = lambda t: t.detach().to(torch.float64).cpu()  # noqa: E731
         inputs = {"X": x.to(torch.float64)}
         biases = [w.b_q, w.b_k, w.b_v]
-        for letter, matrix, bias in zip(("W_q", "W_k", "W_v"), (w.W_q, w.W_k, w.W_v), biases,
-                                        strict=True):  # fmt: skip
+        for letter, matrix, bias in zip(
+            ("W_q", "W_k", "W_v"), (w.W_q, w.W_k, w.W_v), biases, strict=True
+        ):
             inputs[letter] = as64(matrix)
             if any(b is not None for b in biases):
                 row = torch.zeros(1, self.c).double() if bias is None else as64(bias)[None]
@@ -146,22 +163,20 @@ class ModuleHarness:
         return any(b is not None for b in (self.weights.b_q, self.weights.b_k, self.weights.b_v))
 
 
-class StandInDropout:
-    """A dropout that keeps every entry: x -> x / (1 − ρ), whatever the mode; counts its calls."""
+def stand_in_dropout(rate: float) -> Any:
+    """A dropout that keeps every entry: x -> x / (1 − rate), whatever the mode; counts calls."""
+    import torch.nn as nn
 
-    def __new__(cls, rate: float) -> Any:
-        import torch.nn as nn
+    class KeepsEvery(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.p, self.calls = 0.0, 0  # code that reads a rate off it reads 0
 
-        class _Kept(nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.p, self.calls = 0.0, 0  # read as a rate by code that reads .p: none
+        def forward(self, x: Any) -> Any:
+            self.calls += 1
+            return x / (1 - rate)
 
-            def forward(self, x: Any) -> Any:
-                self.calls += 1
-                return x / (1 - rate)
-
-        return _Kept()
+    return KeepsEvery()
 
 
 class FunctionHarness:
@@ -183,10 +198,14 @@ class FunctionHarness:
                 except ConformError:
                     raise
                 except Exception as error:  # noqa: BLE001 - the target's own failure
-                    raise ConformError(f"calling {self.target.name}(q, k, v) with q of shape "
-                                       f"{tuple(q.shape)} failed: {type(error).__name__}: "
-                                       f"{error}") from None  # fmt: skip
+                    raise ConformError(
+                        f"calling {self.target.name}(q, k, v) with q of shape "
+                        f"{tuple(q.shape)} failed: {type(error).__name__}: "
+                        f"{error}"
+                    ) from None
         if tuple(out.shape) != tuple(v.shape):
-            raise ConformError(f"{self.target.name} returned shape {tuple(out.shape)}, expected "
-                               f"{tuple(v.shape)} (batch, heads, n, c)")  # fmt: skip
+            raise ConformError(
+                f"{self.target.name} returned shape {tuple(out.shape)}, expected "
+                f"{tuple(v.shape)} (batch, heads, n, c)"
+            )
         return out.double() if grad else out.detach().double().cpu()

@@ -252,8 +252,9 @@ class Evaluation:
 
         def cut(t: Any, head: int | None) -> Any:
             at = {L.ell: head} if head is not None else {}
-            s, e, f, g = (concrete(sp.sympify(x).xreplace(at), self.sizes)
-                          for x in (start, stop, first, last))  # fmt: skip
+            s, e, f, g = (
+                concrete(sp.sympify(x).xreplace(at), self.sizes) for x in (start, stop, first, last)
+            )
             block = t[..., s:e, f:g]
             return block
 

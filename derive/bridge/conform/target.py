@@ -111,11 +111,17 @@ def _signature(function: Any) -> inspect.Signature | None:
     required = len(arguments.args) - len(arguments.defaults)
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
     return inspect.Signature(
-        [inspect.Parameter(a.arg, kind) if i < required else
-         inspect.Parameter(a.arg, kind, default=None) for i, a in enumerate(arguments.args)]
-        + [inspect.Parameter(a.arg, inspect.Parameter.KEYWORD_ONLY, default=None)
-           for a in arguments.kwonlyargs]
-    )  # fmt: skip
+        [
+            inspect.Parameter(a.arg, kind)
+            if i < required
+            else inspect.Parameter(a.arg, kind, default=None)
+            for i, a in enumerate(arguments.args)
+        ]
+        + [
+            inspect.Parameter(a.arg, inspect.Parameter.KEYWORD_ONLY, default=None)
+            for a in arguments.kwonlyargs
+        ]
+    )
 
 
 def sdpa_options(function: Any) -> frozenset[str]:
@@ -155,22 +161,28 @@ def recognise(obj: Any, kind: str | None = None, name: str | None = None) -> Tar
     if isinstance(obj, nn.Module) and kind != "sdpa":
         ours = type(obj).__module__.split(".")[0] == "attention"
         if kind == "self" and not ours:
-            raise ConformError(f"--kind self is for this package's own attention modules; "
-                               f"{name} is {type(obj).__module__}.{type(obj).__name__}")  # fmt: skip
+            raise ConformError(
+                f"--kind self is for this package's own attention modules; "
+                f"{name} is {type(obj).__module__}.{type(obj).__name__}"
+            )
         return Target(obj, "self" if ours else "module", name)
     if not callable(obj):
         raise ConformError(f"{name} is a {type(obj).__name__}, not a function or an nn.Module")
     required, total = _positional(obj)
     if kind in (None, "sdpa") and (total >= 3 or kind == "sdpa"):
         if 0 <= required and required > 3:
-            raise ConformError(f"{name} requires {required} positional arguments; an attention "
-                               "function takes q, k, v (and options by keyword)")  # fmt: skip
+            raise ConformError(
+                f"{name} requires {required} positional arguments; an attention "
+                "function takes q, k, v (and options by keyword)"
+            )
         return Target(obj, "sdpa", name, sdpa_options(obj))
     if required == 0:
         try:
             built = obj()
         except Exception as error:  # noqa: BLE001 - the target's own failure
-            raise ConformError(f"calling {name}() failed: {type(error).__name__}: {error}") from None
+            raise ConformError(
+                f"calling {name}() failed: {type(error).__name__}: {error}"
+            ) from None
         return recognise(built, kind, f"{name}()")
     raise ConformError(
         f"{name} is neither an nn.Module, a function f(q, k, v, ...) nor a function with no "
