@@ -9,6 +9,7 @@ entry nearest its bound.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,10 @@ from ...graph import Graph
 from ...graph.forms import RHO, Form, reference
 from .matrices import Evaluation, Rounding
 
-__all__ = ["Scenario", "Agreement", "predict", "agree", "rounding_for", "dtype_name", "why"]
+__all__ = [
+    "Scenario", "Agreement", "predict", "expect", "flipped", "agree", "rounding_for",
+    "dtype_name", "why",
+]  # fmt: skip
 
 #: (unit roundoff of a stored result, of the sums inside products): torch accumulates float16
 #: and bfloat16 products in float32.
@@ -97,6 +101,34 @@ def output(evaluation: Evaluation, scenario: Scenario, letter: str = "C") -> tup
         if bound is not None:
             bound = bound + evaluation.rounding.store * value.abs()
     return value, bound
+
+
+def expect(scenario: Scenario, rounding: Rounding) -> tuple[Any, Any]:
+    """The correct graph's output for a scenario (NaN where a row has no key: IEEE) and its
+    rounding bound (that of derive's convention, zero weights, finite everywhere); once."""
+    if "expected" not in scenario.observed:
+        evaluation = predict(scenario, rounding=rounding)
+        zero = predict(scenario, rounding=rounding, empty_rows="zero")
+        scenario.observed["expected"] = (output(evaluation, scenario)[0], output(zero, scenario)[1])
+        scenario.observed["evaluation"] = zero
+    return scenario.observed["expected"]
+
+
+def flipped(scenario: Scenario) -> Scenario:
+    """The same showing compared with the other causality (a given mask refolded from the
+    boolean one it was built from)."""
+    import torch
+
+    form = dataclasses.replace(scenario.form, causal=not scenario.form.causal)
+    inputs = dict(scenario.inputs)
+    if form.masked:
+        allowed = scenario.observed["allowed"]
+        if form.causal:
+            allowed = allowed & torch.ones_like(allowed).tril()
+        inputs["M"] = torch.where(allowed, 0.0, -torch.inf).double()
+    seen = {k: v for k, v in scenario.observed.items() if k not in ("expected", "evaluation")}
+    return Scenario(scenario.name, form, inputs, scenario.got, scenario.sizes, scenario.b_o,
+                    scenario.rho, seen)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,15 @@
-"""Which mistake the implementation computes: every catalogue entry evaluated on what it was shown.
+"""Which mistake the implementation computes: the catalogue evaluated on what it was shown.
 
-Each mistake of `derive.graph.mistakes` changes the graph of each scenario's form (or leaves it, or
-cannot be declared there: that scenario is then not compared for it). It explains the
-implementation when, on every scenario it is declared on, its output matches what the
-implementation returned within the tolerance of the correct output there, and when on one of
-them at least it predicts something other than the correct graph (a mistake that changes nothing
-at these sizes, such as scaling by the model's width with one head, explains nothing). A row of
-weights with no key is read the mistake's way ("zero", derive's convention, or "nan"); a mistake
-that matches only when its empty rows are read as NaN is reported with ``nan-on-empty-rows``.
+The scenarios where the implementation's output differs from the derivation are the ones to
+explain. Each mistake of `derive.graph.mistakes` changes the graph of each such scenario's form;
+it explains the implementation when on every one of them its output matches what the
+implementation returned, within the tolerance of the correct output there. Scenarios where the
+implementation agrees with the derivation ask nothing of a mistake: a bug may live on one code
+path (the mask) and not on another (is_causal). A row of weights with no key is read the
+mistake's way ("zero", derive's convention, or "nan"); a mistake that matches only when its
+empty rows are read as NaN is reported with ``nan-on-empty-rows``. Where several match (the same
+formula at these sizes: ``scale-by-c`` and ``scale-twice`` with one head), the first in the
+catalogue is the diagnosis and the others are named with it.
 
 When none matches, the report says where the values first differ: the first scenario whose output
 differs, and in it the first matrix the target let us see (Q, K, V from its projections, Ĉ going
@@ -22,7 +24,8 @@ from ...graph.forms import reference
 from ...graph.mistakes import Mistake
 from ...notation import latex
 from ...notation.plain import plain
-from .compare import Scenario, agree, output, predict
+from .compare import Scenario, agree, expect, flipped, output, predict
+from .matrices import Rounding
 from .report import Diagnosis
 
 __all__ = ["diagnose", "first_difference"]
@@ -35,38 +38,35 @@ _SEEN = {
 }
 
 
-def _differs(candidate: Any, correct: Any, bound: Any, rows: str) -> bool:
-    """Does the candidate predict something else than the correct graph?"""
-    if not bool((candidate.isnan() == correct.isnan()).all()):
-        return True
-    if rows == "nan" and bool(candidate.isnan().any()):
-        return True
-    both = ~candidate.isnan()
-    return bool(((candidate - correct).abs()[both] > bound[both]).any())
+def _explains(mistake: Mistake, failing: list[Scenario], rows: str, cache: dict) -> bool:
+    """Does the mistake's output match the implementation's on every failing scenario? A
+    mistake that leaves every one of their graphs as it is explains nothing (save the one whose
+    point is reading empty rows as NaN)."""
+    unchanged = all(mistake.change(reference(s.form), s.form) == reference(s.form) for s in failing)
+    if mistake.rows == "zero" and unchanged:
+        return False
+    for scenario in failing:
+        key = (mistake.id, scenario.name)
+        if key not in cache:
+            graph = mistake.change(reference(scenario.form), scenario.form)
+            cache[key] = None if graph is None else output(predict(scenario, graph), scenario)[0]
+        if cache[key] is None:
+            return False
+        if not agree(scenario.got, cache[key], _tolerance(scenario, cache[key]), rows).passed:
+            return False
+    return True
 
 
-def _predictions(mistake: Mistake, scenarios: list[Scenario]) -> dict[str, tuple]:
-    found = {}
-    for scenario in scenarios:
-        graph = mistake.change(reference(scenario.form), scenario.form)
-        if graph is None:
-            continue
-        value, _ = output(predict(scenario, graph), scenario)
-        _, bound = scenario.observed["expected"]
-        if "ieee" not in scenario.observed:  # the correct graph, empty rows NaN
-            scenario.observed["ieee"] = output(predict(scenario), scenario)[0]
-        found[scenario.name] = (scenario, value, bound, scenario.observed["ieee"])
-    return found
+def _tolerance(scenario: Scenario, predicted: Any) -> Any:
+    """A mistake's tolerance: the correct output's bound, plus its largest bound relative to its
+    largest value applied to the mistake's own values (where a mistake computes what the
+    correct graph does not, a masked row, the correct bound says nothing)."""
+    import torch
 
-
-def _explains(predictions: dict, rows: str) -> bool:
-    matches = all(
-        agree(s.got, value, bound, rows).passed for s, value, bound, _ in predictions.values()
-    )
-    differs = any(
-        _differs(value, ieee, bound, rows) for _, value, bound, ieee in predictions.values()
-    )
-    return matches and differs
+    value, bound = scenario.observed["expected"]
+    bound = bound.nan_to_num(0.0)
+    relative = float(bound.max()) / max(float(value.nan_to_num(0.0).abs().max()), 1e-300)
+    return bound + relative * torch.nan_to_num(predicted, 0.0).abs()
 
 
 def _formulas(mistake: Mistake, scenarios: list[Scenario]) -> tuple[str, str, str, str]:
@@ -95,30 +95,50 @@ def _formulas(mistake: Mistake, scenarios: list[Scenario]) -> tuple[str, str, st
     return "", "", "", ""
 
 
-def diagnose(scenarios: list[Scenario], mistakes: tuple[Mistake, ...]) -> Diagnosis:
-    """The catalogue's first explanation of what the implementation returned, or where it
-    first differs when none explains it."""
-    explained: list[tuple[Mistake, str, tuple[str, ...]]] = []
+def _explanations(failing: list[Scenario], mistakes: tuple[Mistake, ...]) -> list:
+    explained: list[tuple[Mistake, str]] = []
+    cache: dict = {}
     for mistake in mistakes:
-        predictions = _predictions(mistake, scenarios)
-        if not predictions:
-            continue
         conventions = ("nan",) if mistake.rows == "nan" else ("zero", "nan")
         for rows in conventions:
-            if _explains(predictions, rows):
-                explained.append((mistake, rows, tuple(predictions)))
+            if _explains(mistake, failing, rows, cache):
+                explained.append((mistake, rows))
                 break
+    return explained
+
+
+def _failing(scenarios: list[Scenario], rounding: Rounding) -> list[Scenario]:
+    return [s for s in scenarios if not agree(s.got, *expect(s, rounding)).passed]
+
+
+def diagnose(
+    scenarios: list[Scenario], mistakes: tuple[Mistake, ...], rounding: Rounding, either: bool
+) -> Diagnosis:
+    """The catalogue's first explanation of what the implementation returned, or where it first
+    differs when none explains it. With `either` (causality was probed, not told), a mistake
+    that makes causal attention read a later token (the softmax over the queries) is looked for
+    with the other causality too."""
+    failing = _failing(scenarios, rounding)
+    explained = _explanations(failing, mistakes) if failing else []
+    assumed = ""
+    if failing and not explained and either:
+        other = [flipped(s) for s in scenarios]
+        failing_other = _failing(other, rounding)
+        explained = _explanations(failing_other, mistakes) if failing_other else []
+        if explained:
+            failing = failing_other
+            causal = other[0].form.causal
+            assumed = f"as {'causal' if causal else 'not causal'} attention, which the probe missed"
     if not explained:
         return Diagnosis(None, first_difference=first_difference(scenarios))
-    best = next(((m, r, on) for m, r, on in explained if r == m.rows), explained[0])
-    mistake, rows, matched_on = best
-    also = [m.id for m, _, _ in explained if m is not mistake]
+    mistake, rows = next(((m, r) for m, r in explained if r == m.rows), explained[0])
+    also = [m.id for m, _ in explained if m is not mistake]
     if rows == "nan" and mistake.rows != "nan" and "nan-on-empty-rows" not in also:
         also.append("nan-on-empty-rows")
-    wrong, wrong_tex, right, right_tex = _formulas(mistake, scenarios)
-    return Diagnosis(
-        mistake.id, mistake.title, wrong, wrong_tex, right, right_tex, tuple(also), matched_on
-    )
+    wrong, wrong_tex, right, right_tex = _formulas(mistake, failing)
+    names = tuple(s.name for s in failing)
+    return Diagnosis(mistake.id, mistake.title, wrong, wrong_tex, right, right_tex, tuple(also),
+                     names, assumed=assumed)  # fmt: skip
 
 
 def first_difference(scenarios: list[Scenario]) -> str:

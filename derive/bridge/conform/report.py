@@ -54,6 +54,7 @@ class Diagnosis:
         also: other ids that match too (the same formula at these sizes).
         matched_on: the scenarios compared.
         first_difference: where the values first differ, when no mistake matches.
+        assumed: how the implementation was read when not as probed (causal or not).
     """
 
     id: str | None
@@ -65,6 +66,7 @@ class Diagnosis:
     also: tuple[str, ...] = ()
     matched_on: tuple[str, ...] = ()
     first_difference: str = ""
+    assumed: str = ""
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,8 @@ class Report:
         if found.also:
             lines.append(f"  the same values as: {', '.join(found.also)}")
         lines.append(f"  matched on: {', '.join(found.matched_on)}")
+        if found.assumed:
+            lines.append(f"  read {found.assumed}")
         return [*lines, ""]
 
     def markdown(self) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 from ...graph.forms import reference
 from ...graph.mistakes import MISTAKES, Mistake
-from .compare import Scenario, agree, output, predict, rounding_for, why
+from .compare import Scenario, agree, expect, output, predict, rounding_for, why
 from .diagnosis import diagnose
 from .formulas import Formula
 from .report import Check, Report
@@ -68,12 +68,8 @@ class Run:
     # -- rows ----------------------------------------------------------------------------------
 
     def expected(self, scenario: Scenario) -> tuple[Any, Any]:
-        """The correct graph's output for a scenario and its rounding bound (computed once)."""
-        if "expected" not in scenario.observed:
-            evaluation = predict(scenario, rounding=self.rounding)
-            scenario.observed["expected"] = output(evaluation, scenario)
-            scenario.observed["evaluation"] = evaluation
-        return scenario.observed["expected"]
+        """The correct output of a scenario and its bound (see `compare.expect`)."""
+        return expect(scenario, self.rounding)
 
     def value_row(self, name: str, what: str, formula: Formula, scenario: Scenario) -> Check:
         """The target's output against the derivation, entry by entry within the bound."""
@@ -94,7 +90,7 @@ class Run:
 
     def same_row(self, name: str, what: str, formula: Formula, pairs: list) -> Check:
         """Two outputs of the target that must be equal: (got, same, bound of one) each."""
-        found = [agree(got, same, 2 * bound) for got, same, bound in pairs]
+        found = [agree(got, same, 2 * bound, rows="nan") for got, same, bound in pairs]
         failing = [item for item in found if not item.passed]
         worst = max(failing or found, key=_ratio)
         passed = not failing
@@ -163,7 +159,8 @@ class Run:
         if failing:
             for scenario in self.scenarios:
                 self.expected(scenario)
-            diagnosis = diagnose(self.scenarios, self.options.mistakes)
+            either = self.options.causal is None  # probed: a mistake may have fooled the probe
+            diagnosis = diagnose(self.scenarios, self.options.mistakes, self.rounding, either)
         return Report(
             self.target.name,
             self.kind,
@@ -185,3 +182,11 @@ def _ratio(found: Any) -> float:
     if found.tolerance:
         return found.error / found.tolerance
     return float("inf") if found.error else 0.0
+
+
+def _moved(after: Any, before: Any) -> float:
+    """The largest change between two outputs, NaN where it was NaN counting as no change."""
+    import torch
+
+    both = after.isnan() & before.isnan()
+    return float(torch.where(both, 0.0, (after - before).abs()).nan_to_num(torch.inf).max())
