@@ -24,7 +24,9 @@ class _NoScale(CausalSelfAttention):
 class _LeaksFuture(CausalSelfAttention):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, flash=False, **kwargs)
-        self.bias = torch.tril(torch.ones(CONTEXT, CONTEXT), diagonal=1).view(1, 1, CONTEXT, CONTEXT)
+        self.bias = torch.tril(torch.ones(CONTEXT, CONTEXT), diagonal=1).view(
+            1, 1, CONTEXT, CONTEXT
+        )
 
 
 class _ModelWidth(Attention):
@@ -48,7 +50,8 @@ class _ColumnsSoftmax(book.BookMultiHeadAttention):
         b, n, _ = x.shape
         split = (b, n, self.num_heads, self.head_dim)
         keys, queries, values = (
-            layer(x).view(split).transpose(1, 2) for layer in (self.W_key, self.W_query, self.W_value)
+            layer(x).view(split).transpose(1, 2)
+            for layer in (self.W_key, self.W_query, self.W_value)
         )
         scores = (queries @ keys.transpose(2, 3)).masked_fill(self.mask.bool()[:n, :n], -torch.inf)
         weights = torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-2)  # over the queries
@@ -61,7 +64,8 @@ class _HeadsMixed(book.BookMultiHeadAttention):
         b, n, _ = x.shape
         split = (b, n, self.num_heads, self.head_dim)
         keys, queries, values = (
-            layer(x).view(split).transpose(1, 2) for layer in (self.W_key, self.W_query, self.W_value)
+            layer(x).view(split).transpose(1, 2)
+            for layer in (self.W_key, self.W_query, self.W_value)
         )
         scores = (queries @ keys.transpose(2, 3)).masked_fill(self.mask.bool()[:n, :n], -torch.inf)
         weights = torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1)
