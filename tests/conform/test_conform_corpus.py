@@ -104,3 +104,18 @@ def test_with_one_head_scaling_by_c_and_scaling_twice_are_one_formula():
     assert report.diagnosis.id == "scale-by-c"  # the first of the two in the catalogue
     assert report.diagnosis.also == ("scale-twice",)
     assert "the same values as: scale-twice" in report.table()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_in_half_precision_the_corpus_still_holds(dtype):
+    """The tolerances grow with the dtype's rounding; every mistake is still told apart."""
+    for name in ("sdpa_torch", "nanogpt", "ours_mha", "torch_mha", "gpt2"):
+        report = conform(getattr(correct, name), dtype=dtype)
+        assert report.conforms, report.table()
+        assert report.dtype == str(dtype).removeprefix("torch.")
+    named = {
+        id: conform(getattr(broken, name), dtype=dtype).diagnosis
+        for id, name in broken.BROKEN.items()
+    }
+    assert {id: found and found.id for id, found in named.items()} == {id: id for id in named}

@@ -58,15 +58,16 @@ def _explains(mistake: Mistake, failing: list[Scenario], rows: str, cache: dict)
 
 
 def _tolerance(scenario: Scenario, predicted: Any) -> Any:
-    """A mistake's tolerance: the correct output's bound, plus its largest bound relative to its
-    largest value applied to the mistake's own values (where a mistake computes what the
-    correct graph does not, a masked row, the correct bound says nothing)."""
+    """A mistake's tolerance: the correct output's bound, and nowhere less than its largest bound
+    (scaled by how much larger the mistake's values are): where a mistake computes what the
+    correct graph does not (a row the correct one masks), its entry's own bound says nothing."""
     import torch
 
     value, bound = scenario.observed["expected"]
     bound = bound.nan_to_num(0.0)
-    relative = float(bound.max()) / max(float(value.nan_to_num(0.0).abs().max()), 1e-300)
-    return bound + relative * torch.nan_to_num(predicted, 0.0).abs()
+    largest = max(float(value.nan_to_num(0.0).abs().max()), 1e-300)
+    scale = max(1.0, float(torch.nan_to_num(predicted, 0.0).abs().max()) / largest)
+    return torch.clamp(bound, min=float(bound.max()) * scale)
 
 
 def _formulas(mistake: Mistake, scenarios: list[Scenario]) -> tuple[str, str, str, str]:

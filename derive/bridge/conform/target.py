@@ -167,7 +167,9 @@ def recognise(obj: Any, kind: str | None = None, name: str | None = None) -> Tar
             )
         return Target(obj, "self" if ours else "module", name)
     if not callable(obj):
-        raise ConformError(f"{name} is a {type(obj).__name__}, not a function or an nn.Module")
+        raise ConformError(
+            f"{name} is of type {type(obj).__name__}: expected a function or an nn.Module"
+        )
     required, total = _positional(obj)
     if kind in (None, "sdpa") and (total >= 3 or kind == "sdpa"):
         if 0 <= required and required > 3:
