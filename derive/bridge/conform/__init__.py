@@ -14,7 +14,6 @@ from typing import Any
 
 from .adapters import Adapter, Weights, register_adapter
 from .report import Check, Diagnosis, Report
-from .run import Options
 from .target import KINDS, ConformError
 
 __all__ = [
@@ -56,6 +55,7 @@ def conform(obj: Any, **options: Any) -> Report:
     """
     import torch
 
+    from .run import Options
     from .run_function import FunctionRun
     from .run_module import ModuleRun
     from .target import load, recognise

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import sympy as sp
 
-from ...calculus import backward
 from ...graph import Declaration, Graph
 from ...notation import latex
 from ...notation.plain import plain
-from .matrices import derived_form
+from .matrices import gradients, graph_forms
 
 __all__ = ["Formula", "composed", "declared", "softmax_gradient"]
 
@@ -26,8 +25,7 @@ def composed(graph: Graph) -> Formula:
     """C as one derived expression in Q, K, V (per head) and W_o: each step's matrix form put
     into the next, C = softmax(Q Kᵀ/√c) V."""
     forms = {}
-    for step in graph.declarations:
-        form = derived_form(step, graph.relations)
+    for step, form in zip(graph.declarations, graph_forms(graph), strict=True):
         if form is not None and step.output not in _KEPT:
             forms[step.output] = form
     symbols = {s for form in forms.values() for s in form.atoms(sp.MatrixSymbol)}
@@ -52,5 +50,5 @@ def softmax_gradient(graph: Graph) -> Formula:
     """The gradient through the softmax, as reverse mode derives it: Ω̄̃ = (Ā − (A ∘ Ā) J) ∘ A."""
     softmax = next(s for s in graph.declarations if s.output.startswith("A"))
     read = softmax.inputs[0]
-    found = next(g for g in backward(graph) if g.of == read)
-    return _both(found.matrix)
+    found = next(g for g in gradients(graph) if g.of == read)
+    return _both(sp.Eq(found.lhs, found.rhs, evaluate=False))

@@ -34,9 +34,10 @@ from ...calculus.indices import zero_based, zero_index
 from ...graph import Declaration, Graph
 from ...notation import Concat, Softmax
 from ...notation import letters as L
+from .cache import cached
 from .elementwise import concrete, evaluate_element
 
-__all__ = ["Rounding", "Evaluation", "derived_form"]
+__all__ = ["Rounding", "Evaluation", "GradientForm", "derived_form", "graph_forms", "gradients"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,35 @@ def _form(step: Declaration, shapes: tuple, relations: tuple) -> sp.MatrixExpr |
 def derived_form(step: Declaration, relations: tuple = ()) -> sp.MatrixExpr | None:
     """The matrix form SymPy derives for a step (or for its transpose), None if it finds none."""
     return _form(step, tuple(sorted(step.shapes.items())), relations)
+
+
+@functools.cache
+def graph_forms(graph: Graph) -> tuple[sp.MatrixExpr | None, ...]:
+    """`derived_form` of every step of a graph, kept between runs (`cache.cached`)."""
+    derive = lambda: tuple(derived_form(s, graph.relations) for s in graph.declarations)  # noqa: E731
+    return cached("forms", graph, derive)
+
+
+@dataclass(frozen=True)
+class GradientForm:
+    """One gradient of `derive.calculus.backward`, as evaluated: \bar{U} = `rhs`."""
+
+    output: str
+    of: str
+    lhs: sp.MatrixExpr
+    rhs: sp.MatrixExpr
+
+
+@functools.cache
+def gradients(graph: Graph) -> tuple[GradientForm, ...]:
+    """`derive.calculus.backward(graph)`'s matrix forms, kept between runs (`cache.cached`;
+    the equations themselves would not survive pickling unevaluated)."""
+
+    def derive() -> tuple[GradientForm, ...]:
+        found = backward(graph)
+        return tuple(GradientForm(g.output, g.of, g.matrix.lhs, g.matrix.rhs) for g in found)
+
+    return cached("backward", graph, derive)
 
 
 class Evaluation:
@@ -122,8 +152,7 @@ class Evaluation:
 
     def forward(self, graph: Graph) -> Evaluation:
         """Every step of `graph`, in order: its derived form, or entry by entry."""
-        for step in graph.declarations:
-            form = derived_form(step, graph.relations)
+        for step, form in zip(graph.declarations, graph_forms(graph), strict=True):
             if form is None:
                 value = evaluate_element(step, self.values, self.sizes, self.heads)
                 self._keep(step.output, value, None if self.rounding is None else 0 * value)
@@ -134,8 +163,8 @@ class Evaluation:
     def backward(self, graph: Graph, upstream: Any) -> Evaluation:
         """Every gradient `derive.calculus.backward` derives, for the upstream gradient C̄."""
         self.give(L.gradient(graph.output), upstream)
-        for gradient in backward(graph):
-            value, bound = self(gradient.matrix.rhs)
+        for gradient in gradients(graph):
+            value, bound = self(gradient.rhs)
             if gradient.of in graph.inputs and gradient.of not in self._batched:
                 value, bound = self._summed_over_batch(value, bound)
             self._keep(gradient.output, value, bound)
