@@ -147,9 +147,9 @@ def heads_separate(self: Any, form: Form) -> Check:
             f"adapter {h.adapter.name} returns copies, not views of the weights",
         )
     moved, seen_moved = self.call(self.x, module=module)
-    first = self.scenario("heads, W_o = I", form, self.x, base, observed=seen, weights=identity)
+    first = self.scenario("heads (W_o = I)", form, self.x, base, observed=seen, weights=identity)
     second = self.scenario(
-        "heads, head 1's W_q negated", form, self.x, moved, observed=seen_moved, weights=negated
+        "heads (head 1's W_q negated)", form, self.x, moved, observed=seen_moved, weights=negated
     )
     self.scenarios += [first, second]
     _, bound = self.expected(first)

@@ -141,7 +141,7 @@ class Report:
         ]
         if found.also:
             lines.append(f"  the same values as: {', '.join(found.also)}")
-        lines.append(f"  matched on: {', '.join(found.matched_on)}")
+        lines.append(f"  matched on: {'; '.join(found.matched_on)}")
         if found.assumed:
             lines.append(f"  read {found.assumed}")
         return [*lines, ""]
