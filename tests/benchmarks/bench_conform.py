@@ -5,7 +5,8 @@
 
 Each round runs, in fresh processes and interleaved (so that the load of a shared machine falls on
 all of them alike): `python -c "import torch"` (the floor: no attention check starts sooner);
-`derive conform` of this package's MultiHeadAttention (d = 64, 4 heads, causal) with an empty
+`derive conform` of the book's MultiHeadAttention (tests/book.py: a module that imports torch
+alone; d = 64, 4 heads, causal) with an empty
 cache of derivations (SymPy derives the matrix forms and the backward pass) and with the cache
 that run left (`derive.bridge.conform.cache`); and `derive conform` of the book's MultiHeadAttention
 with its heads merged by a reshape without the transpose (the same sizes), which fails and is
@@ -28,12 +29,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DERIVE = [sys.executable, "-m", "derive", "conform"]
 
-TARGET = """import torch
+TARGET = f"""import sys
 
-import attention
+import torch
+
+sys.path.insert(0, {str(ROOT / "tests")!r})
+from book import BookMultiHeadAttention  # noqa: E402
 
 torch.manual_seed(0)
-module = attention.MultiHeadAttention(64, 64, 16, 0.0, 4)
+module = BookMultiHeadAttention(64, 64, 16, 0.0, 4)
 """
 
 BROKEN = f"""import sys

@@ -142,6 +142,13 @@ class Agreement:
     got: float | None = None
     expected: float | None = None
 
+    @property
+    def ratio(self) -> float:
+        """error / tolerance at that entry (how near its bound; above 1 fails)."""
+        if self.tolerance:
+            return self.error / self.tolerance
+        return float("inf") if self.error else 0.0
+
 
 def agree(got: Any, expected: Any, bound: Any, rows: str = "zero") -> Agreement:
     """Entries where `expected` is NaN read a row with no key: there `got` must be finite

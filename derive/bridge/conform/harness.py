@@ -120,10 +120,18 @@ class ModuleHarness:
                     f"calling {self.target.name} failed on a batch ({problem}) and "
                     f"on one sequence ({type(error).__name__}: {error})"
                 ) from None
-        if not self.one_at_a_time:
-            return self._once(module, x, mask)
-        rows = [self._once(module, sequence, mask) for sequence in x.unbind(0)]
-        out = torch.stack(rows)
+        try:
+            if not self.one_at_a_time:
+                return self._once(module, x, mask)
+            out = torch.stack([self._once(module, sequence, mask) for sequence in x.unbind(0)])
+        except ConformError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the target's own failure
+            given = "" if mask is None else f" and a boolean mask of shape {tuple(mask.shape)}"
+            raise ConformError(
+                f"calling {self.target.name} on x of shape {tuple(x.shape)}"
+                f"{given} failed: {type(error).__name__}: {error}"
+            ) from None
         if tuple(out.shape) != expected:
             raise ConformError(
                 f"{self.target.name} returned shape {tuple(out.shape)}, "

@@ -68,7 +68,7 @@ def gradients(self: Any, forward: Scenario) -> Check:
             value, bound = value[: self.h.d], bound[: self.h.d]
         pairs.append((letter, agree(tensor.detach().double().cpu(), value, bound)))
     failing = [(k, a) for k, a in pairs if not a.passed]
-    letter, worst = max(failing or pairs, key=lambda item: _ratio(item[1]))
+    letter, worst = max(failing or pairs, key=lambda item: item[1].ratio)
     names = ", ".join(k for k, _ in pairs)
     note = f"compared: {names}" + (
         "" if not failing else f"; worst {letter}: " + self._entry(worst)
@@ -201,9 +201,3 @@ def _copy(weights: Any) -> Any:
     return dataclasses.replace(
         weights, **{k: v.detach().clone() for k, v in fields.items() if hasattr(v, "detach")}
     )
-
-
-def _ratio(found: Any) -> float:
-    if found.tolerance:
-        return found.error / found.tolerance
-    return float("inf") if found.error else 0.0

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...graph.forms import reference
 from ...graph.mistakes import MISTAKES, Mistake
 from .compare import Scenario, agree, expect, output, predict, rounding_for, why
 from .diagnosis import diagnose
@@ -92,7 +91,7 @@ class Run:
         """Two outputs of the target that must be equal: (got, same, bound of one) each."""
         found = [agree(got, same, 2 * bound, rows="nan") for got, same, bound in pairs]
         failing = [item for item in found if not item.passed]
-        worst = max(failing or found, key=_ratio)
+        worst = max(failing or found, key=lambda item: item.ratio)
         passed = not failing
         reason = "twice the forward bound: two computations of the same exact values"
         note = "" if passed else self._entry(worst)
@@ -174,17 +173,8 @@ class Run:
             tuple(self.notes),
         )
 
-    def reference_graph(self, scenario: Scenario):
-        return reference(scenario.form)
 
-
-def _ratio(found: Any) -> float:
-    if found.tolerance:
-        return found.error / found.tolerance
-    return float("inf") if found.error else 0.0
-
-
-def _moved(after: Any, before: Any) -> float:
+def moved(after: Any, before: Any) -> float:
     """The largest change between two outputs, NaN where it was NaN counting as no change."""
     import torch
 

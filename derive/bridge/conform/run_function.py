@@ -18,7 +18,7 @@ from .compare import Scenario, agree, why
 from .formulas import composed, declared, softmax_gradient
 from .harness import FunctionHarness
 from .report import Check
-from .run import Options, Run, _moved, fresh_size
+from .run import Options, Run, fresh_size, moved
 from .target import ConformError, Target
 
 __all__ = ["FunctionRun"]
@@ -85,13 +85,13 @@ class FunctionRun(Run):
         return self
 
     def _probe(self, got: Any) -> tuple[bool, str]:
-        if self.options.causal is not None and "is_causal" not in self.target.options:
+        if self.options.causal is not None:  # causal by itself, with is_causal left False
             return self.options.causal, "as told"
         small = [t / 64 for t in (self.q, self.k, self.v)]  # weights near uniform
         later = [t.clone() for t in small]
         for t in later:
             t[..., -1, :] = self.dyadic(t[..., -1, :].shape, 8) / 64
-        changed = _moved(self.call(*later)[..., 0, :], self.call(*small)[..., 0, :])
+        changed = moved(self.call(*later)[..., 0, :], self.call(*small)[..., 0, :])
         return changed == 0.0, f"probed: the last key {'changes' if changed else 'leaves'} row 1"
 
     def _causal(self, accepts: frozenset) -> list[Check]:
@@ -210,9 +210,7 @@ class FunctionRun(Run):
             grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)  # unread
             found.append((letter, agree(grad.double(), evaluation[name], evaluation.bound(name))))
         failing = [item for item in found if not item[1].passed]
-        letter, worst = max(
-            failing or found, key=lambda item: item[1].error / max(item[1].tolerance, 1e-300)
-        )
+        letter, worst = max(failing or found, key=lambda item: item[1].ratio)
         note = "compared: Q, K, V" + (f"; worst {letter}: {self._entry(worst)}" if failing else "")
         return Check(
             "gradients",

@@ -19,7 +19,7 @@ from .formulas import composed, declared
 from .harness import ModuleHarness
 from .module_checks import dropout, gradients, heads_separate
 from .registry import find_adapter
-from .run import Options, Run, _moved, fresh_size
+from .run import Options, Run, fresh_size, moved
 from .target import ConformError, Target
 
 __all__ = ["ModuleRun"]
@@ -138,7 +138,7 @@ class ModuleRun(Run):
         small = self.x / 64  # weights near uniform: any key a row reads moves it
         later = small.clone()
         later[:, -1] = self.dyadic(later[:, -1].shape, 16) / 64
-        changed = _moved(self.call(later)[0][:, 0], self.call(small)[0][:, 0])
+        changed = moved(self.call(later)[0][:, 0], self.call(small)[0][:, 0])
         return changed == 0.0, f"probed: the last token {'changes' if changed else 'leaves'} row 1"
 
     def _causality(self, got: Any, bound: Any) -> Any:

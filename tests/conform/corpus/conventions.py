@@ -99,7 +99,9 @@ class GPT2Attention(nn.Module):
             scores = scores / torch.full([], v.size(-1) ** 0.5, dtype=scores.dtype)
         n = q.size(-2)
         lowest = torch.finfo(scores.dtype).min
-        scores = torch.where(self.bias[:, :, :n, :n], scores, torch.full([], lowest).to(scores))
+        scores = torch.where(
+            self.bias[:, :, :n, :n], scores, torch.full([], lowest, dtype=scores.dtype)
+        )
         weights = self.attn_dropout(nn.functional.softmax(scores, dim=-1))
         return weights @ v, weights
 
