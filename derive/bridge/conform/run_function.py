@@ -25,6 +25,8 @@ __all__ = ["FunctionRun"]
 
 
 class FunctionRun(Run):
+    """A run on a function f(q, k, v, ...): its inputs, the options it takes, its rows."""
+
     kind = "sdpa"
 
     def __init__(self, target: Target, options: Options) -> None:
@@ -68,7 +70,7 @@ class FunctionRun(Run):
     def run(self) -> Run:
         accepts = self.target.options
         got = self.call()
-        self.causal, self.causal_how = self._probe(got)
+        self.causal, self.causal_how = self._probe()
         plain = Form(causal=self.causal, projections=False)
         forward = self.scenario("forward", plain, got)
         what = "C equals the derivation on q, k, v"
@@ -84,7 +86,7 @@ class FunctionRun(Run):
             self.notes.append("scale: accepted, left at its default (1/√c, the derivation's)")
         return self
 
-    def _probe(self, got: Any) -> tuple[bool, str]:
+    def _probe(self) -> tuple[bool, str]:
         if self.options.causal is not None:  # causal by itself, with is_causal left False
             return self.options.causal, "as told"
         small = [t / 64 for t in (self.q, self.k, self.v)]  # weights near uniform

@@ -110,7 +110,7 @@ class ModuleRun(Run):
 
     def run(self) -> Run:
         got, observed = self.call(self.x)
-        self.causal, self.causal_how = self._probe(got)
+        self.causal, self.causal_how = self._probe()
         form = Form(heads=self.h.with_heads, causal=self.causal)
         forward = self.scenario("forward", form, self.x, got, observed=observed)
         graph = reference(form)
@@ -132,7 +132,7 @@ class ModuleRun(Run):
         self.rows += [gradients(self, forward), heads_separate(self, form), dropout(self, form)]
         return self
 
-    def _probe(self, got: Any) -> tuple[bool, str]:
+    def _probe(self) -> tuple[bool, str]:
         if self.options.causal is not None:
             return self.options.causal, "as told"
         small = self.x / 64  # weights near uniform: any key a row reads moves it
