@@ -11,12 +11,15 @@ cache of derivations (SymPy derives the matrix forms and the backward pass) and 
 that run left (`derive.bridge.conform.cache`); and `derive conform` of the book's MultiHeadAttention
 with its heads merged by a reshape without the transpose (the same sizes), which fails and is
 diagnosed (every mistake of the catalogue evaluated). Prints the median and the fastest of each,
-the machine's load average before and after, and a Markdown table for docs/benchmarks.md.
+the machine's load average before and after, and a Markdown table for docs/benchmarks.md; and,
+in one fresh process, where the time goes: importing torch, importing derive, loading the target,
+the check itself (cache kept).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -49,6 +52,23 @@ from broken import _HeadsMixed  # noqa: E402
 
 torch.manual_seed(0)
 module = _HeadsMixed(64, 64, 16, 0.0, 4)
+"""
+
+
+PHASES = """import json, sys, time
+start = time.perf_counter()
+import torch
+torch_at = time.perf_counter()
+import derive.cli
+derive_at = time.perf_counter()
+from derive.bridge.conform.target import load
+module = load(sys.argv[1])
+target_at = time.perf_counter()
+import derive
+report = derive.conform(module)
+done = time.perf_counter()
+print(json.dumps({"import torch": torch_at - start, "import derive": derive_at - torch_at,
+                  "load the target": target_at - derive_at, "conform": done - target_at}))
 """
 
 
@@ -87,6 +107,10 @@ def main() -> None:
         }  # fmt: skip
         for name, (command, env, expect) in cases.items():
             runs.setdefault(name, []).append(_timed(command, env, expect))
+        phases = subprocess.run([sys.executable, "-c", PHASES, f"{folder / 'target.py'}:module"],
+                                env=warm, cwd=ROOT, capture_output=True, text=True, check=True)  # fmt: skip
+        for name, took in json.loads(phases.stdout).items():
+            runs.setdefault(f"in one process, cache kept: {name}", []).append(took)
     load_after = os.getloadavg()
     shutil.rmtree(folder)
     import torch
