@@ -127,3 +127,40 @@ def test_an_adapter_with_shapes_that_do_not_fit_is_refused(registry):
         ConformError, match=r"adapter wrong: heads=5 must be a positive int dividing c=36"
     ):
         conform(FusedQKV())
+
+
+def test_a_mistake_outside_the_catalogue_is_said_so_with_where_values_first_differ():
+    import book
+
+    class ValuesDoubled(book.BookMultiHeadAttention):
+        def forward(self, x):
+            b, n, _ = x.shape
+            split = (b, n, self.num_heads, self.head_dim)
+            keys, queries = (self.W_key(x).view(split).transpose(1, 2),
+                             self.W_query(x).view(split).transpose(1, 2))  # fmt: skip
+            values = 2 * self.W_value(x).view(split).transpose(1, 2)  # not in the catalogue
+            scores = (queries @ keys.transpose(2, 3)).masked_fill(
+                self.mask.bool()[:n, :n], -torch.inf
+            )
+            weights = torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1)
+            context = (weights @ values).transpose(1, 2).contiguous().view(b, n, self.d_out)
+            return self.out_proj(context)
+
+    torch.manual_seed(3)
+    report = conform(ValuesDoubled(24, 24, 16, 0.0, 3))
+    assert not report.conforms and report.diagnosis.id is None
+    first = report.diagnosis.first_difference
+    assert first.startswith("the values first differ in scenario 'forward' at C_concat")
+    assert "Q, K, V agree" in first
+    assert "diagnosis: no mistake in the catalogue matches" in report.table()
+    assert report.as_json()["diagnosis"] is None and report.as_json()["first_difference"] == first
+
+
+def test_a_function_outside_the_catalogue_differs_first_at_its_output():
+    def doubled(q, k, v):
+        return 2 * torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    first = conform(doubled).diagnosis.first_difference
+    assert first.startswith(
+        "the values first differ in scenario 'forward' at C (the output), entry"
+    )
