@@ -13,13 +13,15 @@ The package reads as its pipeline (each layer imports only the ones before it):
 - `derive.render`: documents (LaTeX, Markdown, PDF, a self-contained HTML page, notebooks),
   prose, figures (PNG and SVG), the glossary;
 - `derive.cli`: the `derive` command; `derive.bridge`: the only part that touches torch (the
-  checks against `attention`, the worked example), imported lazily.
+  checks against `attention`, the worked example, `conform` for anyone's attention), imported
+  lazily; `derive.testing`: `assert_conforms` for a test suite.
 
 ``import derive`` never imports torch.
 """
 
 from . import calculus as _calculus
 from . import proofs as _proofs
+from .bridge.conform import ConformError, Report, Weights, conform, register_adapter
 from .bridge.example import WorkedExample, worked_example
 from .bridge.gradients import check_gradients_against_torch, gradient_inputs, torch_gradient_steps
 from .bridge.steps import Comparison, check_against_torch, compare, dyadic_inputs, torch_steps
@@ -55,6 +57,7 @@ __all__ = [
     "rows_sum_to_one", "rowsum_identity", "scaled_score_variance", "score_variance",
     "shift_invariance", "softmax_jacobian", "steps", "torch_gradient_steps", "torch_steps",
     "Variant", "variant", "variants", "worked_example",
+    "conform", "ConformError", "Report", "Weights", "register_adapter",
 ]  # fmt: skip
 
 

@@ -8,7 +8,7 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def test_the_python_example_runs():
-    (example,) = re.findall(r"```python\n(.*?)```", README, re.S)
+    example = re.findall(r"```python\n(.*?)```", README, re.S)[0]  # the first: using attention
     namespace: dict = {}
     exec(compile(example, "README.md", "exec"), namespace)  # noqa: S102 - our own README
     assert namespace["C"].shape == (6, 2) and namespace["A"].shape == (6, 6)

@@ -9,6 +9,7 @@ or a Jupyter notebook, and checks.
     derive notebook -o derivation.ipynb --n 3 --d 4 --c 2 --example
     derive docs                               # regenerate docs/ (derivation.*, figures)
     derive check --trials 5                   # derive vs the torch implementation, step by step
+    derive conform my_model.py:attention      # anyone's attention vs the derivation
 
 Bad input (a size or seed out of range, heads not dividing c, an unknown option, an output that
 cannot be written) exits with status 2 and one line on stderr; a missing or broken TeX engine,
@@ -176,6 +177,9 @@ def _parser() -> _Parser:
 
         _variant_options(sub, "the derivation")
     _add_check(commands)
+    from .conform import add_conform
+
+    add_conform(commands, lambda low, high: _integer(minimum=low, limit=high))
     return parser
 
 
@@ -213,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
             from .check import run_check
 
             return run_check(args)
+        if args.command == "conform":
+            from .conform import run_conform
+
+            return run_conform(args)
         from .documents import run_docs, run_document
 
         progress = _Progress(args.quiet)

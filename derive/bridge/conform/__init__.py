@@ -1,0 +1,79 @@
+"""`derive conform`: anyone's attention checked against the derivation, and its mistake named.
+
+`conform(obj, **options)` recognises what `obj` is (`derive.bridge.conform.target`), shows it
+dyadic inputs on a copy (its weights and the global random state are left as they were),
+compares what it computes with the graph of self-attention evaluated on the same inputs and its
+own weights (`derive.bridge.conform.matrices`), checks the properties attention has, and when a
+check fails names the mistake of the catalogue (`derive.graph.mistakes`) it computes. Importing
+this package imports no torch; `conform` does, when it runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .adapters import Adapter, Weights, register_adapter
+from .report import Check, Diagnosis, Report
+from .target import KINDS, ConformError
+
+__all__ = [
+    "conform",
+    "Report",
+    "Check",
+    "Diagnosis",
+    "Weights",
+    "Adapter",
+    "register_adapter",
+    "ConformError",
+    "KINDS",
+]
+
+
+def conform(obj: Any, **options: Any) -> Report:
+    """Check an attention implementation against the derivation.
+
+    Args:
+        obj: an `nn.Module` (x (batch, n, d) -> (batch, n, d_out)), a function f(q, k, v, ...)
+            on (batch, heads, n, c) tensors, a function with no arguments that builds one of
+            these, or a TARGET string (``"module:attribute"``, ``"path/file.py:attribute"``).
+        kind: ``"sdpa"``, ``"module"`` or ``"self"`` to say what it is (default: recognised).
+        causal: True or False to say whether it is causal (default: probed).
+        n: tokens (default 5, or fewer where a module's context is shorter).
+        seed: of the inputs (default 0).
+        dtype: a torch dtype: of q, k, v for a function (default float32); a module's copy is
+            converted to it (default: the module's own).
+        width, heads: c and the heads of q, k, v for a function (defaults 8 and 3).
+        batch: the batch size (default: the smallest size from 2 on that no other size has).
+        adapter: the name of the adapter to use (default: the first that recognises it).
+        mistakes: the catalogue to diagnose with (default `derive.graph.mistakes.MISTAKES`).
+
+    Returns:
+        a `Report`: ``report.conforms``, its checks, its diagnosis; ``print(report)``.
+
+    Raises:
+        ConformError: the target cannot be loaded or called, or its weights not found.
+    """
+    import torch
+
+    from .run import Options
+    from .run_function import FunctionRun
+    from .run_module import ModuleRun
+    from .target import load, recognise
+
+    unknown = set(options) - set(Options.__dataclass_fields__)
+    if unknown:
+        raise TypeError(
+            f"conform() got unknown options {sorted(unknown)}; "
+            f"known: {', '.join(Options.__dataclass_fields__)}"
+        )
+    settings = Options(**options)
+    name = obj if isinstance(obj, str) else None
+    target = recognise(load(obj) if isinstance(obj, str) else obj, settings.kind, name)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: one thread is fastest, and spins on no other core
+    try:
+        with torch.random.fork_rng(devices=[]):
+            kind = FunctionRun if target.kind == "sdpa" else ModuleRun
+            return kind(target, settings).run().report()
+    finally:
+        torch.set_num_threads(threads)

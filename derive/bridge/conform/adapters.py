@@ -1,0 +1,142 @@
+"""Where a module keeps the matrices of the book's formulas: one adapter per convention.
+
+An adapter recognises a module and returns its `Weights`: W_q, W_k, W_v (d × c, so that
+Q = X W_q), the output projection W_o (c × c_out) if there is one, the biases, and the number of
+heads. Return views of the module's parameters (``module.qkv.weight.mT[:, :c]``) where you can:
+the check that heads are kept separate writes through them, on conform's own copy of the module.
+
+Your own convention, in a few lines::
+
+    from derive.testing import Weights, register_adapter
+
+    @register_adapter("fused-qkv", recognises=lambda module: hasattr(module, "wqkv"))
+    def fused_qkv(module):
+        w_q, w_k, w_v = module.wqkv.weight.mT.chunk(3, dim=1)  # (3c, d) -> three (d, c)
+        return Weights(w_q, w_k, w_v, W_o=module.wo.weight.mT, heads=module.n_heads)
+
+Optional: ``call(module, x, allowed)`` if the module is not called as ``module(x)`` (its output,
+or the first tensor of a tuple, is C); ``mask="attn_mask"`` the keyword of a boolean mask and
+``mask_means="allowed"`` or ``"masked"`` (what True means to it); ``dropout="attn_drop"`` the
+attribute of the dropout module applied to the weights; ``observe`` submodules whose output or
+input is Q, K, V or Ĉ (to show where values first differ). Adapters registered last are tried
+first, the built-in ones (`derive.bridge.conform.conventions`) after them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .target import ConformError
+
+__all__ = ["Weights", "Adapter", "register_adapter", "registered", "Observe"]
+
+
+@dataclass
+class Weights:
+    """The book's matrices of one module.
+
+    Attributes:
+        W_q, W_k, W_v: (d, c); Q = X W_q (+ b_q).
+        W_o: (c, c_out), C = Ĉ W_o (+ b_o); None without an output projection.
+        b_q, b_k, b_v: (c,) or None; b_o: (c_out,) or None.
+        heads: h; each head reads c_h = c / h columns of Q, K, V, in order.
+    """
+
+    W_q: Any
+    W_k: Any
+    W_v: Any
+    W_o: Any = None
+    b_q: Any = None
+    b_k: Any = None
+    b_v: Any = None
+    b_o: Any = None
+    heads: int = 1
+
+    def check(self, adapter: str) -> None:
+        """Shapes that fit together; a ConformError naming the adapter and the shapes if not."""
+        d, c = tuple(self.W_q.shape)
+        for name in ("W_k", "W_v"):
+            if tuple(getattr(self, name).shape) != (d, c):
+                raise ConformError(
+                    f"adapter {adapter}: {name} has shape "
+                    f"{tuple(getattr(self, name).shape)}, W_q has {(d, c)}"
+                )
+        if not isinstance(self.heads, int) or self.heads < 1 or c % self.heads:
+            raise ConformError(
+                f"adapter {adapter}: heads={self.heads!r} must be a positive int dividing c={c}"
+            )
+        if self.W_o is not None and self.W_o.shape[0] != c:
+            raise ConformError(
+                f"adapter {adapter}: W_o has shape {tuple(self.W_o.shape)}, expected ({c}, c_out)"
+            )
+
+
+#: A submodule whose "input" or "output" is the given letters (several: split equally).
+Observe = tuple[str, str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """How to read (and call) modules of one convention; see the module docstring."""
+
+    name: str
+    recognises: Callable[[Any], bool]
+    weights: Callable[[Any], Weights]
+    call: Callable[[Any, Any, Any], Any] | None = None
+    mask: str | None = None
+    mask_means: str = "allowed"
+    dropout: str | None = None
+    observe: tuple[Observe, ...] = ()
+    looks_for: str = ""
+
+    def read(self, module: Any) -> Weights:
+        """The module's weights, checked."""
+        try:
+            weights = self.weights(module)
+        except ConformError:
+            raise
+        except Exception as error:  # noqa: BLE001 - a user adapter's own failure
+            raise ConformError(
+                f"adapter {self.name} could not read the weights of "
+                f"{type(module).__name__}: {type(error).__name__}: {error}"
+            ) from None
+        if not isinstance(weights, Weights):
+            raise ConformError(
+                f"adapter {self.name} returned {type(weights).__name__}, "
+                "expected derive.testing.Weights"
+            )
+        weights.check(self.name)
+        return weights
+
+
+_REGISTERED: list[Adapter] = []
+
+
+def register_adapter(
+    name: str,
+    *,
+    recognises: Callable[[Any], bool],
+    call: Callable[[Any, Any, Any], Any] | None = None,
+    mask: str | None = None,
+    mask_means: str = "allowed",
+    dropout: str | None = None,
+    observe: tuple[Observe, ...] = (),
+) -> Callable[[Callable[[Any], Weights]], Callable[[Any], Weights]]:
+    """Register `weights(module) -> Weights` for modules `recognises` accepts (a decorator)."""
+    if mask_means not in ("allowed", "masked"):
+        raise ValueError(f"mask_means must be 'allowed' or 'masked', got {mask_means!r}")
+
+    def register(weights: Callable[[Any], Weights]) -> Callable[[Any], Weights]:
+        _REGISTERED[:] = [a for a in _REGISTERED if a.name != name]
+        adapter = Adapter(name, recognises, weights, call, mask, mask_means, dropout, observe)
+        _REGISTERED.insert(0, adapter)
+        return weights
+
+    return register
+
+
+def registered() -> tuple[Adapter, ...]:
+    """The adapters registered so far, the last first."""
+    return tuple(_REGISTERED)

@@ -1,0 +1,177 @@
+"""Comparing what the target computed with what the derivation gives, within a stated tolerance.
+
+A `Scenario` is one thing the target was shown (inputs, a mask, a stand-in dropout, changed
+weights) with what it returned and which graph it must compute (its `Form`). `predict` evaluates a
+graph on the scenario's inputs; `agree` compares entry by entry against the rounding bound of
+each entry (`Rounding` of the target's dtype, plus the float64 reference's own), and names the
+entry nearest its bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...graph import Graph
+from ...graph.forms import RHO, Form, reference
+from .matrices import Evaluation, Rounding
+
+__all__ = [
+    "Scenario", "Agreement", "predict", "expect", "flipped", "agree", "rounding_for",
+    "dtype_name", "why",
+]  # fmt: skip
+
+#: (unit roundoff of a stored result, of the sums inside products): torch accumulates float16
+#: and bfloat16 products in float32.
+_UNITS = {
+    "float64": (2.0**-53, 2.0**-53),
+    "float32": (2.0**-24, 2.0**-24),
+    "float16": (2.0**-11, 2.0**-24),
+    "bfloat16": (2.0**-8, 2.0**-24),
+}
+_REFERENCE = 2.0**-53
+
+
+def dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def rounding_for(dtype: Any) -> Rounding:
+    """The target's unit roundoffs plus the float64 reference's own."""
+    name = dtype_name(dtype)
+    if name not in _UNITS:
+        from .target import ConformError
+
+        raise ConformError(f"dtype {name}: expected one of {', '.join(_UNITS)}")
+    store, sums = _UNITS[name]
+    return Rounding(store + _REFERENCE, sums + _REFERENCE)
+
+
+def why(dtype: Any, what: str = "forward") -> str:
+    """Why the tolerance is what it is, in one line."""
+    name = dtype_name(dtype)
+    store, sums = _UNITS[name]
+    unit = f"u = 2^{round(math.log2(store))}"
+    inside = "" if store == sums else ", sums in float32"
+    return (
+        f"{name} rounding ({unit}{inside}) through the derived {what} steps, first order, "
+        "entry by entry, plus the float64 reference's"
+    )
+
+
+@dataclass
+class Scenario:
+    """One showing: the graph inputs (float64), what the target returned, the graph it must
+    compute, the output bias added after the graph, and what was seen inside the target."""
+
+    name: str
+    form: Form
+    inputs: dict[str, Any]
+    got: Any
+    sizes: dict
+    b_o: Any = None
+    rho: float = 0.0
+    observed: dict[str, Any] = field(default_factory=dict)
+
+    def all_sizes(self) -> dict:
+        return {**self.sizes, RHO: self.rho}
+
+
+def predict(
+    scenario: Scenario,
+    graph: Graph | None = None,
+    rounding: Rounding | None = None,
+    empty_rows: str = "nan",
+) -> Evaluation:
+    """The scenario's inputs through `graph` (the correct one of its form by default)."""
+    evaluation = Evaluation(scenario.all_sizes(), rounding, empty_rows)
+    for letter, tensor in scenario.inputs.items():
+        evaluation.give(letter, tensor)
+    return evaluation.forward(graph if graph is not None else reference(scenario.form))
+
+
+def output(evaluation: Evaluation, scenario: Scenario, letter: str = "C") -> tuple[Any, Any]:
+    """C (+ the output bias) and its bound (None without rounding)."""
+    value = evaluation[letter]
+    bound = evaluation.bound(letter) if evaluation.rounding is not None else None
+    if scenario.b_o is not None and letter == "C":
+        value = value + scenario.b_o
+        if bound is not None:
+            bound = bound + evaluation.rounding.store * value.abs()
+    return value, bound
+
+
+def expect(scenario: Scenario, rounding: Rounding) -> tuple[Any, Any]:
+    """The correct graph's output for a scenario (NaN where a row has no key: IEEE) and its
+    rounding bound (that of derive's convention, zero weights, finite everywhere); once."""
+    if "expected" not in scenario.observed:
+        evaluation = predict(scenario, rounding=rounding)
+        zero = predict(scenario, rounding=rounding, empty_rows="zero")
+        scenario.observed["expected"] = (output(evaluation, scenario)[0], output(zero, scenario)[1])
+        scenario.observed["evaluation"] = zero
+    return scenario.observed["expected"]
+
+
+def flipped(scenario: Scenario) -> Scenario:
+    """The same showing compared with the other causality (a given mask refolded from the
+    boolean one it was built from)."""
+    import torch
+
+    form = dataclasses.replace(scenario.form, causal=not scenario.form.causal)
+    inputs = dict(scenario.inputs)
+    if form.masked:
+        allowed = scenario.observed["allowed"]
+        if form.causal:
+            allowed = allowed & torch.ones_like(allowed).tril()
+        inputs["M"] = torch.where(allowed, 0.0, -torch.inf).double()
+    seen = {k: v for k, v in scenario.observed.items() if k not in ("expected", "evaluation")}
+    return Scenario(scenario.name, form, inputs, scenario.got, scenario.sizes, scenario.b_o,
+                    scenario.rho, seen)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Entry by entry within the bound? The entry nearest its bound: its error and bound."""
+
+    passed: bool
+    error: float
+    tolerance: float
+    where: tuple[int, ...] | None
+    got: float | None = None
+    expected: float | None = None
+
+    @property
+    def ratio(self) -> float:
+        """error / tolerance at that entry (how near its bound; above 1 fails)."""
+        if self.tolerance:
+            return self.error / self.tolerance
+        return float("inf") if self.error else 0.0
+
+
+def agree(got: Any, expected: Any, bound: Any, rows: str = "zero") -> Agreement:
+    """Entries where `expected` is NaN read a row with no key: there `got` must be finite
+    (``rows="zero"``, derive's convention, whatever finite value) or NaN (``rows="nan"``);
+    elsewhere |got − expected| ≤ bound."""
+    import torch
+
+    got, expected, bound = torch.broadcast_tensors(got, expected, bound)
+    empty = expected.isnan()
+    empty_ok = bool((got[empty].isfinite() if rows == "zero" else got[empty].isnan()).all())
+    difference = torch.where(empty, 0.0, (got - expected).abs()).nan_to_num(torch.inf)
+    ratio = torch.where(difference == 0, 0.0, difference / bound)
+    index = int(ratio.argmax())
+    where = tuple(int(i) for i in torch.unravel_index(torch.tensor(index), ratio.shape))
+    passed = empty_ok and bool((ratio <= 1).all())
+    if not empty_ok and bool((ratio <= 1).all()):
+        entries = (~got[empty].isfinite()) if rows == "zero" else got[empty].isfinite()
+        where = tuple(int(i) for i in torch.nonzero(empty)[int(entries.nonzero()[0])])
+    return Agreement(
+        passed,
+        float(difference[where]),
+        float(bound[where]),
+        where,
+        float(got[where]),
+        float(expected[where]),
+    )

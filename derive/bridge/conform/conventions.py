@@ -1,0 +1,271 @@
+"""The conventions `derive conform` knows: where each keeps W_q, W_k, W_v, W_o, and the heads.
+
+- ``torch-mha``: `torch.nn.MultiheadAttention` (``in_proj_weight`` (3c × d) or ``q_proj_weight``
+  …, ``in_proj_bias``, ``out_proj``, ``num_heads``; called as ``mha(x, x, x)``, ``batch_first``
+  or not, ``attn_mask`` True = masked; returns a tuple);
+- ``gpt2``: Hugging Face GPT-2 attention (``c_attn`` a ``Conv1D`` whose weight is d × 3c, x W + b
+  with no transpose; ``c_proj``; ``num_heads``; returns a tuple);
+- ``nanogpt``: nanoGPT / minGPT ``CausalSelfAttention`` (``c_attn`` an ``nn.Linear`` packing
+  q, k, v; ``c_proj``; ``n_head``);
+- ``timm``: timm's ``Attention`` (``qkv`` an ``nn.Linear`` packing q, k, v; ``proj``;
+  ``num_heads``; ``attn_mask`` True = may attend, when it takes one);
+- ``book``: the book's classes and this package's (``W_query``, ``W_key``, ``W_value`` as
+  ``nn.Parameter`` d × c or ``nn.Linear``; ``out_proj`` and ``num_heads`` with heads; or
+  ``heads``, a list of single-head modules side by side; ``mask`` True = may attend).
+
+Every matrix is returned as a view of the module's parameter (nn.Linear stores Wᵀ: ``.mT``),
+except the heads of a list, which are concatenated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .adapters import Adapter, Weights
+from .target import ConformError
+
+__all__ = ["BUILT_IN"]
+
+
+def _linear(layer: Any) -> tuple[Any, Any]:
+    """(W, b) of an nn.Linear as the book writes them: W = weight.mT (d × c)."""
+    return layer.weight.mT, layer.bias
+
+
+def _thirds(matrix: Any, bias: Any) -> tuple[list, list]:
+    """A packed (d, 3c) matrix and its (3c,) bias as the q, k, v blocks of columns."""
+    width = matrix.shape[1]
+    if width % 3:
+        raise ConformError(f"a packed q, k, v projection needs 3c columns, got {width}")
+    c = width // 3
+    blocks = [matrix[:, i * c : (i + 1) * c] for i in range(3)]
+    biases = [None] * 3 if bias is None else [bias[i * c : (i + 1) * c] for i in range(3)]
+    return blocks, biases
+
+
+def _heads(module: Any, *names: str) -> int:
+    for name in names:
+        value = getattr(module, name, None)
+        if isinstance(value, int):
+            return value
+    raise ConformError(
+        f"{type(module).__name__}: found the projections but no number of heads "
+        f"(looked for {' or '.join(names)})"
+    )
+
+
+# -- torch.nn.MultiheadAttention ------------------------------------------------------------
+
+
+def _is_mha(module: Any) -> bool:
+    import torch.nn as nn
+
+    return isinstance(module, nn.MultiheadAttention)
+
+
+def _mha_weights(module: Any) -> Weights:
+    extra = [name for name in ("bias_k", "bias_v") if getattr(module, name, None) is not None]
+    if extra or module.add_zero_attn:
+        what = ", ".join(extra + (["add_zero_attn"] if module.add_zero_attn else []))
+        raise ConformError(
+            f"MultiheadAttention with {what}: extra keys that self-attention "
+            "as the book declares it does not have"
+        )
+    if module.in_proj_weight is not None:
+        blocks, biases = _thirds(module.in_proj_weight.mT, module.in_proj_bias)
+    else:  # separate q, k, v projections (kdim or vdim given)
+        blocks = [getattr(module, f"{w}_proj_weight").mT for w in "qkv"]
+        bias = module.in_proj_bias
+        biases = [None] * 3 if bias is None else list(bias.chunk(3))
+    w_o, b_o = _linear(module.out_proj)
+    return Weights(
+        *blocks,
+        W_o=w_o,
+        b_q=biases[0],
+        b_k=biases[1],
+        b_v=biases[2],
+        b_o=b_o,
+        heads=module.num_heads,
+    )
+
+
+def _mha_call(module: Any, x: Any, allowed: Any) -> Any:
+    x = x if module.batch_first else x.transpose(0, 1)  # (b, n, d) -> (n, b, d)
+    masked = None if allowed is None else ~allowed  # torch's attn_mask: True = may not attend
+    out = module(x, x, x, need_weights=False, attn_mask=masked)[0]
+    return out if module.batch_first else out.transpose(0, 1)
+
+
+# -- packed q, k, v: nanoGPT, Hugging Face GPT-2, timm ---------------------------------------
+
+
+def _is_gpt2(module: Any) -> bool:
+    packed = getattr(module, "c_attn", None)
+    return packed is not None and hasattr(packed, "nf") and hasattr(module, "c_proj")
+
+
+def _gpt2_weights(module: Any) -> Weights:
+    blocks, biases = _thirds(module.c_attn.weight, module.c_attn.bias)  # Conv1D: x W + b
+    return Weights(
+        *blocks,
+        W_o=module.c_proj.weight,
+        b_q=biases[0],
+        b_k=biases[1],
+        b_v=biases[2],
+        b_o=module.c_proj.bias,
+        heads=_heads(module, "num_heads"),
+    )
+
+
+def _is_nanogpt(module: Any) -> bool:
+    import torch.nn as nn
+
+    packed = getattr(module, "c_attn", None)
+    return isinstance(packed, nn.Linear) and hasattr(module, "c_proj")
+
+
+def _nanogpt_weights(module: Any) -> Weights:
+    blocks, biases = _thirds(*_linear(module.c_attn))
+    w_o, b_o = _linear(module.c_proj)
+    return Weights(
+        *blocks,
+        W_o=w_o,
+        b_q=biases[0],
+        b_k=biases[1],
+        b_v=biases[2],
+        b_o=b_o,
+        heads=_heads(module, "n_head", "num_heads"),
+    )
+
+
+def _is_timm(module: Any) -> bool:
+    import torch.nn as nn
+
+    return isinstance(getattr(module, "qkv", None), nn.Linear) and hasattr(module, "proj")
+
+
+def _timm_weights(module: Any) -> Weights:
+    for norm in ("q_norm", "k_norm"):
+        layer = getattr(module, norm, None)
+        if layer is not None and type(layer).__name__ != "Identity":
+            raise ConformError(
+                f"timm Attention with {norm}={type(layer).__name__}: QK-norm is "
+                "not in the book's declarations"
+            )
+    blocks, biases = _thirds(*_linear(module.qkv))
+    w_o, b_o = _linear(module.proj)
+    return Weights(
+        *blocks,
+        W_o=w_o,
+        b_q=biases[0],
+        b_k=biases[1],
+        b_v=biases[2],
+        b_o=b_o,
+        heads=_heads(module, "num_heads"),
+    )
+
+
+# -- the book's classes (and this package's) -------------------------------------------------
+
+
+def _is_book(module: Any) -> bool:
+    if all(hasattr(module, name) for name in ("W_query", "W_key", "W_value")):
+        return True
+    heads = getattr(module, "heads", None)
+    return heads is not None and len(heads) > 0 and all(_is_book(head) for head in heads)
+
+
+def _book_projection(module: Any, name: str) -> tuple[Any, Any]:
+    import torch.nn as nn
+
+    layer = getattr(module, name)
+    if isinstance(layer, nn.Parameter):
+        return layer, None  # SelfAttention_v1 stores W_q itself, d × c
+    return _linear(layer)
+
+
+def _book_weights(module: Any) -> Weights:
+    import torch
+
+    if not hasattr(module, "W_query"):  # a list of heads, side by side: W_o = I
+        parts = [_book_weights(head) for head in module.heads]
+        if any(part.heads != 1 or part.W_o is not None for part in parts):
+            raise ConformError("a list of heads must hold single-head modules without W_o")
+        join = lambda xs: None if xs[0] is None else torch.cat(xs, dim=-1)  # noqa: E731
+        return Weights(
+            *(join([getattr(p, w) for p in parts]) for w in ("W_q", "W_k", "W_v")),
+            b_q=join([p.b_q for p in parts]),
+            b_k=join([p.b_k for p in parts]),
+            b_v=join([p.b_v for p in parts]),
+            heads=len(parts),
+        )
+    (w_q, b_q), (w_k, b_k), (w_v, b_v) = (
+        _book_projection(module, name) for name in ("W_query", "W_key", "W_value")
+    )
+    if not hasattr(module, "out_proj"):
+        return Weights(w_q, w_k, w_v, b_q=b_q, b_k=b_k, b_v=b_v)
+    w_o, b_o = _linear(module.out_proj)
+    return Weights(
+        w_q,
+        w_k,
+        w_v,
+        W_o=w_o,
+        b_q=b_q,
+        b_k=b_k,
+        b_v=b_v,
+        b_o=b_o,
+        heads=_heads(module, "num_heads"),
+    )
+
+
+_PROJECTIONS = (
+    ("W_query", "output", ("Q",)),
+    ("W_key", "output", ("K",)),
+    ("W_value", "output", ("V",)),
+    ("out_proj", "input", ("C_concat",)),
+)
+
+BUILT_IN: tuple[Adapter, ...] = (
+    Adapter(
+        "torch-mha",
+        _is_mha,
+        _mha_weights,
+        call=_mha_call,
+        mask="attn_mask",
+        looks_for="nn.MultiheadAttention",
+    ),
+    Adapter(
+        "gpt2",
+        _is_gpt2,
+        _gpt2_weights,
+        dropout="attn_dropout",
+        observe=(("c_attn", "output", ("Q", "K", "V")), ("c_proj", "input", ("C_concat",))),
+        looks_for="c_attn as a Conv1D, c_proj, num_heads",
+    ),
+    Adapter(
+        "nanogpt",
+        _is_nanogpt,
+        _nanogpt_weights,
+        dropout="attn_dropout",
+        observe=(("c_attn", "output", ("Q", "K", "V")), ("c_proj", "input", ("C_concat",))),
+        looks_for="c_attn as an nn.Linear, c_proj, n_head",
+    ),
+    Adapter(
+        "timm",
+        _is_timm,
+        _timm_weights,
+        mask="attn_mask",
+        dropout="attn_drop",
+        observe=(("qkv", "output", ("Q", "K", "V")), ("proj", "input", ("C_concat",))),
+        looks_for="qkv, proj, num_heads",
+    ),
+    Adapter(
+        "book",
+        _is_book,
+        _book_weights,
+        mask="mask",
+        dropout="dropout",
+        observe=_PROJECTIONS,
+        looks_for="W_query, W_key, W_value (+ out_proj, num_heads), or heads",
+    ),
+)

@@ -1,0 +1,219 @@
+"""Calling the target with inputs in the book's conventions, and reading its weights as matrices.
+
+`ModuleHarness` works on its own deep copy of a module, in eval mode (the target's weights, mode
+and buffers are never touched), and calls it as its adapter says, on a batch (batch, n, d), or one
+sequence at a time when the module takes (n, d) only. `FunctionHarness` calls a function
+f(q, k, v, ...) like torch's scaled_dot_product_attention. Outputs come back as float64 copies;
+masks go in as booleans with True = may attend, translated to the target's convention.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import warnings
+from typing import Any
+
+from ...notation import letters as L
+from .adapters import Adapter, Weights
+from .target import ConformError, Target
+
+__all__ = ["ModuleHarness", "FunctionHarness", "stand_in_dropout"]
+
+
+def _first_tensor(result: Any) -> Any:
+    """The output, or the first tensor of a tuple (torch's MultiheadAttention, GPT-2)."""
+    import torch
+
+    if isinstance(result, tuple | list):
+        result = next((r for r in result if isinstance(r, torch.Tensor)), None)
+    if not isinstance(result, torch.Tensor):
+        raise ConformError(
+            f"the target returned {type(result).__name__}, expected a tensor "
+            "(or a tuple whose first tensor is the output)"
+        )
+    return result
+
+
+class ModuleHarness:
+    """A module's copy, its adapter, its weights, and how to call it."""
+
+    def __init__(self, target: Target, adapter: Adapter, dtype: Any = None) -> None:
+        self.target, self.adapter = target, adapter
+        self.module = copy.deepcopy(target.obj)
+        if dtype is not None:
+            self.module.to(dtype)
+        self.module.eval()
+        self.weights: Weights = adapter.read(self.module)
+        self.dtype, self.device = self.weights.W_q.dtype, self.weights.W_q.device
+        self.d, self.c = (int(x) for x in self.weights.W_q.shape)
+        self.heads = self.weights.heads
+        self.c_out = self.c if self.weights.W_o is None else int(self.weights.W_o.shape[1])
+        self.with_heads = self.weights.W_o is not None or self.heads > 1
+        self.one_at_a_time: bool | None = None
+        self.mask_per_sequence = False
+
+    @property
+    def accepts_mask(self) -> bool:
+        if self.adapter.mask is None:
+            return False
+        if self.adapter.call is not None:
+            return True
+        parameters = inspect.signature(self.module.forward).parameters
+        return self.adapter.mask in parameters
+
+    def max_tokens(self) -> int | None:
+        """The smallest square buffer (a causal mask of context_length), if any."""
+        sizes = [
+            b.shape[-1] for b in self.module.buffers() if b.ndim >= 2 and b.shape[-1] == b.shape[-2]
+        ]
+        return min(sizes) if sizes else None
+
+    def __call__(self, x: Any, allowed: Any = None, module: Any = None, grad: bool = False) -> Any:
+        """C for X (batch, n, d) in the target's dtype; float64, detached unless `grad`."""
+        import torch
+
+        module = self.module if module is None else module
+        x = x.to(self.dtype).to(self.device) if not grad else x
+        mask = None if allowed is None else allowed.to(self.device)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with torch.set_grad_enabled(grad):
+                out = self._run(module, x, mask)
+        out = out.double() if grad else out.detach().double().cpu()
+        return out
+
+    def _once(self, module: Any, x: Any, mask: Any) -> Any:
+        if self.adapter.call is not None:
+            return _first_tensor(self.adapter.call(module, x, mask))
+        if mask is None:
+            return _first_tensor(module(x))
+        given = mask if self.adapter.mask_means == "allowed" else ~mask
+        if self.mask_per_sequence:  # a module that wants (*batch, n, n), not (n, n)
+            given = given.expand(*x.shape[:-2], *given.shape[-2:])
+        try:
+            return _first_tensor(module(x, **{self.adapter.mask: given}))
+        except Exception:
+            if self.mask_per_sequence or x.ndim == 2:
+                raise
+            self.mask_per_sequence = True
+            return self._once(module, x, mask)
+
+    def _run(self, module: Any, x: Any, mask: Any) -> Any:
+        import torch
+
+        expected = (*x.shape[:-1], self.c_out)
+        if self.one_at_a_time is None:
+            try:
+                out = self._once(module, x, mask)
+                if tuple(out.shape) == expected:
+                    self.one_at_a_time = False
+                    return out
+                problem = f"returned shape {tuple(out.shape)} for x of shape {tuple(x.shape)}"
+            except Exception as error:  # noqa: BLE001 - a module that takes (n, d) only
+                problem = f"{type(error).__name__}: {error}"
+            self.one_at_a_time = True
+            try:
+                return self._run(module, x, mask)
+            except Exception as error:  # noqa: BLE001
+                raise ConformError(
+                    f"calling {self.target.name} failed on a batch ({problem}) and "
+                    f"on one sequence ({type(error).__name__}: {error})"
+                ) from None
+        try:
+            if not self.one_at_a_time:
+                return self._once(module, x, mask)
+            out = torch.stack([self._once(module, sequence, mask) for sequence in x.unbind(0)])
+        except ConformError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the target's own failure
+            given = "" if mask is None else f" and a boolean mask of shape {tuple(mask.shape)}"
+            raise ConformError(
+                f"calling {self.target.name} on x of shape {tuple(x.shape)}"
+                f"{given} failed: {type(error).__name__}: {error}"
+            ) from None
+        if tuple(out.shape) != expected:
+            raise ConformError(
+                f"{self.target.name} returned shape {tuple(out.shape)}, "
+                f"expected {expected} (batch, n, c_out)"
+            )
+        return out
+
+    def graph_inputs(self, x: Any, weights: Weights | None = None) -> tuple[dict, Any]:
+        """The graph's inputs in float64 and the output bias b_o (or None). A bias is one more
+        row of its W, read by a column of ones appended to X: Q = [X 1] [W_q; b_q]."""
+        import torch
+
+        w = self.weights if weights is None else weights
+        as64 = lambda t: t.detach().to(torch.float64).cpu()  # noqa: E731
+        inputs = {"X": x.to(torch.float64)}
+        biases = [w.b_q, w.b_k, w.b_v]
+        for letter, matrix, bias in zip(
+            ("W_q", "W_k", "W_v"), (w.W_q, w.W_k, w.W_v), biases, strict=True
+        ):
+            inputs[letter] = as64(matrix)
+            if any(b is not None for b in biases):
+                row = torch.zeros(1, self.c).double() if bias is None else as64(bias)[None]
+                inputs[letter] = torch.cat([inputs[letter], row])  # (d, c) -> (d + 1, c)
+        if any(b is not None for b in biases):
+            ones = torch.ones(*x.shape[:-1], 1, dtype=torch.float64)
+            inputs["X"] = torch.cat([inputs["X"], ones], dim=-1)  # (…, n, d) -> (…, n, d + 1)
+        if self.with_heads:
+            identity = torch.eye(self.c, dtype=torch.float64)
+            inputs["W_o"] = identity if w.W_o is None else as64(w.W_o)
+        return inputs, None if w.b_o is None else as64(w.b_o)
+
+    def sizes(self, n: int) -> dict:
+        width = self.d + (1 if self.graph_inputs_augmented() else 0)
+        return {L.n: n, L.d: width, L.c: self.c, L.h: self.heads, L.c_h: self.c // self.heads}
+
+    def graph_inputs_augmented(self) -> bool:
+        return any(b is not None for b in (self.weights.b_q, self.weights.b_k, self.weights.b_v))
+
+
+def stand_in_dropout(rate: float) -> Any:
+    """A dropout that keeps every entry: x -> x / (1 − rate), whatever the mode; counts calls."""
+    import torch.nn as nn
+
+    class KeepsEvery(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.p, self.calls = 0.0, 0  # code that reads a rate off it reads 0
+
+        def forward(self, x: Any) -> Any:
+            self.calls += 1
+            return x / (1 - rate)
+
+    return KeepsEvery()
+
+
+class FunctionHarness:
+    """A function f(q, k, v, ...) and how to call it."""
+
+    def __init__(self, target: Target, dtype: Any) -> None:
+        self.target, self.dtype = target, dtype
+        self.options = target.options
+
+    def __call__(self, q: Any, k: Any, v: Any, *, grad: bool = False, **options: Any) -> Any:
+        import torch
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with torch.set_grad_enabled(grad):
+                cast = (t if grad else t.to(self.dtype) for t in (q, k, v))
+                try:
+                    out = _first_tensor(self.target.obj(*cast, **options))
+                except ConformError:
+                    raise
+                except Exception as error:  # noqa: BLE001 - the target's own failure
+                    raise ConformError(
+                        f"calling {self.target.name}(q, k, v) with q of shape "
+                        f"{tuple(q.shape)} failed: {type(error).__name__}: "
+                        f"{error}"
+                    ) from None
+        if tuple(out.shape) != tuple(v.shape):
+            raise ConformError(
+                f"{self.target.name} returned shape {tuple(out.shape)}, expected "
+                f"{tuple(v.shape)} (batch, heads, n, c)"
+            )
+        return out.double() if grad else out.detach().double().cpu()

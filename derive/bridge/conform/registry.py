@@ -1,0 +1,38 @@
+"""Which adapter reads a module: the registered ones first (the last registered first), then
+the built-in conventions (`derive.bridge.conform.conventions`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .adapters import Adapter, registered
+from .conventions import BUILT_IN
+from .target import ConformError
+
+__all__ = ["adapters", "find_adapter"]
+
+
+def adapters() -> tuple[Adapter, ...]:
+    """Every adapter, in the order they are tried: registered (last first), then built-in."""
+    return (*registered(), *BUILT_IN)
+
+
+def find_adapter(module: Any, name: str | None = None) -> Adapter:
+    """The adapter for `module` (or the one named); a ConformError saying what was looked for."""
+    every = adapters()
+    if name is not None:
+        for adapter in every:
+            if adapter.name == name:
+                return adapter
+        raise ConformError(f"no adapter {name!r}; known: {', '.join(a.name for a in every)}")
+    for adapter in every:
+        try:
+            if adapter.recognises(module):
+                return adapter
+        except Exception:  # noqa: BLE001 - a recogniser that fails does not recognise
+            continue
+    looked = "; ".join(f"{a.looks_for} ({a.name})" for a in every if a.looks_for)
+    raise ConformError(
+        f"no adapter finds the weights of {type(module).__name__}: looked for {looked}; "
+        "register one for your convention with derive.testing.register_adapter"
+    )

@@ -1,0 +1,182 @@
+"""What a run of `derive conform` shares, whatever the target: its options, its inputs (dyadic
+rationals, exact in every float dtype), the rows it writes, and the report with its diagnosis."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...graph.mistakes import MISTAKES, Mistake
+from .compare import Scenario, agree, expect, output, predict, rounding_for, why
+from .diagnosis import diagnose
+from .formulas import Formula
+from .report import Check, Report
+from .target import Target
+
+__all__ = ["Options", "Run"]
+
+
+@dataclass(frozen=True)
+class Options:
+    """What `derive.conform` accepts besides the target (see its docstring)."""
+
+    kind: str | None = None
+    causal: bool | None = None
+    n: int | None = None
+    seed: int = 0
+    dtype: Any = None
+    width: int = 8
+    heads: int = 3
+    batch: int | None = None
+    adapter: str | None = None
+    mistakes: tuple[Mistake, ...] = MISTAKES
+
+
+def fresh_size(taken: set[int], start: int = 2) -> int:
+    """The smallest size from `start` on that is none of `taken`: a swapped axis cannot pass."""
+    size = start
+    while size in taken:
+        size += 1
+    return size
+
+
+class Run:
+    """One run: the scenarios the target was shown, the rows written, the report."""
+
+    kind = ""
+    convention: str | None = None
+
+    def __init__(self, target: Target, options: Options, dtype: Any) -> None:
+        import torch
+
+        self.target, self.options = target, options
+        self.dtype, self.rounding = dtype, rounding_for(dtype)
+        self.generator = torch.Generator().manual_seed(options.seed)
+        self.scenarios: list[Scenario] = []
+        self.rows: list[Check] = []
+        self.causal, self.causal_how = False, ""
+        self.notes: list[str] = []
+
+    def dyadic(self, shape: tuple[int, ...], top: int) -> Any:
+        """Entries k/8 with |k| ≤ top, from the run's own generator (float64, exact in any
+        float dtype for top ≤ 32)."""
+        import torch
+
+        return torch.randint(-top, top + 1, shape, generator=self.generator).double() / 8
+
+    # -- rows ----------------------------------------------------------------------------------
+
+    def expected(self, scenario: Scenario) -> tuple[Any, Any]:
+        """The correct output of a scenario and its bound (see `compare.expect`)."""
+        return expect(scenario, self.rounding)
+
+    def value_row(self, name: str, what: str, formula: Formula, scenario: Scenario) -> Check:
+        """The target's output against the derivation, entry by entry within the bound."""
+        self.scenarios.append(scenario)
+        value, bound = self.expected(scenario)
+        found = agree(scenario.got, value, bound)
+        note = "" if found.passed else self._entry(found)
+        return Check(
+            name,
+            "PASS" if found.passed else "FAIL",
+            what,
+            *formula,
+            found.error,
+            found.tolerance,
+            why(self.dtype),
+            note,
+        )
+
+    def same_row(self, name: str, what: str, formula: Formula, pairs: list) -> Check:
+        """Two outputs of the target that must be equal: (got, same, bound of one) each."""
+        found = [agree(got, same, 2 * bound, rows="nan") for got, same, bound in pairs]
+        failing = [item for item in found if not item.passed]
+        worst = max(failing or found, key=lambda item: item.ratio)
+        passed = not failing
+        reason = "twice the forward bound: two computations of the same exact values"
+        note = "" if passed else self._entry(worst)
+        return Check(
+            name,
+            "PASS" if passed else "FAIL",
+            what,
+            *formula,
+            worst.error,
+            worst.tolerance,
+            reason,
+            note,
+        )
+
+    def empty_row(self, what: str, formula: Formula, scenario: Scenario) -> Check:
+        """No NaN for a query with no key; the note says whether its row is derive's (zero
+        weights) or another finite convention."""
+        import torch
+
+        self.scenarios.append(scenario)
+        self.expected(scenario)
+        finite = bool(torch.isfinite(scenario.got).all())
+        zero = predict(scenario, rounding=self.rounding, empty_rows="zero")
+        as_derived = agree(scenario.got, *output(zero, scenario)).passed
+        note = (
+            "NaN in the output"
+            if not finite
+            else "zero weights, derive's convention"
+            if as_derived
+            else "finite, but not derive's zero weights"
+        )
+        return Check(
+            "query with no key",
+            "PASS" if finite else "FAIL",
+            what,
+            *formula,
+            None,
+            None,
+            "none needed: NaN or not",
+            note,
+        )
+
+    @staticmethod
+    def missing(name: str, what: str, formula: Formula, reason: str) -> Check:
+        return Check(name, "n/a", what, *formula, None, None, reason)
+
+    @staticmethod
+    def _entry(found: Any) -> str:
+        if found.got is None:
+            return ""
+        return (
+            f"entry {found.where}: got {found.got:.6g}, expected {found.expected:.6g} "
+            f"(|Δ| {found.error:.2g} > {found.tolerance:.2g})"
+        )
+
+    # -- the report ----------------------------------------------------------------------------
+
+    def sizes(self) -> dict:
+        raise NotImplementedError
+
+    def report(self) -> Report:
+        failing = [row for row in self.rows if row.status == "FAIL"]
+        diagnosis = None
+        if failing:
+            for scenario in self.scenarios:
+                self.expected(scenario)
+            either = self.options.causal is None  # probed: a mistake may have fooled the probe
+            diagnosis = diagnose(self.scenarios, self.options.mistakes, self.rounding, either)
+        return Report(
+            self.target.name,
+            self.kind,
+            self.convention,
+            self.causal,
+            self.causal_how,
+            str(self.dtype).removeprefix("torch."),
+            self.sizes(),
+            tuple(self.rows),
+            diagnosis,
+            tuple(self.notes),
+        )
+
+
+def moved(after: Any, before: Any) -> float:
+    """The largest change between two outputs, NaN where it was NaN counting as no change."""
+    import torch
+
+    both = after.isnan() & before.isnan()
+    return float(torch.where(both, 0.0, (after - before).abs()).nan_to_num(torch.inf).max())

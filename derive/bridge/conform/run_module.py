@@ -1,0 +1,224 @@
+"""`derive conform` of an nn.Module: x (batch, n, d) -> C (batch, n, c_out), weights by adapter.
+
+The rows, each on the module's own weights read by its adapter (biases as one more row of W read
+by a column of ones, the output bias added after W_o): forward values; causality (probed: does
+the first row change with the last token?); permutation equivariance and batch independence
+(properties of the calls); the mask convention and a query with no key (when it takes a mask);
+the gradients of x and every weight against the derived backward pass; heads kept separate
+(W_o set to I on a copy, one head's queries negated); dropout on the weights (a stand-in that
+keeps every entry at rate 1/2 in place of its dropout module).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...graph.forms import Form, reference
+from .compare import Scenario
+from .formulas import composed, declared
+from .harness import ModuleHarness
+from .module_checks import dropout, gradients, heads_separate
+from .registry import find_adapter
+from .run import Options, Run, fresh_size, moved
+from .target import ConformError, Target
+
+__all__ = ["ModuleRun"]
+
+
+class ModuleRun(Run):
+    def __init__(self, target: Target, options: Options) -> None:
+        adapter = find_adapter(target.obj, options.adapter)
+        self.h = ModuleHarness(target, adapter, options.dtype)
+        super().__init__(target, options, self.h.dtype)
+        self.kind, self.convention = target.kind, adapter.name
+        limit = self.h.max_tokens()
+        n = options.n or min(5, limit or 5)
+        if n < 2 or (limit is not None and n > limit):
+            raise ConformError(f"n={n}: expected 2 ≤ n ≤ {limit or 'any'} (the module's longest)")
+        h = self.h
+        batch = options.batch or fresh_size({n, h.d, h.c, h.heads, h.c // h.heads, h.c_out})
+        self.n, self.batch = n, batch
+        self.x = self.unsaturated(self.dyadic((batch, n, h.d), 16))
+
+    def unsaturated(self, x: Any) -> Any:
+        """x halved until the scaled scores spread over no more than about ±2: a saturated
+        softmax is one-hot, and one-hot weights cannot tell most mistakes apart (exact: a power
+        of two, at most 2⁻⁶)."""
+        from .compare import predict
+
+        form = Form(heads=self.h.with_heads)
+        scores = "Omega_scaled" + ("_l" if form.heads else "")
+        for _ in range(6):
+            inputs, b_o = self.h.graph_inputs(x)
+            shown = Scenario("spread", form, inputs, None, self.h.sizes(self.n), b_o)
+            if float(predict(shown)[scores].std()) <= 2:
+                break
+            x = x / 2
+        return x
+
+    def sizes(self) -> dict:
+        h = self.h
+        found = {"batch": self.batch, "n": self.n, "d": h.d, "c": h.c, "heads": h.heads}
+        if h.heads > 1:
+            found["c_h"] = h.c // h.heads
+        if h.c_out != h.c:
+            found["c_out"] = h.c_out
+        return found
+
+    def call(self, x: Any, allowed: Any = None, module: Any = None) -> tuple[Any, dict]:
+        """The target's C, and what its adapter lets us see inside (Q, K, V, Ĉ)."""
+        seen: dict[str, list] = {}
+        hooks = []
+        target = self.h.module if module is None else module
+        for path, side, letters in self.h.adapter.observe:
+            try:
+                sub = target.get_submodule(path)
+            except AttributeError:
+                continue
+
+            def keep(_, inputs, out, letters=letters, side=side):
+                tensor = out if side == "output" else inputs[0]
+                seen.setdefault(letters, []).append(tensor.detach().double().cpu())
+
+            hooks.append(sub.register_forward_hook(keep))
+        try:
+            got = self.h(x, allowed, module)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        observed = {}
+        for letters, parts in seen.items():
+            if self.h.one_at_a_time:  # a failed try on the whole batch may have left a part
+                parts = [p for p in parts if p.ndim == x.ndim - 1][-x.shape[0] :]
+            whole = parts[0] if len(parts) == 1 else self._stack(parts)
+            for letter, block in zip(letters, whole.chunk(len(letters), dim=-1), strict=True):
+                observed[letter] = block
+        return got, observed
+
+    @staticmethod
+    def _stack(parts: list) -> Any:
+        import torch
+
+        return torch.stack(parts) if parts[0].ndim == 2 else torch.cat(parts)
+
+    def scenario(self, name: str, form: Form, x: Any, got: Any, **extra: Any) -> Scenario:
+        inputs, b_o = self.h.graph_inputs(x, extra.pop("weights", None))
+        inputs.update(extra.pop("inputs", {}))
+        return Scenario(name, form, inputs, got, self.h.sizes(self.n), b_o, **extra)
+
+    # -- the run ---------------------------------------------------------------------------------
+
+    def run(self) -> Run:
+        got, observed = self.call(self.x)
+        self.causal, self.causal_how = self._probe()
+        form = Form(heads=self.h.with_heads, causal=self.causal)
+        forward = self.scenario("forward", form, self.x, got, observed=observed)
+        graph = reference(form)
+        self.rows.append(
+            self.value_row(
+                "forward values",
+                "C equals the derivation on the module's own weights",
+                composed(graph),
+                forward,
+            )
+        )
+        _, bound = self.expected(forward)
+        self.rows += [
+            self._causality(got, bound),
+            self._permutation(got, bound),
+            self._batch(got, bound),
+        ]
+        self.rows += self._masks(form)
+        self.rows += [gradients(self, forward), heads_separate(self, form), dropout(self, form)]
+        return self
+
+    def _probe(self) -> tuple[bool, str]:
+        if self.options.causal is not None:
+            return self.options.causal, "as told"
+        small = self.x / 64  # weights near uniform: any key a row reads moves it
+        later = small.clone()
+        later[:, -1] = self.dyadic(later[:, -1].shape, 16) / 64
+        changed = moved(self.call(later)[0][:, 0], self.call(small)[0][:, 0])
+        return changed == 0.0, f"probed: the last token {'changes' if changed else 'leaves'} row 1"
+
+    def _causality(self, got: Any, bound: Any) -> Any:
+        what = "a token's output reads no later token"
+        formula = declared(reference(Form(causal=True)), "M")
+        if not self.causal:
+            return self.missing("causality", what, formula, "not causal: " + self.causal_how)
+        pairs = []
+        for t in range(1, self.n):
+            later = self.x.clone()
+            later[:, t:] = self.dyadic(later[:, t:].shape, 16)
+            pairs.append((self.call(later)[0][:, :t], got[:, :t], bound[:, :t]))
+        return self.same_row("causality", what, formula, pairs)
+
+    def _permutation(self, got: Any, bound: Any) -> Any:
+        what = "permuting the tokens permutes the outputs"
+        formula = declared(reference(Form()), "A")
+        if self.causal:
+            return self.missing("permutation", what, formula, "causal attention reads positions")
+        order = [*range(1, self.n), 0]
+        moved = self.call(self.x[:, order])[0]
+        return self.same_row(
+            "permutation", what, formula, [(moved, got[:, order], bound[:, order])]
+        )
+
+    def _batch(self, got: Any, bound: Any) -> Any:
+        what = "each sequence of a batch is computed alone"
+        formula = declared(reference(Form()), "Q")
+        if self.h.one_at_a_time:
+            return self.missing(
+                "batch independence",
+                what,
+                formula,
+                "the module takes one sequence (n, d) at a time",
+            )
+        others = self.x.clone()
+        others[1:] = self.dyadic(others[1:].shape, 16)
+        return self.same_row(
+            "batch independence", what, formula, [(self.call(others)[0][0], got[0], bound[0])]
+        )
+
+    def _allowed(self, empty_row: bool = False) -> Any:
+        """True = may attend: (m + p) even, so both the mask and its inverse leave each row a
+        key (inside the causal triangle from the second row on); one row empty if asked."""
+        import torch
+
+        m, p = torch.arange(self.n)[:, None], torch.arange(self.n)[None, :]
+        allowed = (m + p) % 2 == 0
+        if empty_row:
+            allowed[1] = False
+        return allowed
+
+    def _masks(self, form: Form) -> list:
+        import torch
+
+        name, what = "mask convention", "a boolean mask (True = may attend) masks what it says"
+        formula = declared(reference(Form(masked=True)), "Omega_masked")
+        empty, says = "query with no key", "a query with no key to attend to gets no NaN"
+        masked = Form(heads=form.heads, causal=form.causal, masked=True)
+        weights = declared(reference(masked), "A" + _s(form))
+        if not self.h.accepts_mask:
+            reason = f"{self.h.adapter.name} modules take no mask"
+            return [
+                self.missing(name, what, formula, reason),
+                self.missing(empty, says, weights, reason),
+            ]
+        scenarios = []
+        for title, allowed in ((name, self._allowed()), (empty, self._allowed(empty_row=True))):
+            whole = allowed & torch.ones_like(allowed).tril() if form.causal else allowed
+            got, observed = self.call(self.x, allowed)
+            mask = {"M": torch.where(whole, 0.0, -torch.inf).double()}
+            observed["allowed"] = allowed
+            scenarios.append(
+                self.scenario(title, masked, self.x, got, inputs=mask, observed=observed)
+            )
+        return [
+            self.value_row(name, what, formula, scenarios[0]),
+            self.empty_row(says, weights, scenarios[1]),
+        ]
+
+
+def _s(form: Form) -> str:
+    return "_l" if form.heads else ""

@@ -1,0 +1,192 @@
+"""What `derive conform` is pointed at: a target named on the command line, and its kind.
+
+A TARGET is ``module:attribute`` (imported) or ``path/to/file.py:attribute`` (loaded from the
+file, its folder on the import path while it loads); the attribute may be dotted. It is one of
+
+- ``sdpa``: a function f(q, k, v, ...) of tensors (batch, heads, n, c), like
+  `torch.nn.functional.scaled_dot_product_attention`; the options it accepts (``attn_mask``,
+  ``is_causal``, ``scale``) are read from its signature (or, for a built-in, its docstring);
+- ``module``: an `nn.Module` mapping x (batch, n, d) to (batch, n, d_out), its weights found by
+  an adapter (`derive.bridge.conform.adapters`);
+- ``self``: one of this package's own `attention` modules (a module, recognised by its class).
+
+A function with no required argument is a factory: it is called, and what it returns is checked.
+Nothing but the target is imported or run.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import inspect
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ConformError", "Target", "load", "recognise", "KINDS", "sdpa_options"]
+
+KINDS = ("sdpa", "module", "self")
+#: The options of a scaled-dot-product function that conform uses when it accepts them.
+SDPA_OPTIONS = ("attn_mask", "is_causal", "scale")
+
+
+class ConformError(ValueError):
+    """Bad input to `derive conform`: a target that cannot be loaded or called, an adapter that
+    cannot find the weights. The message says what was expected and what was found."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A target and what it is.
+
+    Attributes:
+        obj: the function or module, as given (conform works on a copy of a module).
+        kind: ``"sdpa"``, ``"module"`` or ``"self"``.
+        name: how reports name it.
+        options: for ``sdpa``, which of ``attn_mask``, ``is_causal``, ``scale`` it accepts.
+    """
+
+    obj: Any
+    kind: str
+    name: str
+    options: frozenset[str] = frozenset()
+
+
+def load(spec: str) -> Any:
+    """The object a TARGET string names (``module:attribute`` or ``file.py:attribute``)."""
+    where, colon, attribute = spec.rpartition(":")
+    if not colon or not where or not attribute:
+        raise ConformError(
+            f"target must be 'module:attribute' or 'path/to/file.py:attribute', got {spec!r}"
+        )
+    if where.endswith(".py") or "/" in where or "\\" in where:
+        module = _from_file(Path(where))
+    else:
+        try:
+            module = importlib.import_module(where)
+        except Exception as error:  # noqa: BLE001 - any failure of the target's own import
+            raise ConformError(f"cannot import module {where!r}: {error}") from None
+    found: Any = module
+    for part in attribute.split("."):
+        if not hasattr(found, part):
+            known = ", ".join(n for n in dir(found) if not n.startswith("_"))[:200]
+            raise ConformError(f"{where} has no attribute {attribute!r} (it has: {known})")
+        found = getattr(found, part)
+    return found
+
+
+def _from_file(path: Path) -> Any:
+    if not path.is_file():
+        raise ConformError(f"no file {str(path)!r} (target 'path/to/file.py:attribute')")
+    name = "_conform_target_" + "".join(ch if ch.isalnum() else "_" for ch in path.stem)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ConformError(f"cannot load {str(path)!r} as Python")
+    module = importlib.util.module_from_spec(spec)
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)  # its own imports of the files beside it
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # noqa: BLE001 - any failure of the target's own code
+        raise ConformError(f"cannot load {str(path)!r}: {type(error).__name__}: {error}") from None
+    finally:
+        sys.path.remove(folder)
+    return module
+
+
+def _signature(function: Any) -> inspect.Signature | None:
+    """The signature, or for a built-in the one the first line of its docstring gives."""
+    try:
+        return inspect.signature(function)
+    except (TypeError, ValueError):
+        pass
+    first = (getattr(function, "__doc__", None) or "").strip().split("->")[0].strip()
+    try:
+        tree = ast.parse(f"def {first}: pass")
+    except SyntaxError:
+        return None
+    arguments = tree.body[0].args  # type: ignore[attr-defined]
+    required = len(arguments.args) - len(arguments.defaults)
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    return inspect.Signature(
+        [
+            inspect.Parameter(a.arg, kind)
+            if i < required
+            else inspect.Parameter(a.arg, kind, default=None)
+            for i, a in enumerate(arguments.args)
+        ]
+        + [
+            inspect.Parameter(a.arg, inspect.Parameter.KEYWORD_ONLY, default=None)
+            for a in arguments.kwonlyargs
+        ]
+    )
+
+
+def sdpa_options(function: Any) -> frozenset[str]:
+    """Which of attn_mask, is_causal, scale the function takes by keyword."""
+    signature = _signature(function)
+    if signature is None:
+        return frozenset()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()):
+        return frozenset(SDPA_OPTIONS)
+    return frozenset(name for name in SDPA_OPTIONS if name in signature.parameters)
+
+
+def _positional(function: Any) -> tuple[int, int]:
+    """(required positional parameters, all positional parameters); (-1, -1) if unknown."""
+    signature = _signature(function)
+    if signature is None:
+        return -1, -1
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    positional = [p for p in signature.parameters.values() if p.kind in kinds]
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in signature.parameters.values()):
+        return sum(p.default is inspect.Parameter.empty for p in positional), 1_000
+    return sum(p.default is inspect.Parameter.empty for p in positional), len(positional)
+
+
+def recognise(obj: Any, kind: str | None = None, name: str | None = None) -> Target:
+    """What `obj` is (or `kind` says it is); a factory is called first."""
+    import torch.nn as nn
+
+    if kind is not None and kind not in KINDS:
+        raise ConformError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    name = name or getattr(obj, "__qualname__", None) or type(obj).__name__
+    if isinstance(obj, type):
+        raise ConformError(
+            f"{name} is a class; conform needs an instance (or a function that builds one, "
+            "such as `build = lambda: MyAttention(64, 64, 4)`)"
+        )
+    if isinstance(obj, nn.Module) and kind != "sdpa":
+        ours = type(obj).__module__.split(".")[0] == "attention"
+        if kind == "self" and not ours:
+            raise ConformError(
+                f"--kind self is for this package's own attention modules; "
+                f"{name} is {type(obj).__module__}.{type(obj).__name__}"
+            )
+        return Target(obj, "self" if ours else "module", name)
+    if not callable(obj):
+        raise ConformError(
+            f"{name} is of type {type(obj).__name__}: expected a function or an nn.Module"
+        )
+    required, total = _positional(obj)
+    if kind in (None, "sdpa") and (total >= 3 or kind == "sdpa"):
+        if 0 <= required and required > 3:
+            raise ConformError(
+                f"{name} requires {required} positional arguments; an attention "
+                "function takes q, k, v (and options by keyword)"
+            )
+        return Target(obj, "sdpa", name, sdpa_options(obj))
+    if required == 0:
+        try:
+            built = obj()
+        except Exception as error:  # noqa: BLE001 - the target's own failure
+            raise ConformError(
+                f"calling {name}() failed: {type(error).__name__}: {error}"
+            ) from None
+        return recognise(built, kind, f"{name}()")
+    raise ConformError(
+        f"{name} is neither an nn.Module, a function f(q, k, v, ...) nor a function with no "
+        f"arguments that builds one (it takes {required} required arguments)"
+    )

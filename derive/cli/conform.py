@@ -1,0 +1,129 @@
+"""`derive conform TARGET`: anyone's attention against the derivation (see `derive.conform`).
+
+Exit status 0 when it conforms, 1 when it does not, 2 for bad input (a target that cannot be
+imported or called, an adapter that cannot find the weights: one line on stderr saying what was
+looked for). The table is coloured only when stdout is a terminal (and NO_COLOR is not set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import TextIO
+
+from .errors import EnvironmentProblem, UsageError
+
+__all__ = ["add_conform", "run_conform"]
+
+EPILOG = """examples:
+  derive conform torch.nn.functional:scaled_dot_product_attention
+  derive conform my_model.py:attention            # an nn.Module instance, or a function
+  derive conform my_model.py:build --json         # build() returns the module
+  derive conform my_model.py:attention --causal --dtype bfloat16 --markdown
+
+exit status: 0 when it conforms, 1 when it does not, 2 for bad input"""
+
+_DTYPES = ("float64", "float32", "float16", "bfloat16")
+
+
+def add_conform(commands, integer) -> None:
+    """The `conform` subcommand; `integer(minimum, limit)` is the CLI's integer type."""
+    text = "check an attention implementation against the derivation (needs torch)"
+    sub = commands.add_parser(
+        "conform",
+        help=text,
+        epilog=EPILOG,
+        description=text + ": each check a row, and the mistake it makes named",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub.add_argument(
+        "target", metavar="TARGET", help="module:attribute or path/to/file.py:attribute"
+    )
+    sub.add_argument("--kind", choices=("sdpa", "module", "self"), help="say what it is")
+    causal = sub.add_mutually_exclusive_group()
+    causal.add_argument(
+        "--causal",
+        dest="causal",
+        action="store_const",
+        const=True,
+        help="it is causal (default: probed)",
+    )
+    causal.add_argument(
+        "--no-causal", dest="causal", action="store_const", const=False, help="it is not causal"
+    )
+    output = sub.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="the report as JSON")
+    output.add_argument("--markdown", action="store_true", help="the report as Markdown")
+    sub.add_argument("--n", type=integer(2, 64), metavar="N", help="tokens (default 5)")
+    sub.add_argument(
+        "--seed",
+        type=integer(0, 2**32 - 1),
+        default=0,
+        metavar="S",
+        help="seed of the inputs (default 0)",
+    )
+    sub.add_argument(
+        "--dtype",
+        choices=_DTYPES,
+        help="of q, k, v (sdpa, default float32); a module's copy is converted",
+    )
+    sub.add_argument(
+        "--width",
+        type=integer(1, 1024),
+        default=8,
+        metavar="C",
+        help="sdpa: c, the width of q, k, v (default 8)",
+    )
+    sub.add_argument(
+        "--heads",
+        type=integer(1, 64),
+        default=3,
+        metavar="H",
+        help="sdpa: the heads axis of q, k, v (default 3)",
+    )
+    sub.add_argument(
+        "--batch",
+        type=integer(1, 64),
+        metavar="B",
+        help="batch size (default: a size no other dimension has)",
+    )
+    sub.add_argument("--adapter", metavar="NAME", help="the adapter to read a module with")
+
+
+def run_conform(args, out: TextIO | None = None) -> int:
+    """Execute `derive conform`; 0 when it conforms, 1 when it does not."""
+    out = sys.stdout if out is None else out
+    try:
+        import torch
+    except ImportError as error:
+        raise EnvironmentProblem(
+            f"derive conform needs torch ({error}); pip install torch"
+        ) from None
+    from ..bridge.conform import ConformError, conform
+
+    options = {
+        "kind": args.kind,
+        "causal": args.causal,
+        "n": args.n,
+        "seed": args.seed,
+        "width": args.width,
+        "heads": args.heads,
+        "batch": args.batch,
+        "adapter": args.adapter,
+    }
+    if args.dtype is not None:
+        options["dtype"] = getattr(torch, args.dtype)
+    try:
+        report = conform(args.target, **options)
+    except ConformError as error:
+        raise UsageError(f"derive conform: {error}") from None
+    if args.json:
+        print(json.dumps(report.as_json(), indent=2, ensure_ascii=False), file=out)
+    elif args.markdown:
+        print(report.markdown(), file=out, end="")
+    else:
+        colour = out.isatty() and not os.environ.get("NO_COLOR")
+        print(report.table(colour=colour), file=out)
+    return 0 if report.conforms else 1

@@ -1,0 +1,112 @@
+r"""The graphs `derive conform` compares implementations with, by their form.
+
+A `Form` says which graph of self-attention an implementation must compute: one head or several,
+causal or not, a mask given as an input, dropout on the weights, and whether Q, K, V come from
+X and the weights or are themselves the inputs (a function like torch's
+scaled_dot_product_attention). `reference(form)` builds it from `self_attention`'s declarations;
+the mistakes of `derive.graph.mistakes` change one declaration of it.
+
+Dropout is declared for what `derive conform` can observe: a dropout that keeps every entry, at
+rate ρ, multiplies what it is given by 1/(1 − ρ), the weights in the book's order:
+a_{m,p} = exp(ω̃_{m,p}) / ((1 − ρ) Σ_r exp(ω̃_{m,r})).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import sympy as sp
+from sympy import Eq, Sum, exp
+
+from ..notation import letters as L
+from .attention import self_attention
+from .declaration import Declaration, Graph
+
+__all__ = [
+    "RHO", "Form", "reference", "replaced", "entry", "suffix", "softmax_input", "softmax_of",
+    "dropout_on_weights",
+]  # fmt: skip
+
+#: The dropout rate ρ (0 where no dropout is observed).
+RHO = sp.Symbol("rho", positive=True)
+
+
+@dataclass(frozen=True)
+class Form:
+    """Which graph of self-attention an implementation is compared with.
+
+    Attributes:
+        heads: several heads (split, merge, output projection W_o), or one.
+        causal: the causal mask declared (M_{m,p} = 0 where p ≤ m).
+        masked: a mask M given as an input (a boolean mask; with `causal`, folded into M).
+        dropout: dropout on the weights, keeping every entry, at rate ρ.
+        projections: Q, K, V from X and the weights; without, Q, K, V are the inputs (a
+            function like torch's scaled_dot_product_attention).
+    """
+
+    heads: bool = False
+    causal: bool = False
+    masked: bool = False
+    dropout: bool = False
+    projections: bool = True
+
+
+def entry(name: str, head: bool, *indices: sp.Expr) -> sp.Indexed:
+    return L.base(name)[(L.ell, *indices)] if head else L.base(name)[indices]
+
+
+def suffix(form: Form) -> str:
+    return "_l" if form.heads else ""
+
+
+def replaced(graph: Graph, output: str, rhs: sp.Expr) -> Graph:
+    """`graph` with the step computing `output` declared by `rhs`, which may read matrices the
+    step did not read before (their shapes from the graph)."""
+    step = graph.step(output)
+    shapes = graph.shapes
+    element = Eq(step.element.lhs, rhs, evaluate=False)
+    letters = {output} | {L.letter_of(e) for e in rhs.atoms(sp.Indexed)}
+    changed = Declaration(
+        step.name,
+        step.output,
+        step.title,
+        element,
+        {x: shapes[x] for x in sorted(letters)},
+        step.constant,
+    )
+    steps = tuple(changed if s.output == output else s for s in graph.declarations)
+    return Graph(graph.name, steps, graph.relations)
+
+
+def softmax_input(form: Form) -> str:
+    """The entry the softmax reads: ω̂ (masked scores) or ω̃ (scaled scores)."""
+    return "omegahat" if form.causal or form.masked else "omegatilde"
+
+
+def softmax_of(name: str, form: Form, temperature: sp.Expr = sp.S.One) -> sp.Expr:
+    """exp(x_{m,p} / t) / Σ_r exp(x_{m,r} / t): the declared softmax of each row of x."""
+    top = exp(entry(name, form.heads, L.m, L.p) / temperature)
+    below = Sum(exp(entry(name, form.heads, L.m, L.r) / temperature), (L.r, 1, L.n))
+    return top / below
+
+
+def dropout_on_weights(graph: Graph, form: Form) -> Graph:
+    r"""a_{m,p} = softmax_{m,p} / (1 − ρ): the weights, then dropout keeping every one."""
+    weights = softmax_of(softmax_input(form), form) / (1 - RHO)
+    return replaced(graph, "A" + suffix(form), weights)
+
+
+@functools.cache
+def reference(form: Form) -> Graph:
+    """The graph an implementation of this form must compute (from `self_attention`)."""
+    full = self_attention(
+        causal=form.causal and not form.masked, masked=form.masked, heads=form.heads
+    )
+    steps = full.declarations
+    name = full.name
+    if not form.projections:
+        steps = tuple(s for s in steps if not (s.name == "projection" and s.output in "QKV"))
+        name += " of given Q, K, V"
+    graph = Graph(name, steps, full.relations)
+    return dropout_on_weights(graph, form) if form.dropout else graph

@@ -1,0 +1,1 @@
+"""The proof of `derive conform` on its corpus (tests/conform/corpus/)."""

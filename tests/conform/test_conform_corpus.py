@@ -1,0 +1,121 @@
+"""The proof of `derive conform` on its corpus: every correct implementation conforms, every
+broken one fails with its own id, and a catalogue whose formulas are swapped fails this test."""
+
+import dataclasses
+
+import broken
+import correct
+import pytest
+import torch
+
+from derive import conform
+from derive.graph.mistakes import MISTAKES, mistake
+
+#: name in correct.py -> (kind, convention, causal)
+CORRECT = {
+    "sdpa_torch": ("sdpa", None, False),  # torch's own
+    "sdpa_written": ("sdpa", None, False),  # written out, zero weights for an empty row
+    "sdpa_lowest": ("sdpa", None, False),  # masked with the dtype's lowest number
+    "book_v1": ("module", "book", False),  # W_query a Parameter, takes (n, d) only
+    "book_v2": ("module", "book", False),  # nn.Linear with biases
+    "book_causal": ("module", "book", True),
+    "book_wrapper": ("module", "book", True),  # heads side by side, no W_o
+    "book_mha": ("module", "book", True),
+    "ours_v1": ("self", "book", False),
+    "ours_v2": ("self", "book", False),
+    "ours_causal": ("self", "book", True),  # takes a mask
+    "ours_wrapper": ("self", "book", True),
+    "ours_mha": ("self", "book", True),
+    "nanogpt": ("module", "nanogpt", True),  # the fused kernel
+    "nanogpt_written": ("module", "nanogpt", True),  # the written-out path, attn_dropout
+    "gpt2": ("module", "gpt2", True),  # Conv1D, a tuple returned
+    "timm": ("module", "timm", False),  # takes attn_mask
+    "timm_written": ("module", "timm", False),
+    "torch_mha": ("module", "torch-mha", False),  # batch_first, attn_mask True = masked
+    "torch_mha_sequence_first": ("module", "torch-mha", False),
+}
+
+
+def test_the_corpus_lists_every_correct_implementation():
+    assert set(CORRECT) == set(correct.FUNCTIONS + correct.MODULES)
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT))
+def test_every_correct_implementation_conforms(name):
+    report = conform(getattr(correct, name))
+    assert report.conforms, report.table()
+    assert (report.kind, report.convention, report.causal) == CORRECT[name]
+    assert report.diagnosis is None
+    assert {row.status for row in report.checks} <= {"PASS", "n/a"}
+    assert [row.name for row in report.checks if row.status == "PASS"][0] == "forward values"
+
+
+def test_the_corpus_breaks_every_id_of_the_catalogue():
+    assert set(broken.BROKEN) == {m.id for m in MISTAKES}
+
+
+def diagnosed(id, mistakes=MISTAKES):
+    """The corpus's claim for one id: its broken implementation fails, named by that id."""
+    report = conform(getattr(broken, broken.BROKEN[id]), mistakes=mistakes)
+    assert not report.conforms
+    assert report.diagnosis is not None and report.diagnosis.id == id, report.table()
+    return report
+
+
+@pytest.mark.parametrize("id", sorted(broken.BROKEN))
+def test_every_broken_implementation_fails_with_its_own_id(id):
+    report = diagnosed(id)
+    found = report.diagnosis
+    assert found.title == mistake(id).title
+    if id != "nan-on-empty-rows":  # the one that changes no formula, only how 0/0 reads
+        assert found.wrong and found.right and found.wrong != found.right
+        assert found.wrong_latex != found.right_latex
+    assert f"diagnosis: {id}" in report.table()
+
+
+def _swapped(first, second):
+    """The catalogue with the formulas (the changes) of two ids exchanged."""
+    changes = {m.id: m.change for m in MISTAKES}
+    swap = {first: changes[second], second: changes[first]}
+    return tuple(dataclasses.replace(m, change=swap.get(m.id, m.change)) for m in MISTAKES)
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        ("no-scale", "scale-by-model-width"),  # two scalings
+        ("mask-inverted", "mask-after-softmax"),  # two mask conventions
+        ("values-are-keys", "heads-mixed"),  # two steps far apart
+    ],
+)
+def test_a_catalogue_with_two_formulas_swapped_fails_the_corpus(first, second):
+    swapped = _swapped(first, second)
+    for id in (first, second):
+        with pytest.raises(AssertionError):
+            diagnosed(id, swapped)
+
+
+def test_with_one_head_scaling_by_c_and_scaling_twice_are_one_formula():
+    def scaled_twice(q, k, v):
+        q = q / q.shape[-1] ** 0.5  # then the kernel scales again
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    report = conform(scaled_twice)
+    assert report.diagnosis.id == "scale-by-c"  # the first of the two in the catalogue
+    assert report.diagnosis.also == ("scale-twice",)
+    assert "the same values as: scale-twice" in report.table()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_in_half_precision_the_corpus_still_holds(dtype):
+    """The tolerances grow with the dtype's rounding; every mistake is still told apart."""
+    for name in ("sdpa_torch", "nanogpt", "ours_mha", "torch_mha", "gpt2"):
+        report = conform(getattr(correct, name), dtype=dtype)
+        assert report.conforms, report.table()
+        assert report.dtype == str(dtype).removeprefix("torch.")
+    named = {
+        id: conform(getattr(broken, name), dtype=dtype).diagnosis
+        for id, name in broken.BROKEN.items()
+    }
+    assert {id: found and found.id for id, found in named.items()} == {id: id for id in named}

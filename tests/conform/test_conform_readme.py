@@ -1,0 +1,50 @@
+"""The README's `derive conform` section says what is true: its three-line test runs (and fails
+on a broken attention), and its example output is what the command prints now (numbers aside)."""
+
+import re
+from pathlib import Path
+
+import broken
+import correct
+import pytest
+
+from derive.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+SECTION = README[README.index("## Checking anyone's attention") :]
+
+
+def _three_lines():
+    (block,) = [
+        b for b in re.findall(r"```python\n(.*?)```", SECTION, re.S) if "assert_conforms" in b
+    ]
+    return block
+
+
+def test_the_three_line_test_has_three_lines_and_passes_on_a_correct_attention():
+    block = _three_lines()
+    assert len([line for line in block.splitlines() if line.strip()]) == 3
+    namespace = {"MyAttention": lambda d_in, d_out, num_heads: correct.book_mha()}
+    exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    namespace["test_my_attention"]()
+
+
+def test_the_three_line_test_fails_on_a_broken_attention_with_the_report():
+    namespace = {"MyAttention": lambda d_in, d_out, num_heads: broken.heads_mixed()}
+    exec(compile(_three_lines(), "README.md", "exec"), namespace)  # noqa: S102
+    with pytest.raises(AssertionError, match=r"diagnosis: heads-mixed"):
+        namespace["test_my_attention"]()
+
+
+def _numbers_masked(text):
+    return re.sub(r"-?\d+(\.\d+)?(e-?\d+)?", "#", text).rstrip()
+
+
+def test_the_example_output_is_what_the_command_prints(capsys, monkeypatch):
+    (example,) = re.findall(r"```\n\$ derive conform (\S+)\n(.*?)```", SECTION, re.S)
+    target, printed = example
+    monkeypatch.chdir(ROOT)
+    assert main(["conform", target]) == 1
+    out = capsys.readouterr().out
+    assert _numbers_masked(printed) == _numbers_masked(out)
