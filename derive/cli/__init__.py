@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         if args.command is None:
             raise UsageError(
-                f"{PROG}: missing command: latex, markdown, pdf, html, notebook, docs or check "
+                f"{PROG}: missing command: latex, markdown, pdf, html, notebook, docs, check or conform "
                 f"(see '{PROG} --help')"
             )
         if args.command == "check":

@@ -135,7 +135,7 @@ BAD = [
     (["latex", "--bogus"], "unrecognized arguments: --bogus"),
     (["markdown", "--fragment"], "unrecognized arguments: --fragment"),  # latex only
     (["htm"], "invalid choice: 'htm'"),
-    ([], "missing command: latex, markdown, pdf, html, notebook, docs or check"),
+    ([], "missing command: latex, markdown, pdf, html, notebook, docs, check or conform"),
     (["latex", "-o", "/nonexistent-folder/d.tex"], "no such directory /nonexistent-folder"),
     (["latex", "-o", "x" * 300 + ".tex"], "File name too long"),
     (["latex", "--example", "--heads", "2", "--c", "4"], "the worked example is single-head"),
