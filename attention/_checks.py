@@ -33,7 +33,15 @@ from jaxtyping import jaxtyped
 from torch import Tensor
 from torch.nn import Parameter
 
-from ._shapes import _array_annotations, _hint_name, check_result, check_tensors
+from ._shapes import (
+    _array_annotations,
+    _describe,
+    _hint_name,
+    _is_optional,
+    _letters,
+    check_result,
+    check_tensors,
+)
 
 __all__ = ["check_arguments", "check_returned", "checked", "checked_forward"]
 
@@ -72,16 +80,31 @@ def check_arguments(where: str, tensors: Checked, others: Checked) -> dict[str, 
 
 
 def check_returned(where: str, result: Any, annotation: Any, bindings: dict) -> None:
-    """Check a result against its annotation (a tensor, or a tuple of tensors in a union) and
-    against the letters bound by the arguments."""
+    """Check a result against its annotation (a tensor, or a tuple of tensors or of such
+    tuples, in a union) and against the letters bound by the arguments; the letters that only
+    the result has (`m_next`) bind across its parts."""
     die_if_unbearable(result, annotation, conf=_CONF)
+    _check_part(where, "result", result, annotation, dict(bindings))
+
+
+def _check_part(where: str, name: str, result: Any, annotation: Any, bindings: dict) -> None:
     members = [annotation, *typing.get_args(annotation)]
     tuples = [typing.get_args(m) for m in members if typing.get_origin(m) is tuple]
     if isinstance(result, tuple) and tuples:
         for index, (part, part_annotation) in enumerate(zip(result, tuples[0], strict=True)):
-            check_result(where, f"result[{index}]", part, part_annotation, bindings)
+            _check_part(where, f"{name}[{index}]", part, part_annotation, bindings)
     elif isinstance(result, Tensor):
-        check_result(where, "result", result, annotation, bindings)
+        check_result(where, name, result, annotation, bindings)
+
+
+def tensor_pair(annotation: Any) -> tuple[Any, ...]:
+    """The array types of an annotation that is a tuple of them (`tuple[Float[...], Float[...]]`,
+    or that `| None`): the cache of `decode_step`; () for any other annotation."""
+    for member in (annotation, *typing.get_args(annotation)):
+        parts = typing.get_args(member) if typing.get_origin(member) is tuple else ()
+        if parts and all(hasattr(part, "dim_str") for part in parts):
+            return parts
+    return ()
 
 
 class _CallChecker:
@@ -92,10 +115,13 @@ class _CallChecker:
     def __init__(self, fn: Callable, weights: Callable[[Any], Weights] | None = None) -> None:
         self.signature = inspect.signature(fn)
         self.tensor_hints: dict[str, Any] = {}
+        self.pair_hints: dict[str, Any] = {}
         self.other_hints: dict[str, Any] = {}
         for name, parameter in self.signature.parameters.items():
             if _array_annotations(parameter.annotation):
                 self.tensor_hints[name] = parameter.annotation
+            elif tensor_pair(parameter.annotation):
+                self.pair_hints[name] = parameter.annotation
             elif parameter.annotation is not inspect.Parameter.empty:
                 self.other_hints[name] = parameter.annotation
         self.returns = self.signature.return_annotation
@@ -129,6 +155,8 @@ def _part(value: Any) -> Any:
         return (value.shape, value.dtype, value.device)
     if kind is bool or kind is int:
         return (kind, value)
+    if kind is tuple:  # a cache (K, V): the signature of each part
+        return tuple(map(_part, value))
     if kind in _PLAIN or not isinstance(value, Tensor):
         return kind
     return (value.shape, value.dtype, value.device)
@@ -156,11 +184,32 @@ def _check_call(checker: _CallChecker, args: tuple, kwargs: dict, weights: Weigh
     except TypeError as error:
         raise TypeError(f"{checker.where}: {error}") from None
     tensors = {name: (arguments.get(name), h) for name, h in checker.tensor_hints.items()}
+    for name, hint in checker.pair_hints.items():
+        tensors |= _pair_parts(checker.where, name, arguments.get(name), hint)
     if weights is not None:
         for (name, annotation), tensor in zip(*weights, strict=True):
             tensors[name] = (tensor, annotation)
     others = {n: (arguments[n], h) for n, h in checker.other_hints.items() if n in arguments}
     return check_arguments(checker.where, tensors, others)
+
+
+def _pair_parts(where: str, name: str, value: Any, hint: Any) -> dict[str, tuple[Any, Any]]:
+    """A tuple of tensors as its parts for `check_tensors`, named `name[0]`, `name[1]`, …;
+    nothing for None where the annotation allows it; TypeError for anything else."""
+    parts = tensor_pair(hint)
+    if value is None and _is_optional(hint):
+        return {}
+    if type(value) is not tuple or len(value) != len(parts):
+        shapes = ", ".join(_describe(_letters(part.dim_str)) for part in parts)
+        optional = "None or " if _is_optional(hint) else ""
+        got = "None" if value is None else type(value).__name__
+        if type(value) is tuple:
+            got = f"a tuple of {len(value)}"
+        raise TypeError(
+            f"{where}: {name} must be {optional}a tuple of {len(parts)} tensors of shapes "
+            f"{shapes}, got {got}"
+        )
+    return {f"{name}[{index}]": (part, parts[index]) for index, part in enumerate(value)}
 
 
 def _first_call(checker: _CallChecker, key: Any, fn: Callable, args: tuple, kwargs: dict,

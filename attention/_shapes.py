@@ -1,9 +1,11 @@
 """Shape names, runtime checks and the errors they raise.
 
-Every public boundary of `attention` is annotated with jaxtyping in the seed's letters:
+Every public boundary of `attention` is annotated with jaxtyping in the book's letters:
 
     n  tokens            d  input width        c  context width (per head: c_h)
     h  heads             *batch  any leading batch dimensions
+    s  keys of another sequence Y, of width d_y (cross-attention)
+    t  new tokens, m  cached tokens, m_next  cached tokens after a step (generation)
 
 Checks run with jaxtyping + beartype (the decorators are in `attention._checks`). Before those,
 `check_tensors` here binds the letters itself so that a mismatch names the function, both
@@ -35,6 +37,7 @@ __all__ = [
     "DeviceError",
     "checks_enabled",
     "check_positive",
+    "check_window",
     "check_probability",
     "check_flag",
     "check_tensors",
@@ -63,6 +66,21 @@ def check_positive(where: str, **sizes: int) -> None:
     for name, value in sizes.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{where}: {name} must be a positive integer, got {name}={value!r}")
+
+
+def check_window(where: str, name: str, window: object, causal: bool = True) -> None:
+    """A window must be None or a positive int (not a bool), and needs causal; ValueError."""
+    if window is None:
+        return
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(
+            f"{where}: {name} must be a positive integer or None, got {name}={window!r}"
+        )
+    if not causal:
+        raise ValueError(
+            f"{where}: {name}={window} needs causal=True (query m attends key p iff "
+            f"0 ≤ m − p < w)"
+        )
 
 
 def check_probability(where: str, **rates: float) -> None:
@@ -280,5 +298,6 @@ def _bind_one_of(
 
 
 def check_result(where: str, name: str, result: Tensor, annotation: Any, bindings: dict) -> None:
-    """Check a returned tensor against the bindings made from the arguments."""
-    _bind(where, [(name, result, _array_annotations(annotation)[0].dim_str)], dict(bindings))
+    """Check a returned tensor against the bindings made from the arguments; the letters it
+    binds first are added to `bindings` (the caller passes a copy)."""
+    _bind(where, [(name, result, _array_annotations(annotation)[0].dim_str)], bindings)

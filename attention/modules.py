@@ -19,7 +19,8 @@ from torch import Tensor
 
 from . import _core
 from ._checks import checked_forward
-from ._masks import given_masks, silence_isolated
+from ._heads import _multi_head_attention, _scaling_width
+from ._masks import KeyPaddingArg, MaskArg, given_masks, silence_isolated
 from ._shapes import ShapeError, check_flag, check_positive, check_probability
 from ._weights import (
     SeedWeights,
@@ -29,7 +30,6 @@ from ._weights import (
     v1_weights,
     v2_weights,
 )
-from .functional import KeyPaddingArg, MaskArg, _multi_head_attention, _scaling_width
 
 __all__ = [
     "SelfAttentionV1",
