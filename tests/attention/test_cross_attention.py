@@ -1,6 +1,6 @@
 """Cross-attention: queries from X (n × d), keys and values from Y (s × d_y), n ≠ s and d ≠ d_y
 throughout, against the reference written from Q = X W_q, K = Y W_k, V = Y W_v,
-A = softmax(QKᵀ/√c), C = AV; the steps on n × s scores; bad input."""
+A = softmax(QKᵀ/√c), C = AV; the steps on n × s scores; the module; bad input."""
 
 import math
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 from reference import cross_reference
 
-from attention import DtypeError, ShapeError
+from attention import CrossAttention, DtypeError, ShapeError
 from attention import functional as F
 
 # (batch, n, s, d, d_y, c): pairwise-distinct sizes, so that a swapped axis cannot pass
@@ -168,3 +168,82 @@ def test_bad_input_names_the_argument_and_the_letter(changes, error, message):
     positional = [arguments.pop(name) for name in ("x", "y", "w_q", "w_k", "w_v")]
     with pytest.raises(error, match=message):
         F.cross_attention(*positional, **arguments)
+
+
+# ---------------------------------------------------------------------------------------------
+# The module
+
+
+def module_reference(module, x, y):
+    """Each head by cross_reference on its columns, side by side, then out_proj."""
+    heads, c_h = module.num_heads, module.head_dim
+    w_q, w_k, w_v = (t.detach().double() for t in (module.w_q, module.w_k, module.w_v))
+    out = np.zeros((*x.shape[:-1], heads * c_h))
+    for index in np.ndindex(*x.shape[:-2]):
+        for h in range(heads):
+            columns = slice(h * c_h, (h + 1) * c_h)
+            out[index][:, columns] = cross_reference(
+                x[index], y[index], w_q[:, columns], w_k[:, columns], w_v[:, columns]
+            )[0]
+    w_o, b_o = module.out_proj.weight.detach().double().numpy(), module.out_proj.bias.detach()
+    return out @ w_o.T + b_o.double().numpy()
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_the_module_is_its_heads_and_out_proj(heads):
+    torch.manual_seed(0)
+    module = CrossAttention(d_in=3, d_kv=5, d_out=4, num_heads=heads).double()
+    x, y = torch.randn(2, 6, 3, dtype=torch.float64), torch.randn(2, 7, 5, dtype=torch.float64)
+    np.testing.assert_allclose(module(x, y).detach().numpy(), module_reference(module, x, y),
+                               rtol=0, atol=1e-12)  # fmt: skip
+    c, a = module(x, y, return_weights=True)
+    assert a.shape == (2, heads, 6, 7)
+    torch.testing.assert_close(a.sum(-1), torch.ones(2, heads, 6, dtype=torch.float64))
+    if heads == 1:  # one head: out_proj after cross_attention with the module's weights
+        inner = F.cross_attention(x, y, module.w_q, module.w_k, module.w_v)
+        torch.testing.assert_close(c, module.out_proj(inner))
+
+
+def test_the_module_layout_and_checks():
+    module = CrossAttention(3, 5, 4, dropout=0.1, num_heads=2, qkv_bias=True)
+    assert list(module.state_dict()) == [
+        "W_query.weight", "W_query.bias", "W_key.weight", "W_key.bias", "W_value.weight",
+        "W_value.bias", "out_proj.weight", "out_proj.bias",
+    ]  # fmt: skip
+    assert module.W_key.weight.shape == (4, 5) and module.w_k.shape == (5, 4)
+    x, y = torch.randn(6, 3), torch.randn(7, 5)
+    with pytest.raises(ShapeError, match=r"^CrossAttention.forward: W_key.weight has d_y=5 but y has d_y=3"):
+        module(x, torch.randn(7, 3))
+    with pytest.raises(ShapeError, match=r"^CrossAttention.forward: W_query.weight has d=3 but x has d=5"):
+        module(torch.randn(6, 5), y)
+    with pytest.raises(ShapeError, match=r"^CrossAttention.forward: key_padding_mask has s=6 but y has s=7"):
+        module(x, y, key_padding_mask=torch.ones(6, dtype=torch.bool))
+    module.eval()
+    torch.manual_seed(1)
+    assert torch.equal(module(x, y), module(x, y))  # eval: no dropout
+    module.train()
+    assert not torch.equal(module(x, y), module(x, y))  # dropout on the weights
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "message"),
+    [
+        (lambda: CrossAttention(3, 0, 4), ValueError, r"^CrossAttention: d_kv must be a positive integer, got d_kv=0"),
+        (lambda: CrossAttention(3, 5, 5, num_heads=2), ValueError, r"^CrossAttention: d_out=5 is not divisible by num_heads=2"),
+        (lambda: CrossAttention(3, 5, 4, dropout=1.0), ValueError, r"^CrossAttention: dropout must be in \[0, 1\)"),
+        (lambda: CrossAttention(3, 5, 4, qkv_bias=1), TypeError, r"^CrossAttention: qkv_bias must be a bool, got qkv_bias=1"),
+    ],
+)  # fmt: skip
+def test_bad_constructor_arguments(build, error, message):
+    with pytest.raises(error, match=message):
+        build()
+
+
+def test_torch_compile_gives_the_same_numbers_and_keeps_the_checks():
+    torch.manual_seed(2)
+    module = CrossAttention(3, 5, 4, num_heads=2).eval()
+    compiled = torch.compile(module)
+    x, y = torch.randn(2, 6, 3), torch.randn(2, 7, 5)
+    torch.testing.assert_close(compiled(x, y), module(x, y), rtol=0, atol=1e-6)
+    with pytest.raises(ShapeError, match=r"W_key.weight has d_y=5 but y has d_y=4"):
+        compiled(x, torch.randn(2, 7, 4))

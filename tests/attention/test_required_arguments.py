@@ -7,7 +7,9 @@ import torch
 
 from attention import (
     CausalAttention,
+    CrossAttention,
     MultiHeadAttention,
+    MultiHeadAttentionWithSWA,
     MultiHeadAttentionWrapper,
     SelfAttentionV1,
     SelfAttentionV2,
@@ -33,6 +35,16 @@ def tensors():
     }
 
 
+def generating(module):
+    """`module(x, use_cache=True)` from an empty cache, every call."""
+
+    def call(**arguments):
+        module.reset_cache()
+        return module(**arguments, use_cache=True)
+
+    return call
+
+
 def good_calls():
     """(where, callable of keyword arguments, good arguments, required tensors, optional ones)."""
     t = tensors()
@@ -44,6 +56,7 @@ def good_calls():
         ("CausalAttention.forward", CausalAttention(D, C, N, 0.0)),
         ("MultiHeadAttentionWrapper.forward", MultiHeadAttentionWrapper(D, C, N, 0.0, HEADS)),
         ("MultiHeadAttention.forward", MultiHeadAttention(D, C, N, 0.0, HEADS)),
+        ("MultiHeadAttentionWithSWA.forward", MultiHeadAttentionWithSWA(D, C, 0.0, HEADS, False, 2)),
     ]
     cross = {"x": x, "y": t["y"], "w_q": w, "w_k": t["w_y"], "w_v": t["w_y"]}
     masks = ("mask", "key_padding_mask")
@@ -68,8 +81,14 @@ def good_calls():
         # the variants: n queries against s keys, a cache (a tuple: see test_decode_step.py)
         ("scores", F.scores, {"q": q, "k": t["k"]}, ["q", "k"], []),
         ("cross_attention", F.cross_attention, cross, list(cross), list(masks)),
+        ("CrossAttention.forward", CrossAttention(D, D_Y, C, num_heads=HEADS), {"x": x, "y": t["y"]},
+         ["x", "y"], list(masks)),
         ("decode_step", F.decode_step, {"x_new": x[:2], "w_q": w, "w_k": w, "w_v": w},
          ["x_new", "w_q", "w_k", "w_v"], ["cache"]),
+        ("MultiHeadAttention.forward", generating(MultiHeadAttention(D, C, N, 0.0, HEADS)),
+         {"x": x}, ["x"], []),
+        ("MultiHeadAttentionWithSWA.forward", generating(MultiHeadAttentionWithSWA(D, C, 0.0, HEADS)),
+         {"x": x}, ["x"], []),
     ]  # fmt: skip
 
 
