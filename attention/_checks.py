@@ -35,12 +35,11 @@ from torch.nn import Parameter
 
 from ._shapes import (
     _array_annotations,
-    _describe,
     _hint_name,
-    _is_optional,
-    _letters,
     check_result,
     check_tensors,
+    pair_parts,
+    tensor_pair,
 )
 
 __all__ = ["check_arguments", "check_returned", "checked", "checked_forward"]
@@ -95,16 +94,6 @@ def _check_part(where: str, name: str, result: Any, annotation: Any, bindings: d
             _check_part(where, f"{name}[{index}]", part, part_annotation, bindings)
     elif isinstance(result, Tensor):
         check_result(where, name, result, annotation, bindings)
-
-
-def tensor_pair(annotation: Any) -> tuple[Any, ...]:
-    """The array types of an annotation that is a tuple of them (`tuple[Float[...], Float[...]]`,
-    or that `| None`): the cache of `decode_step`; () for any other annotation."""
-    for member in (annotation, *typing.get_args(annotation)):
-        parts = typing.get_args(member) if typing.get_origin(member) is tuple else ()
-        if parts and all(hasattr(part, "dim_str") for part in parts):
-            return parts
-    return ()
 
 
 class _CallChecker:
@@ -185,31 +174,12 @@ def _check_call(checker: _CallChecker, args: tuple, kwargs: dict, weights: Weigh
         raise TypeError(f"{checker.where}: {error}") from None
     tensors = {name: (arguments.get(name), h) for name, h in checker.tensor_hints.items()}
     for name, hint in checker.pair_hints.items():
-        tensors |= _pair_parts(checker.where, name, arguments.get(name), hint)
+        tensors |= pair_parts(checker.where, name, arguments.get(name), hint)
     if weights is not None:
         for (name, annotation), tensor in zip(*weights, strict=True):
             tensors[name] = (tensor, annotation)
     others = {n: (arguments[n], h) for n, h in checker.other_hints.items() if n in arguments}
     return check_arguments(checker.where, tensors, others)
-
-
-def _pair_parts(where: str, name: str, value: Any, hint: Any) -> dict[str, tuple[Any, Any]]:
-    """A tuple of tensors as its parts for `check_tensors`, named `name[0]`, `name[1]`, …;
-    nothing for None where the annotation allows it; TypeError for anything else."""
-    parts = tensor_pair(hint)
-    if value is None and _is_optional(hint):
-        return {}
-    if type(value) is not tuple or len(value) != len(parts):
-        shapes = ", ".join(_describe(_letters(part.dim_str)) for part in parts)
-        optional = "None or " if _is_optional(hint) else ""
-        got = "None" if value is None else type(value).__name__
-        if type(value) is tuple:
-            got = f"a tuple of {len(value)}"
-        raise TypeError(
-            f"{where}: {name} must be {optional}a tuple of {len(parts)} tensors of shapes "
-            f"{shapes}, got {got}"
-        )
-    return {f"{name}[{index}]": (part, parts[index]) for index, part in enumerate(value)}
 
 
 def _first_call(checker: _CallChecker, key: Any, fn: Callable, args: tuple, kwargs: dict,

@@ -7,9 +7,10 @@ from jaxtyping import Float
 from torch import Tensor
 
 from . import _core
+from ._arguments import check_positive, check_probability, check_window
 from ._checks import checked
 from ._masks import KeyPaddingArg, MaskArg, given_masks, silence_isolated
-from ._shapes import ShapeError, check_positive, check_probability, check_window
+from ._shapes import ShapeError
 
 __all__ = ["split_heads", "merge_heads", "multi_head_attention"]
 

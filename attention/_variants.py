@@ -9,9 +9,9 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from . import _core
+from ._arguments import check_positive, check_probability, check_window
 from ._checks import checked
 from ._masks import given_masks, silence_cross, window_allowed
-from ._shapes import check_positive, check_probability, check_window
 
 __all__ = ["cross_attention", "sliding_window_mask", "decode_step"]
 

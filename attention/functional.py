@@ -34,6 +34,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from . import _core
+from ._arguments import check_positive, check_probability, check_window
 from ._backward import Gradients, self_attention_backward, self_attention_gradients
 from ._checks import checked
 from ._heads import (
@@ -50,7 +51,7 @@ from ._masks import (
     given_masks,
     silence_isolated,
 )
-from ._shapes import ShapeError, check_positive, check_probability, check_window
+from ._shapes import ShapeError
 from ._variants import cross_attention, decode_step, sliding_window_mask
 
 __all__ = [

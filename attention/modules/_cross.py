@@ -9,9 +9,9 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from .. import _core
+from .._arguments import check_flag, check_positive, check_probability
 from .._checks import checked_forward
 from .._masks import given_masks, silence_cross
-from .._shapes import check_flag, check_positive, check_probability
 from .._weights import SeedWeights, cross_weights
 from ._common import OutputProjection, dropout_rate
 

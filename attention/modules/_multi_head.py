@@ -10,10 +10,10 @@ import torch.nn as nn
 from jaxtyping import Float
 from torch import Tensor
 
+from .._arguments import check_flag, check_positive, check_probability
 from .._checks import checked_forward
 from .._heads import _multi_head_attention
 from .._masks import KeyPaddingArg, MaskArg, given_masks
-from .._shapes import check_flag, check_positive, check_probability
 from .._weights import SeedWeights, heads_weights, multi_head_weights
 from ._common import OutputProjection, dropout_rate, within_context
 from ._kv_cache import KVCache, refuse_masks_with_cache

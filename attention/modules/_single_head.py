@@ -19,10 +19,10 @@ from jaxtyping import Float
 from torch import Tensor
 
 from .. import _core
+from .._arguments import check_flag, check_positive, check_probability
 from .._checks import checked_forward
 from .._heads import _scaling_width
 from .._masks import KeyPaddingArg, MaskArg, given_masks, silence_isolated
-from .._shapes import check_flag, check_positive, check_probability
 from .._weights import SeedWeights, copy_weights, v1_weights, v2_weights
 from ._common import dropout_rate, within_context
 
