@@ -105,25 +105,44 @@ def _windowed_forward(
     q: Tensor, k: Tensor, v: Tensor, scale: float, window: int, allowed: Tensor | None
 ) -> Tensor:
     """The fused kernel on each block of query rows r0…r1 − 1 against keys r0 − w + 1 … r1 − 1,
-    with the band (and the user's masks) as its boolean mask."""
+    with the band (and the user's masks) as its mask.
+
+    Every block whose keys start at r0 − w + 1 ≥ 0 sees the same band, relative to its first
+    row, so one additive mask (0 or −∞, in q's dtype) serves them all: a boolean mask would be
+    turned into such a one by the kernel at every call, which costs more than the block's
+    attention at small widths.
+    """
     batch, heads, n, _ = q.shape
     _, rows = _plan(batch * heads, n, window=window)
+    span = rows + window - 1
+    inside = band_allowed(range(window - 1, window - 1 + rows), range(span), window, q.device)
+    shared = _additive(inside, q.dtype)  # (rows, rows + w − 1), for blocks with r0 ≥ w − 1
     out = q.new_empty(q.shape)
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
         lo = max(0, r0 - window + 1)
-        block = band_allowed(range(r0, r1), range(lo, r1), window, q.device)  # (b, keys)
+        if r0 >= window - 1:
+            block = shared[: r1 - r0, : r1 - lo]
+        else:  # the first blocks: fewer keys than the band would reach
+            block = _additive(band_allowed(range(r0, r1), range(lo, r1), window, q.device), q.dtype)
         dead = None
         if allowed is not None:
             rows_of = slice(r0, r1) if allowed.shape[-2] > 1 else slice(None)
-            block = block & allowed[..., rows_of, lo:r1]  # -> (B, 1, b, keys)
-            dead = fully_masked_rows(block).unsqueeze(-1)  # (B, 1, b) -> (B, 1, b, 1)
-            block = block | dead
+            given = (block == 0) & allowed[..., rows_of, lo:r1]  # -> (B, 1, b, keys)
+            dead = fully_masked_rows(given).unsqueeze(-1)  # (B, 1, b) -> (B, 1, b, 1)
+            block = _additive(given | dead, q.dtype)
         part = F.scaled_dot_product_attention(
             q[:, :, r0:r1], k[:, :, lo:r1], v[:, :, lo:r1], attn_mask=block, scale=scale
         )  # (B, h, b, c_h)
         out[:, :, r0:r1] = part if dead is None else part.masked_fill(dead, 0.0)
     return out
+
+
+def _additive(allowed: Tensor, dtype: torch.dtype) -> Tensor:
+    """A boolean mask as the kernel adds it to the scores: 0 where allowed, −∞ where not."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(
+        ~allowed, float("-inf")
+    )
 
 
 class FusedAttention(torch.autograd.Function):

@@ -40,10 +40,10 @@ def band_allowed(
 ) -> Tensor:
     """(len(rows), len(keys)): True where 0 ≤ m − p < w for query m in `rows` and key p in
     `keys` (absolute positions); without a window, where p ≤ m."""
-    queries = torch.arange(rows.start, rows.stop, device=device)
-    behind = queries.unsqueeze(-1) - torch.arange(keys.start, keys.stop, device=device)  # m − p
-    allowed = behind >= 0
-    return allowed if window is None else allowed & (behind < window)
+    offset = rows.start - keys.start  # m − p at the first query and the first key
+    ones = torch.ones(len(rows), len(keys), dtype=torch.bool, device=device)
+    allowed = ones.tril(diagonal=offset)  # p ≤ m
+    return allowed if window is None else allowed.triu(diagonal=offset - window + 1)  # m − p < w
 
 
 def window_allowed(n: int, window: int, device: torch.device) -> Tensor:
