@@ -8,7 +8,7 @@ module's own weights, result), and the forward pass runs on PyTorch's fused kern
 
 Weight orientation. The book writes Q = X Wq with Wq of shape d×c. `SelfAttentionV1` stores
 exactly that (`W_query`: d×c); the `nn.Linear` classes store Wqᵀ (`W_query.weight`: c×d).
-Every class exposes the seed's matrices as `w_q`, `w_k`, `w_v` (d×c), and
+Every class exposes the book's matrices as `w_q`, `w_k`, `w_v` (d×c), and
 `copy_weights(source, target)` moves them between any two single-head classes (the book's
 exercise 3.1).
 """
