@@ -207,11 +207,16 @@ def status(field):  # kB, from the kernel's view of this process
 
 n, d, c, path = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 backward = path.endswith("+backward")
-options = {}  # sys.argv[5], if given: "causal" or "window=W" (causal within a window of W)
+# sys.argv[5], if given: "causal", "window=W" (causal within a window of W), or "mask=W" (the
+# same window given as an n×n boolean mask: what the kernel gets without blocks)
+options = {}
 if len(sys.argv) > 5 and sys.argv[5]:
     options["causal"] = True
-    if sys.argv[5].startswith("window="):
-        options["window"] = int(sys.argv[5].removeprefix("window="))
+    kind, _, size = sys.argv[5].partition("=")
+    if kind == "window":
+        options["window"] = int(size)
+    elif kind == "mask":
+        options["mask"] = F.sliding_window_mask(n, int(size))  # an input: before the peak
 x = torch.randn(n, d); w = [(torch.randn(d, c) / d**0.5).requires_grad_(backward) for _ in range(3)]
 
 def run(x):
@@ -220,7 +225,8 @@ def run(x):
         out = torch.nn.functional.scaled_dot_product_attention(q[None, None], k[None, None],
                                                                v[None, None])[0, 0]
     else:
-        out = F.self_attention(x, *w, return_weights=path.startswith("explicit"), **options)
+        given = options if len(x) == n else {k: v for k, v in options.items() if k != "mask"}
+        out = F.self_attention(x, *w, return_weights=path.startswith("explicit"), **given)
         out = out[0] if isinstance(out, tuple) else out
     if backward:
         torch.autograd.grad(out, w, torch.ones_like(out))

@@ -130,13 +130,13 @@ def main():
         generation(small, 4, 32, 3)
         generation(small | {"sliding_window_size": 8, "sliding_window_stride": -1}, 4, 32, 3)
         window_speed([1024], 64, 16, 64, 3)
-        peak_memory(2048, 64, 16, ["fast", "fast+backward"], ["causal", "window=64"])
+        peak_memory(2048, 64, 16, ["fast", "fast+backward"], ["causal", "window=64", "mask=64"])
     else:
         generation(gpt2, 4, 256, 7)
         swa = gpt2 | {"sliding_window_size": 64, "sliding_window_stride": -1}
         generation(swa, 4, 256, 7)
         window_speed([4096, 16384], 768, 64, 512, 6)
-        peak_memory(16384, 768, 64, ["fast", "fast+backward"], ["causal", "window=512"])
+        peak_memory(16384, 768, 64, ["fast", "fast+backward"], ["causal", "window=512", "mask=512"])
     print(f"\n({time.perf_counter() - started:.0f} s in all)")
 
 
