@@ -2,7 +2,9 @@
 
     from attention import SelfAttentionV1, SelfAttentionV2, CausalAttention
     from attention import MultiHeadAttentionWrapper, MultiHeadAttention, copy_weights
+    from attention import MultiHeadAttentionWithSWA, CrossAttention  # the variants
     from attention.functional import self_attention, multi_head_attention  # and each step
+    from attention.functional import cross_attention, decode_step, sliding_window_mask
 
 Checks (jaxtyping + beartype, on every public function and `forward`) are on by default; turn
 them off with `JAXTYPING_DISABLE=1` or `jaxtyping.config.update("jaxtyping_disable", True)`.
@@ -13,7 +15,9 @@ from ._shapes import AttentionError, DeviceError, DtypeError, ShapeError, checks
 from .interop import from_torch_multihead, to_torch_multihead, torch_masks
 from .modules import (
     CausalAttention,
+    CrossAttention,
     MultiHeadAttention,
+    MultiHeadAttentionWithSWA,
     MultiHeadAttentionWrapper,
     SelfAttentionV1,
     SelfAttentionV2,
@@ -27,6 +31,8 @@ __all__ = [
     "CausalAttention",
     "MultiHeadAttentionWrapper",
     "MultiHeadAttention",
+    "MultiHeadAttentionWithSWA",
+    "CrossAttention",
     "copy_weights",
     "to_torch_multihead",
     "from_torch_multihead",

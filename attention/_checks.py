@@ -33,7 +33,14 @@ from jaxtyping import jaxtyped
 from torch import Tensor
 from torch.nn import Parameter
 
-from ._shapes import _array_annotations, _hint_name, check_result, check_tensors
+from ._shapes import (
+    _array_annotations,
+    _hint_name,
+    check_result,
+    check_tensors,
+    pair_parts,
+    tensor_pair,
+)
 
 __all__ = ["check_arguments", "check_returned", "checked", "checked_forward"]
 
@@ -72,16 +79,21 @@ def check_arguments(where: str, tensors: Checked, others: Checked) -> dict[str, 
 
 
 def check_returned(where: str, result: Any, annotation: Any, bindings: dict) -> None:
-    """Check a result against its annotation (a tensor, or a tuple of tensors in a union) and
-    against the letters bound by the arguments."""
+    """Check a result against its annotation (a tensor, or a tuple of tensors or of such
+    tuples, in a union) and against the letters bound by the arguments; the letters that only
+    the result has (`m_next`) bind across its parts."""
     die_if_unbearable(result, annotation, conf=_CONF)
+    _check_part(where, "result", result, annotation, dict(bindings))
+
+
+def _check_part(where: str, name: str, result: Any, annotation: Any, bindings: dict) -> None:
     members = [annotation, *typing.get_args(annotation)]
     tuples = [typing.get_args(m) for m in members if typing.get_origin(m) is tuple]
     if isinstance(result, tuple) and tuples:
         for index, (part, part_annotation) in enumerate(zip(result, tuples[0], strict=True)):
-            check_result(where, f"result[{index}]", part, part_annotation, bindings)
+            _check_part(where, f"{name}[{index}]", part, part_annotation, bindings)
     elif isinstance(result, Tensor):
-        check_result(where, "result", result, annotation, bindings)
+        check_result(where, name, result, annotation, bindings)
 
 
 class _CallChecker:
@@ -92,10 +104,13 @@ class _CallChecker:
     def __init__(self, fn: Callable, weights: Callable[[Any], Weights] | None = None) -> None:
         self.signature = inspect.signature(fn)
         self.tensor_hints: dict[str, Any] = {}
+        self.pair_hints: dict[str, Any] = {}
         self.other_hints: dict[str, Any] = {}
         for name, parameter in self.signature.parameters.items():
             if _array_annotations(parameter.annotation):
                 self.tensor_hints[name] = parameter.annotation
+            elif tensor_pair(parameter.annotation):
+                self.pair_hints[name] = parameter.annotation
             elif parameter.annotation is not inspect.Parameter.empty:
                 self.other_hints[name] = parameter.annotation
         self.returns = self.signature.return_annotation
@@ -129,6 +144,8 @@ def _part(value: Any) -> Any:
         return (value.shape, value.dtype, value.device)
     if kind is bool or kind is int:
         return (kind, value)
+    if kind is tuple:  # a cache (K, V): the signature of each part
+        return tuple(map(_part, value))
     if kind in _PLAIN or not isinstance(value, Tensor):
         return kind
     return (value.shape, value.dtype, value.device)
@@ -156,6 +173,8 @@ def _check_call(checker: _CallChecker, args: tuple, kwargs: dict, weights: Weigh
     except TypeError as error:
         raise TypeError(f"{checker.where}: {error}") from None
     tensors = {name: (arguments.get(name), h) for name, h in checker.tensor_hints.items()}
+    for name, hint in checker.pair_hints.items():
+        tensors |= pair_parts(checker.where, name, arguments.get(name), hint)
     if weights is not None:
         for (name, annotation), tensor in zip(*weights, strict=True):
             tensors[name] = (tensor, annotation)

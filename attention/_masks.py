@@ -7,23 +7,48 @@ True = may attend. Two kinds of mask, each with its own argument:
 - `key_padding_mask` (*batch, n): True where the key exists (the same for every query). This is
   the opposite of `torch.nn.MultiheadAttention`'s `key_padding_mask`, where True = ignore.
 
-`causal` keeps p ≤ m, the diagonal included. All three combine (logical and). Inside, the user's
-masks become one `allowed` tensor of shape (*batch, 1, n) (key padding alone) or (*batch, n, n),
-broadcastable against the scores; causal is kept apart so that the fused kernel can use its own
-causal flag.
+`causal` keeps p ≤ m, the diagonal included; a `window` w (with causal) keeps 0 ≤ m − p < w,
+the query's last w tokens (sliding-window attention). All combine (logical and). Inside, the
+user's masks become one `allowed` tensor of shape (*batch, 1, n) (key padding alone) or
+(*batch, n, n), broadcastable against the scores; causal and the window are kept apart so that
+the fused kernel can use its own causal flag, and the window its blocks.
+
+Cross-attention has n queries and s keys: its masks are (*batch, n, s) and (*batch, s), and it
+is never causal (the keys are another sequence).
 
 Masked positions have no influence, even when they hold NaN or ±inf (see `hide_unattended`).
 """
 
 import torch
+from jaxtyping import Bool
 from torch import Tensor
 
 Mask = Tensor | None
+#: The annotation of a full mask argument: entry (m, p) True where query m may attend key p.
+MaskArg = Bool[Tensor, "*batch n n"] | None
+#: Key padding: True where key p exists (torch.nn.MultiheadAttention's True means the opposite).
+KeyPaddingArg = Bool[Tensor, "*batch n"] | None
 
 
 def causal_allowed(n: int, device: torch.device) -> Tensor:
     """(n, n) lower-triangular: True where p ≤ m."""
     return torch.ones(n, n, dtype=torch.bool, device=device).tril()
+
+
+def band_allowed(
+    rows: range, keys: range, window: int | None, device: torch.device
+) -> Tensor:
+    """(len(rows), len(keys)): True where 0 ≤ m − p < w for query m in `rows` and key p in
+    `keys` (absolute positions); without a window, where p ≤ m."""
+    offset = rows.start - keys.start  # m − p at the first query and the first key
+    ones = torch.ones(len(rows), len(keys), dtype=torch.bool, device=device)
+    allowed = ones.tril(diagonal=offset)  # p ≤ m
+    return allowed if window is None else allowed.triu(diagonal=offset - window + 1)  # m − p < w
+
+
+def window_allowed(n: int, window: int, device: torch.device) -> Tensor:
+    """(n, n): True where 0 ≤ m − p < w (the sliding window, the diagonal included)."""
+    return band_allowed(range(n), range(n), window, device)
 
 
 def given_masks(mask: Mask, key_padding_mask: Mask) -> Tensor | None:
@@ -34,32 +59,40 @@ def given_masks(mask: Mask, key_padding_mask: Mask) -> Tensor | None:
     return padding if mask is None else mask & padding
 
 
-def allowed_positions(n: int, device: torch.device, causal: bool, allowed: Mask) -> Tensor | None:
-    """True where query m may attend key p, broadcastable to (*batch, n, n); None if all may."""
+def allowed_positions(
+    n: int, device: torch.device, causal: bool, allowed: Mask, window: int | None = None
+) -> Tensor | None:
+    """True where query m may attend key p, broadcastable to (*batch, n, n) (or (*batch, n, s)
+    without causal); None if all may. `window` applies with `causal` only."""
     if causal:
-        lower = causal_allowed(n, device)
+        lower = causal_allowed(n, device) if window is None else window_allowed(n, window, device)
         return lower if allowed is None else allowed & lower
     return allowed
 
 
-def attended_keys(causal: bool, allowed: Tensor) -> Tensor:
-    """(*batch, n): True for the keys that at least one query may attend."""
-    if allowed.shape[-2] == 1:  # key padding: with causal, key p is still seen by query p
-        return allowed.squeeze(-2)  # (*batch, 1, n) -> (*batch, n)
-    return allowed_positions(allowed.shape[-1], allowed.device, causal, allowed).any(dim=-2)
+def attended_keys(causal: bool, allowed: Tensor, window: int | None = None) -> Tensor:
+    """(*batch, s): True for the keys that at least one query may attend."""
+    if allowed.shape[-2] == 1:  # key padding: with causal (and a window), p is seen by query p
+        return allowed.squeeze(-2)  # (*batch, 1, s) -> (*batch, s)
+    n = allowed.shape[-1]
+    return allowed_positions(n, allowed.device, causal, allowed, window).any(dim=-2)
 
 
-def attending_queries(causal: bool, allowed: Tensor) -> Tensor:
+def attending_queries(causal: bool, allowed: Tensor, window: int | None = None) -> Tensor:
     """(*batch, n) or (*batch, 1): True for the queries that may attend at least one key."""
     if allowed.shape[-2] == 1:
         padding = allowed.squeeze(-2)  # (*batch, 1, n) -> (*batch, n)
-        if causal:  # query m sees keys p ≤ m: is any of them there?
-            return padding.cumsum(dim=-1) > 0
+        if causal:  # query m sees keys p ≤ m (and p > m − w): is any of them there?
+            seen = padding.cumsum(dim=-1)
+            if window is not None and window < seen.shape[-1]:
+                seen[..., window:] -= seen[..., :-window].clone()  # minus those before m − w + 1
+            return seen > 0
         return padding.any(dim=-1, keepdim=True)  # the same answer for every query
-    return allowed_positions(allowed.shape[-1], allowed.device, causal, allowed).any(dim=-1)
+    n = allowed.shape[-1]
+    return allowed_positions(n, allowed.device, causal, allowed, window).any(dim=-1)
 
 
-def silence_isolated(x: Tensor, causal: bool, allowed: Mask) -> Tensor:
+def silence_isolated(x: Tensor, causal: bool, allowed: Mask, window: int | None = None) -> Tensor:
     """X with zeros at the positions that neither attend nor are attended (*batch, n, d).
 
     Such a position's output is zero by convention and no other output reads it, so replacing
@@ -68,11 +101,29 @@ def silence_isolated(x: Tensor, causal: bool, allowed: Mask) -> Tensor:
     """
     if allowed is None:
         return x
-    isolated = ~(attended_keys(causal, allowed) | attending_queries(causal, allowed))
+    attended = attended_keys(causal, allowed, window)
+    isolated = ~(attended | attending_queries(causal, allowed, window))
     return x.masked_fill(isolated.unsqueeze(-1), 0.0)  # (*batch, n) -> (*batch, n, 1)
 
 
-def hide_unattended(k: Tensor, v: Tensor, causal: bool, allowed: Mask, heads: bool) -> tuple:
+def silence_cross(x: Tensor, y: Tensor, allowed: Mask) -> tuple[Tensor, Tensor]:
+    """X with zeros at the queries that attend no key, Y at the keys no query attends.
+
+    Cross-attention's queries and keys are different sequences, so each side is silenced on its
+    own: such a query's output is zero by convention, such a key's weights are all zero, and
+    neither reads the other's rows, so NaN or ±inf there reach no output and no gradient.
+    """
+    if allowed is None:
+        return x, y
+    blind = ~attending_queries(False, allowed)  # (*batch, n), or (*batch, 1) for key padding
+    unseen = ~attended_keys(False, allowed)  # (*batch, s)
+    x = x.masked_fill(blind.unsqueeze(-1), 0.0)  # (*batch, n) -> (*batch, n, 1)
+    return x, y.masked_fill(unseen.unsqueeze(-1), 0.0)  # (*batch, s) -> (*batch, s, 1)
+
+
+def hide_unattended(
+    k: Tensor, v: Tensor, causal: bool, allowed: Mask, heads: bool, window: int | None = None
+) -> tuple:
     """K and V with zero rows at the keys no query may attend.
 
     Their weights are exactly 0, but 0 · NaN and 0 · inf are NaN: without this, one NaN in a
@@ -81,7 +132,7 @@ def hide_unattended(k: Tensor, v: Tensor, causal: bool, allowed: Mask, heads: bo
     """
     if allowed is None:
         return k, v
-    hidden = ~attended_keys(causal, allowed)
+    hidden = ~attended_keys(causal, allowed, window)
     if heads:
         hidden = hidden.unsqueeze(-2)  # (*batch, n) -> (*batch, 1, n): shared by the heads
     hidden = hidden.unsqueeze(-1)  # (..., n) -> (..., n, 1)

@@ -1,9 +1,11 @@
 """Shape names, runtime checks and the errors they raise.
 
-Every public boundary of `attention` is annotated with jaxtyping in the seed's letters:
+Every public boundary of `attention` is annotated with jaxtyping in the book's letters:
 
     n  tokens            d  input width        c  context width (per head: c_h)
     h  heads             *batch  any leading batch dimensions
+    s  keys of another sequence Y, of width d_y (cross-attention)
+    t  new tokens, m  cached tokens, m_next  cached tokens after a step (generation)
 
 Checks run with jaxtyping + beartype (the decorators are in `attention._checks`). Before those,
 `check_tensors` here binds the letters itself so that a mismatch names the function, both
@@ -34,11 +36,10 @@ __all__ = [
     "DtypeError",
     "DeviceError",
     "checks_enabled",
-    "check_positive",
-    "check_probability",
-    "check_flag",
     "check_tensors",
     "check_result",
+    "tensor_pair",
+    "pair_parts",
 ]
 
 
@@ -58,27 +59,6 @@ class DeviceError(AttentionError, ValueError):
     """Tensors that must meet in one computation live on different devices."""
 
 
-def check_positive(where: str, **sizes: int) -> None:
-    """Each size must be an int (not a bool) of at least 1; ValueError naming it otherwise."""
-    for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{where}: {name} must be a positive integer, got {name}={value!r}")
-
-
-def check_probability(where: str, **rates: float) -> None:
-    """Each rate (a dropout probability) must be a number in [0, 1); ValueError otherwise."""
-    for name, value in rates.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
-            raise ValueError(f"{where}: {name} must be in [0, 1), got {name}={value!r}")
-
-
-def check_flag(where: str, **flags: bool) -> None:
-    """Each flag must be a bool (`qkv_bias='no'` would otherwise create biases); TypeError."""
-    for name, value in flags.items():
-        if not isinstance(value, bool):
-            raise TypeError(f"{where}: {name} must be a bool, got {name}={value!r}")
-
-
 def checks_enabled() -> bool:
     """True unless checks were turned off with jaxtyping's switch (see the module docstring)."""
     return not jaxtyping_config.jaxtyping_disable
@@ -93,6 +73,35 @@ def _array_annotations(annotation: Any) -> list[Any]:
     if hasattr(annotation, "dim_str"):
         return [annotation]
     return [arg for arg in typing.get_args(annotation) if hasattr(arg, "dim_str")]
+
+
+def tensor_pair(annotation: Any) -> tuple[Any, ...]:
+    """The array types of an annotation that is a tuple of them (`tuple[Float[...], Float[...]]`,
+    or that `| None`): the cache of `decode_step`; () for any other annotation."""
+    for member in (annotation, *typing.get_args(annotation)):
+        parts = typing.get_args(member) if typing.get_origin(member) is tuple else ()
+        if parts and all(hasattr(part, "dim_str") for part in parts):
+            return parts
+    return ()
+
+
+def pair_parts(where: str, name: str, value: Any, hint: Any) -> dict[str, tuple[Any, Any]]:
+    """A tuple of tensors as its parts for `check_tensors`, named `name[0]`, `name[1]`, …;
+    nothing for None where the annotation allows it; TypeError for anything else."""
+    parts = tensor_pair(hint)
+    if value is None and _is_optional(hint):
+        return {}
+    if type(value) is not tuple or len(value) != len(parts):
+        shapes = ", ".join(_describe(_letters(part.dim_str)) for part in parts)
+        optional = "None or " if _is_optional(hint) else ""
+        got = "None" if value is None else type(value).__name__
+        if type(value) is tuple:
+            got = f"a tuple of {len(value)}"
+        raise TypeError(
+            f"{where}: {name} must be {optional}a tuple of {len(parts)} tensors of shapes "
+            f"{shapes}, got {got}"
+        )
+    return {f"{name}[{index}]": (part, parts[index]) for index, part in enumerate(value)}
 
 
 def _is_bool_annotation(annotation: Any) -> bool:
@@ -280,5 +289,6 @@ def _bind_one_of(
 
 
 def check_result(where: str, name: str, result: Tensor, annotation: Any, bindings: dict) -> None:
-    """Check a returned tensor against the bindings made from the arguments."""
-    _bind(where, [(name, result, _array_annotations(annotation)[0].dim_str)], dict(bindings))
+    """Check a returned tensor against the bindings made from the arguments; the letters it
+    binds first are added to `bindings` (the caller passes a copy)."""
+    _bind(where, [(name, result, _array_annotations(annotation)[0].dim_str)], bindings)

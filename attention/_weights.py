@@ -25,6 +25,7 @@ __all__ = [
     "v1_weights",
     "v2_weights",
     "multi_head_weights",
+    "cross_weights",
     "heads_weights",
 ]
 
@@ -184,6 +185,21 @@ def multi_head_weights(module: nn.Module) -> Weights:
     out_proj = submodule(module, "out_proj")
     tensors = (*_qkv_tensors(module), parameter(out_proj, "weight"), parameter(out_proj, "bias"))
     return _MHA_NAMES, tensors
+
+
+_CROSS_NAMES = (
+    ("W_query.weight", LinearWeight), ("W_query.bias", LinearBias),
+    ("W_key.weight", Float[Tensor, "c d_y"]), ("W_key.bias", LinearBias),
+    ("W_value.weight", Float[Tensor, "c d_y"]), ("W_value.bias", LinearBias),
+    ("out_proj.weight", OutWeight), ("out_proj.bias", OutBias),
+)  # fmt: skip
+
+
+def cross_weights(module: nn.Module) -> Weights:
+    """CrossAttention: as MultiHeadAttention's, `W_key` and `W_value` reading Y (c×d_y)."""
+    out_proj = submodule(module, "out_proj")
+    tensors = (*_qkv_tensors(module), parameter(out_proj, "weight"), parameter(out_proj, "bias"))
+    return _CROSS_NAMES, tensors
 
 
 def heads_weights(wrapper: nn.Module) -> Weights:

@@ -1,4 +1,4 @@
-"""Scaled dot-product self-attention, one checked function per step of the seed's derivation.
+"""Scaled dot-product self-attention, one checked function per step of the book's derivation.
 
 With X (n×d) and learnable Wq, Wk, Wv (each d×c):
 
@@ -15,6 +15,12 @@ checks off with `JAXTYPING_DISABLE=1`). The symbolic twin of each step has the s
 a backward pass of our own that is exact at any score scale (`attention._fused`); with them, the
 explicit path, the steps below one after the other: five matrix products, one transpose.
 
+The steps take n queries and s keys (s = n in self-attention), so that they serve
+`cross_attention` too (queries from X, keys and values from another sequence Y, s × d_y).
+`self_attention(..., causal=True, window=w)` is sliding-window attention (query m attends key p
+iff 0 ≤ m − p < w: `sliding_window_mask`); `decode_step` computes the rows of causal attention
+for new tokens against a cache of the earlier tokens' keys and values (generation).
+
 Masks: True = may attend. `mask` (*batch, n, n) is a full mask, entry (m, p) for query m and key p;
 `key_padding_mask` (*batch, n) is True where the key exists (the opposite of
 `torch.nn.MultiheadAttention`'s `key_padding_mask`, where True = ignore); `causal` keeps p ≤ m.
@@ -28,10 +34,25 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from . import _core
+from ._arguments import check_positive, check_probability, check_window
 from ._backward import Gradients, self_attention_backward, self_attention_gradients
 from ._checks import checked
-from ._masks import allowed_positions, causal_allowed, given_masks, silence_isolated
-from ._shapes import ShapeError, check_positive, check_probability
+from ._heads import (
+    _scaling_width,
+    merge_heads,
+    multi_head_attention,
+    split_heads,
+)
+from ._masks import (
+    KeyPaddingArg,
+    MaskArg,
+    allowed_positions,
+    causal_allowed,
+    given_masks,
+    silence_isolated,
+)
+from ._shapes import ShapeError
+from ._variants import cross_attention, decode_step, sliding_window_mask
 
 __all__ = [
     "projection",
@@ -40,19 +61,21 @@ __all__ = [
     "weights",
     "context",
     "causal_mask",
+    "sliding_window_mask",
     "self_attention",
     "split_heads",
     "merge_heads",
     "multi_head_attention",
+    "cross_attention",
+    "decode_step",
     "self_attention_backward",
     "self_attention_gradients",
     "Gradients",
 ]
 
-#: A full mask: entry (m, p) True where query m may attend key p.
-MaskArg = Bool[Tensor, "*batch n n"] | None
-#: Key padding: True where key p exists (torch.nn.MultiheadAttention's True means the opposite).
-KeyPaddingArg = Bool[Tensor, "*batch n"] | None
+#: The masks of the steps, for n queries and s keys (s = n in self-attention).
+StepMaskArg = Bool[Tensor, "*batch n s"] | None
+StepKeyPaddingArg = Bool[Tensor, "*batch s"] | None
 
 
 @checked
@@ -78,17 +101,19 @@ def projection(
 
 @checked
 def scores(
-    q: Float[Tensor, "*batch n c"], k: Float[Tensor, "*batch n c"]
-) -> Float[Tensor, "*batch n n"]:
+    q: Float[Tensor, "*batch n c"], k: Float[Tensor, "*batch s c"]
+) -> Float[Tensor, "*batch n s"]:
     """Attention scores $\\Omega = Q K^\\top$ (one transpose, one matrix product).
 
     $$\\omega_{m,p} = q_m \\cdot k_p = \\sum_{j=1}^{c} q_{m,j} k_{p,j}$$
+
+    q: n queries (*batch, n, c); k: s keys (*batch, s, c), s = n in self-attention.
     """
     return _core.scores(q, k)
 
 
 @checked
-def scaled_scores(omega: Float[Tensor, "*batch n n"], c: int) -> Float[Tensor, "*batch n n"]:
+def scaled_scores(omega: Float[Tensor, "*batch n s"], c: int) -> Float[Tensor, "*batch n s"]:
     """Scores over the square root of the context width, $\\Omega / \\sqrt{c}$.
 
     If the c components of q and k are independent with mean 0 and variance 1, q·k has variance
@@ -100,32 +125,38 @@ def scaled_scores(omega: Float[Tensor, "*batch n n"], c: int) -> Float[Tensor, "
 
 @checked
 def weights(
-    omega: Float[Tensor, "*batch n n"],
+    omega: Float[Tensor, "*batch n s"],
     c: int,
     *,
     causal: bool = False,
-    mask: MaskArg = None,
-    key_padding_mask: KeyPaddingArg = None,
-) -> Float[Tensor, "*batch n n"]:
+    window: int | None = None,
+    mask: StepMaskArg = None,
+    key_padding_mask: StepKeyPaddingArg = None,
+) -> Float[Tensor, "*batch n s"]:
     """Attention weights $A = \\operatorname{softmax}(\\Omega / \\sqrt{c})$, row by row.
 
     $$a_{m,p} = \\frac{\\exp(\\omega_{m,p}/\\sqrt{c})}
                      {\\sum_{r=1}^{n} \\exp(\\omega_{m,r}/\\sqrt{c})}$$
 
-    With `causal`, a_{m,p} = 0 for p > m; with `mask` (*batch, n, n), a_{m,p} = 0 where it is
-    False; with `key_padding_mask` (*batch, n), a_{m,p} = 0 where key p is False (True = the
-    key exists; the opposite of torch.nn.MultiheadAttention's). The sum over r runs over allowed
-    keys only. Each row sums to 1, or is all zeros when no key is allowed.
+    With `causal` (Ω square, s = n), a_{m,p} = 0 for p > m, and with a `window` w also for
+    p ≤ m − w; with `mask` (*batch, n, s), a_{m,p} = 0 where it is False; with
+    `key_padding_mask` (*batch, s), a_{m,p} = 0 where key p is False (True = the key exists; the
+    opposite of torch.nn.MultiheadAttention's). The sum over r runs over allowed keys only. Each
+    row sums to 1, or is all zeros when no key is allowed.
     """
     check_positive("weights", c=c)
+    check_window("weights", "window", window, causal)
+    n, s = omega.shape[-2:]
+    if causal and n != s:
+        raise ShapeError(f"weights: causal needs a square omega (n = s), got n={n}, s={s}")
     allowed = given_masks(mask, key_padding_mask)
-    allowed = allowed_positions(omega.shape[-1], omega.device, causal, allowed)
+    allowed = allowed_positions(s, omega.device, causal, allowed, window)
     return _core.weights(omega, c, allowed)
 
 
 @checked
 def context(
-    a: Float[Tensor, "*batch n n"], v: Float[Tensor, "*batch n c"]
+    a: Float[Tensor, "*batch n s"], v: Float[Tensor, "*batch s c"]
 ) -> Float[Tensor, "*batch n c"]:
     """Context vectors $C = A V$: row m is the attention-weighted sum of the value rows.
 
@@ -152,6 +183,7 @@ def self_attention(
     b_k: Float[Tensor, " c"] | None = None,
     b_v: Float[Tensor, " c"] | None = None,
     causal: bool = False,
+    window: int | None = None,
     mask: MaskArg = None,
     key_padding_mask: KeyPaddingArg = None,
     dropout_p: float = 0.0,
@@ -161,7 +193,8 @@ def self_attention(
     $C = \\operatorname{softmax}\\!\\big(X W_q (X W_k)^\\top / \\sqrt{c}\\big)\\, X W_v$.
 
     x: X (*batch, n, d). w_q, w_k, w_v: Wq, Wk, Wv (d, c), so that Q = X Wq. b_q, b_k, b_v:
-    optional biases (c). causal: token m attends to p ≤ m only. mask (*batch, n, n): True where
+    optional biases (c). causal: token m attends to p ≤ m only; window (with causal): to the
+    last w tokens only, 0 ≤ m − p < w (sliding-window attention). mask (*batch, n, n): True where
     query m may attend key p. key_padding_mask (*batch, n): True where key p exists (True =
     ignore in torch.nn.MultiheadAttention: invert it). The three combine. dropout_p: dropout on
     A after the softmax (the book's order), applied whenever > 0 (modules pass 0 in eval mode).
@@ -176,117 +209,13 @@ def self_attention(
     torch.Size([6, 2])
     """
     check_probability("self_attention", dropout_p=dropout_p)
+    check_window("self_attention", "window", window, causal)
     allowed = given_masks(mask, key_padding_mask)
-    x = silence_isolated(x, causal, allowed)
+    x = silence_isolated(x, causal, allowed, window)
     q = _core.projection(x, w_q, b_q)
     k = _core.projection(x, w_k, b_k)
     v = _core.projection(x, w_v, b_v)
     return _core.attend(
         q, k, v, width=_scaling_width(w_q), causal=causal, allowed=allowed,
-        dropout_p=dropout_p, return_weights=return_weights, heads=False,
+        dropout_p=dropout_p, return_weights=return_weights, heads=False, window=window,
     )  # fmt: skip
-
-
-def _scaling_width(w_q: Tensor, heads: int = 1) -> int:
-    """The c of the 1/√c scaling: the width of one head's queries and keys (c_h = c / h)."""
-    return w_q.shape[-1] // heads
-
-
-@checked
-def split_heads(t: Float[Tensor, "*batch n c"], heads: int) -> Float[Tensor, "*batch h n c_h"]:
-    """Split the c columns into h heads of c_h = c / h: head i takes columns i·c_h … (i+1)·c_h−1.
-
-    (*batch, n, c) -> (*batch, h, n, c_h)
-    """
-    check_positive("split_heads", heads=heads)
-    if t.shape[-1] % heads:
-        raise ShapeError(
-            f"split_heads: c={t.shape[-1]} is not divisible by heads={heads}; "
-            f"c must be a multiple of the number of heads"
-        )
-    return _core.split_heads(t, heads)
-
-
-@checked
-def merge_heads(t: Float[Tensor, "*batch h n c_h"]) -> Float[Tensor, "*batch n c"]:
-    """Concatenate the heads' context vectors side by side.
-
-    (*batch, h, n, c_h) -> (*batch, n, c) with c = h·c_h.
-    """
-    return _core.merge_heads(t)
-
-
-@checked
-def multi_head_attention(
-    x: Float[Tensor, "*batch n d"],
-    w_q: Float[Tensor, "d c"],
-    w_k: Float[Tensor, "d c"],
-    w_v: Float[Tensor, "d c"],
-    w_o: Float[Tensor, "c c_out"],
-    *,
-    heads: int,
-    b_q: Float[Tensor, " c"] | None = None,
-    b_k: Float[Tensor, " c"] | None = None,
-    b_v: Float[Tensor, " c"] | None = None,
-    b_o: Float[Tensor, " c_out"] | None = None,
-    causal: bool = False,
-    mask: MaskArg = None,
-    key_padding_mask: KeyPaddingArg = None,
-    dropout_p: float = 0.0,
-    return_weights: bool = False,
-) -> (
-    Float[Tensor, "*batch n c_out"]
-    | tuple[Float[Tensor, "*batch n c_out"], Float[Tensor, "*batch h n n"]]
-):
-    """Multi-head attention: h heads of width c_h = c / h, concatenated, then projected by W_o.
-
-    $$C = \\big[A_1 V_1 \\,|\\, \\cdots \\,|\\, A_h V_h\\big] W_o (+ b_o), \\qquad
-      A_i = \\operatorname{softmax}\\!\\big(Q_i K_i^\\top / \\sqrt{c_h}\\big)$$
-
-    where Q_i, K_i, V_i are columns i·c_h … (i+1)·c_h−1 of Q = X Wq, K = X Wk, V = X Wv. All
-    heads go through one fused kernel call when the weights are not requested. `mask`
-    (*batch, n, n) and `key_padding_mask` (*batch, n) as in `self_attention`, shared by the
-    heads. Returns C (*batch, n, c_out), or (C, A) with A (*batch, h, n, n).
-    """
-    check_positive("multi_head_attention", heads=heads)
-    check_probability("multi_head_attention", dropout_p=dropout_p)
-    c = w_q.shape[-1]
-    if c % heads:
-        raise ShapeError(
-            f"multi_head_attention: c={c} (the width of w_q) is not divisible by heads={heads}"
-        )
-    return _multi_head_attention(
-        x, w_q, w_k, w_v, w_o, heads, b_q, b_k, b_v, b_o,
-        causal, given_masks(mask, key_padding_mask), dropout_p, return_weights,
-    )  # fmt: skip
-
-
-def _multi_head_attention(
-    x: Tensor,
-    w_q: Tensor,
-    w_k: Tensor,
-    w_v: Tensor,
-    w_o: Tensor,
-    heads: int,
-    b_q: Tensor | None,
-    b_k: Tensor | None,
-    b_v: Tensor | None,
-    b_o: Tensor | None,
-    causal: bool,
-    allowed: Tensor | None,
-    dropout_p: float,
-    return_weights: bool,
-) -> Tensor | tuple[Tensor, Tensor]:
-    """Unchecked multi-head attention (`MultiHeadAttention.forward` calls it after its checks);
-    `allowed` from `_masks.given_masks`."""
-    x = silence_isolated(x, causal, allowed)
-    q = _core.split_heads(_core.projection(x, w_q, b_q), heads)  # -> (*batch, h, n, c_h)
-    k = _core.split_heads(_core.projection(x, w_k, b_k), heads)
-    v = _core.split_heads(_core.projection(x, w_v, b_v), heads)
-    result = _core.attend(
-        q, k, v, width=_scaling_width(w_q, heads), causal=causal, allowed=allowed,
-        dropout_p=dropout_p, return_weights=return_weights, heads=True,
-    )  # fmt: skip
-    per_head, a = result if return_weights else (result, None)
-    out = _core.projection(_core.merge_heads(per_head), w_o, b_o)  # (*batch, n, c) -> c_out
-    return (out, a) if return_weights else out

@@ -25,9 +25,10 @@ import torch.nn as nn
 from jaxtyping import Bool
 from torch import Tensor
 
+from ._arguments import check_positive
 from ._checks import checked
 from ._masks import allowed_positions
-from ._shapes import ShapeError, check_positive
+from ._shapes import ShapeError
 from .modules import MultiHeadAttention
 
 __all__ = ["to_torch_multihead", "from_torch_multihead", "torch_masks"]

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as torch_F
 
 import derive
-from attention import _core, _masks
+from attention import _core, _heads, _masks
 from attention import functional as F
 from derive.bridge.steps import check_against_torch, dyadic_inputs
 
@@ -54,8 +54,8 @@ def _explicit_with_k_for_v(q, k, v, width, allowed, dropout_p):
     return _ORIGINAL["attend_explicitly"](q, k, k, width, allowed, dropout_p)
 
 
-def _fused_with_k_for_v(q, k, v, width, causal, allowed):
-    return _ORIGINAL["attend_fused"](q, k, k, width, causal, allowed)
+def _fused_with_k_for_v(q, k, v, width, causal, allowed, window=None):
+    return _ORIGINAL["attend_fused"](q, k, k, width, causal, allowed, window)
 
 
 def _explicit_dropout_first(q, k, v, width, allowed, dropout_p):
@@ -71,7 +71,8 @@ _ORIGINAL = {"attend_explicitly": _core.attend_explicitly, "attend_fused": _core
 #: name -> (what is wrong, [(module, attribute, replacement)])
 MUTANTS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
     "no_sqrt_c": ("softmax(Ω) instead of softmax(Ω/√c)", [(_core, "scale", _no_scale)]),
-    "sqrt_d": ("Ω/√d instead of Ω/√c", [(F, "_scaling_width", _scale_by_d)]),
+    "sqrt_d": ("Ω/√d instead of Ω/√c", [(F, "_scaling_width", _scale_by_d),
+                                        (_heads, "_scaling_width", _scale_by_d)]),
     "wrong_axis": ("softmax over the queries (columns), not the keys (rows)",
                    [(_core, "softmax_rows", _columns_softmax)]),
     "k_for_v": ("C = A K instead of C = A V",

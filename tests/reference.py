@@ -45,3 +45,29 @@ def batched_reference(x, w_q, w_k, w_v, *, allowed=None):
 def causal_allowed(n):
     """True where p <= m."""
     return np.tril(np.ones((n, n), dtype=bool))
+
+
+def window_allowed(n, w):
+    """True where 0 <= m - p < w: query m sees its last w tokens, itself included."""
+    return np.array([[0 <= m - p < w for p in range(n)] for m in range(n)], dtype=bool)
+
+
+def cross_reference(x, y, w_q, w_k, w_v, *, allowed=None):
+    """C and A of cross-attention for one sequence: queries from x (n, d), keys and values from
+    y (s, d_y), Q = X Wq, K = Y Wk, V = Y Wv; allowed (n, s) bool, True = may attend."""
+    x, y, w_q, w_k, w_v = (np.asarray(t, dtype=np.float64) for t in (x, y, w_q, w_k, w_v))
+    n, s, c = x.shape[0], y.shape[0], w_q.shape[1]
+    q, k, v = x @ w_q, y @ w_k, y @ w_v
+    omega = [[sum(q[m, j] * k[p, j] for j in range(c)) for p in range(s)] for m in range(n)]
+    allowed = np.ones((n, s), dtype=bool) if allowed is None else np.asarray(allowed, dtype=bool)
+    a = np.zeros((n, s))
+    for m in range(n):
+        keys = [p for p in range(s) if allowed[m, p]]
+        if not keys:
+            continue
+        top = max(omega[m][p] / math.sqrt(c) for p in keys)
+        total = sum(math.exp(omega[m][r] / math.sqrt(c) - top) for r in keys)
+        for p in keys:
+            a[m, p] = math.exp(omega[m][p] / math.sqrt(c) - top) / total
+    context = np.array([[sum(a[m, p] * v[p, j] for p in range(s)) for j in range(c)] for m in range(n)])
+    return context, a

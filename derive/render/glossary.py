@@ -103,6 +103,23 @@ _JAXTYPING = (
     ("c_out", "$b_o$", "bias of the output projection"),
     ("*batch n c_out", "the output", "of multi-head attention ($c_{out}$ = d_out), and of the "
      "wrapper of heads ($c_{out}$ = h · d_out)"),
+    ("*batch s d_y", "$Y$", "the sequence cross-attention reads its keys and values from "
+     "(`cross_attention`, `CrossAttention.forward`)"),
+    ("d_y c", "$W_k$, $W_v$", "cross-attention's key and value weights ($K = Y W_k$)"),
+    ("c d_y", "$W_k^\\top$, $W_v^\\top$", "`CrossAttention`'s `W_key.weight`, `W_value.weight`"),
+    ("*batch s c", "$K$, $V$", "s keys and values: the steps `scores` and `context` (s = n in "
+     "self-attention)"),
+    ("*batch n s", "$\\Omega$, $A$, masks", "n queries against s keys: the steps `scores`, "
+     "`scaled_scores`, `weights`, `context`, and cross-attention's weights and `mask`"),
+    ("*batch s", "key-padding mask", "True for the keys that exist, of s keys (the steps, "
+     "cross-attention)"),
+    ("*batch h n s", "per-head $A$", "`CrossAttention.forward(..., return_weights=True)`"),
+    ("*batch t d", "the new rows of $X$", "`decode_step`: t new tokens"),
+    ("*batch t c", "their rows of $C$", "`decode_step`: the new tokens' context vectors"),
+    ("*batch m c", "the cache: $K$, $V$", "`decode_step`'s `cache`: the keys and values of the m "
+     "tokens before the new ones"),
+    ("*batch m_next c", "the grown cache", "what `decode_step` returns: m + t rows (the last w "
+     "with a window)"),
 )  # fmt: skip
 
 
@@ -177,7 +194,9 @@ def glossary_markdown() -> str:
         "## Shapes in `attention` (jaxtyping)",
         "",
         "The same letters name the dimensions checked at runtime; `*batch` is any number of "
-        "leading batch dimensions, `h` the heads.",
+        "leading batch dimensions, `h` the heads. In generation (`decode_step`, as in the "
+        "kv-cache variant's decoding step), m counts the tokens already cached and t the new "
+        "ones.",
         "",
         _row("dimensions", "holds", "where"),
         _row("---", "---", "---"),

@@ -7,7 +7,9 @@ import torch
 
 from attention import (
     CausalAttention,
+    CrossAttention,
     MultiHeadAttention,
+    MultiHeadAttentionWithSWA,
     MultiHeadAttentionWrapper,
     SelfAttentionV1,
     SelfAttentionV2,
@@ -15,6 +17,7 @@ from attention import (
 from attention import functional as F
 
 N, D, C, HEADS = 5, 3, 4, 2
+S, D_Y = 7, 6  # cross-attention: s keys of width d_y
 
 
 def tensors():
@@ -26,7 +29,20 @@ def tensors():
         "omega": torch.randn(N, N, generator=g),
         "a": torch.rand(N, N, generator=g),
         "heads": torch.randn(HEADS, N, C // HEADS, generator=g),
+        "y": torch.randn(S, D_Y, generator=g),
+        "w_y": torch.randn(D_Y, C, generator=g),
+        "k": torch.randn(S, C, generator=g),
     }
+
+
+def generating(module):
+    """`module(x, use_cache=True)` from an empty cache, every call."""
+
+    def call(**arguments):
+        module.reset_cache()
+        return module(**arguments, use_cache=True)
+
+    return call
 
 
 def good_calls():
@@ -40,7 +56,9 @@ def good_calls():
         ("CausalAttention.forward", CausalAttention(D, C, N, 0.0)),
         ("MultiHeadAttentionWrapper.forward", MultiHeadAttentionWrapper(D, C, N, 0.0, HEADS)),
         ("MultiHeadAttention.forward", MultiHeadAttention(D, C, N, 0.0, HEADS)),
+        ("MultiHeadAttentionWithSWA.forward", MultiHeadAttentionWithSWA(D, C, 0.0, HEADS, False, 2)),
     ]
+    cross = {"x": x, "y": t["y"], "w_q": w, "w_k": t["w_y"], "w_v": t["w_y"]}
     masks = ("mask", "key_padding_mask")
     return [
         ("projection", F.projection, {"x": x, "w": w}, ["x", "w"], ["b"]),
@@ -60,6 +78,17 @@ def good_calls():
          [*qkv, "grad_c"], []),
         *[(where, module, {"x": x}, ["x"], [] if "V" in where else list(masks))
           for where, module in modules],
+        # the variants: n queries against s keys, a cache (a tuple: see test_decode_step.py)
+        ("scores", F.scores, {"q": q, "k": t["k"]}, ["q", "k"], []),
+        ("cross_attention", F.cross_attention, cross, list(cross), list(masks)),
+        ("CrossAttention.forward", CrossAttention(D, D_Y, C, num_heads=HEADS), {"x": x, "y": t["y"]},
+         ["x", "y"], list(masks)),
+        ("decode_step", F.decode_step, {"x_new": x[:2], "w_q": w, "w_k": w, "w_v": w},
+         ["x_new", "w_q", "w_k", "w_v"], ["cache"]),
+        ("MultiHeadAttention.forward", generating(MultiHeadAttention(D, C, N, 0.0, HEADS)),
+         {"x": x}, ["x"], []),
+        ("MultiHeadAttentionWithSWA.forward", generating(MultiHeadAttentionWithSWA(D, C, 0.0, HEADS)),
+         {"x": x}, ["x"], []),
     ]  # fmt: skip
 
 
@@ -92,7 +121,8 @@ def test_a_missing_tensor_is_named(where, fn, arguments, name, bad):
 def test_optional_tensors_may_be_none(where, fn, arguments, optional):
     expected = fn(**arguments)
     got = fn(**arguments, **dict.fromkeys(optional))
-    pairs = zip(got, expected, strict=True) if isinstance(got, tuple) else [(got, expected)]
+    flat = torch.utils._pytree.tree_leaves  # decode_step returns (rows, (K, V))
+    pairs = zip(flat(got), flat(expected), strict=True)
     assert all(torch.equal(g, e) for g, e in pairs), where
 
 
@@ -101,6 +131,6 @@ def test_the_table_covers_every_public_function_and_module():
 
     functions = {name for name in F.__all__ if callable(getattr(F, name)) and name != "Gradients"}
     covered = {where.split(".")[0] for where, *_ in good_calls()}
-    assert functions - {"causal_mask"} <= covered  # causal_mask takes no tensor
+    assert functions - {"causal_mask", "sliding_window_mask"} <= covered  # they take no tensor
     classes = {name for name in attention.__all__ if name[0].isupper() and "Error" not in name}
     assert classes <= covered

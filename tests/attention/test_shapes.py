@@ -89,12 +89,15 @@ def test_step_functions_are_checked_too():
     q = torch.randn(N, C)
     with pytest.raises(ShapeError, match=r"scores: k has c=3 but q has c=2"):
         F.scores(q, torch.randn(N, 3))
-    with pytest.raises(ShapeError, match=r"context: v has n=4 but a has n=5"):
+    with pytest.raises(ShapeError, match=r"context: v has s=4 but a has s=5"):
         F.context(torch.randn(N, N), torch.randn(4, C))
-    with pytest.raises(ShapeError, match=r"weights: omega must have shape \(\*batch, n, n\)"):
+    with pytest.raises(ShapeError, match=r"weights: omega must have shape \(\*batch, n, s\)"):
         F.weights(torch.randn(N), 2)
-    with pytest.raises(ShapeError, match=r"weights: omega has n=4 but omega has n=5"):
-        F.weights(torch.randn(N, 4), 2)
+    # n queries against s keys is cross-attention's Ω; causal needs a square one
+    with pytest.raises(ShapeError, match=r"weights: causal needs a square omega \(n = s\), got n=5, s=4"):
+        F.weights(torch.randn(N, 4), 2, causal=True)
+    with pytest.raises(ShapeError, match=r"weights: mask has s=5 but omega has s=4"):
+        F.weights(torch.randn(N, 4), 2, mask=torch.ones(N, N, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"scaled_scores: c must be a positive integer, got c=0"):
         F.scaled_scores(torch.randn(N, N), 0)
 

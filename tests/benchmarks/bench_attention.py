@@ -207,6 +207,16 @@ def status(field):  # kB, from the kernel's view of this process
 
 n, d, c, path = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 backward = path.endswith("+backward")
+# sys.argv[5], if given: "causal", "window=W" (causal within a window of W), or "mask=W" (the
+# same window given as an n×n boolean mask: what the kernel gets without blocks)
+options = {}
+if len(sys.argv) > 5 and sys.argv[5]:
+    options["causal"] = True
+    kind, _, size = sys.argv[5].partition("=")
+    if kind == "window":
+        options["window"] = int(size)
+    elif kind == "mask":
+        options["mask"] = F.sliding_window_mask(n, int(size))  # an input: before the peak
 x = torch.randn(n, d); w = [(torch.randn(d, c) / d**0.5).requires_grad_(backward) for _ in range(3)]
 
 def run(x):
@@ -215,7 +225,8 @@ def run(x):
         out = torch.nn.functional.scaled_dot_product_attention(q[None, None], k[None, None],
                                                                v[None, None])[0, 0]
     else:
-        out = F.self_attention(x, *w, return_weights=path.startswith("explicit"))
+        given = options if len(x) == n else {k: v for k, v in options.items() if k != "mask"}
+        out = F.self_attention(x, *w, return_weights=path.startswith("explicit"), **given)
         out = out[0] if isinstance(out, tuple) else out
     if backward:
         torch.autograd.grad(out, w, torch.ones_like(out))
@@ -230,18 +241,22 @@ with torch.set_grad_enabled(backward):
 """
 
 
-def peak_memory(n, d, c, paths):
+def peak_memory(n, d, c, paths, options=()):
+    """Peak memory of each path (a fresh process each); `options`: "", "causal", "window=W"
+    (a row per path and option)."""
     print(f"\n### Peak extra memory (n = {n}, d = {d}, c = {c}, float32)\n")
     print("| path | peak extra RSS (VmHWM − VmRSS) | n·c floats | n² floats |")
     print("|---|---|---|---|")
     for path in paths:
-        done = subprocess.run(
-            [sys.executable, "-c", PEAK_PROGRAM, str(n), str(d), str(c), path],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        mib = float(done.stdout.strip())
-        print(f"| {path} | {mib:.0f} MiB | {n * c * 4 / 2**20:.0f} MiB |"
-              f" {n * n * 4 / 2**20:.0f} MiB |")  # fmt: skip
+        for option in options or ("",):
+            done = subprocess.run(
+                [sys.executable, "-c", PEAK_PROGRAM, str(n), str(d), str(c), path, option],
+                capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            mib = float(done.stdout.strip())
+            name = f"{path}, {option}" if option else path
+            print(f"| {name} | {mib:.0f} MiB | {n * c * 4 / 2**20:.0f} MiB |"
+                  f" {n * n * 4 / 2**20:.0f} MiB |")  # fmt: skip
 
 
 def multi_head(batch, n, d, heads, repeats):

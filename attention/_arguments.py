@@ -1,0 +1,40 @@
+"""Checks of the arguments that are not tensors: sizes, rates, flags, windows. Each raises a
+ValueError (TypeError for a flag) that names the function, the argument and the value."""
+
+__all__ = ["check_positive", "check_window", "check_probability", "check_flag"]
+
+
+def check_positive(where: str, **sizes: int) -> None:
+    """Each size must be an int (not a bool) of at least 1; ValueError naming it otherwise."""
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}: {name} must be a positive integer, got {name}={value!r}")
+
+
+def check_window(where: str, name: str, window: object, causal: bool = True) -> None:
+    """A window must be None or a positive int (not a bool), and needs causal; ValueError."""
+    if window is None:
+        return
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(
+            f"{where}: {name} must be a positive integer or None, got {name}={window!r}"
+        )
+    if not causal:
+        raise ValueError(
+            f"{where}: {name}={window} needs causal=True (query m attends key p iff "
+            f"0 ≤ m − p < w)"
+        )
+
+
+def check_probability(where: str, **rates: float) -> None:
+    """Each rate (a dropout probability) must be a number in [0, 1); ValueError otherwise."""
+    for name, value in rates.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+            raise ValueError(f"{where}: {name} must be in [0, 1), got {name}={value!r}")
+
+
+def check_flag(where: str, **flags: bool) -> None:
+    """Each flag must be a bool (`qkv_bias='no'` would otherwise create biases); TypeError."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{where}: {name} must be a bool, got {name}={value!r}")

@@ -1,0 +1,124 @@
+"""Multi-head attention, checked: split the c columns into h heads, attend per head, merge, and
+project by W_o. Re-exported by `attention.functional`; `_multi_head_attention` (unchecked) serves
+the modules after their own checks.
+"""
+
+from jaxtyping import Float
+from torch import Tensor
+
+from . import _core
+from ._arguments import check_positive, check_probability, check_window
+from ._checks import checked
+from ._masks import KeyPaddingArg, MaskArg, given_masks, silence_isolated
+from ._shapes import ShapeError
+
+__all__ = ["split_heads", "merge_heads", "multi_head_attention"]
+
+
+def _scaling_width(w_q: Tensor, heads: int = 1) -> int:
+    """The c of the 1/√c scaling: the width of one head's queries and keys (c_h = c / h)."""
+    return w_q.shape[-1] // heads
+
+
+@checked
+def split_heads(t: Float[Tensor, "*batch n c"], heads: int) -> Float[Tensor, "*batch h n c_h"]:
+    """Split the c columns into h heads of c_h = c / h: head i takes columns i·c_h … (i+1)·c_h−1.
+
+    (*batch, n, c) -> (*batch, h, n, c_h)
+    """
+    check_positive("split_heads", heads=heads)
+    if t.shape[-1] % heads:
+        raise ShapeError(
+            f"split_heads: c={t.shape[-1]} is not divisible by heads={heads}; "
+            f"c must be a multiple of the number of heads"
+        )
+    return _core.split_heads(t, heads)
+
+
+@checked
+def merge_heads(t: Float[Tensor, "*batch h n c_h"]) -> Float[Tensor, "*batch n c"]:
+    """Concatenate the heads' context vectors side by side.
+
+    (*batch, h, n, c_h) -> (*batch, n, c) with c = h·c_h.
+    """
+    return _core.merge_heads(t)
+
+
+@checked
+def multi_head_attention(
+    x: Float[Tensor, "*batch n d"],
+    w_q: Float[Tensor, "d c"],
+    w_k: Float[Tensor, "d c"],
+    w_v: Float[Tensor, "d c"],
+    w_o: Float[Tensor, "c c_out"],
+    *,
+    heads: int,
+    b_q: Float[Tensor, " c"] | None = None,
+    b_k: Float[Tensor, " c"] | None = None,
+    b_v: Float[Tensor, " c"] | None = None,
+    b_o: Float[Tensor, " c_out"] | None = None,
+    causal: bool = False,
+    window: int | None = None,
+    mask: MaskArg = None,
+    key_padding_mask: KeyPaddingArg = None,
+    dropout_p: float = 0.0,
+    return_weights: bool = False,
+) -> (
+    Float[Tensor, "*batch n c_out"]
+    | tuple[Float[Tensor, "*batch n c_out"], Float[Tensor, "*batch h n n"]]
+):
+    """Multi-head attention: h heads of width c_h = c / h, concatenated, then projected by W_o.
+
+    $$C = \\big[A_1 V_1 \\,|\\, \\cdots \\,|\\, A_h V_h\\big] W_o (+ b_o), \\qquad
+      A_i = \\operatorname{softmax}\\!\\big(Q_i K_i^\\top / \\sqrt{c_h}\\big)$$
+
+    where Q_i, K_i, V_i are columns i·c_h … (i+1)·c_h−1 of Q = X Wq, K = X Wk, V = X Wv. All
+    heads go through one fused kernel call when the weights are not requested. `mask`
+    (*batch, n, n) and `key_padding_mask` (*batch, n) as in `self_attention`, shared by the
+    heads, and `window` (with causal) as in `self_attention`. Returns C (*batch, n, c_out), or
+    (C, A) with A (*batch, h, n, n).
+    """
+    check_positive("multi_head_attention", heads=heads)
+    check_probability("multi_head_attention", dropout_p=dropout_p)
+    check_window("multi_head_attention", "window", window, causal)
+    c = w_q.shape[-1]
+    if c % heads:
+        raise ShapeError(
+            f"multi_head_attention: c={c} (the width of w_q) is not divisible by heads={heads}"
+        )
+    return _multi_head_attention(
+        x, w_q, w_k, w_v, w_o, heads, b_q, b_k, b_v, b_o,
+        causal, given_masks(mask, key_padding_mask), dropout_p, return_weights, window,
+    )  # fmt: skip
+
+
+def _multi_head_attention(
+    x: Tensor,
+    w_q: Tensor,
+    w_k: Tensor,
+    w_v: Tensor,
+    w_o: Tensor,
+    heads: int,
+    b_q: Tensor | None,
+    b_k: Tensor | None,
+    b_v: Tensor | None,
+    b_o: Tensor | None,
+    causal: bool,
+    allowed: Tensor | None,
+    dropout_p: float,
+    return_weights: bool,
+    window: int | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Unchecked multi-head attention (`MultiHeadAttention.forward` calls it after its checks);
+    `allowed` from `_masks.given_masks`."""
+    x = silence_isolated(x, causal, allowed, window)
+    q = _core.split_heads(_core.projection(x, w_q, b_q), heads)  # -> (*batch, h, n, c_h)
+    k = _core.split_heads(_core.projection(x, w_k, b_k), heads)
+    v = _core.split_heads(_core.projection(x, w_v, b_v), heads)
+    result = _core.attend(
+        q, k, v, width=_scaling_width(w_q, heads), causal=causal, allowed=allowed,
+        dropout_p=dropout_p, return_weights=return_weights, heads=True, window=window,
+    )  # fmt: skip
+    per_head, a = result if return_weights else (result, None)
+    out = _core.projection(_core.merge_heads(per_head), w_o, b_o)  # (*batch, n, c) -> c_out
+    return (out, a) if return_weights else out

@@ -1,0 +1,125 @@
+"""The variants' entry points of `attention.functional`: cross-attention, the sliding-window
+mask, and one step of generation with a key-value cache. Each is the numeric twin of a variant
+registered in `derive` (`derive check --variant NAME` calls it), with the letters of its
+declarations: s keys read from a sequence Y of width d_y; t new tokens against m cached ones.
+"""
+
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from . import _core
+from ._arguments import check_positive, check_probability, check_window
+from ._checks import checked
+from ._masks import given_masks, silence_cross, window_allowed
+
+__all__ = ["cross_attention", "sliding_window_mask", "decode_step"]
+
+#: Cross-attention's masks: (m, p) for query m of X and key p of Y; True where key p exists.
+CrossMaskArg = Bool[Tensor, "*batch n s"] | None
+CrossKeyPaddingArg = Bool[Tensor, "*batch s"] | None
+#: The cache of `decode_step`: the keys and values of the m tokens before the new ones.
+Cache = tuple[Float[Tensor, "*batch m c"], Float[Tensor, "*batch m c"]]
+#: The cache it returns: m + t rows (the last w with a window).
+NextCache = tuple[Float[Tensor, "*batch m_next c"], Float[Tensor, "*batch m_next c"]]
+
+
+@checked
+def cross_attention(
+    x: Float[Tensor, "*batch n d"],
+    y: Float[Tensor, "*batch s d_y"],
+    w_q: Float[Tensor, "d c"],
+    w_k: Float[Tensor, "d_y c"],
+    w_v: Float[Tensor, "d_y c"],
+    *,
+    mask: CrossMaskArg = None,
+    key_padding_mask: CrossKeyPaddingArg = None,
+    dropout_p: float = 0.0,
+    return_weights: bool = False,
+) -> Float[Tensor, "*batch n c"] | tuple[Float[Tensor, "*batch n c"], Float[Tensor, "*batch n s"]]:
+    """Cross-attention: queries from X, keys and values from another sequence Y.
+
+    $$Q = X W_q,\\quad K = Y W_k,\\quad V = Y W_v,\\quad
+      C = \\operatorname{softmax}\\!\\big(Q K^\\top / \\sqrt{c}\\big)\\, V$$
+
+    x: X (*batch, n, d); y: Y (*batch, s, d_y), s entries of width d_y (an encoder's output, an
+    image's patches); w_q: Wq (d, c); w_k, w_v: Wk, Wv (d_y, c). Ω = QKᵀ and A are n × s, the
+    softmax taken over the s keys of each row; never causal (the keys are another sequence).
+    mask (*batch, n, s): True where query m may attend key p; key_padding_mask (*batch, s): True
+    where key p exists. dropout_p: dropout on A after the softmax. Returns C (*batch, n, c), or
+    (C, A) with `return_weights`. With Y = X it is `self_attention`.
+
+    >>> import torch
+    >>> from attention.functional import cross_attention
+    >>> X, Y = torch.rand(5, 3), torch.rand(4, 6)
+    >>> cross_attention(X, Y, torch.rand(3, 2), torch.rand(6, 2), torch.rand(6, 2)).shape
+    torch.Size([5, 2])
+    """
+    check_probability("cross_attention", dropout_p=dropout_p)
+    allowed = given_masks(mask, key_padding_mask)
+    x, y = silence_cross(x, y, allowed)
+    q = _core.projection(x, w_q, None)
+    k = _core.projection(y, w_k, None)  # (*batch, s, d_y) -> (*batch, s, c)
+    v = _core.projection(y, w_v, None)
+    return _core.attend(
+        q, k, v, width=w_q.shape[-1], causal=False, allowed=allowed, dropout_p=dropout_p,
+        return_weights=return_weights, heads=False,
+    )  # fmt: skip
+
+
+@checked
+def sliding_window_mask(n: int, w: int) -> Bool[Tensor, "n n"]:
+    """The sliding-window mask (n×n): True where 0 ≤ m − p < w, i.e. where token m may attend
+    token p, one of its last w tokens (itself included). With w ≥ n it is `causal_mask(n)`.
+
+    >>> from attention.functional import sliding_window_mask
+    >>> sliding_window_mask(4, 2).int().tolist()
+    [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]]
+    """
+    check_positive("sliding_window_mask", n=n, w=w)
+    return window_allowed(n, w, torch.device("cpu"))
+
+
+@checked
+def decode_step(
+    x_new: Float[Tensor, "*batch t d"],
+    w_q: Float[Tensor, "d c"],
+    w_k: Float[Tensor, "d c"],
+    w_v: Float[Tensor, "d c"],
+    cache: Cache | None = None,
+    *,
+    window: int | None = None,
+) -> tuple[Float[Tensor, "*batch t c"], NextCache]:
+    """One step of generation with a key-value cache: the context rows of t new tokens.
+
+    x_new: the new rows of X (*batch, t, d), t ≥ 1; cache: None, or the (K, V) that the last
+    call returned ((*batch, m, c) each: the keys and values of the m tokens before them). The
+    new tokens' own keys and values join the cache, and new token i (at position m + i) attends
+    every key p ≤ m + i (with `window` w, only m + i − w < p):
+
+    $$z_{m+i} = \\sum_{p} \\operatorname{softmax}_p\\!\\big(q_{m+i} \\cdot k_p / \\sqrt{c}\\big)
+      \\, v_p,\\qquad q_{m+i} = x_{m+i} W_q$$
+
+    exactly the rows m … m + t − 1 of `self_attention(X, ..., causal=True, window=window)`, at
+    the cost of t rows of scores instead of (m + t)². Returns (context rows (*batch, t, c),
+    (K, V)): the grown cache, (*batch, m + t, c) each, or its last w rows with a window.
+
+    >>> import torch
+    >>> from attention.functional import decode_step
+    >>> X, W = torch.rand(6, 3), torch.rand(3, 2)
+    >>> rows, cache = decode_step(X[:4], W, W, W)  # the prompt
+    >>> row, cache = decode_step(X[4:5], W, W, W, cache)  # then one token at a time
+    >>> row.shape, cache[0].shape
+    (torch.Size([1, 2]), torch.Size([5, 2]))
+    """
+    check_window("decode_step", "window", window)
+    q = _core.projection(x_new, w_q, None)
+    k = _core.projection(x_new, w_k, None)
+    v = _core.projection(x_new, w_v, None)
+    if cache is not None:
+        k = torch.cat([cache[0], k], dim=-2)  # (*batch, m, c) + (*batch, t, c) -> m + t rows
+        v = torch.cat([cache[1], v], dim=-2)
+    rows = _core.attend_new_rows(
+        q, k, v, width=w_q.shape[-1], window=window, dropout_p=0.0, heads=False
+    )
+    return rows, (_core.kept_rows(k, window), _core.kept_rows(v, window))

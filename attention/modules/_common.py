@@ -1,0 +1,36 @@
+"""What the module classes share: the dropout rate a forward uses, the context-length check, the
+output projection's W_o."""
+
+import torch.nn as nn
+from jaxtyping import Float
+from torch import Tensor
+
+from .._shapes import ShapeError
+
+__all__ = ["dropout_rate", "within_context", "OutputProjection"]
+
+
+def dropout_rate(module: nn.Module) -> float:
+    """The module's dropout rate in training mode, 0 in eval mode (and without dropout)."""
+    dropout = getattr(module, "dropout", None)
+    return dropout.p if dropout is not None and module.training else 0.0
+
+
+def within_context(where: str, n: int, context_length: int, owner: str = "") -> None:
+    """ShapeError unless n ≤ context_length."""
+    if n > context_length:
+        raise ShapeError(
+            f"{where}: x has n={n} tokens but {owner}context_length={context_length}; "
+            f"inputs may have at most context_length tokens"
+        )
+
+
+class OutputProjection:
+    """W_o of a module whose heads are mixed by `out_proj` (an nn.Linear, which stores W_oᵀ)."""
+
+    out_proj: nn.Linear
+
+    @property
+    def w_o(self) -> Float[Tensor, "c c_out"]:
+        """W_o as the book's formulas write it (c×c_out): C = [heads] W_o + b_o."""
+        return self.out_proj.weight.mT

@@ -1,0 +1,96 @@
+"""`CrossAttention`: multi-head attention whose queries come from X and whose keys and values
+come from another sequence Y (a decoder reading an encoder's output, text reading an image).
+The book has no such class; this one is laid out as its `MultiHeadAttention` is (`W_query`,
+`W_key`, `W_value`, `out_proj`, `dropout`), with `W_key` and `W_value` reading d_kv columns.
+"""
+
+import torch.nn as nn
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from .. import _core
+from .._arguments import check_flag, check_positive, check_probability
+from .._checks import checked_forward
+from .._masks import given_masks, silence_cross
+from .._weights import SeedWeights, cross_weights
+from ._common import OutputProjection, dropout_rate
+
+__all__ = ["CrossAttention"]
+
+
+class CrossAttention(OutputProjection, SeedWeights, nn.Module):
+    """h heads of cross-attention, concatenated and projected by `out_proj`.
+
+    $$C = \\big[A_1 V_1 \\,|\\, \\cdots \\,|\\, A_h V_h\\big] W_o + b_o,\\qquad
+      A_i = \\operatorname{softmax}\\!\\big(Q_i K_i^\\top / \\sqrt{c_h}\\big),\\quad
+      Q = X W_q,\\ K = Y W_k,\\ V = Y W_v$$
+
+    d_in = d (the width of X), d_kv = d_y (the width of Y), d_out = c; Ω and A are n × s per
+    head, never causal. `forward(x, y)` also takes `mask` (*batch, n, s) and
+    `key_padding_mask` (*batch, s) (True = the key exists), shared by the heads; dropout acts
+    on the weights in training mode. With num_heads=1 and `out_proj` the identity it is
+    `functional.cross_attention`.
+
+    >>> import torch
+    >>> from attention import CrossAttention
+    >>> cross = CrossAttention(d_in=3, d_kv=5, d_out=4, num_heads=2)
+    >>> cross(torch.rand(6, 3), torch.rand(7, 5)).shape
+    torch.Size([6, 4])
+    """
+
+    def __init__(
+        self,
+        d_in: int,
+        d_kv: int,
+        d_out: int,
+        dropout: float = 0.0,
+        num_heads: int = 1,
+        qkv_bias: bool = False,
+    ):
+        where = "CrossAttention"
+        check_positive(where, d_in=d_in, d_kv=d_kv, d_out=d_out, num_heads=num_heads)
+        check_probability(where, dropout=dropout)
+        check_flag(where, qkv_bias=qkv_bias)
+        if d_out % num_heads:
+            raise ValueError(
+                f"{where}: d_out={d_out} is not divisible by num_heads={num_heads}; "
+                f"each head needs width d_out / num_heads"
+            )
+        super().__init__()
+        self.d_out = d_out
+        self.num_heads = num_heads
+        self.head_dim = d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_kv, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_kv, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+
+    @checked_forward(cross_weights)
+    def forward(
+        self,
+        x: Float[Tensor, "*batch n d"],
+        y: Float[Tensor, "*batch s d_y"],
+        *,
+        mask: Bool[Tensor, "*batch n s"] | None = None,
+        key_padding_mask: Bool[Tensor, "*batch s"] | None = None,
+        return_weights: bool = False,
+    ) -> (
+        Float[Tensor, "*batch n c_out"]
+        | tuple[Float[Tensor, "*batch n c_out"], Float[Tensor, "*batch h n s"]]
+    ):
+        """(*batch, n, d), (*batch, s, d_y) -> (*batch, n, d_out); with `return_weights`, also
+        A (*batch, h, n, s)."""
+        allowed = given_masks(mask, key_padding_mask)
+        x, y = silence_cross(x, y, allowed)
+        heads = self.num_heads
+        q = _core.split_heads(self.W_query(x), heads)  # (*batch, n, c) -> (*batch, h, n, c_h)
+        k = _core.split_heads(self.W_key(y), heads)  # (*batch, s, c) -> (*batch, h, s, c_h)
+        v = _core.split_heads(self.W_value(y), heads)
+        result = _core.attend(
+            q, k, v, width=self.head_dim, causal=False, allowed=allowed,
+            dropout_p=dropout_rate(self), return_weights=return_weights, heads=True,
+        )  # fmt: skip
+        per_head, a = result if return_weights else (result, None)
+        out = self.out_proj(_core.merge_heads(per_head))  # (*batch, h, n, c_h) -> (*b, n, c)
+        return (out, a) if return_weights else out

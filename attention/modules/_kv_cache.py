@@ -1,0 +1,100 @@
+"""The key-value cache of the book's generation classes (the KV-cache and sliding-window
+attention bonus material of ch. 4 of *Build a Large Language Model (from Scratch)*).
+
+`forward(x, use_cache=True)` attends the new rows of x to the keys and values of every token
+seen since `reset_cache()` (with a sliding window, the last w only), then keeps their own keys
+and values for the next call. As in the book, the cache lives in two non-persistent buffers,
+`cache_k` and `cache_v`, in the layout the book gives them, (*batch, m, h, c_h) before the heads
+are moved forward (so `cache_k.size(1)` counts the cached tokens), and `ptr_current_pos` counts
+the tokens seen. A call that fails (past `context_length`, a different batch) changes nothing.
+"""
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from .. import _core
+from .._shapes import DeviceError, DtypeError, ShapeError
+from ._common import dropout_rate
+
+__all__ = ["KVCache", "refuse_masks_with_cache"]
+
+
+class KVCache:
+    """The book's `cache_k`, `cache_v`, `ptr_current_pos` and `reset_cache()`, and the cached
+    forward pass of a multi-head module (W_query, W_key, W_value, out_proj, num_heads, head_dim)."""
+
+    cache_k: Tensor | None
+    cache_v: Tensor | None
+    ptr_current_pos: int
+
+    def _init_cache(self) -> None:
+        module: nn.Module = self  # type: ignore[assignment]  # a mixin of modules
+        module.register_buffer("cache_k", None, persistent=False)
+        module.register_buffer("cache_v", None, persistent=False)
+        self.ptr_current_pos = 0
+
+    def reset_cache(self) -> None:
+        """Forget the cached keys and values: the next `forward(x, use_cache=True)` starts a new
+        sequence at position 0 (the book's `reset_cache`). Harmless on a fresh module."""
+        self.cache_k, self.cache_v = None, None
+        self.ptr_current_pos = 0
+
+    def _cached_forward(
+        self, where: str, x: Tensor, window: int | None, context_length: int | None
+    ) -> Tensor:
+        """(*batch, t, d) -> (*batch, t, d_out): the new rows against the cache, which grows."""
+        module: nn.Module = self  # type: ignore[assignment]
+        cached_k, cached_v = self.cache_k, self.cache_v
+        t = x.shape[-2]
+        if cached_k is not None:
+            _check_cache(where, x, cached_k)
+        if context_length is not None and self.ptr_current_pos + t > context_length:
+            raise ShapeError(
+                f"{where}: use_cache=True past context_length={context_length}: the cache holds "
+                f"{self.ptr_current_pos} tokens and x adds n={t}; call reset_cache() to start a "
+                f"new sequence (the cache is unchanged)"
+            )
+        heads, width = module.num_heads, module.head_dim
+        q = _core.split_heads(module.W_query(x), heads)  # (*batch, t, c) -> (*batch, h, t, c_h)
+        keys = module.W_key(x).unflatten(-1, (heads, width))  # (*batch, t, c) -> (*b, t, h, c_h)
+        values = module.W_value(x).unflatten(-1, (heads, width))
+        if cached_k is not None:
+            keys = torch.cat([cached_k, keys], dim=-3)  # (*b, m, h, c_h) + t rows -> m + t rows
+            values = torch.cat([cached_v, values], dim=-3)
+        per_head = _core.attend_new_rows(
+            q, keys.transpose(-3, -2), values.transpose(-3, -2),  # -> (*batch, h, m + t, c_h)
+            width=width, window=window, dropout_p=dropout_rate(module), heads=True,
+        )  # fmt: skip
+        out = module.out_proj(_core.merge_heads(per_head))  # (*batch, h, t, c_h) -> (*b, t, c)
+        self.cache_k = _core.kept_rows(keys, window, dim=-3)
+        self.cache_v = _core.kept_rows(values, window, dim=-3)
+        self.ptr_current_pos += t
+        return out
+
+
+def refuse_masks_with_cache(where: str, **given: object) -> None:
+    """use_cache=True computes causal rows against the cache: no masks, no weights returned."""
+    named = [name for name, value in given.items() if value is not None and value is not False]
+    if named:
+        raise ValueError(
+            f"{where}: use_cache=True takes no mask, key_padding_mask or return_weights, "
+            f"got {', '.join(named)}"
+        )
+
+
+def _check_cache(where: str, x: Tensor, cached: Tensor) -> None:
+    """x must continue the cached sequences: the same batch, dtype and device."""
+    if cached.shape[:-3] != x.shape[:-2]:
+        raise ShapeError(
+            f"{where}: x has batch={tuple(x.shape[:-2])} but cache_k has "
+            f"batch={tuple(cached.shape[:-3])}; call reset_cache() to start new sequences"
+        )
+    if cached.dtype != x.dtype:
+        raise DtypeError(
+            f"{where}: x has dtype {x.dtype} but cache_k has {cached.dtype}; call reset_cache()"
+        )
+    if cached.device != x.device:
+        raise DeviceError(
+            f"{where}: x is on {x.device} but cache_k is on {cached.device}; call reset_cache()"
+        )

@@ -1,0 +1,158 @@
+"""The book's multi-head attention classes (section 3.6 of *Build a Large Language Model (from
+Scratch)*), checked: the wrapper of `CausalAttention` heads, and `MultiHeadAttention`, which also
+has the key-value cache of ch. 4's bonus material (`forward(x, use_cache=True)`,
+`reset_cache()`). Faithful as the single-head classes are (same seeds, same numbers, the book's
+state_dicts load).
+"""
+
+import torch
+import torch.nn as nn
+from jaxtyping import Float
+from torch import Tensor
+
+from .._arguments import check_flag, check_positive, check_probability
+from .._checks import checked_forward
+from .._heads import _multi_head_attention
+from .._masks import KeyPaddingArg, MaskArg, given_masks
+from .._weights import SeedWeights, heads_weights, multi_head_weights
+from ._common import OutputProjection, dropout_rate, within_context
+from ._kv_cache import KVCache, refuse_masks_with_cache
+from ._single_head import CausalAttention
+
+__all__ = ["MultiHeadAttentionWrapper", "MultiHeadAttention"]
+
+
+class MultiHeadAttentionWrapper(nn.Module):
+    """The book's `MultiHeadAttentionWrapper`: `num_heads` independent `CausalAttention` heads,
+    run one after the other and concatenated; output width num_heads · d_out.
+
+    Its `forward` checks every head's weights itself, so an error names the wrapper and the head
+    (`heads[2].W_query.weight has d=3 but x has d=4`), not the inner `CausalAttention`.
+    """
+
+    def __init__(
+        self,
+        d_in: int,
+        d_out: int,
+        context_length: int,
+        dropout: float,
+        num_heads: int,
+        qkv_bias: bool = False,
+    ):
+        check_positive("MultiHeadAttentionWrapper", num_heads=num_heads)
+        check_flag("MultiHeadAttentionWrapper", qkv_bias=qkv_bias)
+        super().__init__()
+        self.heads = nn.ModuleList(
+            [
+                CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)
+                for _ in range(num_heads)
+            ]
+        )
+
+    @checked_forward(heads_weights)
+    def forward(
+        self,
+        x: Float[Tensor, "*batch n d"],
+        *,
+        mask: MaskArg = None,
+        key_padding_mask: KeyPaddingArg = None,
+    ) -> Float[Tensor, "*batch n c_out"]:
+        """(*batch, n, d) -> (*batch, n, num_heads · d_out); masks as in CausalAttention."""
+        for index, head in enumerate(self.heads):
+            where = "MultiHeadAttentionWrapper.forward"
+            within_context(where, x.shape[-2], head.mask.shape[-1], f"heads[{index}] has ")
+        return torch.cat(
+            [head(x, mask=mask, key_padding_mask=key_padding_mask) for head in self.heads], dim=-1
+        )
+
+
+class MultiHeadAttention(KVCache, OutputProjection, SeedWeights, nn.Module):
+    """The book's `MultiHeadAttention`: h fused causal heads of width c_h = d_out / num_heads,
+    concatenated and projected by `out_proj`; with the key-value cache of ch. 4.
+
+    $$C = \\big[A_1 V_1 \\,|\\, \\cdots \\,|\\, A_h V_h\\big] W_o + b_o,\\qquad
+      A_i = \\operatorname{dropout}\\!\\big(\\operatorname{softmax}(\\text{masked } Q_i K_i^\\top /
+      \\sqrt{c_h})\\big)$$
+
+    Head i uses columns i·c_h … (i+1)·c_h−1 of Q, K, V. Without weights or dropout, all heads run in
+    one fused `scaled_dot_product_attention` call with its causal flag. `forward` also takes a
+    `mask` (*batch, n, n) and a `key_padding_mask` (*batch, n) as CausalAttention does, shared by
+    all heads.
+
+    Generation (the book's KV-cache class, ch. 4): `forward(x, use_cache=True)` attends the new
+    tokens x to themselves and to every token since `reset_cache()`, and caches their keys and
+    values (`cache_k`, `cache_v`, non-persistent buffers; `ptr_current_pos` counts the tokens),
+    so the book's `GPTModel` with KV cache runs with this class in place of its own. The cached
+    tokens and the new ones together may not pass `context_length`. The state_dicts of both
+    book classes load: chapter 3's (with `mask`) and the KV-cache one's (without).
+    """
+
+    mask: Tensor
+
+    def __init__(
+        self,
+        d_in: int,
+        d_out: int,
+        context_length: int,
+        dropout: float,
+        num_heads: int,
+        qkv_bias: bool = False,
+    ):
+        where = "MultiHeadAttention"
+        check_positive(
+            where, d_in=d_in, d_out=d_out, context_length=context_length, num_heads=num_heads
+        )
+        check_probability(where, dropout=dropout)
+        check_flag(where, qkv_bias=qkv_bias)
+        if d_out % num_heads:
+            raise ValueError(
+                f"{where}: d_out={d_out} is not divisible by num_heads={num_heads}; "
+                f"each head needs width d_out / num_heads"
+            )
+        super().__init__()
+        self.d_out = d_out
+        self.num_heads = num_heads
+        self.head_dim = d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer(
+            "mask", torch.triu(torch.ones(context_length, context_length), diagonal=1)
+        )
+        self._init_cache()
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[override]
+        # The KV-cache class of ch. 4 registers `mask` as non-persistent, so its state_dicts
+        # have none: the mask being a constant of context_length, ours stands in for it.
+        state_dict.setdefault(prefix + "mask", self.mask)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    @checked_forward(multi_head_weights)
+    def forward(
+        self,
+        x: Float[Tensor, "*batch n d"],
+        use_cache: bool = False,
+        *,
+        mask: MaskArg = None,
+        key_padding_mask: KeyPaddingArg = None,
+        return_weights: bool = False,
+    ) -> (
+        Float[Tensor, "*batch n c_out"]
+        | tuple[Float[Tensor, "*batch n c_out"], Float[Tensor, "*batch h n n"]]
+    ):
+        """(*batch, n, d) -> (*batch, n, d_out); with `return_weights`, also A (*batch, h, n, n).
+        With `use_cache`, x holds the new tokens only (see the class docstring)."""
+        where = "MultiHeadAttention.forward"
+        if use_cache:
+            refuse_masks_with_cache(where, mask=mask, key_padding_mask=key_padding_mask,
+                                    return_weights=return_weights)  # fmt: skip
+            return self._cached_forward(where, x, None, self.mask.shape[-1])
+        within_context(where, x.shape[-2], self.mask.shape[-1])
+        return _multi_head_attention(
+            x, self.W_query.weight.mT, self.W_key.weight.mT, self.W_value.weight.mT,
+            self.out_proj.weight.mT, self.num_heads,
+            self.W_query.bias, self.W_key.bias, self.W_value.bias, self.out_proj.bias,
+            True, given_masks(mask, key_padding_mask), dropout_rate(self), return_weights,
+        )  # fmt: skip

@@ -1,0 +1,159 @@
+"""The book's single-head attention classes (sections 3.3–3.5 of *Build a Large Language Model
+(from Scratch)*), checked.
+
+Each class has the book's constructor arguments, parameter names, creation order and
+initialisation, so the same `torch.manual_seed` gives the same numbers and a `state_dict` saved
+from the book's class loads unchanged. On top: every `forward` is shape-checked (input, the
+module's own weights, result), and the forward pass runs on PyTorch's fused kernel when it can.
+
+Weight orientation. The book writes Q = X Wq with Wq of shape d×c. `SelfAttentionV1` stores
+exactly that (`W_query`: d×c); the `nn.Linear` classes store Wqᵀ (`W_query.weight`: c×d).
+Every class exposes the book's matrices as `w_q`, `w_k`, `w_v` (d×c), and
+`copy_weights(source, target)` moves them between any two single-head classes (the book's
+exercise 3.1).
+"""
+
+import torch
+import torch.nn as nn
+from jaxtyping import Float
+from torch import Tensor
+
+from .. import _core
+from .._arguments import check_flag, check_positive, check_probability
+from .._checks import checked_forward
+from .._heads import _scaling_width
+from .._masks import KeyPaddingArg, MaskArg, given_masks, silence_isolated
+from .._weights import SeedWeights, copy_weights, v1_weights, v2_weights
+from ._common import dropout_rate, within_context
+
+__all__ = ["SelfAttentionV1", "SelfAttentionV2", "CausalAttention", "copy_weights"]
+
+Context = Float[Tensor, "*batch n c"]
+ContextAndWeights = tuple[Float[Tensor, "*batch n c"], Float[Tensor, "*batch n n"]]
+
+
+def _linear_attend(
+    module: nn.Module,
+    x: Tensor,
+    *,
+    causal: bool,
+    mask: Tensor | None = None,
+    key_padding_mask: Tensor | None = None,
+    return_weights: bool,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """The forward of the `nn.Linear` single-head modules: mask, project, scale by √c, dropout,
+    AV. Positions that neither attend nor are attended are zeroed first (`silence_isolated`)."""
+    allowed = given_masks(mask, key_padding_mask)
+    x = silence_isolated(x, causal, allowed)
+    q, k, v = module.W_query(x), module.W_key(x), module.W_value(x)
+    return _core.attend(
+        q, k, v, width=_scaling_width(module.w_q), causal=causal, allowed=allowed,
+        dropout_p=dropout_rate(module), return_weights=return_weights, heads=False,
+    )  # fmt: skip
+
+
+class SelfAttentionV1(SeedWeights, nn.Module):
+    """The book's `SelfAttention_v1`: Wq, Wk, Wv as three `nn.Parameter` of shape (d_in, d_out).
+
+    $$C = \\operatorname{softmax}\\!\\big(X W_q (X W_k)^\\top / \\sqrt{c}\\big)\\, X W_v$$
+
+    with d = d_in and c = d_out; weights drawn by `torch.rand` as in the book.
+
+    >>> import torch
+    >>> from attention import SelfAttentionV1
+    >>> _ = torch.manual_seed(123)
+    >>> sa = SelfAttentionV1(d_in=3, d_out=2)
+    >>> sa(torch.rand(6, 3)).shape
+    torch.Size([6, 2])
+    """
+
+    def __init__(self, d_in: int, d_out: int):
+        check_positive("SelfAttentionV1", d_in=d_in, d_out=d_out)
+        super().__init__()
+        self.W_query = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_key = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_value = nn.Parameter(torch.rand(d_in, d_out))
+
+    @checked_forward(v1_weights)
+    def forward(
+        self, x: Float[Tensor, "*batch n d"], *, return_weights: bool = False
+    ) -> Context | ContextAndWeights:
+        """C (*batch, n, c) from X (*batch, n, d); with `return_weights`, (C, A)."""
+        q, k, v = x @ self.W_query, x @ self.W_key, x @ self.W_value
+        return _core.attend(
+            q, k, v, width=_scaling_width(self.W_query), causal=False, allowed=None,
+            dropout_p=0.0, return_weights=return_weights, heads=False,
+        )  # fmt: skip
+
+
+class SelfAttentionV2(SeedWeights, nn.Module):
+    """The book's `SelfAttention_v2`: Wq, Wk, Wv as three `nn.Linear(d_in, d_out, qkv_bias)`.
+
+    Same formula as V1 (plus optional biases); `nn.Linear` stores `W_query.weight` = Wqᵀ (c×d),
+    and `self.w_q` gives Wq (d×c). Initialisation is `nn.Linear`'s, as in the book.
+    """
+
+    def __init__(self, d_in: int, d_out: int, qkv_bias: bool = False):
+        check_positive("SelfAttentionV2", d_in=d_in, d_out=d_out)
+        check_flag("SelfAttentionV2", qkv_bias=qkv_bias)
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+
+    @checked_forward(v2_weights)
+    def forward(
+        self, x: Float[Tensor, "*batch n d"], *, return_weights: bool = False
+    ) -> Context | ContextAndWeights:
+        """C (*batch, n, c) from X (*batch, n, d); with `return_weights`, (C, A)."""
+        return _linear_attend(self, x, causal=False, return_weights=return_weights)
+
+
+class CausalAttention(SeedWeights, nn.Module):
+    """The book's `CausalAttention`: V2 plus a causal mask and dropout on the weights.
+
+    $$a_{m,p} = 0 \\text{ for } p > m, \\qquad
+      A = \\operatorname{dropout}\\!\\big(\\operatorname{softmax}(\\text{masked }
+          \\Omega/\\sqrt{c})\\big)$$
+
+    The `mask` buffer (context_length × context_length, 1 above the diagonal) is kept as in the
+    book so that its state_dicts load; inputs may have at most `context_length` tokens. Dropout
+    acts in training mode only. `forward` also takes a boolean `mask` (*batch, n, n) (True = may
+    attend) and a `key_padding_mask` (*batch, n) (True = the key exists: the opposite of
+    torch.nn.MultiheadAttention's), combined with the causal one.
+    """
+
+    mask: Tensor
+
+    def __init__(
+        self, d_in: int, d_out: int, context_length: int, dropout: float, qkv_bias: bool = False
+    ):
+        check_positive("CausalAttention", d_in=d_in, d_out=d_out, context_length=context_length)
+        check_probability("CausalAttention", dropout=dropout)
+        check_flag("CausalAttention", qkv_bias=qkv_bias)
+        super().__init__()
+        self.d_out = d_out
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer(
+            "mask", torch.triu(torch.ones(context_length, context_length), diagonal=1)
+        )
+
+    @checked_forward(v2_weights)
+    def forward(
+        self,
+        x: Float[Tensor, "*batch n d"],
+        *,
+        mask: MaskArg = None,
+        key_padding_mask: KeyPaddingArg = None,
+        return_weights: bool = False,
+    ) -> Context | ContextAndWeights:
+        """C (*batch, n, c) from X (*batch, n, d), n ≤ context_length; with `return_weights`,
+        (C, A)."""
+        within_context("CausalAttention.forward", x.shape[-2], self.mask.shape[-1])
+        return _linear_attend(
+            self, x, causal=True, mask=mask, key_padding_mask=key_padding_mask,
+            return_weights=return_weights,
+        )  # fmt: skip

@@ -1,0 +1,130 @@
+"""`functional.decode_step`: new rows against a cache of keys and values give exactly the rows of
+causal (or sliding-window) self-attention, one token at a time or in chunks; bad caches are
+named."""
+
+import numpy as np
+import pytest
+import torch
+from reference import batched_reference, causal_allowed, window_allowed
+
+from attention import DtypeError, ShapeError
+from attention import functional as F
+
+
+def make(batch, n, d, c, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*batch, n, d, generator=g, dtype=dtype)
+    return x, *(torch.randn(d, c, generator=g, dtype=dtype) for _ in range(3))
+
+
+def decode(x, weights, chunks, window=None):
+    """The rows of x fed in chunks of the given sizes; all the rows, and every cache returned."""
+    rows, caches, cache, start = [], [], None, 0
+    for size in chunks:
+        row, cache = F.decode_step(x[..., start : start + size, :], *weights, cache, window=window)
+        rows.append(row)
+        caches.append(cache)
+        start += size
+    return torch.cat(rows, dim=-2), caches
+
+
+@pytest.mark.parametrize(
+    ("batch", "chunks", "window"),
+    [
+        ((), [1] * 7, None),  # one token at a time, as derive check --variant kv-cache does
+        ((2,), [3, 1, 1, 2], None),  # a prompt, then tokens, then a chunk
+        ((2, 3), [7], None),  # everything at once: plain causal attention
+        ((2,), [1] * 7, 3),  # a sliding window, one token at a time
+        ((), [4, 1, 2], 2),  # a window shorter than the prompt and than a chunk
+        ((2,), [2, 1, 1, 1, 1, 1], 9),  # a window longer than the sequence: causal
+    ],
+)
+def test_decoding_gives_the_rows_of_causal_attention(batch, chunks, window):
+    n = sum(chunks)
+    x, *weights = make(batch, n, 3, 2)
+    allowed = causal_allowed(n) if window is None else window_allowed(n, window)
+    expected, _ = batched_reference(x, *weights, allowed=allowed)
+    got, caches = decode(x, weights, chunks, window)
+    np.testing.assert_allclose(got.numpy(), expected, rtol=0, atol=1e-12)
+    whole = F.self_attention(x, *weights, causal=True, window=window)
+    torch.testing.assert_close(got, whole, rtol=0, atol=1e-12)
+    seen = np.cumsum(chunks)
+    for (k, v), m in zip(caches, seen, strict=True):
+        kept = m if window is None else min(m, window)
+        assert k.shape == v.shape == (*batch, kept, 2)
+        torch.testing.assert_close(k, x[..., m - kept : m, :] @ weights[1], rtol=0, atol=1e-14)
+
+
+def test_float32_token_by_token_stays_within_1e_5_of_the_fast_path():
+    x, *weights = make((2,), 40, 16, 8, dtype=torch.float32)
+    weights = [w / 4 for w in weights]  # unit-variance projections, as nn.Linear's are
+    got, _ = decode(x, weights, [1] * 40)
+    torch.testing.assert_close(got, F.self_attention(x, *weights, causal=True), rtol=0, atol=1e-5)
+
+
+def test_the_cache_is_what_it_returned_and_gradients_flow():
+    x, *weights = make((), 5, 3, 2)
+    leaves = [w.clone().requires_grad_() for w in weights]
+    rows, _ = decode(x, leaves, [2, 1, 1, 1])
+    grads = torch.autograd.grad(rows.sum(), leaves)
+    expected = torch.autograd.grad(F.self_attention(x, *leaves, causal=True).sum(), leaves)
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("cache", "error", "message"),
+    [
+        # a cache of another width c
+        (lambda: (torch.randn(4, 3), torch.randn(4, 3)), ShapeError,
+         r"^decode_step: cache\[0\] has c=3 but w_q has c=2"),
+        # keys and values of different lengths
+        (lambda: (torch.randn(4, 2), torch.randn(3, 2)), ShapeError,
+         r"^decode_step: cache\[1\] has m=3 but cache\[0\] has m=4"),
+        # a cache for another batch
+        (lambda: (torch.randn(2, 4, 2), torch.randn(2, 4, 2)), ShapeError,
+         r"^decode_step: cache\[0\] has batch=\(2,\) but x_new has batch=\(\)"),
+        # K alone, not (K, V)
+        (lambda: torch.randn(4, 2), TypeError,
+         r"^decode_step: cache must be None or a tuple of 2 tensors of shapes \(\*batch, m, c\), \(\*batch, m, c\), got Tensor"),
+        # a list where a tuple is returned
+        (lambda: [torch.randn(4, 2), torch.randn(4, 2)], TypeError, r"cache must be None or a tuple of 2 tensors.*got list"),
+        # three tensors
+        (lambda: (torch.randn(4, 2),) * 3, TypeError, r"cache must be None or a tuple of 2 tensors.*got a tuple of 3"),
+        # None inside the tuple
+        (lambda: (torch.randn(4, 2), None), TypeError,
+         r"^decode_step: cache\[1\] must be a torch.Tensor of shape \(\*batch, m, c\), got None"),
+        # an integer cache
+        (lambda: (torch.ones(4, 2, dtype=torch.int64),) * 2, DtypeError, r"^decode_step: cache\[0\] must be a floating-point"),
+        # float64 cache, float32 tensors
+        (lambda: (torch.randn(4, 2, dtype=torch.float64),) * 2, DtypeError,
+         r"^decode_step: cache\[0\] has dtype torch.float64 but x_new has torch.float32"),
+        # a cache on another device
+        (lambda: (torch.randn(4, 2, device="meta"),) * 2, ValueError, r"^decode_step: cache\[0\] is on meta but x_new is on cpu"),
+    ],
+    ids=["width", "lengths", "batch", "tensor", "list", "three", "none-inside", "integer", "dtype", "device"],
+)  # fmt: skip
+def test_a_bad_cache_is_named(cache, error, message):
+    x, *weights = make((), 1, 3, 2, dtype=torch.float32)
+    F.decode_step(x, *weights, (torch.randn(4, 2), torch.randn(4, 2)))  # a good call first
+    with pytest.raises(error, match=message):
+        F.decode_step(x, *weights, cache())
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "message"),
+    [
+        ({"x_new": torch.randn(1, 4)}, ShapeError, r"^decode_step: w_q has d=3 but x_new has d=4"),
+        ({"x_new": torch.randn(3)}, ShapeError, r"^decode_step: x_new must have shape \(\*batch, t, d\)"),
+        ({"x_new": torch.randn(0, 3)}, ShapeError, r"^decode_step: x_new has t=0; every dimension must be at least 1"),
+        ({"w_v": torch.randn(3, 5)}, ShapeError, r"^decode_step: w_v has c=5 but w_q has c=2"),
+        ({"window": 0}, ValueError, r"^decode_step: window must be a positive integer or None, got window=0"),
+        ({"window": True}, ValueError, r"^decode_step: window must be a positive integer or None, got window=True"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_named(changes, error, message):
+    x, w_q, w_k, w_v = make((), 1, 3, 2, dtype=torch.float32)
+    arguments = {"x_new": x, "w_q": w_q, "w_k": w_k, "w_v": w_v, **changes}
+    positional = [arguments.pop(name) for name in ("x_new", "w_q", "w_k", "w_v")]
+    with pytest.raises(error, match=message):
+        F.decode_step(*positional, **arguments)
