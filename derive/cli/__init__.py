@@ -210,8 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         if args.command is None:
             raise UsageError(
-                f"{PROG}: missing command: latex, markdown, pdf, html, notebook, docs, check or conform "
-                f"(see '{PROG} --help')"
+                f"{PROG}: missing command: latex, markdown, pdf, html, notebook, docs, check or "
+                f"conform (see '{PROG} --help')"
             )
         if args.command == "check":
             from .check import run_check
