@@ -19,6 +19,7 @@ from .modules import (
     SelfAttentionV2,
     copy_weights,
 )
+from .rope import apply_rope, compute_rope_params
 
 __all__ = [
     "functional",
@@ -37,3 +38,6 @@ __all__ = [
     "DeviceError",
     "checks_enabled",
 ]
+
+# RoPE (the book's Llama 3 and Qwen 3)
+__all__ += ["compute_rope_params", "apply_rope"]
