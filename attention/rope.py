@@ -26,7 +26,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from ._checks import checked
-from ._shapes import ShapeError, check_positive
+from ._shapes import ShapeError, check_positive, own_dtype
 
 __all__ = ["compute_rope_params", "rope_frequencies", "rotate_half", "apply_rope"]
 
@@ -154,16 +154,18 @@ def rotate_half(x: Float[Tensor, "*batch n c"]) -> Float[Tensor, "*batch n c"]:
 @checked
 def apply_rope(
     x: Float[Tensor, "*batch n c"],
-    cos: Float[Tensor, "n_ctx c"],
-    sin: Float[Tensor, "n_ctx c"],
+    cos: own_dtype(Float[Tensor, "n_ctx c"]),
+    sin: own_dtype(Float[Tensor, "n_ctx c"]),
     offset: int = 0,
 ) -> Float[Tensor, "*batch n c"]:
     """Rotate each row of x by its position: row m (0-based) by the angles of position
     offset + m, $x \\circ \\cos + (x R) \\circ \\sin$ (see the module docstring).
 
     x: queries or keys, (*batch, n, c) (per head: c = c_h); cos, sin: (n_ctx, c) from
-    `compute_rope_params`, n_ctx ≥ offset + n. The book's `apply_rope(x, cos, sin)` is
-    offset 0 on (b, h, n, c_h); `offset` places a block of new tokens after the cached ones.
+    `compute_rope_params`, n_ctx ≥ offset + n, in any float dtype (computed in the promoted one,
+    returned in x's: float32 tables with bfloat16 x, as the book's models do). The book's
+    `apply_rope(x, cos, sin)` is offset 0 on (b, h, n, c_h); `offset` places a block of new
+    tokens after the cached ones.
 
     >>> cos, sin = compute_rope_params(head_dim=2, theta_base=10_000, context_length=8)
     >>> apply_rope(torch.tensor([[1.0, 0.0]]), cos, sin, offset=1)  # (cos 1, sin 1)

@@ -8,6 +8,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from llms_from_scratch import llama3, qwen3
+from reference_variants import rope_reference
 
 from attention import ShapeError, apply_rope, compute_rope_params
 from attention.rope import rope_frequencies, rotate_half
@@ -69,20 +70,6 @@ def test_llama_31_smoothing_follows_its_three_cases():
     assert cases == {"fast", "slow", "between"}  # the sizes reach every case
     got = rope_frequencies(128, 500_000.0, LLAMA_31, dtype=torch.float64)
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-14)
-
-
-def rope_reference(x, base, offset=0):
-    """Each pair (j, j + c/2) of row m rotated by (offset + m)·base^(−2j/c), entry by entry."""
-    x = np.asarray(x, dtype=np.float64)
-    n, c = x.shape
-    out = np.zeros_like(x)
-    for m in range(n):
-        for j in range(c // 2):
-            angle = (offset + m) * base ** (-2 * j / c)
-            x1, x2 = x[m, j], x[m, j + c // 2]
-            out[m, j] = x1 * math.cos(angle) - x2 * math.sin(angle)
-            out[m, j + c // 2] = x2 * math.cos(angle) + x1 * math.sin(angle)
-    return out
 
 
 @pytest.mark.parametrize("offset", [0, 3])
@@ -192,3 +179,10 @@ def test_checks_off_gives_the_same_numbers_and_skips_the_checks():
             apply_rope(x, cos[:, :2], sin[:, :2])
     finally:
         jaxtyping.config.update("jaxtyping_disable", False)
+
+
+def test_float32_tables_with_bfloat16_x_compute_in_float32_as_the_books():
+    x = torch.randn(2, 3, 10, 16).to(torch.bfloat16)
+    cos, sin = qwen3.compute_rope_params(16, 10_000, 32)  # float32, as the models keep them
+    got = apply_rope(x, cos, sin)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, qwen3.apply_rope(x, cos, sin))
