@@ -10,6 +10,7 @@ them off with `JAXTYPING_DISABLE=1` or `jaxtyping.config.update("jaxtyping_disab
 
 from . import functional
 from ._shapes import AttentionError, DeviceError, DtypeError, ShapeError, checks_enabled
+from .grouped import GroupedQueryAttention, RMSNorm
 from .interop import from_torch_multihead, to_torch_multihead, torch_masks
 from .modules import (
     CausalAttention,
@@ -39,5 +40,5 @@ __all__ = [
     "checks_enabled",
 ]
 
-# RoPE (the book's Llama 3 and Qwen 3)
-__all__ += ["compute_rope_params", "apply_rope"]
+# RoPE, grouped-query attention, QK-norm (the book's Llama 3 and Qwen 3)
+__all__ += ["compute_rope_params", "apply_rope", "GroupedQueryAttention", "RMSNorm"]
