@@ -12,6 +12,7 @@ from . import functional
 from ._shapes import AttentionError, DeviceError, DtypeError, ShapeError, checks_enabled
 from .grouped import GroupedQueryAttention, RMSNorm
 from .interop import from_torch_multihead, to_torch_multihead, torch_masks
+from .latent import MultiHeadLatentAttention
 from .modules import (
     CausalAttention,
     MultiHeadAttention,
@@ -42,3 +43,6 @@ __all__ = [
 
 # RoPE, grouped-query attention, QK-norm (the book's Llama 3 and Qwen 3)
 __all__ += ["compute_rope_params", "apply_rope", "GroupedQueryAttention", "RMSNorm"]
+
+# multi-head latent attention (DeepSeek's, the book's ch04/05_mla)
+__all__ += ["MultiHeadLatentAttention"]
