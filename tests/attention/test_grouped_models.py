@@ -200,3 +200,18 @@ def test_checks_off_gives_the_same_numbers():
         assert torch.equal(module(x, blocked, cos, sin), checked)
     finally:
         jaxtyping.config.update("jaxtyping_disable", False)
+
+
+@pytest.mark.slow
+def test_compiled_modules_give_the_same_numbers_and_still_check():
+    from attention import MultiHeadLatentAttention
+
+    module = GroupedQueryAttention(12, num_heads=4, num_kv_groups=2, head_dim=6, qk_norm=True)
+    latent = MultiHeadLatentAttention(12, 18, 0.0, 3)
+    cos, sin = compute_rope_params(6, context_length=16)
+    x, blocked = torch.randn(2, 7, 12), torch.ones(7, 7, dtype=torch.bool).triu(1)
+    compiled = torch.compile(module, backend="eager")
+    assert torch.equal(compiled(x, blocked, cos, sin), module(x, blocked, cos, sin))
+    assert torch.equal(torch.compile(latent, backend="eager")(x), latent(x))
+    with pytest.raises(ShapeError, match=r"GroupedQueryAttention.forward: W_query.weight has d=12 but x has d=5"):
+        compiled(torch.randn(2, 7, 5), blocked, cos, sin)
