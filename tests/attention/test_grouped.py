@@ -5,6 +5,8 @@ import jaxtyping
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from reference_variants import gqa_reference, rms_reference
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -216,3 +218,31 @@ def test_checks_off_gives_the_same_numbers_and_skips_the_checks():
             grouped_query_attention(x, w_q, w_k, w_v, w_o, mask=wrong, **kwargs)
     finally:
         jaxtyping.config.update("jaxtyping_disable", False)
+
+
+@given(
+    heads_per_group=st.integers(1, 3),
+    groups=st.integers(1, 3),
+    n=st.integers(1, 6),
+    width=st.sampled_from([2, 4]),
+    batch=st.sampled_from([(), (2,)]),
+    causal=st.booleans(),
+)
+def test_grouped_is_multi_head_with_each_groups_columns_repeated(
+    heads_per_group, groups, n, width, batch, causal
+):
+    heads = heads_per_group * groups
+    g = torch.Generator().manual_seed(heads * 100 + n)
+    x = torch.randn(*batch, n, 3, generator=g, dtype=torch.float64)
+    w_q = torch.randn(3, heads * width, generator=g, dtype=torch.float64)
+    w_k, w_v = (torch.randn(3, groups * width, generator=g, dtype=torch.float64) for _ in "kv")
+    w_o = torch.randn(heads * width, 5, generator=g, dtype=torch.float64)
+
+    def per_head(w):  # (d, g·c_h) -> (d, h·c_h): head ℓ gets group ⌊(ℓ−1)·g/h⌋ + 1's columns
+        return w.view(3, groups, 1, width).expand(3, groups, heads_per_group, width).reshape(3, -1)
+
+    expected = F.multi_head_attention(
+        x, w_q, per_head(w_k), per_head(w_v), w_o, heads=heads, causal=causal
+    )
+    got = grouped_query_attention(x, w_q, w_k, w_v, w_o, heads=heads, groups=groups, causal=causal)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)

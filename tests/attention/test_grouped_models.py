@@ -215,3 +215,17 @@ def test_compiled_modules_give_the_same_numbers_and_still_check():
     assert torch.equal(torch.compile(latent, backend="eager")(x), latent(x))
     with pytest.raises(ShapeError, match=r"GroupedQueryAttention.forward: W_query.weight has d=12 but x has d=5"):
         compiled(torch.randn(2, 7, 5), blocked, cos, sin)
+
+
+def test_g_equal_h_without_rope_is_our_multi_head_attention():
+    from attention import MultiHeadAttention
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(10, 12, 16, 0.0, num_heads=4).eval()
+    gqa = GroupedQueryAttention(10, d_out=12, num_heads=4, num_kv_groups=4)
+    with torch.no_grad():
+        mha.out_proj.bias.zero_()  # the books' grouped-query classes have no output bias
+    gqa.load_state_dict({k: v for k, v in mha.state_dict().items() if k in gqa.state_dict()})
+    x = torch.randn(3, 9, 10)
+    causal = torch.ones(16, 16, dtype=torch.bool).triu(1)
+    torch.testing.assert_close(gqa(x, causal), mha(x), rtol=0, atol=1e-6)
