@@ -17,7 +17,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from . import _fused
-from ._core import scale
+from ._core import scale as inverse_sqrt
 from ._masks import allowed_positions, fully_masked_rows
 from ._shapes import ShapeError
 
@@ -44,7 +44,9 @@ def expand_groups(t: Tensor, heads: int) -> Tensor:
     return t.repeat_interleave(heads // t.shape[-3], dim=-3)
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, allowed: Tensor | None):
+def attend(
+    q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, allowed: Tensor | None
+) -> Tensor:
     """C (B, h, n, c_h) = softmax(Q Kᵀ·scale, masked) V per head, head ℓ on group ℓ // (h/g).
 
     `allowed` (B or 1, 1, R, n), R ∈ {1, n}, True = may attend, or None; `causal` kept apart.
@@ -55,7 +57,9 @@ def attend(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, allowed:
     return _forward(q, k, v, scale, causal, allowed)
 
 
-def _forward(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, allowed: Tensor | None):
+def _forward(
+    q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, allowed: Tensor | None
+) -> Tensor:
     gqa = q.shape[-3] != k.shape[-3]
     if allowed is None:
         return F.scaled_dot_product_attention(
@@ -82,7 +86,7 @@ def attend_heads(q: Tensor, k: Tensor, v: Tensor, causal: bool, allowed: Tensor 
             allowed = allowed.view(1, 1, rows, n)
         else:
             allowed = torch.broadcast_to(allowed, (*lead, rows, n)).reshape(-1, 1, rows, n)
-    out = attend(q4, k4, v4, scale(width), causal, allowed)
+    out = attend(q4, k4, v4, inverse_sqrt(width), causal, allowed)
     return out.view(*lead, heads, n, width)  # (B, h, n, c_h) -> (*lead, h, n, c_h)
 
 
@@ -138,7 +142,8 @@ def gradients(
     if groups == heads:
         return _fused.gradients(q, k, v, grad_out, scale, causal, allowed)
     r = heads // groups
-    dq, dk, dv = [], [], []
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
     for j in range(groups):
         heads_j = slice(j * r, (j + 1) * r)
         shape = (batch, r, n, k.shape[-1])
@@ -147,7 +152,7 @@ def gradients(
         dq_j, dk_j, dv_j = _fused.gradients(
             q[:, heads_j], k_j, v_j, grad_out[:, heads_j], scale, causal, allowed
         )
-        dq.append(dq_j)
-        dk.append(dk_j.sum(dim=1))  # (B, r, n, c_h) -> (B, n, c_h)
-        dv.append(dv_j.sum(dim=1))
-    return torch.cat(dq, dim=1), torch.stack(dk, dim=1), torch.stack(dv, dim=1)
+        dq[:, heads_j] = dq_j
+        torch.sum(dk_j, dim=1, out=dk[:, j])  # (B, r, n, c_h) -> (B, n, c_h)
+        torch.sum(dv_j, dim=1, out=dv[:, j])
+    return dq, dk, dv
