@@ -19,7 +19,6 @@ from torch.autograd.function import once_differentiable
 from . import _fused
 from ._core import scale as inverse_sqrt
 from ._masks import allowed_positions, fully_masked_rows
-from ._shapes import ShapeError
 
 #: Inputs of lower precision are normalised in float32, as the book's Qwen 3 `RMSNorm` does.
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -90,18 +89,11 @@ def attend_heads(q: Tensor, k: Tensor, v: Tensor, causal: bool, allowed: Tensor 
     return out.view(*lead, heads, n, width)  # (B, h, n, c_h) -> (*lead, h, n, c_h)
 
 
-def book_mask(where: str, blocked: Tensor | None, n: int) -> tuple[bool, Tensor | None]:
-    """(causal, allowed) from the book's mask (True = may NOT attend), its top-left n×n block
-    taken (llama3 passes context_length × context_length): the kernel's causal flag when it is
-    the causal mask, else allowed = ~blocked."""
+def book_mask(blocked: Tensor | None, n: int) -> tuple[bool, Tensor | None]:
+    """(causal, allowed) from the books' (n, n) mask (True = may NOT attend): the kernel's causal
+    flag when it is the causal mask, else allowed = ~blocked."""
     if blocked is None:
         return False, None
-    if blocked.shape[0] < n:
-        raise ShapeError(
-            f"{where}: blocked has n_mask={blocked.shape[0]} rows but x has n={n} tokens; "
-            f"the mask must cover every query and key"
-        )
-    blocked = blocked[:n, :n]
     if torch.equal(blocked, torch.ones(n, n, dtype=torch.bool, device=blocked.device).triu(1)):
         return True, None
     return False, ~blocked

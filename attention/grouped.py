@@ -89,7 +89,7 @@ def grouped_query_attention(
     w_q: Float[Tensor, "d c"],
     w_k: Float[Tensor, "d c_kv"],
     w_v: Float[Tensor, "d c_kv"],
-    w_o: Float[Tensor, "c d_out"] | None = None,
+    w_o: Float[Tensor, "c c_out"] | None = None,
     *,
     heads: int = 1,
     groups: int | None = None,
@@ -99,16 +99,16 @@ def grouped_query_attention(
     k_gain: own_dtype(Float[Tensor, " c_h"]) | None = None,
     eps: float = 1e-6,
     mask: Bool[Tensor, "*batch n n"] | None = None,
-) -> Float[Tensor, "*batch n d_out"]:
+) -> Float[Tensor, "*batch n c_out"]:
     """Grouped-query attention, every composition of the module docstring in one function.
 
     x: X (n, d) or (*batch, n, d). w_q: W_q (d, h·c_h); w_k, w_v: (d, g·c_h); w_o: W_o
-    (h·c_h, d_out), or None for no output projection (then d_out = h·c_h: with heads=1, plain
+    (h·c_h, c_out), or None for no output projection (then c_out = h·c_h: with heads=1, plain
     single-head attention). heads: h; groups: g (None: g = h). theta_base: β of RoPE, applied to
     each head's queries and keys at positions 0 … n−1 (None: no RoPE). q_gain, k_gain: (c_h,)
     gains of QK-norm, RMS norm of each head's queries and keys with `eps`, before RoPE (Qwen 3's
     order; None: no QK-norm). causal: query m attends keys p ≤ m; mask (*batch, n, n): True where
-    query m may attend key p. Scale 1/√c_h. Returns C (*batch, n, d_out).
+    query m may attend key p. Scale 1/√c_h. Returns C (*batch, n, c_out).
 
     >>> X = torch.rand(5, 8)
     >>> W_q, W_kv, W_o = torch.rand(8, 16), torch.rand(8, 8), torch.rand(16, 8)
@@ -144,7 +144,8 @@ def grouped_query_attention(
     if k_gain is not None:
         k = _grouped.rms_norm(k, k_gain, eps)
     if theta_base is not None:
-        cos, sin = compute_rope_params(width, theta_base, x.shape[-2], dtype=x.dtype)
+        exact = torch.float64 if x.dtype == torch.float64 else torch.float32  # as the books
+        cos, sin = compute_rope_params(width, theta_base, x.shape[-2], dtype=exact)
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
     k, v = hide_unattended(k, v, causal, mask, heads=True)
     out = _core.merge_heads(_grouped.attend_heads(q, k, v, causal, mask))  # -> (*batch, n, h·c_h)
@@ -168,8 +169,8 @@ class RMSNorm(nn.Module):
         self.shift = nn.Parameter(torch.zeros(emb_dim)) if bias else None
 
     @checked_forward(lambda m: (_NORM_NAMES, (parameter(m, "scale"), parameter(m, "shift"))))
-    def forward(self, x: Float[Tensor, "*batch c"]) -> Float[Tensor, "*batch c"]:
-        """(*batch, c) -> (*batch, c)."""
+    def forward(self, x: Float[Tensor, "*batch n c"]) -> Float[Tensor, "*batch n c"]:
+        """(*batch, n, c) -> (*batch, n, c): each row normalised."""
         return _grouped.rms_norm(x, self.scale, self.eps, self.shift, self.qwen3_compatible)
 
 
@@ -185,7 +186,7 @@ _GQA_NAMES = (
     ("W_query.weight", Float[Tensor, "c d"]),  # nn.Linear stores W_qᵀ: (h·c_h, d)
     ("W_key.weight", Float[Tensor, "c_kv d"]),  # (g·c_h, d)
     ("W_value.weight", Float[Tensor, "c_kv d"]),
-    ("out_proj.weight", Float[Tensor, "d_out c"]),
+    ("out_proj.weight", Float[Tensor, "c_out c"]),
     ("q_norm.scale", own_dtype(Float[Tensor, " c_h"]) | None),
     ("k_norm.scale", own_dtype(Float[Tensor, " c_h"]) | None),
 )
@@ -216,9 +217,9 @@ class GroupedQueryAttention(nn.Module):
 
     The same `torch.manual_seed` gives the same parameters as the book's class, and its
     state_dicts load unchanged. `forward(x, blocked, cos, sin)` is the books' `forward(x, mask,
-    cos, sin)`: `blocked` is their mask, True where query m may NOT attend key p (named apart
-    from this package's `mask`, where True = may attend); its top-left n×n block is used; a row
-    with nothing to attend gets zeros (the book's gets NaN). cos and sin are the tables of
+    cos, sin)`: `blocked` (n, n) is their mask, True where query m may NOT attend key p (named
+    apart from this package's `mask`, where True = may attend); a row with nothing to attend
+    gets zeros (the book's gets NaN). cos and sin are the tables of
     `compute_rope_params` (None, both: no RoPE). The weights and x share one dtype; cos, sin and
     the norms' gains may keep their own (the book's bfloat16 configurations keep them in
     float32, and rotate and normalise in float32).
@@ -272,12 +273,13 @@ class GroupedQueryAttention(nn.Module):
     def forward(
         self,
         x: Float[Tensor, "*batch n d"],
-        blocked: Bool[Tensor, "n_mask n_mask"] | None = None,
+        blocked: Bool[Tensor, "n n"] | None = None,
         cos: own_dtype(Float[Tensor, "n_ctx c_h"]) | None = None,
         sin: own_dtype(Float[Tensor, "n_ctx c_h"]) | None = None,
-    ) -> Float[Tensor, "*batch n d_out"]:
-        """(*batch, n, d_in) -> (*batch, n, d_out); `blocked` (n_mask, n_mask), n_mask ≥ n, True
-        = may not attend; cos, sin (n_ctx, head_dim), n_ctx ≥ n."""
+    ) -> Float[Tensor, "*batch n c_out"]:
+        """(*batch, n, d_in) -> (*batch, n, c_out), c_out the book's output width (llama3's
+        d_out, qwen3's d_in); `blocked` (n, n), True = may not attend; cos, sin (n_ctx, head_dim),
+        n_ctx ≥ n."""
         where = "GroupedQueryAttention.forward"
         n = x.shape[-2]
         if (cos is None) != (sin is None):
@@ -294,7 +296,7 @@ class GroupedQueryAttention(nn.Module):
                     f"{where}: cos and sin have n_ctx={cos.shape[0]} positions but x has n={n} "
                     f"tokens; compute them with a larger context_length"
                 )
-        causal, allowed = _grouped.book_mask(where, blocked, n)
+        causal, allowed = _grouped.book_mask(blocked, n)
         x = silence_isolated(x, causal, allowed)
         q = _core.split_heads(self.W_query(x), self.num_heads)  # -> (*batch, h, n, c_h)
         k = _core.split_heads(self.W_key(x), self.num_kv_groups)  # -> (*batch, g, n, c_h)

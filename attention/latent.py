@@ -32,14 +32,14 @@ def latent_attention(
     w_dkv: Float[Tensor, "d r"],
     w_uk: Float[Tensor, "r c"],
     w_uv: Float[Tensor, "r c"],
-    w_o: Float[Tensor, "c d_out"] | None = None,
+    w_o: Float[Tensor, "c c_out"] | None = None,
     *,
     heads: int = 1,
     causal: bool = True,
-) -> Float[Tensor, "*batch n d_out"]:
+) -> Float[Tensor, "*batch n c_out"]:
     """Multi-head latent attention (the module docstring's formulas): C_kv = X W_dkv (n × r),
     K = C_kv W_uk, V = C_kv W_uv, Q = X W_q, then h heads of width c_h = c/h, concatenated and
-    projected by w_o (None: no projection, d_out = c). Causal unless `causal=False`.
+    projected by w_o (None: no projection, c_out = c). Causal unless `causal=False`.
 
     >>> X, W_q, W_dkv, W_u = torch.rand(5, 8), torch.rand(8, 6), torch.rand(8, 2), torch.rand(2, 6)
     >>> latent_attention(X, W_q, W_dkv, W_u, W_u, heads=3).shape
@@ -72,8 +72,8 @@ _MLA_NAMES = (
     ("W_UK.bias", Float[Tensor, " c"] | None),
     ("W_UV.weight", Float[Tensor, "c r"]),
     ("W_UV.bias", Float[Tensor, " c"] | None),
-    ("out_proj.weight", Float[Tensor, "d_out c"]),
-    ("out_proj.bias", Float[Tensor, " d_out"] | None),
+    ("out_proj.weight", Float[Tensor, "c_out c"]),
+    ("out_proj.bias", Float[Tensor, " c_out"] | None),
 )
 _MLA_LINEARS = ("W_query", "W_DKV", "W_UK", "W_UV", "out_proj")
 
@@ -141,7 +141,7 @@ class MultiHeadLatentAttention(nn.Module):
     @checked_forward(_mla_weights)
     def forward(
         self, x: Float[Tensor, "*batch n d"], use_cache: bool = False
-    ) -> Float[Tensor, "*batch n d_out"]:
+    ) -> Float[Tensor, "*batch n c_out"]:
         """(*batch, n, d_in) -> (*batch, n, d_out), causal; `use_cache`: see the class."""
         n = x.shape[-2]
         latent = self.W_DKV(x)  # the new tokens' C_kv: (*batch, n, r)

@@ -246,3 +246,13 @@ def test_grouped_is_multi_head_with_each_groups_columns_repeated(
     )
     got = grouped_query_attention(x, w_q, w_k, w_v, w_o, heads=heads, groups=groups, causal=causal)
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+
+
+def test_bfloat16_x_with_float32_gains_rotates_and_normalises_in_float32():
+    x, w_q, w_k, w_v, w_o, q_gain, k_gain, _ = make(6, 2, (2,), dtype=torch.float32)
+    kwargs = {"heads": 6, "groups": 2, "causal": True, "theta_base": 100.0}
+    low = [t.to(torch.bfloat16) for t in (x, w_q, w_k, w_v, w_o)]
+    got = grouped_query_attention(*low, q_gain=q_gain, k_gain=k_gain, **kwargs)  # gains: float32
+    assert got.dtype == torch.bfloat16
+    expected = grouped_query_attention(*(t.float() for t in low), q_gain=q_gain, k_gain=k_gain, **kwargs)
+    torch.testing.assert_close(got.float(), expected, rtol=0.05, atol=0.05)
