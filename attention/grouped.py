@@ -219,10 +219,10 @@ class GroupedQueryAttention(nn.Module):
     state_dicts load unchanged. `forward(x, blocked, cos, sin)` is the books' `forward(x, mask,
     cos, sin)`: `blocked` (n, n) is their mask, True where query m may NOT attend key p (named
     apart from this package's `mask`, where True = may attend); a row with nothing to attend
-    gets zeros (the book's gets NaN). cos and sin are the tables of
-    `compute_rope_params` (None, both: no RoPE). The weights and x share one dtype; cos, sin and
-    the norms' gains may keep their own (the book's bfloat16 configurations keep them in
-    float32, and rotate and normalise in float32).
+    gets zeros (the book's gets NaN). cos and sin are the tables of `compute_rope_params` (None,
+    both: no RoPE). The weights and x share one dtype; cos, sin and the norms' gains may keep
+    their own (the book's bfloat16 configurations keep them in float32, and rotate and
+    normalise in float32).
     """
 
     def __init__(self, d_in: int, *, num_heads: int, num_kv_groups: int, d_out: int | None = None,
@@ -237,17 +237,17 @@ class GroupedQueryAttention(nn.Module):
                 f"{where}: give d_out (the book's llama3) or head_dim (its qwen3), not both; "
                 f"got d_out={d_out}, head_dim={head_dim}"
             )
-        width = head_dim if d_out is None else d_out
-        name, total = ("d_out", d_out) if d_out is not None else ("d_in", d_in)
-        if width is None or d_out is not None:
+        if head_dim is None:  # from d_out (llama3) or d_in (qwen3)
+            name, total = ("d_out", d_out) if d_out is not None else ("d_in", d_in)
             check_positive(where, **{name: total})
             if total % num_heads:
                 raise ValueError(
                     f"{where}: {name}={total} is not divisible by num_heads={num_heads}; "
                     f"each head needs width {name} / num_heads"
                 )
-            width = total // num_heads
-        check_positive(where, head_dim=width)
+            head_dim = total // num_heads
+        check_positive(where, head_dim=head_dim)
+        width = head_dim
         super().__init__()
         self.num_heads, self.num_kv_groups = num_heads, num_kv_groups
         self.group_size = num_heads // num_kv_groups
