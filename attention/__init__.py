@@ -12,7 +12,9 @@ them off with `JAXTYPING_DISABLE=1` or `jaxtyping.config.update("jaxtyping_disab
 
 from . import functional
 from ._shapes import AttentionError, DeviceError, DtypeError, ShapeError, checks_enabled
+from .grouped import GroupedQueryAttention, RMSNorm
 from .interop import from_torch_multihead, to_torch_multihead, torch_masks
+from .latent import MultiHeadLatentAttention
 from .modules import (
     CausalAttention,
     CrossAttention,
@@ -23,6 +25,7 @@ from .modules import (
     SelfAttentionV2,
     copy_weights,
 )
+from .rope import apply_rope, compute_rope_params
 
 __all__ = [
     "functional",
@@ -43,3 +46,9 @@ __all__ = [
     "DeviceError",
     "checks_enabled",
 ]
+
+# RoPE, grouped-query attention, QK-norm (the book's Llama 3 and Qwen 3)
+__all__ += ["compute_rope_params", "apply_rope", "GroupedQueryAttention", "RMSNorm"]
+
+# multi-head latent attention (DeepSeek's, the book's ch04/05_mla)
+__all__ += ["MultiHeadLatentAttention"]

@@ -222,7 +222,11 @@ def check_tensors(
     ]
     for name, tensor, candidates in present:
         _check_kind(where, name, tensor, candidates[0])
-    floats = [(name, t) for name, t, c in present if not _is_bool_annotation(c[0])]
+    floats = [
+        (name, t)
+        for name, t, c in present
+        if not _is_bool_annotation(c[0]) and not _keeps_own_dtype(c[0])
+    ]
     for name, tensor in floats[1:]:
         if tensor.dtype != floats[0][1].dtype:
             raise DtypeError(
@@ -292,3 +296,31 @@ def check_result(where: str, name: str, result: Tensor, annotation: Any, binding
     """Check a returned tensor against the bindings made from the arguments; the letters it
     binds first are added to `bindings` (the caller passes a copy)."""
     _bind(where, [(name, result, _array_annotations(annotation)[0].dim_str)], bindings)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensors that keep a float dtype of their own
+
+
+class _OwnDtype:
+    """The marker `own_dtype` puts in `typing.Annotated` metadata."""
+
+    def __repr__(self) -> str:
+        return "own dtype"
+
+
+OWN_DTYPE = _OwnDtype()
+
+
+def own_dtype(annotation: Any) -> Any:
+    """`annotation`, for a tensor whose float dtype need not be the call's: a table or a gain that
+    a model keeps in float32 beside bfloat16 activations and computes with in float32 (the book's
+    Qwen 3 keeps RoPE's cos and sin, and its RMSNorm gains, so). Kind, shape and device are
+    checked as for any tensor; only the dtype agreement of `check_tensors` leaves it out."""
+    return typing.Annotated[annotation, OWN_DTYPE]
+
+
+def _keeps_own_dtype(annotation: Any) -> bool:
+    return typing.get_origin(annotation) is typing.Annotated and any(
+        meta is OWN_DTYPE for meta in typing.get_args(annotation)[1:]
+    )

@@ -18,5 +18,6 @@ venv=${1:-.venv-oldest-torch}
 
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install "torch==$oldest" -e '.[test]'
+"$venv/bin/pip" install --no-deps llms-from-scratch==1.0.19  # the book's package, for the comparisons
 "$venv/bin/python" -c 'import sympy, torch; print("torch", torch.__version__, "sympy", sympy.__version__)'
 "$venv/bin/python" -m pytest -p no:cacheprovider

@@ -120,6 +120,8 @@ _JAXTYPING = (
      "tokens before the new ones"),
     ("*batch m_next c", "the grown cache", "what `decode_step` returns: m + t rows (the last w "
      "with a window)"),
+    ("n_ctx c_h", "RoPE's $\\cos\\Phi$, $\\sin\\Phi$", "`compute_rope_params`' tables "
+     "(context_length × head_dim), as `GroupedQueryAttention.forward` takes them"),
 )  # fmt: skip
 
 

@@ -89,6 +89,20 @@ def good_calls():
          {"x": x}, ["x"], []),
         ("MultiHeadAttentionWithSWA.forward", generating(MultiHeadAttentionWithSWA(D, C, 0.0, HEADS)),
          {"x": x}, ["x"], []),
+        *variant_calls(x),
+    ]  # fmt: skip
+
+
+def variant_calls(x):
+    """The classes of Llama 3, Qwen 3 and latent attention (`attention.grouped`, `.latent`)."""
+    from attention import GroupedQueryAttention, MultiHeadLatentAttention, RMSNorm
+
+    gqa = GroupedQueryAttention(D, num_heads=HEADS, num_kv_groups=1, head_dim=C // HEADS)
+    return [
+        ("GroupedQueryAttention.forward", gqa, {"x": x}, ["x"], ["blocked", "cos", "sin"]),
+        ("RMSNorm.forward", RMSNorm(D), {"x": x}, ["x"], []),
+        ("MultiHeadLatentAttention.forward", MultiHeadLatentAttention(D, C, 0.0, HEADS),
+         {"x": x}, ["x"], []),
     ]  # fmt: skip
 
 

@@ -1,0 +1,185 @@
+"""Rotary position embeddings (RoPE), as the book's Llama 3 and Qwen 3 apply them.
+
+Each head's query and key at position m (0-based; plus `offset` when decoding) is rotated pair
+by pair: feature j is paired with feature j + c/2 (the book's "rotate half"), and the pair i
+turns by the angle m·θ_i with
+
+$$\\theta_i = \\beta^{-2i/c},\\qquad i = 0, \\dots, c/2 - 1,$$
+
+β = `theta_base`. With x₁ = x[..., :c/2], x₂ = x[..., c/2:] and the angles repeated for both
+halves (cos, sin: (positions, c)):
+
+$$\\operatorname{rope}(x) = \\big[x_1 \\cos - x_2 \\sin \\;\\big|\\; x_2 \\cos + x_1 \\sin\\big]
+  = x \\circ \\cos + (x R) \\circ \\sin,\\qquad x R = [-x_2 \\,|\\, x_1].$$
+
+The same rotation at every position leaves q·k depending on the positions only through their
+difference. Equal to the book's `llama3.compute_rope_params` / `qwen3.compute_rope_params` and
+`apply_rope` (Llama 3.1's frequency smoothing included, through `freq_config`); checked at runtime
+like `attention.functional`.
+"""
+
+import math
+from collections.abc import Mapping
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from ._arguments import check_positive
+from ._checks import checked
+from ._shapes import ShapeError, own_dtype
+
+__all__ = ["compute_rope_params", "rope_frequencies", "rotate_half", "apply_rope"]
+
+#: The keys of Llama 3.1's `freq_config` (the book's `LLAMA32_CONFIG_1B["rope_freq"]`).
+FREQ_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_context_length")
+
+
+def _even_width(where: str, name: str, width: int) -> None:
+    if width % 2:
+        raise ShapeError(
+            f"{where}: {name}={width} is odd; RoPE rotates pairs of features (j, j + c/2), "
+            f"so the width must be even"
+        )
+
+
+def _check_freq_config(freq_config: Mapping[str, float]) -> None:
+    missing = [key for key in FREQ_KEYS if key not in freq_config]
+    if missing:
+        raise ValueError(
+            f"compute_rope_params: freq_config needs the keys {', '.join(FREQ_KEYS)}; "
+            f"missing {', '.join(missing)}"
+        )
+    low, high = freq_config["low_freq_factor"], freq_config["high_freq_factor"]
+    if not high > low:
+        raise ValueError(
+            f"compute_rope_params: freq_config needs high_freq_factor > low_freq_factor, "
+            f"got high_freq_factor={high}, low_freq_factor={low}"
+        )
+
+
+def _smoothed(theta: Tensor, freq_config: Mapping[str, float]) -> Tensor:
+    """Llama 3.1's frequencies: with wavelength λ_i = 2π/θ_i and L = original_context_length,
+    θ_i/factor where λ_i > L/low_freq_factor (slow pairs), θ_i where λ_i < L/high_freq_factor
+    (fast pairs), and between them (1 − s_i)·θ_i/factor + s_i·θ_i with
+    s_i = (L/λ_i − low_freq_factor) / (high_freq_factor − low_freq_factor)."""
+    length, factor = freq_config["original_context_length"], freq_config["factor"]
+    low, high = freq_config["low_freq_factor"], freq_config["high_freq_factor"]
+    wavelength = 2 * math.pi / theta
+    s = (length / wavelength - low) / (high - low)
+    between = (1 - s) * (theta / factor) + s * theta
+    slow = torch.where(wavelength > length / low, theta / factor, theta)
+    return torch.where((wavelength <= length / low) & (wavelength >= length / high), between, slow)
+
+
+@checked
+def rope_frequencies(
+    head_dim: int,
+    theta_base: float = 10_000,
+    freq_config: Mapping[str, float] | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Float[Tensor, " half"]:
+    """The c/2 frequencies $\\theta_i = \\beta^{-2i/c}$, i = 0 … c/2 − 1 (smoothed as Llama 3.1's
+    when `freq_config` is given); computed in float64 for float64, else in float32.
+
+    >>> rope_frequencies(4, theta_base=100)
+    tensor([1.0000, 0.1000])
+    """
+    check_positive("rope_frequencies", head_dim=head_dim)
+    _even_width("rope_frequencies", "head_dim", head_dim)
+    if not theta_base > 0:
+        raise ValueError(f"rope_frequencies: theta_base must be positive, got {theta_base!r}")
+    exact = torch.float64 if dtype == torch.float64 else torch.float32
+    exponents = torch.arange(0, head_dim, 2, dtype=exact) / head_dim  # 2i / c
+    theta = 1.0 / (theta_base**exponents)
+    if freq_config is not None:
+        _check_freq_config(freq_config)
+        theta = _smoothed(theta, freq_config)
+    return theta.to(dtype)
+
+
+@checked
+def compute_rope_params(
+    head_dim: int,
+    theta_base: float = 10_000,
+    context_length: int = 4096,
+    freq_config: Mapping[str, float] | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[Float[Tensor, "n_ctx c"], Float[Tensor, "n_ctx c"]]:
+    """(cos, sin) of the angles m·θ_i for positions m = 0 … context_length − 1, each pair's angle
+    written twice (columns i and i + c/2), both of shape (context_length, head_dim): the book's
+    `compute_rope_params` (llama3's signature; qwen3's is the same without `freq_config`).
+
+    Computed in float32 (float64 when `dtype` is float64: then the frequencies are exact to
+    float64, where the book's rounds them to float32), returned in `dtype`.
+
+    >>> cos, sin = compute_rope_params(head_dim=4, context_length=3)
+    >>> cos.shape, sin[1]
+    (torch.Size([3, 4]), tensor([0.8415, 0.0100, 0.8415, 0.0100]))
+    """
+    check_positive("compute_rope_params", head_dim=head_dim, context_length=context_length)
+    _even_width("compute_rope_params", "head_dim", head_dim)
+    theta = rope_frequencies(head_dim, theta_base, freq_config, dtype)
+    exact = torch.float64 if dtype == torch.float64 else torch.float32
+    positions = torch.arange(context_length, dtype=exact)
+    angles = positions[:, None] * theta.to(exact)[None, :]  # (n_ctx, 1) · (1, c/2) -> (n_ctx, c/2)
+    angles = torch.cat([angles, angles], dim=1)  # pair i at columns i and i + c/2 -> (n_ctx, c)
+    return torch.cos(angles).to(dtype), torch.sin(angles).to(dtype)
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)  # [x1 | x2] -> [-x2 | x1]
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor, offset: int = 0) -> Tensor:
+    """Unchecked RoPE (the modules call it after their own checks): x (..., n, c), cos and sin
+    (≥ offset + n, c); computed in the promoted dtype of x and the tables, returned in x's."""
+    n = x.shape[-2]
+    cos, sin = cos[offset : offset + n], sin[offset : offset + n]  # -> (n, c)
+    return (x * cos + _rotate_half(x) * sin).to(x.dtype)
+
+
+@checked
+def rotate_half(x: Float[Tensor, "*batch n c"]) -> Float[Tensor, "*batch n c"]:
+    """$x R = [-x_2 \\,|\\, x_1]$: the halves swapped, the new first half negated (R is the c×c
+    matrix with $R_{j', j} = \\delta_{j', j - c/2} - \\delta_{j', j + c/2}$).
+
+    >>> rotate_half(torch.tensor([[1.0, 2.0, 3.0, 4.0]]))
+    tensor([[-3., -4.,  1.,  2.]])
+    """
+    _even_width("rotate_half", "c", x.shape[-1])
+    return _rotate_half(x)
+
+
+@checked
+def apply_rope(
+    x: Float[Tensor, "*batch n c"],
+    cos: own_dtype(Float[Tensor, "n_ctx c"]),
+    sin: own_dtype(Float[Tensor, "n_ctx c"]),
+    offset: int = 0,
+) -> Float[Tensor, "*batch n c"]:
+    """Rotate each row of x by its position: row m (0-based) by the angles of position
+    offset + m, $x \\circ \\cos + (x R) \\circ \\sin$ (see the module docstring).
+
+    x: queries or keys, (*batch, n, c) (per head: c = c_h); cos, sin: (n_ctx, c) from
+    `compute_rope_params`, n_ctx ≥ offset + n, in any float dtype (computed in the promoted one,
+    returned in x's: float32 tables with bfloat16 x, as the book's models do). The book's
+    `apply_rope(x, cos, sin)` is offset 0 on (b, h, n, c_h); `offset` places a block of new
+    tokens after the cached ones.
+
+    >>> cos, sin = compute_rope_params(head_dim=2, theta_base=10_000, context_length=8)
+    >>> apply_rope(torch.tensor([[1.0, 0.0]]), cos, sin, offset=1)  # (cos 1, sin 1)
+    tensor([[0.5403, 0.8415]])
+    """
+    n, width = x.shape[-2], x.shape[-1]
+    _even_width("apply_rope", "c", width)
+    if isinstance(offset, bool) or offset < 0:
+        raise ValueError(f"apply_rope: offset must be a non-negative int, got offset={offset!r}")
+    if cos.shape[0] < offset + n:
+        raise ShapeError(
+            f"apply_rope: cos and sin have n_ctx={cos.shape[0]} positions but x needs "
+            f"offset + n = {offset} + {n} = {offset + n}; compute them with a larger "
+            f"context_length"
+        )
+    return rotate(x, cos, sin, offset)

@@ -1,0 +1,15 @@
+"""The README's example of grouped-query and latent attention runs and gives the shapes it says."""
+
+import re
+from pathlib import Path
+
+README = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_variants_example_runs():
+    section = README.split("### Llama 3, Qwen 3 and latent attention", 1)[1]
+    (example,) = re.findall(r"```py\n(.*?)```", section.split("\n## ", 1)[0], re.S)
+    namespace: dict = {}
+    exec(compile(example, "README.md", "exec"), namespace)  # noqa: S102
+    assert namespace["C"].shape == (2, 10, 64)
+    assert namespace["gqa"].q_norm is not None and namespace["cos"].shape == (32, 8)
