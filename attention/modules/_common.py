@@ -1,5 +1,5 @@
-"""What the module classes share: the dropout rate a forward uses, the context-length check, the
-output projection's W_o."""
+"""What the module classes share: the layers of multi-head attention (in the book's order), the
+dropout rate a forward uses, the context-length check, the output projection's W_o."""
 
 import torch.nn as nn
 from jaxtyping import Float
@@ -7,7 +7,32 @@ from torch import Tensor
 
 from .._shapes import ShapeError
 
-__all__ = ["dropout_rate", "within_context", "OutputProjection"]
+__all__ = ["check_heads", "add_head_layers", "dropout_rate", "within_context", "OutputProjection"]
+
+
+def check_heads(where: str, d_out: int, num_heads: int) -> None:
+    """ValueError unless num_heads divides d_out (each head gets d_out / num_heads columns)."""
+    if d_out % num_heads:
+        raise ValueError(
+            f"{where}: d_out={d_out} is not divisible by num_heads={num_heads}; "
+            f"each head needs width d_out / num_heads"
+        )
+
+
+def add_head_layers(
+    module: nn.Module, d_in: int, d_kv: int, d_out: int, num_heads: int, dropout: float,
+    qkv_bias: bool,
+) -> None:  # fmt: skip
+    """The layers of the book's `MultiHeadAttention`, created in its order (the same seed gives
+    the same weights): W_query (d_in), W_key and W_value (d_kv), out_proj, dropout."""
+    module.d_out = d_out
+    module.num_heads = num_heads
+    module.head_dim = d_out // num_heads
+    module.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+    module.W_key = nn.Linear(d_kv, d_out, bias=qkv_bias)
+    module.W_value = nn.Linear(d_kv, d_out, bias=qkv_bias)
+    module.out_proj = nn.Linear(d_out, d_out)
+    module.dropout = nn.Dropout(dropout)
 
 
 def dropout_rate(module: nn.Module) -> float:

@@ -13,7 +13,7 @@ from .._arguments import check_flag, check_positive, check_probability
 from .._checks import checked_forward
 from .._masks import given_masks, silence_cross
 from .._weights import SeedWeights, cross_weights
-from ._common import OutputProjection, dropout_rate
+from ._common import OutputProjection, add_head_layers, check_heads, dropout_rate
 
 __all__ = ["CrossAttention"]
 
@@ -51,20 +51,9 @@ class CrossAttention(OutputProjection, SeedWeights, nn.Module):
         check_positive(where, d_in=d_in, d_kv=d_kv, d_out=d_out, num_heads=num_heads)
         check_probability(where, dropout=dropout)
         check_flag(where, qkv_bias=qkv_bias)
-        if d_out % num_heads:
-            raise ValueError(
-                f"{where}: d_out={d_out} is not divisible by num_heads={num_heads}; "
-                f"each head needs width d_out / num_heads"
-            )
+        check_heads(where, d_out, num_heads)
         super().__init__()
-        self.d_out = d_out
-        self.num_heads = num_heads
-        self.head_dim = d_out // num_heads
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_kv, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_kv, d_out, bias=qkv_bias)
-        self.out_proj = nn.Linear(d_out, d_out)
-        self.dropout = nn.Dropout(dropout)
+        add_head_layers(self, d_in, d_kv, d_out, num_heads, dropout, qkv_bias)
 
     @checked_forward(cross_weights)
     def forward(

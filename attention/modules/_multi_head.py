@@ -15,7 +15,7 @@ from .._checks import checked_forward
 from .._heads import _multi_head_attention
 from .._masks import KeyPaddingArg, MaskArg, given_masks
 from .._weights import SeedWeights, heads_weights, multi_head_weights
-from ._common import OutputProjection, dropout_rate, within_context
+from ._common import OutputProjection, add_head_layers, check_heads, dropout_rate, within_context
 from ._kv_cache import KVCache, refuse_masks_with_cache
 from ._single_head import CausalAttention
 
@@ -104,20 +104,9 @@ class MultiHeadAttention(KVCache, OutputProjection, SeedWeights, nn.Module):
         )
         check_probability(where, dropout=dropout)
         check_flag(where, qkv_bias=qkv_bias)
-        if d_out % num_heads:
-            raise ValueError(
-                f"{where}: d_out={d_out} is not divisible by num_heads={num_heads}; "
-                f"each head needs width d_out / num_heads"
-            )
+        check_heads(where, d_out, num_heads)
         super().__init__()
-        self.d_out = d_out
-        self.num_heads = num_heads
-        self.head_dim = d_out // num_heads
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.out_proj = nn.Linear(d_out, d_out)
-        self.dropout = nn.Dropout(dropout)
+        add_head_layers(self, d_in, d_in, d_out, num_heads, dropout, qkv_bias)
         self.register_buffer(
             "mask", torch.triu(torch.ones(context_length, context_length), diagonal=1)
         )
