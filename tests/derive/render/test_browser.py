@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from headless import Visit, launched, require_chromium
 
+import derive
 from derive import DocumentOptions
 from derive.render import html_document
 
@@ -145,9 +146,11 @@ def test_printing_hides_the_panel_and_unfolds_the_sums(docs_page):
         DocumentOptions(sizes=(3, 2, 4), causal=True, heads=2),  # causal, two heads
         DocumentOptions(variant="cross-attention", sizes=(2, 3, 2)),
         DocumentOptions(variant="sliding-window", sizes=(4, 2, 3)),
-        DocumentOptions(variant="kv-cache"),
+        *(DocumentOptions(variant=name) for name in derive.variants()),
+        DocumentOptions(variant="gqa+qk-norm+rope", sizes=(3, 2, 4)),  # the widest formulas
     ],
-    ids=["generic", "causal-heads", "cross-attention", "sliding-window", "kv-cache"],
+    ids=["generic", "causal-heads", "cross-attention-explicit", "sliding-window-explicit",
+         *derive.variants(), "gqa+qk-norm+rope"],  # fmt: skip
 )
 def test_every_page_typesets_without_error(browser, tmp_path, options):
     path = tmp_path / "page.html"

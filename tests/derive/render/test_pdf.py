@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 
+import derive
 from derive import DocumentOptions, latex_document
 from derive.render.pdf import compile_with_log, pdf_producer, pdf_subject, source_hash
 
@@ -41,6 +42,16 @@ def _problems(log: str) -> list[str]:
 )
 def test_document_compiles_cleanly(options):
     pdf, log = compile_with_log(latex_document(options))
+    assert pdf.startswith(b"%PDF-")
+    assert _problems(log) == []
+
+
+@pytest.mark.parametrize("sizes", [None, (4, 3, 8)], ids=["generic", "explicit"])
+@pytest.mark.parametrize("name", [*derive.variants(), "gqa+qk-norm+rope"])
+def test_every_variant_compiles_cleanly(name, sizes):
+    """Nothing overfull either: RoPE's relative-position identity and the combinations' long
+    relations are broken into lines by the renderer, not left to run off the page."""
+    pdf, log = compile_with_log(latex_document(DocumentOptions(sizes=sizes, variant=name)))
     assert pdf.startswith(b"%PDF-")
     assert _problems(log) == []
 
