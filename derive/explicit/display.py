@@ -12,7 +12,9 @@ from ..notation import latex
 from ..notation import letters as L
 from ..notation.printer import ordered_terms
 
-__all__ = ["explicit_lines", "matrix_line", "visible_width", "split_sum", "WIDEST_MATRIX"]
+__all__ = [
+    "explicit_lines", "matrix_line", "visible_width", "packed", "split_sum", "WIDEST_MATRIX"
+]  # fmt: skip
 
 #: Wider matrices are shown by their generic entry, so that no display runs off the page.
 WIDEST_MATRIX = 8
@@ -82,16 +84,22 @@ def visible_width(tex: str) -> int:
     return len(re.sub(r"[{}^_\s]", "", tex))
 
 
-def split_sum(terms: list[str], *, width: int = 56) -> list[str]:
-    """Group the LaTeX terms of a sum into lines of about `width` visible characters (a term
-    wider than `width` gets a line of its own); the caller joins the lines with ``+``."""
+def packed(pieces: list[str], width: int, measure=visible_width) -> list[list[str]]:
+    """Group pieces of LaTeX into lines of about `width` visible characters, in order (a piece
+    wider than `width` gets a line of its own)."""
     lines: list[list[str]] = [[]]
     length = 0
-    for term in terms:
-        size = visible_width(term) + 1
+    for piece in pieces:
+        size = measure(piece) + 1
         if lines[-1] and length + size > width:
             lines.append([])
             length = 0
-        lines[-1].append(term)
+        lines[-1].append(piece)
         length += size
-    return [" + ".join(line) for line in lines]
+    return lines
+
+
+def split_sum(terms: list[str], *, width: int = 56) -> list[str]:
+    """Group the LaTeX terms of a sum into lines of about `width` visible characters (a term
+    wider than `width` gets a line of its own); the caller joins the lines with ``+``."""
+    return [" + ".join(line) for line in packed(terms, width)]

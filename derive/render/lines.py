@@ -12,7 +12,7 @@ import re
 
 import sympy as sp
 
-from ..explicit.display import visible_width
+from ..explicit.display import packed, visible_width
 from ..notation import latex
 from ..notation.printer import ordered_terms
 from ..proofs import Fact
@@ -78,25 +78,12 @@ def _first_entry(expr: sp.Expr) -> str:
     return latex(ordered_terms(expr)[0])
 
 
-def _packed(pieces: list[str]) -> list[str]:
-    lines: list[list[str]] = [[]]
-    length = 0
-    for piece in pieces:
-        size = _width(piece) + 1
-        if lines[-1] and length + size > _PACKED:
-            lines.append([])
-            length = 0
-        lines[-1].append(piece)
-        length += size
-    return [" ".join(line) for line in lines]
-
-
 def _relation(lhs: str, relation: str, rhs: sp.Expr) -> str:
     """``lhs &= rhs``, broken into lines where it is wider than the page."""
     right = latex(rhs)
     if _width(lhs) + _width(right) <= WIDEST_LINE:
         return f"{lhs} &{relation} {right}".lstrip()
-    lines = _packed(_pieces(rhs))
+    lines = [" ".join(line) for line in packed(_pieces(rhs), _PACKED, _width)]
     if _width(lhs) > _WIDEST_LHS:
         return f"& {lhs} \\\\\n&{relation} " + _BREAK.join(lines)
     return f"{lhs} &{relation} ".lstrip() + _BREAK.join(lines)
