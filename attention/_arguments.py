@@ -1,7 +1,7 @@
 """Checks of the arguments that are not tensors: sizes, rates, flags, windows. Each raises a
 ValueError (TypeError for a flag) that names the function, the argument and the value."""
 
-__all__ = ["check_positive", "check_window", "check_probability", "check_flag"]
+__all__ = ["check_positive", "check_window", "check_probability", "check_flag", "check_heads"]
 
 
 def check_positive(where: str, **sizes: int) -> None:
@@ -38,3 +38,14 @@ def check_flag(where: str, **flags: bool) -> None:
     for name, value in flags.items():
         if not isinstance(value, bool):
             raise TypeError(f"{where}: {name} must be a bool, got {name}={value!r}")
+
+
+def check_heads(where: str, num_heads: int, name: str = "d_out", **width: int) -> None:
+    """ValueError unless num_heads divides the width given as `name=` (each head gets
+    width / num_heads columns): ``check_heads(where, num_heads, d_out=d_out)``."""
+    total = width[name]
+    if total % num_heads:
+        raise ValueError(
+            f"{where}: {name}={total} is not divisible by num_heads={num_heads}; "
+            f"each head needs width {name} / num_heads"
+        )

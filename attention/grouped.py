@@ -23,7 +23,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from . import _core, _grouped
-from ._arguments import check_flag, check_positive
+from ._arguments import check_flag, check_heads, check_positive
 from ._checks import Weights, checked, checked_forward
 from ._masks import hide_unattended, silence_isolated
 from ._shapes import ShapeError, own_dtype
@@ -241,11 +241,7 @@ class GroupedQueryAttention(nn.Module):
         if head_dim is None:  # from d_out (llama3) or d_in (qwen3)
             name, total = ("d_out", d_out) if d_out is not None else ("d_in", d_in)
             check_positive(where, **{name: total})
-            if total % num_heads:
-                raise ValueError(
-                    f"{where}: {name}={total} is not divisible by num_heads={num_heads}; "
-                    f"each head needs width {name} / num_heads"
-                )
+            check_heads(where, num_heads, name, **{name: total})
             head_dim = total // num_heads
         check_positive(where, head_dim=head_dim)
         width = head_dim

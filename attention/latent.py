@@ -18,7 +18,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from . import _core
-from ._arguments import check_flag, check_positive, check_probability
+from ._arguments import check_flag, check_heads, check_positive, check_probability
 from ._checks import Weights, checked, checked_forward
 from ._shapes import ShapeError
 from ._weights import parameter, submodule
@@ -117,11 +117,7 @@ class MultiHeadLatentAttention(nn.Module):
         check_flag(where, qkv_bias=qkv_bias)
         if latent_dim is not None:
             check_positive(where, latent_dim=latent_dim)
-        if d_out % num_heads:
-            raise ValueError(
-                f"{where}: d_out={d_out} is not divisible by num_heads={num_heads}; "
-                f"each head needs width d_out / num_heads"
-            )
+        check_heads(where, num_heads, d_out=d_out)
         super().__init__()
         self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
         self.latent_dim = latent_dim if latent_dim is not None else max(16, d_out // 8)

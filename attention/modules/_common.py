@@ -7,16 +7,7 @@ from torch import Tensor
 
 from .._shapes import ShapeError
 
-__all__ = ["check_heads", "add_head_layers", "dropout_rate", "within_context", "OutputProjection"]
-
-
-def check_heads(where: str, d_out: int, num_heads: int) -> None:
-    """ValueError unless num_heads divides d_out (each head gets d_out / num_heads columns)."""
-    if d_out % num_heads:
-        raise ValueError(
-            f"{where}: d_out={d_out} is not divisible by num_heads={num_heads}; "
-            f"each head needs width d_out / num_heads"
-        )
+__all__ = ["add_head_layers", "dropout_rate", "within_context", "OutputProjection"]
 
 
 def add_head_layers(

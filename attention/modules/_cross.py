@@ -9,11 +9,11 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from .. import _core
-from .._arguments import check_flag, check_positive, check_probability
+from .._arguments import check_flag, check_heads, check_positive, check_probability
 from .._checks import checked_forward
 from .._masks import given_masks, silence_cross
 from .._weights import SeedWeights, cross_weights
-from ._common import OutputProjection, add_head_layers, check_heads, dropout_rate
+from ._common import OutputProjection, add_head_layers, dropout_rate
 
 __all__ = ["CrossAttention"]
 
@@ -51,7 +51,7 @@ class CrossAttention(OutputProjection, SeedWeights, nn.Module):
         check_positive(where, d_in=d_in, d_kv=d_kv, d_out=d_out, num_heads=num_heads)
         check_probability(where, dropout=dropout)
         check_flag(where, qkv_bias=qkv_bias)
-        check_heads(where, d_out, num_heads)
+        check_heads(where, num_heads, d_out=d_out)
         super().__init__()
         add_head_layers(self, d_in, d_kv, d_out, num_heads, dropout, qkv_bias)
 

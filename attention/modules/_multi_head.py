@@ -10,12 +10,12 @@ import torch.nn as nn
 from jaxtyping import Float
 from torch import Tensor
 
-from .._arguments import check_flag, check_positive, check_probability
+from .._arguments import check_flag, check_heads, check_positive, check_probability
 from .._checks import checked_forward
 from .._heads import _multi_head_attention
 from .._masks import KeyPaddingArg, MaskArg, given_masks
 from .._weights import SeedWeights, heads_weights, multi_head_weights
-from ._common import OutputProjection, add_head_layers, check_heads, dropout_rate, within_context
+from ._common import OutputProjection, add_head_layers, dropout_rate, within_context
 from ._kv_cache import KVCache, refuse_masks_with_cache
 from ._single_head import CausalAttention
 
@@ -104,7 +104,7 @@ class MultiHeadAttention(KVCache, OutputProjection, SeedWeights, nn.Module):
         )
         check_probability(where, dropout=dropout)
         check_flag(where, qkv_bias=qkv_bias)
-        check_heads(where, d_out, num_heads)
+        check_heads(where, num_heads, d_out=d_out)
         super().__init__()
         add_head_layers(self, d_in, d_in, d_out, num_heads, dropout, qkv_bias)
         self.register_buffer(

@@ -12,12 +12,12 @@ import torch.nn as nn
 from jaxtyping import Float
 from torch import Tensor
 
-from .._arguments import check_flag, check_positive, check_probability, check_window
+from .._arguments import check_flag, check_heads, check_positive, check_probability, check_window
 from .._checks import checked_forward
 from .._heads import _multi_head_attention
 from .._masks import KeyPaddingArg, MaskArg, given_masks
 from .._weights import SeedWeights, multi_head_weights
-from ._common import OutputProjection, add_head_layers, check_heads, dropout_rate
+from ._common import OutputProjection, add_head_layers, dropout_rate
 from ._kv_cache import KVCache, refuse_masks_with_cache
 
 __all__ = ["MultiHeadAttentionWithSWA"]
@@ -60,7 +60,7 @@ class MultiHeadAttentionWithSWA(KVCache, OutputProjection, SeedWeights, nn.Modul
         check_probability(where, dropout=dropout)
         check_flag(where, qkv_bias=qkv_bias)
         check_window(where, "sliding_window_size", sliding_window_size)
-        check_heads(where, d_out, num_heads)
+        check_heads(where, num_heads, d_out=d_out)
         super().__init__()
         add_head_layers(self, d_in, d_in, d_out, num_heads, dropout, qkv_bias)
         self.sliding_window_size = sliding_window_size
