@@ -225,6 +225,9 @@ _PROJECTIONS = (
     ("out_proj", "input", ("C_concat",)),
 )
 
+#: GPT-2 and nanoGPT: q, k, v packed in the output of c_attn, the heads concatenated into c_proj.
+_C_ATTN_C_PROJ = (("c_attn", "output", ("Q", "K", "V")), ("c_proj", "input", ("C_concat",)))
+
 BUILT_IN: tuple[Adapter, ...] = (
     Adapter(
         "torch-mha",
@@ -239,7 +242,7 @@ BUILT_IN: tuple[Adapter, ...] = (
         _is_gpt2,
         _gpt2_weights,
         dropout="attn_dropout",
-        observe=(("c_attn", "output", ("Q", "K", "V")), ("c_proj", "input", ("C_concat",))),
+        observe=_C_ATTN_C_PROJ,
         looks_for="c_attn as a Conv1D, c_proj, num_heads",
     ),
     Adapter(
@@ -247,7 +250,7 @@ BUILT_IN: tuple[Adapter, ...] = (
         _is_nanogpt,
         _nanogpt_weights,
         dropout="attn_dropout",
-        observe=(("c_attn", "output", ("Q", "K", "V")), ("c_proj", "input", ("C_concat",))),
+        observe=_C_ATTN_C_PROJ,
         looks_for="c_attn as an nn.Linear, c_proj, n_head",
     ),
     Adapter(
