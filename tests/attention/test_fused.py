@@ -6,8 +6,15 @@ is off the float64 reference by float32 rounding amplified by the conditioning o
 at large scores is poor near ties: the explicit path itself reaches 3e-3 of the largest gradient
 there. The property asks the fast path to do as well as the explicit path on the same input, up
 to rounding: error(fast) ≤ 4 · error(explicit) + 8 ε · G, ε the float32 epsilon and G the
-largest gradient of the reference (measured over 400 random draws: at most 2.2 · (error(explicit)
-+ 1e-6 G)). PyTorch's own fused backward misses it from s = 30 on (by 10⁴ and more at s = 1000).
+largest gradient of the reference. PyTorch's own fused backward misses it from s = 30 on (by 10⁴
+and more at s = 1000).
+
+The bound is not met by every draw. Measured again over 2000 random draws of these strategies
+(/ tests/attention/test_sliding_window.py's, with a window), 7 of each missed it, by up to 4×
+(11.7× with a window); every miss had a mask, causal or a window, where the explicit path takes
+the masked softmax's composed autograd and the fast path torch's softmax backward (none without
+one, where both take torch's). The derandomized `quick` profile draws examples
+that pass; the `thorough` profile can find a miss. Which path rounds better there is open.
 """
 
 import math
@@ -15,14 +22,13 @@ import math
 import pytest
 import torch
 import torch.nn.functional as torch_F
+from gradient_bound import EPSILON, bound, error, gradients
 from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from attention import _fused
 from attention import functional as F
-
-EPSILON = torch.finfo(torch.float32).eps
 
 
 @st.composite
@@ -44,17 +50,6 @@ def attention_inputs(draw):
     upstream = torch.randn(*batch, n, c + 1, generator=g)
     options = {"heads": heads, "causal": causal, "mask": mask, "key_padding_mask": kpm}
     return tensors, upstream, options
-
-
-def gradients(tensors, upstream, options, dtype, explicit):
-    leaves = [t.to(dtype).requires_grad_() for t in tensors]
-    out = F.multi_head_attention(*leaves, **options, return_weights=explicit)
-    out = out[0] if explicit else out
-    return torch.autograd.grad(out, leaves, upstream.to(dtype))
-
-
-def error(got, reference):
-    return max((g.double() - r).abs().max().item() for g, r in zip(got, reference, strict=True))
 
 
 @given(attention_inputs())
@@ -89,11 +84,9 @@ def test_the_bound_catches_the_kernels_own_backward(scale):
         return torch.autograd.grad(out, leaves, upstream.to(dtype))
 
     reference = ours(torch.float64, explicit=True)
-    bound = 4 * error(ours(torch.float32, True), reference) + 8 * EPSILON * max(
-        r.abs().max().item() for r in reference
-    )
-    assert error(ours(torch.float32), reference) <= bound
-    assert error(torch_own(torch.float32), reference) > bound
+    allowed = bound(error(ours(torch.float32, True), reference), reference)
+    assert error(ours(torch.float32), reference) <= allowed
+    assert error(torch_own(torch.float32), reference) > allowed
 
 
 class Record(TorchDispatchMode):

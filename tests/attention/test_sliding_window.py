@@ -7,14 +7,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from gradient_bound import EPSILON, error, gradients
 from hypothesis import given
 from hypothesis import strategies as st
 from reference import attention_reference, batched_reference, causal_allowed, window_allowed
 
 from attention import ShapeError, _fused
 from attention import functional as F
-
-EPSILON = torch.finfo(torch.float32).eps
 
 
 def make(batch, n, d, c, seed=0, dtype=torch.float64):
@@ -135,17 +134,6 @@ def windowed_inputs(draw):
     tensors.append(torch.randn(c, c, generator=g))
     options = {"heads": heads, "causal": True, "window": window, "key_padding_mask": kpm}
     return tensors, torch.randn(2, n, c, generator=g), options
-
-
-def gradients(tensors, upstream, options, dtype, explicit):
-    leaves = [t.to(dtype).requires_grad_() for t in tensors]
-    out = F.multi_head_attention(*leaves, **options, return_weights=explicit)
-    out = out[0] if explicit else out
-    return torch.autograd.grad(out, leaves, upstream.to(dtype))
-
-
-def error(got, reference):
-    return max((g.double() - r).abs().max().item() for g, r in zip(got, reference, strict=True))
 
 
 @given(windowed_inputs())
