@@ -26,14 +26,15 @@ from sympy.printing.latex import LatexPrinter
 from . import letters as L
 from .matrix_printer import MatrixPrinting
 
-__all__ = ["AttentionPrinter", "latex", "ordered_terms"]
+__all__ = ["AttentionPrinter", "latex", "ordered_terms", "term_key"]
 
 #: The order of the matrices in a sum of matrix products (\bar{Q} W_q^T + \bar{K} W_k^T + ...).
 _entry_key = L.reading_key
 
 
-def _term_key(term: sp.Expr) -> tuple:
-    """Where a term goes in a sum: by its entries, in the order they print."""
+def term_key(term: sp.Expr) -> tuple:
+    """Where a term goes in a sum (or a factor in a product): by its entries, in the order they
+    print."""
     while isinstance(term, sp.Sum):
         term = term.function
     found = sorted(term.atoms(Indexed), key=_entry_key)
@@ -45,7 +46,7 @@ def ordered_terms(expr: sp.Add) -> list[sp.Expr]:
     reading order and numeric index order (x_{1,2} before x_{1,10})."""
     return sorted(
         sp.Add.make_args(expr),
-        key=lambda term: (term.could_extract_minus_sign(), not term.has(Indexed), _term_key(term)),
+        key=lambda term: (term.could_extract_minus_sign(), not term.has(Indexed), term_key(term)),
     )
 
 

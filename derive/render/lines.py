@@ -14,7 +14,7 @@ import sympy as sp
 
 from ..explicit.display import packed, visible_width
 from ..notation import latex
-from ..notation.printer import ordered_terms
+from ..notation.printer import ordered_terms, term_key
 from ..proofs import Fact
 
 __all__ = ["equation", "chain", "fact_lines", "shape", "WIDEST_LINE"]
@@ -65,17 +65,13 @@ def _pieces(expr: sp.Expr) -> list[str]:
         coefficient, factors = expr.as_coeff_mul()
         if coefficient == 1 and not any(factor.is_number for factor in factors):
             plain = [latex(f) for f in factors if not isinstance(f, sp.Add)]
-            sums = sorted((f for f in factors if isinstance(f, sp.Add)), key=_first_entry)
+            sums = sorted((f for f in factors if isinstance(f, sp.Add)), key=term_key)
             pieces = [" ".join(plain)] if plain else []
             for factor in sums:
                 part = _pieces(factor)
                 pieces += [rf"\left({part[0]}\right)"] if len(part) == 1 else _bracketed(part)
             return pieces
     return [text]
-
-
-def _first_entry(expr: sp.Expr) -> str:
-    return latex(ordered_terms(expr)[0])
 
 
 def _relation(lhs: str, relation: str, rhs: sp.Expr) -> str:
