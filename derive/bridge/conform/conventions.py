@@ -32,6 +32,12 @@ def _linear(layer: Any) -> tuple[Any, Any]:
     return layer.weight.mT, layer.bias
 
 
+def _weights(blocks: list, biases: list, w_o: Any, b_o: Any, heads: int) -> Weights:
+    """Weights from the q, k, v blocks and biases (each a list of three), W_o and b_o."""
+    b_q, b_k, b_v = biases
+    return Weights(*blocks, W_o=w_o, b_q=b_q, b_k=b_k, b_v=b_v, b_o=b_o, heads=heads)
+
+
 def _thirds(matrix: Any, bias: Any) -> tuple[list, list]:
     """A packed (d, 3c) matrix and its (3c,) bias as the q, k, v blocks of columns."""
     width = matrix.shape[1]
@@ -78,15 +84,7 @@ def _mha_weights(module: Any) -> Weights:
         bias = module.in_proj_bias
         biases = [None] * 3 if bias is None else list(bias.chunk(3))
     w_o, b_o = _linear(module.out_proj)
-    return Weights(
-        *blocks,
-        W_o=w_o,
-        b_q=biases[0],
-        b_k=biases[1],
-        b_v=biases[2],
-        b_o=b_o,
-        heads=module.num_heads,
-    )
+    return _weights(blocks, biases, w_o, b_o, module.num_heads)
 
 
 def _mha_call(module: Any, x: Any, allowed: Any) -> Any:
@@ -106,15 +104,8 @@ def _is_gpt2(module: Any) -> bool:
 
 def _gpt2_weights(module: Any) -> Weights:
     blocks, biases = _thirds(module.c_attn.weight, module.c_attn.bias)  # Conv1D: x W + b
-    return Weights(
-        *blocks,
-        W_o=module.c_proj.weight,
-        b_q=biases[0],
-        b_k=biases[1],
-        b_v=biases[2],
-        b_o=module.c_proj.bias,
-        heads=_heads(module, "num_heads"),
-    )
+    w_o, b_o = module.c_proj.weight, module.c_proj.bias  # Conv1D: already (c, d_out)
+    return _weights(blocks, biases, w_o, b_o, _heads(module, "num_heads"))
 
 
 def _is_nanogpt(module: Any) -> bool:
@@ -127,15 +118,7 @@ def _is_nanogpt(module: Any) -> bool:
 def _nanogpt_weights(module: Any) -> Weights:
     blocks, biases = _thirds(*_linear(module.c_attn))
     w_o, b_o = _linear(module.c_proj)
-    return Weights(
-        *blocks,
-        W_o=w_o,
-        b_q=biases[0],
-        b_k=biases[1],
-        b_v=biases[2],
-        b_o=b_o,
-        heads=_heads(module, "n_head", "num_heads"),
-    )
+    return _weights(blocks, biases, w_o, b_o, _heads(module, "n_head", "num_heads"))
 
 
 def _is_timm(module: Any) -> bool:
@@ -154,15 +137,7 @@ def _timm_weights(module: Any) -> Weights:
             )
     blocks, biases = _thirds(*_linear(module.qkv))
     w_o, b_o = _linear(module.proj)
-    return Weights(
-        *blocks,
-        W_o=w_o,
-        b_q=biases[0],
-        b_k=biases[1],
-        b_v=biases[2],
-        b_o=b_o,
-        heads=_heads(module, "num_heads"),
-    )
+    return _weights(blocks, biases, w_o, b_o, _heads(module, "num_heads"))
 
 
 # -- the book's classes (and this package's) -------------------------------------------------
@@ -205,17 +180,7 @@ def _book_weights(module: Any) -> Weights:
     if not hasattr(module, "out_proj"):
         return Weights(w_q, w_k, w_v, b_q=b_q, b_k=b_k, b_v=b_v)
     w_o, b_o = _linear(module.out_proj)
-    return Weights(
-        w_q,
-        w_k,
-        w_v,
-        W_o=w_o,
-        b_q=b_q,
-        b_k=b_k,
-        b_v=b_v,
-        b_o=b_o,
-        heads=_heads(module, "num_heads"),
-    )
+    return _weights([w_q, w_k, w_v], [b_q, b_k, b_v], w_o, b_o, _heads(module, "num_heads"))
 
 
 _PROJECTIONS = (
