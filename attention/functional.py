@@ -33,7 +33,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from . import _core
+from . import _core, _masks
 from ._arguments import check_positive, check_probability, check_window
 from ._backward import Gradients, self_attention_backward, self_attention_gradients
 from ._checks import checked
@@ -47,7 +47,6 @@ from ._masks import (
     KeyPaddingArg,
     MaskArg,
     allowed_positions,
-    causal_allowed,
     given_masks,
     silence_isolated,
 )
@@ -58,6 +57,7 @@ __all__ = [
     "projection",
     "scores",
     "scaled_scores",
+    "masked_scores",
     "weights",
     "context",
     "causal_mask",
@@ -124,6 +124,23 @@ def scaled_scores(omega: Float[Tensor, "*batch n s"], c: int) -> Float[Tensor, "
 
 
 @checked
+def masked_scores(
+    omega: Float[Tensor, "*batch n s"], mask: Bool[Tensor, "*batch n s"]
+) -> Float[Tensor, "*batch n s"]:
+    """The scores where a query may attend, −∞ where it may not: $\\hat\\Omega = \\tilde\\Omega
+    + M$ with $M_{m,p} = 0$ where `mask` is True and $-\\infty$ where it is False (the
+    declaration of `derive`; `weights` takes the mask itself, so that a row with no key gets
+    zero weights rather than 0/0).
+
+    >>> import torch
+    >>> masked_scores(torch.zeros(2, 2), causal_mask(2))
+    tensor([[0., -inf],
+            [0., 0.]])
+    """
+    return omega.masked_fill(~mask, float("-inf"))
+
+
+@checked
 def weights(
     omega: Float[Tensor, "*batch n s"],
     c: int,
@@ -169,7 +186,7 @@ def context(
 def causal_mask(n: int) -> Bool[Tensor, "n n"]:
     """The causal mask (n×n): True where p ≤ m, i.e. where token m may attend to token p."""
     check_positive("causal_mask", n=n)
-    return causal_allowed(n, torch.device("cpu"))
+    return _masks.causal_allowed(n, torch.device("cpu"))  # the one causal mask of the package
 
 
 @checked

@@ -29,7 +29,7 @@ from ._arguments import check_positive
 from ._checks import checked
 from ._shapes import ShapeError, own_dtype
 
-__all__ = ["compute_rope_params", "rope_frequencies", "rotate_half", "apply_rope"]
+__all__ = ["compute_rope_params", "rope_frequencies", "rotate_half", "apply_rope", "rope_rotation"]
 
 #: The keys of Llama 3.1's `freq_config` (the book's `LLAMA32_CONFIG_1B["rope_freq"]`).
 FREQ_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_context_length")
@@ -183,3 +183,21 @@ def apply_rope(
             f"context_length"
         )
     return rotate(x, cos, sin, offset)
+
+
+@checked
+def rope_rotation(
+    x: Float[Tensor, "*batch n c"], *, theta_base: float = 10_000
+) -> Float[Tensor, "*batch n c"]:
+    """Rotate each row of x by its position 0 … n − 1 with the book's tables at x's width and
+    length: ``apply_rope(x, *compute_rope_params(c, theta_base, n))`` (the twin of the step
+    `apply_rope` of `derive`, whose angles and rotation are declared, not given).
+
+    >>> rope_rotation(torch.tensor([[1.0, 0.0], [1.0, 0.0]]))  # position 1: (cos 1, sin 1)
+    tensor([[1.0000, 0.0000],
+            [0.5403, 0.8415]])
+    """
+    n, width = x.shape[-2], x.shape[-1]
+    _even_width("rope_rotation", "c", width)
+    cos, sin = compute_rope_params(width, theta_base=theta_base, context_length=n, dtype=x.dtype)
+    return rotate(x, cos, sin)

@@ -4,8 +4,9 @@ The package reads as its pipeline (each layer imports only the ones before it):
 
 - `derive.notation`: the book's letters, the matrix expressions SymPy lacks, the LaTeX printer;
 - `derive.graph`: the declarations of the steps (the only typed-in mathematics) and the stated
-  assumptions; the graphs they form (self-attention, causal, multi-head) and the registry of
-  variants (`variants()`: kv-cache, sliding-window, cross-attention);
+  assumptions; the one registry of the variants they form (`variants()`: self-attention, causal,
+  masked, multi-head, kv-cache, sliding-window, cross-attention, rope, gqa, qk-norm, mla), open
+  to a user's own (`derive.declare`, `register_variant`);
 - `derive.calculus`: what SymPy derives from a graph: matrix forms (`matrix_form`), the backward
   pass at symbolic sizes, compositions, operation and FLOP counts;
 - `derive.proofs`: the facts and the chains of equations that derive them;
@@ -20,6 +21,7 @@ The package reads as its pipeline (each layer imports only the ones before it):
 """
 
 from . import calculus as _calculus
+from . import declare
 from . import proofs as _proofs
 from .bridge.conform import ConformError, Report, Weights, conform, register_adapter
 from .bridge.example import WorkedExample, worked_example
@@ -31,16 +33,30 @@ from .explicit import (
     MAX_SIZE,
     ExplicitAttention,
     ExplicitGradients,
+    ExplicitGraph,
     ExplicitStep,
     GradientStep,
     Values,
     explicit_attention,
     explicit_gradients,
 )
-from .graph import STEP_NAMES, Declaration, Graph
+from .explicit.sizes import check_size
+from .graph import (
+    STEP_NAMES,
+    Declaration,
+    DeclarationError,
+    Entry,
+    Graph,
+    Variant,
+    explicit_sizes,
+    load_variant,
+    register_variant,
+    variant,
+    variants,
+)
 from .graph import self_attention as graph
-from .graph.variants import Variant, variant, variants
 from .notation import AttentionPrinter, Concat, Softmax, latex
+from .notation import letters as L
 from .proofs import Fact
 from .render import DocumentOptions, Provenance
 from .render import documents as _documents
@@ -58,44 +74,93 @@ __all__ = [
     "shift_invariance", "softmax_jacobian", "steps", "torch_gradient_steps", "torch_steps",
     "Variant", "variant", "variants", "worked_example",
     "conform", "ConformError", "Report", "Weights", "register_adapter",
+    "Entry", "DeclarationError", "register_variant", "load_variant", "ExplicitGraph",
+    "declare", "explicit_variant",
 ]  # fmt: skip
 
 
-def _graph(given: Graph | None, **form: bool) -> Graph:
+def _graph(given: Graph | str | None, **form: bool) -> Graph:
+    """A graph given, a registered variant's by name, or self-attention's in the flags' form."""
+    if isinstance(given, str):
+        return variant(given).graph
     return graph(**form) if given is None else given
 
 
-def steps(*, causal: bool = False, masked: bool = False, heads: bool = False) -> tuple[Step, ...]:
-    """The steps of self-attention (causal, masked, multi-head), each with its declaration and
-    the matrix form SymPy derives from it."""
-    return _calculus.steps(graph(causal=causal, masked=masked, heads=heads))
+def _named(name: str | None, causal: bool, masked: bool, heads: bool) -> Graph:
+    """The graph of a registered variant, or of self-attention in the form the flags say."""
+    if name is None:
+        return graph(causal=causal, masked=masked, heads=heads)
+    if causal or masked or heads:
+        raise ValueError(f"give a variant's name or causal=, masked=, heads=, not both "
+                         f"(got {name!r})")  # fmt: skip
+    return variant(name).graph
+
+
+def steps(
+    name: str | None = None, *, causal: bool = False, masked: bool = False, heads: bool = False
+) -> tuple[Step, ...]:
+    """The steps of a variant (self-attention by default; causal, masked, multi-head by the
+    flags), each with its declaration and the matrix form SymPy derives from it.
+
+    Example:
+        >>> [step.output for step in steps("sliding-window")][-4:]
+        ['M', 'Omega_masked', 'A', 'C']
+    """
+    return _calculus.steps(_named(name, causal, masked, heads))
 
 
 def backward_steps(
-    *, causal: bool = False, masked: bool = False, heads: bool = False
+    name: str | None = None, *, causal: bool = False, masked: bool = False, heads: bool = False
 ) -> tuple[Gradient, ...]:
-    """Every gradient of self-attention at symbolic sizes, derived by reverse mode."""
-    return _calculus.backward(graph(causal=causal, masked=masked, heads=heads))
+    """Every gradient of a variant at symbolic sizes, derived by reverse mode."""
+    return _calculus.backward(_named(name, causal, masked, heads))
 
 
-def composed_expression(graph: Graph | None = None, *, heads: bool = False):
+def explicit_variant(name: str, n: int, d: int, c: int, **sizes: object) -> ExplicitGraph:
+    """A registered variant written out at sizes n, d, c and its own (``w=3``, ``h=2``; its
+    defaults otherwise): every step's entries, their formulas, `evaluate` for numbers.
+
+    Example:
+        >>> explicit = explicit_variant("sliding-window", 4, 3, 2, w=2)
+        >>> explicit.A[3, 0]  # the fourth token does not see the first
+        0
+    """
+    found = variant(name)
+    at = explicit_sizes(found, *(check_size(k, v) for k, v in (("n", n), ("d", d), ("c", c))),
+                        sizes)  # fmt: skip
+    return ExplicitGraph(found.graph, at, heads=int(at.get(L.h, 1)))
+
+
+def composed_expression(graph: Graph | str | None = None, *, heads: bool = False):
     """C as one matrix expression in X and the weights (each step's matrix form put in)."""
     return _calculus.composed_expression(_graph(graph, heads=heads))
 
 
-def operation_count(graph: Graph | None = None, *, heads: bool = False) -> dict:
+def operation_count(graph: Graph | str | None = None, *, heads: bool = False) -> dict:
     """Matrix products and transposes of C: 5 and 1 for one head."""
     return _calculus.operation_count(_graph(graph, heads=heads))
 
 
-def flop_count(graph: Graph | None = None, *, heads: bool = False):
+def flop_count(graph: Graph | str | None = None, *, heads: bool = False):
     """FLOPs of C's matrix products: 6ndc + 4n²c for one head."""
     return _calculus.flop_count(_graph(graph, heads=heads))
 
 
-def facts(graph: Graph | None = None) -> tuple[Fact, ...]:
-    """The facts of the forward steps: rows sum to 1, shift invariance, the variances."""
-    return _proofs.facts(_graph(graph))
+def facts(graph: Graph | str | None = None) -> tuple[Fact, ...]:
+    """The facts of a variant's document, each proved at its stage (self-attention's by
+    default: rows sum to 1, shift invariance, the variances); of a graph given, the facts of
+    self-attention's forward steps proved on it.
+
+    Example:
+        >>> [fact.name for fact in facts("sliding-window")]
+        ['rows_sum_to_one', 'same_as', 'allowed_pairs']
+    """
+    if isinstance(graph, Graph):
+        return _proofs.facts(graph)
+    from .proofs.claims import prove
+
+    entry = variant(graph or "self-attention")
+    return tuple(prove(stage.graph, claim, stage.before) for claim, stage in entry.claims)
 
 
 def rows_sum_to_one(graph: Graph | None = None, *, causal: bool = False) -> Fact:
@@ -131,7 +196,7 @@ def rowsum_identity(graph: Graph | None = None) -> Fact:
 def _example(options: DocumentOptions, example):
     if example is not None or not options.example:
         return example
-    from .cli.documents import example_for
+    from .bridge.example import example_for
 
     return example_for(options)
 

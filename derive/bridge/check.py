@@ -1,38 +1,50 @@
-"""`derive check`: the symbolic derivation against the torch implementation, step by step.
+"""`derive check`: an entry of the registry against its torch twins, step by step.
 
-For each trial: sizes (those given, the others drawn with the seed), inputs drawn with the seed as
-dyadic rationals k/8 (exact in float64), every step evaluated by `derive` (exact for Q, K, V and
-Ω; 30 significant digits for the rest) and by `attention.functional`, then one table row per
-step: its shape, the largest absolute difference, the tolerance and the verdict. The polynomial
-steps must agree exactly, the others to 1e-12. Then C from the entry points people call (the
-fused path, the explicit path, the book's class with the same weights). Then the backward pass:
-every gradient derived by SymPy (`derive.explicit_gradients`) against `torch.autograd` through
-the same steps, for an upstream gradient dC drawn the same way, and (single head)
-`self_attention_backward`, to 1e-10 (sizes up to `MAX_GRADIENT_SIZE`; skipped, and
-said so, above it or with `--forward-only`).
+For each trial of an entry (self-attention by default, any variant, a user's): sizes (those
+given, the others drawn with the seed, every condition the entry states holding), inputs drawn
+with the seed as dyadic rationals k/8 (exact in float64), every step evaluated by `derive`
+(exact where a step is a polynomial with rational coefficients; 30 significant digits for the
+rest) and by its twin (`derive.bridge.evaluate`), then one table row per step: its shape, the
+largest absolute difference, the tolerance and the verdict. The polynomial steps must agree
+exactly, the others to 1e-12. Then C from the entry's own entry points (`Entry.twins`: the fused
+path, the explicit path, the book's classes, as they apply). Then the backward pass: every
+gradient derived by SymPy at these sizes against `torch.autograd` through the same twins, for an
+upstream gradient drawn the same way, and the entry's written-out backward passes, to 1e-10
+(sizes up to `MAX_GRADIENT_SIZE`; skipped, and said so, above it or with `forward_only`).
 
-This is the one command that needs torch; it is imported here, when the command runs.
+Nothing here names a variant: the sizes, their conditions and the twins come from the entry.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any
 
-from ..explicit import MAX_GRADIENT_SIZE, MAX_SIZE, explicit_attention, explicit_gradients
-from .gradients import gradient_inputs, gradients_only, torch_gradient_steps
-from .steps import compare, dyadic_inputs, torch_steps
+import sympy as sp
+
+from ..explicit import MAX_GRADIENT_SIZE, MAX_SIZE
+from ..explicit.forward import ExplicitGraph
+from ..explicit.gradients import ExplicitGradients
+from ..graph import Entry, explicit_sizes
+from ..graph.fitting import drawn_sizes
+from ..graph.twins import GradientTwin
+from ..notation import letters as L
+from . import twins
+from .evaluate import Reader, dyadic, mask_of, resolve, torch_values
+from .steps import compare
 
 __all__ = [
-    "TOLERANCE", "GRADIENT_TOLERANCE", "Row", "draw_sizes", "check_rows", "implementation_rows",
-    "gradient_rows", "format_table", "trial_rows",
+    "TOLERANCE", "GRADIENT_TOLERANCE", "RANDOM_MAX", "Row", "draw_sizes", "explicit_of",
+    "trial_rows", "format_table",
 ]  # fmt: skip
 
 #: The largest absolute difference allowed where the values are not exact rationals.
 TOLERANCE = 1e-12
-#: The same for the gradients (sums of more products, and what issue 6 asks of them).
+#: The same for the gradients (sums of more products).
 GRADIENT_TOLERANCE = 1e-10
-#: Random sizes are drawn from 1 … RANDOM_MAX (and c from multiples of the heads).
+#: Random sizes are drawn from 1 … RANDOM_MAX where the entry's conditions allow it (then up to
+#: MAX_SIZE).
 RANDOM_MAX = 6
 
 
@@ -52,128 +64,113 @@ class Row:
         return "exact" if self.exact else f"{self.limit:.0e}"
 
 
-def draw_sizes(
-    rng: random.Random, n: int | None, d: int | None, c: int | None, heads: int
-) -> tuple[int, int, int]:
-    """The given sizes, and the missing ones drawn: pairwise distinct where that is possible,
-    so that a swapped axis cannot pass by coincidence; c a multiple of `heads`."""
-    taken = {size for size in (n, d, c) if size is not None}
-    if c is None:
-        multiples = [m * heads for m in range(1, MAX_SIZE // heads + 1)]
-        fresh = [m for m in multiples[: max(1, RANDOM_MAX // heads)] if m not in taken]
-        c = rng.choice(fresh or multiples[:1])
-        taken.add(c)
-    drawn = []
-    for given in (n, d):
-        if given is None:
-            fresh = [size for size in range(1, RANDOM_MAX + 1) if size not in taken]
-            given = rng.choice(fresh or list(range(1, RANDOM_MAX + 1)))
-            taken.add(given)
-        drawn.append(given)
-    return drawn[0], drawn[1], c
+def draw_sizes(entry: Entry, rng: random.Random, given: dict[str, int | None]) -> dict[str, int]:
+    """The sizes of a trial (`derive.graph.fitting.drawn_sizes`, from 1 … RANDOM_MAX, then up to
+    MAX_SIZE): those given, the others drawn, every condition of the entry holding."""
+    return drawn_sizes(entry, rng, given, limits=(RANDOM_MAX, MAX_SIZE))
 
 
-def check_rows(n: int, d: int, c: int, *, causal: bool, heads: int, seed: int) -> list[Row]:
-    """Evaluate every step both ways on the same seeded dyadic inputs and compare."""
-    ea = explicit_attention(n, d, c, causal=causal, heads=heads)
-    inputs = dyadic_inputs(ea, seed=seed)
-    values = ea.evaluate(**inputs)
-    exact_outputs = {step.output for step in ea.steps if step.polynomial}
-    rows = []
-    for item in compare(values, torch_steps(ea, **inputs)):
-        must_be_exact = item.output in exact_outputs
-        passed = item.exact if must_be_exact else item.max_abs_error <= TOLERANCE
-        shape = values.matrices[item.output].shape
-        rows.append(Row(item.output, shape, item.max_abs_error, must_be_exact, passed))
-    return rows
-
-
-def _tensor(values, name: str):
-    """One derived value as a float64 tensor (`Values.floats`: rounded once, at the end)."""
+def _mask(shape: tuple[int, int], generator: Any) -> dict:
+    """A drawn mask for a graph whose mask M is an input: each entry 0 (may attend) or −∞."""
     import torch
 
-    return torch.tensor(values.floats(name), dtype=torch.float64)
+    rows, cols = shape
+    allowed = torch.rand(rows, cols, generator=generator) < 0.7
+    return {L.base("mask")[m + 1, p + 1]: sp.S.Zero if allowed[m, p] else -sp.oo
+            for m in range(rows) for p in range(cols)}  # fmt: skip
 
 
-def _row(label: str, expected, got, limit: float) -> Row:
+def explicit_of(entry: Entry, sizes: dict[str, int], seed: int) -> ExplicitGraph:
+    """The entry's graph at these sizes (a mask that is an input drawn with the seed)."""
+    import torch
+
+    n, d, c = sizes["n"], sizes["d"], sizes["c"]
+    given = {k: v for k, v in sizes.items() if k not in ("n", "d", "c")}
+    at = explicit_sizes(entry, n, d, c, given)
+    masks = {}
+    if "M" in entry.graph.inputs:
+        generator = torch.Generator().manual_seed(seed + 2)
+        shape = entry.graph.shapes["M"]
+        masks = _mask(tuple(int(sp.sympify(x).xreplace(at)) for x in shape), generator)
+    return ExplicitGraph(entry.graph, at, heads=int(at.get(L.h, 1)), given=masks)
+
+
+def _row(label: str, expected: Any, got: Any, limit: float) -> Row:
     difference = float((got.detach() - expected).abs().max())
     return Row(label, tuple(expected.shape), difference, False, difference <= limit, limit)
 
 
-def _module_output(n: int, d: int, c: int, heads: int, causal: bool, inputs: dict):
-    """(name, C) from the book's class for this variant, holding the derivation's weights."""
+def _gradient_rows(entry: Entry, explicit: ExplicitGraph, inputs: dict, seed: int) -> list[Row]:
+    """Every gradient by the chain rule at these sizes against autograd through the twins, and
+    the entry's written-out backward passes."""
     import torch
 
-    import attention
-
-    if heads > 1:
-        module = attention.MultiHeadAttention(d, c, n, 0.0, heads).double()
-        with torch.no_grad():
-            for name, key in (("W_query", "W_q"), ("W_key", "W_k"), ("W_value", "W_v")):
-                getattr(module, name).weight.copy_(inputs[key].T)  # (d, c) -> (c, d)
-            module.out_proj.weight.copy_(inputs["W_o"].T)
-            module.out_proj.bias.zero_()
-    else:
-        seed = attention.SelfAttentionV1(d, c).double()
-        with torch.no_grad():
-            for name, key in (("W_query", "W_q"), ("W_key", "W_k"), ("W_value", "W_v")):
-                getattr(seed, name).copy_(inputs[key])
-        module = attention.CausalAttention(d, c, n, 0.0).double() if causal else seed
-        attention.copy_weights(seed, module)
-    return type(module).__name__, module.eval()(inputs["X"])
-
-
-def implementation_rows(
-    n: int, d: int, c: int, *, causal: bool, heads: int, seed: int
-) -> list[Row]:
-    """C from the entry points people call, against the derived C: the fused path, the explicit
-    path, and the book's class (the multi-head class is causal only, as in the book)."""
-    from attention import functional as F
-
-    ea = explicit_attention(n, d, c, causal=causal, heads=heads)
-    inputs = dyadic_inputs(ea, seed=seed)
-    expected = _tensor(ea.evaluate(**inputs), "C")
-    x, w = inputs["X"], (inputs["W_q"], inputs["W_k"], inputs["W_v"])
-    if heads > 1:
-        fused = F.multi_head_attention(x, *w, inputs["W_o"], heads=heads, causal=causal)
-        explicit, _ = F.multi_head_attention(
-            x, *w, inputs["W_o"], heads=heads, causal=causal, return_weights=True
-        )
-    else:
-        fused = F.self_attention(x, *w, causal=causal)
-        explicit, _ = F.self_attention(x, *w, causal=causal, return_weights=True)
-    rows = [
-        _row("C · fused path", expected, fused, TOLERANCE),
-        _row("C · explicit path", expected, explicit, TOLERANCE),
-    ]
-    if heads == 1 or causal:
-        name, output = _module_output(n, d, c, heads, causal, inputs)
-        rows.append(_row(f"C · {name}", expected, output, TOLERANCE))
+    gradients = ExplicitGradients.of(explicit)
+    generator = torch.Generator().manual_seed(seed + 1)
+    upstream = torch.randint(-16, 17, gradients.dC.shape, generator=generator).double() / 8
+    values = gradients.evaluate_inputs(**inputs, dC=upstream)
+    leaves = {k: v.detach().clone().requires_grad_() for k, v in inputs.items()}
+    steps = torch_values(explicit, leaves)
+    for tensor in steps.values():
+        if tensor.requires_grad and not tensor.is_leaf:
+            tensor.retain_grad()
+    steps[explicit.graph.output].backward(upstream)
+    rows = []
+    for step in gradients.steps:
+        tensor = steps.get(step.of)
+        if tensor is None or tensor.grad is None:
+            continue
+        expected = torch.tensor(values.floats(step.output), dtype=torch.float64)
+        rows.append(_row(step.output, expected, tensor.grad, GRADIENT_TOLERANCE))
+    read = Reader(explicit, dict(inputs) | {"dC": upstream})
+    for twin in entry.twins:
+        if not (isinstance(twin, GradientTwin) and twins.applies(twin, entry.options)):
+            continue
+        function = resolve(twin.function, f"{entry.name}: twin")
+        got = function(*twins.arguments(twin, explicit, read),
+                       **twins.options(twin, entry, read))  # fmt: skip
+        for name, tensor in zip(twin.returns, got, strict=True):
+            expected = torch.tensor(values.floats(name), dtype=torch.float64)
+            rows.append(_row(f"{name} · {twin.label}", expected, tensor, GRADIENT_TOLERANCE))
     return rows
 
 
-def gradient_rows(n: int, d: int, c: int, *, causal: bool, heads: int, seed: int) -> list[Row]:
-    """Every gradient derived by SymPy against torch.autograd, on seeded dyadic inputs; then,
-    single head, against `attention.functional.self_attention_backward` (the matrix formulas)."""
-    from attention import functional as F
-
-    g = explicit_gradients(n, d, c, causal=causal, heads=heads)
-    inputs = gradient_inputs(g, seed=seed)
-    values = gradients_only(g.evaluate(**inputs))
-    rows = [
-        Row(item.output, values.matrices[item.output].shape, item.max_abs_error, False,
-            item.max_abs_error <= GRADIENT_TOLERANCE, GRADIENT_TOLERANCE)
-        for item in compare(values, torch_gradient_steps(g, **inputs))
-    ]  # fmt: skip
-    if heads == 1:
-        written_out = F.self_attention_backward(
-            inputs["X"], inputs["W_q"], inputs["W_k"], inputs["W_v"], inputs["dC"], causal=causal
-        )
-        for name, got in zip(("dX", "dW_q", "dW_k", "dW_v"), written_out, strict=True):
-            expected = _tensor(values, name)
-            label = f"{name} · self_attention_backward"
-            rows.append(_row(label, expected, got, GRADIENT_TOLERANCE))
+def _mask_rows(explicit: ExplicitGraph, computed: dict[str, Any]) -> list[Row]:
+    """Each declared mask against its twin's booleans: how many entries differ (none may)."""
+    rows = []
+    for declaration in explicit.graph.declarations:
+        if declaration.constant and declaration.output in computed:
+            derived = mask_of(explicit, declaration.output)
+            differing = int((computed[declaration.output] != derived).sum())
+            rows.append(Row(declaration.output, tuple(derived.shape), float(differing), True,
+                            differing == 0))  # fmt: skip
     return rows
+
+
+def trial_rows(entry: Entry, sizes: dict[str, int], *, seed: int,
+               forward_only: bool = False) -> tuple[list[Row], str]:  # fmt: skip
+    """Every row of one trial of `derive check` at these sizes, and a note on what was not
+    checked (or "")."""
+    import torch
+
+    explicit = explicit_of(entry, sizes, seed)
+    inputs = dyadic(explicit, seed)
+    values = explicit.evaluate(**inputs)
+    exact = {step.output for step in explicit.steps if step.polynomial}
+    computed = torch_values(explicit, inputs)
+    rows = _mask_rows(explicit, computed)
+    for item in compare(values, computed):
+        passed = item.exact if item.output in exact else item.max_abs_error <= TOLERANCE
+        shape = values.matrices[item.output].shape
+        rows.append(Row(item.output, shape, item.max_abs_error, item.output in exact, passed))
+    expected = torch.tensor(values.floats(explicit.graph.output), dtype=torch.float64)
+    rows += [_row(f"C · {name}", expected, got, TOLERANCE)
+             for name, got in twins.outputs(entry, explicit, inputs)]  # fmt: skip
+    if forward_only:
+        return rows, "backward pass not checked (--forward-only)"
+    if max(v for k, v in explicit.sizes.items() if k in L.SIZES) > MAX_GRADIENT_SIZE:
+        return rows, f"backward pass not checked: sizes over {MAX_GRADIENT_SIZE}"
+    return rows + _gradient_rows(entry, explicit, inputs, seed), ""
 
 
 def format_table(rows: list[Row]) -> str:
@@ -190,15 +187,3 @@ def format_table(rows: list[Row]) -> str:
         for line in [header, *lines]
     )
 
-
-def trial_rows(
-    n: int, d: int, c: int, *, causal: bool, heads: int, seed: int, forward_only: bool
-) -> tuple[list[Row], str]:
-    """Every row of one trial, and a note on what was not checked (or "")."""
-    rows = check_rows(n, d, c, causal=causal, heads=heads, seed=seed)
-    rows += implementation_rows(n, d, c, causal=causal, heads=heads, seed=seed)
-    if forward_only:
-        return rows, "backward pass not checked (--forward-only)"
-    if max(n, d, c) > MAX_GRADIENT_SIZE:
-        return rows, f"backward pass not checked: sizes over {MAX_GRADIENT_SIZE}"
-    return rows + gradient_rows(n, d, c, causal=causal, heads=heads, seed=seed), ""

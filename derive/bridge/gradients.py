@@ -1,8 +1,8 @@
 """The bridge for the backward pass: derived gradients next to `torch.autograd`, step by step.
 
 Like `derive.bridge.steps`, this module imports torch and `attention` only inside its functions.
-`torch_gradient_steps` runs the forward pass one `attention.functional` call per step, keeps
-every intermediate (`retain_grad`), and back-propagates the upstream gradient dC with autograd;
+`torch_gradient_steps` runs the forward pass through the twins of the steps, keeps every
+intermediate (`retain_grad`), and back-propagates the upstream gradient dC with autograd;
 its keys are those of `ExplicitGradients.evaluate` (``dA``, ``dOmega_2``, ``dW_q`` …).
 `check_gradients_against_torch` feeds both the same seeded dyadic float64 inputs and compares
 every gradient.
@@ -33,43 +33,20 @@ def gradient_inputs(g: ExplicitGradients, *, seed: int = 0) -> dict[str, Any]:
 def torch_gradient_steps(
     g: ExplicitGradients, X: Any, W_q: Any, W_k: Any, W_v: Any, dC: Any, W_o: Any = None
 ) -> dict[str, Any]:
-    """Every gradient by `torch.autograd` through the steps of `attention.functional`.
+    """Every gradient by `torch.autograd` through the twins of the steps
+    (`derive.bridge.evaluate`): each intermediate kept (`retain_grad`), the upstream gradient dC
+    back-propagated. Returns key -> tensor, keyed like `ExplicitGradients.evaluate` (``dA``,
+    ``dOmega_2``, ``dW_q`` …)."""
+    from .evaluate import torch_values
 
-    The weights are computed from the scaled scores (``weights(scaled_scores(Ω, c), 1)``, the
-    same softmax) so that dΩ̃ is an autograd gradient too. Returns key -> tensor.
-    """
-    from attention import functional as F
-
-    x, w_q, w_k, w_v = (t.detach().clone().requires_grad_() for t in (X, W_q, W_k, W_v))
-    kept: dict[str, Any] = {}
-
-    def keep(key: str, tensor: Any) -> Any:
-        tensor.retain_grad()
-        kept[key] = tensor
-        return tensor
-
-    q, k, v = (keep(key, F.projection(x, w)) for key, w in zip("QKV", (w_q, w_k, w_v), strict=True))
-    leaves = {"X": x, "W_q": w_q, "W_k": w_k, "W_v": w_v}
-    if g.heads > 1:
-        q, k, v = (F.split_heads(t, g.heads) for t in (q, k, v))  # (n, c) -> (h, n, c_h)
-    omega = keep("Omega", F.scores(q, k))  # (n, n), or (h, n, n) per head
-    scaled = keep("Omega_scaled", F.scaled_scores(omega, g.width))
-    a = keep("A", F.weights(scaled, 1, causal=g.causal))  # softmax(Ω̃ / √1)
-    context = keep("C_heads", F.context(a, v))
-    if g.heads > 1:
-        w_o = W_o.detach().clone().requires_grad_()
-        leaves["W_o"] = w_o
-        merged = keep("C_concat", F.merge_heads(context))  # (h, n, c_h) -> (n, c)
-        context = F.projection(merged, w_o)
-    context.backward(dC)
-    grads = {"d" + key: tensor.grad for key, tensor in (kept | leaves).items()}
-    if g.heads == 1:
-        return grads
-    for key in ("dOmega", "dOmega_scaled", "dA", "dC_heads"):
-        per_head = grads.pop(key)  # (h, n, ·) -> one (n, ·) per head
-        for head in range(g.heads):
-            grads[f"{key.removesuffix('_heads')}_{head + 1}"] = per_head[head]
-    return grads
+    given = {"X": X, "W_q": W_q, "W_k": W_k, "W_v": W_v, "W_o": W_o}
+    leaves = {k: v.detach().clone().requires_grad_() for k, v in given.items() if v is not None}
+    values = torch_values(g.forward, leaves)
+    for tensor in values.values():
+        if not tensor.is_leaf:
+            tensor.retain_grad()
+    values[g.forward.graph.output].backward(dC)
+    return {"d" + key: tensor.grad for key, tensor in values.items() if tensor.grad is not None}
 
 
 def gradients_only(values: Values) -> Values:

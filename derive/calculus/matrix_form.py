@@ -12,7 +12,8 @@ sums, as SymPy writes them) with two free indices and returns the matrix express
   with the all-ones matrix: Σ_r F[m,r] = (F J)[m,p];
 - Σ_k F[m,k] G[k,p] where F or G is itself element-wise is the product of their matrices;
 - exp(z[m,p]) / Σ_r exp(z[m,r]) is the row-wise softmax of Z;
-- a function of one entry (cos φ[m,p]) is that function applied entry by entry (cos Φ);
+- a function of one entry (cos φ[m,p]) is that function applied entry by entry (cos Φ), and a
+  term free of the indices in a sum is a multiple of the all-ones matrix (σ(Ω̃ + b J));
 - an element Y[m, o + p] whose column is offset by o (free of the indices) is a block of columns
   of Y, as wide as `shape` says;
 - z[m,p] / √(Σ_v z[m,v]² / w + ε) is the RMS normalisation of the rows of Z, and a factor
@@ -73,7 +74,7 @@ def _is_scalar(expr: sp.Expr, row: sp.Symbol, col: sp.Symbol) -> bool:
 
 def _form(expr: sp.Expr, row: sp.Symbol, col: sp.Symbol, shape: tuple | None) -> sp.MatrixExpr:
     if isinstance(expr, sp.Add):
-        return MatAdd(*[_form(term, row, col, shape) for term in expr.args]).doit()
+        return _add(expr, row, col, shape)
     if isinstance(expr, MatrixElement):
         return _element(expr, row, col, shape)
     if isinstance(expr, sp.Mul):
@@ -85,6 +86,19 @@ def _form(expr: sp.Expr, row: sp.Symbol, col: sp.Symbol, shape: tuple | None) ->
     if isinstance(expr, sp.Function) and len(expr.args) == 1:
         return ElementwiseApplyFunction(_lambda(type(expr)), _form(expr.args[0], row, col, shape))
     raise NoMatrixForm(f"no matrix form for {expr} with indices ({row}, {col})")
+
+
+def _add(expr: sp.Add, row, col, shape) -> sp.MatrixExpr:
+    """A sum of terms: their matrices added; a term free of the indices is that number times
+    the all-ones matrix of the others' shape (ω̃_{m,p} + b: Ω̃ + b J)."""
+    scalars = [term for term in expr.args if _is_scalar(term, row, col)]
+    matrices = [_form(term, row, col, shape) for term in expr.args if term not in scalars]
+    if not matrices:
+        raise NoMatrixForm(f"no matrix form for {expr} with indices ({row}, {col})")
+    if scalars:
+        ones = MatrixSymbol(_ONES, *matrices[0].shape)
+        matrices.append(sp.Add(*scalars) * ones)
+    return MatAdd(*matrices).doit()
 
 
 def _lambda(function: type) -> sp.Lambda:

@@ -37,10 +37,7 @@ from .indices import element_of, under_ranges, zero_based, zero_index
 from .matrix_form import NoMatrixForm, matrix_form
 from .naming import book_indices, compact_roots
 
-__all__ = ["Contribution", "Gradient", "backward", "in_outputs", "CONSTANT"]
-
-#: Letters that carry no gradient: the mask, RoPE's angles and rotation are not trained.
-CONSTANT = L.CONSTANT_LETTERS
+__all__ = ["Contribution", "Gradient", "backward", "in_outputs"]
 
 #: The indices of the chain rule's sum over the output entries, besides the gradient's own (m, p).
 _ROW, _COL = sp.Symbol("m'", integer=True, positive=True), L.t
@@ -135,11 +132,18 @@ def _entry(letter: str, row: sp.Expr, col: sp.Expr) -> Indexed:
 
 
 def in_outputs(expr: sp.Expr, step: Declaration, indices: set[sp.Symbol]) -> sp.Expr:
-    """A quotient step y = N / D: every N and D instance in `expr` written with y (N = y D)."""
+    """`expr` written in the step's outputs: for a quotient y = N / D, every N and D instance
+    with y (N = y D); for a function applied entry by entry, y = f(x), every f(x) as y (σ(ω̃ + b)
+    is a)."""
+    row, col = step.free
+    if isinstance(step.element.rhs, sp.Function):
+        return sp.factor_terms(expr.xreplace({
+            step.element.rhs.xreplace({row: first, col: second}): _entry(step.output, first, second)
+            for first in indices for second in indices
+        }))  # fmt: skip
     numerator, denominator = _quotient(step.element.rhs)
     if denominator == 1 or numerator.is_number:
         return expr
-    row, col = step.free
     holders = {}
     for first in indices:
         d_here = denominator.xreplace({row: first})
@@ -261,7 +265,7 @@ def backward(graph: Graph) -> tuple[Gradient, ...]:
         if declaration.constant:
             continue
         for letter in declaration.inputs:
-            if letter in CONSTANT:
+            if letter in L.CONSTANT_LETTERS:  # a mask, RoPE's angles: not trained
                 continue
             part = _contribution(declaration, letter, shapes, graph.relations)
             pending.setdefault(letter, []).insert(0, part)

@@ -1,7 +1,10 @@
-"""`derive check`: the derivation against the torch implementation, trial by trial.
+"""`derive check`: an entry of the registry against its torch twins, trial by trial
+(`derive.bridge.check`).
 
 Without --seed, each run draws a fresh seed (and prints it, so that a failure can be rerun);
-sizes not given are drawn from it. Exit status 0 when every row passes, 1 when one does not.
+sizes not given are drawn from it, every condition the entry states holding (an even head width
+for RoPE, g dividing h, a window narrower than the sequence, n ≥ 2). Exit status 0 when every
+row passes, 1 when one does not.
 """
 
 from __future__ import annotations
@@ -10,72 +13,86 @@ import random
 import sys
 from typing import TextIO
 
+from ..graph import DeclarationError, variant
 from .errors import EnvironmentProblem, UsageError
+from .parsing import PROG, add_sizes, add_variant, entry_of, given_sizes, integer
 
-__all__ = ["run_check", "SEED_LIMIT"]
+__all__ = ["add", "run", "run_check", "SEED_LIMIT"]
 
 #: Seeds are drawn from and accepted in 0 … SEED_LIMIT (torch's generators take 64-bit seeds;
-#: each trial and the upstream gradient add one to it).
+#: each trial, the upstream gradient and a drawn mask add to it).
 SEED_LIMIT = 2**32 - 1
+
+EPILOG = """examples:
+  derive check                     # random sizes, one trial
+  derive check --n 5 --d 3 --c 4 --heads 2 --causal
+  derive check --variant rope --trials 10 --seed 7
+  derive check --variant docs/examples/sigmoid_attention.py:SIGMOID
+
+exit status: 0 when every step agrees, 1 when one does not, 2 for bad input"""
+
+
+def add(commands, argparse) -> None:
+    text = "compare every step of the derivation with the torch implementation (needs torch)"
+    sub = commands.add_parser(
+        "check", help=text, epilog=EPILOG,
+        description=text + ": a table of step, shape, largest difference, tolerance, result",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    add_sizes(sub, "{meaning} (default: drawn at random with the seed)")
+    sub.add_argument(
+        "--seed", type=integer(minimum=0, limit=SEED_LIMIT), metavar="S",
+        help="seed of sizes and inputs (default: a fresh one each run, printed)",
+    )  # fmt: skip
+    sub.add_argument("--trials", type=integer(limit=10_000), default=1, metavar="K",
+                     help="how many draws")  # fmt: skip
+    sub.add_argument("--forward-only", action="store_true",
+                     help="skip the backward pass (the gradients)")  # fmt: skip
+    add_variant(sub, "the check")
+
+
+def run(args, progress=None) -> int:
+    return run_check(args)
 
 
 def run_check(args, out: TextIO | None = None) -> int:
     """Execute `derive check`; 0 when every step of every trial passes, 1 otherwise."""
     out = sys.stdout if out is None else out
-    from .documents import variant_arguments
-
-    name, heads, extra = variant_arguments(args)
-    given = dict(extra)
-    if name is not None and (args.causal or heads > 1):
-        raise UsageError(
-            f"derive check: variant {name!r} is its own graph: --causal"
-            f"{' and --heads do' if heads > 1 else ' does'} not apply to it"
-        )
-    if given and name is None:
-        raise UsageError(f"derive check: {', '.join('--' + k.replace('_', '-') for k in given)}"
-                         " belong to a variant; give --variant")  # fmt: skip
-    multiple = args.heads if name is None else _multiple(name, given)
-    if args.c is not None and args.c % multiple and name is None:
-        raise UsageError(
-            f"derive check: --heads {args.heads} does not divide --c {args.c} "
-            "(each head gets c / heads columns)"
-        )
-    if args.c is not None and args.c % multiple:
-        raise UsageError(f"derive check: --c {args.c} is not a multiple of {multiple} "
-                         f"{_why(name, given)}")  # fmt: skip
-    if name is not None:
-        _fits(name, given, multiple)
+    entry = variant(entry_of(args))
+    given = given_sizes(args) | {k: getattr(args, k) for k in "ndc" if getattr(args, k)}
+    if args.heads > 1:
+        given["h"] = args.heads
     try:
         import torch  # noqa: F401 - fail early, with a clear message
 
         import attention  # noqa: F401
 
         from ..bridge.check import draw_sizes, format_table, trial_rows
-        from ..bridge.variants import variant_rows
     except ImportError as error:
         raise EnvironmentProblem(
             f"derive check compares with the torch implementation and needs torch ({error}); "
             "pip install torch"
         ) from None
+    try:
+        draw_sizes(entry, random.Random(0), given)  # the given sizes fit the entry
+    except ValueError as error:
+        raise UsageError(f"{PROG} check: {error}") from None
     seed = args.seed if args.seed is not None else random.SystemRandom().randint(0, SEED_LIMIT)
     if args.seed is None:
-        print(f"derive check: seed {seed} (rerun with --seed {seed})", file=out)
+        print(f"{PROG} check: seed {seed} (rerun with --seed {seed})", file=out)
     rng = random.Random(seed)
     failures = compared = 0
     for trial in range(1, args.trials + 1):
-        n, d, c = draw_sizes(rng, args.n, args.d, args.c, multiple)
+        sizes = draw_sizes(entry, rng, given)
         inputs_seed = (seed + trial - 1) % (SEED_LIMIT + 1)
-        if name is None:
-            rows, note = trial_rows(n, d, c, causal=args.causal, heads=args.heads,
-                                    seed=inputs_seed, forward_only=args.forward_only)  # fmt: skip
-        else:
-            rows, note = variant_rows(name, n, d, c, given, seed=inputs_seed,
-                                      forward_only=args.forward_only)  # fmt: skip
-        variant = ", causal" if args.causal else ""
-        variant += f", {name}" if name else ""
-        variant += "".join(f", {k}={v}" for k, v in given.items())
-        heads = f", {args.heads} heads" if args.heads > 1 else ""
-        print(f"trial {trial}/{args.trials}: n={n} d={d} c={c}{variant}{heads}, "
+        try:
+            rows, note = trial_rows(entry, sizes, seed=inputs_seed,
+                                    forward_only=args.forward_only)  # fmt: skip
+        except DeclarationError as error:
+            raise UsageError(f"{PROG} check: {error}") from None
+        shown = " ".join(f"{k}={sizes[k]}" for k in "ndc")
+        more = "".join(f", {k}={v}" for k, v in sizes.items() if k not in "ndc")
+        print(f"trial {trial}/{args.trials}: {entry.name}, {shown}{more}, "
               f"inputs seed {inputs_seed}", file=out)  # fmt: skip
         print(format_table(rows), file=out)
         if note:
@@ -83,36 +100,5 @@ def run_check(args, out: TextIO | None = None) -> int:
         failures += sum(not row.passed for row in rows)
         compared += len(rows)
     verdict = "all pass" if failures == 0 else f"{failures} FAIL"
-    print(f"derive check: {compared} step values compared, {verdict}", file=out)
+    print(f"{PROG} check: {compared} step values compared, {verdict}", file=out)
     return 0 if failures == 0 else 1
-
-
-def _multiple(name: str, given: dict[str, int]) -> int:
-    """What c must be a multiple of for a variant: its heads, twice that with RoPE."""
-    from ..graph.variants import variant
-    from ..notation import letters as L
-
-    found = variant(name)
-    heads = given.get("h", dict(found.sizes).get(L.h, 1))
-    rope = any(step.name == "apply_rope" for step in found.graph.declarations)
-    return heads * (2 if rope else 1)
-
-
-def _why(name: str, given: dict[str, int]) -> str:
-    from ..graph.variants import variant
-
-    found = variant(name)
-    rope = any(step.name == "apply_rope" for step in found.graph.declarations)
-    parts = ["each head gets c / h columns"] if found.heads else []
-    parts += ["RoPE rotates pairs of features"] if rope else []
-    return "(" + "; ".join(parts) + ")"
-
-
-def _fits(name: str, given: dict[str, int], c: int) -> None:
-    """Sizes of the variant that cannot go together (g not dividing h): a usage error."""
-    from ..graph.variants import explicit_sizes, variant
-
-    try:
-        explicit_sizes(variant(name), 1, 1, c, given)
-    except ValueError as error:
-        raise UsageError(f"derive check: {error}") from None

@@ -7,15 +7,15 @@ looked for). The table is coloured only when stdout is a terminal (and NO_COLOR 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from typing import TextIO
 
 from .errors import EnvironmentProblem, UsageError
+from .parsing import integer
 
-__all__ = ["add_conform", "run_conform"]
+__all__ = ["add", "run", "run_conform"]
 
 EPILOG = """examples:
   derive conform torch.nn.functional:scaled_dot_product_attention
@@ -28,8 +28,8 @@ exit status: 0 when it conforms, 1 when it does not, 2 for bad input"""
 _DTYPES = ("float64", "float32", "float16", "bfloat16")
 
 
-def add_conform(commands, integer) -> None:
-    """The `conform` subcommand; `integer(minimum, limit)` is the CLI's integer type."""
+def add(commands, argparse) -> None:
+    """The `conform` subcommand."""
     text = "check an attention implementation against the derivation (needs torch)"
     sub = commands.add_parser(
         "conform",
@@ -90,6 +90,11 @@ def add_conform(commands, integer) -> None:
         help="batch size (default: a size no other dimension has)",
     )
     sub.add_argument("--adapter", metavar="NAME", help="the adapter to read a module with")
+
+
+def run(args, progress=None) -> int:
+    """`derive conform`, its report on standard output."""
+    return run_conform(args)
 
 
 def run_conform(args, out: TextIO | None = None) -> int:

@@ -1,31 +1,20 @@
-"""The lines an explicit step shows: one per entry, long sums broken, the softmax's row sums
-written once as D_m. Objects use them for their rich display; documents for their sections.
-A step is anything with `entries`, `formula` and `name` (`ExplicitStep`, `GradientStep`)."""
+"""The lines an explicit step shows: one per entry, long sums broken (`derive.notation.lines`),
+the softmax's row sums written once as D_m. Objects use them for their rich display; documents
+for their sections. A step is anything with `entries`, `formula` and `name` (`ExplicitStep`,
+`GradientStep`)."""
 
 from __future__ import annotations
-
-import re
 
 import sympy as sp
 
 from ..notation import latex
 from ..notation import letters as L
-from ..notation.printer import ordered_terms
+from ..notation.lines import sum_lines
 
-__all__ = [
-    "explicit_lines", "matrix_line", "visible_width", "packed", "split_sum", "WIDEST_MATRIX"
-]  # fmt: skip
+__all__ = ["explicit_lines", "matrix_line", "WIDEST_MATRIX"]
 
 #: Wider matrices are shown by their generic entry, so that no display runs off the page.
 WIDEST_MATRIX = 8
-
-
-def _long(lhs: str, expr: sp.Expr) -> list[str]:
-    """``lhs &= t1 + t2 + …`` broken into lines of about 56 visible characters."""
-    terms = [latex(term, fold_short_frac=True) for term in ordered_terms(expr)]
-    terms = [f"\\left({t}\\right)" if t.startswith("-") and k else t for k, t in enumerate(terms)]
-    lines = split_sum(terms)
-    return [f"{lhs} &= {lines[0]}"] + [rf"&\quad + {line}" for line in lines[1:]]
 
 
 def _entries_lines(step) -> list[str]:
@@ -33,7 +22,7 @@ def _entries_lines(step) -> list[str]:
     rows, cols = step.formula.shape
     for row in range(rows):
         for col in range(cols):
-            lines += _long(latex(step.entries[row, col]), step.formula[row, col])
+            lines += sum_lines(latex(step.entries[row, col]), step.formula[row, col])
     return lines
 
 
@@ -46,7 +35,7 @@ def _weights_lines(step) -> list[str]:
         nonzero = [entry for entry in entries if entry != 0]
         total = sp.fraction(nonzero[0])[1] if nonzero else sp.S.Zero
         if total != 1 and total != 0:
-            lines += _long(latex(total_of[row + 1]), total)
+            lines += sum_lines(latex(total_of[row + 1]), total)
         for col, entry in enumerate(entries):
             lhs = latex(step.entries[row, col])
             numerator, denominator = sp.fraction(entry)
@@ -74,32 +63,3 @@ def matrix_line(letter: str, matrix: sp.MatrixBase) -> str:
         rf"{letter} &= \left({generic}\right)_{{{latex(first)} = 1 \ldots {rows},\;"
         rf" {latex(second)} = 1 \ldots {cols}}}"
     )
-
-
-def visible_width(tex: str) -> int:
-    """About how many characters a LaTeX formula shows (\\left, braces, marks: 0; \\exp: 3)."""
-    tex = re.sub(r"\\(left|right)\b", "", tex)
-    tex = re.sub(r"\\exp\b", "exp", tex)
-    tex = re.sub(r"\\[a-zA-Z]+", "x", tex)
-    return len(re.sub(r"[{}^_\s]", "", tex))
-
-
-def packed(pieces: list[str], width: int, measure=visible_width) -> list[list[str]]:
-    """Group pieces of LaTeX into lines of about `width` visible characters, in order (a piece
-    wider than `width` gets a line of its own)."""
-    lines: list[list[str]] = [[]]
-    length = 0
-    for piece in pieces:
-        size = measure(piece) + 1
-        if lines[-1] and length + size > width:
-            lines.append([])
-            length = 0
-        lines[-1].append(piece)
-        length += size
-    return lines
-
-
-def split_sum(terms: list[str], *, width: int = 56) -> list[str]:
-    """Group the LaTeX terms of a sum into lines of about `width` visible characters (a term
-    wider than `width` gets a line of its own); the caller joins the lines with ``+``."""
-    return [" + ".join(line) for line in packed(terms, width)]

@@ -16,13 +16,14 @@ import sympy as sp
 from sympy import ImmutableMatrix
 
 from .. import calculus
-from ..graph import Graph, self_attention
+from ..graph import Graph, explicit_sizes, variant
 from ..notation import letters as L
 from .instantiate import instantiate
 from .sizes import check_sizes
 from .values import Values, compose, evaluate_steps, exact_numbers, size_values, to_rows
 
-__all__ = ["ExplicitGraph", "ExplicitAttention", "explicit_attention", "allowed_keys"]
+__all__ = ["ExplicitGraph", "ExplicitAttention", "explicit_attention", "allowed_keys",
+           "entry_name"]  # fmt: skip
 
 
 def allowed_keys(n: int, causal: bool, mask: object, key_padding_mask: object) -> list[list[bool]]:
@@ -52,7 +53,13 @@ def allowed_keys(n: int, causal: bool, mask: object, key_padding_mask: object) -
 
 class ExplicitGraph:
     """Any graph of declarations written out at concrete sizes (`sizes`: symbol -> int, the
-    variants' s, d_y, w included): its inputs' named entries, its steps, their values."""
+    variants' s, d_y, w included, and the parameters): its inputs' named entries, its steps,
+    their values.
+
+    The inputs are attributes by their letter (``X``, ``W_q``), and so is each step's matrix
+    composed down to the inputs (``Q``, ``Omega``, ``A``, ``C``; a tuple of one per head for a
+    per-head step). `evaluate` substitutes numbers step by step.
+    """
 
     def __init__(
         self,
@@ -72,15 +79,38 @@ class ExplicitGraph:
             letter: L.entries(L.name_of(letter), *(int(sp.sympify(x).xreplace(self.sizes))
                                                    for x in shapes[letter]))
             for letter in graph.inputs
-            if letter != "M"  # a mask is given as numbers, not as an input
+            if letter not in L.CONSTANT_LETTERS  # a mask is given as numbers, not as an input
         }  # fmt: skip
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{symbol}={value}" for symbol, value in self.sizes.items())
         return f"ExplicitGraph({self.graph.name!r}, {sizes})"
 
-    def evaluate(self, *, digits: int | None = 30, **given: object) -> Values:
-        """The value of every step for concrete inputs (by letter: ``X=…, Y=…, W_q=…``)."""
+    def __getattr__(self, letter: str) -> ImmutableMatrix | tuple[ImmutableMatrix, ...]:
+        if letter.startswith("_") or "inputs" not in self.__dict__:
+            raise AttributeError(letter)
+        if letter in self.inputs:
+            return self.inputs[letter]
+        composed = self._composed
+        if letter in composed:
+            return composed[letter]
+        per_head = [composed.get(f"{letter}_{head}") for head in range(1, self.heads + 1)]
+        if self.heads > 1 and all(matrix is not None for matrix in per_head):
+            return tuple(per_head)
+        raise AttributeError(f"{type(self).__name__} has no matrix {letter!r}")
+
+    @functools.cached_property
+    def _composed(self) -> dict[str, ImmutableMatrix]:
+        """Each step's matrix in the entries of the inputs (sizes put in)."""
+        return compose(self.steps, size_values(self.sizes))
+
+    def evaluate(self, *positional: object, digits: int | None = 30, **given: object) -> Values:
+        """The value of every step for concrete inputs: by letter (``X=…, Y=…, W_q=…``), or
+        positionally in the order of `inputs`."""
+        if len(positional) > len(self.inputs):
+            raise TypeError(f"evaluate takes at most {len(self.inputs)} inputs "
+                            f"({', '.join(self.inputs)}), got {len(positional)}")  # fmt: skip
+        given = dict(zip(self.inputs, positional, strict=False)) | given
         missing = sorted(set(self.inputs) - set(given))
         unknown = sorted(set(given) - set(self.inputs))
         if missing or unknown:
@@ -89,9 +119,36 @@ class ExplicitGraph:
         exact = exact_numbers(self.inputs, self.sizes, 1, given, None, digits)
         return evaluate_steps(self.steps, exact, digits, self.heads)
 
+    def evaluate_batch(self, X: object, *rest: object, digits: int | None = 30,
+                       **given: object) -> list[Values]:  # fmt: skip
+        """`evaluate` for each sequence of a batch X of shape (batch, n, d); the other inputs
+        are shared, as in `attention`. Returns one `Values` per sequence, in order."""
+        rows = to_rows("X", X)
+        if not rows or not isinstance(rows[0], list) or not isinstance(rows[0][0], list):
+            shape = self.inputs["X"].shape
+            raise ValueError(f"X must have shape (batch, {shape[0]}, {shape[1]}) for "
+                             "evaluate_batch")  # fmt: skip
+        return [self.evaluate(x, *rest, digits=digits, **given) for x in rows]
+
+    def _repr_latex_(self) -> str:
+        from .display import explicit_lines, matrix_line
+
+        lines = [matrix_line(L.MATRIX_LATEX[k], v) for k, v in self.inputs.items()]
+        for step in self.steps:
+            lines += explicit_lines(step)
+        return "$$\\begin{aligned}" + " \\\\ ".join(lines) + "\\end{aligned}$$"
+
+
+def entry_name(*, causal: bool, masked: bool, heads: int) -> str:
+    """The registry's name for self-attention in this form (``"multi-head+causal"``)."""
+    parts = [name for name, on in (("multi-head", heads > 1), ("causal", causal and not masked),
+                                   ("masked", masked)) if on]  # fmt: skip
+    return "+".join(parts) or "self-attention"
+
 
 class ExplicitAttention(ExplicitGraph):
-    """Self-attention written out at sizes n, d, c: see `explicit_attention`."""
+    """Self-attention written out at sizes n, d, c: see `explicit_attention` (the graph of the
+    registry's self-attention, causal, masked or multi-head entry, with the mask's numbers)."""
 
     def __init__(
         self,
@@ -111,11 +168,12 @@ class ExplicitAttention(ExplicitGraph):
         self.causal = causal
         self.masked = mask is not None or key_padding_mask is not None
         self.allowed = allowed_keys(self.n, causal, mask, key_padding_mask)
-        graph = graph or self_attention(
-            causal=causal and not self.masked, masked=self.masked, heads=self.heads > 1
-        )
+        name = entry_name(causal=causal, masked=self.masked, heads=self.heads)
+        found = variant(name)
+        graph = graph or found.graph
+        heads = {"h": self.heads} if self.heads > 1 else {}
+        sizes = explicit_sizes(found, self.n, self.d, self.c, heads)
         self.width = self.c // self.heads
-        sizes = {L.n: self.n, L.d: self.d, L.c: self.c, L.h: self.heads, L.c_h: self.width}
         given = {}
         if self.masked:  # M: 0 where a query may attend, −∞ where not (causal folded in)
             for row in range(self.n):
@@ -126,43 +184,12 @@ class ExplicitAttention(ExplicitGraph):
         self.X, self.W_q, self.W_k, self.W_v = (self.inputs[k] for k in ("X", "W_q", "W_k", "W_v"))
         self.W_o = self.inputs.get("W_o")
 
-    def _repr_latex_(self) -> str:
-        from .display import explicit_lines, matrix_line
-
-        lines = [matrix_line(L.MATRIX_LATEX[k], v) for k, v in self.inputs.items()]
-        for step in self.steps:
-            lines += explicit_lines(step)
-        return "$$\\begin{aligned}" + " \\\\ ".join(lines) + "\\end{aligned}$$"
-
     def __repr__(self) -> str:
         variant = ", causal=True" if self.causal else ""
         variant += ", mask=..." if self.masked else ""
         return (
             f"explicit_attention(n={self.n}, d={self.d}, c={self.c}{variant}, heads={self.heads})"
         )
-
-    # -- composed matrices (expressions in x and the weights) ----------------------------------
-
-    @functools.cached_property
-    def _composed(self) -> dict[str, ImmutableMatrix]:
-        return compose(self.steps, size_values(self.sizes))
-
-    def _matrix(self, letter: str) -> ImmutableMatrix | tuple[ImmutableMatrix, ...]:
-        if self.heads > 1 and letter in ("Omega", "Omega_scaled", "A"):
-            return tuple(self._composed[f"{letter}_{h}"] for h in range(1, self.heads + 1))
-        return self._composed[letter]
-
-    Q = property(lambda self: self._matrix("Q"), doc="Q = X W_q, entries in x and W_q.")
-    K = property(lambda self: self._matrix("K"), doc="K = X W_k.")
-    V = property(lambda self: self._matrix("V"), doc="V = X W_v.")
-    Omega = property(lambda self: self._matrix("Omega"), doc="Ω = Q Kᵀ (a tuple per head).")
-    Omega_scaled = property(
-        lambda self: self._matrix("Omega_scaled"), doc="Ω / √c (per head √c_h)."
-    )
-    A = property(lambda self: self._matrix("A"), doc="A = softmax(Ω / √c) row by row (per head).")
-    C = property(lambda self: self._matrix("C"), doc="C = A V; for heads > 1, [C⁽¹⁾ ⋯ C⁽ʰ⁾] W_o.")
-
-    # -- numbers -------------------------------------------------------------------------------
 
     def evaluate(
         self, X: object, W_q: object, W_k: object, W_v: object, W_o: object = None, *,
@@ -178,17 +205,6 @@ class ExplicitAttention(ExplicitGraph):
         given = {"X": X, "W_q": W_q, "W_k": W_k, "W_v": W_v}
         exact = exact_numbers(self.inputs, self.sizes, self.heads, given, W_o, digits)
         return evaluate_steps(self.steps, exact, digits, self.heads)
-
-    def evaluate_batch(
-        self, X: object, W_q: object, W_k: object, W_v: object, W_o: object = None, *,
-        digits: int | None = 30,
-    ) -> list[Values]:  # fmt: skip
-        """`evaluate` for each sequence of a batch X of shape (batch, n, d); the weights are
-        shared, as in `attention`. Returns one `Values` per sequence, in order."""
-        rows = to_rows("X", X)
-        if not rows or not isinstance(rows[0], list) or not isinstance(rows[0][0], list):
-            raise ValueError(f"X must have shape (batch, {self.n}, {self.d}) for evaluate_batch")
-        return [self.evaluate(x, W_q, W_k, W_v, W_o, digits=digits) for x in rows]
 
 
 def explicit_attention(

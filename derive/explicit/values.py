@@ -142,6 +142,13 @@ class Values:
         return [[float(entry) for entry in row] for row in self[letter].tolist()]
 
 
+def _float(value: sp.Expr, digits: int) -> sp.Float:
+    """A number to `digits` digits: a rational rounded once, an exact expression (a parameter's
+    −log n) evaluated to that precision."""
+    value = sp.sympify(value)
+    return sp.Float(value if value.is_Rational else value.evalf(digits), digits)
+
+
 def evaluate_steps(steps: tuple, exact: dict, digits: int | None, heads: int) -> Values:
     """Substitute numbers into each step's formula in order (`xreplace`, exact).
 
@@ -152,7 +159,7 @@ def evaluate_steps(steps: tuple, exact: dict, digits: int | None, heads: int) ->
     """
     floats = None
     if digits is not None:
-        floats = {symbol: sp.Float(value, digits) for symbol, value in exact.items()}
+        floats = {symbol: _float(value, digits) for symbol, value in exact.items()}
     matrices = {}
     for step in steps:
         env = exact if step.polynomial or floats is None else floats

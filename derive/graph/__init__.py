@@ -1,7 +1,25 @@
 """What attention is: the declarations of its steps (the only hand-entered mathematics), the
-graphs they form, and the stated assumptions of the facts."""
+stated assumptions of the facts, and the one registry of variants they form (self-attention,
+causal, masked, multi-head, the book's later variants, and the user's own)."""
 
-from .attention import STEP_NAMES, self_attention
+from .attention import STEP_NAMES
 from .declaration import Declaration, Graph
+from .entry import Entry
+from .fitting import explicit_sizes
+from .loading import load_variant
+from .registry import (
+    DeclarationError,
+    declared,
+    entry_name,
+    register_variant,
+    self_attention,
+    variant,
+    variants,
+)
+from .variant import Document, Group, Show, Variant
 
-__all__ = ["Declaration", "Graph", "STEP_NAMES", "self_attention"]
+__all__ = [
+    "Declaration", "Graph", "STEP_NAMES", "self_attention", "Variant", "Entry", "Document",
+    "Group", "Show", "variant", "variants", "register_variant", "load_variant",
+    "explicit_sizes", "DeclarationError", "entry_name", "declared",
+]  # fmt: skip

@@ -1,7 +1,9 @@
 """The declarations of self-attention (section 3.4 of the book), its causal and multi-head forms.
 
 This module and `derive.graph.assumptions` are the only places where formulas are typed in.
-Each function returns one step, declared by the formula of one entry of its output:
+Each function returns one step, declared by the formula of one entry of its output (and, where
+the torch side differs from calling `attention.functional.<name>` on what the step reads, its
+twin):
 
     q_{m,j} = Σ_{i=1}^{d} x_{m,i} (W_q)_{i,j}          projection (and K, V)
     ω_{m,p} = Σ_{j=1}^{c} q_{m,j} k_{p,j}              scores
@@ -11,33 +13,39 @@ Each function returns one step, declared by the formula of one entry of its outp
     a_{m,p} = exp(ω̃_{m,p}) / Σ_{r=1}^{n} exp(ω̃_{m,r}) weights (of ω̂ when masked)
     z_{m,j} = Σ_{p=1}^{n} a_{m,p} v_{p,j}              context (z: the entries of C)
 
-and for h heads of width c_h = c / h: the split q^{(ℓ)}_{m,j} = q_{m,(ℓ−1)c_h+j}, the same
-steps per head, the concatenation \\hat{z}_{m,(ℓ−1)c_h+j} = z^{(ℓ)}_{m,j} and the output
-projection z_{m,j} = Σ_{i=1}^{c} \\hat{z}_{m,i} (W_o)_{i,j}. Step names match
-`attention.functional`, so that the two halves read side by side.
+and for h heads of width c_h = c / h: the split q^{(ℓ)}_{m,j} = q_{m,(ℓ−1)c_h+j}, the
+concatenation \\hat{z}_{m,(ℓ−1)c_h+j} = z^{(ℓ)}_{m,j} and the output projection
+z_{m,j} = Σ_{i=1}^{c} \\hat{z}_{m,i} (W_o)_{i,j} (the steps between them run per head:
+`derive.graph.heads`). Step names match `attention.functional`, so that the two halves read side
+by side. The graphs these steps form are the entries of the registry (`derive.graph.entries`).
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import sympy as sp
 from sympy import Eq, Piecewise, Sum, exp, sqrt
 
 from ..notation import letters as L
-from .declaration import Declaration, Graph
+from .declaration import Declaration
+from .sizes import Divides
+from .twins import StepTwin
 
 __all__ = [
     "projection", "scores", "scaled_scores", "causal_mask", "masked_scores", "weights",
-    "context", "split_heads", "merge_heads", "output_projection", "self_attention", "STEP_NAMES",
+    "context", "split_heads", "merge_heads", "output_projection", "STEP_NAMES", "Dims", "SELF",
+    "HEADS_DIVIDE",
 ]  # fmt: skip
 
 #: The names of `attention.functional` that the steps mirror, in derivation order.
 STEP_NAMES = (
-    "projection", "split_heads", "scores", "scaled_scores", "causal_mask", "weights", "context",
-    "merge_heads",
+    "projection", "split_heads", "scores", "scaled_scores", "causal_mask", "masked_scores",
+    "weights", "context", "merge_heads",
 )  # fmt: skip
+
+#: Heads split the columns: h divides c.
+HEADS_DIVIDE = Divides(L.h, L.c, "each head gets c / h columns")
 
 
 @dataclass(frozen=True)
@@ -135,6 +143,7 @@ def scaled_scores(*, head: bool = False, dims: Dims = SELF) -> Declaration:
         "Scaling by the square root of the width",
         Eq(_entry("omegatilde", head, L.m, L.p), rhs, evaluate=False),
         dims.shapes("Omega" + s, "Omega_scaled" + s),
+        twin=StepTwin("attention.functional.scaled_scores", options=(("c", width),)),
     )
 
 
@@ -148,6 +157,7 @@ def causal_mask(dims: Dims = SELF) -> Declaration:
         Eq(_entry("mask", False, L.m, L.p), rhs, evaluate=False),
         dims.shapes("M"),
         constant=True,
+        twin=StepTwin("attention.functional.causal_mask", (), (("n", dims.queries),)),
     )
 
 
@@ -156,7 +166,7 @@ def masked_scores(*, head: bool = False, dims: Dims = SELF) -> Declaration:
     s = _suffix(head)
     rhs = _entry("omegatilde", head, L.m, L.p) + _entry("mask", False, L.m, L.p)
     return Declaration(
-        "weights",
+        "masked_scores",
         "Omega_masked" + s,
         "Masking the scores",
         Eq(_entry("omegahat", head, L.m, L.p), rhs, evaluate=False),
@@ -166,18 +176,23 @@ def masked_scores(*, head: bool = False, dims: Dims = SELF) -> Declaration:
 
 def weights(*, head: bool = False, masked: bool = False, dims: Dims = SELF) -> Declaration:
     r"""$a_{m,p} = \exp(\tilde\omega_{m,p}) / \sum_{r=1}^{n} \exp(\tilde\omega_{m,r})$: the
-    softmax of each row (of the masked scores $\hat\omega$ when `masked`)."""
+    softmax of each row (of the masked scores $\hat\omega$ when `masked`). Its twin takes the
+    scaled scores (and the mask M as booleans), ``weights(Ω̃, 1, mask=M)``, so that a row with
+    no key gets the convention's zero weights and Ω̃ its gradient."""
     source = "omegahat" if masked else "omegatilde"
     s = _suffix(head)
     numerator = exp(_entry(source, head, L.m, L.p))
     total = Sum(exp(_entry(source, head, L.m, L.r)), (L.r, 1, dims.keys))
     letter = ("Omega_masked" if masked else "Omega_scaled") + s
+    options = (("c", 1), *((("mask", "M"),) if masked else ()))
+    twin = StepTwin("attention.functional.weights", ("Omega_scaled" + s,), options)
     return Declaration(
         "weights",
         "A" + s,
         "Attention weights (row-wise softmax)",
         Eq(_entry("a", head, L.m, L.p), numerator / total, evaluate=False),
         dims.shapes(letter, "A" + s),
+        twin=twin,
     )
 
 
@@ -205,6 +220,7 @@ def split_heads(which: str) -> Declaration:
         "Split into heads",
         Eq(_entry(which, True, L.m, L.j), rhs, evaluate=False),
         SELF.shapes(letter, letter + "_l"),
+        requires=(HEADS_DIVIDE,),
     )
 
 
@@ -232,27 +248,3 @@ def output_projection() -> Declaration:
         SELF.shapes("C_concat", "W_o", "C"),
     )
 
-
-@functools.cache
-def self_attention(*, causal: bool = False, masked: bool = False, heads: bool = False) -> Graph:
-    """The graph of self-attention: one head, or h heads of width c_h = c / h (`heads`).
-
-    `causal` declares the causal mask M and adds it to the scaled scores; `masked` adds a mask M
-    given as an input (0 where a query may attend, −∞ where not: padding, or any pattern).
-    """
-    if causal and masked:
-        raise ValueError("choose causal=True or masked=True: the causal mask is one mask M")
-    steps = [projection("q"), projection("k"), projection("v")]
-    if heads:
-        steps += [split_heads(which) for which in "qkv"]
-    steps += [scores(head=heads), scaled_scores(head=heads)]
-    if causal:
-        steps.append(causal_mask())
-    if causal or masked:
-        steps.append(masked_scores(head=heads))
-    steps += [weights(head=heads, masked=causal or masked), context(head=heads)]
-    if heads:
-        steps += [merge_heads(), output_projection()]
-    name = ("causal " if causal else "masked " if masked else "") + "self-attention"
-    relations = (Eq(L.c_h, L.c / L.h),) if heads else ()
-    return Graph(("multi-head " if heads else "") + name, tuple(steps), relations)

@@ -1,5 +1,16 @@
 """What a variant claims, declared: each claim names what SymPy is to derive, and
-`derive.proofs.claims` derives it (or finds that it does not hold)."""
+`derive.proofs.claims` derives it (or finds that it does not hold).
+
+A claim is proved at its variant's stage: on the graph right after the variant's declarations
+are put in (`here`), the graph before them being `before` (in a combination such as
+``gqa+qk-norm+rope``, QK-norm's bound is proved before RoPE rotates the normalised queries).
+A claim that compares with another graph names it: a `Graph`, an entry of the registry by name
+(``"causal"``), or `BEFORE`.
+
+Every claim takes `heading` (None: the fact's own title; "": none), `text` (the words before
+it; None: the registry's words for its kind) and `then` (for a claim with stated assumptions,
+the words between the assumptions and the derivation), keyword-only.
+"""
 
 from __future__ import annotations
 
@@ -7,41 +18,58 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from .assumptions import ASSUMPTIONS, Assumptions
 from .declaration import Graph
 
 __all__ = [
-    "Claim", "SameAs", "ReadsRows", "CacheSize", "DecodeCost", "AllowedPairs", "RelativePosition",
-    "ZeroAngles", "SameForEveryHead", "CacheAgainst", "WeightCount", "ScoreBound", "Absorption",
-    "On",
+    "Claim", "BEFORE", "Presented", "SameAs", "ReadsRows", "CacheSize", "DecodeCost",
+    "AllowedPairs", "RelativePosition", "ZeroAngles", "SameForEveryHead", "CacheAgainst",
+    "WeightCount", "ScoreBound", "Absorption", "RowsSumToOne", "ShiftInvariance",
+    "ScoreVariance", "ScaledScoreVariance", "WeightsJacobian", "RowsumIdentity", "Equality",
 ]  # fmt: skip
+
+#: The graph a variant's declarations were put into (its base, or the stage before it).
+BEFORE = "before"
+
+#: Where a claim compares with another graph: the graph, an entry's name, or `BEFORE`.
+Other = Graph | str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Presented:
+    """How a document shows a claim (see the module docstring)."""
+
+    heading: str | None = None
+    text: str | None = None
+    then: str | None = None
 
 
 @dataclass(frozen=True)
-class SameAs:
+class SameAs(Presented):
     """Step for step the same as `other`, after `substitute` (entries or sizes, in the
     variant's declarations) and where each size in `assume` is at least its bound."""
 
-    other: Graph
+    other: Other
     substitute: tuple[tuple[sp.Basic, sp.Basic], ...] = ()
     assume: tuple[tuple[sp.Symbol, sp.Expr], ...] = ()
 
 
 @dataclass(frozen=True)
-class ReadsRows:
+class ReadsRows(Presented):
     """Row m of `letter` reads only the rows p ≤ m of the keys and values."""
 
     letter: str = "C"
 
 
 @dataclass(frozen=True)
-class CacheSize:
+class CacheSize(Presented):
     """How many numbers a cache of these matrices holds (per head and layer)."""
 
     letters: tuple[str, ...]
 
 
 @dataclass(frozen=True)
-class DecodeCost:
+class DecodeCost(Presented):
     """FLOPs of one new token: `attend` (its row against a cache of m rows) plus `append` (its
     own key and value), against recomputing the whole graph at length m."""
 
@@ -50,7 +78,7 @@ class DecodeCost:
 
 
 @dataclass(frozen=True)
-class AllowedPairs:
+class AllowedPairs(Presented):
     """How many (query, key) pairs the mask allows, and the products computed over them only,
     where each size in `assume` is at least its bound."""
 
@@ -58,19 +86,19 @@ class AllowedPairs:
 
 
 @dataclass(frozen=True)
-class RelativePosition:
+class RelativePosition(Presented):
     """The rotated score depends on the positions only through p − m."""
 
 
 @dataclass(frozen=True)
-class ZeroAngles:
+class ZeroAngles(Presented):
     """With every rotary angle 0 the score is the score of `other`."""
 
-    other: Graph
+    other: Other = BEFORE
 
 
 @dataclass(frozen=True)
-class SameForEveryHead:
+class SameForEveryHead(Presented):
     """After `substitute`, each of `letters` (per-head declarations) reads the same entries for
     every head ℓ = 1 … h (multi-query attention: one group of keys and values)."""
 
@@ -79,40 +107,86 @@ class SameForEveryHead:
 
 
 @dataclass(frozen=True)
-class CacheAgainst:
+class CacheAgainst(Presented):
     """The entries a cache of `letters` holds, against a cache of `theirs` in `other`."""
 
     letters: tuple[str, ...]
-    other: Graph
+    other: Other = BEFORE
     theirs: tuple[str, ...] = ("K", "V")
 
 
 @dataclass(frozen=True)
-class WeightCount:
+class WeightCount(Presented):
     """How many entries (trainable numbers) the weights `letters` have."""
 
     letters: tuple[str, ...]
 
 
 @dataclass(frozen=True)
-class ScoreBound:
+class ScoreBound(Presented):
     """With queries and keys RMS-normalised, every score is bounded by the width and the gains."""
 
 
 @dataclass(frozen=True)
-class Absorption:
+class Absorption(Presented):
     """A head's scores computed from the latent U, W_q and W_uk, without K."""
 
 
 @dataclass(frozen=True)
-class On:
-    """`claim` proved on `graph` (one stage of a combination: QK-norm's bound on the graph
-    before RoPE rotates the normalised queries and keys)."""
-
-    graph: Graph
-    claim: object
+class RowsSumToOne(Presented):
+    """Σ_p a_{m,p} = 1 over the keys, for every row m (with a declared mask, over its limits)."""
 
 
-Claim = (On | SameAs | ReadsRows | CacheSize | DecodeCost | AllowedPairs | RelativePosition
-         | ZeroAngles | SameForEveryHead | CacheAgainst | WeightCount | ScoreBound
-         | Absorption)  # fmt: skip
+@dataclass(frozen=True)
+class ShiftInvariance(Presented):
+    """A constant added to every score of a row leaves the weights unchanged."""
+
+
+@dataclass(frozen=True)
+class ScoreVariance(Presented):
+    """Var(ω_{m,p}) = c, from the stated assumptions (shown first, as declared)."""
+
+    assumptions: Assumptions = ASSUMPTIONS
+
+
+@dataclass(frozen=True)
+class ScaledScoreVariance(Presented):
+    """Var(ω̃_{m,p}) = 1: the scaling undoes the width."""
+
+    assumptions: Assumptions = ASSUMPTIONS
+
+
+@dataclass(frozen=True)
+class WeightsJacobian(Presented):
+    """∂a_{m,p}/∂x_{m,t} of the weights with respect to the scores they read, in the weights:
+    a_{m,p}(δ_{p,t} − a_{m,t}) for the softmax."""
+
+
+@dataclass(frozen=True)
+class RowsumIdentity(Presented):
+    """Σ_r a_{m,r} ā_{m,r} = Σ_j z̄_{m,j} z_{m,j} (from the derived gradient of A)."""
+
+
+@dataclass(frozen=True)
+class Equality(Presented):
+    """`lhs` = `rhs`, proved by SymPy: every entry of a step in `lhs` and `rhs` replaced by its
+    declared formula (repeatedly, down to the graph's inputs where needed), limits and
+    derivatives evaluated, and the difference simplified to 0.
+
+    Attributes:
+        lhs, rhs: SymPy expressions in the entries of the graph (``sympy.Limit(a[m, p], b,
+            -sympy.oo)`` and ``0``).
+        title: the heading of the fact.
+        how: a few words on what SymPy did, for the provenance (default: as above).
+    """
+
+    lhs: sp.Expr
+    rhs: sp.Expr
+    title: str
+    how: str = ""
+
+
+Claim = (SameAs | ReadsRows | CacheSize | DecodeCost | AllowedPairs | RelativePosition
+         | ZeroAngles | SameForEveryHead | CacheAgainst | WeightCount | ScoreBound | Absorption
+         | RowsSumToOne | ShiftInvariance | ScoreVariance | ScaledScoreVariance | WeightsJacobian
+         | RowsumIdentity | Equality)  # fmt: skip

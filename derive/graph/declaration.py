@@ -14,12 +14,14 @@ and the weights) or earlier steps' outputs. Forward and backward are two walks o
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import sympy as sp
 from sympy import Indexed
 
 from ..notation import letters as L
+from .sizes import Constraint
+from .twins import StepTwin
 
 __all__ = ["Declaration", "Graph", "Shape"]
 
@@ -38,6 +40,16 @@ class Declaration:
         shapes: letter -> (rows, cols) of every matrix the equation reads or writes.
         constant: True for a step that depends on no input (the causal mask): no gradient
             flows into it, and at concrete sizes its entries are numbers.
+        twin: how `derive check` computes the step with torch: by default the function of
+            `attention.functional` with the step's name, given the matrices it reads
+            (`derive.graph.twins.StepTwin`).
+        requires: the conditions on the sizes the step needs (RoPE's rotation: an even width).
+        text: a few sentences a document prints before the step (words only).
+        composed: letters whose declarations a document puts into this one for a second display
+            (the weights with the scaling put in), and `composed_text` the words before it.
+
+    The fields after `constant` say how the step is computed, checked and shown, not what it
+    is: two declarations of the same formula are equal whatever their twins or words.
     """
 
     name: str
@@ -46,6 +58,11 @@ class Declaration:
     element: sp.Eq
     shapes: Mapping[str, Shape] = field(hash=False, compare=False)
     constant: bool = False
+    twin: StepTwin | None = field(default=None, hash=False, compare=False, repr=False)
+    requires: tuple[Constraint, ...] = field(default=(), hash=False, compare=False, repr=False)
+    text: str = field(default="", hash=False, compare=False, repr=False)
+    composed: tuple[str, ...] = field(default=(), hash=False, compare=False, repr=False)
+    composed_text: str = field(default="", hash=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         missing = {letter for letter in (self.output, *self.inputs) if letter not in self.shapes}
@@ -85,8 +102,7 @@ class Declaration:
 
     def with_element(self, rhs: sp.Expr) -> Declaration:
         """The same step with another right-hand side (tests change one declaration this way)."""
-        element = sp.Eq(self.element.lhs, rhs, evaluate=False)
-        return Declaration(self.name, self.output, self.title, element, self.shapes, self.constant)
+        return replace(self, element=sp.Eq(self.element.lhs, rhs, evaluate=False))
 
     def _repr_latex_(self) -> str:
         from ..notation import latex
@@ -164,3 +180,24 @@ class Graph:
         if steps == self.declarations and self.producer(output) is None:
             raise KeyError(f"graph {self.name} has no step {output!r}")
         return Graph(self.name, steps, self.relations)
+
+    def with_step(self, step: Declaration) -> Graph:
+        """The graph with `step` in place of the step that computes the same output."""
+        self.step(step.output)  # KeyError naming the known outputs
+        steps = tuple(step if s.output == step.output else s for s in self.declarations)
+        return Graph(self.name, steps, self.relations)
+
+    def inserted(self, after: str, *steps: Declaration) -> Graph:
+        """The graph with `steps` right after the step that computes `after`."""
+        at = self.declarations.index(self.step(after)) + 1
+        found = (*self.declarations[:at], *steps, *self.declarations[at:])
+        return Graph(self.name, found, self.relations)
+
+    def named(self, name: str) -> Graph:
+        """The same steps under another name."""
+        return Graph(name, self.declarations, self.relations)
+
+    @property
+    def requires(self) -> tuple[Constraint, ...]:
+        """The conditions its steps put on the sizes, each once."""
+        return tuple(dict.fromkeys(c for step in self.declarations for c in step.requires))

@@ -20,8 +20,8 @@ import sympy as sp
 from sympy import Eq, Sum, exp
 
 from ..notation import letters as L
-from .attention import self_attention
 from .declaration import Declaration, Graph
+from .registry import self_attention
 
 __all__ = [
     "RHO", "Form", "reference", "replaced", "entry", "suffix", "softmax_input", "softmax_of",

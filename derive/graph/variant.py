@@ -1,93 +1,130 @@
-"""What a registered variant is: its graph, the claims its document proves, its sizes and the
-`attention` function that computes it (`Twin`); and the sizes an explicit instance of it takes,
-checked."""
+"""What an entry of the registry is: a `Variant`, declared once.
+
+Self-attention itself, causal attention, multi-head attention, RoPE and a user's own attention
+are all variants, built the same way: a variant names its base entry and says how its graph is
+made from the base's (`build`: the steps it replaces or inserts), the sizes and parameters it
+adds with their defaults and conditions, what SymPy is to derive about it (`claims`), the torch
+functions that compute it (`twin`, `also`, `options`), and its words (`title`, `text`,
+`document`). Its document, its explicit matrices, `derive check --variant NAME` and its tests
+all come from this one declaration (`derive.graph.registry` resolves it into an `Entry`).
+
+Variants combine (``gqa+rope``): each is applied to the graph in the order of its `rank`, so
+that a variant written for one head (RoPE rotates whatever the scores read) also rotates each
+head's queries once multi-head attention has split them.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-import sympy as sp
-
-from ..notation import letters as L
 from .claims import Claim
 from .declaration import Graph
+from .sizes import Constraint, Parameter, Size
+from .twins import GradientTwin, ModuleTwin, Twin
 
-__all__ = ["Variant", "Twin", "explicit_sizes"]
+__all__ = ["Variant", "Document", "Group", "Show", "SECTIONS", "Build"]
+
+#: A variant's graph, from its base's graph.
+Build = Callable[[Graph], Graph]
+
+#: The sections of a document, in order (`derive.render.sections`); an entry says which it has.
+SECTIONS = ("introduction", "shapes", "steps", "facts", "figures", "counts", "backward",
+            "explicit")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Show:
+    """Gradients shown together in the backward section, with the words before them. One
+    gradient derived entry by entry is shown with its chain rule; several, each by its matrix
+    form and its entry."""
+
+    letters: tuple[str, ...]
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Group:
+    """A part of the backward section: a heading (or none) and what it shows, in order (the
+    gradients, and claims such as the Jacobian of the weights)."""
+
+    heading: str | None
+    items: tuple[Show | Claim, ...]
+
+
+@dataclass(frozen=True)
+class Document:
+    """How the document of a variant reads, beyond what its declarations print.
+
+    Attributes:
+        heading: the first section's heading (None: the variant's title).
+        sections: which sections it has, in order (`SECTIONS`; self-attention adds "batches"
+            and "example").
+        prose: (key, words) where a variant has its own words for a section: ``"steps"``,
+            ``"facts heading"``, ``"facts"``, ``"counts"``, ``"backward"``,
+            ``"backward end"``.
+        figures: the figures it shows after its facts (``"softmax-saturation"``).
+        backward: the backward section in parts (None: the gradients that differ from the
+            base's, in one display).
+    """
+
+    heading: str | None = None
+    sections: tuple[str, ...] = SECTIONS
+    prose: tuple[tuple[str, str], ...] = ()
+    figures: tuple[str, ...] = ()
+    backward: tuple[Group, ...] | None = None
+
+    def words(self, key: str, default: str | None = None) -> str | None:
+        """The variant's words for a section, or `default`."""
+        return dict(self.prose).get(key, default)
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One variant of attention.
+    """One entry of the registry.
 
     Attributes:
-        name: its key (``"sliding-window"``), as `derive latex --variant NAME` takes it; a
-            combination joins its parts with ``+`` (``"gqa+rope"``).
-        title: a few words for documents.
-        graph: its declarations.
-        base: the graph whose steps it shares; its document refers to them.
-        claims: what SymPy derives about it (proved in `derive.proofs.claims`).
-        sizes: the sizes it adds to n, d, c, with the value its explicit matrices use by
-            default (``((w, 2),)``; h is given by ``--heads``).
-        twin: the `attention` function that computes it, and how to call it.
+        name: its key (``"sliding-window"``), as ``derive latex --variant NAME`` takes it.
+        title: a few words for documents (``"Sliding-window attention"``); `short`, the words
+            in the title of a combination (default: the title without what is in brackets).
         text: a few sentences for its document (words only; the formulas come from the graph).
-        parameters: fixed numbers its explicit matrices use for symbols that are not sizes
-            (RoPE's base β = 10 000, QK-norm's ε = 10⁻⁶: the book's values).
+        base: the entry it changes (a name, or a combination such as ``"causal+multi-head"``;
+            None only for self-attention itself); its document refers to the base's steps.
+        build: its graph from the graph it is put into (None: that graph, unchanged).
+        claims: what SymPy derives about it, proved at its stage (`derive.graph.claims`).
+        sizes: the sizes it adds to n, d, c, with their defaults; parameters likewise.
+        requires: conditions on the sizes beyond those its steps state (`derive.graph.sizes`).
+        draws: conditions on the sizes `derive check` draws (n ≥ 2: one token tests nothing).
+        twin: the function that computes it; `also`, more (the explicit path, the book's
+            classes, a written-out backward pass); `options`, what it adds to the twins of the
+            variants it is combined with (``causal=True``).
+        rank: where it goes in a combination (applied in increasing rank).
+        combines: False for a variant that is its own graph and joins no other.
+        document: how its document reads (`Document`).
     """
 
     name: str
     title: str
-    graph: Graph
-    base: Graph
-    claims: tuple[Claim, ...]
-    sizes: tuple[tuple[sp.Symbol, int], ...]
-    twin: Twin
-    text: str
-    parameters: tuple[tuple[sp.Symbol, sp.Expr], ...] = ()
+    text: str | tuple[str, ...] = ()
+    base: str | None = "self-attention"
+    build: Build | None = None
+    claims: tuple[Claim, ...] = ()
+    sizes: tuple[Size, ...] = ()
+    parameters: tuple[Parameter, ...] = ()
+    requires: tuple[Constraint, ...] = ()
+    draws: tuple[Constraint, ...] = ()
+    twin: Twin | None = None
+    also: tuple[Twin | ModuleTwin | GradientTwin, ...] = ()
+    options: tuple[tuple[str, object], ...] = ()
+    rank: int = 100
+    combines: bool = True
+    short: str = ""
+    document: Document = Document()
 
     @property
-    def heads(self) -> bool:
-        """True when its graph has heads (then h is one of its sizes)."""
-        return any(step.head for step in self.graph.declarations)
+    def paragraphs(self) -> tuple[str, ...]:
+        return (self.text,) if isinstance(self.text, str) else tuple(self.text)
 
-
-@dataclass(frozen=True)
-class Twin:
-    """How `derive check --variant` calls the `attention` function that computes a variant.
-
-    Attributes:
-        function: its dotted name (``"attention.functional.cross_attention"``).
-        arguments: the graph's inputs it takes, in order (``("X", "Y", "W_q", "W_k", "W_v")``).
-        options: keyword arguments: a value, a size or parameter symbol put in at the check's
-            sizes, or the letter of an input of one row, passed as a vector (``("q_gain",
-            "G_q")``).
-        incremental: called one new row of X at a time with the cache it returned last
-            (``decode_step(x_new, w_q, w_k, w_v, cache=None) -> (context rows, cache)``).
-    """
-
-    function: str
-    arguments: tuple[str, ...] = ("X", "W_q", "W_k", "W_v")
-    options: tuple[tuple[str, object], ...] = ()
-    incremental: bool = False
-
-
-def _divides(small: str, a: int, large: str, b: int, why: str) -> None:
-    if b % a:
-        raise ValueError(f"{small}={a} does not divide {large}={b} ({why})")
-
-
-def explicit_sizes(found: Variant, n: int, d: int, c: int, given: dict[str, int]) -> dict:
-    """n, d, c, the variant's own sizes (given by name, or its defaults), c_h = c / h where it
-    has heads, and its parameters; a ValueError naming the sizes that do not fit together."""
-    sizes: dict[sp.Symbol, sp.Expr] = {L.n: n, L.d: d, L.c: c}
-    sizes |= {symbol: given.get(str(symbol), default) for symbol, default in found.sizes}
-    if L.h in sizes:
-        heads = sizes[L.h]
-        _divides("h", heads, "c", c, "each head gets c / h columns")
-        sizes[L.c_h] = c // heads
-        if L.g in sizes:
-            _divides("g", sizes[L.g], "h", heads, "each group serves h / g heads")
-    width = sizes.get(L.c_h, c)
-    if any(step.name == "apply_rope" for step in found.graph.declarations) and width % 2:
-        which = "c / h" if L.c_h in sizes else "c"
-        raise ValueError(f"RoPE rotates pairs of features: {which}={width} must be even")
-    return sizes | dict(found.parameters)
+    @property
+    def short_title(self) -> str:
+        return self.short or self.title.split(" (")[0]

@@ -42,7 +42,7 @@ __all__ = [
     "i", "j", "j2", "f", "ell", "nu", "b", "lam", "CONSTANT_LETTERS",
     "SIZES", "BASES", "READING_ORDER", "reading_key", "MATRIX_LATEX", "ENTRY_LATEX", "base",
     "letter_of", "name_of",
-    "matrix_symbol", "entries", "head_entries", "gradient", "is_gradient",
+    "matrix_symbol", "entries", "head_entries", "gradient", "is_gradient", "register",
 ]  # fmt: skip
 
 # Sizes.
@@ -206,6 +206,35 @@ READING_ORDER = (
     "dx", "dy", "dgq", "dgk", "dwq", "dwdkv", "dwk", "dwv", "dwuk", "dwuv", "dwo", "dctxcat",
 )  # fmt: skip
 _RANK = {name: rank for rank, name in enumerate(READING_ORDER)}
+
+
+def register(name: str, letter: str, *, entry: str, matrix: str, constant: bool = False) -> None:
+    """A new letter (a user's matrix): its entry name (``"g"``), matrix letter (``"G"``), and the
+    LaTeX of its entries and of the matrix (``"g"``, ``"G"``); its gradient and per-head forms
+    come with it, and it reads after the book's letters. Registering the same letter again with
+    the same meaning does nothing; with another, a ValueError."""
+    if not (name.isidentifier() and letter.isidentifier()):
+        raise ValueError(f"a letter is named like a Python identifier, got {name!r}, {letter!r}")
+    if name in BASES or letter in _LETTERS:
+        same = BASES.get(name) == letter and ENTRY_LATEX.get(name) == entry
+        if same and MATRIX_LATEX.get(letter) == matrix:
+            return
+        raise ValueError(f"the letter {letter!r} (entries {name!r}) is taken: "
+                         f"{BASES.get(name) or _LETTERS.get(letter)}")  # fmt: skip
+    if name.startswith("d") and name[1:] in BASES:
+        raise ValueError(f"{name!r} reads as the gradient of {BASES[name[1:]]}; choose another")
+    BASES[name], _LETTERS[letter] = letter, name
+    ENTRY_LATEX[name], MATRIX_LATEX[letter] = entry, matrix
+    MATRIX_LATEX[letter + "_l"] = f"{matrix}^{{(\\ell)}}"
+    _RANK.setdefault(name, len(_RANK))
+    if constant:
+        global CONSTANT_LETTERS
+        CONSTANT_LETTERS = CONSTANT_LETTERS | {letter}
+        return
+    BASES["d" + name], _LETTERS["d" + letter] = "d" + letter, "d" + name
+    ENTRY_LATEX["d" + name], MATRIX_LATEX["d" + letter] = _bar(entry), _bar(matrix)
+    MATRIX_LATEX["d" + letter + "_l"] = f"{_bar(matrix)}^{{(\\ell)}}"
+    _RANK.setdefault("d" + name, len(_RANK))
 
 
 def reading_key(entry: sp.Indexed) -> tuple:

@@ -118,12 +118,15 @@ class MatrixPrinting:
         return rf"\left[\, {self._print(expr.entry)} \,\right]_{{{indices}}}"
 
     def _print_ElementwiseApplyFunction(self, expr) -> str:
-        """cos Φ: the function taken entry by entry."""
+        """cos Φ, σ(Z): the function taken entry by entry (a function with a `latex_name`, as
+        `derive.notation.functions.Sigmoid`, with its argument in brackets)."""
         function = expr.function.expr.func
         name = {sp.cos: r"\cos", sp.sin: r"\sin", sp.exp: r"\exp"}.get(function)
-        if name is None:
-            return super()._print_ElementwiseApplyFunction(expr)
-        return rf"{name} {self.parenthesize(expr.expr, PRECEDENCE['Pow'])}"
+        if name is not None:
+            return rf"{name} {self.parenthesize(expr.expr, PRECEDENCE['Pow'])}"
+        if getattr(function, "latex_name", None):
+            return rf"{function.latex_name}\left({self._print(expr.expr)}\right)"
+        return super()._print_ElementwiseApplyFunction(expr)
 
     def _print_Concat(self, expr: Concat) -> str:
         block, count = expr.block, self._print(expr.count)

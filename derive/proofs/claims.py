@@ -10,30 +10,46 @@
 - `AllowedPairs`: the (query, key) pairs the declared mask allows, summed under the ranges, and
   the products computed over them only;
 - the claims of the later models' variants: `derive.proofs.rope` (RoPE), `.heads` (groups of
-  keys and values, caches, weights), `.norm` (QK-norm's bound), `.latent` (latent attention).
+  keys and values, caches, weights), `.norm` (QK-norm's bound), `.latent` (latent attention);
+- the facts of self-attention: `.softmax` (rows sum to 1, shift invariance, the Jacobian),
+  `.variance` (why 1/√c), `.rowsum` (the rowsum identity);
+- `Equality`, a user's claim: both sides with every entry of a step replaced by its declared
+  formula, limits and derivatives evaluated, the difference simplified by SymPy.
+
+A claim that compares with another graph names it: a graph, an entry of the registry, or
+`BEFORE` (the graph the variant was put into, `before`).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import sympy as sp
 from sympy import Eq, Sum
 
-from ..calculus import flop_count, step_flops, under_ranges
-from ..graph import Graph
+from ..calculus import flop_count, inline, step_flops, under_ranges
+from ..graph import Graph, variant
 from ..graph.claims import (
+    BEFORE,
     Absorption,
     AllowedPairs,
     CacheAgainst,
     CacheSize,
     Claim,
     DecodeCost,
-    On,
+    Equality,
     ReadsRows,
     RelativePosition,
+    RowsSumToOne,
+    RowsumIdentity,
     SameAs,
     SameForEveryHead,
+    ScaledScoreVariance,
     ScoreBound,
+    ScoreVariance,
+    ShiftInvariance,
     WeightCount,
+    WeightsJacobian,
     ZeroAngles,
 )  # fmt: skip
 from ..notation import letters as L
@@ -42,7 +58,9 @@ from .heads import cache_against, same_for_every_head, weight_count
 from .latent import absorption
 from .norm import score_bound
 from .rope import relative_position, zero_angles
-from .softmax import weights_element
+from .rowsum import rowsum_identity
+from .softmax import rows_sum_to_one, shift_invariance, softmax_jacobian, weights_element
+from .variance import scaled_score_variance, score_variance
 
 __all__ = ["prove"]
 
@@ -67,26 +85,28 @@ def _canonical(expr: sp.Basic) -> sp.Basic:
 
 
 def _same_as(graph: Graph, claim: SameAs) -> Fact:
+    other = claim.other
     forward, back = _assumed(claim.assume)
     substitute = dict(claim.substitute)
     bases = {k: v for k, v in substitute.items() if isinstance(k, sp.IndexedBase)}
     sizes = {k: v for k, v in substitute.items() if not isinstance(k, sp.IndexedBase)}
     lines, residual = [], []
     for step in graph.declarations:
-        other = claim.other.producer(step.output)
-        if other is None:
+        counterpart = other.producer(step.output)
+        if counterpart is None:
             residual.append(False)
             continue
-        rename = dict(zip(step.free, other.free, strict=True))  # k_{p,j} and k_{m,j}: one step
-        mine = step.element.rhs.xreplace(bases).xreplace(sizes).xreplace(forward)
-        decided = under_ranges(mine, _RANGES).xreplace(back)
-        theirs = other.element.rhs
+        # k_{p,j} and k_{m,j}: one step
+        rename = dict(zip(step.free, counterpart.free, strict=True))
+        put = step.element.rhs.xreplace(bases).xreplace(sizes).xreplace(forward)
+        decided = under_ranges(put, _RANGES).xreplace(back)
+        theirs = counterpart.element.rhs
         if step.element.rhs.xreplace(rename) != theirs:
             lines.append(Eq(step.element.lhs, step.element.rhs, evaluate=False))
             lines.append(Eq(step.element.lhs, decided, evaluate=False))
         residual.append(_canonical(decided.xreplace(rename)) == _canonical(theirs))
     statement = Eq(sp.Symbol(r"\text{" + graph.name + "}"),
-                   sp.Symbol(r"\text{" + claim.other.name + "}"), evaluate=False)  # fmt: skip
+                   sp.Symbol(r"\text{" + other.name + "}"), evaluate=False)  # fmt: skip
     reached = statement if all(residual) else Eq(statement.lhs, sp.nan, evaluate=False)
     return Fact("same_as", f"When it is {claim.other.name}", (*lines, reached), statement,
                 tuple(s.output for s in graph.declarations),
@@ -172,6 +192,28 @@ def _allowed_pairs(graph: Graph, claim: AllowedPairs) -> Fact:
                 "changes")  # fmt: skip
 
 
+def _equality(graph: Graph, claim: Equality) -> Fact:
+    """lhs = rhs: each side with the formulas of the steps it names put in (and, where the
+    difference does not vanish, every step's, down to the graph's inputs; never the entries a
+    derivative is taken by), then evaluated (limits, derivatives) and simplified by SymPy."""
+    sides = [sp.sympify(side) for side in (claim.lhs, claim.rhs)]
+    held = {L.letter_of(v) for side in sides for d in side.atoms(sp.Derivative)
+            for v in d.variables if isinstance(v, sp.Indexed)}  # what a derivative is taken by
+    produced = {step.output for step in graph.declarations} - held
+    named = {L.letter_of(e) for side in sides for e in side.atoms(sp.Indexed)} & produced
+    for letters in (named, produced):
+        lhs, rhs = (inline(sp.sympify(side), graph, letters) for side in (claim.lhs, claim.rhs))
+        value, target = sp.simplify(lhs.doit()), sp.simplify(rhs.doit())
+        if sp.simplify(value - target) == 0:
+            break
+    holds = sp.simplify(value - target) == 0
+    how = claim.how or "the declared formulas put in, evaluated and simplified by SymPy"
+    last = (claim.rhs,) if holds else ()  # which is the claimed side, its formulas put in
+    return Fact("equality", claim.title, chain(claim.lhs, lhs, value, *last),
+                Eq(claim.lhs, claim.rhs if holds else sp.nan, evaluate=False),
+                tuple(sorted(letters)), how)  # fmt: skip
+
+
 _PROVERS = {
     SameAs: _same_as, ReadsRows: _reads_rows, CacheSize: _cache_size, DecodeCost: _decode_cost,
     AllowedPairs: _allowed_pairs, SameForEveryHead: same_for_every_head,
@@ -180,10 +222,30 @@ _PROVERS = {
     ZeroAngles: lambda graph, claim: zero_angles(graph, claim.other),
     ScoreBound: lambda graph, claim: score_bound(graph),
     Absorption: lambda graph, claim: absorption(graph),
-    On: lambda graph, claim: prove(claim.graph, claim.claim),
+    RowsSumToOne: lambda graph, claim: rows_sum_to_one(graph),
+    ShiftInvariance: lambda graph, claim: shift_invariance(graph),
+    ScoreVariance: lambda graph, claim: score_variance(graph, claim.assumptions),
+    ScaledScoreVariance: lambda graph, claim: scaled_score_variance(graph, claim.assumptions),
+    WeightsJacobian: lambda graph, claim: softmax_jacobian(graph),
+    RowsumIdentity: lambda graph, claim: rowsum_identity(graph),
+    Equality: _equality,
 }  # fmt: skip
 
 
-def prove(graph: Graph, claim: Claim) -> Fact:
-    """The fact SymPy derives for one claim of a variant's graph."""
-    return _PROVERS[type(claim)](graph, claim)
+def _resolved(claim: Claim, before: Graph | None) -> Claim:
+    """The claim with the graph it compares with put in (an entry's name, or `BEFORE`)."""
+    other = getattr(claim, "other", None)
+    if other is None or isinstance(other, Graph):
+        return claim
+    if other == BEFORE:
+        if before is None:
+            raise ValueError(f"{type(claim).__name__} compares with the graph before the "
+                             "variant: give before=")  # fmt: skip
+        return replace(claim, other=before)
+    return replace(claim, other=variant(other).graph)
+
+
+def prove(graph: Graph, claim: Claim, before: Graph | None = None) -> Fact:
+    """The fact SymPy derives for one claim of a variant's graph; `before` is the graph the
+    variant was put into, for a claim that compares with it (`BEFORE`)."""
+    return _PROVERS[type(claim)](graph, _resolved(claim, before))

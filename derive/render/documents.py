@@ -1,10 +1,12 @@
-"""Derivation documents, assembled from the sections: LaTeX (standalone or fragment), Markdown.
+"""Derivation documents, assembled from the sections: LaTeX (standalone or fragment), Markdown,
+an HTML page.
 
-`DocumentOptions` says what goes in: the generic derivation always; the causal and multi-head
-sections when asked for; the explicit mode at concrete sizes; the worked example (computed by
-`derive.bridge`, passed in) and the figures. `graph` replaces the declarations of the generic
-derivation (a test changes one declaration and checks that every display derived from it
-changes).
+`DocumentOptions` says what goes in: the entry of the registry (self-attention by default; its
+causal and multi-head forms by the flags), the explicit mode at concrete sizes, the worked
+example (computed by `derive.bridge`, passed in) and the figures. Every entry's document is made
+of the same sections (`derive.render.sections`), those its declaration lists, in order. `graph`
+replaces the declarations of the entry (a test changes one declaration and checks that every
+display derived from it changes).
 """
 
 from __future__ import annotations
@@ -14,11 +16,10 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from ..explicit import ExplicitAttention
 from ..explicit.forward import ExplicitGraph
 from ..explicit.sizes import check_size, check_sizes
-from ..graph import Graph, self_attention
-from ..graph.variants import explicit_sizes, variant
+from ..graph import Entry, Graph, entry_name, explicit_sizes, variant
+from ..graph.fitting import not_its_own
 from ..notation import letters as L
 from . import prose as P
 from . import prose_variants as PV
@@ -26,16 +27,19 @@ from .blocks import Block, Figure, Prose, to_latex, to_markdown
 from .html import to_html
 from .sections import backward as B
 from .sections import explicit as E
-from .sections import forward as F
-from .sections import variant as V2
-from .sections import variants as V
+from .sections import facts as F
+from .sections import introduction as I
+from .sections import steps as S
 
 __all__ = ["DocumentOptions", "document_blocks", "latex_document", "markdown_document",
-           "html_document", "document_title", "HEATMAP", "SATURATION"]  # fmt: skip
+           "html_document", "document_title", "HEATMAP", "FIGURES"]  # fmt: skip
 
 HEATMAP = "attention-heatmap"
-SATURATION = "softmax-saturation"
-SATURATION_QK_NORM = "softmax-saturation-qk-norm"
+#: The figures an entry may show after its facts: id -> (the words before it, its caption).
+FIGURES = {
+    "softmax-saturation": (P.SATURATION_TEXT, P.SATURATION_CAPTION),
+    "softmax-saturation-qk-norm": (PV.QK_NORM_FIGURE_TEXT, PV.QK_NORM_FIGURE_CAPTION),
+}
 
 Progress = Callable[[str], None]
 
@@ -46,10 +50,13 @@ class DocumentOptions:
 
     Attributes:
         sizes: (n, d, c) for the explicit mode, or None for the generic derivation only.
-        causal: add the causal/mask section; the explicit mode and the example are causal.
-        heads: h > 1 adds the multi-head section; the explicit mode uses h heads.
+        causal: causal attention (the entry ``causal``, or the variant with it).
+        heads: h > 1: multi-head attention with h heads (the entry ``multi-head``, or h for a
+            variant that has heads).
         example: add the worked example ("the fat cat sat on the mat"; computed with torch).
         figures: the folder, relative to the document, that holds the figures (None: no figures).
+        variant: the entry of the registry (None: self-attention), or a combination.
+        extra: the entry's own sizes and parameters (``(("w", 3),)``); its defaults otherwise.
     """
 
     sizes: tuple[int, int, int] | None = None
@@ -58,41 +65,77 @@ class DocumentOptions:
     example: bool = False
     figures: str | None = None
     variant: str | None = None
-    extra: tuple[tuple[str, int], ...] = ()
+    extra: tuple[tuple[str, object], ...] = ()
 
     def __post_init__(self) -> None:
         if self.sizes is not None:
-            check_sizes(*self.sizes, self.heads)
-        elif not isinstance(self.heads, int) or isinstance(self.heads, bool) or self.heads < 1:
+            check_sizes(*self.sizes)
+        if not isinstance(self.heads, int) or isinstance(self.heads, bool) or self.heads < 1:
             raise ValueError(f"heads must be a positive int, got heads={self.heads!r}")
-        if self.variant is None:
-            if self.extra:
-                raise ValueError(f"sizes {dict(self.extra)} belong to a variant; give variant=")
-            return
-        found = variant(self.variant)  # ValueError naming the known variants
-        if self.causal or self.heads > 1 or self.example:
-            raise ValueError(
-                f"variant {self.variant!r} is its own graph: causal, heads and example do not "
-                "apply to it"
-            )
-        known = {str(symbol) for symbol, _ in found.sizes}
+        found = self.entry  # ValueError naming the known variants, or parts that do not combine
+        sizes = {str(size.symbol) for size in found.sizes}
+        own = sizes | {str(parameter.symbol) for parameter in found.parameters}
         for name, value in self.extra:
-            if name not in known:
-                raise ValueError(f"variant {self.variant!r} has no size {name!r}; its sizes: "
-                                 f"{sorted(known) or 'none beyond n, d, c'}")  # fmt: skip
-            check_size(name, value)
+            if name not in own:
+                raise ValueError(not_its_own(found, name))
+            if name in sizes:
+                check_size(name, value)
+        if self.example and "example" not in found.document.sections:
+            raise ValueError(f"{found.name} has no worked example; drop example")
         if self.sizes is not None:
             self.variant_sizes()  # sizes that do not fit together: a ValueError naming them
 
+    @property
+    def entry(self) -> Entry:
+        """The entry of the registry this document is of."""
+        return variant(entry_name(self.variant, causal=self.causal, heads=self.heads))
+
+    @property
+    def given(self) -> dict[str, int]:
+        """The entry's own sizes given, h from `heads`."""
+        return dict(self.extra) | ({"h": self.heads} if self.heads > 1 else {})
+
     def variant_sizes(self) -> dict[sp.Symbol, int]:
-        """The explicit sizes of a variant: n, d, c, its own (given, or its defaults), c_h and
-        its parameters (`derive.graph.variants.explicit_sizes`)."""
-        return explicit_sizes(variant(self.variant), *self.sizes, dict(self.extra))
+        """The explicit sizes: n, d, c, the entry's own (given, or its defaults), those its
+        relations fix (c_h) and its parameters (`derive.graph.explicit_sizes`)."""
+        return explicit_sizes(self.entry, *self.sizes, self.given)
 
 
 def figure_path(options: DocumentOptions, name: str) -> str:
     folder = (options.figures or ".").rstrip("/")
     return f"{folder}/{name}.png"
+
+
+def _figures(entry: Entry, options: DocumentOptions) -> list[Block]:
+    if options.figures is None:
+        return []
+    blocks: list[Block] = []
+    for name in entry.document.figures:
+        text, caption = FIGURES[name]
+        blocks += [Prose(text), Figure(figure_path(options, name), caption)]
+    return blocks
+
+
+def _explicit(entry: Entry, options: DocumentOptions, example, progress) -> list[Block]:
+    if options.sizes is None:
+        return []
+    sizes = options.variant_sizes()
+    ea = ExplicitGraph(entry.graph, sizes, heads=int(sizes.get(L.h, 1)))
+    if progress is not None:
+        shown = ", ".join(f"{symbol}={value}" for symbol, value in sizes.items()
+                          if symbol in L.SIZES)  # fmt: skip
+        progress(f"instantiated the steps at {shown}")
+    numbers = E.example_numbers(example) if options.example and example is not None else None
+    return E.explicit(ea, progress, numbers)
+
+
+def _example(entry: Entry, options: DocumentOptions, example) -> list[Block]:
+    if not options.example:
+        return []
+    if example is None:
+        raise ValueError("options.example needs the worked example: pass example=")
+    figure = figure_path(options, HEATMAP) if options.figures is not None else None
+    return E.example(example, figure)
 
 
 def document_blocks(
@@ -102,66 +145,32 @@ def document_blocks(
     graph: Graph | None = None,
     progress: Progress | None = None,
 ) -> list[Block]:
-    """The blocks of the document. `example` is the worked example (`derive.worked_example`),
-    required when ``options.example``; `graph` the declarations of the generic derivation."""
-    if options.variant is not None:
-        return _variant_blocks(options, progress)
-    base = self_attention() if graph is None else graph
-    blocks: list[Block] = F.pipeline() + F.shapes(base) + F.derivation_steps(base) + F.facts(base)
-    if options.figures is not None:
-        figure = figure_path(options, SATURATION)
-        blocks += [Prose(P.SATURATION_TEXT), Figure(figure, P.SATURATION_CAPTION)]
-    blocks += F.counts(base)
-    if options.causal:
-        blocks += V.causal(self_attention(causal=True))
-    if options.heads > 1:
-        blocks += V.multi_head(self_attention(heads=True))
-    blocks += V.batches(base)
-    blocks += B.backward(
-        base,
-        causal=self_attention(causal=True) if options.causal else None,
-        heads=self_attention(heads=True) if options.heads > 1 else None,
-    )
-    if progress is not None:
-        progress("derived the steps, the facts and the backward pass")
-    if options.sizes is not None:
-        ea = ExplicitAttention(*options.sizes, causal=options.causal, heads=options.heads,
-                               graph=graph)  # fmt: skip
-        if progress is not None:
-            progress(f"instantiated the steps at n={ea.n}, d={ea.d}, c={ea.c}")
-        numbers = E.example_numbers(example) if options.example and example is not None else None
-        blocks += E.explicit(ea, progress, numbers)
-    if options.example:
-        if example is None:
-            raise ValueError("options.example needs the worked example: pass example=")
-        figure = figure_path(options, HEATMAP) if options.figures is not None else None
-        blocks += E.example(example, figure)
+    """The blocks of the document, section by section (those the entry lists). `example` is the
+    worked example (`derive.worked_example`), required when ``options.example``; `graph` the
+    declarations in place of the entry's."""
+    entry = options.entry if graph is None else options.entry.with_graph(graph)
+    sections = {
+        "introduction": lambda: I.introduction(entry),
+        "shapes": lambda: I.shapes(entry),
+        "steps": lambda: S.steps(entry),
+        "facts": lambda: F.facts(entry),
+        "figures": lambda: _figures(entry, options),
+        "counts": lambda: F.counts(entry),
+        "batches": lambda: F.batches(entry),
+        "backward": lambda: B.backward(entry),
+        "explicit": lambda: _explicit(entry, options, example, progress),
+        "example": lambda: _example(entry, options, example),
+    }
+    blocks: list[Block] = []
+    for name in entry.document.sections:
+        blocks += sections[name]()
+        if name == "backward" and progress is not None:
+            progress(f"derived {entry.name}: its steps, facts and backward pass")
     return blocks
-
-
-def _variant_blocks(options: DocumentOptions, progress: Progress | None) -> list[Block]:
-    found = variant(options.variant)
-    blocks = V2.variant_sections(found)
-    if progress is not None:
-        progress(f"derived the variant {found.name}")
-    if options.figures is not None and bounds_scores(found):
-        figure = figure_path(options, SATURATION_QK_NORM)
-        blocks += [Prose(PV.QK_NORM_FIGURE_TEXT), Figure(figure, PV.QK_NORM_FIGURE_CAPTION)]
-    if options.sizes is not None:
-        sizes = options.variant_sizes()
-        ea = ExplicitGraph(found.graph, sizes, heads=sizes.get(L.h, 1))
-        blocks += E.explicit(ea, progress)
-    return blocks
-
-
-def bounds_scores(found) -> bool:
-    """True for a variant whose document shows QK-norm's bound (its figure goes with it)."""
-    claims = [getattr(claim, "claim", claim) for claim in found.claims]  # On(graph, claim)
-    return any(type(claim).__name__ == "ScoreBound" for claim in claims)
 
 
 def document_title(options: DocumentOptions) -> str:
-    return P.TITLE if options.variant is None else f"{variant(options.variant).title}, derived"
+    return f"{options.entry.title}, derived"
 
 
 def latex_document(
@@ -196,12 +205,13 @@ def _svg_figures(blocks: list[Block], example: object) -> dict[str, str]:
 
     drawn = {}
     for block in blocks:
-        if isinstance(block, Figure) and block.path.endswith(f"{SATURATION}.png"):
-            drawn[block.path] = svg.saturation_svg()
-        elif isinstance(block, Figure) and block.path.endswith(f"{SATURATION_QK_NORM}.png"):
-            drawn[block.path] = svg.qk_norm_svg()
-        elif isinstance(block, Figure) and block.path.endswith(f"{HEATMAP}.png"):
+        if not isinstance(block, Figure):
+            continue
+        name = block.path.rpartition("/")[2].removesuffix(".png")
+        if name == HEATMAP:
             drawn[block.path] = svg.heatmap_svg(example.tokens, example.values.floats("A"))
+        else:
+            drawn[block.path] = svg.FIGURES[name]()
     return drawn
 
 

@@ -194,3 +194,7 @@ def heatmap_figure(tokens: tuple[str, ...], weights: list[list[float]]) -> dict[
     plt.close(fig)
     rows = [(tokens[m], *[round(v, 6) for v in weights[m]]) for m in range(n)]
     return {f"{HEATMAP}.png": png, f"{HEATMAP}.csv": _csv("query," + ",".join(tokens), rows)}
+
+
+#: The figures an entry may show after its facts, by id, as PNG and CSV files.
+FIGURES = {SATURATION: saturation_figure, SATURATION_QK_NORM: qk_norm_figure}

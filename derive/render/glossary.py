@@ -9,7 +9,7 @@ from __future__ import annotations
 import sympy as sp
 
 from .. import calculus
-from ..graph import self_attention
+from ..graph import self_attention, variant
 from ..notation import latex
 from ..notation import letters as L
 
@@ -126,9 +126,11 @@ _JAXTYPING = (
 
 
 def _variant_graphs() -> list:
-    from ..graph.variants import REGISTRY
+    """The graphs of the built-in entries after self-attention's causal and multi-head forms
+    (the glossary lists the book's letters, not a user's)."""
+    from ..graph.entries import BUILT_IN
 
-    return [found.graph for found in REGISTRY().values()]
+    return [variant(found.name).graph for found in BUILT_IN]
 
 
 def _row(*cells: str) -> str:

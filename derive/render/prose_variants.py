@@ -29,6 +29,16 @@ QK_NORM_FIGURE_CAPTION = (
 
 VARIANT_COUNT = "Counted on the whole mechanism composed from its matrix forms:"
 
+FACTS_HEADING = "What SymPy derives"
+
+COUNTS_HEADING = "What it costs"
+
+BATCH_TEXT = (
+    "Several sequences are processed at once by adding a leading batch index $b$ to the "
+    "entries of $X$, $Q$, $K$, $V$, $\\Omega$, $A$ and $C$; the weights are shared, and every "
+    "formula above holds for each sequence separately:"
+)
+
 VARIANT_BACKWARD = (
     "Walking its steps backwards, SymPy derives the gradients; those that differ from the "
     "gradients of {base}, in their matrix form or their shape:"

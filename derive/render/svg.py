@@ -192,3 +192,12 @@ def heatmap(tokens: tuple[str, ...], weights: list[list[float]]) -> Svg:
 def saturation_plot() -> Svg:
     """`saturation_svg` as an object a notebook shows."""
     return Svg("softmax saturation", saturation_svg())
+
+
+#: The figures an entry may show after its facts, by id, as SVG (`derive.render.documents`).
+FIGURES = {"softmax-saturation": saturation_svg, "softmax-saturation-qk-norm": qk_norm_svg}
+
+
+def figure(name: str) -> Svg:
+    """One of an entry's figures (`FIGURES`) as an object a notebook shows."""
+    return Svg(name.replace("-", " "), FIGURES[name]())

@@ -64,6 +64,8 @@ def good_calls():
         ("projection", F.projection, {"x": x, "w": w}, ["x", "w"], ["b"]),
         ("scores", F.scores, {"q": q, "k": q}, ["q", "k"], []),
         ("scaled_scores", F.scaled_scores, {"omega": t["omega"], "c": C}, ["omega"], []),
+        ("masked_scores", F.masked_scores, {"omega": t["omega"], "mask": t["omega"] > 0},
+         ["omega", "mask"], []),
         ("weights", F.weights, {"omega": t["omega"], "c": C}, ["omega"], list(masks)),
         ("context", F.context, {"a": t["a"], "v": q}, ["a", "v"], []),
         ("self_attention", F.self_attention, qkv, list(qkv), ["b_q", "b_k", "b_v", *masks]),

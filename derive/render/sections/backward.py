@@ -1,27 +1,29 @@
-"""The backward-pass section of a document: every gradient SymPy derives by walking the graph
-backwards (`derive.calculus.backward`), the softmax's Jacobian and the rowsum identity."""
+"""The backward pass of a document: every gradient SymPy derives by walking the entry's graph
+backwards (`derive.calculus.backward`), in the parts the entry's document declares (self-
+attention: through the context, the softmax, the scores, to the weights), or the gradients that
+differ from the base's, with the claims it places among them (the softmax's Jacobian, the rowsum
+identity)."""
 
 from __future__ import annotations
 
-import sympy as sp
-
-from ... import calculus, proofs
+from ... import calculus
 from ...calculus import Gradient
-from ...graph import Graph
-from ...notation import latex
+from ...graph import Entry, Show
 from ...notation import letters as L
+from ...notation.lines import chain, equation
 from .. import prose as P
+from .. import prose_variants as PV
 from ..blocks import Block, Display, Heading, Prose, Table, derived
-from ..lines import chain, equation, fact_lines, shape
+from .common import claim_blocks, shape
 
 __all__ = ["backward"]
 
 _ELEMENT = "the entry of the matrix form, expanded by SymPy"
 
 
-def _table(graph: Graph, gradients: dict[str, Gradient]) -> Table:
-    shapes = graph.shapes
-    output = graph.output
+def _table(entry: Entry, gradients: dict[str, Gradient]) -> Table:
+    shapes = entry.graph.shapes
+    output = entry.graph.output
     rows = [(f"${L.MATRIX_LATEX[L.gradient(output)]}$", shape(shapes[output]),
              f"${L.MATRIX_LATEX[output]}$")]  # fmt: skip
     rows += [
@@ -39,84 +41,51 @@ def _display(*gradients: Gradient) -> Display:
     return Display(lines, derived("; ".join(hows) + "; " + _ELEMENT, *sources))
 
 
-def _softmax(graph: Graph, gradient: Gradient) -> list[Block]:
-    """The Jacobian of a row, the chain rule entry by entry, and the matrix form."""
-    jacobian = proofs.softmax_jacobian(graph)
-    (part,) = gradient.contributions
+def _shown(show: Show, gradients: dict[str, Gradient]) -> list[Block]:
+    """Gradients together; one derived entry by entry: its chain rule, then its matrix form."""
+    found = [gradients[letter] for letter in show.letters]
+    blocks: list[Block] = [Prose(show.text)] if show.text else []
+    chained = [part for part in found[0].contributions if part.chain]
+    if len(found) > 1 or not chained:
+        return blocks + [_display(*found)]
+    (part,) = chained
     sources = (part.step.output,)
-    return [
-        Prose(P.BACKWARD_STEP_TEXT["jacobian"]),
-        Display(fact_lines(jacobian), derived(jacobian.how, *jacobian.sources)),
-        Prose(P.BACKWARD_STEP_TEXT["dOmega_scaled"]),
-        # the chain rule, then the deltas summed out (SymPy's raw derivative, with its deltas,
-        # is the Jacobian's first line above; the chain keeps it too, for whoever reads it)
+    # the chain rule, then the deltas summed out (SymPy's raw derivative, with its deltas, is
+    # in the Jacobian; the chain keeps it too, for whoever reads it)
+    return blocks + [
         Display(chain((part.chain[0], *part.chain[2:])), derived(part.how, *sources)),
-        Display(
-            (equation(gradient.matrix),), derived("matrix_form of the derived entry", *sources)
-        ),
-    ]
+        Display((equation(found[0].matrix),),
+                derived("matrix_form of the derived entry", *sources)),
+    ]  # fmt: skip
 
 
-def _causal(graph: Graph) -> list[Block]:
-    """The masked scores' gradient where the causal weights vanish: 0 above the diagonal."""
-    gradients = {g.output: g for g in calculus.backward(graph)}
-    masked, scaled = gradients["dOmega_masked"], gradients["dOmega_scaled"]
-    weights, sources = proofs.weights_element(graph)
-    (_, condition), _ = weights.args  # a_{m,p} = 0 unless the condition holds
+def _differing(entry: Entry, gradients: dict[str, Gradient]) -> tuple[str, ...]:
+    """The gradients whose matrix form or shape is not the base's."""
+    base = {} if entry.base is None else {g.output: g for g in calculus.backward(entry.base)}
+    def same(g: Gradient) -> bool:
+        theirs = base.get(g.output)
+        return theirs is not None and (theirs.matrix, theirs.shape) == (g.matrix, g.shape)
 
-    def support(entry: sp.Indexed) -> sp.Expr:
-        where = condition.xreplace(dict(zip((L.m, L.p), entry.indices, strict=True)))
-        return sp.Piecewise((entry, where), (0, True))
-
-    a = L.base("a")
-    vanishing = masked.element.rhs.replace(
-        lambda e: isinstance(e, sp.Indexed) and e.base == a, support
-    )
-    value = calculus.under_ranges(vanishing, {L.m: (1, L.n), L.p: (1, L.n)})
-    lines = (
-        equation(scaled.matrix),
-        equation(scaled.element),
-        f"{latex(masked.element.lhs)} &= {latex(value)}",
-    )
-    how = "where the causal weights vanish put into the derived gradient, under the index ranges"
-    return [Prose(P.BACKWARD_CAUSAL), Display(lines, derived(how, *sources))]
+    return tuple(g.output for g in gradients.values() if not same(g))
 
 
-def backward(
-    graph: Graph, *, causal: Graph | None = None, heads: Graph | None = None
-) -> list[Block]:
-    """The section: shapes, each gradient, the softmax's Jacobian, the rowsum identity, and (as
-    asked) the causal mask's effect and several heads."""
-    gradients = {g.output: g for g in calculus.backward(graph)}
-    by = gradients.__getitem__
-    rowsum = proofs.rowsum_identity(graph)
-    blocks: list[Block] = [
-        Heading("The backward pass"),
-        Prose(P.BACKWARD_INTRO),
-        _table(graph, gradients),
-        Heading("Through the context", 2),
-        Prose(P.BACKWARD_STEP_TEXT["dA"]),
-        _display(by("dA"), by("dV")),
-        Heading("Through the softmax", 2),
-        *_softmax(graph, by("dOmega_scaled")),
-        Prose(P.BACKWARD_STEP_TEXT["dOmega"]),
-        _display(by("dOmega")),
-        Heading("Through the scores", 2),
-        Prose(P.BACKWARD_STEP_TEXT["dQ"]),
-        _display(by("dQ"), by("dK")),
-        Heading("To the weights and the inputs", 2),
-        Prose(P.BACKWARD_STEP_TEXT["dW_q"]),
-        _display(by("dW_q"), by("dW_k"), by("dW_v")),
-        _display(by("dX")),
-        Heading("The rowsum identity", 2),
-        Prose(P.BACKWARD_ROWSUM),
-        Display(fact_lines(rowsum), derived(rowsum.how, *rowsum.sources)),
-    ]
-    if causal is not None:
-        blocks += _causal(causal)
-    if heads is not None:
-        several = {g.output: g for g in calculus.backward(heads)}
-        shown = [several[k] for k in ("dC_concat", "dW_o", "dC_l", "dQ")]
-        blocks += [Heading("Several heads", 2), Prose(P.BACKWARD_MULTI_HEAD), _display(*shown)]
-    blocks.append(Prose(P.BACKWARD_CHECKED))
-    return blocks
+def backward(entry: Entry) -> list[Block]:
+    """The section: the gradients and their shapes, then each part of it."""
+    gradients = {g.output: g for g in calculus.backward(entry.graph)}
+    base = entry.base.name if entry.base is not None else ""
+    differing = _differing(entry, gradients)
+    intro = entry.document.words("backward", PV.VARIANT_BACKWARD.format(base=base))
+    if not differing:
+        return [Heading("The backward pass"), Prose(PV.VARIANT_SAME_BACKWARD.format(base=base))]
+    blocks: list[Block] = [Heading("The backward pass"), Prose(intro), _table(entry, gradients)]
+    for group in entry.document.backward or ():
+        blocks += [Heading(group.heading, 2)] if group.heading else []
+        for item in group.items:
+            if isinstance(item, Show):
+                blocks += _shown(item, gradients)
+            else:
+                blocks += claim_blocks(item, entry.graph)
+    if entry.document.backward is None:
+        blocks += _shown(Show(differing), gradients)
+    end = entry.document.words("backward end")
+    return blocks + ([Prose(end)] if end else [])

@@ -8,6 +8,7 @@ import sympy as sp
 
 from ...explicit.display import explicit_lines, matrix_line
 from ...explicit.forward import ExplicitGraph
+from ...graph.registry import ROOT
 from ...notation import latex
 from ...notation import letters as L
 from .. import prose as P
@@ -18,14 +19,13 @@ __all__ = ["explicit", "example", "example_numbers"]
 
 
 def _sizes(ea: ExplicitGraph) -> str:
-    """``$n = 3$, $d = 4$, $c = 2$`` and the graph's other sizes (heads, a variant's)."""
+    """``$n = 3$, $d = 4$, $c = 2$`` and the graph's other sizes and parameters (heads, a
+    window, RoPE's base)."""
     shown = [f"${latex(symbol)} = {value}$" for symbol, value in ea.sizes.items()
              if symbol not in (L.h, L.c_h)]  # fmt: skip
     text = ", ".join(shown)
     if ea.heads > 1:
         text += f", $h = {ea.heads}$ heads of width $c_h = {ea.sizes[L.c_h]}$"
-    if getattr(ea, "causal", False):
-        text += ", causal"
     return text
 
 
@@ -70,6 +70,11 @@ def _rounded(rows: list[list[float]] | sp.MatrixBase, digits: int = 4) -> sp.Mat
     return sp.Matrix([[sp.Float(f"{float(v):.{digits}f}") for v in row] for row in numbers])
 
 
+def _of(worked) -> str:
+    """The entry of a worked example, where it is not self-attention: ``, causal``."""
+    return "" if worked.variant == ROOT else f", {worked.variant}"
+
+
 def example(worked, figure: str | None) -> list[Block]:
     """The worked example: its inputs, A and C by PyTorch and by SymPy, the heatmap."""
     tokens = worked.tokens
@@ -81,7 +86,7 @@ def example(worked, figure: str | None) -> list[Block]:
     )
     blocks: list[Block] = [
         Heading("Worked example: " + " ".join(tokens)),
-        Prose(P.EXAMPLE_INTRO + f" Sizes: {sizes}" + (", causal." if worked.causal else ".")),
+        Prose(P.EXAMPLE_INTRO + f" Sizes: {sizes}" + _of(worked) + "."),
         Display(seeded, numeric("seeded embeddings and weights, drawn by torch")),
     ]
     header = ("", *(f"{token} ({p + 1})" for p, token in enumerate(tokens)))
@@ -99,10 +104,8 @@ def example(worked, figure: str | None) -> list[Block]:
     blocks.append(
         Display(
             lines,
-            numeric(
-                "attention.functional.self_attention (PyTorch), and "
-                "the declarations evaluated by SymPy to 30 digits"
-            ),
+            numeric(f"{worked.twin} (PyTorch), and the declarations evaluated by SymPy to 30 "
+                    "digits"),
         )
     )
     blocks.append(Prose(P.EXAMPLE_AGREEMENT.format(tolerance="$10^{-12}$")))

@@ -8,6 +8,7 @@ import sys
 import pytest
 from mutants import mutant
 
+import derive
 from derive.bridge.check import draw_sizes
 from derive.cli import main
 
@@ -23,7 +24,7 @@ def test_given_sizes_every_step_passes(capsys):
         capsys, "--n", "5", "--d", "3", "--c", "2", "--seed", "4", "--forward-only"
     )
     assert status == 0 and err == ""
-    assert "trial 1/1: n=5 d=3 c=2, inputs seed 4" in out
+    assert "trial 1/1: self-attention, n=5 d=3 c=2, inputs seed 4" in out
     steps = re.findall(r"^  (\w+)\s+(\d+×\d+)\s+(\S+)\s+(exact|1e-12)\s+(pass|FAIL)$", out, re.M)
     assert "(rerun with --seed" not in out  # a given seed is not announced
     assert [s[0] for s in steps] == ["Q", "K", "V", "Omega", "Omega_scaled", "A", "C"]
@@ -53,7 +54,9 @@ def test_the_backward_pass_is_checked_too(capsys):
     for name, shape in (("dX", "4×3"), ("dW_q", "3×2"), ("dW_k", "3×2"), ("dW_v", "3×2")):
         assert re.search(rf"^  {name} · self_attention_backward\s+{shape}\s+\S+\s+1e-10\s+pass$",
                          out, re.M), name  # fmt: skip
-    assert out.rstrip().endswith("derive check: 24 step values compared, all pass")
+    # the declared mask against attention's causal_mask, entry by entry
+    assert re.search(r"^  M\s+4×4\s+0\s+exact\s+pass$", out, re.M)
+    assert out.rstrip().endswith("derive check: 25 step values compared, all pass")
 
 
 def test_sizes_over_the_gradient_limit_check_the_forward_pass_only(capsys):
@@ -66,8 +69,10 @@ def test_sizes_over_the_gradient_limit_check_the_forward_pass_only(capsys):
 def test_causal_heads_and_trials(capsys):
     status, out, _ = run(capsys, "--causal", "--heads", "2", "--trials", "3", "--seed", "1")
     assert status == 0
-    assert len(re.findall(r"^trial \d/3: .*, causal, 2 heads, inputs seed \d$", out, re.M)) == 3
-    for c in re.findall(r"c=(\d+), causal", out):
+    trials = re.findall(r"^trial \d/3: multi-head\+causal, n=\d d=\d c=(\d+), h=2, inputs seed \d$",
+                        out, re.M)  # fmt: skip
+    assert len(trials) == 3
+    for c in trials:
         assert int(c) % 2 == 0  # drawn c is a multiple of the heads
     assert "A_2" in out and "C_2" in out
 
@@ -105,7 +110,11 @@ def test_a_broken_implementation_exits_one(capsys):
         (["--n", "0"], r"argument --n: must be a positive integer, got 0"),
         (["--d", "x"], r"argument --d: must be a positive integer, got 'x'"),
         (["--c", "17"], r"argument --c: 17 is over the limit of 16"),
-        (["--c", "5", "--heads", "2"], r"--heads 2 does not divide --c 5"),
+        (["--c", "5", "--heads", "2"], r"h=2 does not divide c=5 \(each head gets c / h columns\)"),
+        (["--n", "1"], r"n=1 must be at least 2 \(with one token every weight is 1: the softmax "
+                       r"would go untested\)"),
+        (["--variant", "sliding-window", "--w", "4", "--n", "3"],
+         r"n=3 must be more than 4 \(a window narrower than the sequence"),
         (["--seed", "-1"], r"argument --seed: must be a non-negative integer, got -1"),
         (["--trials", "0"], r"argument --trials: must be a positive integer, got 0"),
         (["--bogus"], r"unrecognized arguments: --bogus"),
@@ -136,16 +145,22 @@ def test_without_a_seed_each_run_draws_one_and_prints_it(capsys):
     assert status == 0 and out.split("\n", 1)[1] == again  # the printed seed reruns the trial
 
 
-def test_drawn_sizes_are_distinct_and_seeded():
-    first = [draw_sizes(random.Random(9), None, None, None, 1) for _ in range(2)]
+def test_drawn_sizes_are_distinct_seeded_and_meet_every_condition():
+    root, heads = derive.variant("self-attention"), derive.variant("multi-head")
+    first = [draw_sizes(root, random.Random(9), {}) for _ in range(2)]
     assert first[0] == first[1]  # the same seed, the same sizes
     for seed in range(30):
-        n, d, c = draw_sizes(random.Random(seed), None, None, None, 1)
+        n, d, c = (draw_sizes(root, random.Random(seed), {})[k] for k in "ndc")
         assert len({n, d, c}) == 3 and max(n, d, c) <= 6
-        n, d, c = draw_sizes(random.Random(seed), None, None, None, 3)
-        assert c % 3 == 0
-    assert draw_sizes(random.Random(0), 4, None, 2, 1)[::2] == (4, 2)
-    assert draw_sizes(random.Random(0), None, None, None, 16)[2] == 16  # as many heads as allowed
+        assert n >= 2  # one token: every weight is 1, every difference 0, and nothing tested
+        assert draw_sizes(heads, random.Random(seed), {"h": 3})["c"] % 3 == 0
+        rope = draw_sizes(derive.variant("gqa+rope"), random.Random(seed), {"h": 2})
+        assert rope["c"] % 4 == 0 and rope["h"] % rope["g"] == 0  # even heads of width c / h
+        window = draw_sizes(derive.variant("sliding-window"), random.Random(seed), {})
+        assert window["n"] > window["w"]  # a window narrower than the sequence: not causal
+    drawn = draw_sizes(root, random.Random(0), {"n": 4, "c": 2})
+    assert (drawn["n"], drawn["c"]) == (4, 2)
+    assert draw_sizes(heads, random.Random(0), {"h": 16})["c"] == 16  # as many heads as allowed
 
 
 def test_console_script_help_lists_the_options():

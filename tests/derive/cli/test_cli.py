@@ -42,8 +42,10 @@ def test_latex_options(tmp_path, capsysbinary):
     assert (status, out, err) == (0, b"", "")
     tex = target.read_text()
     assert r"\documentclass" not in tex  # --fragment
-    assert "$n = 3$, $d = 4$, $c = 4$, $h = 2$ heads of width $c_h = 2$, causal" in tex  # d: 4
-    assert "Causal attention and masks" in tex and "Multi-head attention" in tex
+    assert "$n = 3$, $d = 4$, $c = 4$, $h = 2$ heads of width $c_h = 2$" in tex  # d: 4
+    assert "% Causal multi-head attention, derived" in tex  # the entry multi-head+causal
+    assert r"\section*{Causal multi-head attention}" in tex
+    assert r"M_{m,p} &= \begin{cases} 0" in tex and r"q^{(\ell)}_{m,j} &= q_{m," in tex
 
 
 def test_markdown(tmp_path, capsysbinary):
@@ -101,7 +103,7 @@ def test_notebook(tmp_path, capsysbinary):
     assert (status, out, err) == (0, b"", "")
     notebook = json.loads(target.read_text())
     code = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
-    assert notebook["nbformat"] == 4 and "derive.variant('kv-cache')" in "".join(code[0]["source"])
+    assert notebook["nbformat"] == 4 and "derive.steps('kv-cache')" in "".join(code[0]["source"])
     assert code[0]["outputs"][0]["data"]["text/latex"][0].startswith("$$")
 
 
@@ -130,7 +132,7 @@ BAD = [
     (["latex", "--d", "x"], "argument --d: must be a positive integer, got 'x'"),
     (["latex", "--c", "2.5"], "argument --c: must be a positive integer, got '2.5'"),
     (["latex", "--n", "17"], "argument --n: 17 is over the limit of 16"),
-    (["latex", "--c", "4", "--heads", "3"], "--heads 3 does not divide --c 4"),
+    (["latex", "--c", "4", "--heads", "3"], "h=3 does not divide c=4 (each head gets c / h columns)"),
     (["markdown", "--heads", "0"], "argument --heads: must be a positive integer, got 0"),
     (["latex", "--bogus"], "unrecognized arguments: --bogus"),
     (["markdown", "--fragment"], "unrecognized arguments: --fragment"),  # latex only
@@ -138,7 +140,7 @@ BAD = [
     ([], "missing command: latex, markdown, pdf, html, notebook, docs, check or conform"),
     (["latex", "-o", "/nonexistent-folder/d.tex"], "no such directory /nonexistent-folder"),
     (["latex", "-o", "x" * 300 + ".tex"], "File name too long"),
-    (["latex", "--example", "--heads", "2", "--c", "4"], "the worked example is single-head"),
+    (["latex", "--example", "--heads", "2", "--c", "4"], "multi-head has no worked example"),
     (["latex", "--example", "--n", "8"], "takes --n up to 7, got --n 8"),
     (["latex", "--heads", "17"], "argument --heads: 17 is over the limit of 16"),
     (["check", "--heads", "17"], "argument --heads: 17 is over the limit of 16"),
@@ -147,26 +149,29 @@ BAD = [
         "argument --seed: 1000000000000000000000000000000 is over",
     ),
     (["check", "--seed", "-1"], "argument --seed: must be a non-negative integer, got -1"),
-    (["check", "--c", "3", "--heads", "2"], "--heads 2 does not divide --c 3"),
+    (["check", "--c", "3", "--heads", "2"], "h=2 does not divide c=3"),
+    (["check", "--n", "1"], "n=1 must be at least 2 (with one token every weight is 1"),
     (["docs", "--out", "y" * 300], "File name too long"),
     (["html", "--figures", "figures"], "unrecognized arguments: figures"),  # inline: no folder
     (["html", "--fragment"], "unrecognized arguments: --fragment"),
     (["html", "--n", "17"], "argument --n: 17 is over the limit of 16"),
-    (["html", "--c", "4", "--heads", "3"], "--heads 3 does not divide --c 4"),
+    (["html", "--c", "4", "--heads", "3"], "h=3 does not divide c=4"),
     (["html", "-o", "/nonexistent-folder/d.html"], "no such directory /nonexistent-folder"),
-    (["html", "--variant", "kv-cache", "--causal"], "causal, heads and example do not apply"),
+    (["html", "--variant", "kv-cache", "--heads", "2"], "kv-cache does not combine"),
+    (["html", "--variant", "causal", "--variant", "masked"], "cannot be put into the graph"),
+    (["latex", "--variant", "rope", "--example"], "rope has no worked example"),
     (["notebook", "--d", "0"], "argument --d: must be a positive integer, got 0"),
     (["notebook", "--example", "--n", "8"], "takes --n up to 7, got --n 8"),
-    (["notebook", "--variant", "nope"], "argument --variant: invalid choice: 'nope'"),
-    (["notebook", "--w", "2"], "--w is a size of sliding-window; give --variant sliding-window"),
-    (["latex", "--variant", "mla", "--variant", "rope"], "only gqa, qk-norm, rope combine"),
+    (["notebook", "--variant", "nope"], "unknown variant 'nope'; known: self-attention, causal"),
+    (["notebook", "--w", "2"], "self-attention has no size 'w' (w is a size of sliding-window)"),
+    (["latex", "--variant", "mla", "--variant", "rope"], "mla does not combine"),
     (["latex", "--variant", "gqa", "--heads", "3", "--g", "2", "--c", "6"],
      "g=2 does not divide h=3 (each group serves h / g heads)"),
     (["latex", "--variant", "gqa", "--variant", "rope", "--heads", "2", "--c", "2"],
      "RoPE rotates pairs of features: c / h=1 must be even"),
-    (["check", "--variant", "rope", "--c", "3"], "--c 3 is not a multiple of 2"),
+    (["check", "--variant", "rope", "--c", "3"], "RoPE rotates pairs of features: c=3 must be even"),
     (["check", "--variant", "gqa", "--heads", "4", "--g", "3"], "g=3 does not divide h=4"),
-    (["check", "--variant", "kv-cache", "--heads", "2"], "--causal and --heads do not apply"),
+    (["check", "--variant", "kv-cache", "--heads", "2"], "kv-cache does not combine"),
 ]  # fmt: skip
 
 
@@ -210,11 +215,11 @@ def test_a_failing_pdflatex_is_quoted(tmp_path, capsysbinary, monkeypatch):
 
 
 def test_progress_lines_show_each_steps_own_time(tmp_path, capsysbinary, monkeypatch):
-    import derive.cli as cli
+    from derive.cli import parsing
 
     clock = iter([0.0, 0.5, 2.0, 2.25, 9.0, 9.125] + [10.0 + k for k in range(100)])
-    monkeypatch.setattr(cli.time, "perf_counter", lambda: next(clock))
-    progress = cli._Progress(quiet=False)
+    monkeypatch.setattr(parsing.time, "perf_counter", lambda: next(clock))
+    progress = parsing.Progress(quiet=False)
     progress("first")  # 0.5 s into the job: quiet (under a second so far)
     progress("second")  # 2.0: 1.5 s of its own
     progress("third", always=True)  # 2.25: 0.25 s of its own
@@ -235,7 +240,7 @@ def test_docs_creates_its_folder_and_can_skip_the_pdf(tmp_path, capsysbinary):
 
 def test_docs_without_tex_fails_before_any_work(tmp_path, capsysbinary, monkeypatch):
     monkeypatch.setattr("derive.render.pdf.shutil.which", lambda name: None)
-    monkeypatch.setattr("derive.cli.documents.generate_docs", lambda **_: pytest.fail("worked"))
+    monkeypatch.setattr("derive.cli.docs.generate_docs", lambda **_: pytest.fail("worked"))
     status, _, err = _run(capsysbinary, "docs", "--out", str(tmp_path / "docs"))
     assert status == 1 and "install TeX Live" in err and "--no-pdf" in err
     assert not (tmp_path / "docs").exists()

@@ -10,11 +10,9 @@ from derive import calculus
 from derive.graph import self_attention
 from derive.graph.attention import projection
 from derive.graph.claims import CacheAgainst, SameAs, SameForEveryHead
-from derive.graph.grouped import grouped_query_attention
-from derive.graph.latent import latent_attention
-from derive.graph.models import combination, grouped
-from derive.graph.norm import with_qk_norm
-from derive.graph.rope import with_rope
+from derive.graph.entries.gqa import grouped
+from derive.graph.entries.qk_norm import with_qk_norm
+from derive.graph.entries.rope import with_rope
 from derive.notation import GroupConcat, latex
 from derive.notation import letters as L
 from derive.proofs.claims import prove
@@ -24,6 +22,14 @@ from derive.proofs.rope import THETA, relative_position, zero_angles
 
 CAUSAL = self_attention(causal=True)
 HEADS = self_attention(causal=True, heads=True)
+
+
+def grouped_query_attention():
+    return derive.variant("gqa").graph
+
+
+def latent_attention():
+    return derive.variant("mla").graph
 
 
 def _angles(expr: sp.Expr) -> set[sp.Expr]:
@@ -148,15 +154,16 @@ def test_combinations_apply_their_layers_in_the_models_order():
     assert order.index("K_rot_l") < order.index("Omega_l")
     assert qwen.graph.step("Omega_l").inputs == ("Q_rot_l", "K_rot_l")
     assert qwen.graph.step("Q_rot_l").inputs[0] == "Q_norm_l"
-    assert all(prove(qwen.graph, claim).holds for claim in qwen.claims)
-    assert dict(qwen.twin.options)["theta_base"] == L.beta
+    assert all(prove(stage.graph, claim, stage.before).holds for claim, stage in qwen.claims)
+    assert qwen.options["theta_base"] == L.beta and qwen.options["groups"] == L.g
     assert qwen.base == HEADS
 
 
 @pytest.mark.parametrize(
     ("name", "message"),
-    [("mla+rope", "only gqa, qk-norm, rope combine"), ("rope+rope", "each once"),
-     ("gqa+nope", "unknown variant 'gqa\\+nope'")],
+    [("mla+rope", "mla does not combine; only causal, gqa, masked, multi-head, qk-norm, rope, "
+                  "self-attention, sliding-window combine"),
+     ("gqa+nope", "unknown variant 'nope'"), ("causal+masked", "'masked' cannot be put into the graph with causal: .* has a mask M")],
 )  # fmt: skip
 def test_what_does_not_combine_is_refused(name, message):
     with pytest.raises(ValueError, match=message):
@@ -171,7 +178,7 @@ def test_the_transforms_keep_the_steps_they_do_not_touch():
         if s != before[s.output] or dict(s.shapes) != dict(before[s.output].shapes)
     }  # fmt: skip
     assert changed == {"K", "V", "K_l", "V_l"}
-    assert combination(("gqa",)).graph.declarations == grouped_query_attention().declarations
+    assert derive.variant("gqa").graph.declarations == graph.declarations
     assert [s.output for s in graph.declarations] == [s.output for s in HEADS.declarations]
 
 

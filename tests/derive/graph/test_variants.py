@@ -1,5 +1,5 @@
-"""The registry of variants: each variant's graph, claims and twin, and what SymPy derives for
-it. Parametrised over `derive.variants()`: a variant is tested by being registered."""
+"""The one registry: each entry's graph, claims and twin, and what SymPy derives for it.
+Parametrised over `derive.variants()`: a variant is tested by being registered."""
 
 import pytest
 import sympy as sp
@@ -7,7 +7,7 @@ import sympy as sp
 import derive
 from derive import calculus
 from derive.explicit.forward import ExplicitGraph
-from derive.graph.variants import explicit_sizes, variant
+from derive.graph import explicit_sizes, variant
 from derive.notation import latex
 from derive.notation import letters as L
 from derive.proofs.claims import prove
@@ -17,20 +17,21 @@ VARIANTS = derive.variants()
 
 def test_the_registered_names():
     assert VARIANTS == (
-        "kv-cache", "sliding-window", "cross-attention", "rope", "gqa", "qk-norm", "mla"
+        "self-attention", "causal", "masked", "multi-head", "kv-cache", "sliding-window",
+        "cross-attention", "rope", "gqa", "qk-norm", "mla",
     )  # fmt: skip
-    with pytest.raises(ValueError, match=r"unknown variant 'nope'; known: kv-cache, sliding"):
+    with pytest.raises(ValueError, match=r"unknown variant 'nope'; known: self-attention, causal"):
         derive.variant("nope")
 
 
 @pytest.mark.parametrize("name", VARIANTS)
 def test_every_claim_of_every_variant_holds(name):
     found = variant(name)
-    assert found.claims
-    for claim in found.claims:
-        fact = prove(found.graph, claim)
+    for claim, stage in found.claims:
+        fact = prove(stage.graph, claim, stage.before)
         assert fact.holds, (name, fact.name, fact.residual)
     assert derive.rows_sum_to_one(found.graph).holds
+    assert found.claims or name == "multi-head"  # its one fact is in the backward pass
 
 
 @pytest.mark.parametrize("name", VARIANTS)
@@ -62,15 +63,16 @@ def test_the_sliding_window_sees_only_its_last_w_keys():
 
 def test_a_wider_window_than_the_sequence_is_causal_and_a_narrow_one_is_not():
     found = variant("sliding-window")
-    (same,) = [c for c in found.claims if type(c).__name__ == "SameAs"]
-    assert prove(found.graph, same).holds
+    ((same, stage),) = [(c, s) for c, s in found.claims if type(c).__name__ == "SameAs"]
+    assert prove(found.graph, same, stage.before).holds
+    assert stage.before == variant("causal").graph
     narrow = type(same)(same.other, assume=((L.w, sp.S.One),))  # only w ≥ 1: not causal
-    assert not prove(found.graph, narrow).holds
+    assert not prove(found.graph, narrow, stage.before).holds
 
 
 def test_the_window_costs_n_w_not_n_squared():
     found = variant("sliding-window")
-    (pairs,) = [c for c in found.claims if type(c).__name__ == "AllowedPairs"]
+    (pairs,) = [c for c, _ in found.claims if type(c).__name__ == "AllowedPairs"]
     fact = prove(found.graph, pairs)
     counted = fact.derivation[-2].rhs
     assert sp.expand(counted - (L.w * (L.w + 1) / 2 + L.w * (L.n - L.w))) == 0
@@ -80,7 +82,7 @@ def test_the_window_costs_n_w_not_n_squared():
 
 def test_the_cache_reads_only_earlier_rows_and_saves_a_factor_m():
     found = variant("kv-cache")
-    facts = {type(c).__name__: prove(found.graph, c) for c in found.claims}
+    facts = {type(c).__name__: prove(found.graph, c) for c, _ in found.claims}
     row = facts["ReadsRows"].derivation[-1].rhs
     assert {limit[2] for s in row.atoms(sp.Sum) for limit in s.limits} == {L.m}
     assert facts["CacheSize"].derivation[-1].rhs == 2 * L.n * L.c
@@ -103,10 +105,10 @@ def test_cross_attention_reads_y_and_is_self_attention_when_y_is_x():
     )
     gradients = {g.output: g for g in calculus.backward(found.graph)}
     assert latex(gradients["dY"].matrix) == r"\bar{Y} = \bar{K} W_k^\top + \bar{V} W_v^\top"
-    (same,) = found.claims
-    assert prove(found.graph, same).holds
+    ((same, stage),) = [(c, s) for c, s in found.claims if type(c).__name__ == "SameAs"]
+    assert prove(found.graph, same, stage.before).holds
     wrong = type(same)(same.other, substitute=((L.s, L.n),))  # Y not replaced: not the same
-    assert not prove(found.graph, wrong).holds
+    assert not prove(found.graph, wrong, stage.before).holds
 
 
 @pytest.mark.parametrize("name", VARIANTS)

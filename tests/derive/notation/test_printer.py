@@ -4,9 +4,10 @@ import pytest
 import sympy as sp
 
 import derive
-from derive.explicit.display import explicit_lines, split_sum, visible_width
+from derive.explicit.display import explicit_lines
 from derive.notation import latex
 from derive.notation import letters as L
+from derive.notation.lines import packed, visible_width
 
 GOLDEN = {
     # output: (element-wise, declared; matrix-level, derived)
@@ -102,13 +103,13 @@ def test_sizes_and_head_index_symbols():
     assert latex(L.j2) == "j'"
 
 
-def test_split_sum_breaks_long_sums_and_keeps_short_ones():
+def test_packing_breaks_long_sums_and_keeps_short_ones():
     terms = [rf"x_{{1,{i}}} (W_q)_{{{i},1}}" for i in range(1, 13)]
-    lines = split_sum(terms)
+    lines = [" + ".join(line) for line in packed(terms, 56)]
     assert len(lines) > 1
     assert all(visible_width(line) <= 60 for line in lines)
     assert " + ".join(lines) == " + ".join(terms)
-    assert split_sum(terms[:2]) == [" + ".join(terms[:2])]
+    assert packed(terms[:2], 56) == [terms[:2]]
 
 
 def test_visible_width_ignores_markup():

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from derive.cli.documents import generate_docs
+from derive.cli.docs import generate_docs
 from derive.render.pdf import compile_pdf, pdf_producer, pdf_subject, source_hash
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"

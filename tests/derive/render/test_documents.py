@@ -7,7 +7,7 @@ import pytest
 
 import derive
 from derive import DocumentOptions, latex_document, markdown_document
-from derive.explicit.display import visible_width
+from derive.notation.lines import visible_width
 from derive.render.blocks import (
     Display,
     Figure,
@@ -72,15 +72,20 @@ def test_the_book_is_cited_and_never_the_seed(plain):
         assert "seed" not in text.lower().replace("seeded", "")
 
 
-def test_variants_add_their_sections():
+def test_causal_and_heads_are_entries_of_the_registry():
+    """--causal and --heads are the entries causal and multi-head: their own documents, built
+    from the same sections as every variant's, referring to self-attention's steps."""
     plain = latex_document(DocumentOptions())
     causal = latex_document(DocumentOptions(causal=True))
     heads = latex_document(DocumentOptions(heads=2))
-    assert "Causal attention and masks" in causal and "Causal attention and masks" not in plain
+    assert causal == latex_document(DocumentOptions(variant="causal"))
+    assert r"\title{Causal attention, derived}" in causal and "Causal attention" not in plain
+    assert "declared as in the derivation of self-attention" in causal  # shared: referenced
     assert r"\sum_{r=1}^{m}" in causal  # the causal limits, derived
-    assert r"\bar{\hat{\omega}}_{m,p} &= \begin{cases}" in causal  # masked gradient
-    assert "Multi-head attention" in heads and r"\hat{C}" in heads
-    assert r"c_h &= \frac{c}{h}" in heads  # the head width, printed from its declaration
+    assert r"M_{m,p} &= \begin{cases} 0 & \text{for}\: p \leq m" in causal  # declared
+    assert r"\bar{\tilde{\omega}}_{m,p} &= \bar{\hat{\omega}}_{m,p}" in causal  # masked gradient
+    assert r"\title{Multi-head attention, derived}" in heads and r"\hat{C}" in heads
+    assert r"q^{(\ell)}_{m,j} &= q_{m,\left(\ell - 1\right) c_h + j}" in heads  # the split
     assert derive.latex(derive.flop_count(heads=True)) in heads
     assert r"\bar{W}_o &= \hat{C}^\top \bar{C}" in heads
 
@@ -166,7 +171,7 @@ def test_a_derived_display_must_say_how():
 
 
 def test_options_are_checked():
-    with pytest.raises(ValueError, match=r"heads must divide c: got heads=3 and c=2"):
+    with pytest.raises(ValueError, match=r"h=3 does not divide c=2 \(each head gets c / h"):
         DocumentOptions(sizes=(3, 4, 2), heads=3)
     with pytest.raises(ValueError, match=r"n=20 is over the limit"):
         DocumentOptions(sizes=(20, 4, 2))

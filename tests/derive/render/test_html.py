@@ -44,9 +44,10 @@ def _entries(text: str) -> dict[str, dict[str, str]]:
 
 
 def test_pages_parse_as_strict_html5(page, committed):
+    titles = ("Trainable scaled dot-product self-attention", "Causal multi-head attention")
     for text in (page, committed, html_document(DocumentOptions(causal=True, heads=2))):
         root = _parse(text)
-        assert root.find("head/title").text == "Trainable scaled dot-product self-attention, derived"
+        assert root.find("head/title").text.removesuffix(", derived") in titles
     with pytest.raises(html5lib.html5parser.ParseError, match="Expected DOCTYPE"):
         _parse(page.removeprefix("<!DOCTYPE html>\n"))  # the parser is strict indeed
 
@@ -130,7 +131,8 @@ def test_one_entry_per_matrix_in_the_tab_order(page):
 
 def test_the_worked_example_gives_the_values(committed):
     entries = _entries(committed)
-    from derive.cli.documents import DOCS_OPTIONS, example_for
+    from derive.cli.docs import DOCS_OPTIONS
+    from derive.cli.documents import example_for
 
     example = example_for(DOCS_OPTIONS)
     assert float(entries["e-a-2-3"]["data-value"]) == pytest.approx(

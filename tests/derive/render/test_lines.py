@@ -4,9 +4,8 @@ import sympy as sp
 
 import derive
 from derive import DocumentOptions, latex_document
-from derive.explicit.display import visible_width
 from derive.notation import latex
-from derive.render.lines import WIDEST_LINE, chain, equation
+from derive.notation.lines import WIDEST_LINE, chain, equation, visible_width
 
 q, k = sp.IndexedBase("q"), sp.IndexedBase("k")
 m, p, j = sp.symbols("m p j", integer=True)

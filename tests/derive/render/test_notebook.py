@@ -52,7 +52,8 @@ def test_every_code_cell_shows_something_and_nothing_failed(text):
     mimes = {mime for cell in code for o in cell.outputs for mime in o.get("data", {})}
     assert mimes == {"text/plain", "text/latex", "image/svg+xml"}
     sources = "\n".join(cell.source for cell in code)
-    for call in ("derive.steps(", "derive.backward_steps(", "derive.explicit_attention(",
+    for call in ("derive.steps()", "derive.facts()", "derive.backward_steps()",
+                 "derive.explicit_variant('self-attention', n=3, d=4, c=2)",
                  "derive.worked_example(", "derive.cli.main(argv)", "self_attention("):
         assert call in sources, call  # fmt: skip
     verdict = [o.text for cell in code for o in cell.outputs if o.output_type == "stream"]
@@ -90,7 +91,8 @@ def test_a_variant_notebook_runs():
     options = DocumentOptions(variant="sliding-window", sizes=(4, 2, 3))
     cells = notebook_cells(options)
     outputs = run_cells(cells)
-    latex = [o["data"]["text/latex"] for out in outputs for o in out if "data" in o]
+    latex = [o["data"]["text/latex"] for out in outputs for o in out
+             if "text/latex" in o.get("data", {})]  # fmt: skip
     assert len(latex) > 8 and any(r"\tilde{\omega}_{4,3}" in tex for tex in latex)
     assert "derive notebook --n 4 --d 2 --c 3 --variant sliding-window" in cells[0].source
 

@@ -39,11 +39,15 @@ def test_shared_steps_are_referenced_not_repeated():
 def test_variant_options_are_checked():
     with pytest.raises(ValueError, match=r"unknown variant 'nope'"):
         DocumentOptions(variant="nope")
-    with pytest.raises(ValueError, match=r"causal, heads and example do not apply"):
-        DocumentOptions(variant="kv-cache", causal=True)
-    with pytest.raises(ValueError, match=r"has no size 'w'"):
+    with pytest.raises(ValueError, match=r"kv-cache does not combine"):
+        DocumentOptions(variant="kv-cache", heads=2)
+    with pytest.raises(ValueError, match=r"kv-cache has no worked example"):
+        DocumentOptions(variant="kv-cache", example=True)
+    assert DocumentOptions(variant="kv-cache", causal=True).entry.name == "kv-cache"  # causal
+    with pytest.raises(ValueError, match=r"cross-attention has no size 'w' \(w is a size of "
+                       r"sliding-window\); its own: s, d_y"):
         DocumentOptions(sizes=(3, 4, 2), variant="cross-attention", extra=(("w", 2),))
-    with pytest.raises(ValueError, match=r"belong to a variant"):
+    with pytest.raises(ValueError, match=r"self-attention has no size 'w'"):
         DocumentOptions(extra=(("w", 2),))
     options = DocumentOptions(sizes=(3, 4, 2), variant="cross-attention", extra=(("s", 5),))
     assert {str(k): v for k, v in options.variant_sizes().items()} == {

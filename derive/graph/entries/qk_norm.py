@@ -6,6 +6,8 @@ learnable gain per feature, shared by the heads (the book's ``q_norm = RMSNorm(h
     \check{q}_{m,j} = (γ_q)_{1,j} q_{m,j} / √( Σ_{j'} q_{m,j'}² / c + ε )
 
 The gains are a 1 × c matrix (a row), so that every matrix of the derivation has two indices.
+Its twin: `grouped_query_attention(..., q_gain, k_gain, eps)`; its step's twin,
+`attention.grouped.rms_norm`.
 """
 
 from __future__ import annotations
@@ -13,10 +15,14 @@ from __future__ import annotations
 import sympy as sp
 from sympy import Eq, Sum, sqrt
 
-from ..notation import letters as L
-from .declaration import Declaration, Graph
+from ...notation import letters as L
+from ..claims import RowsSumToOne, ScoreBound
+from ..declaration import Declaration, Graph
+from ..sizes import Parameter
+from ..twins import StepTwin, Twin
+from ..variant import Document, Variant
 
-__all__ = ["rms_norm", "with_qk_norm"]
+__all__ = ["VARIANT", "rms_norm", "with_qk_norm"]
 
 _NORMED = {"q": "qnorm", "k": "knorm"}
 _GAIN = {"q": "gq", "k": "gk"}
@@ -43,6 +49,7 @@ def rms_norm(which: str, head: bool, rows: sp.Expr) -> Declaration:
         "Normalising the " + ("queries" if which == "q" else "keys"),
         Eq(entry(normed, row, j), rhs, evaluate=False),
         {source: (rows, width), gain: (sp.S.One, width), letter: (rows, width)},
+        twin=StepTwin("attention.grouped.rms_norm", options=(("eps", L.eps),)),
     )
 
 
@@ -54,17 +61,43 @@ def _reads(step: Declaration) -> Declaration:
     for name, new in _NORMED.items():
         shapes[L.BASES[new] + suffix] = shapes.pop(name.upper() + suffix)
     element = Eq(step.element.lhs, step.element.rhs.xreplace(bases), evaluate=False)
-    return Declaration(step.name, step.output, step.title, element, shapes, step.constant)
+    return Declaration(step.name, step.output, step.title, element, shapes, step.constant,
+                       step.twin)  # fmt: skip
 
 
 def with_qk_norm(graph: Graph) -> Graph:
     """`graph` with its queries and keys RMS-normalised before the scores (per head)."""
     steps: list[Declaration] = []
+    found = False
     for step in graph.declarations:
         if step.name != "scores":
             steps.append(step)
             continue
+        if {letter.removesuffix("_l") for letter in step.inputs} != {"Q", "K"}:
+            raise ValueError(f"QK-norm normalises Q and K, and the scores of {graph.name} read "
+                             f"{', '.join(step.inputs)}")  # fmt: skip
+        found = True
         rows = {letter[0].lower(): step.shapes[letter][0] for letter in step.inputs}
         steps += [rms_norm("q", step.head, rows["q"]), rms_norm("k", step.head, rows["k"]),
                   _reads(step)]  # fmt: skip
+    if not found:
+        raise ValueError(f"{graph.name} has no scores for QK-norm to normalise")
     return Graph(graph.name + " with QK-norm", tuple(steps), graph.relations)
+
+
+VARIANT = Variant(
+    "qk-norm",
+    "QK-norm",
+    "QK-norm (the book's Qwen 3) divides each query and each key by its root mean "
+    "square and scales it by learned gains before the scores. The scores then stay "
+    "within a bound set by the width and the gains, whatever the scale of the inputs: "
+    "growing inputs cannot saturate the softmax.",
+    base="causal",
+    build=with_qk_norm,
+    claims=(RowsSumToOne(), ScoreBound()),
+    parameters=(Parameter(L.eps, sp.Rational(1, 10**6), "the ε of the RMS norm"),),
+    twin=Twin("attention.grouped.grouped_query_attention", ("X", "W_q", "W_k", "W_v", "W_o?")),
+    options=(("q_gain", "G_q"), ("k_gain", "G_k"), ("eps", L.eps)),
+    rank=40,
+    document=Document(figures=("softmax-saturation-qk-norm",)),
+)

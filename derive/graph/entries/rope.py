@@ -12,17 +12,27 @@ every score is the same. The declarations follow the book's code, with 1-based i
 
 so that \mathring{Q} = Q ∘ cos Φ + (Q R) ∘ sin Φ: the book's ``x * cos + rotated * sin`` with
 ``rotated = cat(−x₂, x₁) = x R``. Token m sits at position m − 1 (the book counts from 0).
+
+The rotation needs an even width (`Even`, on its step). Its twin: `grouped_query_attention(...,
+theta_base=β)`; its step's twin, `attention.rope.rope_rotation`, which rotates by the book's
+tables (`compute_rope_params`) at the positions 0 … n − 1.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import sympy as sp
 from sympy import Eq, KroneckerDelta, Piecewise, Sum, cos, sin
 
-from ..notation import letters as L
-from .declaration import Declaration, Graph
+from ...notation import letters as L
+from ..claims import BEFORE, RelativePosition, RowsSumToOne, ZeroAngles
+from ..declaration import Declaration, Graph
+from ..sizes import Even, Parameter
+from ..twins import StepTwin, Twin
+from ..variant import Variant
 
-__all__ = ["rope_angles", "rotate_half", "apply_rope", "with_rope"]
+__all__ = ["VARIANT", "rope_angles", "rotate_half", "apply_rope", "with_rope"]
 
 _ROTATED = {"q": "qrot", "k": "krot", "qnorm": "qrot", "knorm": "krot"}
 
@@ -82,6 +92,7 @@ def apply_rope(source: str, head: bool, rows: sp.Expr) -> Declaration:
     output = _ROTATED[source]
     suffix = "_l" if head else ""
     letter, source_letter = L.BASES[output] + suffix, L.BASES[source] + suffix
+    twin = StepTwin("attention.rope.rope_rotation", (source_letter,), (("theta_base", L.beta),))
     return Declaration(
         "apply_rope",
         letter,
@@ -93,6 +104,8 @@ def apply_rope(source: str, head: bool, rows: sp.Expr) -> Declaration:
             "R": (width, width),
             letter: (rows, width),
         },  # fmt: skip
+        twin=twin,
+        requires=(Even(width, "RoPE rotates pairs of features"),),
     )
 
 
@@ -105,8 +118,7 @@ def _reads(step: Declaration, rotated: dict[str, str]) -> Declaration:
     for name, new in rotated.items():
         old = L.BASES[name] + suffix
         shapes[L.BASES[new] + suffix] = shapes.pop(old)
-    element = Eq(step.element.lhs, rhs, evaluate=False)
-    return Declaration(step.name, step.output, step.title, element, shapes, step.constant)
+    return replace(step, element=Eq(step.element.lhs, rhs, evaluate=False), shapes=shapes)
 
 
 def with_rope(graph: Graph) -> Graph:
@@ -118,6 +130,9 @@ def with_rope(graph: Graph) -> Graph:
             steps.append(step)
             continue
         sources = [L.name_of(letter) for letter in step.inputs]
+        if any(source not in _ROTATED for source in sources):
+            raise ValueError(f"RoPE rotates queries and keys, and the scores of {graph.name} "
+                             f"read {', '.join(step.inputs)}")  # fmt: skip
         rows = {L.name_of(letter): step.shapes[letter][0] for letter in step.inputs}
         query, key = sources
         steps += [
@@ -127,4 +142,24 @@ def with_rope(graph: Graph) -> Graph:
             apply_rope(key, step.head, rows[key]),
             _reads(step, {query: _ROTATED[query], key: _ROTATED[key]}),
         ]
+    if len(steps) == len(graph.declarations):
+        raise ValueError(f"{graph.name} has no scores for RoPE to rotate")
     return Graph(graph.name + " with RoPE", tuple(steps), graph.relations)
+
+
+VARIANT = Variant(
+    "rope",
+    "Rotary position embeddings (RoPE)",
+    "Rotary position embeddings (the book's Llama 3 and Qwen 3) rotate each query and "
+    "each key by angles proportional to its position, pair of features by pair of "
+    "features, before the scores. The book's code pairs feature $j$ with feature "
+    "$j + c/2$ and counts positions from 0; the angles use the base $\\beta = 10\\,000$.",
+    base="causal",
+    build=with_rope,
+    claims=(RowsSumToOne(), RelativePosition(), ZeroAngles(BEFORE)),
+    parameters=(Parameter(L.beta, sp.Integer(10_000), "the base of the rotary angles"),),
+    twin=Twin("attention.grouped.grouped_query_attention", ("X", "W_q", "W_k", "W_v", "W_o?")),
+    options=(("theta_base", L.beta),),
+    rank=50,
+    short="RoPE",
+)

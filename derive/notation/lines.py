@@ -1,9 +1,16 @@
-r"""Aligned lines from SymPy equations: one equation, or a chain ``a &= b``, ``&= c`` …
+r"""Line breaking, in one place beside the printer: how wide a formula prints, where it may
+break, and how its pieces are packed into lines.
 
-A line wider than the page (about `WIDEST_LINE` visible characters at 11 pt with the documents'
-margins) is broken where the formula allows it: between the terms of a sum, between the factors
-of a product, inside the bracket of a sum sign (``\sum_j \Bigl( … \\ … \Bigr)``), and a long
-left-hand side gets a line of its own. The continuation lines are indented with ``\quad``.
+- `visible_width`: about how many characters a LaTeX formula shows (``\left``, braces and
+  marks count 0; ``\exp`` 3; the words of ``\text{…}`` as they read);
+- `packed`: pieces of LaTeX grouped into lines of about a given width, in order;
+- `equation`, `chain`: aligned lines (``lhs &= rhs``) from SymPy equations; a line wider than
+  the page (about `WIDEST_LINE` visible characters at 11 pt with the documents' margins) is
+  broken where the formula allows it: between the terms of a sum, between the factors of a
+  product, inside the bracket of a sum sign (``\sum_j \Bigl( … \\ … \Bigr)``), and a long
+  left-hand side gets a line of its own; continuation lines are indented with ``\quad``;
+- `sum_lines`: the entry of an explicit matrix, a long sum of terms in lines of about
+  `EXPLICIT_WIDTH` characters (the explicit sections' displays).
 """
 
 from __future__ import annotations
@@ -12,13 +19,11 @@ import re
 
 import sympy as sp
 
-from ..explicit.display import packed, visible_width
-from ..notation import latex
-from ..notation.printer import ordered_terms, term_key
-from ..proofs import Fact
+from .printer import latex, ordered_terms, term_key
 
-__all__ = ["equation", "chain", "fact_lines", "shape", "WIDEST_LINE"]
-
+__all__ = [
+    "visible_width", "packed", "equation", "chain", "sum_lines", "WIDEST_LINE", "EXPLICIT_WIDTH",
+]  # fmt: skip
 
 _RELATION = {"==": "=", "<=": r"\le", "<": "<", ">=": r"\ge", ">": ">"}
 
@@ -30,11 +35,33 @@ _PACKED = 72
 #: A left-hand side wider than this goes on a line of its own when its line is broken.
 _WIDEST_LHS = 30
 _BREAK = " \\\\\n&\\quad "
+#: The lines of an explicit entry's sum, in visible characters.
+EXPLICIT_WIDTH = 56
 
 
-def _width(tex: str) -> int:
-    """Visible characters, the words of ``\\text{…}`` with their spaces."""
-    return visible_width(re.sub(r"\\text\{([^{}]*)\}", lambda t: t[1].replace(" ", "x"), tex))
+def visible_width(tex: str) -> int:
+    """About how many characters a LaTeX formula shows (\\left, braces, marks: 0; \\exp: 3; the
+    words of \\text{…} with their spaces)."""
+    tex = re.sub(r"\\text\{([^{}]*)\}", lambda t: t[1].replace(" ", "x"), tex)
+    tex = re.sub(r"\\(left|right)\b", "", tex)
+    tex = re.sub(r"\\exp\b", "exp", tex)
+    tex = re.sub(r"\\[a-zA-Z]+", "x", tex)
+    return len(re.sub(r"[{}^_\s]", "", tex))
+
+
+def packed(pieces: list[str], width: int) -> list[list[str]]:
+    """Group pieces of LaTeX into lines of about `width` visible characters, in order (a piece
+    wider than `width` gets a line of its own)."""
+    lines: list[list[str]] = [[]]
+    length = 0
+    for piece in pieces:
+        size = visible_width(piece) + 1
+        if lines[-1] and length + size > width:
+            lines.append([])
+            length = 0
+        lines[-1].append(piece)
+        length += size
+    return lines
 
 
 def _bracketed(pieces: list[str]) -> list[str]:
@@ -45,7 +72,7 @@ def _bracketed(pieces: list[str]) -> list[str]:
 def _pieces(expr: sp.Expr) -> list[str]:
     """The LaTeX of `expr` in pieces between which a line may break."""
     text = latex(expr)
-    if _width(text) <= _PACKED or isinstance(expr, sp.MatrixBase | sp.MatrixExpr):
+    if visible_width(text) <= _PACKED or isinstance(expr, sp.MatrixBase | sp.MatrixExpr):
         return [text]
     if isinstance(expr, sp.Sum) and len(expr.limits) == 1:
         inner = _pieces(expr.function)
@@ -77,10 +104,10 @@ def _pieces(expr: sp.Expr) -> list[str]:
 def _relation(lhs: str, relation: str, rhs: sp.Expr) -> str:
     """``lhs &= rhs``, broken into lines where it is wider than the page."""
     right = latex(rhs)
-    if _width(lhs) + _width(right) <= WIDEST_LINE:
+    if visible_width(lhs) + visible_width(right) <= WIDEST_LINE:
         return f"{lhs} &{relation} {right}".lstrip()
-    lines = [" ".join(line) for line in packed(_pieces(rhs), _PACKED, _width)]
-    if _width(lhs) > _WIDEST_LHS:
+    lines = [" ".join(line) for line in packed(_pieces(rhs), _PACKED)]
+    if visible_width(lhs) > _WIDEST_LHS:
         return f"& {lhs} \\\\\n&{relation} " + _BREAK.join(lines)
     return f"{lhs} &{relation} ".lstrip() + _BREAK.join(lines)
 
@@ -107,14 +134,10 @@ def chain(equations: tuple[sp.Eq, ...]) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def fact_lines(fact: Fact) -> tuple[str, ...]:
-    """A fact's derivation as a chain; a fact whose derivation misses its claim is refused
-    (a document never states what SymPy did not derive)."""
-    if not fact.holds:
-        raise RuntimeError(f"fact {fact.name} does not hold: residual {fact.residual}")
-    return chain(fact.derivation)
-
-
-def shape(dims: tuple[sp.Expr, sp.Expr]) -> str:
-    """``$n \\times d$``."""
-    return rf"${latex(dims[0])} \times {latex(dims[1])}$"
+def sum_lines(lhs: str, expr: sp.Expr) -> list[str]:
+    """``lhs &= t1 + t2 + …`` broken into lines of about `EXPLICIT_WIDTH` visible characters
+    (the explicit sections: one entry, its terms in reading order)."""
+    terms = [latex(term, fold_short_frac=True) for term in ordered_terms(expr)]
+    terms = [f"\\left({t}\\right)" if t.startswith("-") and k else t for k, t in enumerate(terms)]
+    lines = [" + ".join(line) for line in packed(terms, EXPLICIT_WIDTH)]
+    return [f"{lhs} &= {lines[0]}"] + [rf"&\quad + {line}" for line in lines[1:]]

@@ -1,0 +1,166 @@
+"""The one torch evaluator: a graph at explicit sizes, computed step by step by each step's twin.
+
+Each step of an `ExplicitGraph` is computed by its twin (`Declaration.twin`; by default the
+function of `attention.functional` that has the step's name), given the matrices the step reads
+and the options its twin names (`derive.graph.twins`): per head where the step is a head's, each
+head's block of columns read as the split declares it. A step that computes nothing (a mask, the
+split into heads, the concatenation) is not called: a mask's numbers are the declaration's, and
+a block of columns is read off the tensor it is a block of. Nothing here names a step: what a
+step needs, its declaration says.
+
+`resolve` finds a twin (a dotted name, imported, or a callable); a twin that does not exist or
+returns the wrong shape is a `DeclarationError` naming the step.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import sympy as sp
+
+from ..explicit.forward import ExplicitGraph
+from ..explicit.instantiate import key_of
+from ..graph import DeclarationError
+from ..graph.twins import Callee, StepTwin
+from ..notation import letters as L
+
+__all__ = ["resolve", "torch_values", "number", "Reader", "mask_of", "callee_name", "dyadic"]
+
+
+def callee_name(callee: Callee) -> str:
+    """How messages and rows name a twin: its dotted name, or its function's name."""
+    return callee if isinstance(callee, str) else getattr(callee, "__name__", repr(callee))
+
+
+def resolve(callee: Callee, where: str) -> Any:
+    """The function (or class) a twin names; `where` says whose twin it is in the error."""
+    if callable(callee):
+        return callee
+    module, _, name = str(callee).rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), name) if module else None
+    except ImportError as error:
+        raise DeclarationError(f"{where}: twin {callee!r} cannot be imported ({error})") from None
+    if found is None or not callable(found):
+        raise DeclarationError(f"{where}: twin {callee!r} does not exist")
+    return found
+
+
+def number(value: object) -> object:
+    """A size or parameter as torch takes it: an int, else a float."""
+    value = sp.sympify(value)
+    return int(value) if value.is_Integer else float(value)
+
+
+def mask_of(explicit: ExplicitGraph, letter: str) -> Any:
+    """The numbers of a mask (0 or −∞) as booleans, True where a query may attend."""
+    import torch
+
+    base = L.base(L.name_of(letter))
+    entries = {e: v for e, v in explicit.instance.folded.items() if e.base == base}
+    if not entries:
+        raise DeclarationError(f"the mask {letter} has no numbers at these sizes")
+    rows = max(int(e.indices[0]) for e in entries)
+    cols = max(int(e.indices[1]) for e in entries)
+    allowed = torch.zeros(rows, cols, dtype=torch.bool)
+    for entry, value in entries.items():
+        allowed[int(entry.indices[0]) - 1, int(entry.indices[1]) - 1] = bool(value == 0)
+    return allowed
+
+
+class Reader:
+    """The tensors of one explicit graph, by letter and head: computed steps by their key; a
+    step that copies (the split into heads, a group's block, the concatenation) read as its
+    declaration says; a matrix declared with one row handed over as a vector; a mask as
+    booleans."""
+
+    def __init__(self, explicit: ExplicitGraph, values: dict[str, Any]) -> None:
+        self.explicit, self.values = explicit, values
+
+    def __call__(self, letter: str, head: int | None = None) -> Any:
+        if letter in L.CONSTANT_LETTERS:  # a mask: its twin's booleans, or the declared ones
+            return self.values[letter] if letter in self.values else mask_of(self.explicit, letter)
+        value = self._tensor(letter, head)
+        rows = self.explicit.graph.shapes.get(letter, (None,))[0]
+        return value.reshape(-1) if rows == 1 and value.shape[-2] == 1 else value
+
+    def _tensor(self, letter: str, head: int | None) -> Any:
+        key = key_of(letter, head) if letter.endswith("_l") else letter
+        if key in self.values:
+            return self.values[key]
+        step = self.explicit.graph.step(letter)
+        lhs_column = step.element.lhs.indices[-1]
+        if not letter.endswith("_l") and L.ell in sp.sympify(lhs_column).free_symbols:
+            import torch  # the heads side by side: (ℓ − 1) c_h + j
+
+            source = L.letter_of(step.element.rhs)
+            blocks = [self._tensor(source, h) for h in range(1, self.explicit.heads + 1)]
+            return torch.cat(blocks, dim=-1)
+        (source,) = step.inputs  # a block of columns: (ℓ − 1) c_h + j, or a group's block
+        column = step.element.rhs.indices[-1]
+        at = {L.ell: head or 1, L.j: 1} | self.explicit.sizes
+        start = int(sp.sympify(column).xreplace(at)) - 1
+        width = int(sp.sympify(step.shapes[letter][1]).xreplace(self.explicit.sizes))
+        return self._tensor(source, None)[..., start : start + width]
+
+    def option(self, value: object, head: int | None = None) -> object:
+        """A twin's option: a size or parameter at these sizes, a matrix by its letter (a mask
+        as booleans, a row as a vector), or the value itself."""
+        if isinstance(value, sp.Basic) and not isinstance(value, sp.Symbol):
+            return number(sp.sympify(value).xreplace(self.explicit.sizes))
+        if isinstance(value, sp.Symbol):
+            return number(self.explicit.sizes[value])
+        if isinstance(value, str):
+            return self(value, head)
+        return value
+
+
+def _call(declaration, head: int | None, twin: StepTwin, read: Reader, expected: tuple) -> Any:
+    where = f"step {declaration.output} ({declaration.name})"
+    function = resolve(twin.function, where)
+    letters = twin.arguments
+    if letters is None:
+        letters = tuple(x for x in declaration.inputs if x not in L.CONSTANT_LETTERS)
+    arguments = [read(letter, head) for letter in letters]
+    options = {key: read.option(value, head) for key, value in twin.options}
+    try:
+        value = function(*arguments, **options)
+    except Exception as error:  # noqa: BLE001 - the twin's own failure, named
+        raise DeclarationError(f"{where}: twin {callee_name(twin.function)} failed: "
+                               f"{type(error).__name__}: {error}") from None  # fmt: skip
+    got = tuple(getattr(value, "shape", ()))
+    if got != expected:
+        raise DeclarationError(f"{where}: twin {callee_name(twin.function)} returned shape "
+                               f"{got}, the declaration says {expected}")  # fmt: skip
+    return value
+
+
+def torch_values(explicit: ExplicitGraph, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Each explicit step computed by its twin, keyed like `Values` (``"Omega_2"`` for head 2),
+    with the inputs; a declared mask by its twin too (`attention.functional.causal_mask`: its
+    booleans are what the weights' twin is given)."""
+    values = dict(inputs)
+    read = Reader(explicit, values)
+    for declaration in explicit.graph.declarations:
+        if declaration.constant and declaration.twin is not None:
+            shape = explicit.graph.shapes[declaration.output]
+            expected = tuple(int(sp.sympify(x).xreplace(explicit.sizes)) for x in shape)
+            values[declaration.output] = _call(declaration, None, declaration.twin, read, expected)
+    for step in explicit.steps:
+        declaration = step.step.declaration
+        twin = declaration.twin or StepTwin(f"attention.functional.{declaration.name}")
+        values[step.output] = _call(declaration, step.head, twin, read, tuple(step.entries.shape))
+    return values
+
+
+def dyadic(explicit: ExplicitGraph, seed: int, dtype: Any = None) -> dict[str, Any]:
+    """Seeded inputs, every entry k/8 with -16 ≤ k ≤ 16 (exact in float64, and in float32)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    dtype = torch.float64 if dtype is None else dtype
+    return {
+        letter: torch.randint(-16, 17, symbols.shape, generator=generator).to(dtype) / 8
+        for letter, symbols in explicit.inputs.items()
+    }

@@ -1,0 +1,94 @@
+"""The entry points of an entry run on the check's inputs: its twins (`Entry.twins`), each where
+it applies (every option of the entry one it takes or implies), called with the graph's inputs,
+a module built and given the derivation's weights, a function one new token at a time."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import sympy as sp
+
+from ..explicit.forward import ExplicitGraph
+from ..graph import Entry
+from ..graph.twins import GradientTwin, ModuleTwin, Twin
+from .evaluate import Reader, callee_name, number, resolve
+
+__all__ = ["applies", "arguments", "options", "module_output", "twin_output", "label",
+           "outputs"]  # fmt: skip
+
+
+def applies(twin: Twin | ModuleTwin | GradientTwin, options: dict[str, object]) -> bool:
+    """True where every option of the entry is one the twin takes (its signature) or implies."""
+    wanted = {key for key in options if key not in twin.implies}
+    if isinstance(twin, ModuleTwin):
+        return not wanted
+    try:
+        parameters = inspect.signature(resolve(twin.function, f"twin {twin.label}")).parameters
+    except (TypeError, ValueError):
+        return not wanted
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return True
+    return wanted <= set(parameters)
+
+
+def arguments(twin: Twin | GradientTwin, explicit: ExplicitGraph, read: Reader) -> list:
+    letters = [x.removesuffix("?") for x in twin.arguments
+               if not x.endswith("?") or x.removesuffix("?") in explicit.graph.inputs]
+    return [read(letter) for letter in letters]
+
+
+def options(twin, entry: Entry, read: Reader) -> dict[str, object]:
+    own = dict(getattr(twin, "options", ()))
+    wanted = {k: v for k, v in entry.options.items() if k not in twin.implies}
+    return {key: read.option(value) for key, value in (wanted | own).items()}
+
+
+def module_output(twin: ModuleTwin, explicit: ExplicitGraph, read: Reader) -> Any:
+    import torch
+
+    cls = resolve(twin.cls, f"twin {twin.label}")
+    init = [number(explicit.sizes[x]) if isinstance(x, sp.Symbol) else x for x in twin.init]
+    module = cls(*init).double()
+    with torch.no_grad():
+        for path, letter, transposed in twin.weights:
+            value = read(letter)
+            module.get_parameter(path).copy_(value.T if transposed else value)
+        for path in twin.zeroed:
+            module.get_parameter(path).zero_()
+    return module.eval()(read("X"))
+
+
+def twin_output(twin: Twin, entry: Entry, explicit: ExplicitGraph, read: Reader) -> Any:
+    import torch
+
+    function = resolve(twin.function, f"{entry.name}: twin")
+    given = arguments(twin, explicit, read)
+    keywords = options(twin, entry, read)
+    if not twin.incremental:
+        result = function(*given, **keywords)
+        return result[twin.output] if twin.output is not None else result
+    x, weights = given[0], given[1:]
+    rows, cache = [], None
+    for t in range(x.shape[-2]):  # one new token at a time, with the cache it returned
+        row, cache = function(x[..., t : t + 1, :], *weights, cache=cache, **keywords)
+        rows.append(row)
+    return torch.cat(rows, dim=-2)
+
+
+def label(twin) -> str:
+    return twin.label or callee_name(twin.function).rpartition(".")[2]
+
+
+def outputs(entry: Entry, explicit: ExplicitGraph, inputs: dict) -> list[tuple[str, Any]]:
+    """C from each entry point of the entry that applies: (its label, its C)."""
+    read = Reader(explicit, dict(inputs))
+    found = []
+    for twin in entry.twins:
+        if isinstance(twin, GradientTwin) or not applies(twin, entry.options):
+            continue
+        if isinstance(twin, ModuleTwin):
+            found.append((label(twin), module_output(twin, explicit, read)))
+        else:
+            found.append((label(twin), twin_output(twin, entry, explicit, read)))
+    return found

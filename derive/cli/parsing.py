@@ -1,0 +1,179 @@
+"""What every subcommand's parser is built from: the parser whose errors are one line, the
+integer arguments, the explicit sizes, and the variant options read off the registry.
+
+A subcommand is a module with `add(commands)` (its parser) and `run(args, progress)`; `main`
+(`derive.cli`) builds them all the same way. ``--variant`` takes a registered name or a user's
+declaration, ``path/to/file.py:NAME`` or ``module:NAME``: `load_user_variants` registers those
+before the parsers are built, so that the sizes and parameters they add become options too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from collections.abc import Iterator
+from fractions import Fraction
+
+from ..explicit import MAX_SIZE
+from ..graph import DeclarationError, declared, entry_name, load_variant, variants
+from .errors import UsageError
+
+__all__ = [
+    "PROG", "Parser", "Progress", "integer", "number", "add_sizes", "add_variant",
+    "load_user_variants", "entry_of", "given_sizes", "DEFAULT_SIZES", "users_mistakes",
+]  # fmt: skip
+
+PROG = "derive"
+#: The sizes of the explicit mode when only some of --n/--d/--c are given.
+DEFAULT_SIZES = {"n": 3, "d": 4, "c": 2}
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message} (see '{self.prog} --help')")
+
+
+class Progress:
+    """Progress on stderr, each line with its own step's time, once the job has run for more
+    than `after` seconds (or always, for the lines that say so)."""
+
+    def __init__(self, quiet: bool, after: float = 1.0) -> None:
+        self.quiet, self.after = quiet, after
+        self.start = self.last = time.perf_counter()
+
+    def __call__(self, message: str, *, always: bool = False) -> None:
+        now = time.perf_counter()
+        took, self.last = now - self.last, now
+        if not self.quiet and (always or now - self.start > self.after):
+            print(f"{PROG}: {message} ({took:.2f} s)", file=sys.stderr, flush=True)
+
+
+def integer(minimum: int = 1, limit: int | None = None, what: str = ""):
+    """An argparse type: an int of at least `minimum` and at most `limit` (if given)."""
+    kind = "positive integer" if minimum == 1 else "non-negative integer"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a {kind}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be a {kind}, got {value}")
+        if limit is not None and value > limit:
+            raise argparse.ArgumentTypeError(f"{value} is over the limit of {limit}{what}")
+        return value
+
+    return parse
+
+
+def number(text: str) -> Fraction:
+    """An argparse type: a number, kept exact (``0.5`` is 1/2, ``1e-6`` is 10⁻⁶)."""
+    try:
+        return Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+
+
+def add_sizes(sub: argparse.ArgumentParser, help_text: str) -> None:
+    """--n, --d, --c, --heads and --causal."""
+    for letter, meaning in (("n", "tokens"), ("d", "input width"), ("c", "context width")):
+        sub.add_argument(
+            f"--{letter}", type=integer(limit=MAX_SIZE, what=" for explicit sizes"),
+            metavar=letter.upper(), help=help_text.format(meaning=meaning, letter=letter),
+        )  # fmt: skip
+    sub.add_argument(
+        "--heads", type=integer(limit=MAX_SIZE, what=" (heads divide c, at most 16)"),
+        default=1, metavar="H",
+        help="H heads: multi-head attention, or the heads of a variant that has them",
+    )  # fmt: skip
+    sub.add_argument("--causal", action="store_true",
+                     help="causal attention (the variant causal, or joined to --variant)")
+
+
+def add_variant(sub: argparse.ArgumentParser, what: str) -> None:
+    """--variant NAME and one option per size and parameter of the registered variants (--w,
+    --s, --d-y, --g, --d-u; --beta, --epsilon), read off the registry: a new variant's become
+    options with no edit here."""
+    sub.add_argument(
+        "--variant", metavar="NAME", action="append",
+        help=f"{what} of a variant: {', '.join(variants())}, or your own "
+        "(path/to/file.py:NAME, module:NAME); repeat it to combine (--variant gqa --variant "
+        "rope); --heads gives the heads of one that has them",
+    )  # fmt: skip
+    seen: dict[str, list[str]] = {}
+    kinds: dict[str, str] = {}
+    for name in variants():
+        found = declared(name)
+        for size in found.sizes:
+            seen.setdefault(str(size.symbol), []).append(f"{name} (default {size.default})")
+            kinds[str(size.symbol)] = "size"
+        for parameter in found.parameters:
+            seen.setdefault(str(parameter.symbol), []).append(
+                f"{name} (default {parameter.default})"
+            )
+            kinds.setdefault(str(parameter.symbol), "parameter")
+    for name, users in seen.items():
+        if name == "h":  # the heads: --heads
+            continue
+        if kinds[name] == "size":
+            kind = integer(limit=MAX_SIZE, what=" for explicit sizes")
+        else:
+            kind = number
+        sub.add_argument(f"--{name.replace('_', '-')}", dest=f"size_{name}",
+                         metavar=name.upper(), type=kind,
+                         help=f"{kinds[name]} {name} of " + ", ".join(users))  # fmt: skip
+
+
+def load_user_variants(argv: list[str]) -> None:
+    """Register the variants ``--variant`` names by a file or module (``file.py:NAME``) before
+    the parsers are built; a mistake in one is a usage error naming it."""
+    scan = argparse.ArgumentParser(add_help=False)
+    scan.add_argument("--variant", action="append", default=[])
+    known, _ = scan.parse_known_args(argv)
+    for spec in known.variant:
+        if ":" in spec:
+            try:
+                load_variant(spec)
+            except DeclarationError as error:
+                raise UsageError(f"{PROG}: {error}") from None
+
+
+def given_sizes(args) -> dict[str, object]:
+    """The variant sizes and parameters given on the command line, by name."""
+    return {key.removeprefix("size_"): value for key, value in sorted(vars(args).items())
+            if key.startswith("size_") and value is not None}  # fmt: skip
+
+
+def entry_of(args) -> str:
+    """The entry the command line names: ``--variant`` (repeated: combined; a file's by its
+    NAME), ``--causal``, ``--heads``; a usage error naming what is wrong."""
+    try:
+        names = [load_variant(spec).name for spec in (args.variant or [])]
+        name = "+".join(dict.fromkeys(names)) or None
+        return entry_name(name, causal=args.causal, heads=args.heads)
+    except ValueError as error:
+        raise UsageError(f"{PROG} {args.command}: {error}") from None
+
+
+@contextlib.contextmanager
+def users_mistakes(args) -> Iterator[None]:
+    """A mistake in a declaration is one line and exit status 2, and so is any failure while a
+    user's own variant is derived (SymPy's included: never a traceback for a user's file); a
+    failure of the built-in variants stays a failure of derive's."""
+    try:
+        yield
+    except DeclarationError as error:
+        raise UsageError(f"{PROG} {args.command}: {error}") from None
+    except (UsageError, KeyboardInterrupt):
+        raise
+    except Exception as error:  # noqa: BLE001 - only where a user's declaration is involved
+        users = [spec for spec in (args.__dict__.get("variant") or []) if ":" in spec]
+        if not users:
+            raise
+        said = f"{type(error).__name__}: {error}".replace("\n", " ")
+        raise UsageError(f"{PROG} {args.command}: {', '.join(users)} cannot be derived: "
+                         f"{said}") from None  # fmt: skip

@@ -1,0 +1,237 @@
+r"""Declare your own attention, in your own file, and derive it as the built-in variants are.
+
+A variant is its base entry (``"self-attention"``, ``"causal"``, any registered name) with some
+steps replaced or inserted, each declared by the formula of one entry of its output (a SymPy
+equation over the book's letters and indices), plus its sizes and parameters, what SymPy is to
+prove about it, a few sentences, and its torch twin. From that one declaration `derive` prints
+its derivation (``derive latex|markdown|pdf|html|notebook --variant file.py:NAME``): the matrix
+form of each step where SymPy finds one (its entries otherwise), the backward pass at symbolic
+sizes, the claims proved, the explicit matrices; and ``derive check --variant file.py:NAME``
+compares every step and every gradient with the twins.
+
+    import sympy as sp
+    from derive import declare
+    from derive.declare import a, m, n, omega_tilde, p
+
+    b = sp.Symbol("b", real=True)
+    weights = declare.step(
+        "sigmoid_weights", sp.Eq(a[m, p], 1 / (1 + sp.exp(-(omega_tilde[m, p] + b)))),
+        shape=(n, n), title="Attention weights (sigmoid)", twin=my_torch_weights,
+    )
+    SIGMOID = declare.variant(
+        "sigmoid", title="Sigmoid attention", replaces=[weights],
+        parameters={b: -sp.log(n)}, text="…", twin=my_torch_attention,
+    )
+
+What this module gives:
+
+- the book's letters: the sizes (`n`, `d`, `c`, `h`, `c_h`), the indices (`m`, `p`, `r`, `t`
+  for tokens, `i` for input features, `j` for context features) and the entries of the book's
+  matrices (`x`, `w_q`, `w_k`, `w_v`, `q`, `k`, `v`, `omega`, `omega_tilde`, `mask`,
+  `omega_hat`, `a`, `z`, `w_o`), each an ``IndexedBase`` whose entries are 1-based;
+  `RANGES`, the index each size's rows and columns run over; `matrix` adds a letter of yours;
+  `sigmoid`, σ as one SymPy function (its derivative σ(1 − σ), its matrix form σ(Z));
+- `base_step`, a step of a registered entry by its output or its name, to read or change;
+- `step`, a step declared by one entry's formula; `variant`, the variant (registered with
+  ``register=True``, or by ``--variant file.py:NAME``); `claim`, an equality SymPy is to prove;
+  and the registry's kinds of claim (`SameAs`, `ReadsRows`, `RowsSumToOne`, `ShiftInvariance`,
+  `WeightsJacobian`, `RowsumIdentity`), sizes (`Size`), conditions (`AtLeast`, `Divides`,
+  `Even`), twins (`Twin`, `StepTwin`).
+
+A mistake in a declaration (a letter no step defines, an index outside its range, shapes that
+do not chain, a twin that does not exist or returns the wrong shape) is a `DeclarationError`
+whose message names the step and what is wrong; the command line prints it as one line and
+exits with status 2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import sympy as sp
+from sympy import Indexed, IndexedBase
+
+from .graph import Declaration, DeclarationError, Variant, register_variant
+from .graph import variant as _entry
+from .graph.claims import (
+    BEFORE,
+    Equality,
+    ReadsRows,
+    RowsSumToOne,
+    RowsumIdentity,
+    SameAs,
+    ShiftInvariance,
+    WeightsJacobian,
+)
+from .graph.edits import SHAPES, Step, build
+from .graph.registry import ROOT
+from .graph.sizes import Above, AtLeast, Divides, Even, Parameter, Size
+from .graph.twins import Callee, StepTwin, Twin
+from .notation import letters as L
+from .notation.functions import Sigmoid
+
+__all__ = [
+    "n", "d", "c", "h", "c_h", "m", "p", "r", "t", "i", "j", "x", "w_q", "w_k", "w_v", "q", "k",
+    "v", "omega", "omega_tilde", "mask", "omega_hat", "a", "z", "w_o", "sigmoid", "RANGES",
+    "matrix",
+    "base_step", "step", "variant", "claim", "Step", "DeclarationError", "Variant", "Size",
+    "Parameter", "AtLeast", "Above", "Divides", "Even", "Twin", "StepTwin", "SameAs", "ReadsRows",
+    "RowsSumToOne", "ShiftInvariance", "WeightsJacobian", "RowsumIdentity", "BEFORE",
+]  # fmt: skip
+
+# -- the book's letters ----------------------------------------------------------------------------
+
+n, d, c, h, c_h = L.n, L.d, L.c, L.h, L.c_h
+m, p, r, t, i, j = L.m, L.p, L.r, L.t, L.i, L.j
+x, w_q, w_k, w_v, w_o = (L.base(name) for name in ("x", "wq", "wk", "wv", "wo"))
+q, k, v = (L.base(name) for name in "qkv")
+omega, omega_tilde, mask, omega_hat = (L.base(name) for name in
+                                       ("omega", "omegatilde", "mask", "omegahat"))  # fmt: skip
+a, z = L.base("a"), L.base("ctx")
+#: The logistic sigmoid σ(x) = 1 / (1 + e^{−x}), one SymPy function: σ'(x) = σ(x)(1 − σ(x)).
+sigmoid = Sigmoid
+
+#: Which index runs over which size: a token m (a query; rows of Q, Ω, A, C) or p (a key: rows
+#: of K, V; columns of Ω, A) over 1 … n, an input feature i over 1 … d, a context feature j
+#: over 1 … c. A free index of a step's formula runs over the rows or columns of its output; a
+#: summation index over its sum's limits.
+RANGES = {m: (1, n), p: (1, n), r: (1, n), t: (1, n), i: (1, d), j: (1, c)}
+
+def matrix(letter: str, *, entry: str, shape: tuple, latex: str | None = None,
+           entry_latex: str | None = None) -> IndexedBase:  # fmt: skip
+    """A matrix of yours: its letter (``"W_g"``), the name of its entries (``"wg"``), its shape
+    (``(d, c)``) and how documents print the matrix and its entries (default: the letter, the
+    name). Returns the ``IndexedBase`` of its entries (``wg[i, j]``). An input of your variant
+    (weights) or the output of a step of yours."""
+    try:
+        L.register(entry, letter, entry=entry_latex or entry, matrix=latex or letter)
+    except ValueError as error:
+        raise DeclarationError(f"matrix {letter}: {error}") from None
+    SHAPES[letter] = tuple(sp.sympify(size) for size in shape)
+    return L.base(entry)
+
+
+def base_step(output: str, of: str = ROOT) -> Declaration:
+    """The step of a registered entry (self-attention by default) that computes `output`
+    (``"A"``), or the one named `output` (``"weights"``): its formula to read, or to change with
+    `dataclasses.replace`."""
+    graph = _entry(of).graph
+    found = graph.producer(output) or next(
+        (s for s in graph.declarations if s.name == output), None
+    )
+    if found is None:
+        known = ", ".join(f"{s.output} ({s.name})" for s in graph.declarations)
+        raise DeclarationError(f"{of} has no step {output!r}; its steps: {known}")
+    return found
+
+
+def _twin(twin: Callee | StepTwin | None, options: Mapping | None) -> StepTwin | None:
+    if twin is None or isinstance(twin, StepTwin):
+        return twin
+    pairs = tuple((str(key), value) for key, value in (options or {}).items())
+    return StepTwin(twin, options=pairs)
+
+
+def step(name: str, element: sp.Eq, *, shape: tuple, title: str,
+         twin: Callee | StepTwin | None = None, options: Mapping | None = None,
+         requires: Iterable = (), text: str = "") -> Step:  # fmt: skip
+    """A step declared by the formula of one entry of its output.
+
+    Args:
+        name: what it computes (``"sigmoid_weights"``); its twin is
+            ``attention.functional.<name>`` unless `twin` says otherwise.
+        element: ``Eq(entry of the output, formula)``, such as ``Eq(a[m, p], ...)``: the
+            left-hand side an entry of the output at its free indices, the right-hand side in
+            entries of earlier steps and inputs (finite sums with ``sympy.Sum``).
+        shape: the output's (rows, columns), in the book's sizes (``(n, n)``).
+        title: a few words for documents.
+        twin: the torch function that computes it (a callable, or a dotted name), called with
+            the matrices the step reads, in the order it reads them, and `options` (a size or
+            parameter symbol is passed as its number).
+        requires: conditions on the sizes it needs (`Even`, `Divides`, `AtLeast`).
+        text: a few sentences its document prints before it.
+    """
+    where = f"step {name}"
+    if not isinstance(element, sp.Eq):
+        raise DeclarationError(f"{where}: the formula is sympy.Eq(entry, formula), got "
+                               f"{type(element).__name__}")  # fmt: skip
+    lhs = element.lhs
+    if not isinstance(lhs, Indexed) or lhs.base.label.name not in L.BASES:
+        raise DeclarationError(f"{where}: the left-hand side must be an entry of its output, "
+                               f"such as a[m, p]; got {lhs}")  # fmt: skip
+    if len(lhs.indices) != 2 or not all(isinstance(k_, sp.Symbol) for k_ in lhs.indices):
+        raise DeclarationError(f"{where}: the left-hand side {lhs} must have two index symbols, "
+                               "the row and the column of its entry")  # fmt: skip
+    if len(tuple(shape)) != 2:
+        raise DeclarationError(f"{where}: shape is (rows, columns), got {shape!r}")
+    return Step(name, sp.Eq(lhs, element.rhs, evaluate=False),
+                tuple(sp.sympify(size) for size in shape), title, _twin(twin, options),
+                tuple(requires), text)  # fmt: skip
+
+
+def claim(lhs: sp.Expr, rhs: sp.Expr, *, title: str, text: str | None = None,
+          how: str = "") -> Equality:  # fmt: skip
+    """An equality SymPy is to prove on your variant's graph: each side with the formulas of
+    the steps it names put in (down to the inputs where needed), limits and derivatives
+    evaluated, the difference simplified to 0 (``claim(sympy.Limit(a[m, p], b, -sympy.oo), 0,
+    title="…")``). A claim that does not hold stops the document: it never states what SymPy
+    did not derive."""
+    return Equality(sp.sympify(lhs), sp.sympify(rhs), title, how, text=text)
+
+
+def variant(
+    name: str,
+    *,
+    title: str,
+    text: str | Iterable[str] = (),
+    base: str = ROOT,
+    replaces: Iterable[Step] = (),
+    inserts: Iterable[tuple[str, Step]] = (),
+    sizes: Mapping[sp.Symbol, int] | Iterable[Size] = (),
+    parameters: Mapping[sp.Symbol, object] = (),
+    requires: Iterable = (),
+    claims: Iterable = (),
+    twin: Callee | Twin | None = None,
+    arguments: Iterable[str] = ("X", "W_q", "W_k", "W_v", "W_o?"),
+    rank: int = 100,
+    register: bool = False,
+) -> Variant:
+    """A variant of attention, declared (see the module docstring).
+
+    Args:
+        name: its key, as ``--variant`` takes it (one word).
+        title, text: its words (a few sentences; formulas come from the steps).
+        base: the registered entry it changes (``"self-attention"``, ``"causal"``, …).
+        replaces: steps declared in place of the base's steps that compute the same output.
+        inserts: (the output a new step comes after, the step).
+        sizes: sizes it adds, with their defaults (``{w: 2}``); parameters: the numbers its
+            formulas read that are not sizes, with their defaults (a number, or an expression in
+            the sizes: ``{b: -sympy.log(n)}``).
+        requires: conditions on its sizes; claims: what SymPy is to prove (`claim`, `SameAs`,
+            `RowsSumToOne`, …).
+        twin: the function that computes it (a callable, or a dotted name), called with the
+            graph's `arguments` (``"W_o?"``: where it has W_o) and its parameters by name.
+        rank: where it goes in a combination (the built-ins rank from 0 to 50).
+        register: add it to this process's registry now (``--variant file.py:NAME`` does it).
+    """
+    replaces, inserts = tuple(replaces), tuple(inserts)
+    for item in (*replaces, *(spec for _, spec in inserts)):
+        if not isinstance(item, Step):
+            raise DeclarationError(f"variant {name}: replaces and inserts take steps made by "
+                                   f"derive.declare.step, got {item!r}")  # fmt: skip
+    sizes = tuple(Size(symbol, default) for symbol, default in sizes.items()) if isinstance(
+        sizes, Mapping) else tuple(sizes)  # fmt: skip
+    parameters = tuple(Parameter(symbol, sp.sympify(value))
+                       for symbol, value in dict(parameters).items())  # fmt: skip
+    if twin is not None and not isinstance(twin, Twin):
+        options = tuple((str(p_.symbol), p_.symbol) for p_ in parameters)
+        twin = Twin(twin, tuple(arguments), options)
+    graph_name = title[:1].lower() + title[1:]
+    found = Variant(
+        name, title, text if isinstance(text, str) else tuple(text), base=base,
+        build=build(name, base, replaces, inserts, graph_name),
+        claims=tuple(claims), sizes=sizes, parameters=parameters, requires=tuple(requires),
+        twin=twin, rank=rank,
+    )  # fmt: skip
+    return register_variant(found) if register else found
+

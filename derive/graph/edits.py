@@ -1,0 +1,151 @@
+"""A user's steps put into a graph, checked: the steps a variant replaces or inserts
+(`derive.declare`), each read against the graph it goes into.
+
+`Step` is a step declared by the formula of one entry of its output and its output's shape; the
+shapes of what it reads come from the graph (or from the matrices a user declared, `SHAPES`).
+`build` makes a variant's `build` from its steps. Every mistake is a `DeclarationError` naming
+the step: a letter no step computes, an index that is neither free nor summed over, an index
+outside the rows or columns of what it indexes, shapes that do not chain, a step replaced that
+another variant of a combination changed. A step whose output the graph computes per head is
+put in per head (`derive.graph.heads.per_head`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import sympy as sp
+from sympy import Indexed
+
+from ..notation import letters as L
+from .declaration import Declaration, Graph
+from .heads import per_head
+from .registry import DeclarationError, variant
+from .twins import StepTwin
+
+__all__ = ["Step", "SHAPES", "build"]
+
+#: The shapes of the matrices users declare (`derive.declare.matrix`), by letter.
+SHAPES: dict[str, tuple[sp.Expr, sp.Expr]] = {}
+
+
+@dataclass(frozen=True)
+class Step:
+    """A step declared by the formula of one entry of its output (see `step`); its shapes, but
+    the output's, are read off the graph it is put into."""
+
+    name: str
+    element: sp.Eq
+    shape: tuple[sp.Expr, sp.Expr]
+    title: str
+    twin: StepTwin | None = None
+    requires: tuple = ()
+    text: str = ""
+
+    @property
+    def output(self) -> str:
+        return L.letter_of(self.element.lhs)
+
+
+def _ranges(element: sp.Eq, shape: tuple) -> dict:
+    ranges = dict(zip(element.lhs.indices, ((1, size) for size in shape), strict=True))
+    for total in element.rhs.atoms(sp.Sum):
+        for variable, low, high in total.limits:
+            ranges[variable] = (low, high)
+    return ranges
+
+
+def _declaration(spec: Step, graph: Graph) -> Declaration:
+    """The step, its shapes read off `graph` (and the matrices declared), checked: every letter
+    it reads is known, every index within the range of the axis it indexes."""
+    where = f"step {spec.name} ({spec.output})"
+    known = graph.shapes | SHAPES
+    ranges = _ranges(spec.element, spec.shape)
+    shapes = {spec.output: spec.shape}
+    for entry in sorted(spec.element.rhs.atoms(Indexed), key=L.reading_key):
+        letter = L.letter_of(entry)
+        if letter not in known:
+            raise DeclarationError(
+                f"{where} reads {entry}, an entry of {letter}, which no step of {graph.name} "
+                "computes and which is not declared (derive.declare.matrix)"
+            )
+        shapes[letter] = known[letter]
+        for index, size, axis in zip(entry.indices, known[letter], ("row", "column"), strict=True):
+            if not isinstance(index, sp.Symbol):
+                continue
+            if index not in ranges:
+                raise DeclarationError(f"{where}: the index {index} of {entry} is neither an index "
+                                       "of the output nor one a sum runs over")  # fmt: skip
+            if sp.simplify(ranges[index][1] - size) != 0 or ranges[index][0] != 1:
+                low, high = ranges[index]
+                raise DeclarationError(
+                    f"{where}: {entry} reads {axis} {index} = {low} … {high} of {letter}, whose "
+                    f"{axis}s run 1 … {size}"
+                )
+    return Declaration(spec.name, spec.output, spec.title, spec.element, shapes,
+                       twin=spec.twin, requires=spec.requires, text=spec.text)  # fmt: skip
+
+
+def _chains(graph: Graph, new: Declaration) -> None:
+    """Every later step reads the new output with the shape it has."""
+    for reader in graph.consumers(new.output):
+        if reader is new:
+            continue
+        theirs = reader.shapes.get(new.output)
+        if theirs is not None and tuple(theirs) != tuple(new.shapes[new.output]):
+            raise DeclarationError(
+                f"step {new.name} makes {new.output} of shape {new.shapes[new.output][0]} × "
+                f"{new.shapes[new.output][1]}, but step {reader.name} ({reader.output}) reads "
+                f"it as {theirs[0]} × {theirs[1]}: the shapes do not chain"
+            )
+
+
+def _heads_of(graph: Graph) -> set[str]:
+    """The matrices a graph computes per head, without their suffix."""
+    return {s.output.removesuffix("_l") for s in graph.declarations if s.head} | {"Q", "K", "V"}
+
+
+def _put(graph: Graph, spec: Step, base: Graph) -> Declaration:
+    """The declaration of `spec` for `graph`: per head where the graph computes its output per
+    head; a step replaced must be the one the variant's base has (another variant of a
+    combination may have changed it)."""
+    headed = graph.producer(spec.output) is None and graph.producer(spec.output + "_l") is not None
+    declaration = _declaration(spec, base if headed else graph)
+    return per_head(declaration, _heads_of(graph)) if headed else declaration
+
+
+def _replace(graph: Graph, spec: Step, base: Graph, name: str) -> Graph:
+    old = base.producer(spec.output)
+    if old is None:
+        raise DeclarationError(f"variant {name} replaces {spec.output}, which {base.name} does "
+                               f"not compute (it computes "
+                               f"{', '.join(s.output for s in base.declarations)})")  # fmt: skip
+    new = _put(graph, spec, base)
+    here = graph.producer(new.output)
+    expected = old if not new.head else per_head(old, _heads_of(graph))
+    if here is None or here.element != expected.element:
+        raise DeclarationError(f"variant {name} replaces {spec.output}, which another variant "
+                               f"it is combined with changed ({graph.name})")  # fmt: skip
+    return graph.with_step(new)
+
+
+def build(
+    name: str, base: str, replaces: tuple[Step, ...], inserts: tuple[tuple[str, Step], ...],
+    graph_name: str,
+) -> Callable[[Graph], Graph]:
+    def build(graph: Graph) -> Graph:
+        before = variant(base).graph
+        for spec in replaces:
+            graph = _replace(graph, spec, before, name)
+        for after, spec in inserts:
+            at = after if graph.producer(after) is not None else after + "_l"
+            if graph.producer(at) is None:
+                raise DeclarationError(f"variant {name} inserts step {spec.name} after {after}, "
+                                       f"which {graph.name} does not compute")  # fmt: skip
+            graph = graph.inserted(at, _put(graph, spec, before))
+        for declaration in graph.declarations:
+            _chains(graph, declaration)
+        return graph.named(graph_name)
+
+    return build

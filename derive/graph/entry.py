@@ -1,0 +1,105 @@
+"""A name of the registry resolved: an `Entry` (its graph, its base's, its claims each with the
+`Stage` it is proved at, its sizes, conditions and twins), made by `derive.graph.registry`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .claims import Claim
+from .declaration import Graph
+from .sizes import Constraint, Parameter, Size
+from .twins import GradientTwin, ModuleTwin, Twin
+from .variant import Document, Variant
+
+__all__ = ["Entry", "Stage"]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Where a variant's claims are proved: `graph`, the graph of the variants ranked up to it
+    (with its own chain), and `before`, the same without it."""
+
+    variant: Variant
+    graph: Graph
+    before: Graph
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A name resolved: what documents, explicit matrices and checks read.
+
+    Attributes:
+        name: the canonical name (parts in their order: ``"gqa+qk-norm+rope"``).
+        title: for documents; `text` its paragraphs.
+        parts: the variants named, in order; `chain`, every variant it stands for.
+        graph: its declarations; `base`, the graph of its base (None for self-attention),
+            whose steps its document refers to.
+        claims: each claim with the stage it is proved at.
+        document: how its document reads.
+    """
+
+    name: str
+    title: str
+    text: tuple[str, ...]
+    parts: tuple[Variant, ...]
+    chain: tuple[Variant, ...]
+    graph: Graph
+    base: Graph | None
+    claims: tuple[tuple[Claim, Stage], ...]
+    document: Document
+
+    @property
+    def heads(self) -> bool:
+        """True when its graph has heads (then h is one of its sizes)."""
+        return any(step.head for step in self.graph.declarations)
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(v.name for v in self.chain)
+
+    @property
+    def sizes(self) -> tuple[Size, ...]:
+        """The sizes its variants add, each once."""
+        return tuple(dict.fromkeys(s for v in self.chain for s in v.sizes))
+
+    @property
+    def parameters(self) -> tuple[Parameter, ...]:
+        return tuple(dict.fromkeys(p for v in self.chain for p in v.parameters))
+
+    @property
+    def requires(self) -> tuple[Constraint, ...]:
+        """Every condition on its sizes: those its steps state, and its variants'."""
+        found = (*self.graph.requires, *(c for v in self.chain for c in v.requires))
+        return tuple(dict.fromkeys(found))
+
+    @property
+    def draws(self) -> tuple[Constraint, ...]:
+        """The conditions `derive check` puts on the sizes it draws, besides `requires`."""
+        return tuple(dict.fromkeys(c for v in self.chain for c in v.draws))
+
+    @property
+    def options(self) -> dict[str, object]:
+        """The options its variants give to its twins, in rank order."""
+        return {key: value for v in self.chain for key, value in v.options}
+
+    @property
+    def twins(self) -> tuple[Twin | ModuleTwin | GradientTwin, ...]:
+        """The functions that compute it: the twins of its highest-ranked variant that declares
+        one, and the `also` of that variant and of those ranked after it. A twin applies where
+        the entry's options are ones it takes or implies (`derive.bridge` checks its
+        signature) and the variants it requires are in the entry."""
+        declaring = [v for v in self.chain if v.twin is not None]
+        if not declaring:
+            return ()
+        owner = declaring[-1]
+        later = self.chain[self.chain.index(owner) :]
+        found = (owner.twin, *(t for v in later for t in v.also))
+        return tuple(t for t in found if set(t.requires) <= self.names)
+
+    def with_graph(self, graph: Graph) -> Entry:
+        """The entry with other declarations in place of its graph's (a test changes one
+        declaration this way and checks that every display derived from it changes): the
+        claims proved on its graph are proved on `graph`."""
+        claims = tuple((claim, replace(stage, graph=graph) if stage.graph == self.graph else stage)
+                       for claim, stage in self.claims)  # fmt: skip
+        return replace(self, graph=graph, claims=claims)

@@ -1,0 +1,95 @@
+"""The sizes an entry is written out at, and those a check draws.
+
+`explicit_sizes`: n, d, c, its own sizes (given, or their defaults), those its relations fix
+(c_h = c / h), its parameters; every condition it states checked, a ValueError that names the
+sizes and the reason otherwise. `drawn_sizes`: the sizes of a random trial, every condition of
+the entry and of its draws holding (n ≥ 2: one token tests nothing).
+"""
+
+from __future__ import annotations
+
+import random
+
+import sympy as sp
+
+from ..notation import letters as L
+from .entry import Entry
+from .registry import declared, variants
+
+__all__ = ["explicit_sizes", "not_its_own", "drawn_sizes", "with_relations"]
+
+
+def with_relations(entry: Entry, sizes: dict) -> dict:
+    """The sizes, with those the entry's relations fix where the sizes they read are known
+    (c_h = c / h: a number, an integer only where h divides c)."""
+    known = dict(sizes)
+    for relation in entry.graph.relations:
+        value = sp.sympify(relation.rhs).xreplace(known)
+        if value.is_number:
+            known[relation.lhs] = int(value) if value.is_Integer else value
+    return known
+
+
+def _fits(entry: Entry, sizes: dict) -> bool:
+    """No condition of the entry (nor of its draws) fails at these sizes (some may be unknown)."""
+    known = with_relations(entry, sizes)
+    if any(not sp.sympify(v).is_Integer for k, v in known.items() if k in L.SIZES):
+        return False
+    return all(c.holds(known) is not False for c in (*entry.requires, *entry.draws))
+
+
+def drawn_sizes(entry: Entry, rng: random.Random, given: dict[str, int | None], *,
+                limits: tuple[int, int]) -> dict[str, int]:  # fmt: skip
+    """n, d, c and the entry's own sizes: those given; the others drawn, pairwise distinct where
+    that is possible (so that a swapped axis cannot pass by coincidence), from 1 … limits[0]
+    (then up to limits[1]) where every condition of the entry holds; an entry's own size not
+    given takes its default. A ValueError names a condition the given sizes break."""
+    symbols = {str(s.symbol): s.symbol for s in entry.sizes} | {"n": L.n, "d": L.d, "c": L.c}
+    sizes = {L.n: given.get("n"), L.d: given.get("d"), L.c: given.get("c")}
+    sizes |= {s.symbol: given.get(str(s.symbol)) or s.default for s in entry.sizes}
+    fixed = {k: v for k, v in sizes.items() if v is not None}
+    known = with_relations(entry, fixed)
+    for condition in (*entry.requires, *entry.draws):
+        if condition.holds(known) is False:
+            raise ValueError(condition.message(known))
+    for name in ("c", "n", "d"):  # c first: the heads (and RoPE) decide what it may be
+        if sizes[symbols[name]] is not None:
+            continue
+        for limit in limits:
+            fits = [v for v in range(1, limit + 1) if _fits(entry, fixed | {symbols[name]: v})]
+            if fits:
+                break
+        if not fits:
+            raise ValueError(f"no {name} up to {limits[-1]} meets the conditions of {entry.name}")
+        fresh = [v for v in fits if v not in fixed.values()]
+        fixed[symbols[name]] = rng.choice(fresh or fits)
+    return {str(symbol): int(value) for symbol, value in fixed.items()}
+
+
+def explicit_sizes(entry: Entry, n: int, d: int, c: int, given: dict[str, int]) -> dict:
+    """n, d, c, the entry's own sizes (given by name, or their defaults), the sizes its
+    relations fix (c_h = c / h) and its parameters (numbers, or defaults in the sizes); a
+    ValueError naming the sizes that do not fit together, with the reason."""
+    sizes: dict[sp.Symbol, sp.Expr] = {L.n: n, L.d: d, L.c: c}
+    sizes |= {s.symbol: given.get(str(s.symbol), s.default) for s in entry.sizes}
+    unknown = set(given) - {str(s.symbol) for s in (*entry.sizes, *entry.parameters)}
+    if unknown:
+        raise ValueError(not_its_own(entry, sorted(unknown)[0]))
+    for known in (sizes, with_relations(entry, sizes)):  # then those that read c_h
+        for condition in entry.requires:
+            if condition.holds(known) is False:
+                raise ValueError(condition.message(known))
+    sizes = with_relations(entry, sizes)
+    parameters = {p.symbol: sp.sympify(given.get(str(p.symbol), p.default)).xreplace(sizes)
+                  for p in entry.parameters}  # fmt: skip
+    return sizes | parameters
+
+
+def not_its_own(entry: Entry, name: str) -> str:
+    """The message for a size or parameter the entry does not have: its own, and whose it is."""
+    own = [str(s.symbol) for s in (*entry.sizes, *entry.parameters)]
+    owners = [v for v in variants() if name in {str(s.symbol) for s in
+                                                (*declared(v).sizes, *declared(v).parameters)}]
+    whose = f" ({name} is a size of {' and '.join(owners)})" if owners else ""
+    return (f"{entry.name} has no size {name!r}{whose}; its own: "
+            f"{', '.join(own) or 'none beyond n, d, c'}")  # fmt: skip

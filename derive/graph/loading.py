@@ -1,0 +1,87 @@
+"""A user's variant, read from a file (``path/to/file.py:NAME``) or a module (``module:NAME``)
+and registered (`derive.graph.registry.register_variant`)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+from .registry import DeclarationError, Entry, register_variant, registered, variant
+from .variant import Variant
+
+__all__ = ["load_variant", "spec_of"]
+
+#: How each variant loaded in this process was named (``path/to/file.py:NAME``), by its name.
+_SPECS: dict[str, str] = {}
+
+
+def spec_of(name: str) -> str | None:
+    """The file or module a user's variant was loaded from (``path.py:NAME``), or None."""
+    return _SPECS.get(name)
+
+
+def load_variant(spec: str) -> Entry:
+    """The variant a spec names, registered: ``path/to/file.py:NAME`` (the file loaded, its
+    folder on the import path while it loads) or ``package.module:NAME`` (imported); NAME is a
+    `Variant` in it. A plain registered name resolves as `variant` does."""
+    where, colon, attribute = spec.rpartition(":")
+    if not colon:
+        return variant(spec)
+    if not where or not attribute:
+        raise DeclarationError(f"a variant is NAME, path/to/file.py:NAME or module:NAME, "
+                               f"got {spec!r}")  # fmt: skip
+    module = _from_file(Path(where)) if where.endswith(".py") or "/" in where else _module(where)
+    found = getattr(module, attribute, None)
+    if found is None:
+        known = [k for k, v in vars(module).items() if isinstance(v, Variant)]
+        raise DeclarationError(f"{where} has no variant {attribute!r} (its variants: "
+                               f"{', '.join(known) or 'none'})")  # fmt: skip
+    if not isinstance(found, Variant):
+        raise DeclarationError(f"{where}:{attribute} is a {type(found).__name__}, not a "
+                               "derive.Variant")  # fmt: skip
+    if registered(found.name) is not found:
+        register_variant(found)
+    _SPECS[found.name] = spec
+    return variant(found.name)
+
+
+def _module(where: str):
+    try:
+        return importlib.import_module(where)
+    except Exception as error:  # noqa: BLE001 - any failure of the user's own import
+        raise DeclarationError(f"cannot import module {where!r}: {error}") from None
+
+
+#: The files loaded in this process, by their resolved path: each is run once.
+_LOADED: dict[str, object] = {}
+
+
+def _from_file(path: Path):
+    key = str(path.resolve()) if path.is_file() else ""
+    if key in _LOADED:
+        return _LOADED[key]
+    if not path.is_file():
+        raise DeclarationError(f"no file {str(path)!r} (a variant is path/to/file.py:NAME)")
+    name = "_derive_variant_" + "".join(ch if ch.isalnum() else "_" for ch in str(path.resolve()))
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise DeclarationError(f"cannot load {str(path)!r} as Python")
+    module = importlib.util.module_from_spec(spec)
+    folder = str(path.resolve().parent)
+    sys.modules[name] = module  # dataclasses and pickling look the module up by name
+    sys.path.insert(0, folder)  # its own imports of the files beside it
+    try:
+        spec.loader.exec_module(module)
+    except DeclarationError as error:
+        del sys.modules[name]
+        raise DeclarationError(f"{path}: {error}") from None
+    except Exception as error:  # noqa: BLE001 - any failure of the user's own code
+        del sys.modules[name]
+        raise DeclarationError(f"cannot load {str(path)!r}: {type(error).__name__}: "
+                               f"{error}") from None  # fmt: skip
+    finally:
+        sys.path.remove(folder)
+    _LOADED[key] = module
+    return module

@@ -1,0 +1,138 @@
+"""The sizes a declaration adds, the parameters it reads, and the conditions it puts on them.
+
+Each is stated once, where it belongs: RoPE's rotation needs an even width (on its step),
+grouped-query attention needs g to divide h (on its split into groups), a window needs w ≥ 1
+(on its mask). The explicit sizes of a document, `derive check`'s random draws and the messages
+of the command line all read them from there (`derive.graph.registry.explicit_sizes`,
+`derive.graph.registry.Entry.draw`).
+
+A `Constraint` is a condition on size symbols; `holds(sizes)` is True or False once every symbol
+it reads has a value (None before), and `message(sizes)` says what is wrong, naming the sizes
+and their values, with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from ..notation import letters as L
+
+__all__ = ["Size", "Parameter", "Constraint", "Divides", "Even", "AtLeast", "Above", "label"]
+
+
+@dataclass(frozen=True)
+class Size:
+    """A size a variant adds to n, d, c (the window w, the groups g), its default at explicit
+    sizes, and a few words for the command line's help."""
+
+    symbol: sp.Symbol
+    default: int
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A number a variant's formulas read that is not a size (RoPE's base β, QK-norm's ε, a
+    bias b), and its value at explicit sizes: a number, or an expression in the sizes
+    (-log n)."""
+
+    symbol: sp.Symbol
+    default: sp.Expr
+    text: str = ""
+
+
+def label(expr: sp.Expr) -> str:
+    """How a message names a size: ``c / h`` for c_h, ``d_y`` for d_y."""
+    return "c / h" if expr == L.c_h else str(expr)
+
+
+def _value(expr: sp.Expr, sizes: dict) -> sp.Expr:
+    return sp.sympify(expr).xreplace({k: sp.sympify(v) for k, v in sizes.items()})
+
+
+class Constraint:
+    """A condition on sizes (see the module docstring). Subclasses say `condition` and how
+    they read in a message."""
+
+    why: str
+
+    def condition(self) -> sp.Basic:
+        raise NotImplementedError
+
+    @property
+    def symbols(self) -> frozenset[sp.Symbol]:
+        return frozenset(self.condition().free_symbols)
+
+    def holds(self, sizes: dict) -> bool | None:
+        """True or False where every size it reads is known, None otherwise."""
+        decided = _value(self.condition(), sizes)
+        if decided in (sp.true, sp.false):
+            return bool(decided)
+        return None
+
+    def message(self, sizes: dict) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Divides(Constraint):
+    """`small` divides `large` (h divides c: each head gets c / h columns)."""
+
+    small: sp.Expr
+    large: sp.Expr
+    why: str
+
+    def condition(self) -> sp.Basic:
+        return sp.Eq(sp.Mod(self.large, self.small), 0)
+
+    def message(self, sizes: dict) -> str:
+        a, b = _value(self.small, sizes), _value(self.large, sizes)
+        return f"{label(self.small)}={a} does not divide {label(self.large)}={b} ({self.why})"
+
+
+@dataclass(frozen=True)
+class Even(Constraint):
+    """`size` is even (RoPE rotates pairs of features)."""
+
+    size: sp.Expr
+    why: str
+
+    def condition(self) -> sp.Basic:
+        return sp.Eq(sp.Mod(self.size, 2), 0)
+
+    def message(self, sizes: dict) -> str:
+        return f"{self.why}: {label(self.size)}={_value(self.size, sizes)} must be even"
+
+
+@dataclass(frozen=True)
+class AtLeast(Constraint):
+    """`size` ≥ `bound` (a window of at least one key)."""
+
+    size: sp.Expr
+    bound: sp.Expr
+    why: str
+
+    def condition(self) -> sp.Basic:
+        return sp.Ge(self.size, self.bound)
+
+    def message(self, sizes: dict) -> str:
+        value, bound = _value(self.size, sizes), _value(self.bound, sizes)
+        return f"{label(self.size)}={value} must be at least {bound} ({self.why})"
+
+
+@dataclass(frozen=True)
+class Above(Constraint):
+    """`size` > `bound` (a draw of `derive check`: a window narrower than the sequence)."""
+
+    size: sp.Expr
+    bound: sp.Expr
+    why: str
+
+    def condition(self) -> sp.Basic:
+        return sp.Gt(self.size, self.bound)
+
+    def message(self, sizes: dict) -> str:
+        value, bound = _value(self.size, sizes), _value(self.bound, sizes)
+        return f"{label(self.size)}={value} must be more than {bound} ({self.why})"

@@ -1,0 +1,122 @@
+"""How the torch side computes what a declaration declares: the twins `derive check` calls.
+
+Nothing here imports torch: a twin is named (a dotted name such as
+``"attention.functional.scores"``) or given (a callable, for a variant declared in a user's
+file), and `derive.bridge` calls it.
+
+- `StepTwin`: one step. By default the function of `attention.functional` that has the step's
+  name, given the matrices the step reads, in the order it reads them. A declaration names
+  another (`Declaration.twin`) where the numeric side differs: RoPE's rotation takes the
+  positions' angles from the book's tables, the weights take the scores before the mask and the
+  mask as booleans.
+- `Twin`: a whole entry point, called on the graph's inputs (`C · fused path`).
+- `ModuleTwin`: one of the book's classes, holding the derivation's weights.
+- `GradientTwin`: a function that returns gradients (`self_attention_backward`).
+
+Argument and option values: a letter (``"X"``) is that matrix; a matrix declared with one row
+(the gains of QK-norm) is handed over as a vector; the mask M (0 or −∞) as booleans, True where a
+query may attend; a size or parameter symbol is its number at the check's sizes; anything else
+is passed as it is. A letter written ``"W_o?"`` is passed only where the graph has it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["StepTwin", "Twin", "ModuleTwin", "GradientTwin", "Callee"]
+
+#: A dotted name (imported when the check runs) or a callable.
+Callee = str | Callable
+
+
+@dataclass(frozen=True)
+class StepTwin:
+    """The torch function that computes one step.
+
+    Attributes:
+        function: a dotted name or a callable.
+        arguments: the letters it takes positionally (default: the matrices the step reads,
+            constants left out).
+        options: keyword arguments (see the module docstring for their values).
+    """
+
+    function: Callee
+    arguments: tuple[str, ...] | None = None
+    options: tuple[tuple[str, object], ...] = ()
+
+
+@dataclass(frozen=True)
+class Twin:
+    """An entry point of `attention` (or of a user's file) that computes a whole variant.
+
+    Attributes:
+        function: a dotted name or a callable.
+        arguments: the graph's inputs it takes positionally (``"W_o?"``: where the graph has
+            W_o).
+        options: keyword arguments of its own; a variant's `options` add to them.
+        label: how `derive check` names its row (default: the function's name).
+        output: the position of C in what it returns, where it returns a tuple.
+        incremental: called one new row of X at a time with the cache it returned last
+            (``decode_step(x_new, w_q, w_k, w_v, cache=None) -> (context rows, cache)``).
+        implies: the variants' options it computes without being told (decode_step is causal).
+        requires: the variants that must be part of the entry for it to apply (the book's
+            multi-head class is causal).
+    """
+
+    function: Callee
+    arguments: tuple[str, ...] = ("X", "W_q", "W_k", "W_v")
+    options: tuple[tuple[str, object], ...] = ()
+    label: str | None = None
+    output: int | None = None
+    incremental: bool = False
+    implies: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModuleTwin:
+    """One of the book's classes, built at the check's sizes and given the derivation's weights.
+
+    Attributes:
+        cls: a dotted name (``"attention.CausalAttention"``).
+        init: its constructor's arguments (sizes as symbols, numbers as they are).
+        weights: (parameter path, letter, transposed): where each matrix goes
+            (``("W_query.weight", "W_q", True)``: nn.Linear stores W_q transposed).
+        zeroed: parameters set to zero (a bias the derivation does not have).
+        implies, requires: as in `Twin`.
+    """
+
+    cls: str
+    init: tuple[object, ...]
+    weights: tuple[tuple[str, str, bool], ...]
+    zeroed: tuple[str, ...] = ()
+    implies: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return self.cls.rpartition(".")[2]
+
+
+@dataclass(frozen=True)
+class GradientTwin:
+    """A function that returns gradients, written out (`self_attention_backward`).
+
+    Attributes:
+        function: a dotted name or a callable, called with `arguments` (the letters of the
+            inputs, and ``"dC"``, the upstream gradient) and the options.
+        returns: the gradients it returns, in order (``("dX", "dW_q", "dW_k", "dW_v")``).
+        implies, requires: as in `Twin`.
+    """
+
+    function: Callee
+    arguments: tuple[str, ...]
+    returns: tuple[str, ...]
+    implies: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        function = self.function
+        return function.rpartition(".")[2] if isinstance(function, str) else function.__name__

@@ -1,0 +1,36 @@
+"""The opening of a document: its heading and words, and the matrices and their shapes (every
+one, where the entry has no base; else those of new shapes)."""
+
+from __future__ import annotations
+
+from ...graph import Entry
+from ...notation import latex
+from ...notation import letters as L
+from .. import prose as P
+from .. import prose_variants as PV
+from ..blocks import Block, Heading, Prose, Table
+from .common import shape
+
+__all__ = ["introduction", "shapes"]
+
+
+def introduction(entry: Entry) -> list[Block]:
+    heading = entry.document.heading or entry.title
+    return [Heading(heading), *(Prose(text) for text in entry.text)]
+
+
+def shapes(entry: Entry) -> list[Block]:
+    """The shapes of the matrices, read off the declarations."""
+    known = entry.graph.shapes
+    if entry.base is None:
+        letters = [*entry.graph.inputs, *(s.output for s in entry.graph.declarations)]
+        rows = tuple((f"${L.MATRIX_LATEX[letter]}$", shape(known[letter]), P.ROLES[letter])
+                     for letter in letters if letter in P.ROLES)  # fmt: skip
+        return [Prose(P.SHAPES), Table(("matrix", "shape", "role"), rows)]
+    new = ", ".join(
+        f"${L.MATRIX_LATEX[letter]}$ (${latex(known[letter][0])} \\times "
+        f"{latex(known[letter][1])}$)"
+        for letter in known
+        if entry.base.shapes.get(letter) != known[letter]
+    )
+    return [Prose(PV.VARIANT_SHAPES.format(shapes=new))] if new else []
