@@ -37,6 +37,19 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
 
 
+@pytest.fixture(autouse=True)
+def _registry_as_it_was():
+    """A variant a test registers (`derive.register_variant`, `--variant file.py:NAME`) is
+    gone after it: the registry each test sees is the built-in one."""
+    from derive import variants
+    from derive.graph.registry import unregister_variant
+
+    before = set(variants())
+    yield
+    for name in set(variants()) - before:
+        unregister_variant(name)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _apply_mutant():
     name = os.environ.get("ATTENTION_MUTANT")

@@ -20,3 +20,25 @@ def test_the_test_command_is_what_ci_runs():
     test_command = next(c for c in commands if "pytest" in c)
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert test_command.strip() in ci
+
+
+def test_the_declared_variant_is_the_example_files():
+    """The README's sigmoid attention declares what docs/examples/sigmoid_attention.py does."""
+    import importlib.util
+
+    import derive
+
+    block = next(b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "declare" in b)
+    shown: dict = {}
+    exec(compile(block, "README.md", "exec"), shown)  # noqa: S102 - our own README
+    path = ROOT / "docs" / "examples" / "sigmoid_attention.py"
+    spec = importlib.util.spec_from_file_location("readme_sigmoid_example", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    root = derive.variant("self-attention").graph
+    mine, theirs = shown["SIGMOID"], example.SIGMOID
+    steps = [(s.name, s.title, s.element) for s in mine.build(root).declarations]
+    assert steps == [(s.name, s.title, s.element) for s in theirs.build(root).declarations]
+    assert mine.parameters == theirs.parameters and mine.name == theirs.name
+    assert [(c.lhs, c.rhs) for c in mine.claims] == [(c.lhs, c.rhs) for c in theirs.claims]
+    assert "derive check --variant docs/examples/sigmoid_attention.py:SIGMOID" in README

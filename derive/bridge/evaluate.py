@@ -39,7 +39,7 @@ def resolve(callee: Callee, where: str) -> Any:
         return callee
     module, _, name = str(callee).rpartition(".")
     try:
-        found = getattr(importlib.import_module(module), name) if module else None
+        found = getattr(importlib.import_module(module), name, None) if module else None
     except ImportError as error:
         raise DeclarationError(f"{where}: twin {callee!r} cannot be imported ({error})") from None
     if found is None or not callable(found):
@@ -90,15 +90,23 @@ class Reader:
         if key in self.values:
             return self.values[key]
         step = self.explicit.graph.step(letter)
-        lhs_column = step.element.lhs.indices[-1]
+        lhs_column, rhs = step.element.lhs.indices[-1], step.element.rhs
         if not letter.endswith("_l") and L.ell in sp.sympify(lhs_column).free_symbols:
             import torch  # the heads side by side: (ℓ − 1) c_h + j
 
-            source = L.letter_of(step.element.rhs)
+            source = L.letter_of(rhs)
             blocks = [self._tensor(source, h) for h in range(1, self.explicit.heads + 1)]
             return torch.cat(blocks, dim=-1)
-        (source,) = step.inputs  # a block of columns: (ℓ − 1) c_h + j, or a group's block
-        column = step.element.rhs.indices[-1]
+        if not isinstance(rhs, sp.Indexed):  # a step folded at these sizes: its twin computes it
+            shape = tuple(int(sp.sympify(x).xreplace(self.explicit.sizes))
+                          for x in step.shapes[letter])  # fmt: skip
+            twin = step.twin or StepTwin(f"attention.functional.{step.name}")
+            self.values[key] = _call(step, head, twin, self, shape)
+            return self.values[key]
+        source = L.letter_of(rhs)
+        if tuple(rhs.indices[-2:]) == tuple(step.element.lhs.indices[-2:]):
+            return self._tensor(source, head)  # a copy
+        column = rhs.indices[-1]  # a block of columns: (ℓ − 1) c_h + j, or a group's block
         at = {L.ell: head or 1, L.j: 1} | self.explicit.sizes
         start = int(sp.sympify(column).xreplace(at)) - 1
         width = int(sp.sympify(step.shapes[letter][1]).xreplace(self.explicit.sizes))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..explicit import Values
-from ..graph import explicit_sizes, variant
+from ..graph import entry_name, explicit_sizes, variant
 from ..graph.registry import ROOT
 from ..graph.twins import Twin
 
@@ -62,7 +62,7 @@ def worked_example(
 
     if not 1 <= n <= len(TOKENS):
         raise ValueError(f"the worked example has 1 to {len(TOKENS)} tokens, got n={n}")
-    entry = variant(variant_name or ("causal" if causal else ROOT))
+    entry = variant(entry_name(variant_name, causal=causal))
     if "A" not in entry.graph.shapes or entry.graph.inputs[0] != "X":
         raise ValueError(f"{entry.name}: the worked example shows one matrix of weights A")
     tokens = TOKENS[:n]

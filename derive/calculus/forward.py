@@ -4,7 +4,9 @@
 from the element-wise formula (never looked up by the step's name): Q = X W_q from
 q_{m,j} = Σ_i x_{m,i} (W_q)_{i,j}, A = softmax(Ω̃) from the quotient of exponentials, Ĉ =
 [C^{(1)} ⋯ C^{(h)}] from an entry whose column is offset by the head. A constant step (the
-causal mask) is a pattern of numbers, not a product: it has no matrix form beyond its letter.
+causal mask) is a pattern of numbers, not a product: it has no matrix form beyond its letter. A
+formula the rules of `matrix_form` cannot read is shown as the matrix of its entries
+(`Entries`).
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ import sympy as sp
 from sympy import Eq, MatrixSymbol
 
 from ..graph import Declaration, Graph
-from ..notation import Concat
+from ..notation import Concat, Entries
 from ..notation import letters as L
 from .indices import zero_based, zero_index
-from .matrix_form import matrix_form
+from .matrix_form import NoMatrixForm, matrix_form
 
 __all__ = ["Step", "steps", "symbols_of", "declared_matrix"]
 
@@ -66,7 +68,11 @@ def declared_matrix(step: Declaration, relations: tuple[Eq, ...] = ()) -> Eq | N
     if isinstance(col, sp.Symbol):
         rhs = zero_based(step.element.rhs, (row, col), symbols)
         indices = (zero_index(row), zero_index(col))
-        return Eq(output, matrix_form(rhs, indices, shape=output.shape), evaluate=False)
+        try:
+            form = matrix_form(rhs, indices, shape=output.shape)
+        except NoMatrixForm:  # the matrix of its entries, as declared
+            form = Entries(step.element.rhs, (row, col), *output.shape)
+        return Eq(output, form, evaluate=False)
     # a block of columns: the entry's column is (ℓ − 1) w + j, with j running over the block
     (index,) = [s for s in col.free_symbols if s not in (L.ell,) and s not in L.SIZES]
     rhs = zero_based(step.element.rhs, (row, index), symbols)

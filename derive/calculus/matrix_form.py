@@ -7,7 +7,8 @@ sums, as SymPy writes them) with two free indices and returns the matrix express
 `convert_array_to_matrix`). Around them, the rules SymPy lacks:
 
 - a sum of terms is the sum of their matrices; a factor free of the indices is a scalar;
-- a product of factors that share both indices is a Hadamard product (A ∘ B);
+- a product of factors that share both indices is a Hadamard product (A ∘ B), a positive
+  integer power of such a factor a Hadamard power (A^{∘2});
 - a factor that depends on the row alone and sums over an index as long as a row is a product
   with the all-ones matrix: Σ_r F[m,r] = (F J)[m,p];
 - Σ_k F[m,k] G[k,p] where F or G is itself element-wise is the product of their matrices;
@@ -23,7 +24,7 @@ sums, as SymPy writes them) with two free indices and returns the matrix express
 from __future__ import annotations
 
 import sympy as sp
-from sympy import HadamardProduct, MatAdd, MatrixSymbol, OneMatrix, Sum, exp
+from sympy import HadamardPower, HadamardProduct, MatAdd, MatrixSymbol, OneMatrix, Sum, exp
 from sympy.matrices.expressions.applyfunc import ElementwiseApplyFunction
 from sympy.matrices.expressions.matexpr import MatrixElement
 
@@ -85,6 +86,8 @@ def _form(expr: sp.Expr, row: sp.Symbol, col: sp.Symbol, shape: tuple | None) ->
         return _sum(expr, row, col, shape)
     if isinstance(expr, sp.Function) and len(expr.args) == 1:
         return ElementwiseApplyFunction(_lambda(type(expr)), _form(expr.args[0], row, col, shape))
+    if expr.is_Pow and _is_scalar(expr.exp, row, col) and expr.exp.is_integer and expr.exp > 1:
+        return HadamardPower(_form(expr.base, row, col, shape), expr.exp)
     raise NoMatrixForm(f"no matrix form for {expr} with indices ({row}, {col})")
 
 

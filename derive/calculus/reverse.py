@@ -93,8 +93,9 @@ def _symbol(letter: str, shapes: dict) -> MatrixSymbol:
 
 def _is_linear(form: sp.MatrixExpr) -> bool:
     return not form.has(
-        Softmax, Concat, sp.MatrixSlice, sp.HadamardProduct, RMSNorm, ElementwiseApplyFunction
-    )
+        Softmax, Concat, sp.MatrixSlice, sp.HadamardProduct, sp.HadamardPower, RMSNorm,
+        ElementwiseApplyFunction, Entries,
+    )  # fmt: skip
 
 
 def _linear(step: Declaration, form: sp.MatrixExpr, letter: str, shapes: dict) -> Contribution:

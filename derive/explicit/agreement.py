@@ -1,11 +1,12 @@
 r"""The two derivations of the backward pass agree: the chain rule at concrete sizes
 (`ExplicitGradients`) against the matrix forms derived at symbolic sizes, instantiated.
 
-`residual` subtracts one from the other and simplifies the difference: a polynomial step by
-`expand` (with roots, an RMS normalisation's: over one denominator, `simplify`); the
-softmax's step with each weight replaced by its formula, each exp(ω̃_{m,r}) by a
-positive symbol e_{m,r}, and `cancel` (a rational function). `rowsum_residual` does the same for
-Σ_r a_{m,r} \bar{a}_{m,r} = Σ_j \bar{z}_{m,j} z_{m,j}.
+`residual` subtracts one from the other and simplifies the difference: by `expand` where it
+is a polynomial (with roots, an RMS normalisation's: over one denominator, `simplify`); where it
+reads a step that is not a polynomial (the softmax's weights, a sigmoid), with each entry of
+such a step replaced by its formula, each exp(·) by a positive symbol, and `cancel` (a rational
+function). `rowsum_residual` does the same for Σ_r a_{m,r} \bar{a}_{m,r} = Σ_j \bar{z}_{m,j}
+z_{m,j}.
 """
 
 from __future__ import annotations
@@ -18,21 +19,30 @@ from ..notation import letters as L
 __all__ = ["residual", "rowsum_residual"]
 
 
-def _weights(g, head: int | None):
-    (step,) = [s for s in g.forward.steps if s.name == "weights" and s.head == head]
+def _step(g, letter: str, head: int | None):
+    (step,) = [s for s in g.forward.steps if s.step.output == letter and s.head == head]
     return step
+
+
+def _formulas(g) -> dict:
+    """Each entry of a forward step that is not a polynomial (the weights) -> its formula."""
+    steps = [s for s in g.forward.steps if not s.polynomial and s.formula.has(sp.exp, sp.Function)]
+    return {entry: value for s in steps for entry, value in zip(s.entries, s.formula, strict=True)}
 
 
 def residual(g, step) -> ImmutableMatrix:
     """`step.formula − step.compact`, simplified (zero entries when the two agree)."""
     difference = step.formula - step.compact
-    if not step.of.startswith("Omega_scaled"):
+    formulas = _formulas(g)
+    if not difference.has(*formulas):
         return ImmutableMatrix(difference.applyfunc(_polynomial_or_root))
-    weights = _weights(g, step.head)
-    scores = sorted({e for value in weights.formula for e in value.atoms(sp.Indexed)}, key=str)
-    logs = {s: sp.log(sp.Symbol(f"e_{k}", positive=True)) for k, s in enumerate(scores)}
-    difference = difference.xreplace(dict(zip(weights.entries, weights.formula, strict=True)))
-    return ImmutableMatrix(difference.xreplace(logs).applyfunc(sp.cancel))
+    for _ in range(3):  # a weight's formula may read another such step's entries
+        difference = difference.xreplace(formulas)
+    inside = {e for power in difference.atoms(sp.exp) for e in power.atoms(sp.Indexed)}
+    logs = {e: sp.log(sp.Symbol(f"e_{k}", positive=True))  # exp(s) = e: a rational function
+            for k, e in enumerate(sorted(inside, key=str))}  # fmt: skip
+    return ImmutableMatrix(difference.xreplace(logs).applyfunc(
+        lambda value: sp.expand(sp.cancel(value))))  # fmt: skip
 
 
 def _polynomial_or_root(value: sp.Expr) -> sp.Expr:
@@ -50,8 +60,8 @@ def rowsum_residual(g) -> ImmutableMatrix:
     columns = []
     for head in range(1, g.heads + 1):
         which, label = (head, f"_{head}") if g.heads > 1 else (None, "")
-        (context,) = [s for s in g.forward.steps if s.name == "context" and s.head == which]
-        a = _weights(g, which).entries
+        context = _step(g, "C_l" if which else "C", which)
+        a = _step(g, "A_l" if which else "A", which).entries
         d_a = g.step("dA" + label).formula
         d_z = context.entries.applyfunc(lambda e: L.base("d" + e.base.label.name)[e.indices])
         column = []

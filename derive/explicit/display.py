@@ -11,7 +11,7 @@ from ..notation import latex
 from ..notation import letters as L
 from ..notation.lines import sum_lines
 
-__all__ = ["explicit_lines", "matrix_line", "WIDEST_MATRIX"]
+__all__ = ["explicit_lines", "matrix_line", "shares_row_sums", "WIDEST_MATRIX"]
 
 #: Wider matrices are shown by their generic entry, so that no display runs off the page.
 WIDEST_MATRIX = 8
@@ -46,9 +46,20 @@ def _weights_lines(step) -> list[str]:
     return lines
 
 
+def shares_row_sums(step) -> bool:
+    """True for a step whose entries are quotients over their row's one sum (the softmax's
+    weights): shown with the sum written once per row as D_m."""
+    for row in range(step.formula.shape[0]):
+        nonzero = [entry for entry in step.formula.row(row) if entry != 0]
+        below = {sp.fraction(entry)[1] for entry in nonzero}
+        if len(below) == 1 and below.pop().is_Add:
+            return True
+    return False
+
+
 def explicit_lines(step) -> list[str]:
-    """The aligned lines of one explicit step (weights: with the shared row sums D_m)."""
-    return _weights_lines(step) if step.name == "weights" else _entries_lines(step)
+    """The aligned lines of one explicit step (the weights: with the shared row sums D_m)."""
+    return _weights_lines(step) if shares_row_sums(step) else _entries_lines(step)
 
 
 def matrix_line(letter: str, matrix: sp.MatrixBase) -> str:

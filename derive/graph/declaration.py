@@ -48,8 +48,9 @@ class Declaration:
         composed: letters whose declarations a document puts into this one for a second display
             (the weights with the scaling put in), and `composed_text` the words before it.
 
-    The fields after `constant` say how the step is computed, checked and shown, not what it
-    is: two declarations of the same formula are equal whatever their twins or words.
+    The fields after `twin` say how the step is checked and shown, not what it is: two
+    declarations of the same formula and twin are equal whatever their words. (The twin counts:
+    what is derived from a declaration is cached by it, and carries its twin.)
     """
 
     name: str
@@ -58,7 +59,7 @@ class Declaration:
     element: sp.Eq
     shapes: Mapping[str, Shape] = field(hash=False, compare=False)
     constant: bool = False
-    twin: StepTwin | None = field(default=None, hash=False, compare=False, repr=False)
+    twin: StepTwin | None = field(default=None, repr=False)
     requires: tuple[Constraint, ...] = field(default=(), hash=False, compare=False, repr=False)
     text: str = field(default="", hash=False, compare=False, repr=False)
     composed: tuple[str, ...] = field(default=(), hash=False, compare=False, repr=False)

@@ -85,14 +85,17 @@ class Entry:
     @property
     def twins(self) -> tuple[Twin | ModuleTwin | GradientTwin, ...]:
         """The functions that compute it: the twins of its highest-ranked variant that declares
-        one, and the `also` of that variant and of those ranked after it. A twin applies where
-        the entry's options are ones it takes or implies (`derive.bridge` checks its
-        signature) and the variants it requires are in the entry."""
+        one, and the `also` of that variant and of those ranked after it (none where a variant
+        ranked after it changes the graph and gives no option: a user's variant without a
+        twin). A twin applies where the entry's options are ones it takes or implies
+        (`derive.bridge` checks its signature) and the variants it requires are in the entry."""
         declaring = [v for v in self.chain if v.twin is not None]
         if not declaring:
             return ()
         owner = declaring[-1]
         later = self.chain[self.chain.index(owner) :]
+        if any(v.build is not None and not v.options for v in later[1:]):
+            return ()  # a variant after it changes the graph and tells its twins nothing
         found = (owner.twin, *(t for v in later for t in v.also))
         return tuple(t for t in found if set(t.requires) <= self.names)
 

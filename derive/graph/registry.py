@@ -28,7 +28,7 @@ from .variant import Document, Variant
 
 __all__ = [
     "DeclarationError", "Entry", "Stage", "register_variant", "variants", "variant",
-    "self_attention", "ROOT", "entry_name", "declared", "registered",
+    "self_attention", "ROOT", "entry_name", "declared", "registered", "unregister_variant",
 ]  # fmt: skip
 
 #: The entry every other builds on.
@@ -105,6 +105,15 @@ def register_variant(found: Variant) -> Variant:
         _forget()
         raise DeclarationError(str(error)) from None
     return found
+
+
+def unregister_variant(name: str) -> None:
+    """Take a user's variant out of this process's registry (a built-in one stays)."""
+    if name in _built_in():
+        raise DeclarationError(f"variant {name!r} is built in; it cannot be taken out")
+    if _USER.pop(name, None) is None:
+        raise ValueError(f"no variant {name!r} was registered in this process")
+    _forget()
 
 
 def _forget() -> None:

@@ -5,6 +5,7 @@ grows past 300 lines."""
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -131,3 +132,21 @@ def test_no_module_is_over_300_lines():
 def test_the_pipeline_reads_from_the_folder_listing():
     folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__")
     assert folders == sorted([*LAYERS, BRIDGE])
+
+
+def test_cli_and_bridge_name_no_variant():
+    """What a variant needs, its declaration says: no name of the registry is written in the
+    command line or the bridge to torch (conform's catalogue of mistakes is its own wing)."""
+    import derive
+
+    names = [name for name in derive.variants() if name != "self-attention"]
+    assert "rope" in names and "causal" in names  # the check reads the registry indeed
+    paths = [*(PACKAGE / "cli").glob("*.py"), *(PACKAGE / "bridge").glob("*.py")]
+    paths = sorted(p for p in paths if p.name != "conform.py")  # its own options (--causal)
+    assert len(paths) > 10
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        for name in names:
+            for quote in ('"', "'"):
+                assert f"{quote}{name}{quote}" not in text, (path.name, name)
+        assert not re.search(r"\.name\s*(==|!=|in\b)", text), path.name  # no dispatch on names

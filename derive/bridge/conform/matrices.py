@@ -32,7 +32,7 @@ from ...calculus import NoMatrixForm, backward, matrix_form
 from ...calculus.forward import declared_matrix, symbols_of
 from ...calculus.indices import zero_based, zero_index
 from ...graph import Declaration, Graph
-from ...notation import Concat, Softmax
+from ...notation import Concat, Entries, Softmax
 from ...notation import letters as L
 from .cache import cached
 from .elementwise import concrete, evaluate_element
@@ -58,10 +58,9 @@ class Rounding:
 def _form(step: Declaration, shapes: tuple, relations: tuple) -> sp.MatrixExpr | None:
     if step.constant:
         return None
-    try:
-        return declared_matrix(step, relations).rhs
-    except NoMatrixForm:
-        pass
+    form = declared_matrix(step, relations).rhs
+    if not isinstance(form, Entries):  # Entries: no matrix form of the entry as it is written
+        return form
     row, col = step.free
     if not (isinstance(row, sp.Symbol) and isinstance(col, sp.Symbol)):
         return None

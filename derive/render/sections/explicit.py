@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import sympy as sp
 
-from ...explicit.display import explicit_lines, matrix_line
+from ...explicit.display import explicit_lines, matrix_line, shares_row_sums
 from ...explicit.forward import ExplicitGraph
 from ...graph.registry import ROOT
 from ...notation import latex
@@ -49,7 +49,7 @@ def explicit(
     for index, step in enumerate(ea.steps, 1):
         head = f" (head {step.head})" if step.head is not None else ""
         blocks.append(Heading(f"{step.step.title}{head}", 2))
-        if step.name == "weights":
+        if shares_row_sums(step):
             blocks.append(Prose(P.EXPLICIT_ROW_SUM))
         lines = tuple(explicit_lines(step))
         blocks.append(Display(lines, derived(how, step.step.output), P.EXPLICIT_DETAIL))

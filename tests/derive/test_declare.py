@@ -1,0 +1,204 @@
+"""`derive.declare`: a variant declared in a user's own file is derived, documented and checked as
+the built-in ones are, and every kind of mistake in a declaration is one line (exit status 2)
+that names the step and what is wrong, never a traceback."""
+
+import textwrap
+
+import pytest
+import sympy as sp
+
+import derive
+from derive import declare
+from derive.cli import main
+from derive.declare import a, m, n, omega_tilde, p
+
+#: The head of every user file below: what a user imports, and a twin of the softmax's shape.
+HEAD = """
+import sympy as sp
+import torch
+from derive import declare
+from derive.declare import a, c, d, j, k, m, n, omega, omega_tilde, p, q, z
+
+def twin(omega_scaled):
+    return torch.softmax(omega_scaled, dim=-1)
+"""
+
+
+def _file(tmp_path, body: str, name: str = "mine.py") -> str:
+    path = tmp_path / name
+    path.write_text(HEAD + textwrap.dedent(body))
+    return str(path)
+
+
+def _run(capsys, *argv):
+    status = main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_a_declared_variant_resolves_like_a_built_in_one(tmp_path):
+    spec = _file(tmp_path, """
+        weights = declare.step("cubed_weights", sp.Eq(a[m, p], omega_tilde[m, p] ** 3),
+                               shape=(n, n), title="Cubed scores", twin=lambda s: s ** 3)
+        CUBED = declare.variant("cubed", title="Cubed attention", replaces=[weights],
+                                text="Not attention anyone uses: a test's.")
+    """)
+    entry = derive.load_variant(spec + ":CUBED")
+    assert entry.name == "cubed" and "cubed" in derive.variants()
+    assert [s.output for s in entry.graph.declarations] == [
+        "Q", "K", "V", "Omega", "Omega_scaled", "A", "C",
+    ]  # fmt: skip
+    assert entry.graph.step("A").element.rhs == omega_tilde[m, p] ** 3
+    assert entry.base == derive.variant("self-attention").graph
+    gradients = {g.output: g for g in derive.backward_steps("cubed")}
+    assert derive.latex(gradients["dOmega_scaled"].element.rhs) == (
+        r"3 \bar{a}_{m,p} \tilde{\omega}_{m,p}^{2}"
+    )  # the chain rule through the declared formula
+    assert derive.latex(entry.graph.step("A").element.rhs) == r"\tilde{\omega}_{m,p}^{3}"
+    assert derive.latex(derive.steps("cubed")[5].matrix.rhs) == r"\tilde{\Omega}^{\circ {3}}"
+    assert derive.load_variant(spec + ":CUBED") is not None  # loading twice runs the file once
+
+
+def test_a_declared_step_runs_per_head_in_a_combination():
+    weights = declare.step("sig_weights", sp.Eq(a[m, p], declare.sigmoid(omega_tilde[m, p])),
+                           shape=(n, n), title="Sigmoid weights")  # fmt: skip
+    derive.register_variant(declare.variant("sig", title="Sig", replaces=[weights]))
+    heads = derive.variant("sig+multi-head")
+    step = heads.graph.step("A_l")
+    assert step.element.rhs == declare.sigmoid(L_base("omegatilde")[L_ell(), m, p])
+    with pytest.raises(derive.DeclarationError, match=r"replaces A, which another variant it is "
+                       r"combined with changed \(causal self-attention\)"):  # fmt: skip
+        derive.variant("sig+causal")
+
+
+def L_base(name):
+    from derive.notation import letters as L
+
+    return L.base(name)
+
+
+def L_ell():
+    from derive.notation import letters as L
+
+    return L.ell
+
+
+def test_base_steps_and_ranges_are_the_books():
+    assert declare.base_step("weights").output == "A"
+    assert declare.base_step("Omega", of="causal").element.rhs.has(declare.q[m, declare.j])
+    assert declare.RANGES[m] == (1, n) and declare.RANGES[declare.j] == (1, declare.c)
+    with pytest.raises(derive.DeclarationError, match=r"self-attention has no step 'U'"):
+        declare.base_step("U")
+
+
+MISTAKES = [
+    # a letter no step defines
+    ("""
+        bad = declare.step("weights_of_u", sp.Eq(a[m, p], sp.IndexedBase("u")[m, p]),
+                           shape=(n, n), title="Weights", twin=twin)
+        V = declare.variant("bad", title="Bad", replaces=[bad])
+     """, r"step weights_of_u \(A\) reads u\[m, p\], an entry of U, which no step of "
+          r"self-attention computes and which is not declared"),
+    # an index outside its range: j runs over d, the columns of Q are c
+    ("""
+        bad = declare.step("wide_scores", sp.Eq(omega[m, p], sp.Sum(q[m, j] * k[p, j], (j, 1, d))),
+                           shape=(n, n), title="Scores")
+        V = declare.variant("bad", title="Bad", replaces=[bad])
+     """, r"step wide_scores \(Omega\): q\[m, j\] reads column j = 1 … d of Q, whose columns "
+          r"run 1 … c"),
+    # an index neither free nor summed over
+    ("""
+        bad = declare.step("stray", sp.Eq(a[m, p], omega_tilde[m, j]), shape=(n, n),
+                           title="Weights")
+        V = declare.variant("bad", title="Bad", replaces=[bad])
+     """, r"step stray \(A\): the index j of omegatilde\[m, j\] is neither an index of the output "
+          r"nor one a sum runs over"),
+    # shapes that do not chain: A made n × c, the context reads it as n × n
+    ("""
+        bad = declare.step("narrow", sp.Eq(a[m, j], q[m, j]), shape=(n, c), title="Weights")
+        V = declare.variant("bad", title="Bad", replaces=[bad])
+     """, r"step narrow makes A of shape n × c, but step context \(C\) reads it as n × n: the "
+          r"shapes do not chain"),
+    # a left-hand side that is no entry
+    ("""
+        bad = declare.step("nothing", sp.Eq(sp.Symbol("y"), omega_tilde[m, p]), shape=(n, n),
+                           title="Weights")
+     """, r"step nothing: the left-hand side must be an entry of its output, such as a\[m, p\]"),
+    # a step replaced that the base does not compute
+    ("""
+        bad = declare.step("latent", sp.Eq(sp.IndexedBase("u")[m, j], q[m, j]), shape=(n, c),
+                           title="Latent")
+        V = declare.variant("bad", title="Bad", replaces=[bad])
+     """, r"variant bad replaces U, which self-attention does not compute"),
+    # a name of the registry's own
+    ("""
+        V = declare.variant("causal", title="Mine")
+     """, r"variant 'causal' is built in; give yours another name"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("body", "message"), MISTAKES,
+                         ids=["letter", "range", "stray-index", "shapes", "lhs", "replaces",
+                              "name"])  # fmt: skip
+def test_a_mistake_in_a_declaration_is_one_line_naming_the_step(tmp_path, capsys, body, message):
+    spec = _file(tmp_path, body) + ":V"
+    for command in ("latex", "check"):
+        status, out, err = _run(capsys, command, "--variant", spec)
+        assert status == 2 and out == "", (command, err)
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert __import__("re").search(message, err), err
+
+
+@pytest.mark.parametrize(("twin", "message"), [
+    ('"attention.functional.softmax_of_nothing"',
+     r"step A \(odd_weights\): twin 'attention.functional.softmax_of_nothing' does not exist"),
+    ("lambda s: s[..., :1]",
+     r"step A \(odd_weights\): twin <lambda> returned shape \(\d, 1\), the declaration says "
+     r"\(\d, \d\)"),
+])  # fmt: skip
+def test_a_twin_that_is_missing_or_misshapen_is_one_line(tmp_path, capsys, twin, message):
+    spec = _file(tmp_path, f"""
+        odd = declare.step("odd_weights", sp.Eq(a[m, p], omega_tilde[m, p] ** 2), shape=(n, n),
+                           title="Weights", twin={twin})
+        V = declare.variant("odd", title="Odd", replaces=[odd])
+    """) + ":V"
+    status, out, err = _run(capsys, "check", "--variant", spec, "--forward-only")
+    assert status == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert __import__("re").search(message, err), err
+
+
+def test_a_file_or_attribute_that_is_not_there(tmp_path, capsys):
+    spec = _file(tmp_path, "X = 1\n")
+    status, _, err = _run(capsys, "latex", "--variant", spec + ":NOPE")
+    assert status == 2 and "has no variant 'NOPE' (its variants: none)" in err
+    status, _, err = _run(capsys, "latex", "--variant", spec + ":X")
+    assert status == 2 and ":X is a int, not a derive.Variant" in err
+    status, _, err = _run(capsys, "latex", "--variant", str(tmp_path / "none.py") + ":V")
+    assert status == 2 and "no file" in err
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('the user broke it')\n")
+    status, _, err = _run(capsys, "latex", "--variant", f"{broken}:V")
+    assert status == 2 and "RuntimeError: the user broke it" in err and err.count("\n") == 1
+
+
+def test_a_claim_that_does_not_hold_stops_the_document(tmp_path, capsys):
+    spec = _file(tmp_path, """
+        V = declare.variant("liar", title="Liar", claims=[
+            declare.claim(a[m, p], 2, title="Every weight is 2")])
+    """) + ":V"
+    status, _, err = _run(capsys, "latex", "--variant", spec)
+    assert status == 2 and "fact equality does not hold" in err and err.count("\n") == 1
+
+
+def test_parameters_take_defaults_in_the_sizes_and_values_from_the_command_line():
+    bias = sp.Symbol("bias", real=True)
+    weights = declare.step("biased", sp.Eq(a[m, p], sp.exp(omega_tilde[m, p] + bias)),
+                           shape=(n, n), title="Biased weights")  # fmt: skip
+    found = derive.register_variant(declare.variant("biased", title="Biased",
+                                                    replaces=[weights],
+                                                    parameters={bias: -sp.log(n)}))  # fmt: skip
+    explicit = derive.explicit_variant(found.name, 3, 2, 2)
+    assert explicit.sizes[bias] == -sp.log(3)
+    assert derive.explicit_variant(found.name, 3, 2, 2, bias=sp.Rational(1, 2)).sizes[bias] == (
+        sp.Rational(1, 2)
+    )
