@@ -1,8 +1,10 @@
-"""attention-derive's symbolic half: self-attention declared once, derived by SymPy.
+"""attention-derive's symbolic half: self-attention and its variants declared once, derived by
+SymPy.
 
 The package reads as its pipeline (each layer imports only the ones before it):
 
-- `derive.notation`: the book's letters, the matrix expressions SymPy lacks, the LaTeX printer;
+- `derive.notation`: the book's letters, the matrix expressions and functions SymPy lacks, the
+  LaTeX printer and its line breaking;
 - `derive.graph`: the declarations of the steps (the only typed-in mathematics) and the stated
   assumptions; the one registry of the variants they form (`variants()`: self-attention, causal,
   masked, multi-head, kv-cache, sliding-window, cross-attention, rope, gqa, qk-norm, mla), open
@@ -14,8 +16,9 @@ The package reads as its pipeline (each layer imports only the ones before it):
 - `derive.render`: documents (LaTeX, Markdown, PDF, a self-contained HTML page, notebooks),
   prose, figures (PNG and SVG), the glossary;
 - `derive.cli`: the `derive` command; `derive.bridge`: the only part that touches torch (the
-  checks against `attention`, the worked example, `conform` for anyone's attention), imported
-  lazily; `derive.testing`: `assert_conforms` for a test suite.
+  one evaluator of a graph by its twins, the checks against `attention`, the worked example,
+  `conform` for anyone's attention), imported lazily; `derive.declare`: the public API to
+  declare a variant in your own file; `derive.testing`: `assert_conforms` for a test suite.
 
 ``import derive`` never imports torch.
 """

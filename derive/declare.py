@@ -65,7 +65,7 @@ from .graph.claims import (
 )
 from .graph.edits import SHAPES, Step, build
 from .graph.registry import ROOT
-from .graph.sizes import Above, AtLeast, Divides, Even, Parameter, Size
+from .graph.sizes import AtLeast, Divides, Even, Parameter, Size
 from .graph.twins import Callee, StepTwin, Twin
 from .notation import letters as L
 from .notation.functions import Sigmoid
@@ -75,7 +75,7 @@ __all__ = [
     "v", "omega", "omega_tilde", "mask", "omega_hat", "a", "z", "w_o", "sigmoid", "RANGES",
     "matrix",
     "base_step", "step", "variant", "claim", "Step", "DeclarationError", "Variant", "Size",
-    "Parameter", "AtLeast", "Above", "Divides", "Even", "Twin", "StepTwin", "SameAs", "ReadsRows",
+    "Parameter", "AtLeast", "Divides", "Even", "Twin", "StepTwin", "SameAs", "ReadsRows",
     "RowsSumToOne", "ShiftInvariance", "WeightsJacobian", "RowsumIdentity", "BEFORE",
 ]  # fmt: skip
 

@@ -1,2 +1,3 @@
-"""The bridge to torch: the derivation evaluated next to `attention` (`derive check`), and the
-worked example. The only part of `derive` that imports torch, inside its functions."""
+"""The bridge to torch: the one evaluator of a graph, step by step, by each step's twin
+(`evaluate`), the entry's own entry points (`twins`), `derive check` (`check`), the worked
+example, `derive conform`. The only part of `derive` that imports torch, inside its functions."""

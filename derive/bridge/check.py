@@ -166,11 +166,14 @@ def trial_rows(entry: Entry, sizes: dict[str, int], *, seed: int,
     expected = torch.tensor(values.floats(explicit.graph.output), dtype=torch.float64)
     rows += [_row(f"C · {name}", expected, got, TOLERANCE)
              for name, got in twins.outputs(entry, explicit, inputs)]  # fmt: skip
+    notes = [twins.unfit(entry)]
     if forward_only:
-        return rows, "backward pass not checked (--forward-only)"
-    if max(v for k, v in explicit.sizes.items() if k in L.SIZES) > MAX_GRADIENT_SIZE:
-        return rows, f"backward pass not checked: sizes over {MAX_GRADIENT_SIZE}"
-    return rows + _gradient_rows(entry, explicit, inputs, seed), ""
+        notes.append("backward pass not checked (--forward-only)")
+    elif max(v for k, v in explicit.sizes.items() if k in L.SIZES) > MAX_GRADIENT_SIZE:
+        notes.append(f"backward pass not checked: sizes over {MAX_GRADIENT_SIZE}")
+    else:
+        rows += _gradient_rows(entry, explicit, inputs, seed)
+    return rows, "; ".join(note for note in notes if note)
 
 
 def format_table(rows: list[Row]) -> str:

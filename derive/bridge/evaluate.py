@@ -25,7 +25,9 @@ from ..graph import DeclarationError
 from ..graph.twins import Callee, StepTwin
 from ..notation import letters as L
 
-__all__ = ["resolve", "torch_values", "number", "Reader", "mask_of", "callee_name", "dyadic"]
+__all__ = [
+    "resolve", "torch_values", "number", "Reader", "mask_of", "callee_name", "dyadic", "twin_of",
+]  # fmt: skip
 
 
 def callee_name(callee: Callee) -> str:
@@ -98,10 +100,8 @@ class Reader:
             blocks = [self._tensor(source, h) for h in range(1, self.explicit.heads + 1)]
             return torch.cat(blocks, dim=-1)
         if not isinstance(rhs, sp.Indexed):  # a step folded at these sizes: its twin computes it
-            shape = tuple(int(sp.sympify(x).xreplace(self.explicit.sizes))
-                          for x in step.shapes[letter])  # fmt: skip
-            twin = step.twin or StepTwin(f"attention.functional.{step.name}")
-            self.values[key] = _call(step, head, twin, self, shape)
+            shape = _shape(self.explicit, step.shapes[letter])
+            self.values[key] = _call(step, head, self, shape)
             return self.values[key]
         source = L.letter_of(rhs)
         if tuple(rhs.indices[-2:]) == tuple(step.element.lhs.indices[-2:]):
@@ -124,7 +124,18 @@ class Reader:
         return value
 
 
-def _call(declaration, head: int | None, twin: StepTwin, read: Reader, expected: tuple) -> Any:
+def _shape(explicit: ExplicitGraph, shape: tuple) -> tuple[int, ...]:
+    return tuple(int(sp.sympify(x).xreplace(explicit.sizes)) for x in shape)
+
+
+def twin_of(declaration) -> StepTwin:
+    """The twin a declaration names, or the function of `attention.functional` of its name."""
+    return declaration.twin or StepTwin(f"attention.functional.{declaration.name}")
+
+
+def _call(declaration, head: int | None, read: Reader, expected: tuple) -> Any:
+    """The declaration's twin on what it reads (head `head`'s); its shape checked."""
+    twin = twin_of(declaration)
     where = f"step {declaration.output} ({declaration.name})"
     function = resolve(twin.function, where)
     letters = twin.arguments
@@ -152,13 +163,10 @@ def torch_values(explicit: ExplicitGraph, inputs: dict[str, Any]) -> dict[str, A
     read = Reader(explicit, values)
     for declaration in explicit.graph.declarations:
         if declaration.constant and declaration.twin is not None:
-            shape = explicit.graph.shapes[declaration.output]
-            expected = tuple(int(sp.sympify(x).xreplace(explicit.sizes)) for x in shape)
-            values[declaration.output] = _call(declaration, None, declaration.twin, read, expected)
+            expected = _shape(explicit, explicit.graph.shapes[declaration.output])
+            values[declaration.output] = _call(declaration, None, read, expected)
     for step in explicit.steps:
-        declaration = step.step.declaration
-        twin = declaration.twin or StepTwin(f"attention.functional.{declaration.name}")
-        values[step.output] = _call(declaration, step.head, twin, read, tuple(step.entries.shape))
+        values[step.output] = _call(step.step.declaration, step.head, read, step.entries.shape)
     return values
 
 

@@ -14,22 +14,40 @@ from ..graph import Entry
 from ..graph.twins import GradientTwin, ModuleTwin, Twin
 from .evaluate import Reader, callee_name, number, resolve
 
-__all__ = ["applies", "arguments", "options", "module_output", "twin_output", "label",
-           "outputs"]  # fmt: skip
+__all__ = ["applies", "lacks", "unfit", "arguments", "options", "module_output", "twin_output",
+           "label", "outputs"]  # fmt: skip
+
+
+def lacks(twin: Twin | ModuleTwin | GradientTwin, options: dict[str, object]) -> list[str]:
+    """The options of the entry the twin neither takes (its signature) nor implies."""
+    wanted = [key for key in options if key not in twin.implies]
+    if isinstance(twin, ModuleTwin):
+        return wanted
+    try:
+        parameters = inspect.signature(resolve(twin.function, f"twin {label(twin)}")).parameters
+    except (TypeError, ValueError):
+        return wanted
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return []
+    return [key for key in wanted if key not in parameters]
 
 
 def applies(twin: Twin | ModuleTwin | GradientTwin, options: dict[str, object]) -> bool:
     """True where every option of the entry is one the twin takes (its signature) or implies."""
-    wanted = {key for key in options if key not in twin.implies}
-    if isinstance(twin, ModuleTwin):
-        return not wanted
-    try:
-        parameters = inspect.signature(resolve(twin.function, f"twin {twin.label}")).parameters
-    except (TypeError, ValueError):
-        return not wanted
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return True
-    return wanted <= set(parameters)
+    return not lacks(twin, options)
+
+
+def unfit(entry: Entry) -> str:
+    """Why no entry point computes the entry (each function twin and the options it lacks), or
+    "" where one does."""
+    functions = [t for t in entry.twins if isinstance(t, Twin)]
+    if not functions:
+        return "no entry point compared: no twin of the whole is declared"
+    if any(applies(t, entry.options) for t in functions):
+        return ""
+    said = "; ".join(f"{label(t)} takes no {', '.join(lacks(t, entry.options))}"
+                     for t in functions)  # fmt: skip
+    return f"no entry point computes it: {said}"
 
 
 def arguments(twin: Twin | GradientTwin, explicit: ExplicitGraph, read: Reader) -> list:

@@ -19,6 +19,7 @@ import sympy as sp
 from sympy import Indexed
 
 from ..notation import letters as L
+from ..notation.plain import plain
 from .declaration import Declaration, Graph
 from .heads import per_head
 from .registry import DeclarationError, variant
@@ -67,21 +68,22 @@ def _declaration(spec: Step, graph: Graph) -> Declaration:
         letter = L.letter_of(entry)
         if letter not in known:
             raise DeclarationError(
-                f"{where} reads {entry}, an entry of {letter}, which no step of {graph.name} "
-                "computes and which is not declared (derive.declare.matrix)"
+                f"{where} reads {plain(entry)}, an entry of {letter}, which no step of "
+                f"{graph.name} computes and which is not declared (derive.declare.matrix)"
             )
         shapes[letter] = known[letter]
         for index, size, axis in zip(entry.indices, known[letter], ("row", "column"), strict=True):
             if not isinstance(index, sp.Symbol):
                 continue
             if index not in ranges:
-                raise DeclarationError(f"{where}: the index {index} of {entry} is neither an index "
-                                       "of the output nor one a sum runs over")  # fmt: skip
+                raise DeclarationError(f"{where}: the index {index} of {plain(entry)} is "
+                                       "neither an index of the output nor one a sum runs "
+                                       "over")  # fmt: skip
             if sp.simplify(ranges[index][1] - size) != 0 or ranges[index][0] != 1:
                 low, high = ranges[index]
                 raise DeclarationError(
-                    f"{where}: {entry} reads {axis} {index} = {low} … {high} of {letter}, whose "
-                    f"{axis}s run 1 … {size}"
+                    f"{where}: {plain(entry)} reads {axis} {index} = {low} … {high} of {letter}, "
+                    f"whose {axis}s run 1 … {size}"
                 )
     return Declaration(spec.name, spec.output, spec.title, spec.element, shapes,
                        twin=spec.twin, requires=spec.requires, text=spec.text)  # fmt: skip
@@ -134,7 +136,10 @@ def build(
     name: str, base: str, replaces: tuple[Step, ...], inserts: tuple[tuple[str, Step], ...],
     graph_name: str,
 ) -> Callable[[Graph], Graph]:
-    def build(graph: Graph) -> Graph:
+    """A variant's `build` from the steps it replaces and inserts, each read against the graph
+    it goes into (and the graph of its base), every output read with the shape it has."""
+
+    def built(graph: Graph) -> Graph:
         before = variant(base).graph
         for spec in replaces:
             graph = _replace(graph, spec, before, name)
@@ -148,4 +153,4 @@ def build(
             _chains(graph, declaration)
         return graph.named(graph_name)
 
-    return build
+    return built

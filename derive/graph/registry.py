@@ -42,11 +42,6 @@ class DeclarationError(ValueError):
 
 
 _USER: dict[str, Variant] = {}
-#: Combinations whose title names the model that uses them.
-_MODELS = {("gqa", "rope"): "Llama 3", ("gqa", "qk-norm", "rope"): "Qwen 3"}
-#: Combinations with a title of their own.
-_TITLES = {("multi-head", "causal"): "Causal multi-head attention",
-           ("multi-head", "masked"): "Masked multi-head attention"}  # fmt: skip
 
 
 @functools.cache
@@ -130,14 +125,17 @@ def _lookup(name: str) -> Variant:
     return found
 
 
-def _chain(name: str) -> frozenset[str]:
+def _chain(name: str, seen: tuple[str, ...] = ()) -> frozenset[str]:
     """The variants a name stands for: itself and its base's chain."""
     names: set[str] = set()
     for part in name.split("+"):
         found = _lookup(part)
+        if found.name in seen:
+            raise DeclarationError(f"variant {found.name!r} builds on itself: "
+                                   f"{' -> '.join((*seen, found.name))}")  # fmt: skip
         names.add(found.name)
         if found.base is not None:
-            names |= _chain(found.base)
+            names |= _chain(found.base, (*seen, found.name))
     return frozenset(names)
 
 
@@ -195,15 +193,17 @@ def _normalised(name: str) -> tuple[Variant, ...]:
 
 
 def _title(parts: tuple[Variant, ...]) -> str:
+    from .entries import MODELS, TITLES
+
     key = tuple(p.name for p in parts)
     if len(parts) == 1:
         return parts[0].title
-    if key in _TITLES:
-        return _TITLES[key]
+    if key in TITLES:
+        return TITLES[key]
     first, *rest = parts
     shorts = [p.short_title for p in rest]
     joined = shorts[0] if len(shorts) == 1 else ", ".join(shorts[:-1]) + " and " + shorts[-1]
-    model = _MODELS.get(key)
+    model = MODELS.get(key)
     return f"{first.title} with {joined}" + (f" (the attention of {model})" if model else "")
 
 
@@ -223,7 +223,7 @@ def _resolve(name: str) -> Entry:
         if alone:
             joining = sorted(v for v in variants() if _lookup(v).combines)
             raise ValueError(f"{name}: {', '.join(alone)} does not combine; only "
-                             f"{', '.join(joining)} combine, each once")  # fmt: skip
+                             f"{', '.join(joining)} combine")  # fmt: skip
     names = frozenset().union(*(_chain(p.name) for p in parts))
     chain = _ranked(names)
     graph = graph_of(names)

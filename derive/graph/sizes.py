@@ -19,7 +19,7 @@ import sympy as sp
 
 from ..notation import letters as L
 
-__all__ = ["Size", "Parameter", "Constraint", "Divides", "Even", "AtLeast", "Above", "label"]
+__all__ = ["Size", "Parameter", "Constraint", "Divides", "Even", "AtLeast", "label"]
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,8 @@ class Even(Constraint):
 
 @dataclass(frozen=True)
 class AtLeast(Constraint):
-    """`size` ≥ `bound` (a window of at least one key)."""
+    """`size` ≥ `bound` (a window of at least one key; n ≥ w + 1, a window narrower than the
+    sequence)."""
 
     size: sp.Expr
     bound: sp.Expr
@@ -120,19 +121,3 @@ class AtLeast(Constraint):
     def message(self, sizes: dict) -> str:
         value, bound = _value(self.size, sizes), _value(self.bound, sizes)
         return f"{label(self.size)}={value} must be at least {bound} ({self.why})"
-
-
-@dataclass(frozen=True)
-class Above(Constraint):
-    """`size` > `bound` (a draw of `derive check`: a window narrower than the sequence)."""
-
-    size: sp.Expr
-    bound: sp.Expr
-    why: str
-
-    def condition(self) -> sp.Basic:
-        return sp.Gt(self.size, self.bound)
-
-    def message(self, sizes: dict) -> str:
-        value, bound = _value(self.size, sizes), _value(self.bound, sizes)
-        return f"{label(self.size)}={value} must be more than {bound} ({self.why})"

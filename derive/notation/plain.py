@@ -71,7 +71,8 @@ class PlainPrinter(StrPrinter):
 
     def _print_Indexed(self, expr: Indexed) -> str:
         name = expr.base.label.name
-        letter = _ENTRY.get(name) or _bar(_ENTRY[name[1:]])
+        gradient = name.startswith("d") and name[1:] in _ENTRY
+        letter = _bar(_ENTRY[name[1:]]) if gradient else _ENTRY.get(name, name)
         indices = list(expr.indices)
         head = indices.pop(0) if len(indices) == 3 else None
         text = letter if head is None else letter + _head(self._print(head))

@@ -23,7 +23,6 @@ and every gradient with the twins.
 import math
 
 import sympy as sp
-import torch
 
 from derive import declare
 from derive.declare import a, m, n, omega_tilde, p, sigmoid, t
@@ -32,15 +31,16 @@ from derive.declare import a, m, n, omega_tilde, p, sigmoid, t
 b = sp.Symbol("b", real=True)
 
 
-def sigmoid_weights(omega_scaled: torch.Tensor, *, b: float) -> torch.Tensor:
-    """The twin of the step: A = σ(Ω̃ + b), entry by entry."""
-    return torch.sigmoid(omega_scaled + b)
+def sigmoid_weights(omega_scaled, *, b: float):
+    """The twin of the step, in plain torch: A = σ(Ω̃ + b), entry by entry (tensor methods
+    only, so that the documents of this file never import torch)."""
+    return (omega_scaled + b).sigmoid()
 
 
-def sigmoid_attention(x, w_q, w_k, w_v, *, b: float) -> torch.Tensor:
-    """The twin of the whole: C = σ(X W_q (X W_k)ᵀ / √c + b) X W_v."""
+def sigmoid_attention(x, w_q, w_k, w_v, *, b: float):
+    """The twin of the whole, in plain torch: C = σ(X W_q (X W_k)ᵀ / √c + b) X W_v."""
     q, k, v = x @ w_q, x @ w_k, x @ w_v
-    return torch.sigmoid(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + b) @ v
+    return (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + b).sigmoid() @ v
 
 
 WEIGHTS = declare.step(

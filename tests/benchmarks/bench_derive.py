@@ -7,7 +7,8 @@
     PYTHONPATH=. python tests/benchmarks/bench_derive.py --sizes 2 1 --symbolic
     PYTHONPATH=. python tests/benchmarks/bench_derive.py --variants
 
-For each size it reports, in seconds: building `explicit_attention(n, n, n)` (the steps),
+``--commands`` includes a user's variant (docs/examples/sigmoid_attention.py). For each size it
+reports, in seconds: building `explicit_attention(n, n, n)` (the steps),
 evaluating every step on dyadic float64 inputs (exact projections and scores, 30-digit softmax
 and context), running `attention.functional` step by step, and comparing; then the whole check
 (`check_against_torch`), and its ratio to n³ (the work grows like n²c + ndc). With
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 
 def _timed(call):
@@ -91,6 +93,9 @@ def check_claims() -> None:
         print(f"lambdify(modules='torch') with exact sqrt(2): TypeError: {error}")
 
 
+#: A user's variant, declared in its own file (the README's example).
+EXAMPLE = f"{Path(__file__).resolve().parents[2] / 'docs' / 'examples' / 'sigmoid_attention.py'}"
+
 COMMANDS = {
     "python -c 'import derive'": ["-c", "import derive"],
     "derive latex (generic)": ["-m", "derive", "latex", "-o", "d.tex"],
@@ -99,6 +104,13 @@ COMMANDS = {
     "derive markdown (generic)": ["-m", "derive", "markdown", "-o", "d.md"],
     "derive pdf (generic, pdflatex included)": ["-m", "derive", "pdf", "-o", "d.pdf"],
     "derive check --n 5 --d 3 --c 2": ["-m", "derive", "check", "--n", "5", "--d", "3", "--c", "2"],
+    "derive latex --variant sigmoid_attention.py:SIGMOID (a user's)": [
+        "-m", "derive", "latex", "--variant", f"{EXAMPLE}:SIGMOID", "-o", "s.tex"],
+    "derive html --variant sigmoid_attention.py:SIGMOID --n 3": [
+        "-m", "derive", "html", "--variant", f"{EXAMPLE}:SIGMOID", "--n", "3", "-o", "s.html"],
+    "derive check --variant sigmoid_attention.py:SIGMOID --n 4 --d 3 --c 2": [
+        "-m", "derive", "check", "--variant", f"{EXAMPLE}:SIGMOID", "--n", "4", "--d", "3",
+        "--c", "2", "--seed", "1"],
 }  # fmt: skip
 
 
@@ -118,6 +130,7 @@ def bench_commands(repeats: int = 5) -> None:
 
 #: The variants timed by --variants: a document each (symbolic, then explicit) and a check.
 VARIANTS = {
+    "causal": [], "masked": [], "multi-head": ["--heads", "2"],
     "kv-cache": [], "sliding-window": [], "cross-attention": [], "rope": [], "qk-norm": [],
     "gqa": ["--heads", "4", "--g", "2"], "mla": ["--heads", "2"],
     "gqa+rope": ["--heads", "4", "--g", "2"], "gqa+qk-norm+rope": ["--heads", "4", "--g", "2"],

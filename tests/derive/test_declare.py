@@ -97,21 +97,21 @@ MISTAKES = [
         bad = declare.step("weights_of_u", sp.Eq(a[m, p], sp.IndexedBase("u")[m, p]),
                            shape=(n, n), title="Weights", twin=twin)
         V = declare.variant("bad", title="Bad", replaces=[bad])
-     """, r"step weights_of_u \(A\) reads u\[m, p\], an entry of U, which no step of "
+     """, r"step weights_of_u \(A\) reads u\[m,p\], an entry of U, which no step of "
           r"self-attention computes and which is not declared"),
     # an index outside its range: j runs over d, the columns of Q are c
     ("""
         bad = declare.step("wide_scores", sp.Eq(omega[m, p], sp.Sum(q[m, j] * k[p, j], (j, 1, d))),
                            shape=(n, n), title="Scores")
         V = declare.variant("bad", title="Bad", replaces=[bad])
-     """, r"step wide_scores \(Omega\): q\[m, j\] reads column j = 1 … d of Q, whose columns "
+     """, r"step wide_scores \(Omega\): q\[m,j\] reads column j = 1 … d of Q, whose columns "
           r"run 1 … c"),
     # an index neither free nor summed over
     ("""
         bad = declare.step("stray", sp.Eq(a[m, p], omega_tilde[m, j]), shape=(n, n),
                            title="Weights")
         V = declare.variant("bad", title="Bad", replaces=[bad])
-     """, r"step stray \(A\): the index j of omegatilde\[m, j\] is neither an index of the output "
+     """, r"step stray \(A\): the index j of ω̃\[m,j\] is neither an index of the output "
           r"nor one a sum runs over"),
     # shapes that do not chain: A made n × c, the context reads it as n × n
     ("""

@@ -1,5 +1,6 @@
 """The built-in entries of the registry, one module each (its declarations, claims, sizes,
-twins and words), registered by one line here: the order of `derive.variants()`."""
+twins and words), registered by one line here: the order of `derive.variants()`; and the titles
+of the combinations that have a name of their own."""
 
 from . import (
     causal,
@@ -28,3 +29,9 @@ BUILT_IN = (
     qk_norm.VARIANT,
     mla.VARIANT,
 )
+
+#: Combinations whose title names the model that uses them (parts in their order).
+MODELS = {("gqa", "rope"): "Llama 3", ("gqa", "qk-norm", "rope"): "Qwen 3"}
+#: Combinations with a title of their own.
+TITLES = {("multi-head", "causal"): "Causal multi-head attention",
+          ("multi-head", "masked"): "Masked multi-head attention"}  # fmt: skip

@@ -8,7 +8,7 @@ from ...notation import letters as L
 from .. import attention as S
 from ..claims import BEFORE, RowsSumToOne, SameAs
 from ..declaration import Graph
-from ..sizes import Size
+from ..sizes import AtLeast, Size
 from ..twins import Twin
 from ..variant import Variant
 
@@ -38,6 +38,7 @@ VARIANT = Variant(
     claims=(RowsSumToOne(),
             SameAs(BEFORE, substitute=((L.base("y"), L.base("x")), (L.s, L.n), (L.d_y, L.d)))),
     sizes=(Size(L.s, 4, "keys read from Y"), Size(L.d_y, 5, "the width of Y")),
+    draws=(AtLeast(L.s, 2, "with one key every weight is 1"),),
     twin=Twin("attention.functional.cross_attention", ("X", "Y", "W_q", "W_k", "W_v")),
     rank=10,
     combines=False,

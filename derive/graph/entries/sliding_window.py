@@ -10,7 +10,7 @@ from ...notation import letters as L
 from .. import attention as S
 from ..claims import BEFORE, AllowedPairs, RowsSumToOne, SameAs
 from ..declaration import Declaration, Graph
-from ..sizes import Above, AtLeast, Size
+from ..sizes import AtLeast, Size
 from ..twins import StepTwin
 from ..variant import Variant
 
@@ -48,7 +48,10 @@ VARIANT = Variant(
     claims=(RowsSumToOne(), SameAs(BEFORE, assume=((L.w, L.n),)),
             AllowedPairs(assume=((L.n, L.w),))),  # fmt: skip
     sizes=(Size(L.w, 2, "the window"),),
-    draws=(Above(L.n, L.w, "a window narrower than the sequence, or it is the causal mask"),),
+    draws=(
+        AtLeast(L.n, L.w + 1, "a window narrower than the sequence, or it is the causal mask"),
+        AtLeast(L.w, 2, "a window of one key makes every weight 1"),
+    ),
     options=(("window", L.w),),
     rank=35,
     short="a sliding window",

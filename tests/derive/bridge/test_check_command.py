@@ -114,7 +114,7 @@ def test_a_broken_implementation_exits_one(capsys):
         (["--n", "1"], r"n=1 must be at least 2 \(with one token every weight is 1: the softmax "
                        r"would go untested\)"),
         (["--variant", "sliding-window", "--w", "4", "--n", "3"],
-         r"n=3 must be more than 4 \(a window narrower than the sequence"),
+         r"n=3 must be at least 5 \(a window narrower than the sequence"),
         (["--seed", "-1"], r"argument --seed: must be a non-negative integer, got -1"),
         (["--trials", "0"], r"argument --trials: must be a positive integer, got 0"),
         (["--bogus"], r"unrecognized arguments: --bogus"),
@@ -179,3 +179,12 @@ def test_console_script_help_lists_the_options():
         "--forward-only",
     ):
         assert option in done.stdout
+
+
+def test_a_combination_that_no_entry_point_computes_is_said_so(capsys):
+    status, out, _ = run(capsys, "--variant", "gqa", "--variant", "sliding-window", "--seed", "2",
+                         "--forward-only")  # fmt: skip
+    assert status == 0
+    assert "(no entry point computes it: grouped_query_attention takes no window; backward " in out
+    assert re.search(r"^  M\s+\d+×\d+\s+0\s+exact\s+pass$", out, re.M)  # the window, checked
+    assert not re.search(r"^  C · ", out, re.M)
