@@ -108,7 +108,7 @@ def _gradient_rows(entry: Entry, explicit: ExplicitGraph, inputs: dict, seed: in
     gradients = ExplicitGradients.of(explicit)
     generator = torch.Generator().manual_seed(seed + 1)
     upstream = torch.randint(-16, 17, gradients.dC.shape, generator=generator).double() / 8
-    values = gradients.evaluate_inputs(**inputs, dC=upstream)
+    values = gradients.evaluate_inputs(**inputs, **{gradients.upstream: upstream})
     leaves = {k: v.detach().clone().requires_grad_() for k, v in inputs.items()}
     steps = torch_values(explicit, leaves)
     for tensor in steps.values():
@@ -122,7 +122,7 @@ def _gradient_rows(entry: Entry, explicit: ExplicitGraph, inputs: dict, seed: in
             continue
         expected = torch.tensor(values.floats(step.output), dtype=torch.float64)
         rows.append(_row(step.output, expected, tensor.grad, GRADIENT_TOLERANCE))
-    read = Reader(explicit, dict(inputs) | {"dC": upstream})
+    read = Reader(explicit, dict(inputs) | {gradients.upstream: upstream})
     for twin in entry.twins:
         if not (isinstance(twin, GradientTwin) and twins.applies(twin, entry.options)):
             continue

@@ -119,14 +119,16 @@ class ExplicitGradients:
             int(sp.sympify(x).xreplace(forward.sizes)) for x in forward.graph.shapes[output]
         )
         self.dC = L.entries("d" + L.name_of(output), rows, cols)
-        self.inputs = {**forward.inputs, "dC": self.dC}
+        #: The upstream gradient's key among the inputs: ``"dC"``, the gradient of the output.
+        self.upstream = L.gradient(output)
+        self.inputs = {**forward.inputs, self.upstream: self.dC}
         self.steps = tuple(self._derive())
 
     def _repr_latex_(self) -> str:
         """Every gradient entry by its derived formula, in the named entries before it."""
         from .display import explicit_lines, matrix_line
 
-        lines = [matrix_line(L.MATRIX_LATEX["dC"], self.dC)]
+        lines = [matrix_line(L.MATRIX_LATEX[self.upstream], self.dC)]
         for step in self.steps:
             lines += explicit_lines(step)
         return "$$\\begin{aligned}" + " \\\\ ".join(lines) + "\\end{aligned}$$"
@@ -151,8 +153,8 @@ class ExplicitGradients:
         compact = self._compact()
         derived = []
         for key, head, entries, _ in reversed(nodes):
-            if key == "C":
-                continue  # \bar{C} is the upstream gradient, given
+            if key == self.forward.graph.output:
+                continue  # the output's gradient is the upstream gradient, given
             formula = entries.applyfunc(lambda u: Add(*terms.get(u, [])))
             gradient = entries.applyfunc(gradient_of)
             form = gradient.applyfunc(lambda e: compact.get(e, e))

@@ -2,6 +2,7 @@
 the built-in ones are, and every kind of mistake in a declaration is one line (exit status 2)
 that names the step and what is wrong, never a traceback."""
 
+import re
 import textwrap
 
 import pytest
@@ -146,7 +147,7 @@ def test_a_mistake_in_a_declaration_is_one_line_naming_the_step(tmp_path, capsys
         status, out, err = _run(capsys, command, "--variant", spec)
         assert status == 2 and out == "", (command, err)
         assert err.count("\n") == 1 and "Traceback" not in err, err
-        assert __import__("re").search(message, err), err
+        assert re.search(message, err), err
 
 
 @pytest.mark.parametrize(("twin", "message"), [
@@ -164,7 +165,7 @@ def test_a_twin_that_is_missing_or_misshapen_is_one_line(tmp_path, capsys, twin,
     """) + ":V"
     status, out, err = _run(capsys, "check", "--variant", spec, "--forward-only")
     assert status == 2 and err.count("\n") == 1 and "Traceback" not in err
-    assert __import__("re").search(message, err), err
+    assert re.search(message, err), err
 
 
 def test_a_file_or_attribute_that_is_not_there(tmp_path, capsys):
@@ -202,3 +203,32 @@ def test_parameters_take_defaults_in_the_sizes_and_values_from_the_command_line(
     assert derive.explicit_variant(found.name, 3, 2, 2, bias=sp.Rational(1, 2)).sizes[bias] == (
         sp.Rational(1, 2)
     )
+
+
+def test_a_step_inserted_after_the_context_with_a_matrix_of_its_own(capsys):
+    """An output gate, C_g = C ∘ σ(X W_g) (Qwen 3.5's, per whole context here): a weight
+    matrix and an output of the user's own, a step inserted after C; derived and checked."""
+    from derive.declare import d, i, j, x, z
+
+    w_g = declare.matrix("W_g", entry="wg", shape=(d, declare.c), latex="W_g",
+                         entry_latex="(W_g)")  # fmt: skip
+    gated = declare.matrix("C_g", entry="zg", shape=(n, declare.c), latex="C_g",
+                           entry_latex="z^{g}")  # fmt: skip
+    gate = declare.step(
+        "output_gate",
+        sp.Eq(gated[m, j], z[m, j] * declare.sigmoid(sp.Sum(x[m, i] * w_g[i, j], (i, 1, d)))),
+        shape=(n, declare.c), title="The output gate",
+        twin=lambda x_, c_, w: c_ * (x_ @ w).sigmoid(),
+    )  # fmt: skip
+    found = declare.variant("gated", title="Gated attention", inserts=[("C", gate)],
+                            register=True)  # fmt: skip
+    entry = derive.variant(found.name)
+    assert entry.graph.output == "C_g" and "W_g" in entry.graph.inputs
+    assert entry.graph.step("C_g").inputs == ("X", "C", "W_g")  # the twin's arguments, in order
+    gradients = {g.output for g in derive.backward_steps("gated")}
+    assert {"dW_g", "dC", "dX"} <= gradients  # X feeds the gate too
+    status, out, err = _run(capsys, "check", "--variant", "gated", "--seed", "3")
+    assert status == 0, out + err
+    assert re.search(r"^  C_g\s+\d+×\d+\s+\S+\s+1e-12\s+pass$", out, re.M)
+    assert re.search(r"^  dW_g\s+\d+×\d+\s+\S+\s+1e-10\s+pass$", out, re.M)
+    assert "no entry point compared: no twin of the whole is declared" in out

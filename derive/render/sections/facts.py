@@ -47,8 +47,8 @@ def counts(entry: Entry) -> list[Block]:
     counted = calculus.operation_count(graph)
     products = _counted(counted["matrix products"], "matrix product")
     transposes = _counted(counted["transposes"], "transpose")
-    heading = (f"{products} and {transposes}"[0].upper() + f"{products} and {transposes}"[1:]
-               if products and transposes else PV.COUNTS_HEADING)  # fmt: skip
+    heading = f"{products} and {transposes}" if products and transposes else PV.COUNTS_HEADING
+    heading = heading[0].upper() + heading[1:]
     output = graph.output
     composed = (f"{latex(L.matrix_symbol(output, *graph.shapes[output]))} &= "
                 f"{latex(calculus.composed_expression(graph))}")  # fmt: skip
