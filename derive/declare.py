@@ -34,9 +34,9 @@ What this module gives:
 - `base_step`, a step of a registered entry by its output or its name, to read or change;
 - `step`, a step declared by one entry's formula; `variant`, the variant (registered with
   ``register=True``, or by ``--variant file.py:NAME``); `claim`, an equality SymPy is to prove;
-  and the registry's kinds of claim (`SameAs`, `ReadsRows`, `RowsSumToOne`, `ShiftInvariance`,
-  `WeightsJacobian`, `RowsumIdentity`), sizes (`Size`), conditions (`AtLeast`, `Divides`,
-  `Even`), twins (`Twin`, `StepTwin`).
+  `bound`, an inequality; and the registry's kinds of claim (`SameAs`, `ReadsRows`,
+  `RowsSumToOne`, `ShiftInvariance`, `WeightsJacobian`, `RowsumIdentity`), sizes (`Size`),
+  conditions (`AtLeast`, `Divides`, `Even`), twins (`Twin`, `StepTwin`).
 
 A mistake in a declaration (a letter no step defines, an index outside its range, shapes that
 do not chain, a twin that does not exist or returns the wrong shape) is a `DeclarationError`
@@ -55,6 +55,7 @@ from .graph import Declaration, DeclarationError, Variant, register_variant
 from .graph import variant as _entry
 from .graph.claims import (
     BEFORE,
+    Bound,
     Equality,
     ReadsRows,
     RowsSumToOne,
@@ -74,7 +75,7 @@ __all__ = [
     "n", "d", "c", "h", "c_h", "m", "p", "r", "t", "i", "j", "x", "w_q", "w_k", "w_v", "q", "k",
     "v", "omega", "omega_tilde", "mask", "omega_hat", "a", "z", "w_o", "sigmoid", "RANGES",
     "matrix",
-    "base_step", "step", "variant", "claim", "Step", "DeclarationError", "Variant", "Size",
+    "base_step", "step", "variant", "claim", "bound", "Step", "DeclarationError", "Variant", "Size",
     "Parameter", "AtLeast", "Divides", "Even", "Twin", "StepTwin", "SameAs", "ReadsRows",
     "RowsSumToOne", "ShiftInvariance", "WeightsJacobian", "RowsumIdentity", "BEFORE",
 ]  # fmt: skip
@@ -177,6 +178,13 @@ def claim(lhs: sp.Expr, rhs: sp.Expr, *, title: str, text: str | None = None,
     title="…")``). A claim that does not hold stops the document: it never states what SymPy
     did not derive."""
     return Equality(sp.sympify(lhs), sp.sympify(rhs), title, how, text=text)
+
+
+def bound(smaller: sp.Expr, larger: sp.Expr, *, title: str, text: str | None = None) -> Bound:
+    """A bound SymPy is to prove, smaller ≤ larger (``bound(a[m, p], 1, title="…")``): the
+    difference with the formulas of the steps it names put in, simplified, and found
+    non-negative from what SymPy knows of its symbols (entries are real, sizes positive)."""
+    return Bound(sp.sympify(smaller), sp.sympify(larger), title, text=text)
 
 
 def variant(

@@ -40,5 +40,8 @@ def test_the_declared_variant_is_the_example_files():
     steps = [(s.name, s.title, s.element) for s in mine.build(root).declarations]
     assert steps == [(s.name, s.title, s.element) for s in theirs.build(root).declarations]
     assert mine.parameters == theirs.parameters and mine.name == theirs.name
-    assert [(c.lhs, c.rhs) for c in mine.claims] == [(c.lhs, c.rhs) for c in theirs.claims]
+    def stated(claim):
+        return {k: v for k, v in vars(claim).items() if k not in ("text", "heading", "then")}
+
+    assert [stated(c) for c in mine.claims] == [stated(c) for c in theirs.claims]
     assert "derive check --variant docs/examples/sigmoid_attention.py:SIGMOID" in README

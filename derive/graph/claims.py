@@ -26,6 +26,7 @@ __all__ = [
     "AllowedPairs", "RelativePosition", "ZeroAngles", "SameForEveryHead", "CacheAgainst",
     "WeightCount", "ScoreBound", "Absorption", "RowsSumToOne", "ShiftInvariance",
     "ScoreVariance", "ScaledScoreVariance", "WeightsJacobian", "RowsumIdentity", "Equality",
+    "Bound",
 ]  # fmt: skip
 
 #: The graph a variant's declarations were put into (its base, or the stage before it).
@@ -186,7 +187,23 @@ class Equality(Presented):
     how: str = ""
 
 
-Claim = (SameAs | ReadsRows | CacheSize | DecodeCost | AllowedPairs | RelativePosition
+@dataclass(frozen=True)
+class Bound(Presented):
+    """`smaller` ≤ `larger`, proved by SymPy: the formulas of the steps they name put in, the
+    difference simplified (exponentials written out) and found non-negative from what is known
+    of its symbols (real entries, positive sizes).
+
+    Attributes:
+        smaller, larger: SymPy expressions in the entries of the graph (``a[m, p]``, ``1``).
+        title: the heading of the fact.
+    """
+
+    smaller: sp.Expr
+    larger: sp.Expr
+    title: str
+
+
+Claim = (Bound | SameAs | ReadsRows | CacheSize | DecodeCost | AllowedPairs | RelativePosition
          | ZeroAngles | SameForEveryHead | CacheAgainst | WeightCount | ScoreBound | Absorption
          | RowsSumToOne | ShiftInvariance | ScoreVariance | ScaledScoreVariance | WeightsJacobian
          | RowsumIdentity | Equality)  # fmt: skip

@@ -33,6 +33,7 @@ from ..graph.claims import (
     BEFORE,
     Absorption,
     AllowedPairs,
+    Bound,
     CacheAgainst,
     CacheSize,
     Claim,
@@ -214,6 +215,24 @@ def _equality(graph: Graph, claim: Equality) -> Fact:
                 tuple(sorted(letters)), how)  # fmt: skip
 
 
+def _bound(graph: Graph, claim: Bound) -> Fact:
+    """smaller ≤ larger: the difference with the formulas of the steps it names put in, written
+    with exponentials and simplified, non-negative by SymPy's assumptions on its symbols."""
+    difference = sp.sympify(claim.larger) - sp.sympify(claim.smaller)
+    produced = {step.output for step in graph.declarations}
+    named = {L.letter_of(e) for e in difference.atoms(sp.Indexed)} & produced
+    put = inline(difference, graph, named)
+    value = sp.simplify(put.doit().rewrite(sp.exp))
+    holds = bool(value.is_nonnegative)
+    lhs = difference
+    statement = sp.Le(claim.smaller, claim.larger, evaluate=False)
+    lines = (Eq(lhs, put, evaluate=False), Eq(lhs, value, evaluate=False), statement)
+    claimed = statement if holds else sp.Le(claim.smaller, sp.nan, evaluate=False)
+    return Fact("bound", claim.title, lines, claimed, tuple(sorted(named)),
+                "the declared formulas put into the difference, simplified by SymPy and found "
+                "non-negative from what is known of its symbols")  # fmt: skip
+
+
 _PROVERS = {
     SameAs: _same_as, ReadsRows: _reads_rows, CacheSize: _cache_size, DecodeCost: _decode_cost,
     AllowedPairs: _allowed_pairs, SameForEveryHead: same_for_every_head,
@@ -229,6 +248,7 @@ _PROVERS = {
     WeightsJacobian: lambda graph, claim: softmax_jacobian(graph),
     RowsumIdentity: lambda graph, claim: rowsum_identity(graph),
     Equality: _equality,
+    Bound: _bound,
 }  # fmt: skip
 
 

@@ -70,6 +70,11 @@ SIGMOID = declare.variant(
             text="With the bias going to minus infinity every weight goes to 0, whatever the "
             "scores: $b$ sets how much attention a query pays in all.",
         ),
+        declare.bound(
+            a[m, p], 1,
+            title="No weight exceeds 1",
+            text="No weight exceeds 1, as with the softmax, though a row no longer sums to 1:",
+        ),
         declare.claim(
             sp.Derivative(a[m, p], omega_tilde[m, t]),
             sp.KroneckerDelta(p, t) * a[m, p] * (1 - a[m, p]),

@@ -37,6 +37,7 @@ def test_its_document_is_derived(capsys, tmp_path):
     assert r"\bar{\tilde{\Omega}} &= A \circ \bar{A} \circ \left(J - A\right)" in tex  # backward
     assert r"\lim_{b \to -\infty} a_{m,p}" in tex and "&= 0\n" in tex  # the claim, proved
     assert r"&= \left(1 - a_{m,p}\right) \delta_{p,t} a_{m,p}" in tex  # a diagonal Jacobian
+    assert r"a_{m,p} &\le 1" in tex  # the bound, derived from 1 − σ(x) = 1 / (e^x + 1)
     assert "declared as in the derivation of self-attention" in tex  # shared steps referenced
 
 
