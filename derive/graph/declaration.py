@@ -105,6 +105,18 @@ class Declaration:
         """The same step with another right-hand side (tests change one declaration this way)."""
         return replace(self, element=sp.Eq(self.element.lhs, rhs, evaluate=False))
 
+    def reading(self, renamed: Mapping[str, str]) -> Declaration:
+        """The same step reading other matrices in place of some it reads, by their entries'
+        names (``{"q": "qrot", "k": "krot"}``: the scores of the rotated queries and keys),
+        one head's as one head's."""
+        suffix = "_l" if self.head else ""
+        bases = {L.base(old): L.base(new) for old, new in renamed.items()}
+        shapes = dict(self.shapes)
+        for old, new in renamed.items():
+            shapes[L.BASES[new] + suffix] = shapes.pop(L.BASES[old] + suffix)
+        rhs = self.element.rhs.xreplace(bases)
+        return replace(self, element=sp.Eq(self.element.lhs, rhs, evaluate=False), shapes=shapes)
+
     def _repr_latex_(self) -> str:
         from ..notation import latex
 

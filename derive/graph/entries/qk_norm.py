@@ -53,18 +53,6 @@ def rms_norm(which: str, head: bool, rows: sp.Expr) -> Declaration:
     )
 
 
-def _reads(step: Declaration) -> Declaration:
-    """The scores step reading the normalised queries and keys."""
-    bases = {L.base(name): L.base(new) for name, new in _NORMED.items()}
-    suffix = "_l" if step.head else ""
-    shapes = dict(step.shapes)
-    for name, new in _NORMED.items():
-        shapes[L.BASES[new] + suffix] = shapes.pop(name.upper() + suffix)
-    element = Eq(step.element.lhs, step.element.rhs.xreplace(bases), evaluate=False)
-    return Declaration(step.name, step.output, step.title, element, shapes, step.constant,
-                       step.twin)  # fmt: skip
-
-
 def with_qk_norm(graph: Graph) -> Graph:
     """`graph` with its queries and keys RMS-normalised before the scores (per head)."""
     steps: list[Declaration] = []
@@ -79,7 +67,7 @@ def with_qk_norm(graph: Graph) -> Graph:
         found = True
         rows = {letter[0].lower(): step.shapes[letter][0] for letter in step.inputs}
         steps += [rms_norm("q", step.head, rows["q"]), rms_norm("k", step.head, rows["k"]),
-                  _reads(step)]  # fmt: skip
+                  step.reading(_NORMED)]  # fmt: skip
     if not found:
         raise ValueError(f"{graph.name} has no scores for QK-norm to normalise")
     return Graph(graph.name + " with QK-norm", tuple(steps), graph.relations)

@@ -20,8 +20,6 @@ tables (`compute_rope_params`) at the positions 0 … n − 1.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import sympy as sp
 from sympy import Eq, KroneckerDelta, Piecewise, Sum, cos, sin
 
@@ -109,18 +107,6 @@ def apply_rope(source: str, head: bool, rows: sp.Expr) -> Declaration:
     )
 
 
-def _reads(step: Declaration, rotated: dict[str, str]) -> Declaration:
-    """The scores step reading the rotated queries and keys."""
-    bases = {L.base(name): L.base(new) for name, new in rotated.items()}
-    rhs = step.element.rhs.xreplace(bases)
-    shapes = dict(step.shapes)
-    suffix = "_l" if step.head else ""
-    for name, new in rotated.items():
-        old = L.BASES[name] + suffix
-        shapes[L.BASES[new] + suffix] = shapes.pop(old)
-    return replace(step, element=Eq(step.element.lhs, rhs, evaluate=False), shapes=shapes)
-
-
 def with_rope(graph: Graph) -> Graph:
     """`graph` with its queries and keys rotated before the scores (per head, where it has
     heads): the angles, the rotation, the two rotations, and the scores reading them."""
@@ -140,7 +126,7 @@ def with_rope(graph: Graph) -> Graph:
             rotate_half(step.head),
             apply_rope(query, step.head, rows[query]),
             apply_rope(key, step.head, rows[key]),
-            _reads(step, {query: _ROTATED[query], key: _ROTATED[key]}),
+            step.reading({query: _ROTATED[query], key: _ROTATED[key]}),
         ]
     if len(steps) == len(graph.declarations):
         raise ValueError(f"{graph.name} has no scores for RoPE to rotate")
