@@ -52,7 +52,7 @@ def _gradients(
     c = w_q.shape[-1]
     q, k, v = x @ w_q, x @ w_k, x @ w_v
     allowed = _masks.allowed_positions(x.shape[-2], x.device, causal, None)
-    context, a = _core.attend_explicitly(q, k, v, c, allowed, 0.0)
+    context, a = _core.attend_explicitly(q, k, v, scale=_core.scale(c), allowed=allowed)
     d_v = a.mT @ grad_c  # a: (*batch, n, n) -> its transpose
     d_a = grad_c @ v.mT  # v: (*batch, n, c) -> (*batch, c, n)
     row_sums = (grad_c * context).sum(dim=-1, keepdim=True)  # Σ_r a_{m,r} dA_{m,r}, (*batch, n, 1)

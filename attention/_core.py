@@ -8,6 +8,7 @@ Shapes use the book's letters: x (*batch, n, d), w (d, c), q (*batch, n, c), k/v
 (*batch, h, n, c_h).
 """
 
+import dataclasses
 import math
 
 import torch
@@ -15,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import _fused
-from ._masks import allowed_positions, band_allowed, hide_unattended, masked_softmax
+from ._masks import allowed_positions, hide_unattended, masked_softmax
 
 
 def projection(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
@@ -42,11 +43,12 @@ def scaled_scores(omega: Tensor, width: int) -> Tensor:
     return omega * scale(width)
 
 
-def softmax_rows(scaled: Tensor, allowed: Tensor | None) -> Tensor:
-    """Softmax of each row (over the keys p), masked entries 0."""
-    if allowed is None:
+def softmax_rows(scaled: Tensor, allowed: Tensor | None, sinks: Tensor | None = None) -> Tensor:
+    """Softmax of each row (over the keys p), masked entries 0; with `sinks` (broadcastable to
+    (..., n, 1)), a sink logit in each row's denominator."""
+    if allowed is None and sinks is None:
         return torch.softmax(scaled, dim=-1)
-    return masked_softmax(scaled, allowed)
+    return masked_softmax(scaled, allowed, sinks)
 
 
 def weights(omega: Tensor, width: int, allowed: Tensor | None) -> Tensor:
@@ -59,46 +61,71 @@ def context(a: Tensor, v: Tensor) -> Tensor:
     return a @ v
 
 
+def softcapped(scaled: Tensor, cap: float) -> Tensor:
+    """cap · tanh(ω̃ / cap): every score within (−cap, cap), nearly unchanged where |ω̃| ≪ cap."""
+    return torch.tanh(scaled / cap) * cap
+
+
+def alibi_bias(slopes: Tensor, n: int, s: int, offset: int = 0) -> Tensor:
+    """ALiBi's bias (h, n, s): −μ_ℓ (m + offset − p) for query m (at position m + offset) and
+    key p of head ℓ, slopes μ (h,)."""
+    queries = torch.arange(offset, offset + n, device=slopes.device, dtype=slopes.dtype)
+    keys = torch.arange(s, device=slopes.device, dtype=slopes.dtype)
+    distance = queries[:, None] - keys  # (n, 1) - (s,) -> (n, s)
+    return -slopes[:, None, None] * distance  # (h, 1, 1) · (n, s) -> (h, n, s)
+
+
+def expand_groups(t: Tensor, heads: int) -> Tensor:
+    """(*batch, g, n, c_h) -> (*batch, h, n, c_h): each group repeated h/g times in place."""
+    return t.repeat_interleave(heads // t.shape[-3], dim=-3)
+
+
+#: Inputs of lower precision are normalised in float32, as the book's Qwen 3 `RMSNorm` does.
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def rms_norm(
+    x: Tensor, gain: Tensor, eps: float, shift: Tensor | None = None, upcast: bool = True
+) -> Tensor:
+    """x / √(mean(x²) + ε) ∘ g (+ shift) over the last axis; float16/bfloat16 in float32 with
+    `upcast`; returned in x's dtype."""
+    dtype = x.dtype
+    if upcast and dtype in _LOW_PRECISION:
+        x = x.float()
+    out = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * gain
+    if shift is not None:
+        out = out + shift
+    return out.to(dtype)
+
+
 def attend_explicitly(
-    q: Tensor, k: Tensor, v: Tensor, width: int, allowed: Tensor | None, dropout_p: float
-) -> tuple[Tensor, Tensor]:
-    """(C, A) step by step: Ω = QKᵀ, A = softmax(Ω/√c), dropout on A, C = AV.
-
-    q: (..., n, c), k, v: (..., s, c); `width` is the c of √c; `allowed` broadcasts to
-    (..., n, s).
-    """
-    a = weights(scores(q, k), width, allowed)
-    if dropout_p > 0.0:
-        a = F.dropout(a, p=dropout_p)
-    return context(a, v), a
-
-
-def attend_fused(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    width: int,
-    causal: bool,
+    *,
+    scale: float,
     allowed: Tensor | None,
-    window: int | None = None,
-) -> Tensor:
-    """C from PyTorch's fused kernel (and the exact backward of `attention._fused`).
+    dropout_p: float = 0.0,
+    softcap: float | None = None,
+    bias: Tensor | None = None,
+    sinks: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """(C, A) step by step: Ω = QKᵀ, ω̃ = scale·Ω (softcapped, plus ALiBi's `bias`), A the
+    softmax of each row (with the sink's logit in its denominator), dropout on A, C = AV.
 
-    q: (*batch, h, n, c_h), k, v: (*batch, h, s, c_h), h ≥ 1; `allowed` (the user's masks,
-    causal and the window kept apart, or None) broadcasts to (*batch, 1, n, s). Only a 4-D
-    (B, h, n, c_h) input reaches the fused kernel (a 2-D one falls back to the math kernel: 3×
-    slower and O(n²) memory), hence the reshapes.
+    q: (..., n, c), k, v: (..., s, c) (with heads, (..., h, ·, c_h)); `allowed` and `bias`
+    broadcast to (..., n, s); sinks (h,) or None.
     """
-    *lead, heads, n, head_width = q.shape
-    s = k.shape[-2]
-    q4 = q.reshape(-1, heads, n, head_width)  # (*batch, h, n, c_h) -> (B, h, n, c_h)
-    k4 = k.reshape(-1, heads, s, head_width)  # (*batch, h, s, c_h) -> (B, h, s, c_h)
-    v4 = v.reshape(-1, heads, s, head_width)
-    if allowed is not None:
-        rows = allowed.shape[-2]  # 1 for key padding alone, else n
-        allowed = torch.broadcast_to(allowed, (*lead, 1, rows, s)).reshape(-1, 1, rows, s)
-    out = _fused.attention(q4, k4, v4, scale(width), causal, allowed, window)
-    return out.view(*lead, heads, n, head_width)  # (B, h, n, c_h) -> (*batch, h, n, c_h)
+    scaled = scores(q, k) * scale
+    if softcap is not None:
+        scaled = softcapped(scaled, softcap)
+    if bias is not None:
+        scaled = scaled + bias
+    column = None if sinks is None else sinks.to(scaled.dtype)[:, None, None]  # (h, 1, 1)
+    a = softmax_rows(scaled, allowed, column)
+    if dropout_p > 0.0:
+        a = F.dropout(a, p=dropout_p)
+    return context(a, v), a
 
 
 def attend(
@@ -106,40 +133,85 @@ def attend(
     k: Tensor,
     v: Tensor,
     *,
-    width: int,
-    causal: bool,
-    allowed: Tensor | None,
-    dropout_p: float,
-    return_weights: bool,
+    scale: float,
     heads: bool,
+    causal: bool = False,
     window: int | None = None,
+    offset: int = 0,
+    allowed: Tensor | None = None,
+    dropout_p: float = 0.0,
+    return_weights: bool = False,
+    softcap: float | None = None,
+    slopes: Tensor | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """C (or (C, A)) from Q, K, V, choosing the fused or the explicit path; `width` is the c
-    of the 1/√c scaling (c_h with heads). `allowed`: the user's masks (`_masks.given_masks`,
-    (*batch, 1 or n, s), shared by the heads), causal and the window (with causal: query m
-    attends key p iff 0 ≤ m − p < w) kept apart.
+    """C (or (C, A)) from Q, K, V: the one entry to the fast path (`attention._fused`) and the
+    explicit path, every variant's.
+
+    q (*batch, n, c) and k, v (*batch, s, c); with `heads`, q (*batch, h, n, c_h) and k, v
+    (*batch, g, s, c_h), g dividing h. `scale`: the factor of q·k (1/√c, or 1/√c_h). `causal`:
+    query m, at position m + `offset`, attends keys p ≤ m + offset (offset s − n when new tokens
+    attend a cache); `window` w (with causal): only m + offset − p < w. `allowed`: the user's
+    masks (`_masks.given_masks`, (*batch, 1 or n, s), shared by the heads). `softcap`, `slopes`
+    (ALiBi, (h,), with causal) and `sinks` ((h,)): the score modifications of `_fused`'s
+    docstring.
 
     The explicit path serves when A is wanted or dropout is on (so that dropout draws the same
-    random numbers as the book's `nn.Dropout` on the weights); otherwise the fused kernel runs
-    (with a window narrower than the sequence, block by block). Keys that no query may attend
-    are zeroed first (`_masks.hide_unattended`).
+    random numbers as the book's `nn.Dropout` on the weights); otherwise the fast path runs.
+    Keys that no query may attend are zeroed first (`_masks.hide_unattended`).
     """
-    if window is not None and window >= q.shape[-2]:
-        window = None  # a window as long as the sequence is the causal mask
+    n = q.shape[-2]
+    if window is not None and window >= offset + n:
+        window = None  # every query reaches back to key 0: the causal mask
     k, v = hide_unattended(k, v, causal, allowed, heads, window)
     if heads and allowed is not None:
         allowed = allowed.unsqueeze(-3)  # (*batch, R, s) -> (*batch, 1, R, s): shared by heads
     if return_weights or dropout_p > 0.0:
-        full = allowed_positions(q.shape[-2], q.device, causal, allowed, window)
-        c, a = attend_explicitly(q, k, v, width, full, dropout_p)
+        s = k.shape[-2]
+        full = allowed_positions(n, q.device, causal, allowed, window, keys=s, offset=offset)
+        bias = None if slopes is None else alibi_bias(slopes, n, s, offset)
+        if heads and k.shape[-3] != q.shape[-3]:  # g groups: each repeated for its h/g heads
+            k, v = expand_groups(k, q.shape[-3]), expand_groups(v, q.shape[-3])
+        c, a = attend_explicitly(
+            q, k, v, scale=scale, allowed=full, dropout_p=dropout_p, softcap=softcap, bias=bias,
+            sinks=sinks,
+        )  # fmt: skip
         return (c, a) if return_weights else c
     if not heads:
         q, k, v = q.unsqueeze(-3), k.unsqueeze(-3), v.unsqueeze(-3)  # (*b, n, c) -> (*b, 1, n, c)
         if allowed is not None:
             allowed = allowed.unsqueeze(-3)  # (*batch, R, s) -> (*batch, 1, R, s)
-        out = attend_fused(q, k, v, width, causal, allowed, window)
-        return out.squeeze(-3)  # (*batch, 1, n, c) -> (*batch, n, c)
-    return attend_fused(q, k, v, width, causal, allowed, window)
+    options = _fused.Scores(scale, causal, window, offset, None, softcap, slopes)
+    out = attend_fused(q, k, v, options, allowed, sinks)
+    return out.squeeze(-3) if not heads else out  # (*batch, 1, n, c) -> (*batch, n, c)
+
+
+def attend_fused(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    options: "_fused.Scores",
+    allowed: Tensor | None,
+    sinks: Tensor | None = None,
+) -> Tensor:
+    """C from the fast path, q (*batch, h, n, c_h), k, v (*batch, g, s, c_h); `allowed` (the
+    user's masks) broadcasts to (*batch, 1, R, s). Only a 4-D (B, h, n, c_h) input reaches the
+    fused kernel (a 2-D one falls back to the math kernel: 3× slower and O(n²) memory), hence
+    the reshapes."""
+    *lead, heads, n, width = q.shape
+    groups, s = k.shape[-3], k.shape[-2]
+    q4 = q.reshape(-1, heads, n, width)  # (*batch, h, n, c_h) -> (B, h, n, c_h)
+    k4 = k.reshape(-1, groups, s, width)  # (*batch, g, s, c_h) -> (B, g, s, c_h)
+    v4 = v.reshape(-1, groups, s, width)
+    if allowed is not None:
+        rows = allowed.shape[-2]  # 1 for key padding alone, else n
+        if allowed.dim() == 2:  # one mask for the whole batch: broadcast, not copied
+            allowed = allowed.view(1, 1, rows, s)
+        else:
+            allowed = torch.broadcast_to(allowed, (*lead, 1, rows, s)).reshape(-1, 1, rows, s)
+    options = dataclasses.replace(options, allowed=allowed)
+    out = _fused.attention(q4, k4, v4, options, sinks)
+    return out.view(*lead, heads, n, width)  # (B, h, n, c_h) -> (*batch, h, n, c_h)
 
 
 def split_heads(t: Tensor, heads: int) -> Tensor:
@@ -155,29 +227,18 @@ def merge_heads(t: Tensor) -> Tensor:
 
 
 def attend_new_rows(
-    q: Tensor, k: Tensor, v: Tensor, *, width: int, window: int | None, dropout_p: float,
-    heads: bool,
+    q: Tensor, k: Tensor, v: Tensor, *, scale: float, window: int | None, dropout_p: float,
+    heads: bool, softcap: float | None = None, slopes: Tensor | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor:  # fmt: skip
     """The context rows of t new tokens during generation: their queries q (..., t, c) against
     the keys k and values v (..., s, c) of every token so far, whose last t rows are the new
     tokens' own. New token i sits at position s − t + i and attends key p iff p ≤ s − t + i
-    (and s − t + i − p < w with a window).
-
-    Without cached rows (s = t) this is causal self-attention over the new rows, on the fast
-    path; with them, the explicit path on the window's keys (one row of scores per new token).
-    """
-    t, s = q.shape[-2], k.shape[-2]
-    if t == s:
-        return attend(
-            q, k, v, width=width, causal=True, allowed=None, dropout_p=dropout_p,
-            return_weights=False, heads=heads, window=window,
-        )  # fmt: skip
-    if window is not None and s > window + t - 1:  # the keys no new token can see
-        s = window + t - 1
-        k, v = k[..., -s:, :], v[..., -s:, :]  # (..., s, c) -> (..., w + t − 1, c)
-    # one new token after trimming sees every key: no mask to apply
-    allowed = None if t == 1 else band_allowed(range(s - t, s), range(s), window, q.device)
-    return attend_explicitly(q, k, v, width, allowed, dropout_p)[0]
+    (and s − t + i − p < w with a window): causal attention at offset s − t, whose blocks read
+    the window's keys only."""
+    offset = k.shape[-2] - q.shape[-2]
+    return attend(q, k, v, scale=scale, heads=heads, causal=True, window=window, offset=offset,
+                  dropout_p=dropout_p, softcap=softcap, slopes=slopes, sinks=sinks)  # fmt: skip
 
 
 def kept_rows(cache: Tensor, window: int | None, dim: int = -2) -> Tensor:

@@ -1,4 +1,30 @@
-"""The fast path: PyTorch's fused kernel forward, and a backward pass that is exact at any scale.
+"""The one fast path: every variant's attention without an n×n matrix, and one backward pass,
+blockwise and exact at any score scale.
+
+What it computes. Queries q (B, h, n, c_h) in h heads; keys and values k, v (B, g, s, c_h) in g
+groups, g dividing h, head ℓ (0-based) reading group ℓ // (h/g) (g = h: multi-head attention;
+g = 1: multi-query attention). Query m sits at position m + o (`offset` o: 0 in self-attention,
+s − n when new tokens attend a cache) and key p at position p. Each row of scores is, in this
+order (`Scores`):
+
+    ω̃_{m,p} = scale · q_m · k_p                        (scale = 1/√c_h, or 1/√query_pre_attn_scalar)
+    ω̃_{m,p} ← cap · tanh(ω̃_{m,p} / cap)                 (logit softcapping, Gemma 2)
+    ω̃_{m,p} ← ω̃_{m,p} − μ_ℓ · (m + o − p)               (ALiBi: a slope μ_ℓ per head, BLOOM)
+    ω̃_{m,p} ← −∞ unless p is allowed                   (causal p ≤ m + o; a window m + o − p < w;
+                                                         the user's masks, shared by the heads)
+    a_{m,p} = exp(ω̃_{m,p}) / (exp(σ_ℓ) + Σ_r exp(ω̃_{m,r}))   (a sink logit σ_ℓ per head, GPT-OSS;
+                                                         without sinks the exp(σ_ℓ) term is 0)
+
+and C = A V. A query that may attend no key gets a zero row (with a sink, the sink takes all its
+weight: the same zero row).
+
+The forward pass. Without softcapping, ALiBi or sinks, PyTorch's fused kernel
+(`scaled_dot_product_attention`, its own grouped-query support, so K and V are never repeated):
+whole when the mask is the kernel's causal flag or the user's mask, and block by block when a
+window or an offset bands the keys (each block of query rows against the keys its band reaches,
+with the band as the block's mask, so that neither pass holds an n×n matrix or does n² work).
+With a modification the kernel does not know, `_sweep` below: the same blocks, the scores of each
+computed, modified and normalised in full.
 
 Why not the kernel's own backward. With X = randn(2, 5, 3)·s and random 3×4 weights, the weight
 gradients of the fused kernel's backward on the CPU (float32) against a float64 reference are
@@ -12,26 +38,26 @@ saturated row, so their rounding error, multiplied by K, lands in dQ. Recomputin
 float32 lse (tests/benchmarks/bench_gradients_at_scale.py measures every variant) is no cure:
 it is as wrong as the kernel at s = 1000 (and with D = rowsum(P ∘ dA), far worse).
 
-The cure: the backward below takes each block of query rows with all their keys, recomputes
-S = (Q/√c)Kᵀ for the block, and its softmax exactly as the explicit path does (the row maximum
-subtracted, so the winning key gets exp(0) = 1), then the derived formulas
+The backward pass (`_sweep` with the upstream gradient): each block of query rows with all the
+keys they may attend, its scores recomputed and normalised exactly as the explicit path does (the
+row maximum subtracted, so the winning key gets exp(0) = 1), then the derived formulas
 
-    dV = Aᵀ dC,  dA = dC Vᵀ,  dS = A ∘ (dA − rowsum(A ∘ dA)),  dΩ = dS/√c,
-    dQ = dΩ K,  dK = dΩᵀ Q
+    dV = Aᵀ dC,  dA = dC Vᵀ,  dΩ̃' = A ∘ (dA − rowsum(A ∘ dA)),
+    dΩ̃ = dΩ̃' ∘ (1 − tanh²(ω̃/cap))           (softcapping; ALiBi's bias has no gradient),
+    dσ_ℓ = −Σ_m a_{m,σ} rowsum(A ∘ dA)_m      (a sink carries no value: its dA is 0),
+    dQ = scale · dΩ̃ K,  dK = scale · dΩ̃ᵀ Q
 
-(`torch._softmax_backward_data` is dS in one pass). Its gradients agree with the float64
-reference as well as the explicit path's at every scale. A block holds `rows` × n scores
-(`_plan`: 2¹⁷ entries or 128 rows, whichever is more; a few (batch, head) slices at a time), so
-the extra memory is four such blocks plus dQ, dK, dV: O(n·c), never an n×n matrix (about 110 MiB at
-n = 16384, c = 64, forward and backward, against 1 GiB for one n×n float32 matrix). With
-`causal`, a block of rows r0…r1 needs keys < r1 only, which halves the work.
+(`torch._softmax_backward_data` is dΩ̃' in one pass, the sink's column included, since its dA is
+0). Its gradients agree with the float64 reference as well as the explicit path's at every
+scale. The h/g query heads of a group go through each matrix product together, as (h/g)·b rows
+against their group's keys, so dK and dV sum over the group's heads inside the products.
 
-Sliding windows. With a window w (query m attends key p iff 0 ≤ m − p < w), the forward runs
-the fused kernel block by block too: each block of query rows r0…r1 − 1 against its keys
-r0 − w + 1 … r1 − 1 only, with the band as a boolean mask of (r1 − r0) × (r1 − r0 + w − 1)
-entries, so that neither pass ever holds an n×n matrix (the kernel given one n×n boolean mask
-would, and would do n² work); the backward takes the same blocks. Cross-attention (n queries, s
-keys, never causal) goes through the same code with s in place of n for the keys.
+Memory. A block holds `rows` × keys scores per slice (`_plan`: about 2¹⁷ entries or 128 rows,
+whichever is more, and a few (batch, group) slices at a time), so the extra memory is a few such
+blocks plus copies of Q, K, V, dC and the gradients: O(n·c), never an n×n matrix (about 110 MiB
+at n = 16384, c = 64, forward and backward, against 1 GiB for one n×n float32 matrix). With
+causal attention a block of rows needs the keys before its last row only, which halves the
+work; with a window, the w − 1 keys before its first row and its own.
 
 Devices: the same code runs on any device (its operations are plain torch ops). On a GPU it
 would be slower than the fused backward kernels there, which also recompute P from a stored
@@ -39,101 +65,140 @@ log-sum-exp; neither their accuracy nor our speed there is measured (no GPU here
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ._masks import allowed_positions, band_allowed, fully_masked_rows
+from ._masks import allowed_positions, band, fully_masked_rows
 
-#: Scores per query block of one (batch, head) slice: 2¹⁷ float32 entries, 512 KiB (a core's L2
-#: cache holds the block's four such matrices at n ≤ 1024).
+__all__ = ["Scores", "attention", "gradients"]
+
+#: Scores per query block of one slice: 2¹⁷ float32 entries, 512 KiB (a core's L2 cache holds
+#: the block's four such matrices at n ≤ 1024).
 ROW_ENTRIES = 2**17
 #: Fewer query rows than this make the block's matrix products slow: dV and dK sum over the
 #: block's rows (one thread, backward alone against torch's: 64 rows 1.45×, 128 rows 1.32×,
 #: 256 rows 1.41× at n = 4096; 1.27×, 1.25×, 1.46× at n = 1024).
 MIN_ROWS = 128
-#: Scores per block across slices: several (batch, head) slices go through each batched matrix
+#: Scores per block across slices: several (batch, group) slices go through each batched matrix
 #: product, so that the threads work on slices of their own (forward + backward against torch's
 #: at batch 4, 12 heads, n = 1024, two threads: one slice per block 1.28×, two 1.18×, four 1.11×,
 #: six 1.07-1.09×, twelve 1.08-1.16×). 2¹⁹ is four slices of 128 rows at n = 1024.
 BLOCK_ENTRIES = 2**19
 
 
-def attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    scale: float,
-    causal: bool,
-    allowed: Tensor | None,
-    window: int | None = None,
-) -> Tensor:
-    """C = softmax(QKᵀ·scale, masked) V for q of shape (B, h, n, c_h), k and v (B, h, s, c_h).
+@dataclass(frozen=True, eq=False)
+class Scores:
+    """How each row of scores is formed before its softmax (the module docstring's order).
 
-    `allowed` (B, 1, R, s) with R ∈ {1, n}, or None: the user's masks, causal and the window
-    kept apart. `causal` (s = n) keeps p ≤ m; `window` w < n (with causal) keeps 0 ≤ m − p < w.
-    A query that may attend no key gets a zero row. With gradients, through `FusedAttention`.
+    scale: the factor of q·k. causal: query m (at position m + offset) attends keys p ≤ m +
+    offset; window w (with causal): only m + offset − p < w. allowed: the user's masks, (B or 1,
+    1, R, s) with R ∈ {1, n}, True = may attend, or None. softcap: cap, or None. slopes: ALiBi's
+    μ_ℓ, (h,), or None (with causal: the bias −μ_ℓ (m + offset − p)).
     """
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return FusedAttention.apply(q, k, v, scale, causal, allowed, window)
-    return _forward(q, k, v, scale, causal, allowed, window)
+
+    scale: float
+    causal: bool = False
+    window: int | None = None
+    offset: int = 0
+    allowed: Tensor | None = None
+    softcap: float | None = None
+    slopes: Tensor | None = None
+
+    @property
+    def kernel_knows(self) -> bool:
+        """Whether the fused kernel computes these scores itself (no softcap, no ALiBi)."""
+        return self.softcap is None and self.slopes is None
+
+    @property
+    def banded(self) -> bool:
+        """Whether the allowed keys of a row form a band other than the kernel's causal one."""
+        return self.causal and (self.window is not None or self.offset != 0)
 
 
-def _forward(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    scale: float,
-    causal: bool,
-    allowed: Tensor | None,
-    window: int | None,
+def attention(
+    q: Tensor, k: Tensor, v: Tensor, scores: Scores, sinks: Tensor | None = None
 ) -> Tensor:
-    if window is not None:
-        return _windowed_forward(q, k, v, scale, window, allowed)
+    """C (B, h, n, c_h) for q (B, h, n, c_h), k and v (B, g, s, c_h), `sinks` σ (h,) or None.
+    With gradients, through `_Attention` (the blockwise exact backward)."""
+    leaves = (q, k, v) if sinks is None else (q, k, v, sinks)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in leaves):
+        s = scores
+        return _Attention.apply(q, k, v, sinks, s.allowed, s.slopes, s.scale, s.causal, s.window,
+                                s.offset, s.softcap)  # fmt: skip
+    return _forward(q, k, v, scores, sinks)
+
+
+def _forward(q: Tensor, k: Tensor, v: Tensor, scores: Scores, sinks: Tensor | None) -> Tensor:
+    if sinks is not None or not scores.kernel_knows:
+        return _sweep(q, k, v, scores, sinks)[0]
+    if scores.banded:
+        return _banded_forward(q, k, v, scores)
+    gqa = q.shape[1] != k.shape[1]
+    allowed = scores.allowed
     if allowed is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+        return F.scaled_dot_product_attention(
+            q, k, v, is_causal=scores.causal, scale=scores.scale, enable_gqa=gqa
+        )
     # the kernel takes a mask or its causal flag, not both: with a mask, causal joins it
-    allowed = allowed_positions(q.shape[-2], q.device, causal, allowed)
+    allowed = allowed_positions(q.shape[-2], q.device, scores.causal, allowed)
     dead = fully_masked_rows(allowed).unsqueeze(-1)  # (B, 1, R) -> (B, 1, R, 1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed | dead, scale=scale)
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=allowed | dead, scale=scores.scale, enable_gqa=gqa
+    )
     return out.masked_fill(dead, 0.0)  # opened only to avoid 0/0: those rows are zero
 
 
-def _windowed_forward(
-    q: Tensor, k: Tensor, v: Tensor, scale: float, window: int, allowed: Tensor | None
-) -> Tensor:
-    """The fused kernel on each block of query rows r0…r1 − 1 against keys r0 − w + 1 … r1 − 1,
-    with the band (and the user's masks) as its mask.
+def _key_range(scores: Scores, first: int, last: int, total: int) -> tuple[int, int]:
+    """(low, high): the keys low … high − 1 that the queries at positions first … last − 1 may
+    attend, before the user's masks: all s without causal; p < last with it; and p > first − w
+    with a window w."""
+    if not scores.causal:
+        return 0, total
+    low = 0 if scores.window is None else max(0, first - scores.window + 1)
+    return low, min(total, last)
 
-    Every block whose keys start at r0 − w + 1 ≥ 0 sees the same band, relative to its first
-    row, so one additive mask (0 or −∞, in q's dtype) serves them all: a boolean mask would be
-    turned into such a one by the kernel at every call, which costs more than the block's
+
+def _banded_forward(q: Tensor, k: Tensor, v: Tensor, scores: Scores) -> Tensor:
+    """The fused kernel on each block of query rows against the keys of its band (a window, or
+    the cache before new tokens), with the band (and the user's masks) as its mask.
+
+    With a window, every block whose band starts at a key ≥ 0 sees the same band relative to its
+    first row, so one additive mask (0 or −∞, in q's dtype) serves them all: a boolean mask would
+    be turned into such a one by the kernel at every call, which costs more than the block's
     attention at small widths.
     """
     batch, heads, n, _ = q.shape
-    _, rows = _plan(batch * heads, n, window=window)
-    span = rows + window - 1
-    inside = band_allowed(range(window - 1, window - 1 + rows), range(span), window, q.device)
-    shared = _additive(inside, q.dtype)  # (rows, rows + w − 1), for blocks with r0 ≥ w − 1
+    groups, total = k.shape[1], k.shape[2]
+    window, offset, allowed = scores.window, scores.offset, scores.allowed
+    _, rows = _plan(batch * groups, n, total, window, heads // groups)
+    shared = None
+    if window is not None:
+        span = rows + window - 1
+        inside = band(window - 1, window - 1 + rows, 0, span, window, q.device)
+        shared = _additive(inside, q.dtype)  # (rows, rows + w − 1), for a band starting ≥ 0
     out = q.new_empty(q.shape)
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
-        lo = max(0, r0 - window + 1)
-        if r0 >= window - 1:
-            block = shared[: r1 - r0, : r1 - lo]
-        else:  # the first blocks: fewer keys than the band would reach
-            block = _additive(band_allowed(range(r0, r1), range(lo, r1), window, q.device), q.dtype)
+        first, last = r0 + offset, r1 + offset  # the block's positions
+        low, high = _key_range(scores, first, last, total)
+        if shared is not None and first - window + 1 >= 0 and last <= total:
+            block = shared[: r1 - r0, : high - low]
+        else:
+            block = _additive(band(first, last, low, high, window, q.device), q.dtype)
         dead = None
         if allowed is not None:
             rows_of = slice(r0, r1) if allowed.shape[-2] > 1 else slice(None)
-            given = (block == 0) & allowed[..., rows_of, lo:r1]  # -> (B, 1, b, keys)
+            given = (block == 0) & allowed[..., rows_of, low:high]  # -> (B, 1, b, K)
             dead = fully_masked_rows(given).unsqueeze(-1)  # (B, 1, b) -> (B, 1, b, 1)
             block = _additive(given | dead, q.dtype)
         part = F.scaled_dot_product_attention(
-            q[:, :, r0:r1], k[:, :, lo:r1], v[:, :, lo:r1], attn_mask=block, scale=scale
-        )  # (B, h, b, c_h)
+            q[:, :, r0:r1], k[:, :, low:high], v[:, :, low:high], attn_mask=block,
+            scale=scores.scale, enable_gqa=heads != groups,
+        )  # (B, h, b, c_h)  # fmt: skip
         out[:, :, r0:r1] = part if dead is None else part.masked_fill(dead, 0.0)
     return out
 
@@ -145,112 +210,209 @@ def _additive(allowed: Tensor, dtype: torch.dtype) -> Tensor:
     )
 
 
-class FusedAttention(torch.autograd.Function):
-    """The fused kernel forward; the blockwise backward of this module's docstring."""
+class _Attention(torch.autograd.Function):
+    """`_forward`, and `_sweep`'s exact blockwise backward. The scores' options travel as plain
+    arguments (torch.compile traces an autograd.Function whose arguments are tensors and
+    constants)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, scale, causal, allowed, window):  # type: ignore[override]
-        ctx.save_for_backward(q, k, v, allowed)
-        ctx.scale, ctx.causal, ctx.window = scale, causal, window
-        return _forward(q, k, v, scale, causal, allowed, window)
+    def forward(ctx, q, k, v, sinks, allowed, slopes, scale, causal, window, offset, softcap):  # type: ignore[override]  # noqa: E501
+        scores = Scores(scale, causal, window, offset, allowed, softcap, slopes)
+        ctx.save_for_backward(q, k, v, sinks, allowed, slopes)
+        ctx.options = (scale, causal, window, offset, softcap)
+        return _forward(q, k, v, scores, sinks)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out):  # type: ignore[override]
-        q, k, v, allowed = ctx.saved_tensors
-        dq, dk, dv = gradients(q, k, v, grad_out, ctx.scale, ctx.causal, allowed, ctx.window)
-        return dq, dk, dv, None, None, None, None
-
-
-def _plan(slices: int, n: int, keys: int | None = None, window: int | None = None) -> tuple:
-    """(slices per block, query rows per block) for n queries and `keys` keys (n if None):
-    about ROW_ENTRIES scores per slice and BLOCK_ENTRIES per block, at least MIN_ROWS rows (or
-    all n). With a window w, a block of b rows reads b + w − 1 keys."""
-    keys = n if keys is None else keys
-    if window is None:
-        rows = min(n, max(MIN_ROWS, ROW_ENTRIES // keys))
-        span = keys
-    else:  # the largest b with b (b + w − 1) ≤ ROW_ENTRIES
-        fit = (math.sqrt((window - 1) ** 2 + 4 * ROW_ENTRIES) - (window - 1)) / 2
-        rows = min(n, max(MIN_ROWS, int(fit)))
-        span = min(keys, rows + window - 1)
-    group = max(1, BLOCK_ENTRIES // (rows * span))
-    return min(group, slices), rows
-
-
-def _block_mask(allowed: Tensor, where: tuple, heads: int, rows: slice, keys: slice) -> Tensor:
-    """The block's part of `allowed` (B, 1, R, s): (G or 1, r1 − r0 or 1, keys), where `where`
-    is the block's (batch entry, heads) or (range of flattened B·h slices)."""
-    rows = rows if allowed.shape[-2] > 1 else slice(None)  # key padding: one row for all
-    if len(where) == 2:  # one batch entry: its mask, shared by the heads
-        return allowed[where[0], 0, rows, keys]
-    s0, s1 = where[0].start, where[0].stop
-    index = torch.arange(s0, s1, device=allowed.device) // heads  # slice -> batch entry
-    return allowed[index, 0, rows, keys]  # -> (G, R', keys)
-
-
-def _groups(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, group: int) -> tuple:
-    """How to cut (B, h, n, c_h) into groups of slices without copying: (tensors to index, the
-    index of each group). Split heads are views into (B, n, h, c_h) and cannot be flattened to
-    (B·h, n, c_h) without a copy each, so they go one batch entry at a time, `group` heads at a
-    time; otherwise the slices are flattened."""
-    batch, heads, n, width = q.shape
-    tensors = (q, k, v, grad_out)
-    if heads > 1 and group <= heads and not all(t.is_contiguous() for t in tensors):
-        where = [(b, slice(h, min(heads, h + group))) for b in range(batch)
-                 for h in range(0, heads, group)]  # fmt: skip
-        return tensors, where
-    slices = batch * heads
-    flat = tuple(t.reshape(slices, t.shape[-2], width) for t in tensors)  # -> (B·h, n or s, c_h)
-    return flat, [(slice(s, min(slices, s + group)),) for s in range(0, slices, group)]
+        q, k, v, sinks, allowed, slopes = ctx.saved_tensors
+        scale, causal, window, offset, softcap = ctx.options
+        scores = Scores(scale, causal, window, offset, allowed, softcap, slopes)
+        dq, dk, dv, d_sinks = gradients(q, k, v, grad_out, scores, sinks)
+        return dq, dk, dv, d_sinks, None, None, None, None, None, None, None
 
 
 def gradients(
+    q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, scores: Scores, sinks: Tensor | None = None
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """(dQ, dK, dV, dσ) for the upstream gradient dC (B, h, n, c_h); dσ is None without sinks."""
+    return _sweep(q, k, v, scores, sinks, grad_out)  # type: ignore[return-value]
+
+
+def _plan(
+    slices: int, n: int, keys: int | None = None, window: int | None = None, heads: int = 1
+) -> tuple[int, int]:
+    """(slices per block, query rows per block) for n queries of `heads` heads each against
+    `keys` keys (n if None): about ROW_ENTRIES scores per slice and BLOCK_ENTRIES per block, at
+    least MIN_ROWS rows of scores (or all n). With a window w, a block of b rows reads at most
+    b + w − 1 keys."""
+    keys = n if keys is None else keys
+    least = -(-MIN_ROWS // heads)  # the heads' rows together make the products' rows
+    if window is None:
+        rows = min(n, max(least, ROW_ENTRIES // (heads * keys)))
+        span = keys
+    else:  # the largest b with heads · b (b + w − 1) ≤ ROW_ENTRIES
+        area = ROW_ENTRIES / heads
+        fit = (math.sqrt((window - 1) ** 2 + 4 * area) - (window - 1)) / 2
+        rows = min(n, max(least, int(fit)))
+        span = min(keys, rows + window - 1)
+    group = max(1, BLOCK_ENTRIES // (heads * rows * span))
+    return min(group, slices), rows
+
+
+def _packs(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor | None, pack: int) -> tuple:
+    """How to cut the (batch, group) slices into packs without copying: (the tensors as views
+    whose first axes a pack indexes, each pack's index and its slices' batch entries and groups).
+
+    Contiguous tensors are flattened to (B·g, h/g, ·, c_h), a pack any run of slices. Split
+    heads are views into (B, n, h, c_h) that cannot be flattened without a copy each, so they go
+    one batch entry at a time, `pack` groups at a time, as (B, g, h/g, ·, c_h) views.
+    """
+    batch, heads, n, width = q.shape
+    groups, total = k.shape[1], k.shape[2]
+    r = heads // groups
+    tensors = (q, k, v) if grad_out is None else (q, k, v, grad_out)
+    shapes = [(groups, r, n, width), (groups, total, width), (groups, total, width),
+              (groups, r, n, width)]  # fmt: skip
+    if all(t.is_contiguous() for t in tensors):
+        flat = tuple(t.view(-1, *shape[1:]) for t, shape in zip(tensors, shapes, strict=False))
+        slices = batch * groups
+        where = []
+        for t0 in range(0, slices, pack):
+            index = torch.arange(t0, min(slices, t0 + pack), device=q.device)
+            where.append(((slice(t0, t0 + len(index)),), index // groups, index % groups))
+        return flat, where
+    split = tuple(t.view(batch, *shape) for t, shape in zip(tensors, shapes, strict=False))
+    where = []
+    for b in range(batch):
+        for j0 in range(0, groups, pack):
+            index = torch.arange(j0, min(groups, j0 + pack), device=q.device)
+            entry = torch.full_like(index, b)
+            where.append(((b, slice(j0, j0 + len(index))), entry, index))
+    return split, where
+
+
+def _sweep(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    grad_out: Tensor,
-    scale: float,
-    causal: bool,
-    allowed: Tensor | None,
-    window: int | None = None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """(dQ, dK, dV) for q, grad_out of shape (B, h, n, c_h) and k, v of shape (B, h, s, c_h),
-    block by block; the gradients have the memory layout of the groups' tensors (`_groups`)."""
+    scores: Scores,
+    sinks: Tensor | None,
+    grad_out: Tensor | None = None,
+) -> tuple:
+    """The blocks of the module docstring: (C,) without `grad_out`; with it, (dQ, dK, dV, dσ)."""
     batch, heads, n, width = q.shape
-    total = k.shape[-2]
-    group, rows = _plan(batch * heads, n, total, window)
-    (q, k, v, grad_out), where = _groups(q, k, v, grad_out, group)
-    dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    above = None
-    if causal and window is None:
-        above = torch.ones(rows, rows, dtype=torch.bool, device=q.device).triu(1)
-    for slices in where:
-        q_s, k_s, v_s, g_s = q[slices], k[slices], v[slices], grad_out[slices]  # (G, n or s, c_h)
-        dq_s, dk_s, dv_s = dq[slices], dk[slices], dv[slices]
+    groups, total = k.shape[1], k.shape[2]
+    r = heads // groups
+    pack, rows = _plan(batch * groups, n, total, scores.window, r)
+    tensors, where = _packs(q, k, v, grad_out, pack)
+    q_all, k_all, v_all = tensors[:3]
+    backward = grad_out is not None
+    if backward:
+        g_all = tensors[3]
+        dq = torch.empty_like(q).view(q_all.shape)  # q's memory layout, its packs' view
+        dk, dv = torch.zeros_like(k).view(k_all.shape), torch.zeros_like(v).view(v_all.shape)
+        d_sinks = None if sinks is None else torch.zeros(batch, groups, r, dtype=q.dtype,
+                                                         device=q.device)  # fmt: skip
+    else:
+        out = torch.empty_like(q).view(q_all.shape)
+    per_head = [None if t is None else t.to(q.dtype).view(groups, r)[..., None, None]
+                for t in (sinks, scores.slopes)]  # (g, h/g, 1, 1)  # fmt: skip
+    allowed = scores.allowed
+    for index, entries, group_of in where:
+        sink, slope = (None if t is None else t[group_of] for t in per_head)  # (G, r, 1, 1)
+        given = None
+        if allowed is not None:  # (B or 1, 1, R, s) -> (G, 1, R, s): each slice's batch entry
+            given = allowed[entries if allowed.shape[0] > 1 else torch.zeros_like(entries)]
+        q_s, k_s, v_s = q_all[index], k_all[index], v_all[index]  # (G, r, n, c_h), (G, s, c_h)
         for r0 in range(0, n, rows):
             r1 = min(n, r0 + rows)
-            # causal: the keys after the block's last row are masked; a window: those before
-            keys = slice(max(0, r0 - window + 1) if window else 0, r1 if causal else total)
-            q_b, g_b = q_s[:, r0:r1] * scale, g_s[:, r0:r1]
-            k_b, v_b = k_s[:, keys], v_s[:, keys]
-            s = torch.bmm(q_b, k_b.transpose(1, 2))  # (G, b, c_h) @ (G, c_h, keys) -> (G, b, keys)
-            if window is not None:
-                band = band_allowed(range(r0, r1), range(keys.start, keys.stop), window, q.device)
-                s.masked_fill_(~band, float("-inf"))
-            elif above is not None:
-                s[..., r0:r1].masked_fill_(above[: r1 - r0, : r1 - r0], float("-inf"))
-            if allowed is not None:
-                block = _block_mask(allowed, slices, heads, slice(r0, r1), keys)
-                s.masked_fill_(~block, float("-inf"))
-            a = torch.softmax(s, dim=-1)
-            if allowed is not None:  # a row with no key: 0/0 above, zero weights by convention
-                a.masked_fill_(torch.isneginf(s.amax(dim=-1, keepdim=True)), 0.0)
-            dv_s[:, keys].baddbmm_(a.transpose(1, 2), g_b)  # += Aᵀ dC
-            d_a = torch.bmm(g_b, v_b.transpose(1, 2))  # dA = dC Vᵀ: (G, b, keys)
-            d_s = torch._softmax_backward_data(d_a, a, -1, a.dtype)  # A ∘ (dA − rowsum(A ∘ dA))
-            dq_s[:, r0:r1] = torch.bmm(d_s, k_b)  # dS K (the 1/√c comes below)
-            dk_s[:, keys].baddbmm_(d_s.transpose(1, 2), q_b)  # += dSᵀ (Q/√c) = dΩᵀ Q
-    dq.mul_(scale)  # dQ = dΩ K = (dS/√c) K
-    rows_of, keys_of = (batch, heads, n, width), (batch, heads, total, width)
-    return dq.view(rows_of), dk.view(keys_of), dv.view(keys_of)  # (B·h, ·, c_h) -> (B, h, ·, c_h)
+            first, last = r0 + scores.offset, r1 + scores.offset
+            low, high = _key_range(scores, first, last, total)
+            target = (dq if backward else out)[index]
+            if high <= low:  # no key for any of these queries: zero rows, no gradient
+                target[:, :, r0:r1] = 0.0
+                continue
+            shape = (q_s.shape[0], r, r1 - r0, high - low)  # (G, h/g, b, K)
+            q_b = q_s[:, :, r0:r1].reshape(shape[0], -1, width) * scores.scale  # (G, r·b, c_h)
+            k_b, v_b = k_s[:, low:high], v_s[:, low:high]
+            s = torch.bmm(q_b, k_b.transpose(1, 2)).view(shape)  # (G, r·b, c_h) @ (G, c_h, K)
+            a, capped, sink_weight = _weights(s, scores, sink, slope, given, first, last,
+                                              (low, high), r0)  # fmt: skip
+            a_b = a.view(shape[0], -1, shape[3])  # (G, h/g, b, K) -> (G, r·b, K)
+            if not backward:
+                target[:, :, r0:r1] = torch.bmm(a_b, v_b).view(*shape[:3], width)
+                continue
+            g_b = g_all[index][:, :, r0:r1].reshape(shape[0], -1, width)
+            dv[index][:, low:high].baddbmm_(a_b.transpose(1, 2), g_b)  # += Aᵀ dC
+            d_a = torch.bmm(g_b, v_b.transpose(1, 2))  # dA = dC Vᵀ: (G, r·b, K)
+            d_s = torch._softmax_backward_data(d_a, a_b, -1, a_b.dtype)  # A ∘ (dA − rowsum)
+            if sink_weight is not None:  # dσ = −Σ_m a_{m,σ} rowsum(A ∘ dA)_m
+                along = (a_b * d_a).sum(dim=-1).view(shape[:3])  # (G, r, b)
+                d_sinks[entries, group_of] -= (sink_weight * along).sum(dim=-1)
+            if capped is not None:  # through ω̃ ↦ cap·tanh(ω̃/cap): times 1 − tanh²
+                d_s.view(shape).mul_(1.0 - capped.square())
+            target[:, :, r0:r1] = torch.bmm(d_s, k_b).view(*shape[:3], width)
+            dk[index][:, low:high].baddbmm_(d_s.transpose(1, 2), q_b)  # += dΩ̃ᵀ (scale Q)
+    if not backward:
+        return (out.view(q.shape),)
+    dq = dq.view(q.shape).mul_(scores.scale)  # dQ = scale · dΩ̃ K
+    if d_sinks is not None:
+        d_sinks = d_sinks.sum(dim=0).view(heads).to(sinks.dtype)  # (B, g, r) -> (h,)
+    return dq, dk.view(k.shape), dv.view(v.shape), d_sinks
+
+
+def _cut_to_band(
+    s: Tensor, first: int, last: int, low: int, high: int, window: int | None
+) -> None:
+    """−∞ in place where the band cuts the block (queries first … last − 1, keys low … high − 1):
+    the keys after a query's position (only those after `first` may be), and with a window w
+    those at w or more before it (only those before last − w may be)."""
+    ahead = max(low, first + 1)
+    if ahead < high:  # p > m for some query of the block
+        s[..., ahead - low :].masked_fill_(~band(first, last, ahead, high, None, s.device),
+                                           float("-inf"))  # fmt: skip
+    behind = min(high, last - window) if window is not None else low
+    if behind > low:  # m − p ≥ w for some query
+        s[..., : behind - low].masked_fill_(~band(first, last, low, behind, window, s.device),
+                                            float("-inf"))  # fmt: skip
+
+
+def _weights(
+    s: Tensor,
+    scores: Scores,
+    sink: Tensor | None,
+    slope: Tensor | None,
+    given: Tensor | None,
+    first: int,
+    last: int,
+    keys: tuple[int, int],
+    r0: int,
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """A block's weights from its products s = scale · q·k (G, h/g, b, K), in place: (A, the
+    block's tanh(ω̃/cap) or None, the sink's weight (G, h/g, b) or None)."""
+    capped = None
+    if scores.softcap is not None:
+        capped = torch.tanh(s / scores.softcap)
+        s = capped * scores.softcap
+    if slope is not None:  # −μ_ℓ (m − p), positions of the block's queries and keys
+        queries = torch.arange(first, last, device=s.device, dtype=s.dtype)
+        distance = queries[:, None] - torch.arange(*keys, device=s.device, dtype=s.dtype)
+        s = s - slope * distance  # (G, r, 1, 1) · (b, K)
+    if scores.causal:
+        _cut_to_band(s, first, last, *keys, scores.window)
+    if given is not None:
+        rows = slice(r0, r0 + last - first) if given.shape[-2] > 1 else slice(None)
+        s = s.masked_fill_(~given[..., rows, slice(*keys)], float("-inf"))
+    if sink is None:
+        a = torch.softmax(s, dim=-1)
+        if given is not None:  # a row with no key: 0/0 above, zero weights by convention
+            a.masked_fill_(torch.isneginf(s.amax(dim=-1, keepdim=True)), 0.0)
+        return a, capped, None
+    top = torch.maximum(s.amax(dim=-1, keepdim=True), sink)  # (G, r, b, 1)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))  # σ = −∞, no key
+    e = torch.exp(s - top)
+    e_sink = torch.exp(sink - top)
+    total = e.sum(dim=-1, keepdim=True) + e_sink
+    total = torch.where(total > 0, total, torch.ones_like(total))
+    return e / total, capped, (e_sink / total).squeeze(-1)

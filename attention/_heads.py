@@ -1,6 +1,6 @@
 """Multi-head attention, checked: split the c columns into h heads, attend per head, merge, and
-project by W_o. Re-exported by `attention.functional`; `_multi_head_attention` (unchecked) serves
-the modules after their own checks.
+project by W_o (`attention._layer`, which the modules call too). Re-exported by
+`attention.functional`.
 """
 
 from jaxtyping import Float
@@ -9,7 +9,8 @@ from torch import Tensor
 from . import _core
 from ._arguments import check_positive, check_probability, check_window
 from ._checks import checked
-from ._masks import KeyPaddingArg, MaskArg, given_masks, silence_isolated
+from ._layer import LayerWeights, attention_layer
+from ._masks import KeyPaddingArg, MaskArg, given_masks
 from ._shapes import ShapeError
 
 __all__ = ["split_heads", "merge_heads", "multi_head_attention"]
@@ -86,39 +87,9 @@ def multi_head_attention(
         raise ShapeError(
             f"multi_head_attention: c={c} (the width of w_q) is not divisible by heads={heads}"
         )
-    return _multi_head_attention(
-        x, w_q, w_k, w_v, w_o, heads, b_q, b_k, b_v, b_o,
-        causal, given_masks(mask, key_padding_mask), dropout_p, return_weights, window,
+    weights = LayerWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o)
+    return attention_layer(
+        x, weights, heads=heads, causal=causal, window=window,
+        allowed=given_masks(mask, key_padding_mask), dropout_p=dropout_p,
+        return_weights=return_weights,
     )  # fmt: skip
-
-
-def _multi_head_attention(
-    x: Tensor,
-    w_q: Tensor,
-    w_k: Tensor,
-    w_v: Tensor,
-    w_o: Tensor,
-    heads: int,
-    b_q: Tensor | None,
-    b_k: Tensor | None,
-    b_v: Tensor | None,
-    b_o: Tensor | None,
-    causal: bool,
-    allowed: Tensor | None,
-    dropout_p: float,
-    return_weights: bool,
-    window: int | None = None,
-) -> Tensor | tuple[Tensor, Tensor]:
-    """Unchecked multi-head attention (`MultiHeadAttention.forward` calls it after its checks);
-    `allowed` from `_masks.given_masks`."""
-    x = silence_isolated(x, causal, allowed, window)
-    q = _core.split_heads(_core.projection(x, w_q, b_q), heads)  # -> (*batch, h, n, c_h)
-    k = _core.split_heads(_core.projection(x, w_k, b_k), heads)
-    v = _core.split_heads(_core.projection(x, w_v, b_v), heads)
-    result = _core.attend(
-        q, k, v, width=_scaling_width(w_q, heads), causal=causal, allowed=allowed,
-        dropout_p=dropout_p, return_weights=return_weights, heads=True, window=window,
-    )  # fmt: skip
-    per_head, a = result if return_weights else (result, None)
-    out = _core.projection(_core.merge_heads(per_head), w_o, b_o)  # (*batch, n, c) -> c_out
-    return (out, a) if return_weights else out

@@ -40,8 +40,16 @@ def band_allowed(
 ) -> Tensor:
     """(len(rows), len(keys)): True where 0 ≤ m − p < w for query m in `rows` and key p in
     `keys` (absolute positions); without a window, where p ≤ m."""
-    offset = rows.start - keys.start  # m − p at the first query and the first key
-    ones = torch.ones(len(rows), len(keys), dtype=torch.bool, device=device)
+    return band(rows.start, rows.stop, keys.start, keys.stop, window, device)
+
+
+def band(
+    first: int, last: int, low: int, high: int, window: int | None, device: torch.device
+) -> Tensor:
+    """`band_allowed` for the queries at positions first … last − 1 and the keys low … high − 1,
+    from plain integers (under torch.compile they may be symbolic: a range of them is not)."""
+    offset = first - low  # m − p at the first query and the first key
+    ones = torch.ones(last - first, high - low, dtype=torch.bool, device=device)
     allowed = ones.tril(diagonal=offset)  # p ≤ m
     return allowed if window is None else allowed.triu(diagonal=offset - window + 1)  # m − p < w
 
@@ -60,12 +68,24 @@ def given_masks(mask: Mask, key_padding_mask: Mask) -> Tensor | None:
 
 
 def allowed_positions(
-    n: int, device: torch.device, causal: bool, allowed: Mask, window: int | None = None
+    n: int,
+    device: torch.device,
+    causal: bool,
+    allowed: Mask,
+    window: int | None = None,
+    *,
+    keys: int | None = None,
+    offset: int = 0,
 ) -> Tensor | None:
-    """True where query m may attend key p, broadcastable to (*batch, n, n) (or (*batch, n, s)
-    without causal); None if all may. `window` applies with `causal` only."""
+    """True where query m may attend key p, broadcastable to (*batch, n, s) (s = `keys`, n if
+    None); None if all may. With `causal`, query m sits at position m + `offset` and attends the
+    keys p ≤ m + offset (and m + offset − p < w with a `window`)."""
     if causal:
-        lower = causal_allowed(n, device) if window is None else window_allowed(n, window, device)
+        s = n if keys is None else keys
+        if offset == 0 and s == n and window is None:
+            lower = causal_allowed(n, device)
+        else:
+            lower = band(offset, offset + n, 0, s, window, device)
         return lower if allowed is None else allowed & lower
     return allowed
 
@@ -139,19 +159,42 @@ def hide_unattended(
     return k.masked_fill(hidden, 0.0), v.masked_fill(hidden, 0.0)
 
 
-def masked_softmax(scaled: Tensor, allowed: Tensor) -> Tensor:
+def masked_softmax(scaled: Tensor, allowed: Tensor | None, sinks: Tensor | None = None) -> Tensor:
     """Row-wise softmax over allowed positions; disallowed entries and fully masked rows are 0.
+    With `sinks` (broadcastable to (..., n, 1)), each row's denominator also holds exp(σ): the
+    row's weights sum to 1 − exp(σ)/(exp(σ) + Σ exp(ω̃)).
 
-    The row maximum is taken over allowed entries only (and treated as a constant, softmax being
-    shift invariant), so scores of ±1e4 stay finite, and a row with no allowed key divides 0 by 1
-    instead of 0 by 0: its weights, and their gradients, are zeros, never NaN.
+    The row maximum is taken over allowed entries (and the sink) only, and treated as a constant,
+    softmax being shift invariant, so scores of ±1e4 stay finite, and a row with no allowed key
+    divides 0 by 1 instead of 0 by 0: its weights, and their gradients, are zeros, never NaN.
     """
-    scaled = scaled.masked_fill(~allowed, float("-inf"))
-    row_max = scaled.amax(dim=-1, keepdim=True).detach()
+    if allowed is not None:
+        scaled = scaled.masked_fill(~allowed, float("-inf"))
+    row_max = scaled.amax(dim=-1, keepdim=True)
+    if sinks is not None:
+        row_max = torch.maximum(row_max, sinks)
+    row_max = row_max.detach()
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
     exponentials = torch.exp(scaled - row_max)
     total = exponentials.sum(dim=-1, keepdim=True)
+    if sinks is not None:
+        total = total + torch.exp(sinks - row_max)
     return exponentials / torch.where(total > 0, total, torch.ones_like(total))
+
+
+def book_mask(blocked: Tensor | None, n: int) -> tuple[bool, int | None, Tensor | None]:
+    """(causal, window, allowed) from the books' (n, n) mask (True = may NOT attend): the causal
+    flag when it is the causal mask, the causal flag and a window w when it is the band of the
+    last w tokens (the book's Gemma 3 `mask_local`), else allowed = ~blocked."""
+    if blocked is None:
+        return False, None, None
+    allowed = ~blocked
+    if n == 0:
+        return False, None, allowed
+    width = int(allowed[-1].sum())  # the last query sees its last w tokens in a band
+    if width >= 1 and torch.equal(allowed, band_allowed(range(n), range(n), width, blocked.device)):
+        return True, (width if width < n else None), None
+    return False, None, allowed
 
 
 def fully_masked_rows(allowed: Tensor) -> Tensor:

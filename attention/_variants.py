@@ -62,8 +62,8 @@ def cross_attention(
     k = _core.projection(y, w_k, None)  # (*batch, s, d_y) -> (*batch, s, c)
     v = _core.projection(y, w_v, None)
     return _core.attend(
-        q, k, v, width=w_q.shape[-1], causal=False, allowed=allowed, dropout_p=dropout_p,
-        return_weights=return_weights, heads=False,
+        q, k, v, scale=_core.scale(w_q.shape[-1]), heads=False, allowed=allowed,
+        dropout_p=dropout_p, return_weights=return_weights,
     )  # fmt: skip
 
 
@@ -120,6 +120,6 @@ def decode_step(
         k = torch.cat([cache[0], k], dim=-2)  # (*batch, m, c) + (*batch, t, c) -> m + t rows
         v = torch.cat([cache[1], v], dim=-2)
     rows = _core.attend_new_rows(
-        q, k, v, width=w_q.shape[-1], window=window, dropout_p=0.0, heads=False
+        q, k, v, scale=_core.scale(w_q.shape[-1]), window=window, dropout_p=0.0, heads=False
     )
     return rows, (_core.kept_rows(k, window), _core.kept_rows(v, window))

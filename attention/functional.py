@@ -233,6 +233,6 @@ def self_attention(
     k = _core.projection(x, w_k, b_k)
     v = _core.projection(x, w_v, b_v)
     return _core.attend(
-        q, k, v, width=_scaling_width(w_q), causal=causal, allowed=allowed,
-        dropout_p=dropout_p, return_weights=return_weights, heads=False, window=window,
+        q, k, v, scale=_core.scale(_scaling_width(w_q)), heads=False, causal=causal,
+        window=window, allowed=allowed, dropout_p=dropout_p, return_weights=return_weights,
     )  # fmt: skip

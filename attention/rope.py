@@ -35,7 +35,7 @@ __all__ = ["compute_rope_params", "rope_frequencies", "rotate_half", "apply_rope
 FREQ_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_context_length")
 
 
-def _even_width(where: str, name: str, width: int) -> None:
+def even_width(where: str, name: str, width: int) -> None:
     if width % 2:
         raise ShapeError(
             f"{where}: {name}={width} is odd; RoPE rotates pairs of features (j, j + c/2), "
@@ -86,7 +86,7 @@ def rope_frequencies(
     tensor([1.0000, 0.1000])
     """
     check_positive("rope_frequencies", head_dim=head_dim)
-    _even_width("rope_frequencies", "head_dim", head_dim)
+    even_width("rope_frequencies", "head_dim", head_dim)
     if not theta_base > 0:
         raise ValueError(f"rope_frequencies: theta_base must be positive, got {theta_base!r}")
     exact = torch.float64 if dtype == torch.float64 else torch.float32
@@ -118,7 +118,7 @@ def compute_rope_params(
     (torch.Size([3, 4]), tensor([0.8415, 0.0100, 0.8415, 0.0100]))
     """
     check_positive("compute_rope_params", head_dim=head_dim, context_length=context_length)
-    _even_width("compute_rope_params", "head_dim", head_dim)
+    even_width("compute_rope_params", "head_dim", head_dim)
     theta = rope_frequencies(head_dim, theta_base, freq_config, dtype)
     exact = torch.float64 if dtype == torch.float64 else torch.float32
     positions = torch.arange(context_length, dtype=exact)
@@ -134,10 +134,16 @@ def _rotate_half(x: Tensor) -> Tensor:
 
 def rotate(x: Tensor, cos: Tensor, sin: Tensor, offset: int = 0) -> Tensor:
     """Unchecked RoPE (the modules call it after their own checks): x (..., n, c), cos and sin
-    (≥ offset + n, c); computed in the promoted dtype of x and the tables, returned in x's."""
-    n = x.shape[-2]
-    cos, sin = cos[offset : offset + n], sin[offset : offset + n]  # -> (n, c)
-    return (x * cos + _rotate_half(x) * sin).to(x.dtype)
+    (..., ≥ offset + n, r) with r ≤ c: the first r features rotated (partial RoPE, Qwen 3.5's
+    `partial_rotary_factor`), the others passed through; computed in the promoted dtype of x and
+    the tables, returned in x's."""
+    n, rotated = x.shape[-2], cos.shape[-1]
+    cos, sin = cos[..., offset : offset + n, :], sin[..., offset : offset + n, :]  # -> (n, r)
+    if rotated == x.shape[-1]:
+        return (x * cos + _rotate_half(x) * sin).to(x.dtype)
+    part = x[..., :rotated]
+    turned = (part * cos + _rotate_half(part) * sin).to(x.dtype)
+    return torch.cat([turned, x[..., rotated:]], dim=-1)
 
 
 @checked
@@ -148,7 +154,7 @@ def rotate_half(x: Float[Tensor, "*batch n c"]) -> Float[Tensor, "*batch n c"]:
     >>> rotate_half(torch.tensor([[1.0, 2.0, 3.0, 4.0]]))
     tensor([[-3., -4.,  1.,  2.]])
     """
-    _even_width("rotate_half", "c", x.shape[-1])
+    even_width("rotate_half", "c", x.shape[-1])
     return _rotate_half(x)
 
 
@@ -173,7 +179,7 @@ def apply_rope(
     tensor([[0.5403, 0.8415]])
     """
     n, width = x.shape[-2], x.shape[-1]
-    _even_width("apply_rope", "c", width)
+    even_width("apply_rope", "c", width)
     if isinstance(offset, bool) or offset < 0:
         raise ValueError(f"apply_rope: offset must be a non-negative int, got offset={offset!r}")
     if cos.shape[0] < offset + n:
@@ -198,6 +204,6 @@ def rope_rotation(
             [0.5403, 0.8415]])
     """
     n, width = x.shape[-2], x.shape[-1]
-    _even_width("rope_rotation", "c", width)
+    even_width("rope_rotation", "c", width)
     cos, sin = compute_rope_params(width, theta_base=theta_base, context_length=n, dtype=x.dtype)
     return rotate(x, cos, sin)

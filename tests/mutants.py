@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as torch_F
 
 import derive
-from attention import _core, _heads, _masks
+from attention import _core, _masks
 from attention import functional as F
 from derive.bridge.steps import check_against_torch, dyadic_inputs
 
@@ -36,7 +36,7 @@ def _scale_by_d(w_q, heads=1):
     return w_q.shape[0] // heads  # d, the input width, where c belongs
 
 
-def _columns_softmax(scaled, allowed):
+def _columns_softmax(scaled, allowed, sinks=None):
     if allowed is not None:
         scaled = scaled.masked_fill(~allowed, float("-inf"))
     return torch.softmax(scaled, dim=-2).nan_to_num()
@@ -50,16 +50,16 @@ def _causal_leaking_one(n, device):
     return torch.ones(n, n, dtype=torch.bool, device=device).tril(diagonal=1)
 
 
-def _explicit_with_k_for_v(q, k, v, width, allowed, dropout_p):
-    return _ORIGINAL["attend_explicitly"](q, k, k, width, allowed, dropout_p)
+def _explicit_with_k_for_v(q, k, v, **options):
+    return _ORIGINAL["attend_explicitly"](q, k, k, **options)
 
 
-def _fused_with_k_for_v(q, k, v, width, causal, allowed, window=None):
-    return _ORIGINAL["attend_fused"](q, k, k, width, causal, allowed, window)
+def _fused_with_k_for_v(q, k, v, options, allowed, sinks=None):
+    return _ORIGINAL["attend_fused"](q, k, k, options, allowed, sinks)
 
 
-def _explicit_dropout_first(q, k, v, width, allowed, dropout_p):
-    scaled = _core.scaled_scores(_core.scores(q, k), width)
+def _explicit_dropout_first(q, k, v, *, scale, allowed, dropout_p=0.0, **_):
+    scaled = _core.scores(q, k) * scale
     if dropout_p > 0.0:
         scaled = torch_F.dropout(scaled, p=dropout_p)
     a = _core.softmax_rows(scaled, allowed)
@@ -71,8 +71,7 @@ _ORIGINAL = {"attend_explicitly": _core.attend_explicitly, "attend_fused": _core
 #: name -> (what is wrong, [(module, attribute, replacement)])
 MUTANTS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
     "no_sqrt_c": ("softmax(Ω) instead of softmax(Ω/√c)", [(_core, "scale", _no_scale)]),
-    "sqrt_d": ("Ω/√d instead of Ω/√c", [(F, "_scaling_width", _scale_by_d),
-                                        (_heads, "_scaling_width", _scale_by_d)]),
+    "sqrt_d": ("Ω/√d instead of Ω/√c", [(F, "_scaling_width", _scale_by_d)]),
     "wrong_axis": ("softmax over the queries (columns), not the keys (rows)",
                    [(_core, "softmax_rows", _columns_softmax)]),
     "k_for_v": ("C = A K instead of C = A V",

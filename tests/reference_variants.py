@@ -97,3 +97,47 @@ def latent_reference(x, w_q, w_dkv, w_uk, w_uv, w_o=None, *, heads, causal=True)
     ]  # fmt: skip
     out = np.concatenate(columns, axis=1)
     return out if w_o is None else out @ np.asarray(w_o, dtype=np.float64)
+
+
+def modified_attention(q, k, v, *, scale, allowed, softcap=None, slope=None, offset=0,
+                       sink=None):  # fmt: skip
+    """One head of attention with every score modification, entry by entry: ω̃ = scale · q·k,
+    then cap · tanh(ω̃/cap), then − μ (m + offset − p) (ALiBi), over the allowed keys, and a
+    sink logit σ in each row's denominator (its weight carries no value). q (n, c_h), k and v
+    (s, c_h), allowed (n, s). A row with no allowed key: zeros."""
+    n = q.shape[0]
+    out = np.zeros((n, v.shape[1]))
+    weights = np.zeros((n, k.shape[0]))
+    for m in range(n):
+        logits = {}
+        for p in range(k.shape[0]):
+            if not allowed[m, p]:
+                continue
+            score = scale * float(np.dot(q[m], k[p]))
+            if softcap is not None:
+                score = softcap * math.tanh(score / softcap)
+            if slope is not None:
+                score -= slope * (m + offset - p)
+            logits[p] = score
+        if not logits:
+            continue
+        top = max([*logits.values(), *([] if sink is None else [sink])])
+        total = sum(math.exp(value - top) for value in logits.values())
+        if sink is not None:
+            total += math.exp(sink - top)
+        for p, value in logits.items():
+            weights[m, p] = math.exp(value - top) / total
+            out[m] += weights[m, p] * v[p]
+    return out, weights
+
+
+def band_matrix(n, s, *, causal, window=None, offset=0):
+    """(n, s): True where query m (at position m + offset) may attend key p: all without causal;
+    p ≤ m + offset with it, and m + offset − p < w with a window."""
+    allowed = np.ones((n, s), dtype=bool)
+    if causal:
+        for m in range(n):
+            for p in range(s):
+                distance = m + offset - p
+                allowed[m, p] = distance >= 0 and (window is None or distance < window)
+    return allowed

@@ -1,13 +1,37 @@
-"""What the module classes share: the layers of multi-head attention (in the book's order), the
-dropout rate a forward uses, the context-length check, the output projection's W_o."""
+"""What the module classes share: the constructors' prologue (checks, then the layers of
+multi-head attention in the book's order), the one call of every forward into the layer
+(`forward_layer`), the dropout rate a forward uses, the context-length check, the output
+projection's W_o."""
 
 import torch.nn as nn
 from jaxtyping import Float
 from torch import Tensor
 
+from .._arguments import check_flag, check_heads, check_positive, check_probability
+from .._layer import NO_OPTIONS, LayerWeights, attention_layer
 from .._shapes import ShapeError
 
-__all__ = ["add_head_layers", "dropout_rate", "within_context", "OutputProjection"]
+__all__ = [
+    "build_heads", "add_head_layers", "layer_weights", "forward_layer", "dropout_rate",
+    "within_context", "OutputProjection",
+]  # fmt: skip
+
+
+def build_heads(
+    module: nn.Module, where: str, *, d_in: int, d_out: int, num_heads: int, dropout: float,
+    qkv_bias: bool, d_kv: int | None = None, **sizes: int,
+) -> None:  # fmt: skip
+    """The prologue of the book's multi-head constructors: every size (`sizes` too) a positive
+    int, dropout a rate, qkv_bias a bool, num_heads dividing d_out; then the layers
+    (`add_head_layers`, keys and values reading d_kv, d_in if None)."""
+    d_kv = d_in if d_kv is None else d_kv
+    check_positive(where, d_in=d_in, **({"d_kv": d_kv} if d_kv != d_in else {}), d_out=d_out,
+                   **sizes, num_heads=num_heads)  # fmt: skip
+    check_probability(where, dropout=dropout)
+    check_flag(where, qkv_bias=qkv_bias)
+    check_heads(where, num_heads, d_out=d_out)
+    nn.Module.__init__(module)
+    add_head_layers(module, d_in, d_kv, d_out, num_heads, dropout, qkv_bias)
 
 
 def add_head_layers(
@@ -24,6 +48,52 @@ def add_head_layers(
     module.W_value = nn.Linear(d_kv, d_out, bias=qkv_bias)
     module.out_proj = nn.Linear(d_out, d_out)
     module.dropout = nn.Dropout(dropout)
+
+
+def _transposed(linear: nn.Module | None, part: str) -> Tensor | None:
+    """An `nn.Linear`'s weight in the book's orientation (d × c), or its bias."""
+    if linear is None:
+        return None
+    tensor = linear._parameters[part] if part in linear._parameters else getattr(linear, part)
+    return tensor.mT if tensor is not None and part == "weight" else tensor
+
+
+def layer_weights(module: nn.Module) -> LayerWeights:
+    """A multi-head module's tensors for `attention_layer`: W_query, W_key, W_value, out_proj (as
+    d × c matrices, with their biases), and where it has them, QK-norm's `q_norm`, `k_norm`, the
+    sinks σ (`sinks`) and the gate carried by W_query (`gate`)."""
+    layers = module._modules
+    linears = [layers.get(name) for name in ("W_query", "W_key", "W_value", "out_proj")]
+    w_q, w_k, w_v, w_o = (_transposed(linear, "weight") for linear in linears)
+    b_q, b_k, b_v, b_o = (_transposed(linear, "bias") for linear in linears)
+    return LayerWeights(
+        w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o,
+        gate_in_query=getattr(module, "gate", False),
+        q_norm=layers.get("q_norm"), k_norm=layers.get("k_norm"),
+        sinks=module._parameters.get("sinks"),
+    )  # fmt: skip
+
+
+def forward_layer(
+    module: nn.Module,
+    x: Tensor,
+    *,
+    y: Tensor | None = None,
+    causal: bool = False,
+    window: int | None = None,
+    allowed: Tensor | None = None,
+    return_weights: bool = False,
+    rope: tuple[Tensor, Tensor] | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Every multi-head module's forward after its checks: `attention_layer` with the module's
+    weights, heads (`num_heads`, and `num_kv_groups` where it groups them), dropout rate and
+    score options (`score_options`)."""
+    return attention_layer(
+        x, layer_weights(module), heads=module.num_heads,
+        groups=getattr(module, "num_kv_groups", None), y=y, causal=causal, window=window,
+        allowed=allowed, dropout_p=dropout_rate(module), return_weights=return_weights,
+        options=getattr(module, "score_options", NO_OPTIONS), rope=rope,
+    )  # fmt: skip
 
 
 def dropout_rate(module: nn.Module) -> float:

@@ -8,12 +8,10 @@ import torch.nn as nn
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from .. import _core
-from .._arguments import check_flag, check_heads, check_positive, check_probability
 from .._checks import checked_forward
 from .._masks import given_masks, silence_cross
 from .._weights import SeedWeights, cross_weights
-from ._common import OutputProjection, add_head_layers, dropout_rate
+from ._common import OutputProjection, build_heads, forward_layer
 
 __all__ = ["CrossAttention"]
 
@@ -47,13 +45,8 @@ class CrossAttention(OutputProjection, SeedWeights, nn.Module):
         num_heads: int = 1,
         qkv_bias: bool = False,
     ):
-        where = "CrossAttention"
-        check_positive(where, d_in=d_in, d_kv=d_kv, d_out=d_out, num_heads=num_heads)
-        check_probability(where, dropout=dropout)
-        check_flag(where, qkv_bias=qkv_bias)
-        check_heads(where, num_heads, d_out=d_out)
-        super().__init__()
-        add_head_layers(self, d_in, d_kv, d_out, num_heads, dropout, qkv_bias)
+        build_heads(self, "CrossAttention", d_in=d_in, d_kv=d_kv, d_out=d_out,
+                    num_heads=num_heads, dropout=dropout, qkv_bias=qkv_bias)  # fmt: skip
 
     @checked_forward(cross_weights)
     def forward(
@@ -72,14 +65,4 @@ class CrossAttention(OutputProjection, SeedWeights, nn.Module):
         A (*batch, h, n, s)."""
         allowed = given_masks(mask, key_padding_mask)
         x, y = silence_cross(x, y, allowed)
-        heads = self.num_heads
-        q = _core.split_heads(self.W_query(x), heads)  # (*batch, n, c) -> (*batch, h, n, c_h)
-        k = _core.split_heads(self.W_key(y), heads)  # (*batch, s, c) -> (*batch, h, s, c_h)
-        v = _core.split_heads(self.W_value(y), heads)
-        result = _core.attend(
-            q, k, v, width=self.head_dim, causal=False, allowed=allowed,
-            dropout_p=dropout_rate(self), return_weights=return_weights, heads=True,
-        )  # fmt: skip
-        per_head, a = result if return_weights else (result, None)
-        out = self.out_proj(_core.merge_heads(per_head))  # (*batch, h, n, c_h) -> (*b, n, c)
-        return (out, a) if return_weights else out
+        return forward_layer(self, x, y=y, allowed=allowed, return_weights=return_weights)

@@ -5,7 +5,8 @@ attention bonus material of ch. 4 of *Build a Large Language Model (from Scratch
 seen since `reset_cache()` (with a sliding window, the last w only), then keeps their own keys
 and values for the next call. As in the book, the cache lives in two non-persistent buffers,
 `cache_k` and `cache_v`, in the layout the book gives them, (*batch, m, h, c_h) before the heads
-are moved forward (so `cache_k.size(1)` counts the cached tokens), and `ptr_current_pos` counts
+are moved forward (so `cache_k.size(1)` counts the cached tokens; g key/value groups in place
+of h heads where the module groups them), and `ptr_current_pos` counts
 the tokens seen. A call that fails (past `context_length`, a different batch) changes nothing.
 """
 
@@ -14,8 +15,9 @@ import torch.nn as nn
 from torch import Tensor
 
 from .. import _core
+from .._layer import NO_OPTIONS, alibi_slopes, finish, normalise_and_rotate, project_heads
 from .._shapes import DeviceError, DtypeError, ShapeError
-from ._common import dropout_rate
+from ._common import dropout_rate, layer_weights
 
 __all__ = ["KVCache", "refuse_masks_with_cache"]
 
@@ -41,9 +43,11 @@ class KVCache:
         self.ptr_current_pos = 0
 
     def _cached_forward(
-        self, where: str, x: Tensor, window: int | None, context_length: int | None
-    ) -> Tensor:
-        """(*batch, t, d) -> (*batch, t, d_out): the new rows against the cache, which grows."""
+        self, where: str, x: Tensor, window: int | None, context_length: int | None,
+        rope: tuple[Tensor, Tensor] | None = None,
+    ) -> Tensor:  # fmt: skip
+        """(*batch, t, d) -> (*batch, t, d_out): the new rows against the cache, which grows
+        (with `rope`, the new queries and keys rotated at their positions)."""
         module: nn.Module = self  # type: ignore[assignment]
         cached_k, cached_v = self.cache_k, self.cache_v
         t = x.shape[-2]
@@ -55,18 +59,23 @@ class KVCache:
                 f"{self.ptr_current_pos} tokens and x adds n={t}; call reset_cache() to start a "
                 f"new sequence (the cache is unchanged)"
             )
-        heads, width = module.num_heads, module.head_dim
-        q = _core.split_heads(module.W_query(x), heads)  # (*batch, t, c) -> (*batch, h, t, c_h)
-        keys = module.W_key(x).unflatten(-1, (heads, width))  # (*batch, t, c) -> (*b, t, h, c_h)
-        values = module.W_value(x).unflatten(-1, (heads, width))
+        heads = module.num_heads
+        groups = getattr(module, "num_kv_groups", heads)
+        weights = layer_weights(module)
+        q, keys, values, gate = project_heads(x, weights, heads=heads, groups=groups)
+        q, keys = normalise_and_rotate(q, keys, weights, rope, self.ptr_current_pos)
+        keys, values = keys.transpose(-3, -2), values.transpose(-3, -2)  # -> (*b, t, g, c_h)
         if cached_k is not None:
-            keys = torch.cat([cached_k, keys], dim=-3)  # (*b, m, h, c_h) + t rows -> m + t rows
+            keys = torch.cat([cached_k, keys], dim=-3)  # (*b, m, g, c_h) + t rows -> m + t rows
             values = torch.cat([cached_v, values], dim=-3)
+        options = getattr(module, "score_options", NO_OPTIONS)
         per_head = _core.attend_new_rows(
-            q, keys.transpose(-3, -2), values.transpose(-3, -2),  # -> (*batch, h, m + t, c_h)
-            width=width, window=window, dropout_p=dropout_rate(module), heads=True,
+            q, keys.transpose(-3, -2), values.transpose(-3, -2),  # -> (*batch, g, m + t, c_h)
+            scale=options.scale(q.shape[-1]), window=window, dropout_p=dropout_rate(module),
+            heads=True, softcap=options.softcap, sinks=weights.sinks,
+            slopes=alibi_slopes(heads, dtype=q.dtype, device=q.device) if options.alibi else None,
         )  # fmt: skip
-        out = module.out_proj(_core.merge_heads(per_head))  # (*batch, h, t, c_h) -> (*b, t, c)
+        out = finish(per_head, gate, weights)  # (*batch, h, t, c_h) -> (*batch, t, c_out)
         self.cache_k = _core.kept_rows(keys, window, dim=-3)
         self.cache_v = _core.kept_rows(values, window, dim=-3)
         self.ptr_current_pos += t

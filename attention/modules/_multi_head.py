@@ -10,12 +10,11 @@ import torch.nn as nn
 from jaxtyping import Float
 from torch import Tensor
 
-from .._arguments import check_flag, check_heads, check_positive, check_probability
+from .._arguments import check_flag, check_positive
 from .._checks import checked_forward
-from .._heads import _multi_head_attention
 from .._masks import KeyPaddingArg, MaskArg, given_masks
 from .._weights import SeedWeights, heads_weights, multi_head_weights
-from ._common import OutputProjection, add_head_layers, dropout_rate, within_context
+from ._common import OutputProjection, build_heads, forward_layer, within_context
 from ._kv_cache import KVCache, refuse_masks_with_cache
 from ._single_head import CausalAttention
 
@@ -98,15 +97,8 @@ class MultiHeadAttention(KVCache, OutputProjection, SeedWeights, nn.Module):
         num_heads: int,
         qkv_bias: bool = False,
     ):
-        where = "MultiHeadAttention"
-        check_positive(
-            where, d_in=d_in, d_out=d_out, context_length=context_length, num_heads=num_heads
-        )
-        check_probability(where, dropout=dropout)
-        check_flag(where, qkv_bias=qkv_bias)
-        check_heads(where, num_heads, d_out=d_out)
-        super().__init__()
-        add_head_layers(self, d_in, d_in, d_out, num_heads, dropout, qkv_bias)
+        build_heads(self, "MultiHeadAttention", d_in=d_in, d_out=d_out, num_heads=num_heads,
+                    dropout=dropout, qkv_bias=qkv_bias, context_length=context_length)  # fmt: skip
         self.register_buffer(
             "mask", torch.triu(torch.ones(context_length, context_length), diagonal=1)
         )
@@ -139,9 +131,5 @@ class MultiHeadAttention(KVCache, OutputProjection, SeedWeights, nn.Module):
                                     return_weights=return_weights)  # fmt: skip
             return self._cached_forward(where, x, None, self.mask.shape[-1])
         within_context(where, x.shape[-2], self.mask.shape[-1])
-        return _multi_head_attention(
-            x, self.W_query.weight.mT, self.W_key.weight.mT, self.W_value.weight.mT,
-            self.out_proj.weight.mT, self.num_heads,
-            self.W_query.bias, self.W_key.bias, self.W_value.bias, self.out_proj.bias,
-            True, given_masks(mask, key_padding_mask), dropout_rate(self), return_weights,
-        )  # fmt: skip
+        return forward_layer(self, x, causal=True, allowed=given_masks(mask, key_padding_mask),
+                             return_weights=return_weights)  # fmt: skip

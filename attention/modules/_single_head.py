@@ -47,8 +47,8 @@ def _linear_attend(
     x = silence_isolated(x, causal, allowed)
     q, k, v = module.W_query(x), module.W_key(x), module.W_value(x)
     return _core.attend(
-        q, k, v, width=_scaling_width(module.w_q), causal=causal, allowed=allowed,
-        dropout_p=dropout_rate(module), return_weights=return_weights, heads=False,
+        q, k, v, scale=_core.scale(_scaling_width(module.w_q)), heads=False, causal=causal,
+        allowed=allowed, dropout_p=dropout_rate(module), return_weights=return_weights,
     )  # fmt: skip
 
 
@@ -81,8 +81,8 @@ class SelfAttentionV1(SeedWeights, nn.Module):
         """C (*batch, n, c) from X (*batch, n, d); with `return_weights`, (C, A)."""
         q, k, v = x @ self.W_query, x @ self.W_key, x @ self.W_value
         return _core.attend(
-            q, k, v, width=_scaling_width(self.W_query), causal=False, allowed=None,
-            dropout_p=0.0, return_weights=return_weights, heads=False,
+            q, k, v, scale=_core.scale(_scaling_width(self.W_query)), heads=False,
+            return_weights=return_weights,
         )  # fmt: skip
 
 

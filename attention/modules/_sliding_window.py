@@ -12,12 +12,11 @@ import torch.nn as nn
 from jaxtyping import Float
 from torch import Tensor
 
-from .._arguments import check_flag, check_heads, check_positive, check_probability, check_window
+from .._arguments import check_window
 from .._checks import checked_forward
-from .._heads import _multi_head_attention
 from .._masks import KeyPaddingArg, MaskArg, given_masks
 from .._weights import SeedWeights, multi_head_weights
-from ._common import OutputProjection, add_head_layers, dropout_rate
+from ._common import OutputProjection, build_heads, forward_layer
 from ._kv_cache import KVCache, refuse_masks_with_cache
 
 __all__ = ["MultiHeadAttentionWithSWA"]
@@ -55,14 +54,9 @@ class MultiHeadAttentionWithSWA(KVCache, OutputProjection, SeedWeights, nn.Modul
         qkv_bias: bool = False,
         sliding_window_size: int | None = None,
     ):
-        where = "MultiHeadAttentionWithSWA"
-        check_positive(where, d_in=d_in, d_out=d_out, num_heads=num_heads)
-        check_probability(where, dropout=dropout)
-        check_flag(where, qkv_bias=qkv_bias)
-        check_window(where, "sliding_window_size", sliding_window_size)
-        check_heads(where, num_heads, d_out=d_out)
-        super().__init__()
-        add_head_layers(self, d_in, d_in, d_out, num_heads, dropout, qkv_bias)
+        check_window("MultiHeadAttentionWithSWA", "sliding_window_size", sliding_window_size)
+        build_heads(self, "MultiHeadAttentionWithSWA", d_in=d_in, d_out=d_out,
+                    num_heads=num_heads, dropout=dropout, qkv_bias=qkv_bias)  # fmt: skip
         self.sliding_window_size = sliding_window_size
         self._init_cache()
 
@@ -88,9 +82,6 @@ class MultiHeadAttentionWithSWA(KVCache, OutputProjection, SeedWeights, nn.Modul
             refuse_masks_with_cache(where, mask=mask, key_padding_mask=key_padding_mask,
                                     return_weights=return_weights)  # fmt: skip
             return self._cached_forward(where, x, window, None)
-        return _multi_head_attention(
-            x, self.W_query.weight.mT, self.W_key.weight.mT, self.W_value.weight.mT,
-            self.out_proj.weight.mT, self.num_heads,
-            self.W_query.bias, self.W_key.bias, self.W_value.bias, self.out_proj.bias,
-            True, given_masks(mask, key_padding_mask), dropout_rate(self), return_weights, window,
-        )  # fmt: skip
+        return forward_layer(self, x, causal=True, window=window,
+                             allowed=given_masks(mask, key_padding_mask),
+                             return_weights=return_weights)  # fmt: skip

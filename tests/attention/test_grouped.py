@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from reference_variants import gqa_reference, rms_reference
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from attention import ShapeError, _grouped
+from attention import ShapeError, _fused
 from attention import functional as F
 from attention.grouped import expand_groups, grouped_query_attention, rms_norm
 
@@ -158,7 +158,7 @@ def test_fast_path_gradients_against_float64(scale, monkeypatch):
         reference_torch(*exact, mask, 6, 2, 100.0).square().sum(), exact
     )
     calls = []
-    monkeypatch.setattr(_grouped, "gradients", lambda *a: calls.append(1) or GRADIENTS(*a))
+    monkeypatch.setattr(_fused, "gradients", lambda *a: calls.append(1) or GRADIENTS(*a))
     fast = [t.float().requires_grad_() for t in tensors]
     x, w_q, w_k, w_v, w_o, q_gain, k_gain = fast
     out = grouped_query_attention(
@@ -178,7 +178,7 @@ def test_fast_path_gradients_against_float64(scale, monkeypatch):
         assert error <= 2 * floor + 1e-6, (name, error, floor)
 
 
-GRADIENTS = _grouped.gradients
+GRADIENTS = _fused.gradients
 
 
 

@@ -175,8 +175,9 @@ def test_checks_off_gives_the_same_numbers_and_skips_the_checks():
     jaxtyping.config.update("jaxtyping_disable", True)
     try:
         assert torch.equal(apply_rope(x, cos, sin), checked)
+        wide = compute_rope_params(8, context_length=8)  # 8 columns for c = 4
         with pytest.raises(RuntimeError):  # torch's broadcasting error, not our ShapeError
-            apply_rope(x, cos[:, :2], sin[:, :2])
+            apply_rope(x, *wide)
     finally:
         jaxtyping.config.update("jaxtyping_disable", False)
 
