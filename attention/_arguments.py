@@ -1,7 +1,12 @@
 """Checks of the arguments that are not tensors: sizes, rates, flags, windows. Each raises a
 ValueError (TypeError for a flag) that names the function, the argument and the value."""
 
-__all__ = ["check_positive", "check_window", "check_probability", "check_flag", "check_heads"]
+__all__ = [
+    "check_positive", "check_window", "check_probability", "check_flag", "check_heads",
+    "check_cap",
+]  # fmt: skip
+
+import math
 
 
 def check_positive(where: str, **sizes: int) -> None:
@@ -49,3 +54,13 @@ def check_heads(where: str, num_heads: int, name: str = "d_out", **width: int) -
             f"{where}: {name}={total} is not divisible by num_heads={num_heads}; "
             f"each head needs width {name} / num_heads"
         )
+
+
+def check_cap(where: str, name: str, value: object) -> None:
+    """A cap (softcapping's) must be None or a positive finite number (not a bool); ValueError."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (
+        math.isfinite(value) and value > 0
+    ):
+        raise ValueError(f"{where}: {name} must be a positive number or None, got {name}={value!r}")

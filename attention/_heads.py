@@ -7,9 +7,9 @@ from jaxtyping import Float
 from torch import Tensor
 
 from . import _core
-from ._arguments import check_positive, check_probability, check_window
+from ._arguments import check_cap, check_positive, check_probability, check_window
 from ._checks import checked
-from ._layer import LayerWeights, attention_layer
+from ._layer import LayerWeights, ScoreOptions, attention_layer
 from ._masks import KeyPaddingArg, MaskArg, given_masks
 from ._shapes import ShapeError
 
@@ -64,6 +64,7 @@ def multi_head_attention(
     key_padding_mask: KeyPaddingArg = None,
     dropout_p: float = 0.0,
     return_weights: bool = False,
+    softcap: float | None = None,
 ) -> (
     Float[Tensor, "*batch n c_out"]
     | tuple[Float[Tensor, "*batch n c_out"], Float[Tensor, "*batch h n n"]]
@@ -76,12 +77,14 @@ def multi_head_attention(
     where Q_i, K_i, V_i are columns i·c_h … (i+1)·c_h−1 of Q = X Wq, K = X Wk, V = X Wv. All
     heads go through one fused kernel call when the weights are not requested. `mask`
     (*batch, n, n) and `key_padding_mask` (*batch, n) as in `self_attention`, shared by the
-    heads, and `window` (with causal) as in `self_attention`. Returns C (*batch, n, c_out), or
-    (C, A) with A (*batch, h, n, n).
+    heads, and `window` (with causal) as in `self_attention`. softcap: κ, each scaled score ω̃
+    replaced by κ tanh(ω̃/κ) (Gemma 2). Returns C (*batch, n, c_out), or (C, A) with A
+    (*batch, h, n, n).
     """
     check_positive("multi_head_attention", heads=heads)
     check_probability("multi_head_attention", dropout_p=dropout_p)
     check_window("multi_head_attention", "window", window, causal)
+    check_cap("multi_head_attention", "softcap", softcap)
     c = w_q.shape[-1]
     if c % heads:
         raise ShapeError(
@@ -91,5 +94,5 @@ def multi_head_attention(
     return attention_layer(
         x, weights, heads=heads, causal=causal, window=window,
         allowed=given_masks(mask, key_padding_mask), dropout_p=dropout_p,
-        return_weights=return_weights,
+        return_weights=return_weights, options=ScoreOptions(softcap=softcap),
     )  # fmt: skip

@@ -34,7 +34,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from . import _core, _masks
-from ._arguments import check_positive, check_probability, check_window
+from ._arguments import check_cap, check_positive, check_probability, check_window
 from ._backward import Gradients, self_attention_backward, self_attention_gradients
 from ._checks import checked
 from ._heads import (
@@ -58,6 +58,7 @@ __all__ = [
     "scores",
     "scaled_scores",
     "masked_scores",
+    "softcapped_scores",
     "weights",
     "context",
     "causal_mask",
@@ -141,6 +142,21 @@ def masked_scores(
 
 
 @checked
+def softcapped_scores(
+    omega_scaled: Float[Tensor, "*batch n s"], cap: float
+) -> Float[Tensor, "*batch n s"]:
+    """Logit softcapping (Gemma 2): $\\breve\\omega_{m,p} = \\kappa \\tanh(\\tilde\\omega_{m,p} /
+    \\kappa)$, every scaled score squashed into (−κ, κ), nearly unchanged where |ω̃| ≪ κ.
+
+    >>> import torch
+    >>> softcapped_scores(torch.tensor([[0.1, 100.0]]), cap=2.0)
+    tensor([[0.0999, 2.0000]])
+    """
+    check_cap("softcapped_scores", "cap", cap)
+    return _core.softcapped(omega_scaled, cap)
+
+
+@checked
 def weights(
     omega: Float[Tensor, "*batch n s"],
     c: int,
@@ -205,6 +221,7 @@ def self_attention(
     key_padding_mask: KeyPaddingArg = None,
     dropout_p: float = 0.0,
     return_weights: bool = False,
+    softcap: float | None = None,
 ) -> Float[Tensor, "*batch n c"] | tuple[Float[Tensor, "*batch n c"], Float[Tensor, "*batch n n"]]:
     """Trainable scaled dot-product self-attention,
     $C = \\operatorname{softmax}\\!\\big(X W_q (X W_k)^\\top / \\sqrt{c}\\big)\\, X W_v$.
@@ -215,6 +232,8 @@ def self_attention(
     query m may attend key p. key_padding_mask (*batch, n): True where key p exists (True =
     ignore in torch.nn.MultiheadAttention: invert it). The three combine. dropout_p: dropout on
     A after the softmax (the book's order), applied whenever > 0 (modules pass 0 in eval mode).
+    softcap: κ, each scaled score ω̃ replaced by κ tanh(ω̃/κ) before the masks and the softmax
+    (Gemma 2's logit softcapping, `softcapped_scores`); None: none.
 
     Returns C (*batch, n, c), or (C, A) with `return_weights` (A after dropout, the weights that
     were used).
@@ -227,6 +246,7 @@ def self_attention(
     """
     check_probability("self_attention", dropout_p=dropout_p)
     check_window("self_attention", "window", window, causal)
+    check_cap("self_attention", "softcap", softcap)
     allowed = given_masks(mask, key_padding_mask)
     x = silence_isolated(x, causal, allowed, window)
     q = _core.projection(x, w_q, b_q)
@@ -235,4 +255,5 @@ def self_attention(
     return _core.attend(
         q, k, v, scale=_core.scale(_scaling_width(w_q)), heads=False, causal=causal,
         window=window, allowed=allowed, dropout_p=dropout_p, return_weights=return_weights,
+        softcap=softcap,
     )  # fmt: skip

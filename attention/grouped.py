@@ -24,9 +24,9 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from . import _core
-from ._arguments import check_positive
+from ._arguments import check_cap, check_positive, check_window
 from ._checks import checked
-from ._layer import LayerWeights, attention_layer
+from ._layer import LayerWeights, ScoreOptions, attention_layer
 from ._shapes import ShapeError, own_dtype
 from .modules._grouped import GroupedQueryAttention, RMSNorm, check_groups
 from .rope import compute_rope_params, even_width
@@ -93,6 +93,8 @@ def grouped_query_attention(
     k_gain: own_dtype(Float[Tensor, " c_h"]) | None = None,
     eps: float = 1e-6,
     mask: Bool[Tensor, "*batch n n"] | None = None,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> Float[Tensor, "*batch n c_out"]:
     """Grouped-query attention, every composition of the module docstring in one function.
 
@@ -102,7 +104,9 @@ def grouped_query_attention(
     each head's queries and keys at positions 0 … n−1 (None: no RoPE). q_gain, k_gain: (c_h,)
     gains of QK-norm, RMS norm of each head's queries and keys with `eps`, before RoPE (Qwen 3's
     order; None: no QK-norm). causal: query m attends keys p ≤ m; mask (*batch, n, n): True where
-    query m may attend key p. Scale 1/√c_h. Returns C (*batch, n, c_out).
+    query m may attend key p; window w (with causal): query m attends the keys m − w < p ≤ m.
+    softcap: κ, each scaled score ω̃ replaced by κ tanh(ω̃/κ). Scale 1/√c_h. Returns C
+    (*batch, n, c_out).
 
     >>> X = torch.rand(5, 8)
     >>> W_q, W_kv, W_o = torch.rand(8, 16), torch.rand(8, 8), torch.rand(16, 8)
@@ -112,6 +116,8 @@ def grouped_query_attention(
     where = "grouped_query_attention"
     groups = heads if groups is None else groups
     check_positive(where, heads=heads, groups=groups)
+    check_window(where, "window", window, causal)
+    check_cap(where, "softcap", softcap)
     check_groups(where, heads, groups, ("heads", "groups"))
     c, c_kv = w_q.shape[-1], w_k.shape[-1]
     if c % heads:
@@ -138,5 +144,7 @@ def grouped_query_attention(
         return None if gain is None else (lambda t: _core.rms_norm(t, gain, eps))
 
     weights = LayerWeights(w_q, w_k, w_v, w_o, q_norm=norm(q_gain), k_norm=norm(k_gain))
-    return attention_layer(x, weights, heads=heads, groups=groups, causal=causal, allowed=mask,
-                           rope=rope)  # fmt: skip
+    return attention_layer(
+        x, weights, heads=heads, groups=groups, causal=causal, window=window, allowed=mask,
+        rope=rope, options=ScoreOptions(softcap=softcap),
+    )  # fmt: skip

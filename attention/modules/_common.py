@@ -7,31 +7,44 @@ import torch.nn as nn
 from jaxtyping import Float
 from torch import Tensor
 
-from .._arguments import check_flag, check_heads, check_positive, check_probability
-from .._layer import NO_OPTIONS, LayerWeights, attention_layer
+from .._arguments import check_cap, check_flag, check_heads, check_positive, check_probability
+from .._layer import NO_OPTIONS, LayerWeights, ScoreOptions, attention_layer
 from .._shapes import ShapeError
 
 __all__ = [
-    "build_heads", "add_head_layers", "layer_weights", "forward_layer", "dropout_rate",
+    "build_heads", "add_head_layers", "set_score_options", "layer_weights", "forward_layer",
+    "dropout_rate",
     "within_context", "OutputProjection",
 ]  # fmt: skip
 
 
 def build_heads(
     module: nn.Module, where: str, *, d_in: int, d_out: int, num_heads: int, dropout: float,
-    qkv_bias: bool, d_kv: int | None = None, **sizes: int,
+    qkv_bias: bool, d_kv: int | None = None, softcap: float | None = None, **sizes: int,
 ) -> None:  # fmt: skip
     """The prologue of the book's multi-head constructors: every size (`sizes` too) a positive
     int, dropout a rate, qkv_bias a bool, num_heads dividing d_out; then the layers
-    (`add_head_layers`, keys and values reading d_kv, d_in if None)."""
+    (`add_head_layers`, keys and values reading d_kv, d_in if None) and the score options
+    (`set_score_options`)."""
     d_kv = d_in if d_kv is None else d_kv
     check_positive(where, d_in=d_in, **({"d_kv": d_kv} if d_kv != d_in else {}), d_out=d_out,
                    **sizes, num_heads=num_heads)  # fmt: skip
     check_probability(where, dropout=dropout)
     check_flag(where, qkv_bias=qkv_bias)
     check_heads(where, num_heads, d_out=d_out)
+    check_cap(where, "softcap", softcap)
     nn.Module.__init__(module)
     add_head_layers(module, d_in, d_kv, d_out, num_heads, dropout, qkv_bias)
+    set_score_options(module, where, softcap=softcap)
+
+
+def set_score_options(module: nn.Module, where: str, *, softcap: float | None = None) -> None:
+    """The modifications of the scores a module was built with, checked, kept as
+    `module.score_options` (every forward reads them) and each as an attribute of its own
+    (`module.softcap`, as Hugging Face's configurations name it)."""
+    check_cap(where, "softcap", softcap)
+    module.softcap = softcap
+    module.score_options = ScoreOptions(softcap=softcap)
 
 
 def add_head_layers(

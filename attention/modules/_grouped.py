@@ -8,13 +8,13 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from .. import _core
-from .._arguments import check_flag, check_heads, check_positive
+from .._arguments import check_cap, check_flag, check_heads, check_positive, check_window
 from .._checks import Weights, checked_forward
 from .._masks import book_mask
 from .._shapes import ShapeError, own_dtype
 from .._weights import parameter, submodule
 from ..rope import even_width
-from ._common import forward_layer
+from ._common import forward_layer, set_score_options
 
 __all__ = ["RMSNorm", "GroupedQueryAttention", "check_groups"]
 
@@ -99,14 +99,22 @@ class GroupedQueryAttention(nn.Module):
     both: no RoPE). The weights and x share one dtype; cos, sin and the norms' gains may keep
     their own (the book's bfloat16 configurations keep them in float32, and rotate and
     normalise in float32).
+
+    Beyond the books, keyword-only, as Hugging Face's configurations name them:
+    `sliding_window` w (each query attends its last w tokens, causal whatever `blocked` says;
+    Gemma's and GPT-OSS's local layers) and `softcap` κ (Gemma 2's logit softcapping, each scaled
+    score ω̃ replaced by κ tanh(ω̃/κ)).
     """
 
     def __init__(self, d_in: int, *, num_heads: int, num_kv_groups: int, d_out: int | None = None,
                  head_dim: int | None = None, qk_norm: bool = False,
-                 dtype: torch.dtype | None = None):  # fmt: skip
+                 dtype: torch.dtype | None = None, sliding_window: int | None = None,
+                 softcap: float | None = None):  # fmt: skip
         where = "GroupedQueryAttention"
         check_positive(where, d_in=d_in, num_heads=num_heads, num_kv_groups=num_kv_groups)
         check_flag(where, qk_norm=qk_norm)
+        check_window(where, "sliding_window", sliding_window)
+        check_cap(where, "softcap", softcap)
         check_groups(where, num_heads, num_kv_groups, ("num_heads", "num_kv_groups"))
         if d_out is not None and head_dim is not None:
             raise ValueError(
@@ -140,6 +148,8 @@ class GroupedQueryAttention(nn.Module):
             self.k_norm: RMSNorm | None = RMSNorm(width, eps=1e-6)
         else:
             self.q_norm = self.k_norm = None
+        self.sliding_window = sliding_window
+        set_score_options(self, where, softcap=softcap)
 
     @checked_forward(_gqa_weights)
     def forward(
@@ -169,5 +179,8 @@ class GroupedQueryAttention(nn.Module):
                     f"tokens; compute them with a larger context_length"
                 )
         causal, window, allowed = book_mask(blocked, n)
+        if self.sliding_window is not None:  # a window is causal, and the narrower one holds
+            causal = True
+            window = self.sliding_window if window is None else min(window, self.sliding_window)
         rope = None if cos is None else (cos, sin)
         return forward_layer(self, x, causal=causal, window=window, allowed=allowed, rope=rope)

@@ -84,6 +84,9 @@ class MultiHeadAttention(KVCache, OutputProjection, SeedWeights, nn.Module):
     so the book's `GPTModel` with KV cache runs with this class in place of its own. The cached
     tokens and the new ones together may not pass `context_length`. The state_dicts of both
     book classes load: chapter 3's (with `mask`) and the KV-cache one's (without).
+
+    Beyond the book, keyword-only: `softcap` κ (Gemma 2's logit softcapping, each scaled score
+    ω̃ replaced by κ tanh(ω̃/κ)).
     """
 
     mask: Tensor
@@ -96,9 +99,12 @@ class MultiHeadAttention(KVCache, OutputProjection, SeedWeights, nn.Module):
         dropout: float,
         num_heads: int,
         qkv_bias: bool = False,
+        *,
+        softcap: float | None = None,
     ):
         build_heads(self, "MultiHeadAttention", d_in=d_in, d_out=d_out, num_heads=num_heads,
-                    dropout=dropout, qkv_bias=qkv_bias, context_length=context_length)  # fmt: skip
+                    dropout=dropout, qkv_bias=qkv_bias, context_length=context_length,
+                    softcap=softcap)  # fmt: skip
         self.register_buffer(
             "mask", torch.triu(torch.ones(context_length, context_length), diagonal=1)
         )

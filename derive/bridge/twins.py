@@ -21,10 +21,9 @@ __all__ = ["applies", "lacks", "unfit", "arguments", "options", "module_output",
 def lacks(twin: Twin | ModuleTwin | GradientTwin, options: dict[str, object]) -> list[str]:
     """The options of the entry the twin neither takes (its signature) nor implies."""
     wanted = [key for key in options if key not in twin.implies]
-    if isinstance(twin, ModuleTwin):
-        return wanted
+    callee = twin.cls if isinstance(twin, ModuleTwin) else twin.function
     try:
-        parameters = inspect.signature(resolve(twin.function, f"twin {label(twin)}")).parameters
+        parameters = inspect.signature(resolve(callee, f"twin {label(twin)}")).parameters
     except (TypeError, ValueError):
         return wanted
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
@@ -62,12 +61,14 @@ def options(twin, entry: Entry, read: Reader) -> dict[str, object]:
     return {key: read.option(value) for key, value in (wanted | own).items()}
 
 
-def module_output(twin: ModuleTwin, explicit: ExplicitGraph, read: Reader) -> Any:
+def module_output(twin: ModuleTwin, entry: Entry, explicit: ExplicitGraph, read: Reader) -> Any:
+    """The module built at the check's sizes (with the entry's options it takes as keywords:
+    ``MultiHeadAttention(..., softcap=κ)``), given the derivation's weights, on X."""
     import torch
 
     cls = resolve(twin.cls, f"twin {twin.label}")
     init = [number(explicit.sizes[x]) if isinstance(x, sp.Symbol) else x for x in twin.init]
-    module = cls(*init).double()
+    module = cls(*init, **options(twin, entry, read)).double()
     with torch.no_grad():
         for path, letter, transposed in twin.weights:
             value = read(letter)
@@ -106,7 +107,7 @@ def outputs(entry: Entry, explicit: ExplicitGraph, inputs: dict) -> list[tuple[s
         if isinstance(twin, GradientTwin) or not applies(twin, entry.options):
             continue
         if isinstance(twin, ModuleTwin):
-            found.append((label(twin), module_output(twin, explicit, read)))
+            found.append((label(twin), module_output(twin, entry, explicit, read)))
         else:
             found.append((label(twin), twin_output(twin, entry, explicit, read)))
     return found

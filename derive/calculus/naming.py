@@ -41,7 +41,7 @@ def book_indices(letter: str) -> tuple[sp.Symbol, sp.Symbol]:
         return L.m, L.f
     if name == "rot":
         return L.j2, L.j
-    if name in ("omega", "omegatilde", "omegahat", "a", "mask"):
+    if name in ("omega", "omegatilde", "omegacap", "omegahat", "a", "mask"):
         return L.m, L.p
     if name in ("k", "v", "krot", "knorm"):  # a key or a value: token p, as in ω_{m,p}
         return L.p, L.j

@@ -108,14 +108,22 @@ class Declaration:
     def reading(self, renamed: Mapping[str, str]) -> Declaration:
         """The same step reading other matrices in place of some it reads, by their entries'
         names (``{"q": "qrot", "k": "krot"}``: the scores of the rotated queries and keys),
-        one head's as one head's."""
+        one head's as one head's; its twin, where it names the matrices it is given, is given
+        the new ones (the masked weights' twin takes the scaled scores, which the step itself
+        reads through the masked ones)."""
         suffix = "_l" if self.head else ""
         bases = {L.base(old): L.base(new) for old, new in renamed.items()}
+        letters = {L.BASES[old] + suffix: L.BASES[new] + suffix for old, new in renamed.items()}
         shapes = dict(self.shapes)
-        for old, new in renamed.items():
-            shapes[L.BASES[new] + suffix] = shapes.pop(L.BASES[old] + suffix)
+        for old, new in letters.items():
+            if old in shapes:  # a step may name a matrix to its twin only (the masked weights)
+                shapes[new] = shapes.pop(old)
         rhs = self.element.rhs.xreplace(bases)
-        return replace(self, element=sp.Eq(self.element.lhs, rhs, evaluate=False), shapes=shapes)
+        twin = self.twin
+        if isinstance(twin, StepTwin) and twin.arguments:
+            twin = replace(twin, arguments=tuple(letters.get(a, a) for a in twin.arguments))
+        element = sp.Eq(self.element.lhs, rhs, evaluate=False)
+        return replace(self, element=element, shapes=shapes, twin=twin)
 
     def _repr_latex_(self) -> str:
         from ..notation import latex

@@ -10,7 +10,7 @@ Sizes (positive integer symbols)::
     d_u  width of the shared latent of keys and values (multi-head latent attention)
 
 Parameters (positive reals): β the base of the rotary angles (RoPE), ε the constant under the
-root of an RMS normalisation.
+root of an RMS normalisation, κ the cap of logit softcapping.
 
 Indices (1-based, as in the book)::
 
@@ -38,8 +38,8 @@ import sympy as sp
 from sympy import IndexedBase, MatrixSymbol, Symbol
 
 __all__ = [
-    "n", "d", "c", "h", "c_h", "s", "d_y", "w", "g", "d_u", "beta", "eps", "m", "p", "r", "t",
-    "i", "j", "j2", "f", "ell", "nu", "b", "lam", "CONSTANT_LETTERS",
+    "n", "d", "c", "h", "c_h", "s", "d_y", "w", "g", "d_u", "beta", "eps", "kappa", "m", "p",
+    "r", "t", "i", "j", "j2", "f", "ell", "nu", "b", "lam", "CONSTANT_LETTERS",
     "SIZES", "BASES", "READING_ORDER", "reading_key", "MATRIX_LATEX", "ENTRY_LATEX", "base",
     "letter_of", "name_of",
     "matrix_symbol", "entries", "head_entries", "gradient", "is_gradient", "register",
@@ -59,6 +59,8 @@ SIZES = (n, d, c, h, c_h, s, d_y, w, g, d_u)
 #: The base of the rotary angles θ_j = β^{−2(j−1)/c}, and the ε of an RMS normalisation.
 beta = Symbol("beta", positive=True)
 eps = Symbol("epsilon", positive=True)
+#: The cap of logit softcapping (Gemma 2): each scaled score becomes κ tanh(ω̃/κ).
+kappa = Symbol("kappa", positive=True)
 
 # Indices, 1-based.
 m, p, r, t, i, j, b, f = sp.symbols("m p r t i j b f", integer=True, positive=True)
@@ -71,103 +73,48 @@ nu = Symbol("nu", integer=True, positive=True)
 #: The constant added to every score of a row (shift invariance of the softmax).
 lam = Symbol("lambda", real=True)
 
-#: Entry name -> matrix letter. The entry names are internal; readers see `ENTRY_LATEX`.
-_FORWARD = {
-    "x": "X",
-    "y": "Y",
-    "wq": "W_q",
-    "wk": "W_k",
-    "wv": "W_v",
-    "wo": "W_o",
-    "q": "Q",
-    "k": "K",
-    "v": "V",
-    "omega": "Omega",
-    "omegatilde": "Omega_scaled",
-    "mask": "M",
-    "omegahat": "Omega_masked",
-    "a": "A",
-    "ctx": "C",
-    "ctxcat": "C_concat",
-    # the variants of the later chapters: RoPE, QK-norm, latent keys and values
-    "phi": "Phi",
-    "rot": "R",
-    "qrot": "Q_rot",
-    "krot": "K_rot",
-    "qnorm": "Q_norm",
-    "knorm": "K_norm",
-    "gq": "G_q",
-    "gk": "G_k",
-    "u": "U",
-    "wdkv": "W_dkv",
-    "wuk": "W_uk",
-    "wuv": "W_uv",
-}
+#: Entry name -> (matrix letter, LaTeX of one entry's letter, LaTeX of the matrix). The entry
+#: names are internal; readers see the LaTeX: x_{m,i}, (W_q)_{i,j}, ω_{m,p}, z_{m,j} (an entry of
+#: C), ... The variants of the later chapters (RoPE, QK-norm, latent keys and values, softcapping)
+#: follow the book's own letters.
+_TABLE = {
+    "x": ("X", "x", "X"),
+    "y": ("Y", "y", "Y"),
+    "wq": ("W_q", "(W_q)", "W_q"),
+    "wk": ("W_k", "(W_k)", "W_k"),
+    "wv": ("W_v", "(W_v)", "W_v"),
+    "wo": ("W_o", "(W_o)", "W_o"),
+    "q": ("Q", "q", "Q"),
+    "k": ("K", "k", "K"),
+    "v": ("V", "v", "V"),
+    "omega": ("Omega", r"\omega", r"\Omega"),
+    "omegatilde": ("Omega_scaled", r"\tilde{\omega}", r"\tilde{\Omega}"),
+    "omegacap": ("Omega_capped", r"\breve{\omega}", r"\breve{\Omega}"),
+    "mask": ("M", "M", "M"),
+    "omegahat": ("Omega_masked", r"\hat{\omega}", r"\hat{\Omega}"),
+    "a": ("A", "a", "A"),
+    "ctx": ("C", "z", "C"),
+    "ctxcat": ("C_concat", r"\hat{z}", r"\hat{C}"),
+    "phi": ("Phi", r"\phi", r"\Phi"),
+    "rot": ("R", "R", "R"),
+    "qrot": ("Q_rot", r"\mathring{q}", r"\mathring{Q}"),
+    "krot": ("K_rot", r"\mathring{k}", r"\mathring{K}"),
+    "qnorm": ("Q_norm", r"\check{q}", r"\check{Q}"),
+    "knorm": ("K_norm", r"\check{k}", r"\check{K}"),
+    "gq": ("G_q", r"(\gamma_q)", r"\gamma_q"),
+    "gk": ("G_k", r"(\gamma_k)", r"\gamma_k"),
+    "u": ("U", "u", "U"),
+    "wdkv": ("W_dkv", "(W_{dkv})", "W_{dkv}"),
+    "wuk": ("W_uk", "(W_{uk})", "W_{uk}"),
+    "wuv": ("W_uv", "(W_{uv})", "W_{uv}"),
+}  # fmt: skip
+_FORWARD = {name: row[0] for name, row in _TABLE.items()}
 #: Letters whose entries are numbers fixed by the sizes (no gradient flows into them).
 CONSTANT_LETTERS = frozenset({"M", "Phi", "R"})
 _CONSTANT_NAMES = frozenset({"mask", "phi", "rot"})
-#: LaTeX of one entry's letter: x_{m,i}, (W_q)_{i,j}, ω_{m,p}, z_{m,j} (an entry of C), ...
-_ENTRY = {
-    "x": "x",
-    "y": "y",
-    "wq": "(W_q)",
-    "wk": "(W_k)",
-    "wv": "(W_v)",
-    "wo": "(W_o)",
-    "q": "q",
-    "k": "k",
-    "v": "v",
-    "omega": r"\omega",
-    "omegatilde": r"\tilde{\omega}",
-    "mask": "M",
-    "omegahat": r"\hat{\omega}",
-    "a": "a",
-    "ctx": "z",
-    "ctxcat": r"\hat{z}",
-    "phi": r"\phi",
-    "rot": "R",
-    "qrot": r"\mathring{q}",
-    "krot": r"\mathring{k}",
-    "qnorm": r"\check{q}",
-    "knorm": r"\check{k}",
-    "gq": r"(\gamma_q)",
-    "gk": r"(\gamma_k)",
-    "u": "u",
-    "wdkv": "(W_{dkv})",
-    "wuk": "(W_{uk})",
-    "wuv": "(W_{uv})",
-}
+_ENTRY = {name: row[1] for name, row in _TABLE.items()}
 #: LaTeX of each matrix letter.
-_MATRIX = {
-    "X": "X",
-    "Y": "Y",
-    "W_q": "W_q",
-    "W_k": "W_k",
-    "W_v": "W_v",
-    "W_o": "W_o",
-    "Q": "Q",
-    "K": "K",
-    "V": "V",
-    "Omega": r"\Omega",
-    "Omega_scaled": r"\tilde{\Omega}",
-    "M": "M",
-    "Omega_masked": r"\hat{\Omega}",
-    "A": "A",
-    "C": "C",
-    "C_concat": r"\hat{C}",
-    "Phi": r"\Phi",
-    "R": "R",
-    "Q_rot": r"\mathring{Q}",
-    "K_rot": r"\mathring{K}",
-    "Q_norm": r"\check{Q}",
-    "K_norm": r"\check{K}",
-    "G_q": r"\gamma_q",
-    "G_k": r"\gamma_k",
-    "U": "U",
-    "W_dkv": "W_{dkv}",
-    "W_uk": "W_{uk}",
-    "W_uv": "W_{uv}",
-}
+_MATRIX = {row[0]: row[2] for row in _TABLE.values()}
 
 
 def _bar(tex: str) -> str:
@@ -199,10 +146,11 @@ _LETTERS = {letter: name for name, letter in BASES.items()}
 #: The order of entries in a product and of terms in a sum (and of a step's inputs): the book
 #: writes x W, q k, a v, \hat{z} W_o; the gradients in the order of their matrix forms.
 READING_ORDER = (
-    "x", "y", "u", "ctxcat", "a", "dctx", "ctx", "domega", "domegatilde", "domegahat", "da",
+    "x", "y", "u", "ctxcat", "a", "dctx", "ctx", "domega", "domegatilde", "domegacap",
+    "domegahat", "da",
     "dqrot", "dkrot", "dqnorm", "dknorm", "dq", "dk", "dv", "du", "qrot", "qnorm", "q", "gq",
     "wq", "wdkv", "wk", "wv", "wuk", "wuv", "wo", "krot", "knorm", "k", "gk", "v", "omega",
-    "omegatilde", "omegahat", "mask", "rot", "phi",
+    "omegatilde", "omegacap", "omegahat", "mask", "rot", "phi",
     "dx", "dy", "dgq", "dgk", "dwq", "dwdkv", "dwk", "dwv", "dwuk", "dwuv", "dwo", "dctxcat",
 )  # fmt: skip
 _RANK = {name: rank for rank, name in enumerate(READING_ORDER)}

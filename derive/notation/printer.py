@@ -160,6 +160,9 @@ class AttentionPrinter(MatrixPrinting, LatexPrinter):
     def _print_NegativeInfinity(self, expr: sp.Expr) -> str:
         return r"-\infty"
 
+    def _print_Infinity(self, expr: sp.Expr) -> str:
+        return r"\infty"
+
     def _print_Relational(self, expr: sp.Rel) -> str:
         """Ranges read left to right, smaller first: p \\le m, not m \\ge p."""
         if isinstance(expr, sp.GreaterThan | sp.StrictGreaterThan):

@@ -28,6 +28,7 @@ _SIZES = (
     (L.d_u, "width of the latent $U$ of keys and values (multi-head latent attention)"),
     (L.beta, "base of the rotary angles (RoPE; the book's `theta_base`, 10 000)"),
     (L.eps, "the constant under the root of an RMS normalisation (QK-norm; $10^{-6}$)"),
+    (L.kappa, "the cap of logit softcapping (Gemma 2: 50)"),
 )
 
 _INDICES = (
@@ -56,6 +57,7 @@ _ENTRIES = {
     "v": "value of token p, feature j",
     "omega": "attention score of token m for token p",
     "omegatilde": "scaled score",
+    "omegacap": "capped score, $\\kappa \\tanh(\\tilde\\omega_{m,p} / \\kappa)$ (softcapping)",
     "mask": "mask: 0 where token m may attend to p, minus infinity where not",
     "omegahat": "masked score",
     "a": "attention weight of token m on token p",

@@ -66,6 +66,8 @@ def good_calls():
         ("scaled_scores", F.scaled_scores, {"omega": t["omega"], "c": C}, ["omega"], []),
         ("masked_scores", F.masked_scores, {"omega": t["omega"], "mask": t["omega"] > 0},
          ["omega", "mask"], []),
+        ("softcapped_scores", F.softcapped_scores, {"omega_scaled": t["omega"], "cap": 5.0},
+         ["omega_scaled"], []),
         ("weights", F.weights, {"omega": t["omega"], "c": C}, ["omega"], list(masks)),
         ("context", F.context, {"a": t["a"], "v": q}, ["a", "v"], []),
         ("self_attention", F.self_attention, qkv, list(qkv), ["b_q", "b_k", "b_v", *masks]),

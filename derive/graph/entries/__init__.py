@@ -14,6 +14,7 @@ from . import (
     rope,
     self_attention,
     sliding_window,
+    softcap,
 )
 
 BUILT_IN = (
@@ -28,6 +29,7 @@ BUILT_IN = (
     gqa.VARIANT,
     qk_norm.VARIANT,
     mla.VARIANT,
+    softcap.VARIANT,
 )
 
 #: Combinations whose title names the model that uses them (parts in their order).

@@ -182,9 +182,28 @@ def test_console_script_help_lists_the_options():
 
 
 def test_a_combination_that_no_entry_point_computes_is_said_so(capsys):
-    status, out, _ = run(capsys, "--variant", "gqa", "--variant", "sliding-window", "--seed", "2",
+    # a user's variant whose twin of the whole takes no causal flag, made causal: every
+    # combination of the built-in entries has an entry point (grouped_query_attention takes
+    # them all), a user's twin need not
+    import sympy as sp
+
+    from derive import declare
+    from derive.declare import c, m, n, omega, omega_tilde, p
+
+    doubled = declare.step(
+        "doubled_scores", sp.Eq(omega_tilde[m, p], 2 * omega[m, p] / sp.sqrt(c)), shape=(n, n),
+        title="Scaled scores, doubled", twin=lambda o, *, c: 2 * o / c**0.5, options={"c": c},
+    )  # fmt: skip
+
+    def doubled_attention(x, w_q, w_k, w_v):
+        q, k, v = x @ w_q, x @ w_k, x @ w_v
+        return (2 * q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).softmax(dim=-1) @ v
+
+    declare.variant("doubled", title="Doubled scores", replaces=[doubled],
+                    twin=doubled_attention, register=True)  # fmt: skip
+    status, out, _ = run(capsys, "--variant", "doubled", "--causal", "--seed", "2",
                          "--forward-only")  # fmt: skip
     assert status == 0
-    assert "(no entry point computes it: grouped_query_attention takes no window; backward " in out
-    assert re.search(r"^  M\s+\d+×\d+\s+0\s+exact\s+pass$", out, re.M)  # the window, checked
+    assert "(no entry point computes it: doubled_attention takes no causal; backward " in out
+    assert re.search(r"^  M\s+\d+×\d+\s+0\s+exact\s+pass$", out, re.M)  # the mask, checked
     assert not re.search(r"^  C · ", out, re.M)

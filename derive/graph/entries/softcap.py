@@ -1,0 +1,88 @@
+r"""Logit softcapping (Gemma 2), declared: each scaled score squashed into (−κ, κ) before the
+masks and the softmax,
+
+    \breve{\omega}_{m,p} = κ tanh(\tilde{\omega}_{m,p} / κ),
+
+so that no score, however large the inputs, saturates the softmax past what the cap allows;
+where |ω̃| ≪ κ the score is nearly unchanged (tanh x ≈ x). It adds ``softcap=κ`` to the twins
+of the entry it modifies (`self_attention`, `multi_head_attention`, `grouped_query_attention`,
+the modules); its step's twin is `attention.functional.softcapped_scores`.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+from sympy import Eq, tanh
+
+from ...notation import letters as L
+from ..claims import Bound, Equality, RowsSumToOne
+from ..declaration import Declaration, Graph
+from ..sizes import Parameter
+from ..twins import StepTwin
+from ..variant import Variant
+
+__all__ = ["VARIANT", "softcapped_scores", "with_softcap"]
+
+
+def softcapped_scores(head: bool, rows: sp.Expr, keys: sp.Expr) -> Declaration:
+    r"""$\breve\omega_{m,p} = \kappa \tanh(\tilde\omega_{m,p} / \kappa)$ (per head: ω̃^{(ℓ)})."""
+
+    def entry(name: str) -> sp.Indexed:
+        indices = (L.ell, L.m, L.p) if head else (L.m, L.p)
+        return L.base(name)[indices]
+
+    suffix = "_l" if head else ""
+    scaled, capped = "Omega_scaled" + suffix, "Omega_capped" + suffix
+    return Declaration(
+        "softcapped_scores",
+        capped,
+        "Softcapping the scores",
+        Eq(entry("omegacap"), L.kappa * tanh(entry("omegatilde") / L.kappa), evaluate=False),
+        {scaled: (rows, keys), capped: (rows, keys)},
+        twin=StepTwin("attention.functional.softcapped_scores", options=(("cap", L.kappa),)),
+    )
+
+
+def with_softcap(graph: Graph) -> Graph:
+    """`graph` with its scaled scores softcapped, and every later step reading the capped ones."""
+    steps: list[Declaration] = []
+    found = False
+    for step in graph.declarations:
+        if found or step.name != "scaled_scores":
+            steps.append(step.reading({"omegatilde": "omegacap"}) if found else step)
+            continue
+        found = True
+        rows, keys = step.shapes[step.output]
+        steps += [step, softcapped_scores(step.head, rows, keys)]
+    if not found:
+        raise ValueError(f"{graph.name} has no scaled scores to softcap")
+    return Graph(graph.name + " with softcapping", tuple(steps), graph.relations)
+
+
+_CAPPED = L.base("omegacap")[L.m, L.p]
+_SCALED = L.base("omegatilde")[L.m, L.p]
+
+VARIANT = Variant(
+    "softcap",
+    "Logit softcapping",
+    "Logit softcapping (Gemma 2) replaces each scaled score $\\tilde\\omega$ by "
+    "$\\kappa \\tanh(\\tilde\\omega / \\kappa)$ before the masks and the softmax: every score "
+    "stays within $(-\\kappa, \\kappa)$ whatever the inputs, while scores much smaller than "
+    "the cap pass nearly unchanged. Gemma 2 caps the attention scores at $\\kappa = 50$.",
+    base="self-attention",
+    build=with_softcap,
+    claims=(
+        Bound(_CAPPED, L.kappa, "No score exceeds the cap",
+              text="However large a scaled score, its capped value stays below $\\kappa$ (and, "
+              "the same way, above $-\\kappa$):"),
+        Bound(-L.kappa, _CAPPED, "No score falls below minus the cap", heading=""),
+        Equality(sp.Limit(_CAPPED, L.kappa, sp.oo), _SCALED, "An infinite cap is no cap",
+                 text="As the cap grows, the capped score tends to the scaled score: "
+                 "softcapping with $\\kappa \\to \\infty$ is the attention it modifies."),
+        RowsSumToOne(),
+    ),  # fmt: skip
+    parameters=(Parameter(L.kappa, sp.Integer(50), "the cap (Gemma 2's attention cap)"),),
+    options=(("softcap", L.kappa),),
+    rank=45,
+    short="softcapping",
+)
