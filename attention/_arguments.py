@@ -3,7 +3,7 @@ ValueError (TypeError for a flag) that names the function, the argument and the 
 
 __all__ = [
     "check_positive", "check_window", "check_probability", "check_flag", "check_heads",
-    "check_cap",
+    "check_cap", "check_alibi",
 ]  # fmt: skip
 
 import math
@@ -64,3 +64,30 @@ def check_cap(where: str, name: str, value: object) -> None:
         math.isfinite(value) and value > 0
     ):
         raise ValueError(f"{where}: {name} must be a positive number or None, got {name}={value!r}")
+
+
+def check_alibi(where: str, alibi: object, heads: int, causal: bool = True) -> None:
+    """ALiBi's argument: False, True (the default slopes) or one slope per head, a float
+    tensor of shape (heads,); with causal attention only (the bias −μ (m − p) of a key p ≤ m).
+    ValueError, or ShapeError for slopes of another shape."""
+    from torch import Tensor  # the argument checks import nothing heavy until a tensor comes
+
+    from ._shapes import ShapeError
+
+    if alibi is False:
+        return
+    if isinstance(alibi, Tensor):
+        if alibi.shape != (heads,):
+            raise ShapeError(
+                f"{where}: alibi has shape {tuple(alibi.shape)} but there are heads={heads}; "
+                f"give one slope per head"
+            )
+        if not alibi.is_floating_point():
+            raise TypeError(f"{where}: alibi must be a float tensor, got dtype {alibi.dtype}")
+    elif alibi is not True:
+        raise TypeError(f"{where}: alibi must be a bool or a tensor of slopes, got alibi={alibi!r}")
+    if not causal:
+        raise ValueError(
+            f"{where}: alibi needs causal=True (the bias −μ_ℓ (m − p) of ALiBi is for the keys "
+            f"p ≤ m)"
+        )

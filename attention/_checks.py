@@ -113,6 +113,11 @@ class _CallChecker:
                 self.pair_hints[name] = parameter.annotation
             elif parameter.annotation is not inspect.Parameter.empty:
                 self.other_hints[name] = parameter.annotation
+        #: What a tensor argument left out stands for (`alibi=False`: not a tensor to check).
+        self.defaults = {
+            name: p.default for name, p in self.signature.parameters.items()
+            if name in self.tensor_hints and p.default is not inspect.Parameter.empty
+        }  # fmt: skip
         self.returns = self.signature.return_annotation
         self.where = fn.__qualname__
         self.weights = weights
@@ -172,7 +177,8 @@ def _check_call(checker: _CallChecker, args: tuple, kwargs: dict, weights: Weigh
         arguments = checker.signature.bind(*args, **kwargs).arguments
     except TypeError as error:
         raise TypeError(f"{checker.where}: {error}") from None
-    tensors = {name: (arguments.get(name), h) for name, h in checker.tensor_hints.items()}
+    tensors = {name: (arguments.get(name, checker.defaults.get(name)), h)
+               for name, h in checker.tensor_hints.items()}  # fmt: skip
     for name, hint in checker.pair_hints.items():
         tensors |= pair_parts(checker.where, name, arguments.get(name), hint)
     if weights is not None:

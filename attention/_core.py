@@ -170,6 +170,8 @@ def attend(
         s = k.shape[-2]
         full = allowed_positions(n, q.device, causal, allowed, window, keys=s, offset=offset)
         bias = None if slopes is None else alibi_bias(slopes, n, s, offset)
+        if bias is not None and not heads:
+            bias = bias[0]  # (1, n, s) -> (n, s): one head's
         if heads and k.shape[-3] != q.shape[-3]:  # g groups: each repeated for its h/g heads
             k, v = expand_groups(k, q.shape[-3]), expand_groups(v, q.shape[-3])
         c, a = attend_explicitly(

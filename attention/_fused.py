@@ -43,7 +43,8 @@ keys they may attend, its scores recomputed and normalised exactly as the explic
 row maximum subtracted, so the winning key gets exp(0) = 1), then the derived formulas
 
     dV = Aᵀ dC,  dA = dC Vᵀ,  dΩ̃' = A ∘ (dA − rowsum(A ∘ dA)),
-    dΩ̃ = dΩ̃' ∘ (1 − tanh²(ω̃/cap))           (softcapping; ALiBi's bias has no gradient),
+    dμ_ℓ = −Σ_{m,p} dΩ̃'_{m,p} (m + o − p)    (ALiBi's slopes, when they are learned),
+    dΩ̃ = dΩ̃' ∘ (1 − tanh²(ω̃/cap))           (softcapping),
     dσ_ℓ = −Σ_m a_{m,σ} rowsum(A ∘ dA)_m      (a sink carries no value: its dA is 0),
     dQ = scale · dΩ̃ K,  dK = scale · dΩ̃ᵀ Q
 
@@ -124,7 +125,7 @@ def attention(
 ) -> Tensor:
     """C (B, h, n, c_h) for q (B, h, n, c_h), k and v (B, g, s, c_h), `sinks` σ (h,) or None.
     With gradients, through `_Attention` (the blockwise exact backward)."""
-    leaves = (q, k, v) if sinks is None else (q, k, v, sinks)
+    leaves = [t for t in (q, k, v, sinks, scores.slopes) if t is not None]
     if torch.is_grad_enabled() and any(t.requires_grad for t in leaves):
         s = scores
         return _Attention.apply(q, k, v, sinks, s.allowed, s.slopes, s.scale, s.causal, s.window,
@@ -228,14 +229,15 @@ class _Attention(torch.autograd.Function):
         q, k, v, sinks, allowed, slopes = ctx.saved_tensors
         scale, causal, window, offset, softcap = ctx.options
         scores = Scores(scale, causal, window, offset, allowed, softcap, slopes)
-        dq, dk, dv, d_sinks = gradients(q, k, v, grad_out, scores, sinks)
-        return dq, dk, dv, d_sinks, None, None, None, None, None, None, None
+        dq, dk, dv, d_sinks, d_slopes = gradients(q, k, v, grad_out, scores, sinks)
+        return dq, dk, dv, d_sinks, None, d_slopes, None, None, None, None, None
 
 
 def gradients(
     q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, scores: Scores, sinks: Tensor | None = None
-) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-    """(dQ, dK, dV, dσ) for the upstream gradient dC (B, h, n, c_h); dσ is None without sinks."""
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
+    """(dQ, dK, dV, dσ, dμ) for the upstream gradient dC (B, h, n, c_h); dσ is None without
+    sinks, dμ (ALiBi's slopes) without slopes."""
     return _sweep(q, k, v, scores, sinks, grad_out)  # type: ignore[return-value]
 
 
@@ -300,7 +302,8 @@ def _sweep(
     sinks: Tensor | None,
     grad_out: Tensor | None = None,
 ) -> tuple:
-    """The blocks of the module docstring: (C,) without `grad_out`; with it, (dQ, dK, dV, dσ)."""
+    """The blocks of the module docstring: (C,) without `grad_out`; with it, (dQ, dK, dV, dσ,
+    dμ)."""
     batch, heads, n, width = q.shape
     groups, total = k.shape[1], k.shape[2]
     r = heads // groups
@@ -312,8 +315,9 @@ def _sweep(
         g_all = tensors[3]
         dq = torch.empty_like(q).view(q_all.shape)  # q's memory layout, its packs' view
         dk, dv = torch.zeros_like(k).view(k_all.shape), torch.zeros_like(v).view(v_all.shape)
-        d_sinks = None if sinks is None else torch.zeros(batch, groups, r, dtype=q.dtype,
-                                                         device=q.device)  # fmt: skip
+        per_head_grad = (batch, groups, r)
+        d_sinks, d_slopes = (None if t is None else q.new_zeros(per_head_grad)
+                             for t in (sinks, scores.slopes))  # fmt: skip
     else:
         out = torch.empty_like(q).view(q_all.shape)
     per_head = [None if t is None else t.to(q.dtype).view(groups, r)[..., None, None]
@@ -350,6 +354,9 @@ def _sweep(
             if sink_weight is not None:  # dσ = −Σ_m a_{m,σ} rowsum(A ∘ dA)_m
                 along = (a_b * d_a).sum(dim=-1).view(shape[:3])  # (G, r, b)
                 d_sinks[entries, group_of] -= (sink_weight * along).sum(dim=-1)
+            if slope is not None:  # dμ_ℓ = −Σ_{m,p} dω̇_{m,p} (m − p), before the cap's factor
+                distance = _distance(first, last, low, high, q_b)
+                d_slopes[entries, group_of] -= (d_s.view(shape) * distance).sum(dim=(-2, -1))
             if capped is not None:  # through ω̃ ↦ cap·tanh(ω̃/cap): times 1 − tanh²
                 d_s.view(shape).mul_(1.0 - capped.square())
             target[:, :, r0:r1] = torch.bmm(d_s, k_b).view(*shape[:3], width)
@@ -359,7 +366,16 @@ def _sweep(
     dq = dq.view(q.shape).mul_(scores.scale)  # dQ = scale · dΩ̃ K
     if d_sinks is not None:
         d_sinks = d_sinks.sum(dim=0).view(heads).to(sinks.dtype)  # (B, g, r) -> (h,)
-    return dq, dk.view(k.shape), dv.view(v.shape), d_sinks
+    if d_slopes is not None:
+        d_slopes = d_slopes.sum(dim=0).view(heads).to(scores.slopes.dtype)
+    return dq, dk.view(k.shape), dv.view(v.shape), d_sinks, d_slopes
+
+
+def _distance(first: int, last: int, low: int, high: int, like: Tensor) -> Tensor:
+    """m − p for the queries at positions first … last − 1 and the keys low … high − 1:
+    (b, K), in `like`'s dtype and device."""
+    queries = torch.arange(first, last, device=like.device, dtype=like.dtype)
+    return queries[:, None] - torch.arange(low, high, device=like.device, dtype=like.dtype)
 
 
 def _cut_to_band(
@@ -396,9 +412,7 @@ def _weights(
         capped = torch.tanh(s / scores.softcap)
         s = capped * scores.softcap
     if slope is not None:  # −μ_ℓ (m − p), positions of the block's queries and keys
-        queries = torch.arange(first, last, device=s.device, dtype=s.dtype)
-        distance = queries[:, None] - torch.arange(*keys, device=s.device, dtype=s.dtype)
-        s = s - slope * distance  # (G, r, 1, 1) · (b, K)
+        s = s - slope * _distance(first, last, *keys, s)  # (G, r, 1, 1) · (b, K)
     if scores.causal:
         _cut_to_band(s, first, last, *keys, scores.window)
     if given is not None:

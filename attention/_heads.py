@@ -7,7 +7,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from . import _core
-from ._arguments import check_cap, check_positive, check_probability, check_window
+from ._arguments import check_alibi, check_cap, check_positive, check_probability, check_window
 from ._checks import checked
 from ._layer import LayerWeights, ScoreOptions, attention_layer
 from ._masks import KeyPaddingArg, MaskArg, given_masks
@@ -65,6 +65,7 @@ def multi_head_attention(
     dropout_p: float = 0.0,
     return_weights: bool = False,
     softcap: float | None = None,
+    alibi: bool | Float[Tensor, " h"] = False,
 ) -> (
     Float[Tensor, "*batch n c_out"]
     | tuple[Float[Tensor, "*batch n c_out"], Float[Tensor, "*batch h n n"]]
@@ -78,21 +79,24 @@ def multi_head_attention(
     heads go through one fused kernel call when the weights are not requested. `mask`
     (*batch, n, n) and `key_padding_mask` (*batch, n) as in `self_attention`, shared by the
     heads, and `window` (with causal) as in `self_attention`. softcap: κ, each scaled score ω̃
-    replaced by κ tanh(ω̃/κ) (Gemma 2). Returns C (*batch, n, c_out), or (C, A) with A
-    (*batch, h, n, n).
+    replaced by κ tanh(ω̃/κ) (Gemma 2). alibi (with causal): −μ_ℓ (m − p) added to head ℓ's
+    scores (BLOOM), True for Press et al.'s slopes (`alibi_slopes`) or a tensor of h slopes.
+    Returns C (*batch, n, c_out), or (C, A) with A (*batch, h, n, n).
     """
     check_positive("multi_head_attention", heads=heads)
     check_probability("multi_head_attention", dropout_p=dropout_p)
     check_window("multi_head_attention", "window", window, causal)
     check_cap("multi_head_attention", "softcap", softcap)
+    check_alibi("multi_head_attention", alibi, heads, causal)
     c = w_q.shape[-1]
     if c % heads:
         raise ShapeError(
             f"multi_head_attention: c={c} (the width of w_q) is not divisible by heads={heads}"
         )
-    weights = LayerWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o)
+    slopes = alibi if isinstance(alibi, Tensor) else None
+    weights = LayerWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, slopes=slopes)
     return attention_layer(
         x, weights, heads=heads, causal=causal, window=window,
         allowed=given_masks(mask, key_padding_mask), dropout_p=dropout_p,
-        return_weights=return_weights, options=ScoreOptions(softcap=softcap),
+        return_weights=return_weights, options=ScoreOptions(softcap=softcap, alibi=alibi is True),
     )  # fmt: skip

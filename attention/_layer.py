@@ -21,7 +21,9 @@ from . import _core
 from ._masks import silence_isolated
 from .rope import rotate
 
-__all__ = ["LayerWeights", "ScoreOptions", "alibi_slopes", "attention_layer", "split_gate"]
+__all__ = [
+    "LayerWeights", "ScoreOptions", "alibi_slopes", "slopes_of", "attention_layer", "split_gate",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,7 +32,8 @@ class LayerWeights:
 
     w_g: the gate's own W_g (d × h·c_h), or None; with `gate_in_query`, W_q is d × 2h·c_h and
     each head's 2c_h columns are its queries then its gate (Qwen 3.5's `q_proj`). q_norm, k_norm:
-    QK-norm, callables over the last axis (c_h). sinks: σ (h,).
+    QK-norm, callables over the last axis (c_h). sinks: σ (h,). slopes: ALiBi's μ (h,), given
+    (`ScoreOptions.alibi` asks for the default ones).
     """
 
     w_q: Tensor
@@ -47,6 +50,7 @@ class LayerWeights:
     q_norm: Callable[[Tensor], Tensor] | None = None
     k_norm: Callable[[Tensor], Tensor] | None = None
     sinks: Tensor | None = None
+    slopes: Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,14 @@ def _slopes(heads: int) -> tuple[float, ...]:
 def alibi_slopes(heads: int, *, dtype: torch.dtype = torch.float32, device=None) -> Tensor:
     """ALiBi's default slopes μ (h,) (Press, Smith and Lewis, *Train Short, Test Long*, 2022)."""
     return torch.tensor(_slopes(heads), dtype=dtype, device=device)
+
+
+def slopes_of(weights: LayerWeights, options: ScoreOptions, heads: int, like: Tensor):
+    """The slopes ALiBi adds with: the given ones, else the default ones where `options.alibi`
+    asks for them (in `like`'s dtype and device), else None."""
+    if weights.slopes is not None:
+        return weights.slopes
+    return alibi_slopes(heads, dtype=like.dtype, device=like.device) if options.alibi else None
 
 
 def split_gate(projected: Tensor, heads: int) -> tuple[Tensor, Tensor]:
@@ -125,7 +137,7 @@ def attention_layer(
         q, k, v, scale=options.scale(width), heads=True, causal=causal, window=window,
         allowed=allowed, dropout_p=dropout_p, return_weights=return_weights,
         softcap=options.softcap, sinks=weights.sinks,
-        slopes=alibi_slopes(heads, dtype=q.dtype, device=q.device) if options.alibi else None,
+        slopes=slopes_of(weights, options, heads, q),
     )  # fmt: skip
     per_head, a = result if return_weights else (result, None)
     out = finish(per_head, gate, weights)

@@ -108,6 +108,16 @@ def _is_bool_annotation(annotation: Any) -> bool:
     return "bool" in annotation.dtypes
 
 
+def _plain(value: Any, annotation: Any) -> bool:
+    """True for a bool or a number where the annotation admits one beside a tensor
+    (`bool | Float[...]`: ALiBi's default slopes; `float | Float[Tensor, ""]`: a slope)."""
+    kind = type(value)
+    if kind not in (bool, int, float):
+        return False
+    admitted = typing.get_args(annotation)
+    return kind in admitted or (kind is int and float in admitted)
+
+
 def _is_optional(annotation: Any) -> bool:
     """True for an annotation that admits None (`Float[Tensor, "c"] | None`)."""
     return type(None) in typing.get_args(annotation)
@@ -208,7 +218,9 @@ def check_tensors(
     """Check named tensors against their jaxtyping annotations; return the letter bindings.
 
     `tensors` maps the name shown in errors to (tensor or None, annotation). None is skipped
-    where the annotation admits it (`... | None`: an optional argument left out) and refused
+    where the annotation admits it (`... | None`: an optional argument left out), and so is a
+    bool or a number where it admits one (`bool | Float[...]`: ALiBi's default slopes or given
+    ones; `float | Float[Tensor, ""]`: a slope); None is refused
     with a TypeError that names the argument everywhere else. An annotation that is a union of
     array types accepts the first member that binds. Kind (float or
     bool), dtype agreement between the float tensors, device agreement, every dimension letter,
@@ -218,7 +230,7 @@ def check_tensors(
     present = [
         (name, tensor, _array_annotations(annotation))
         for name, (tensor, annotation) in tensors.items()
-        if tensor is not None or not _is_optional(annotation)
+        if not (tensor is None and _is_optional(annotation)) and not _plain(tensor, annotation)
     ]
     for name, tensor, candidates in present:
         _check_kind(where, name, tensor, candidates[0])

@@ -33,8 +33,8 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from . import _core, _masks
-from ._arguments import check_cap, check_positive, check_probability, check_window
+from . import _core, _layer, _masks
+from ._arguments import check_alibi, check_cap, check_positive, check_probability, check_window
 from ._backward import Gradients, self_attention_backward, self_attention_gradients
 from ._checks import checked
 from ._heads import (
@@ -59,6 +59,8 @@ __all__ = [
     "scaled_scores",
     "masked_scores",
     "softcapped_scores",
+    "alibi_scores",
+    "alibi_slopes",
     "weights",
     "context",
     "causal_mask",
@@ -157,6 +159,41 @@ def softcapped_scores(
 
 
 @checked
+def alibi_scores(
+    omega_scaled: Float[Tensor, "*batch n s"],
+    slope: float | Float[Tensor, ""],
+    *,
+    offset: int = 0,
+) -> Float[Tensor, "*batch n s"]:
+    """ALiBi (Press, Smith and Lewis, 2022; BLOOM, MPT): one head's scores with a bias linear
+    in the distance, $\\dot\\omega_{m,p} = \\tilde\\omega_{m,p} - \\mu\\,(m - p)$, query m
+    at position m + offset (after a cache), key p at p. `slope`: μ, a number or a 0-d tensor
+    (learned slopes get their gradient).
+
+    >>> import torch
+    >>> alibi_scores(torch.zeros(2, 2), 0.5)
+    tensor([[ 0.0000,  0.5000],
+            [-0.5000,  0.0000]])
+    """
+    n, s = omega_scaled.shape[-2:]
+    slope = torch.as_tensor(slope, dtype=omega_scaled.dtype, device=omega_scaled.device)
+    return omega_scaled + _core.alibi_bias(slope.reshape(1), n, s, offset)[0]
+
+
+@checked
+def alibi_slopes(heads: int) -> Float[Tensor, " h"]:
+    """ALiBi's default slopes, one per head (Press et al.; BLOOM's `_get_alibi_slopes`): for h
+    a power of 2, μ_ℓ = 2^(−8ℓ/h), ℓ = 1 … h; otherwise those of the power of 2 below h, then
+    every other slope of the sequence for twice that power.
+
+    >>> alibi_slopes(4)
+    tensor([0.2500, 0.0625, 0.0156, 0.0039])
+    """
+    check_positive("alibi_slopes", heads=heads)
+    return _layer.alibi_slopes(heads)
+
+
+@checked
 def weights(
     omega: Float[Tensor, "*batch n s"],
     c: int,
@@ -222,6 +259,7 @@ def self_attention(
     dropout_p: float = 0.0,
     return_weights: bool = False,
     softcap: float | None = None,
+    alibi: bool | Float[Tensor, " 1"] = False,
 ) -> Float[Tensor, "*batch n c"] | tuple[Float[Tensor, "*batch n c"], Float[Tensor, "*batch n n"]]:
     """Trainable scaled dot-product self-attention,
     $C = \\operatorname{softmax}\\!\\big(X W_q (X W_k)^\\top / \\sqrt{c}\\big)\\, X W_v$.
@@ -233,7 +271,9 @@ def self_attention(
     ignore in torch.nn.MultiheadAttention: invert it). The three combine. dropout_p: dropout on
     A after the softmax (the book's order), applied whenever > 0 (modules pass 0 in eval mode).
     softcap: κ, each scaled score ω̃ replaced by κ tanh(ω̃/κ) before the masks and the softmax
-    (Gemma 2's logit softcapping, `softcapped_scores`); None: none.
+    (Gemma 2's logit softcapping, `softcapped_scores`); None: none. alibi (with causal): the
+    bias −μ (m − p) added to each score (`alibi_scores`), True for the slope 2^−8 of one head,
+    or a tensor of one slope.
 
     Returns C (*batch, n, c), or (C, A) with `return_weights` (A after dropout, the weights that
     were used).
@@ -247,6 +287,7 @@ def self_attention(
     check_probability("self_attention", dropout_p=dropout_p)
     check_window("self_attention", "window", window, causal)
     check_cap("self_attention", "softcap", softcap)
+    check_alibi("self_attention", alibi, 1, causal)
     allowed = given_masks(mask, key_padding_mask)
     x = silence_isolated(x, causal, allowed, window)
     q = _core.projection(x, w_q, b_q)
@@ -255,5 +296,14 @@ def self_attention(
     return _core.attend(
         q, k, v, scale=_core.scale(_scaling_width(w_q)), heads=False, causal=causal,
         window=window, allowed=allowed, dropout_p=dropout_p, return_weights=return_weights,
-        softcap=softcap,
+        softcap=softcap, slopes=_slopes(alibi, 1, x),
     )  # fmt: skip
+
+
+def _slopes(alibi: bool | Tensor, heads: int, like: Tensor) -> Tensor | None:
+    """ALiBi's slopes from the argument: the default ones, the given ones, or None."""
+    if alibi is False:
+        return None
+    if alibi is True:
+        return _layer.alibi_slopes(heads, dtype=like.dtype, device=like.device)
+    return alibi

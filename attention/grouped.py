@@ -24,7 +24,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from . import _core
-from ._arguments import check_cap, check_positive, check_window
+from ._arguments import check_alibi, check_cap, check_positive, check_window
 from ._checks import checked
 from ._layer import LayerWeights, ScoreOptions, attention_layer
 from ._shapes import ShapeError, own_dtype
@@ -95,6 +95,7 @@ def grouped_query_attention(
     mask: Bool[Tensor, "*batch n n"] | None = None,
     window: int | None = None,
     softcap: float | None = None,
+    alibi: bool | Float[Tensor, " h"] = False,
 ) -> Float[Tensor, "*batch n c_out"]:
     """Grouped-query attention, every composition of the module docstring in one function.
 
@@ -105,8 +106,9 @@ def grouped_query_attention(
     gains of QK-norm, RMS norm of each head's queries and keys with `eps`, before RoPE (Qwen 3's
     order; None: no QK-norm). causal: query m attends keys p ≤ m; mask (*batch, n, n): True where
     query m may attend key p; window w (with causal): query m attends the keys m − w < p ≤ m.
-    softcap: κ, each scaled score ω̃ replaced by κ tanh(ω̃/κ). Scale 1/√c_h. Returns C
-    (*batch, n, c_out).
+    softcap: κ, each scaled score ω̃ replaced by κ tanh(ω̃/κ). alibi (with causal): −μ_ℓ (m − p)
+    added to head ℓ's scores, True for Press et al.'s slopes or a tensor of h slopes. Scale
+    1/√c_h. Returns C (*batch, n, c_out).
 
     >>> X = torch.rand(5, 8)
     >>> W_q, W_kv, W_o = torch.rand(8, 16), torch.rand(8, 8), torch.rand(16, 8)
@@ -118,6 +120,7 @@ def grouped_query_attention(
     check_positive(where, heads=heads, groups=groups)
     check_window(where, "window", window, causal)
     check_cap(where, "softcap", softcap)
+    check_alibi(where, alibi, heads, causal)
     check_groups(where, heads, groups, ("heads", "groups"))
     c, c_kv = w_q.shape[-1], w_k.shape[-1]
     if c % heads:
@@ -143,8 +146,10 @@ def grouped_query_attention(
     def norm(gain: Tensor | None):
         return None if gain is None else (lambda t: _core.rms_norm(t, gain, eps))
 
-    weights = LayerWeights(w_q, w_k, w_v, w_o, q_norm=norm(q_gain), k_norm=norm(k_gain))
+    slopes = alibi if isinstance(alibi, Tensor) else None
+    weights = LayerWeights(w_q, w_k, w_v, w_o, q_norm=norm(q_gain), k_norm=norm(k_gain),
+                           slopes=slopes)  # fmt: skip
     return attention_layer(
         x, weights, heads=heads, groups=groups, causal=causal, window=window, allowed=mask,
-        rope=rope, options=ScoreOptions(softcap=softcap),
+        rope=rope, options=ScoreOptions(softcap=softcap, alibi=alibi is True),
     )  # fmt: skip

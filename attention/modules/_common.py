@@ -7,7 +7,14 @@ import torch.nn as nn
 from jaxtyping import Float
 from torch import Tensor
 
-from .._arguments import check_cap, check_flag, check_heads, check_positive, check_probability
+from .._arguments import (
+    check_alibi,
+    check_cap,
+    check_flag,
+    check_heads,
+    check_positive,
+    check_probability,
+)
 from .._layer import NO_OPTIONS, LayerWeights, ScoreOptions, attention_layer
 from .._shapes import ShapeError
 
@@ -20,7 +27,8 @@ __all__ = [
 
 def build_heads(
     module: nn.Module, where: str, *, d_in: int, d_out: int, num_heads: int, dropout: float,
-    qkv_bias: bool, d_kv: int | None = None, softcap: float | None = None, **sizes: int,
+    qkv_bias: bool, d_kv: int | None = None, softcap: float | None = None,
+    alibi: bool | Tensor = False, **sizes: int,
 ) -> None:  # fmt: skip
     """The prologue of the book's multi-head constructors: every size (`sizes` too) a positive
     int, dropout a rate, qkv_bias a bool, num_heads dividing d_out; then the layers
@@ -33,18 +41,26 @@ def build_heads(
     check_flag(where, qkv_bias=qkv_bias)
     check_heads(where, num_heads, d_out=d_out)
     check_cap(where, "softcap", softcap)
+    check_alibi(where, alibi, num_heads)
     nn.Module.__init__(module)
     add_head_layers(module, d_in, d_kv, d_out, num_heads, dropout, qkv_bias)
-    set_score_options(module, where, softcap=softcap)
+    set_score_options(module, where, softcap=softcap, alibi=alibi)
 
 
-def set_score_options(module: nn.Module, where: str, *, softcap: float | None = None) -> None:
+def set_score_options(
+    module: nn.Module, where: str, *, softcap: float | None = None, alibi: bool | Tensor = False
+) -> None:
     """The modifications of the scores a module was built with, checked, kept as
     `module.score_options` (every forward reads them) and each as an attribute of its own
-    (`module.softcap`, as Hugging Face's configurations name it)."""
+    (`module.softcap`, as Hugging Face's configurations name it; `module.alibi`). Slopes given
+    to ALiBi are a buffer, `alibi_slopes` (not in the state_dict: the constructor makes them)."""
     check_cap(where, "softcap", softcap)
+    check_alibi(where, alibi, module.num_heads)
     module.softcap = softcap
-    module.score_options = ScoreOptions(softcap=softcap)
+    module.alibi = alibi is not False
+    if isinstance(alibi, Tensor):
+        module.register_buffer("alibi_slopes", alibi.detach().clone(), persistent=False)
+    module.score_options = ScoreOptions(softcap=softcap, alibi=alibi is True)
 
 
 def add_head_layers(
@@ -83,7 +99,7 @@ def layer_weights(module: nn.Module) -> LayerWeights:
         w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o,
         gate_in_query=getattr(module, "gate", False),
         q_norm=layers.get("q_norm"), k_norm=layers.get("k_norm"),
-        sinks=module._parameters.get("sinks"),
+        sinks=module._parameters.get("sinks"), slopes=module._buffers.get("alibi_slopes"),
     )  # fmt: skip
 
 

@@ -8,7 +8,14 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from .. import _core
-from .._arguments import check_cap, check_flag, check_heads, check_positive, check_window
+from .._arguments import (
+    check_alibi,
+    check_cap,
+    check_flag,
+    check_heads,
+    check_positive,
+    check_window,
+)
 from .._checks import Weights, checked_forward
 from .._masks import book_mask
 from .._shapes import ShapeError, own_dtype
@@ -102,19 +109,21 @@ class GroupedQueryAttention(nn.Module):
 
     Beyond the books, keyword-only, as Hugging Face's configurations name them:
     `sliding_window` w (each query attends its last w tokens, causal whatever `blocked` says;
-    Gemma's and GPT-OSS's local layers) and `softcap` κ (Gemma 2's logit softcapping, each scaled
-    score ω̃ replaced by κ tanh(ω̃/κ)).
+    Gemma's and GPT-OSS's local layers), `softcap` κ (Gemma 2's logit softcapping, each scaled
+    score ω̃ replaced by κ tanh(ω̃/κ)) and `alibi` (linear biases −μ_ℓ (m − p), True for Press et
+    al.'s slopes or a tensor of h slopes; causal whatever `blocked` says).
     """
 
     def __init__(self, d_in: int, *, num_heads: int, num_kv_groups: int, d_out: int | None = None,
                  head_dim: int | None = None, qk_norm: bool = False,
                  dtype: torch.dtype | None = None, sliding_window: int | None = None,
-                 softcap: float | None = None):  # fmt: skip
+                 softcap: float | None = None, alibi: bool | Tensor = False):  # fmt: skip
         where = "GroupedQueryAttention"
         check_positive(where, d_in=d_in, num_heads=num_heads, num_kv_groups=num_kv_groups)
         check_flag(where, qk_norm=qk_norm)
         check_window(where, "sliding_window", sliding_window)
         check_cap(where, "softcap", softcap)
+        check_alibi(where, alibi, num_heads)
         check_groups(where, num_heads, num_kv_groups, ("num_heads", "num_kv_groups"))
         if d_out is not None and head_dim is not None:
             raise ValueError(
@@ -149,7 +158,7 @@ class GroupedQueryAttention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
         self.sliding_window = sliding_window
-        set_score_options(self, where, softcap=softcap)
+        set_score_options(self, where, softcap=softcap, alibi=alibi)
 
     @checked_forward(_gqa_weights)
     def forward(
@@ -179,6 +188,8 @@ class GroupedQueryAttention(nn.Module):
                     f"tokens; compute them with a larger context_length"
                 )
         causal, window, allowed = book_mask(blocked, n)
+        if self.alibi:  # ALiBi's bias is the causal one
+            causal = True
         if self.sliding_window is not None:  # a window is causal, and the narrower one holds
             causal = True
             window = self.sliding_window if window is None else min(window, self.sliding_window)

@@ -15,7 +15,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .. import _core
-from .._layer import NO_OPTIONS, alibi_slopes, finish, normalise_and_rotate, project_heads
+from .._layer import NO_OPTIONS, finish, normalise_and_rotate, project_heads, slopes_of
 from .._shapes import DeviceError, DtypeError, ShapeError
 from ._common import dropout_rate, layer_weights
 
@@ -73,7 +73,7 @@ class KVCache:
             q, keys.transpose(-3, -2), values.transpose(-3, -2),  # -> (*batch, g, m + t, c_h)
             scale=options.scale(q.shape[-1]), window=window, dropout_p=dropout_rate(module),
             heads=True, softcap=options.softcap, sinks=weights.sinks,
-            slopes=alibi_slopes(heads, dtype=q.dtype, device=q.device) if options.alibi else None,
+            slopes=slopes_of(weights, options, heads, q),
         )  # fmt: skip
         out = finish(per_head, gate, weights)  # (*batch, h, t, c_h) -> (*batch, t, c_out)
         self.cache_k = _core.kept_rows(keys, window, dim=-3)

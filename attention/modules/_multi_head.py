@@ -86,7 +86,8 @@ class MultiHeadAttention(KVCache, OutputProjection, SeedWeights, nn.Module):
     book classes load: chapter 3's (with `mask`) and the KV-cache one's (without).
 
     Beyond the book, keyword-only: `softcap` κ (Gemma 2's logit softcapping, each scaled score
-    ω̃ replaced by κ tanh(ω̃/κ)).
+    ω̃ replaced by κ tanh(ω̃/κ)); `alibi` (BLOOM's and MPT's linear biases, −μ_ℓ (m − p) added to
+    head ℓ's scores: True for Press et al.'s slopes, or a tensor of h slopes).
     """
 
     mask: Tensor
@@ -101,10 +102,11 @@ class MultiHeadAttention(KVCache, OutputProjection, SeedWeights, nn.Module):
         qkv_bias: bool = False,
         *,
         softcap: float | None = None,
+        alibi: bool | Tensor = False,
     ):
         build_heads(self, "MultiHeadAttention", d_in=d_in, d_out=d_out, num_heads=num_heads,
                     dropout=dropout, qkv_bias=qkv_bias, context_length=context_length,
-                    softcap=softcap)  # fmt: skip
+                    softcap=softcap, alibi=alibi)  # fmt: skip
         self.register_buffer(
             "mask", torch.triu(torch.ones(context_length, context_length), diagonal=1)
         )

@@ -114,7 +114,13 @@ class Reader:
 
     def option(self, value: object, head: int | None = None) -> object:
         """A twin's option: a size or parameter at these sizes, a matrix by its letter (a mask
-        as booleans, a row as a vector), or the value itself."""
+        as booleans, a row as a vector), one entry of a matrix (``μ_{1,ℓ}``: head ℓ's, as a
+        0-d tensor, so that a gradient reaches the matrix), or the value itself."""
+        if isinstance(value, sp.Indexed):
+            at = {L.ell: head or 1} | self.explicit.sizes
+            rows = [int(sp.sympify(index).xreplace(at)) - 1 for index in value.indices]
+            matrix = self._tensor(L.letter_of(value), None)
+            return matrix[rows[0], rows[1]]
         if isinstance(value, sp.Basic) and not isinstance(value, sp.Symbol):
             return number(sp.sympify(value).xreplace(self.explicit.sizes))
         if isinstance(value, sp.Symbol):

@@ -54,7 +54,7 @@ def operation_count(graph: Graph) -> dict[str, int | sp.Expr]:
 
     def visit(expr: sp.Basic, times: sp.Expr) -> None:
         if isinstance(expr, MatMul):
-            counts["matrix products"] += times * (len(_matrices(expr)) - 1)
+            counts["matrix products"] += times * max(0, len(_matrices(expr)) - 1)
         elif isinstance(expr, Transpose):
             counts["transposes"] += times
 
@@ -68,9 +68,8 @@ def flop_count(graph: Graph) -> sp.Expr:
 
     def visit(expr: sp.Basic, times: sp.Expr) -> None:
         nonlocal total
-        if isinstance(expr, MatMul):
-            factors = _matrices(expr)
-            rows = factors[0].shape[0]
+        if isinstance(expr, MatMul) and len(factors := _matrices(expr)) > 1:
+            rows = factors[0].shape[0]  # a number times a matrix (μ Δ) is no product
             for left, right in zip(factors, factors[1:], strict=False):
                 total += times * 2 * rows * left.shape[1] * right.shape[1]
 
@@ -83,8 +82,7 @@ def step_flops(graph: Graph) -> sp.Expr:
     total = sp.S.Zero
     for step in steps(graph):
         form = step.matrix.rhs if step.matrix is not None else None
-        if isinstance(form, MatMul):
-            factors = _matrices(form)
+        if isinstance(form, MatMul) and len(factors := _matrices(form)) > 1:
             rows = factors[0].shape[0]
             for left, right in zip(factors, factors[1:], strict=False):
                 total += 2 * rows * left.shape[1] * right.shape[1]

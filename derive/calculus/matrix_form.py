@@ -6,7 +6,8 @@ sums, as SymPy writes them) with two free indices and returns the matrix express
 Σ_m X[m,i] G[m,j] → Xᵀ G) go through SymPy's own converters (`convert_indexed_to_array`, then
 `convert_array_to_matrix`). Around them, the rules SymPy lacks:
 
-- a sum of terms is the sum of their matrices; a factor free of the indices is a scalar;
+- a sum of terms is the sum of their matrices; a factor free of the indices is a scalar, an
+  entry at fixed indices too (ALiBi's slope μ[0, ℓ] times the distances: μ_{1,ℓ} Δ);
 - a product of factors that share both indices is a Hadamard product (A ∘ B), a positive
   integer power of such a factor a Hadamard power (A^{∘2});
 - a factor that depends on the row alone and sums over an index as long as a row is a product
@@ -70,7 +71,12 @@ def _depends(expr: sp.Expr, index: sp.Symbol) -> bool:
 
 
 def _is_scalar(expr: sp.Expr, row: sp.Symbol, col: sp.Symbol) -> bool:
-    return not (expr.has(MatrixElement) or _depends(expr, row) or _depends(expr, col))
+    """Free of the indices, and of every entry but fixed ones (ALiBi's slope μ[0, 0])."""
+    fixed = all(
+        not (_depends(e.i, row) or _depends(e.i, col) or _depends(e.j, row) or _depends(e.j, col))
+        and not isinstance(e, Sum) for e in expr.atoms(MatrixElement)
+    ) and not expr.has(Sum)
+    return fixed and not (_depends(expr, row) or _depends(expr, col))
 
 
 def _form(expr: sp.Expr, row: sp.Symbol, col: sp.Symbol, shape: tuple | None) -> sp.MatrixExpr:

@@ -37,11 +37,13 @@ def book_indices(letter: str) -> tuple[sp.Symbol, sp.Symbol]:
         return L.f, L.j
     if name in ("gq", "gk"):  # a gain: the one row of γ
         return sp.S.One, L.j
+    if name == "mu":  # ALiBi's slope of head ℓ: the one row of μ
+        return sp.S.One, L.ell
     if name == "u":
         return L.m, L.f
     if name == "rot":
         return L.j2, L.j
-    if name in ("omega", "omegatilde", "omegacap", "omegahat", "a", "mask"):
+    if name in ("omega", "omegatilde", "omegacap", "omegabias", "omegahat", "a", "mask", "gap"):
         return L.m, L.p
     if name in ("k", "v", "krot", "knorm"):  # a key or a value: token p, as in ω_{m,p}
         return L.p, L.j

@@ -92,9 +92,12 @@ def _symbol(letter: str, shapes: dict) -> MatrixSymbol:
 
 
 def _is_linear(form: sp.MatrixExpr) -> bool:
+    """A form whose trace SymPy differentiates by a matrix: no softmax, no element-wise function,
+    and no entry at fixed indices (ALiBi's slope μ[0, 0] is a number of μ to the trace's
+    derivative, which sees only whole matrices)."""
     return not form.has(
         Softmax, Concat, sp.MatrixSlice, sp.HadamardProduct, sp.HadamardPower, RMSNorm,
-        ElementwiseApplyFunction, Entries,
+        ElementwiseApplyFunction, Entries, sp.matrices.expressions.matexpr.MatrixElement,
     )  # fmt: skip
 
 
@@ -181,8 +184,8 @@ def _element_route(step: Declaration, letter: str, shapes: dict) -> Contribution
     """\\bar{u}_{m,p} = Σ_{m'} Σ_t \\bar{y}_{m',t} ∂y_{m',t}/∂u_{m,p}, deltas summed out."""
     row, col = step.free
     (rows, cols) = step.shapes[step.output]
-    p = L.p
     m = sp.S.One if step.shapes[letter][0] == 1 else L.m  # a row of gains: its one row
+    p = sp.S.One if step.shapes[letter][1] == 1 else L.p  # one number (one head's slope)
     y = step.element.rhs.xreplace({row: _ROW, col: _COL})
     upstream = _entry(L.gradient(step.output), _ROW, _COL)
     target = _entry(letter, m, p)
@@ -196,6 +199,8 @@ def _element_route(step: Declaration, letter: str, shapes: dict) -> Contribution
     final = compact_roots(written.xreplace({_COL: L.r}))
     if step.head and not letter.endswith("_l"):  # shared by the heads (gains): theirs add up
         final = Sum(final, (L.ell, 1, L.h))
+        if final.has(sp.KroneckerDelta):  # a row of one number per head: head p's alone
+            final = under_ranges(final, ranges | {L.ell: (1, L.h)})
     lhs = _entry(L.gradient(letter), m, p)
     equations = (
         Eq(lhs, chain, evaluate=False),
@@ -235,6 +240,8 @@ def _gradient(letter: str, parts: list[Contribution], shapes: dict) -> Gradient:
     matrix = Eq(symbol, total, evaluate=False)
     if isinstance(total, Entries):  # no matrix form: the derived entry, in the book's indices
         row, col = book_indices(letter)
+        if all(sp.sympify(index).is_Integer for index in total.indices):  # one number: its own
+            row, col = total.indices
         at = dict(zip(total.indices, (row, col), strict=True))
         lhs = _entry(L.gradient(letter), row, col)
         element = Eq(lhs, total.entry.xreplace({k: v for k, v in at.items() if k.is_Symbol}),

@@ -90,6 +90,9 @@ _TABLE = {
     "omega": ("Omega", r"\omega", r"\Omega"),
     "omegatilde": ("Omega_scaled", r"\tilde{\omega}", r"\tilde{\Omega}"),
     "omegacap": ("Omega_capped", r"\breve{\omega}", r"\breve{\Omega}"),
+    "omegabias": ("Omega_biased", r"\dot{\omega}", r"\dot{\Omega}"),
+    "mu": ("Mu", r"\mu", r"\mu"),
+    "gap": ("Delta", r"\Delta", r"\Delta"),
     "mask": ("M", "M", "M"),
     "omegahat": ("Omega_masked", r"\hat{\omega}", r"\hat{\Omega}"),
     "a": ("A", "a", "A"),
@@ -110,8 +113,8 @@ _TABLE = {
 }  # fmt: skip
 _FORWARD = {name: row[0] for name, row in _TABLE.items()}
 #: Letters whose entries are numbers fixed by the sizes (no gradient flows into them).
-CONSTANT_LETTERS = frozenset({"M", "Phi", "R"})
-_CONSTANT_NAMES = frozenset({"mask", "phi", "rot"})
+CONSTANT_LETTERS = frozenset({"M", "Phi", "R", "Delta"})
+_CONSTANT_NAMES = frozenset({"mask", "phi", "rot", "gap"})
 _ENTRY = {name: row[1] for name, row in _TABLE.items()}
 #: LaTeX of each matrix letter.
 _MATRIX = {row[0]: row[2] for row in _TABLE.values()}
@@ -147,11 +150,12 @@ _LETTERS = {letter: name for name, letter in BASES.items()}
 #: writes x W, q k, a v, \hat{z} W_o; the gradients in the order of their matrix forms.
 READING_ORDER = (
     "x", "y", "u", "ctxcat", "a", "dctx", "ctx", "domega", "domegatilde", "domegacap",
-    "domegahat", "da",
+    "domegabias", "domegahat", "da",
     "dqrot", "dkrot", "dqnorm", "dknorm", "dq", "dk", "dv", "du", "qrot", "qnorm", "q", "gq",
     "wq", "wdkv", "wk", "wv", "wuk", "wuv", "wo", "krot", "knorm", "k", "gk", "v", "omega",
-    "omegatilde", "omegacap", "omegahat", "mask", "rot", "phi",
-    "dx", "dy", "dgq", "dgk", "dwq", "dwdkv", "dwk", "dwv", "dwuk", "dwuv", "dwo", "dctxcat",
+    "omegatilde", "omegacap", "omegabias", "omegahat", "mask", "rot", "phi", "mu", "gap",
+    "dx", "dy", "dgq", "dgk", "dmu", "dwq", "dwdkv", "dwk", "dwv", "dwuk", "dwuv", "dwo",
+    "dctxcat",
 )  # fmt: skip
 _RANK = {name: rank for rank, name in enumerate(READING_ORDER)}
 

@@ -68,6 +68,15 @@ class AttentionPrinter(MatrixPrinting, LatexPrinter):
 
     # -- entries and scalars ---------------------------------------------------------------------
 
+    def _print_MatrixElement(self, expr: sp.Expr) -> str:
+        """An entry of a matrix at fixed indices in a matrix form (ALiBi's slope μ[0, 0] times
+        the distances): as its entry is written, 1-based (μ_{1,1})."""
+        name = str(expr.parent.name)
+        if name.removesuffix("_l") not in L.BASES.values():
+            return super()._print_MatrixElement(expr)
+        entry = L.base(L.name_of(name))[sp.expand(expr.i + 1), sp.expand(expr.j + 1)]
+        return self._print(entry)
+
     def _print_Indexed(self, expr: Indexed) -> str:
         name = expr.base.label.name
         letter = L.ENTRY_LATEX.get(name) or self._print(expr.base.label)
@@ -124,6 +133,9 @@ class AttentionPrinter(MatrixPrinting, LatexPrinter):
             return rf"\frac{{{self._print(rest)}}}{{\sqrt{{{1 / number**2}}}}}"
         if len(factors) > 1 and all(isinstance(f, Indexed) for f in factors):
             return " ".join(self._print(f) for f in sorted(factors, key=_entry_key))
+        entries = [f for f in factors if not f.is_number]
+        if number == -1 and len(entries) > 1 and all(isinstance(f, Indexed) for f in entries):
+            return "- " + " ".join(self._print(f) for f in sorted(entries, key=_entry_key))
         expectations = [f for f in factors if type(f).__name__ == "E"]
         if len(expectations) == len(factors) > 1:  # E[q …] E[k …]: in reading order
             key = lambda f: min(L.reading_key(e) for e in f.atoms(Indexed))  # noqa: E731

@@ -265,7 +265,31 @@ def _resolved(claim: Claim, before: Graph | None) -> Claim:
     return replace(claim, other=variant(other).graph)
 
 
+def _per_head(expr: sp.Expr, graph: Graph) -> sp.Expr:
+    """`expr` with each entry of a matrix that the graph computes per head only (ω̆_{m,p} where
+    it has ω̆^{(ℓ)}_{m,p}, in a combination with multi-head attention) as head ℓ's entry, and
+    the one entry of a row of one number per head (ALiBi's slope μ_{1,1}, where μ is 1 × h)
+    as head ℓ's, μ_{1,ℓ}."""
+    produced = {step.output for step in graph.declarations}
+
+    def lifted(entry: sp.Indexed) -> sp.Indexed:
+        letter = L.letter_of(entry)
+        if len(entry.indices) == 2 and letter not in produced and letter + "_l" in produced:
+            return entry.base[(L.ell, *entry.indices)]
+        if tuple(entry.indices) == (1, 1) and graph.shapes.get(letter) == (1, L.h):
+            return entry.base[1, L.ell]
+        return entry
+
+    return sp.sympify(expr).replace(lambda e: isinstance(e, sp.Indexed), lifted)
+
+
 def prove(graph: Graph, claim: Claim, before: Graph | None = None) -> Fact:
     """The fact SymPy derives for one claim of a variant's graph; `before` is the graph the
-    variant was put into, for a claim that compares with it (`BEFORE`)."""
+    variant was put into, for a claim that compares with it (`BEFORE`). The entries a claim
+    names (`Equality`, `Bound`) are head ℓ's where the graph has heads."""
+    if isinstance(claim, Equality):
+        claim = replace(claim, lhs=_per_head(claim.lhs, graph), rhs=_per_head(claim.rhs, graph))
+    elif isinstance(claim, Bound):
+        claim = replace(claim, smaller=_per_head(claim.smaller, graph),
+                        larger=_per_head(claim.larger, graph))  # fmt: skip
     return _PROVERS[type(claim)](graph, _resolved(claim, before))

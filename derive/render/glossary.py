@@ -58,6 +58,9 @@ _ENTRIES = {
     "omega": "attention score of token m for token p",
     "omegatilde": "scaled score",
     "omegacap": "capped score, $\\kappa \\tanh(\\tilde\\omega_{m,p} / \\kappa)$ (softcapping)",
+    "gap": "distance of key p before query m, $m - p$ (ALiBi)",
+    "mu": "slope of head $\\ell$'s linear bias (ALiBi)",
+    "omegabias": "score with ALiBi's bias, $\\tilde\\omega_{m,p} - \\mu_{1,\\ell} (m - p)$",
     "mask": "mask: 0 where token m may attend to p, minus infinity where not",
     "omegahat": "masked score",
     "a": "attention weight of token m on token p",
@@ -122,6 +125,10 @@ _JAXTYPING = (
      "tokens before the new ones"),
     ("*batch m_next c", "the grown cache", "what `decode_step` returns: m + t rows (the last w "
      "with a window)"),
+    ("h", "ALiBi's slopes $\\mu$", "one per head: `alibi=` of `multi_head_attention`, "
+     "`grouped_query_attention`, the modules; `alibi_slopes(h)`"),
+    ("1", "ALiBi's slope", "`self_attention(..., alibi=)`: one head's"),
+    ("", "one number", "a head's slope, `alibi_scores(omega_scaled, slope)`"),
     ("n_ctx c_h", "RoPE's $\\cos\\Phi$, $\\sin\\Phi$", "`compute_rope_params`' tables "
      "(context_length × head_dim), as `GroupedQueryAttention.forward` takes them"),
 )  # fmt: skip
@@ -133,6 +140,20 @@ def _variant_graphs() -> list:
     from ..graph.entries import BUILT_IN
 
     return [variant(found.name).graph for found in BUILT_IN]
+
+
+def _per_head_rows() -> dict[str, tuple[sp.Expr, sp.Expr]]:
+    """The rows of one number per head (ALiBi's slopes): 1 × h, as a combination with
+    multi-head attention declares them (an entry alone has one head, 1 × 1)."""
+    from ..graph.entries import BUILT_IN
+
+    found = {}
+    for entry in BUILT_IN:
+        if entry.combines and entry.name != "multi-head":
+            graph = variant(f"multi-head+{entry.name}").graph
+            found |= {letter: shape for letter, shape in graph.shapes.items()
+                      if shape == (1, L.h)}  # fmt: skip
+    return found
 
 
 def _row(*cells: str) -> str:
@@ -176,6 +197,7 @@ def glossary_markdown() -> str:
     shapes: dict[str, tuple[sp.Expr, sp.Expr]] = {}
     for graph in (self_attention(causal=True), self_attention(heads=True), *_variant_graphs()):
         shapes |= {letter: shape for letter, shape in graph.shapes.items() if letter not in shapes}
+    shapes |= _per_head_rows()
     for name, text in _ENTRIES.items():
         letter = L.BASES[name]
         matrix = latex(L.matrix_symbol(letter, *shapes[letter]))
@@ -237,6 +259,7 @@ def _gradient_rows() -> list[str]:
         for gradient in calculus.backward(graph):
             if not gradient.of.endswith("_l"):
                 seen.setdefault(gradient.of, graph.shapes[gradient.of])
+    seen |= {letter: shape for letter, shape in _per_head_rows().items() if letter in seen}
     for letter, (rows, cols) in seen.items():
         name = "d" + L.name_of(letter)
         entry = latex(L.base(name)[_index(name)])

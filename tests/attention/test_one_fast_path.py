@@ -56,19 +56,17 @@ def cases(draw):
 
 
 def attend(tensors, options, *, explicit, dtype=torch.float64, grad=None):
-    """C (and with `grad`, the gradients of q, k, v and the sinks) through the fast or the
-    explicit path, in `dtype`."""
+    """C (and with `grad`, the gradients of q, k, v, the sinks and ALiBi's slopes) through the
+    fast or the explicit path, in `dtype`."""
     leaves = [t.to(dtype).requires_grad_(grad is not None) for t in tensors]
-    sinks = options["sinks"]
-    if sinks is not None:
-        sinks = sinks.to(dtype).requires_grad_(grad is not None)
-    rest = {**options, "sinks": sinks,
-            "slopes": None if options["slopes"] is None else options["slopes"].to(dtype)}  # fmt: skip
-    out = _core.attend(*leaves, heads=True, return_weights=explicit, **rest)
+    learned = {name: None if options[name] is None
+               else options[name].to(dtype).requires_grad_(grad is not None)
+               for name in ("sinks", "slopes")}  # fmt: skip
+    out = _core.attend(*leaves, heads=True, return_weights=explicit, **{**options, **learned})
     out = out[0] if explicit else out
     if grad is None:
         return out
-    inputs = leaves + ([] if sinks is None else [sinks])
+    inputs = leaves + [t for t in learned.values() if t is not None]  # ALiBi's slopes learned
     return torch.autograd.grad(out, inputs, grad.to(dtype))
 
 

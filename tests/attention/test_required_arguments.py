@@ -68,6 +68,8 @@ def good_calls():
          ["omega", "mask"], []),
         ("softcapped_scores", F.softcapped_scores, {"omega_scaled": t["omega"], "cap": 5.0},
          ["omega_scaled"], []),
+        ("alibi_scores", F.alibi_scores, {"omega_scaled": t["omega"], "slope": 0.5},
+         ["omega_scaled"], []),
         ("weights", F.weights, {"omega": t["omega"], "c": C}, ["omega"], list(masks)),
         ("context", F.context, {"a": t["a"], "v": q}, ["a", "v"], []),
         ("self_attention", F.self_attention, qkv, list(qkv), ["b_q", "b_k", "b_v", *masks]),
@@ -149,6 +151,7 @@ def test_the_table_covers_every_public_function_and_module():
 
     functions = {name for name in F.__all__ if callable(getattr(F, name)) and name != "Gradients"}
     covered = {where.split(".")[0] for where, *_ in good_calls()}
-    assert functions - {"causal_mask", "sliding_window_mask"} <= covered  # they take no tensor
+    no_tensor = {"causal_mask", "sliding_window_mask", "alibi_slopes"}  # they take no tensor
+    assert functions - no_tensor <= covered
     classes = {name for name in attention.__all__ if name[0].isupper() and "Error" not in name}
     assert classes <= covered

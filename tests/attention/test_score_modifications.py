@@ -1,13 +1,19 @@
 """The score modifications of today's open models, in the functional API and the modules: logit
-softcapping (Gemma 2), each on both paths, against the NumPy reference, against the plain
-attention where the modification vanishes, and bad input named."""
+softcapping (Gemma 2) and linear biases (ALiBi: BLOOM, MPT), each on both paths, against the
+NumPy reference, against the plain attention where the modification vanishes, and bad input
+named."""
 
 import numpy as np
 import pytest
 import torch
 from reference_variants import band_matrix, modified_attention
 
-from attention import GroupedQueryAttention, MultiHeadAttention, MultiHeadAttentionWithSWA
+from attention import (
+    GroupedQueryAttention,
+    MultiHeadAttention,
+    MultiHeadAttentionWithSWA,
+    ShapeError,
+)
 from attention import functional as F
 from attention.grouped import grouped_query_attention
 
@@ -130,3 +136,133 @@ def test_a_cap_that_is_no_number_is_a_type_error():
         F.self_attention(x, w_q, w_k, w_v, softcap="50")
     with pytest.raises(ValueError, match=r"^MultiHeadAttention: softcap must be a positive number"):
         MultiHeadAttention(8, 8, N, 0.0, 2, softcap="50")
+
+
+# -- ALiBi ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("heads", "expected"),
+    [
+        (1, [2**-8]),
+        (2, [2**-4, 2**-8]),
+        (3, [2**-4, 2**-8, 2**-2]),  # two of the sequence for 2, one of the one for 4
+        (8, [2.0**-i for i in range(1, 9)]),
+        (12, [2.0**-i for i in range(1, 9)] + [2 ** (-i / 2) for i in (1, 3, 5, 7)]),
+    ],
+)
+def test_the_default_slopes_are_press_et_al_s(heads, expected):
+    torch.testing.assert_close(F.alibi_slopes(heads), torch.tensor(expected), rtol=0, atol=0)
+
+
+def test_alibi_scores_subtract_the_slope_times_the_distance():
+    omega = torch.zeros(3, 4, dtype=torch.float64)
+    got = F.alibi_scores(omega, 0.5, offset=1)  # queries at positions 1, 2, 3
+    expected = [[-0.5 * (m + 1 - p) for p in range(4)] for m in range(3)]
+    torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+@pytest.mark.parametrize("given", [False, True])
+def test_multi_head_attention_with_alibi(explicit, given):
+    x, (w_q, w_k, w_v) = inputs(3)
+    slopes = torch.tensor([0.7, 0.2], dtype=torch.float64) if given else None
+    alibi = slopes if given else True
+    got = F.multi_head_attention(x, w_q, w_k, w_v, torch.eye(C, dtype=torch.float64), heads=2,
+                                 causal=True, alibi=alibi, return_weights=explicit)  # fmt: skip
+    got = got[0] if explicit else got
+    used = slopes.tolist() if given else F.alibi_slopes(2).tolist()
+    allowed = band_matrix(N, N, causal=True)
+    for b in range(2):
+        q, k, v = (x[b].numpy() @ w.numpy() for w in (w_q, w_k, w_v))
+        for head, slope in enumerate(used):
+            columns = slice(2 * head, 2 * head + 2)
+            expected = modified_attention(q[:, columns], k[:, columns], v[:, columns],
+                                          scale=2**-0.5, allowed=allowed, slope=slope)[0]
+            np.testing.assert_allclose(got[b, :, columns].numpy(), expected, rtol=0, atol=1e-12)
+
+
+def test_bloom_s_bias_gives_the_same_weights():
+    # BLOOM adds μ p (its build_alibi_tensor) where Press et al. subtract μ (m − p): a constant
+    # μ m per row, which the softmax does not see
+    x, (w_q, w_k, w_v) = inputs(4, batch=())
+    slope = 0.3
+    _, ours = F.self_attention(x, w_q, w_k, w_v, causal=True, return_weights=True,
+                               alibi=torch.tensor([slope], dtype=torch.float64))  # fmt: skip
+    scores = (x @ w_q) @ (x @ w_k).T / C**0.5 + slope * torch.arange(N, dtype=torch.float64)
+    bloom = scores.masked_fill(~F.causal_mask(N), float("-inf")).softmax(dim=-1)
+    torch.testing.assert_close(ours, bloom, rtol=0, atol=1e-14)
+
+
+def test_zero_slopes_are_plain_attention_and_steep_ones_attend_to_the_last_token():
+    x, (w_q, w_k, w_v) = inputs(5, batch=())
+    plain = F.self_attention(x, w_q, w_k, w_v, causal=True)
+    zero = F.self_attention(x, w_q, w_k, w_v, causal=True, alibi=torch.zeros(1, dtype=x.dtype))
+    torch.testing.assert_close(zero, plain, rtol=0, atol=1e-13)  # the fused kernel's rounding
+    steep = F.self_attention(x, w_q, w_k, w_v, causal=True,
+                             alibi=torch.full((1,), 1e3, dtype=x.dtype))  # fmt: skip
+    torch.testing.assert_close(steep, x @ w_v, rtol=0, atol=1e-12)  # each token its own value
+
+
+def test_learned_slopes_get_the_gradient_of_the_explicit_path():
+    x, (w_q, w_k, w_v) = inputs(6)
+    slopes = torch.tensor([0.4, 0.05], dtype=torch.float64, requires_grad=True)
+    w_o = torch.eye(C, dtype=torch.float64)
+    grads = []
+    for explicit in (False, True):
+        out = F.multi_head_attention(x, w_q, w_k, w_v, w_o, heads=2, causal=True, alibi=slopes,
+                                     return_weights=explicit)  # fmt: skip
+        out = out[0] if explicit else out
+        grads.append(torch.autograd.grad(out.square().sum(), slopes)[0])
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-10, atol=1e-12)
+    assert grads[0].abs().min() > 1e-6  # a gradient that could be wrong
+
+
+def test_the_cache_with_alibi_gives_the_uncached_rows():
+    torch.manual_seed(2)
+    module = MultiHeadAttention(8, 8, 10, 0.0, 4, alibi=True).double().eval()
+    x = torch.randn(2, 7, 8, dtype=torch.float64)
+    whole = module(x)
+    rows = [module(x[:, :4], use_cache=True), module(x[:, 4:6], use_cache=True),
+            module(x[:, 6:], use_cache=True)]  # fmt: skip
+    torch.testing.assert_close(torch.cat(rows, dim=1), whole, rtol=0, atol=1e-12)
+
+
+def test_the_modules_take_alibi():
+    torch.manual_seed(3)
+    x = torch.randn(2, N, 8, dtype=torch.float64)
+    slopes = torch.tensor([0.5, 0.25], dtype=torch.float64)
+    for alibi in (True, slopes):
+        module = MultiHeadAttention(8, 8, N, 0.0, 2, alibi=alibi).double().eval()
+        expected = F.multi_head_attention(
+            x, module.W_query.weight.mT, module.W_key.weight.mT, module.W_value.weight.mT,
+            module.out_proj.weight.mT, heads=2, b_o=module.out_proj.bias, causal=True,
+            alibi=alibi,
+        )  # fmt: skip
+        torch.testing.assert_close(module(x), expected, rtol=0, atol=1e-12)
+        assert "alibi_slopes" not in module.state_dict()  # the constructor makes them
+        gqa = GroupedQueryAttention(8, num_heads=2, num_kv_groups=1, head_dim=4,
+                                    alibi=alibi).double()  # fmt: skip
+        grouped = grouped_query_attention(
+            x, gqa.W_query.weight.mT, gqa.W_key.weight.mT, gqa.W_value.weight.mT,
+            gqa.out_proj.weight.mT, heads=2, groups=1, causal=True, alibi=alibi,
+        )  # fmt: skip
+        torch.testing.assert_close(gqa(x), grouped, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda x, w: F.self_attention(x, w, w, w, alibi=True), ValueError,
+         r"^self_attention: alibi needs causal=True \(the bias −μ_ℓ \(m − p\) of ALiBi is for the keys p ≤ m\)$"),
+        (lambda x, w: F.multi_head_attention(x, w, w, w, w, heads=2, causal=True,
+                                             alibi=torch.ones(3, dtype=x.dtype)), ShapeError,
+         r"^multi_head_attention: alibi has shape \(3,\) but there are heads=2; give one slope per head$"),
+        (lambda x, w: MultiHeadAttention(4, 4, N, 0.0, 2, alibi=1), TypeError,
+         r"^MultiHeadAttention: alibi must be a bool or a tensor of slopes, got alibi=1$"),
+    ],
+)  # fmt: skip
+def test_bad_alibi_is_named(call, error, message):
+    x, w = torch.randn(2, N, 4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)
+    with pytest.raises(error, match=message):
+        call(x, w)

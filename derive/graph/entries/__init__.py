@@ -3,6 +3,7 @@ twins and words), registered by one line here: the order of `derive.variants()`;
 of the combinations that have a name of their own."""
 
 from . import (
+    alibi,
     causal,
     cross_attention,
     gqa,
@@ -30,6 +31,7 @@ BUILT_IN = (
     qk_norm.VARIANT,
     mla.VARIANT,
     softcap.VARIANT,
+    alibi.VARIANT,
 )
 
 #: Combinations whose title names the model that uses them (parts in their order).

@@ -18,7 +18,7 @@ VARIANTS = derive.variants()
 def test_the_registered_names():
     assert VARIANTS == (
         "self-attention", "causal", "masked", "multi-head", "kv-cache", "sliding-window",
-        "cross-attention", "rope", "gqa", "qk-norm", "mla", "softcap",
+        "cross-attention", "rope", "gqa", "qk-norm", "mla", "softcap", "alibi",
     )  # fmt: skip
     with pytest.raises(ValueError, match=r"unknown variant 'nope'; known: self-attention, causal"):
         derive.variant("nope")
