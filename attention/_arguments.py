@@ -3,7 +3,7 @@ ValueError (TypeError for a flag) that names the function, the argument and the 
 
 __all__ = [
     "check_positive", "check_window", "check_probability", "check_flag", "check_heads",
-    "check_cap", "check_alibi",
+    "check_cap", "check_alibi", "check_per_head",
 ]  # fmt: skip
 
 import math
@@ -66,24 +66,37 @@ def check_cap(where: str, name: str, value: object) -> None:
         raise ValueError(f"{where}: {name} must be a positive number or None, got {name}={value!r}")
 
 
+def check_per_head(where: str, name: str, value: object, heads: int, what: str) -> None:
+    """A tensor of one number per head (`what`: "slope", "sink"), or None: shape (heads,), float;
+    ShapeError or TypeError naming it."""
+    from torch import Tensor
+
+    from ._shapes import ShapeError
+
+    if value is None:
+        return
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{where}: {name} must be a tensor of one {what} per head, got "
+                        f"{type(value).__name__}")  # fmt: skip
+    if value.shape != (heads,):
+        raise ShapeError(
+            f"{where}: {name} has shape {tuple(value.shape)} but there are heads={heads}; "
+            f"give one {what} per head"
+        )
+    if not value.is_floating_point():
+        raise TypeError(f"{where}: {name} must be a float tensor, got dtype {value.dtype}")
+
+
 def check_alibi(where: str, alibi: object, heads: int, causal: bool = True) -> None:
     """ALiBi's argument: False, True (the default slopes) or one slope per head, a float
     tensor of shape (heads,); with causal attention only (the bias −μ (m − p) of a key p ≤ m).
     ValueError, or ShapeError for slopes of another shape."""
     from torch import Tensor  # the argument checks import nothing heavy until a tensor comes
 
-    from ._shapes import ShapeError
-
     if alibi is False:
         return
     if isinstance(alibi, Tensor):
-        if alibi.shape != (heads,):
-            raise ShapeError(
-                f"{where}: alibi has shape {tuple(alibi.shape)} but there are heads={heads}; "
-                f"give one slope per head"
-            )
-        if not alibi.is_floating_point():
-            raise TypeError(f"{where}: alibi must be a float tensor, got dtype {alibi.dtype}")
+        check_per_head(where, "alibi", alibi, heads, "slope")
     elif alibi is not True:
         raise TypeError(f"{where}: alibi must be a bool or a tensor of slopes, got alibi={alibi!r}")
     if not causal:

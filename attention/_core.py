@@ -114,15 +114,14 @@ def attend_explicitly(
     softmax of each row (with the sink's logit in its denominator), dropout on A, C = AV.
 
     q: (..., n, c), k, v: (..., s, c) (with heads, (..., h, ·, c_h)); `allowed` and `bias`
-    broadcast to (..., n, s); sinks (h,) or None.
+    broadcast to (..., n, s); sinks: the sinks' logits broadcastable to (..., n, 1), or None.
     """
     scaled = scores(q, k) * scale
     if softcap is not None:
         scaled = softcapped(scaled, softcap)
     if bias is not None:
         scaled = scaled + bias
-    column = None if sinks is None else sinks.to(scaled.dtype)[:, None, None]  # (h, 1, 1)
-    a = softmax_rows(scaled, allowed, column)
+    a = softmax_rows(scaled, allowed, None if sinks is None else sinks.to(scaled.dtype))
     if dropout_p > 0.0:
         a = F.dropout(a, p=dropout_p)
     return context(a, v), a
@@ -174,6 +173,8 @@ def attend(
             bias = bias[0]  # (1, n, s) -> (n, s): one head's
         if heads and k.shape[-3] != q.shape[-3]:  # g groups: each repeated for its h/g heads
             k, v = expand_groups(k, q.shape[-3]), expand_groups(v, q.shape[-3])
+        if sinks is not None:  # (h,) -> (h, 1, 1) per head, or (1, 1) for one head
+            sinks = sinks[:, None, None] if heads else sinks.reshape(1, 1)
         c, a = attend_explicitly(
             q, k, v, scale=scale, allowed=full, dropout_p=dropout_p, softcap=softcap, bias=bias,
             sinks=sinks,

@@ -202,6 +202,7 @@ def weights(
     window: int | None = None,
     mask: StepMaskArg = None,
     key_padding_mask: StepKeyPaddingArg = None,
+    sink: float | Float[Tensor, ""] | None = None,
 ) -> Float[Tensor, "*batch n s"]:
     """Attention weights $A = \\operatorname{softmax}(\\Omega / \\sqrt{c})$, row by row.
 
@@ -212,7 +213,9 @@ def weights(
     p ≤ m − w; with `mask` (*batch, n, s), a_{m,p} = 0 where it is False; with
     `key_padding_mask` (*batch, s), a_{m,p} = 0 where key p is False (True = the key exists; the
     opposite of torch.nn.MultiheadAttention's). The sum over r runs over allowed keys only. Each
-    row sums to 1, or is all zeros when no key is allowed.
+    row sums to 1, or is all zeros when no key is allowed. With a `sink` ζ (an attention sink's
+    logit, a number or a 0-d tensor), exp(ζ) joins each row's denominator: a row sums to
+    1 − e^ζ / (e^ζ + Σ_r …).
     """
     check_positive("weights", c=c)
     check_window("weights", "window", window, causal)
@@ -221,7 +224,10 @@ def weights(
         raise ShapeError(f"weights: causal needs a square omega (n = s), got n={n}, s={s}")
     allowed = given_masks(mask, key_padding_mask)
     allowed = allowed_positions(s, omega.device, causal, allowed, window)
-    return _core.weights(omega, c, allowed)
+    if sink is None:
+        return _core.weights(omega, c, allowed)
+    sink = torch.as_tensor(sink, dtype=omega.dtype, device=omega.device).reshape(1, 1)
+    return _core.softmax_rows(_core.scaled_scores(omega, c), allowed, sink)
 
 
 @checked
@@ -260,6 +266,7 @@ def self_attention(
     return_weights: bool = False,
     softcap: float | None = None,
     alibi: bool | Float[Tensor, " 1"] = False,
+    sinks: Float[Tensor, " 1"] | None = None,
 ) -> Float[Tensor, "*batch n c"] | tuple[Float[Tensor, "*batch n c"], Float[Tensor, "*batch n n"]]:
     """Trainable scaled dot-product self-attention,
     $C = \\operatorname{softmax}\\!\\big(X W_q (X W_k)^\\top / \\sqrt{c}\\big)\\, X W_v$.
@@ -273,7 +280,8 @@ def self_attention(
     softcap: κ, each scaled score ω̃ replaced by κ tanh(ω̃/κ) before the masks and the softmax
     (Gemma 2's logit softcapping, `softcapped_scores`); None: none. alibi (with causal): the
     bias −μ (m − p) added to each score (`alibi_scores`), True for the slope 2^−8 of one head,
-    or a tensor of one slope.
+    or a tensor of one slope. sinks: an attention sink's logit ζ (a tensor of one), exp(ζ) in
+    each row's denominator (GPT-OSS; `weights(..., sink=)`).
 
     Returns C (*batch, n, c), or (C, A) with `return_weights` (A after dropout, the weights that
     were used).
@@ -296,7 +304,7 @@ def self_attention(
     return _core.attend(
         q, k, v, scale=_core.scale(_scaling_width(w_q)), heads=False, causal=causal,
         window=window, allowed=allowed, dropout_p=dropout_p, return_weights=return_weights,
-        softcap=softcap, slopes=_slopes(alibi, 1, x),
+        softcap=softcap, slopes=_slopes(alibi, 1, x), sinks=sinks,
     )  # fmt: skip
 
 

@@ -24,7 +24,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from . import _core
-from ._arguments import check_alibi, check_cap, check_positive, check_window
+from ._arguments import check_alibi, check_cap, check_per_head, check_positive, check_window
 from ._checks import checked
 from ._layer import LayerWeights, ScoreOptions, attention_layer
 from ._shapes import ShapeError, own_dtype
@@ -96,6 +96,7 @@ def grouped_query_attention(
     window: int | None = None,
     softcap: float | None = None,
     alibi: bool | Float[Tensor, " h"] = False,
+    sinks: Float[Tensor, " h"] | None = None,
 ) -> Float[Tensor, "*batch n c_out"]:
     """Grouped-query attention, every composition of the module docstring in one function.
 
@@ -107,8 +108,9 @@ def grouped_query_attention(
     order; None: no QK-norm). causal: query m attends keys p ≤ m; mask (*batch, n, n): True where
     query m may attend key p; window w (with causal): query m attends the keys m − w < p ≤ m.
     softcap: κ, each scaled score ω̃ replaced by κ tanh(ω̃/κ). alibi (with causal): −μ_ℓ (m − p)
-    added to head ℓ's scores, True for Press et al.'s slopes or a tensor of h slopes. Scale
-    1/√c_h. Returns C (*batch, n, c_out).
+    added to head ℓ's scores, True for Press et al.'s slopes or a tensor of h slopes. sinks: h
+    logits, exp(ζ_ℓ) in each row's denominator of head ℓ (GPT-OSS). Scale 1/√c_h. Returns C
+    (*batch, n, c_out).
 
     >>> X = torch.rand(5, 8)
     >>> W_q, W_kv, W_o = torch.rand(8, 16), torch.rand(8, 8), torch.rand(16, 8)
@@ -121,6 +123,7 @@ def grouped_query_attention(
     check_window(where, "window", window, causal)
     check_cap(where, "softcap", softcap)
     check_alibi(where, alibi, heads, causal)
+    check_per_head(where, "sinks", sinks, heads, "sink")
     check_groups(where, heads, groups, ("heads", "groups"))
     c, c_kv = w_q.shape[-1], w_k.shape[-1]
     if c % heads:
@@ -148,7 +151,7 @@ def grouped_query_attention(
 
     slopes = alibi if isinstance(alibi, Tensor) else None
     weights = LayerWeights(w_q, w_k, w_v, w_o, q_norm=norm(q_gain), k_norm=norm(k_gain),
-                           slopes=slopes)  # fmt: skip
+                           sinks=sinks, slopes=slopes)  # fmt: skip
     return attention_layer(
         x, weights, heads=heads, groups=groups, causal=causal, window=window, allowed=mask,
         rope=rope, options=ScoreOptions(softcap=softcap, alibi=alibi is True),

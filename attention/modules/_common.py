@@ -3,6 +3,7 @@ multi-head attention in the book's order), the one call of every forward into th
 (`forward_layer`), the dropout rate a forward uses, the context-length check, the output
 projection's W_o."""
 
+import torch
 import torch.nn as nn
 from jaxtyping import Float
 from torch import Tensor
@@ -12,6 +13,7 @@ from .._arguments import (
     check_cap,
     check_flag,
     check_heads,
+    check_per_head,
     check_positive,
     check_probability,
 )
@@ -28,7 +30,7 @@ __all__ = [
 def build_heads(
     module: nn.Module, where: str, *, d_in: int, d_out: int, num_heads: int, dropout: float,
     qkv_bias: bool, d_kv: int | None = None, softcap: float | None = None,
-    alibi: bool | Tensor = False, **sizes: int,
+    alibi: bool | Tensor = False, sinks: bool | Tensor = False, **sizes: int,
 ) -> None:  # fmt: skip
     """The prologue of the book's multi-head constructors: every size (`sizes` too) a positive
     int, dropout a rate, qkv_bias a bool, num_heads dividing d_out; then the layers
@@ -42,20 +44,37 @@ def build_heads(
     check_heads(where, num_heads, d_out=d_out)
     check_cap(where, "softcap", softcap)
     check_alibi(where, alibi, num_heads)
+    check_sinks(where, sinks, num_heads)
     nn.Module.__init__(module)
     add_head_layers(module, d_in, d_kv, d_out, num_heads, dropout, qkv_bias)
-    set_score_options(module, where, softcap=softcap, alibi=alibi)
+    set_score_options(module, where, softcap=softcap, alibi=alibi, sinks=sinks)
+
+
+def check_sinks(where: str, sinks: object, heads: int) -> None:
+    """A module's `sinks`: a bool, or a tensor of h initial logits."""
+    if not isinstance(sinks, bool):
+        check_per_head(where, "sinks", sinks, heads, "sink")
 
 
 def set_score_options(
-    module: nn.Module, where: str, *, softcap: float | None = None, alibi: bool | Tensor = False
-) -> None:
+    module: nn.Module, where: str, *, softcap: float | None = None, alibi: bool | Tensor = False,
+    sinks: bool | Tensor = False,
+) -> None:  # fmt: skip
     """The modifications of the scores a module was built with, checked, kept as
     `module.score_options` (every forward reads them) and each as an attribute of its own
     (`module.softcap`, as Hugging Face's configurations name it; `module.alibi`). Slopes given
-    to ALiBi are a buffer, `alibi_slopes` (not in the state_dict: the constructor makes them)."""
+    to ALiBi are a buffer, `alibi_slopes` (not in the state_dict: the constructor makes them).
+    With `sinks`, the parameter `sinks` (h,), as GPT-OSS names it and initialises it, from
+    N(0, 0.02²) (its `initializer_range`), or the logits given; created after every other
+    parameter, so that the book's seeds give the book's weights."""
     check_cap(where, "softcap", softcap)
     check_alibi(where, alibi, module.num_heads)
+    check_sinks(where, sinks, module.num_heads)
+    if isinstance(sinks, Tensor):
+        module.sinks = nn.Parameter(sinks.detach().clone())
+    elif sinks:
+        module.sinks = nn.Parameter(torch.empty(module.num_heads))
+        nn.init.normal_(module.sinks, mean=0.0, std=0.02)
     module.softcap = softcap
     module.alibi = alibi is not False
     if isinstance(alibi, Tensor):

@@ -21,7 +21,7 @@ from .._masks import book_mask
 from .._shapes import ShapeError, own_dtype
 from .._weights import parameter, submodule
 from ..rope import even_width
-from ._common import forward_layer, set_score_options
+from ._common import check_sinks, forward_layer, set_score_options
 
 __all__ = ["RMSNorm", "GroupedQueryAttention", "check_groups"]
 
@@ -111,19 +111,22 @@ class GroupedQueryAttention(nn.Module):
     `sliding_window` w (each query attends its last w tokens, causal whatever `blocked` says;
     Gemma's and GPT-OSS's local layers), `softcap` κ (Gemma 2's logit softcapping, each scaled
     score ω̃ replaced by κ tanh(ω̃/κ)) and `alibi` (linear biases −μ_ℓ (m − p), True for Press et
-    al.'s slopes or a tensor of h slopes; causal whatever `blocked` says).
+    al.'s slopes or a tensor of h slopes; causal whatever `blocked` says) and `sinks` (GPT-OSS's
+    attention sinks, the parameter `sinks`: a learned logit per head in each row's softmax).
     """
 
     def __init__(self, d_in: int, *, num_heads: int, num_kv_groups: int, d_out: int | None = None,
                  head_dim: int | None = None, qk_norm: bool = False,
                  dtype: torch.dtype | None = None, sliding_window: int | None = None,
-                 softcap: float | None = None, alibi: bool | Tensor = False):  # fmt: skip
+                 softcap: float | None = None, alibi: bool | Tensor = False,
+                 sinks: bool | Tensor = False):  # fmt: skip
         where = "GroupedQueryAttention"
         check_positive(where, d_in=d_in, num_heads=num_heads, num_kv_groups=num_kv_groups)
         check_flag(where, qk_norm=qk_norm)
         check_window(where, "sliding_window", sliding_window)
         check_cap(where, "softcap", softcap)
         check_alibi(where, alibi, num_heads)
+        check_sinks(where, sinks, num_heads)
         check_groups(where, num_heads, num_kv_groups, ("num_heads", "num_kv_groups"))
         if d_out is not None and head_dim is not None:
             raise ValueError(
@@ -158,7 +161,7 @@ class GroupedQueryAttention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
         self.sliding_window = sliding_window
-        set_score_options(self, where, softcap=softcap, alibi=alibi)
+        set_score_options(self, where, softcap=softcap, alibi=alibi, sinks=sinks)
 
     @checked_forward(_gqa_weights)
     def forward(

@@ -87,7 +87,8 @@ class MultiHeadAttention(KVCache, OutputProjection, SeedWeights, nn.Module):
 
     Beyond the book, keyword-only: `softcap` κ (Gemma 2's logit softcapping, each scaled score
     ω̃ replaced by κ tanh(ω̃/κ)); `alibi` (BLOOM's and MPT's linear biases, −μ_ℓ (m − p) added to
-    head ℓ's scores: True for Press et al.'s slopes, or a tensor of h slopes).
+    head ℓ's scores: True for Press et al.'s slopes, or a tensor of h slopes); `sinks` (GPT-OSS's
+    attention sinks: a learned logit per head in each row's softmax, the parameter `sinks`).
     """
 
     mask: Tensor
@@ -103,10 +104,11 @@ class MultiHeadAttention(KVCache, OutputProjection, SeedWeights, nn.Module):
         *,
         softcap: float | None = None,
         alibi: bool | Tensor = False,
+        sinks: bool | Tensor = False,
     ):
         build_heads(self, "MultiHeadAttention", d_in=d_in, d_out=d_out, num_heads=num_heads,
                     dropout=dropout, qkv_bias=qkv_bias, context_length=context_length,
-                    softcap=softcap, alibi=alibi)  # fmt: skip
+                    softcap=softcap, alibi=alibi, sinks=sinks)  # fmt: skip
         self.register_buffer(
             "mask", torch.triu(torch.ones(context_length, context_length), diagonal=1)
         )

@@ -36,7 +36,7 @@ class MultiHeadAttentionWithSWA(KVCache, OutputProjection, SeedWeights, nn.Modul
     by layer); it is checked again at every forward. `forward(x, use_cache=True)`: the new
     tokens against the cache (the last w tokens), as `MultiHeadAttention`'s. `forward` also
     takes `mask` (*batch, n, n) and `key_padding_mask` (*batch, n), combined with the window.
-    Beyond the book, keyword-only: `softcap` and `alibi`, as `MultiHeadAttention`'s.
+    Beyond the book, keyword-only: `softcap`, `alibi` and `sinks`, as `MultiHeadAttention`'s.
 
     >>> import torch
     >>> from attention import MultiHeadAttentionWithSWA
@@ -57,11 +57,12 @@ class MultiHeadAttentionWithSWA(KVCache, OutputProjection, SeedWeights, nn.Modul
         *,
         softcap: float | None = None,
         alibi: bool | Tensor = False,
+        sinks: bool | Tensor = False,
     ):
         check_window("MultiHeadAttentionWithSWA", "sliding_window_size", sliding_window_size)
         build_heads(self, "MultiHeadAttentionWithSWA", d_in=d_in, d_out=d_out,
                     num_heads=num_heads, dropout=dropout, qkv_bias=qkv_bias,
-                    softcap=softcap, alibi=alibi)  # fmt: skip
+                    softcap=softcap, alibi=alibi, sinks=sinks)  # fmt: skip
         self.sliding_window_size = sliding_window_size
         self._init_cache()
 

@@ -13,7 +13,8 @@ sums, as SymPy writes them) with two free indices and returns the matrix express
 - a factor that depends on the row alone and sums over an index as long as a row is a product
   with the all-ones matrix: Σ_r F[m,r] = (F J)[m,p];
 - Σ_k F[m,k] G[k,p] where F or G is itself element-wise is the product of their matrices;
-- exp(z[m,p]) / Σ_r exp(z[m,r]) is the row-wise softmax of Z;
+- exp(z[m,p]) / Σ_r exp(z[m,r]) is the row-wise softmax of Z, and with exp(ζ) + Σ_r exp(z[m,r])
+  (ζ a number, an attention sink's logit) the softmax of Z with that sink;
 - a function of one entry (cos φ[m,p]) is that function applied entry by entry (cos Φ), and a
   term free of the indices in a sum is a multiple of the all-ones matrix (σ(Ω̃ + b J));
 - an element Y[m, o + p] whose column is offset by o (free of the indices) is a block of columns
@@ -129,7 +130,15 @@ def _element(element: MatrixElement, row, col, shape) -> sp.MatrixExpr:
 
 
 def _softmax(numerator: sp.Expr, denominator: sp.Expr, row, col, shape) -> sp.MatrixExpr | None:
-    """Softmax(Z) when numerator / denominator is exp(z[row,col]) / Σ_v exp(z[row,v])."""
+    """Softmax(Z) when numerator / denominator is exp(z[row,col]) / Σ_v exp(z[row,v]); with
+    exp(ζ) + Σ_v exp(z[row,v]), ζ a number (an attention sink's logit), Softmax(Z, ζ)."""
+    sink = None
+    if isinstance(denominator, sp.Add):
+        sums = [term for term in denominator.args if isinstance(term, Sum)]
+        rest = [term for term in denominator.args if not isinstance(term, Sum)]
+        if len(sums) == 1 and len(rest) == 1 and isinstance(rest[0], exp):
+            if _is_scalar(rest[0], row, col):
+                denominator, sink = sums[0], rest[0].args[0]
     if not (isinstance(numerator, exp) and isinstance(denominator, Sum)):
         return None
     if len(denominator.limits) != 1:
@@ -137,7 +146,7 @@ def _softmax(numerator: sp.Expr, denominator: sp.Expr, row, col, shape) -> sp.Ma
     ((variable, low, _),) = denominator.limits
     if low != 0 or denominator.function != numerator.xreplace({col: variable}):
         return None
-    return Softmax(_form(numerator.args[0], row, col, shape))
+    return Softmax(_form(numerator.args[0], row, col, shape), sink)
 
 
 def _rms(factors: list[sp.Expr], row, col, shape) -> sp.MatrixExpr | None:

@@ -37,7 +37,7 @@ def book_indices(letter: str) -> tuple[sp.Symbol, sp.Symbol]:
         return L.f, L.j
     if name in ("gq", "gk"):  # a gain: the one row of γ
         return sp.S.One, L.j
-    if name == "mu":  # ALiBi's slope of head ℓ: the one row of μ
+    if name in ("mu", "sink"):  # ALiBi's slope, a sink's logit: head ℓ's, in the one row
         return sp.S.One, L.ell
     if name == "u":
         return L.m, L.f

@@ -151,9 +151,10 @@ def in_outputs(expr: sp.Expr, step: Declaration, indices: set[sp.Symbol]) -> sp.
     holders = {}
     for first in indices:
         d_here = denominator.xreplace({row: first})
-        holder = sp.Symbol(f"D_{first}", positive=True)
+        holder = sp.Function("D", positive=True)(first)  # depends on its row, for _pull
         holders[holder] = d_here
-        expr = expr.xreplace({d_here: holder})
+        # the quotient rule's D², which summing out the deltas may have multiplied out
+        expr = expr.xreplace({d_here: holder, sp.expand(d_here**2): holder**2})
         for second in indices:
             n_here = numerator.xreplace({row: first, col: second})
             expr = expr.xreplace({n_here: _entry(step.output, first, second) * holder})
@@ -163,11 +164,18 @@ def in_outputs(expr: sp.Expr, step: Declaration, indices: set[sp.Symbol]) -> sp.
 
 
 def _quotient(expr: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
-    """(N, D) for a formula N / D whose denominator is a sum (the softmax): read off the
-    factors, not `sympy.fraction`, which would also move exp(−s) below the line."""
+    """(N, D) for a formula N / D whose denominator is a sum (the softmax; with a sink's term
+    beside the sum, e^ζ + Σ_r …): read off the factors, not `sympy.fraction`, which would also
+    move exp(−s) below the line."""
+
+    def below_the_line(f: sp.Expr) -> bool:
+        if not (f.is_Pow and f.exp == -1):
+            return False
+        return isinstance(f.base, Sum) or (f.base.is_Add and f.base.has(Sum))
+
     factors = sp.Mul.make_args(expr)
-    below = [f.base for f in factors if f.is_Pow and f.exp == -1 and isinstance(f.base, Sum)]
-    above = [f for f in factors if not (f.is_Pow and f.exp == -1 and isinstance(f.base, Sum))]
+    below = [f.base for f in factors if below_the_line(f)]
+    above = [f for f in factors if not below_the_line(f)]
     return sp.Mul(*above), sp.Mul(*below)
 
 
@@ -195,7 +203,7 @@ def _element_route(step: Declaration, letter: str, shapes: dict) -> Contribution
     ranges = {index: (1, size) for index, size in zip((m, p), step.shapes[letter], strict=True)
               if index.is_Symbol}  # fmt: skip
     summed = under_ranges(differentiated, ranges)
-    written = in_outputs(summed, step, {m, p, _COL} - {sp.S.One})
+    written = in_outputs(summed, step, {m, p, _ROW, _COL} - {sp.S.One})
     final = compact_roots(written.xreplace({_COL: L.r}))
     if step.head and not letter.endswith("_l"):  # shared by the heads (gains): theirs add up
         final = Sum(final, (L.ell, 1, L.h))

@@ -24,7 +24,8 @@ from .declaration import Graph
 __all__ = [
     "Claim", "BEFORE", "Presented", "SameAs", "ReadsRows", "CacheSize", "DecodeCost",
     "AllowedPairs", "RelativePosition", "ZeroAngles", "SameForEveryHead", "CacheAgainst",
-    "WeightCount", "ScoreBound", "Absorption", "RowsSumToOne", "ShiftInvariance",
+    "WeightCount", "ScoreBound", "Absorption", "RowsSumToOne", "RowsSumWithSink",
+    "ShiftInvariance",
     "ScoreVariance", "ScaledScoreVariance", "WeightsJacobian", "RowsumIdentity", "Equality",
     "Bound",
 ]  # fmt: skip
@@ -139,6 +140,11 @@ class RowsSumToOne(Presented):
 
 
 @dataclass(frozen=True)
+class RowsSumWithSink(Presented):
+    """Σ_p a_{m,p} = 1 − the sink's weight < 1: an attention sink takes the rest of a row."""
+
+
+@dataclass(frozen=True)
 class ShiftInvariance(Presented):
     """A constant added to every score of a row leaves the weights unchanged."""
 
@@ -205,5 +211,6 @@ class Bound(Presented):
 
 Claim = (Bound | SameAs | ReadsRows | CacheSize | DecodeCost | AllowedPairs | RelativePosition
          | ZeroAngles | SameForEveryHead | CacheAgainst | WeightCount | ScoreBound | Absorption
-         | RowsSumToOne | ShiftInvariance | ScoreVariance | ScaledScoreVariance | WeightsJacobian
+         | RowsSumToOne | RowsSumWithSink | ShiftInvariance | ScoreVariance | ScaledScoreVariance
+         | WeightsJacobian
          | RowsumIdentity | Equality)  # fmt: skip

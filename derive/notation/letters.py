@@ -93,6 +93,7 @@ _TABLE = {
     "omegabias": ("Omega_biased", r"\dot{\omega}", r"\dot{\Omega}"),
     "mu": ("Mu", r"\mu", r"\mu"),
     "gap": ("Delta", r"\Delta", r"\Delta"),
+    "sink": ("Zeta", r"\zeta", r"\zeta"),
     "mask": ("M", "M", "M"),
     "omegahat": ("Omega_masked", r"\hat{\omega}", r"\hat{\Omega}"),
     "a": ("A", "a", "A"),
@@ -153,8 +154,8 @@ READING_ORDER = (
     "domegabias", "domegahat", "da",
     "dqrot", "dkrot", "dqnorm", "dknorm", "dq", "dk", "dv", "du", "qrot", "qnorm", "q", "gq",
     "wq", "wdkv", "wk", "wv", "wuk", "wuv", "wo", "krot", "knorm", "k", "gk", "v", "omega",
-    "omegatilde", "omegacap", "omegabias", "omegahat", "mask", "rot", "phi", "mu", "gap",
-    "dx", "dy", "dgq", "dgk", "dmu", "dwq", "dwdkv", "dwk", "dwv", "dwuk", "dwuv", "dwo",
+    "omegatilde", "omegacap", "omegabias", "omegahat", "mask", "rot", "phi", "mu", "gap", "sink",
+    "dx", "dy", "dgq", "dgk", "dmu", "dsink", "dwq", "dwdkv", "dwk", "dwv", "dwuk", "dwuv", "dwo",
     "dctxcat",
 )  # fmt: skip
 _RANK = {name: rank for rank, name in enumerate(READING_ORDER)}

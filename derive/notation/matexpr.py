@@ -11,14 +11,22 @@ __all__ = ["Softmax", "Concat", "GroupConcat", "RMSNorm", "Diag", "Entries"]
 
 class Softmax(MatrixExpr):
     r"""Row-wise softmax of a matrix expression: $\mathrm{softmax}(Z)_{m,p} = e^{z_{m,p}} /
-    \sum_r e^{z_{m,r}}$ (``dim=-1`` in torch: over the keys p)."""
+    \sum_r e^{z_{m,r}}$ (``dim=-1`` in torch: over the keys p); with a `sink` ζ (an attention
+    sink's logit), $e^{z_{m,p}} / (e^{\zeta} + \sum_r e^{z_{m,r}})$."""
 
-    def __new__(cls, arg: MatrixExpr) -> Softmax:
-        return sp.Basic.__new__(cls, sp.sympify(arg))
+    def __new__(cls, arg: MatrixExpr, sink: sp.Expr | None = None) -> Softmax:
+        if sink is None:
+            return sp.Basic.__new__(cls, sp.sympify(arg))
+        return sp.Basic.__new__(cls, sp.sympify(arg), sp.sympify(sink))
 
     @property
     def arg(self) -> MatrixExpr:
         return self.args[0]
+
+    @property
+    def sink(self) -> sp.Expr | None:
+        """The sink's logit in each row's denominator, or None."""
+        return self.args[1] if len(self.args) > 1 else None
 
     @property
     def shape(self) -> tuple[sp.Expr, sp.Expr]:

@@ -96,7 +96,10 @@ class MatrixPrinting:
         return "J"
 
     def _print_Softmax(self, expr: Softmax) -> str:
-        return rf"\operatorname{{softmax}}\left({self._print(expr.arg)}\right)"
+        inside = self._print(expr.arg)
+        if expr.sink is not None:  # the sink's logit after a semicolon: softmax(Ω̂; ζ)
+            inside += rf" \,;\, {self._print(expr.sink)}"
+        return rf"\operatorname{{softmax}}\left({inside}\right)"
 
     def _print_GroupConcat(self, expr: GroupConcat) -> str:
         letter = self._print(expr.block)

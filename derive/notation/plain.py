@@ -169,7 +169,8 @@ class PlainPrinter(StrPrinter):
         return "J"
 
     def _print_Softmax(self, expr: Softmax) -> str:
-        return f"softmax({self._print(expr.arg)})"
+        sink = "" if expr.sink is None else f"; {self._print(expr.sink)}"
+        return f"softmax({self._print(expr.arg)}{sink})"
 
     def _print_Concat(self, expr: Concat) -> str:
         block, count = expr.block, self._print(expr.count)

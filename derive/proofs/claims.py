@@ -27,7 +27,7 @@ from dataclasses import replace
 import sympy as sp
 from sympy import Eq, Sum
 
-from ..calculus import flop_count, inline, step_flops, under_ranges
+from ..calculus import flop_count, step_flops, under_ranges
 from ..graph import Graph, variant
 from ..graph.claims import (
     BEFORE,
@@ -42,6 +42,7 @@ from ..graph.claims import (
     ReadsRows,
     RelativePosition,
     RowsSumToOne,
+    RowsSumWithSink,
     RowsumIdentity,
     SameAs,
     SameForEveryHead,
@@ -60,7 +61,14 @@ from .latent import absorption
 from .norm import score_bound
 from .rope import relative_position, zero_angles
 from .rowsum import rowsum_identity
-from .softmax import rows_sum_to_one, shift_invariance, softmax_jacobian, weights_element
+from .softmax import (
+    rows_sum_to_one,
+    rows_sum_with_sink,
+    shift_invariance,
+    softmax_jacobian,
+    weights_element,
+)
+from .stated import bound, equality, per_head
 from .variance import scaled_score_variance, score_variance
 
 __all__ = ["prove"]
@@ -193,46 +201,6 @@ def _allowed_pairs(graph: Graph, claim: AllowedPairs) -> Fact:
                 "changes")  # fmt: skip
 
 
-def _equality(graph: Graph, claim: Equality) -> Fact:
-    """lhs = rhs: each side with the formulas of the steps it names put in (and, where the
-    difference does not vanish, every step's, down to the graph's inputs; never the entries a
-    derivative is taken by), then evaluated (limits, derivatives) and simplified by SymPy."""
-    sides = [sp.sympify(side) for side in (claim.lhs, claim.rhs)]
-    held = {L.letter_of(v) for side in sides for d in side.atoms(sp.Derivative)
-            for v in d.variables if isinstance(v, sp.Indexed)}  # what a derivative is taken by
-    produced = {step.output for step in graph.declarations} - held
-    named = {L.letter_of(e) for side in sides for e in side.atoms(sp.Indexed)} & produced
-    for letters in (named, produced):
-        lhs, rhs = (inline(sp.sympify(side), graph, letters) for side in (claim.lhs, claim.rhs))
-        value, target = sp.simplify(lhs.doit()), sp.simplify(rhs.doit())
-        if sp.simplify(value - target) == 0:
-            break
-    holds = sp.simplify(value - target) == 0
-    how = claim.how or "the declared formulas put in, evaluated and simplified by SymPy"
-    last = (claim.rhs,) if holds else ()  # which is the claimed side, its formulas put in
-    return Fact("equality", claim.title, chain(claim.lhs, lhs, value, *last),
-                Eq(claim.lhs, claim.rhs if holds else sp.nan, evaluate=False),
-                tuple(sorted(letters)), how)  # fmt: skip
-
-
-def _bound(graph: Graph, claim: Bound) -> Fact:
-    """smaller ≤ larger: the difference with the formulas of the steps it names put in, written
-    with exponentials and simplified, non-negative by SymPy's assumptions on its symbols."""
-    difference = sp.sympify(claim.larger) - sp.sympify(claim.smaller)
-    produced = {step.output for step in graph.declarations}
-    named = {L.letter_of(e) for e in difference.atoms(sp.Indexed)} & produced
-    put = inline(difference, graph, named)
-    value = sp.simplify(put.doit().rewrite(sp.exp))
-    holds = bool(value.is_nonnegative)
-    lhs = difference
-    statement = sp.Le(claim.smaller, claim.larger, evaluate=False)
-    lines = (Eq(lhs, put, evaluate=False), Eq(lhs, value, evaluate=False), statement)
-    claimed = statement if holds else sp.Le(claim.smaller, sp.nan, evaluate=False)
-    return Fact("bound", claim.title, lines, claimed, tuple(sorted(named)),
-                "the declared formulas put into the difference, simplified by SymPy and found "
-                "non-negative from what is known of its symbols")  # fmt: skip
-
-
 _PROVERS = {
     SameAs: _same_as, ReadsRows: _reads_rows, CacheSize: _cache_size, DecodeCost: _decode_cost,
     AllowedPairs: _allowed_pairs, SameForEveryHead: same_for_every_head,
@@ -242,13 +210,14 @@ _PROVERS = {
     ScoreBound: lambda graph, claim: score_bound(graph),
     Absorption: lambda graph, claim: absorption(graph),
     RowsSumToOne: lambda graph, claim: rows_sum_to_one(graph),
+    RowsSumWithSink: lambda graph, claim: rows_sum_with_sink(graph),
     ShiftInvariance: lambda graph, claim: shift_invariance(graph),
     ScoreVariance: lambda graph, claim: score_variance(graph, claim.assumptions),
     ScaledScoreVariance: lambda graph, claim: scaled_score_variance(graph, claim.assumptions),
     WeightsJacobian: lambda graph, claim: softmax_jacobian(graph),
     RowsumIdentity: lambda graph, claim: rowsum_identity(graph),
-    Equality: _equality,
-    Bound: _bound,
+    Equality: equality,
+    Bound: bound,
 }  # fmt: skip
 
 
@@ -265,31 +234,16 @@ def _resolved(claim: Claim, before: Graph | None) -> Claim:
     return replace(claim, other=variant(other).graph)
 
 
-def _per_head(expr: sp.Expr, graph: Graph) -> sp.Expr:
-    """`expr` with each entry of a matrix that the graph computes per head only (ω̆_{m,p} where
-    it has ω̆^{(ℓ)}_{m,p}, in a combination with multi-head attention) as head ℓ's entry, and
-    the one entry of a row of one number per head (ALiBi's slope μ_{1,1}, where μ is 1 × h)
-    as head ℓ's, μ_{1,ℓ}."""
-    produced = {step.output for step in graph.declarations}
-
-    def lifted(entry: sp.Indexed) -> sp.Indexed:
-        letter = L.letter_of(entry)
-        if len(entry.indices) == 2 and letter not in produced and letter + "_l" in produced:
-            return entry.base[(L.ell, *entry.indices)]
-        if tuple(entry.indices) == (1, 1) and graph.shapes.get(letter) == (1, L.h):
-            return entry.base[1, L.ell]
-        return entry
-
-    return sp.sympify(expr).replace(lambda e: isinstance(e, sp.Indexed), lifted)
-
-
 def prove(graph: Graph, claim: Claim, before: Graph | None = None) -> Fact:
     """The fact SymPy derives for one claim of a variant's graph; `before` is the graph the
     variant was put into, for a claim that compares with it (`BEFORE`). The entries a claim
     names (`Equality`, `Bound`) are head ℓ's where the graph has heads."""
     if isinstance(claim, Equality):
-        claim = replace(claim, lhs=_per_head(claim.lhs, graph), rhs=_per_head(claim.rhs, graph))
+        claim = replace(claim, lhs=per_head(claim.lhs, graph), rhs=per_head(claim.rhs, graph))
     elif isinstance(claim, Bound):
-        claim = replace(claim, smaller=_per_head(claim.smaller, graph),
-                        larger=_per_head(claim.larger, graph))  # fmt: skip
+        claim = replace(claim, smaller=per_head(claim.smaller, graph),
+                        larger=per_head(claim.larger, graph))  # fmt: skip
+    elif isinstance(claim, SameAs):
+        claim = replace(claim, substitute=tuple((per_head(old, graph), new)
+                                                for old, new in claim.substitute))  # fmt: skip
     return _PROVERS[type(claim)](graph, _resolved(claim, before))

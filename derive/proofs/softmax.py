@@ -75,6 +75,33 @@ def rows_sum_to_one(graph: Graph) -> Fact:
     )
 
 
+def rows_sum_with_sink(graph: Graph) -> Fact:
+    r"""$\sum_p a_{m,p} = 1 - e^{\zeta} / (e^{\zeta} + \sum_r e^{\hat\omega_{m,r}}) < 1$: an
+    attention sink's logit ζ in each row's denominator takes the rest of the row's weight."""
+    element, sources = weights_element(graph)
+    step = _weights(graph)
+    a, keys = step.element.lhs, step.shapes[step.output][1]
+    total = Sum(a, (L.p, 1, keys))
+    written = Sum(element, (L.p, 1, keys))
+    decided = under_ranges(written, _RANGES)
+    factored = _same_dummy(sp.factor_terms(decided), L.r)
+    numerator, denominator = sp.fraction(factored)
+    sink = sp.expand(denominator - numerator)  # e^ζ: what the denominator holds besides the sum
+    taken = sink / denominator
+    complement = 1 - taken
+    below = bool(sp.simplify(factored - complement) == 0 and sink.is_positive)
+    claimed = sp.StrictLessThan(total, 1) if below else Eq(total, sp.nan, evaluate=False)
+    return Fact(
+        "rows_sum_with_sink",
+        "The sink takes the rest of each row",
+        (*chain(total, written, decided, factored, complement), claimed),
+        claimed,
+        sources,
+        "the denominator taken out of the sum over p, by SymPy; what it holds besides the "
+        "row's sum, positive",
+    )
+
+
 def shift_invariance(graph: Graph) -> Fact:
     r"""Adding λ to every score of a row leaves a_{m,p} unchanged: e^λ cancels."""
     step = _weights(graph)

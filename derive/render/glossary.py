@@ -61,6 +61,7 @@ _ENTRIES = {
     "gap": "distance of key p before query m, $m - p$ (ALiBi)",
     "mu": "slope of head $\\ell$'s linear bias (ALiBi)",
     "omegabias": "score with ALiBi's bias, $\\tilde\\omega_{m,p} - \\mu_{1,\\ell} (m - p)$",
+    "sink": "logit of head $\\ell$'s attention sink, in each row's denominator (GPT-OSS)",
     "mask": "mask: 0 where token m may attend to p, minus infinity where not",
     "omegahat": "masked score",
     "a": "attention weight of token m on token p",
@@ -125,10 +126,11 @@ _JAXTYPING = (
      "tokens before the new ones"),
     ("*batch m_next c", "the grown cache", "what `decode_step` returns: m + t rows (the last w "
      "with a window)"),
-    ("h", "ALiBi's slopes $\\mu$", "one per head: `alibi=` of `multi_head_attention`, "
-     "`grouped_query_attention`, the modules; `alibi_slopes(h)`"),
-    ("1", "ALiBi's slope", "`self_attention(..., alibi=)`: one head's"),
-    ("", "one number", "a head's slope, `alibi_scores(omega_scaled, slope)`"),
+    ("h", "ALiBi's slopes $\\mu$, the sinks $\\zeta$", "one per head: `alibi=`, `sinks=` of "
+     "`multi_head_attention`, `grouped_query_attention`, the modules; `alibi_slopes(h)`"),
+    ("1", "ALiBi's slope, a sink", "`self_attention(..., alibi=, sinks=)`: one head's"),
+    ("", "one number", "a head's slope or sink, `alibi_scores(omega_scaled, slope)`, "
+     "`weights(..., sink=)`"),
     ("n_ctx c_h", "RoPE's $\\cos\\Phi$, $\\sin\\Phi$", "`compute_rope_params`' tables "
      "(context_length × head_dim), as `GroupedQueryAttention.forward` takes them"),
 )  # fmt: skip

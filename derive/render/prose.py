@@ -47,6 +47,11 @@ CAUSAL_DERIVED = (
     "the weights above the diagonal vanish, and the sum in the denominator stops at the query. "
     "The rows still sum to 1:"
 )
+#: The same, for weights whose rows do not sum to 1 (an attention sink takes the rest).
+MASK_DERIVED = (
+    "Putting the mask into the softmax, SymPy decides each condition the index ranges decide: "
+    "the weights above the diagonal vanish, and the sum in the denominator stops at the query:"
+)
 
 EXPLICIT_INTRO = (
     "The same steps at concrete sizes, entry by entry: each declaration at these indices, its "

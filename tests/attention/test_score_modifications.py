@@ -1,7 +1,7 @@
 """The score modifications of today's open models, in the functional API and the modules: logit
-softcapping (Gemma 2) and linear biases (ALiBi: BLOOM, MPT), each on both paths, against the
-NumPy reference, against the plain attention where the modification vanishes, and bad input
-named."""
+softcapping (Gemma 2), linear biases (ALiBi: BLOOM, MPT) and attention sinks (GPT-OSS), each on
+both paths, against the NumPy reference, against the plain attention where the modification
+vanishes, and bad input named."""
 
 import numpy as np
 import pytest
@@ -266,3 +266,84 @@ def test_bad_alibi_is_named(call, error, message):
     x, w = torch.randn(2, N, 4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)
     with pytest.raises(error, match=message):
         call(x, w)
+
+
+# -- attention sinks --------------------------------------------------------------------------------
+
+
+def test_weights_with_a_sink_is_the_formula():
+    omega = torch.tensor([[1.0, 2.0, -1.0]], dtype=torch.float64)
+    got = F.weights(omega, 1, sink=0.5)
+    expected = np.exp(omega.numpy()) / (np.exp(0.5) + np.exp(omega.numpy()).sum())
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-15)
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_multi_head_attention_with_sinks(explicit):
+    x, (w_q, w_k, w_v) = inputs(7)
+    sinks = torch.tensor([0.5, -1.0], dtype=torch.float64)
+    got = F.multi_head_attention(x, w_q, w_k, w_v, torch.eye(C, dtype=torch.float64), heads=2,
+                                 causal=True, window=3, sinks=sinks, return_weights=explicit)
+    got = got[0] if explicit else got
+    allowed = band_matrix(N, N, causal=True, window=3)
+    for b in range(2):
+        q, k, v = (x[b].numpy() @ w.numpy() for w in (w_q, w_k, w_v))
+        for head, sink in enumerate(sinks.tolist()):
+            columns = slice(2 * head, 2 * head + 2)
+            expected = modified_attention(q[:, columns], k[:, columns], v[:, columns],
+                                          scale=2**-0.5, allowed=allowed, sink=sink)[0]
+            np.testing.assert_allclose(got[b, :, columns].numpy(), expected, rtol=0, atol=1e-12)
+
+
+def test_a_sink_takes_the_rest_of_each_row_and_minus_infinity_is_no_sink():
+    x, (w_q, w_k, w_v) = inputs(8, batch=(), scale=0.3)  # scores of about 1: no row saturated
+    sink = torch.tensor([1.5], dtype=torch.float64)
+    _, a = F.self_attention(x, w_q, w_k, w_v, causal=True, sinks=sink, return_weights=True)
+    scores = (x @ w_q) @ (x @ w_k).T / C**0.5
+    denominators = torch.exp(scores).masked_fill(~F.causal_mask(N), 0).sum(-1) + torch.exp(sink)
+    torch.testing.assert_close(a.sum(-1), 1 - torch.exp(sink) / denominators, rtol=0, atol=1e-14)
+    assert (a.sum(-1) < 1).all()
+    plain = F.self_attention(x, w_q, w_k, w_v, causal=True)
+    gone = F.self_attention(x, w_q, w_k, w_v, causal=True, sinks=torch.full_like(sink, -1e4))
+    torch.testing.assert_close(gone, plain, rtol=0, atol=1e-13)
+
+
+def test_the_modules_sinks_are_gpt_oss_s_parameter():
+    torch.manual_seed(9)
+    plain = MultiHeadAttention(8, 8, N, 0.0, 4)
+    torch.manual_seed(9)
+    module = MultiHeadAttention(8, 8, N, 0.0, 4, sinks=True)
+    assert module.sinks.shape == (4,) and module.sinks.requires_grad
+    assert 0 < float(module.sinks.detach().abs().max()) < 0.1  # N(0, 0.02²), GPT-OSS's
+    for name, weight in plain.state_dict().items():  # created last: the book's seeds hold
+        torch.testing.assert_close(module.state_dict()[name], weight, rtol=0, atol=0)
+    x = torch.randn(2, N, 8)
+    expected = F.multi_head_attention(
+        x, module.W_query.weight.mT, module.W_key.weight.mT, module.W_value.weight.mT,
+        module.out_proj.weight.mT, heads=4, b_o=module.out_proj.bias, causal=True,
+        sinks=module.sinks,
+    )  # fmt: skip
+    torch.testing.assert_close(module(x), expected, rtol=0, atol=1e-6)
+    module(x).sum().backward()
+    assert module.sinks.grad is not None and module.sinks.grad.abs().max() > 0
+
+
+def test_the_cache_with_sinks_and_a_window_gives_the_uncached_rows():
+    torch.manual_seed(4)
+    module = MultiHeadAttentionWithSWA(8, 8, 0.0, 2, sliding_window_size=3, sinks=True)
+    module = module.double().eval()
+    x = torch.randn(2, 7, 8, dtype=torch.float64)
+    whole = module(x)
+    rows = [module(x[:, :3], use_cache=True), module(x[:, 3:4], use_cache=True),
+            module(x[:, 4:], use_cache=True)]  # fmt: skip
+    torch.testing.assert_close(torch.cat(rows, dim=1), whole, rtol=0, atol=1e-12)
+
+
+def test_bad_sinks_are_named():
+    x, w = torch.randn(2, N, 4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)
+    with pytest.raises(ShapeError, match=r"^multi_head_attention: sinks has shape \(3,\) but "
+                       r"there are heads=2; give one sink per head$"):  # fmt: skip
+        F.multi_head_attention(x, w, w, w, w, heads=2, sinks=torch.zeros(3, dtype=x.dtype))
+    with pytest.raises(TypeError, match=r"^MultiHeadAttention: sinks must be a tensor of one sink "
+                       r"per head, got str$"):  # fmt: skip
+        MultiHeadAttention(4, 4, N, 0.0, 2, sinks="yes")

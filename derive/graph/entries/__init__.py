@@ -14,6 +14,7 @@ from . import (
     qk_norm,
     rope,
     self_attention,
+    sinks,
     sliding_window,
     softcap,
 )
@@ -32,6 +33,7 @@ BUILT_IN = (
     mla.VARIANT,
     softcap.VARIANT,
     alibi.VARIANT,
+    sinks.VARIANT,
 )
 
 #: Combinations whose title names the model that uses them (parts in their order).

@@ -65,10 +65,12 @@ def _masked(graph: Graph) -> list[Block]:
     if not any(step.constant for step in graph.declarations):
         return []
     element, sources = proofs.weights_element(graph)
-    (a,) = [s.element.lhs for s in graph.declarations if s.output in ("A", "A_l")]
-    line = equation(sp.Eq(a, element, evaluate=False))
+    (weights,) = [s for s in graph.declarations if s.output in ("A", "A_l")]
+    line = equation(sp.Eq(weights.element.lhs, element, evaluate=False))
     how = "the mask put into the weights, conditions decided under the index ranges"
-    return [Prose(P.CAUSAL_DERIVED), Display((line,), derived(how, *sources))]
+    _, denominator = sp.fraction(weights.element.rhs)  # a sum, or a sink's term beside it
+    text = P.CAUSAL_DERIVED if isinstance(denominator, sp.Sum) else P.MASK_DERIVED
+    return [Prose(text), Display((line,), derived(how, *sources))]
 
 
 def steps(entry: Entry) -> list[Block]:

@@ -18,7 +18,7 @@ VARIANTS = derive.variants()
 def test_the_registered_names():
     assert VARIANTS == (
         "self-attention", "causal", "masked", "multi-head", "kv-cache", "sliding-window",
-        "cross-attention", "rope", "gqa", "qk-norm", "mla", "softcap", "alibi",
+        "cross-attention", "rope", "gqa", "qk-norm", "mla", "softcap", "alibi", "sinks",
     )  # fmt: skip
     with pytest.raises(ValueError, match=r"unknown variant 'nope'; known: self-attention, causal"):
         derive.variant("nope")
@@ -30,7 +30,8 @@ def test_every_claim_of_every_variant_holds(name):
     for claim, stage in found.claims:
         fact = prove(stage.graph, claim, stage.before)
         assert fact.holds, (name, fact.name, fact.residual)
-    assert derive.rows_sum_to_one(found.graph).holds
+    # a sink takes part of each row's weight (its claim says how much); every other row sums to 1
+    assert derive.rows_sum_to_one(found.graph).holds == (name != "sinks")
     assert found.claims or name == "multi-head"  # its one fact is in the backward pass
 
 
@@ -51,7 +52,11 @@ def test_every_variant_is_written_out_at_its_default_sizes(name):
     assert [s.output for s in explicit.steps][-1] == "C"
     for weights in [s for s in explicit.steps if s.name == "weights"]:  # one per head
         for row in range(4):
-            assert sp.simplify(sum(weights.formula.row(row)) - 1) == 0
+            total = sp.together(sum(weights.formula.row(row)))
+            sinks = [e for e in total.atoms(sp.Indexed) if str(e.base) == "sink"]
+            taken = sum(sp.exp(z) for z in sinks) / sp.fraction(total)[1]  # what the sink takes
+            assert bool(sinks) == (name == "sinks")
+            assert sp.simplify(total + taken - 1) == 0
 
 
 def test_the_sliding_window_sees_only_its_last_w_keys():
