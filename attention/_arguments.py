@@ -57,7 +57,8 @@ def check_heads(where: str, num_heads: int, name: str = "d_out", **width: int) -
 
 
 def check_cap(where: str, name: str, value: object) -> None:
-    """A cap (softcapping's) must be None or a positive finite number (not a bool); ValueError."""
+    """A cap (softcapping's), or a query scale's `query_pre_attn_scalar`: None or a positive
+    finite number (not a bool); ValueError."""
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or not (
@@ -85,6 +86,12 @@ def check_per_head(where: str, name: str, value: object, heads: int, what: str) 
         )
     if not value.is_floating_point():
         raise TypeError(f"{where}: {name} must be a float tensor, got dtype {value.dtype}")
+
+
+def check_gate(where: str, w_g: object, b_g: object) -> None:
+    """The output gate's bias needs its weight: ValueError for b_g without w_g."""
+    if b_g is not None and w_g is None:
+        raise ValueError(f"{where}: b_g is the bias of the output gate; give w_g with it")
 
 
 def check_alibi(where: str, alibi: object, heads: int, causal: bool = True) -> None:

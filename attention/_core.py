@@ -66,6 +66,11 @@ def softcapped(scaled: Tensor, cap: float) -> Tensor:
     return torch.tanh(scaled / cap) * cap
 
 
+def gated(c: Tensor, gamma: Tensor) -> Tensor:
+    """C ∘ σ(Γ): the output gate (Qwen 3.5), each feature scaled by its logit's sigmoid."""
+    return c * torch.sigmoid(gamma)
+
+
 def alibi_bias(slopes: Tensor, n: int, s: int, offset: int = 0) -> Tensor:
     """ALiBi's bias (h, n, s): −μ_ℓ (m + offset − p) for query m (at position m + offset) and
     key p of head ℓ, slopes μ (h,)."""

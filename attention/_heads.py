@@ -10,6 +10,7 @@ from . import _core
 from ._arguments import (
     check_alibi,
     check_cap,
+    check_gate,
     check_per_head,
     check_positive,
     check_probability,
@@ -74,6 +75,9 @@ def multi_head_attention(
     softcap: float | None = None,
     alibi: bool | Float[Tensor, " h"] = False,
     sinks: Float[Tensor, " h"] | None = None,
+    w_g: Float[Tensor, "d c"] | None = None,
+    b_g: Float[Tensor, " c"] | None = None,
+    query_pre_attn_scalar: float | None = None,
 ) -> (
     Float[Tensor, "*batch n c_out"]
     | tuple[Float[Tensor, "*batch n c_out"], Float[Tensor, "*batch h n n"]]
@@ -90,7 +94,10 @@ def multi_head_attention(
     replaced by κ tanh(ω̃/κ) (Gemma 2). alibi (with causal): −μ_ℓ (m − p) added to head ℓ's
     scores (BLOOM), True for Press et al.'s slopes (`alibi_slopes`) or a tensor of h slopes.
     sinks: h logits ζ_ℓ, exp(ζ_ℓ) in each row's denominator of head ℓ (GPT-OSS's attention
-    sinks). Returns C (*batch, n, c_out), or (C, A) with A (*batch, h, n, n).
+    sinks). w_g, b_g: the output gate's W_g (d, c) and bias: the merged heads multiplied by
+    σ(X W_g + b_g) before W_o (Qwen 3.5's gate, each head's block of columns its own;
+    `output_gate`). query_pre_attn_scalar: the scale 1/√query_pre_attn_scalar in place of
+    1/√c_h (Gemma 2 and 3). Returns C (*batch, n, c_out), or (C, A) with A (*batch, h, n, n).
     """
     check_positive("multi_head_attention", heads=heads)
     check_probability("multi_head_attention", dropout_p=dropout_p)
@@ -98,15 +105,20 @@ def multi_head_attention(
     check_cap("multi_head_attention", "softcap", softcap)
     check_alibi("multi_head_attention", alibi, heads, causal)
     check_per_head("multi_head_attention", "sinks", sinks, heads, "sink")
+    check_cap("multi_head_attention", "query_pre_attn_scalar", query_pre_attn_scalar)
+    check_gate("multi_head_attention", w_g, b_g)
     c = w_q.shape[-1]
     if c % heads:
         raise ShapeError(
             f"multi_head_attention: c={c} (the width of w_q) is not divisible by heads={heads}"
         )
     slopes = alibi if isinstance(alibi, Tensor) else None
-    weights = LayerWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, sinks=sinks, slopes=slopes)
+    weights = LayerWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, w_g=w_g, b_g=b_g, sinks=sinks,
+                           slopes=slopes)  # fmt: skip
+    options = ScoreOptions(softcap=softcap, alibi=alibi is True,
+                           query_pre_attn_scalar=query_pre_attn_scalar)  # fmt: skip
     return attention_layer(
         x, weights, heads=heads, causal=causal, window=window,
         allowed=given_masks(mask, key_padding_mask), dropout_p=dropout_p,
-        return_weights=return_weights, options=ScoreOptions(softcap=softcap, alibi=alibi is True),
+        return_weights=return_weights, options=options,
     )  # fmt: skip

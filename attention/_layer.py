@@ -182,7 +182,7 @@ def finish(per_head: Tensor, gate: Tensor | None, weights: LayerWeights) -> Tens
     by W_o (+ b_o)."""
     out = _core.merge_heads(per_head)
     if gate is not None:
-        out = out * torch.sigmoid(gate)
+        out = _core.gated(out, gate)
     if weights.w_o is None:
         return out
     return _core.projection(out, weights.w_o, weights.b_o)

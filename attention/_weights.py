@@ -151,6 +151,9 @@ def _qkv_names(prefix: str = "") -> tuple[tuple[str, object], ...]:
 
 _V2_NAMES = _qkv_names()
 _MHA_NAMES = (*_V2_NAMES, ("out_proj.weight", OutWeight), ("out_proj.bias", OutBias))
+#: With the output gate, W_query carries each head's queries and its gate's logits (2c × d).
+_GATED_MHA_NAMES = (("W_query.weight", Float[Tensor, "c2 d"]),
+                    ("W_query.bias", Float[Tensor, " c2"] | None), *_MHA_NAMES[2:])  # fmt: skip
 
 
 def _qkv_tensors(module: nn.Module) -> tuple[Tensor | None, ...]:
@@ -184,7 +187,7 @@ def multi_head_weights(module: nn.Module) -> Weights:
     """MultiHeadAttention: the projections, then out_proj.weight (c_out×c) and its bias."""
     out_proj = submodule(module, "out_proj")
     tensors = (*_qkv_tensors(module), parameter(out_proj, "weight"), parameter(out_proj, "bias"))
-    return _MHA_NAMES, tensors
+    return (_GATED_MHA_NAMES if getattr(module, "gate", False) else _MHA_NAMES), tensors
 
 
 _CROSS_NAMES = (

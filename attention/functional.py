@@ -63,6 +63,7 @@ __all__ = [
     "alibi_slopes",
     "weights",
     "context",
+    "output_gate",
     "causal_mask",
     "sliding_window_mask",
     "self_attention",
@@ -239,6 +240,20 @@ def context(
     $$c_{m,j} = \\sum_{p=1}^{n} a_{m,p} v_{p,j}$$
     """
     return _core.context(a, v)
+
+
+@checked
+def output_gate(
+    c: Float[Tensor, "*batch n c"], gamma: Float[Tensor, "*batch n c"]
+) -> Float[Tensor, "*batch n c"]:
+    """The output gate of Qwen 3.5 (and Qwen3-Next): each context feature scaled by the
+    sigmoid of its gate logit, $\\tilde z_{m,j} = \\hat z_{m,j}\\,\\sigma(\\gamma_{m,j})$, with
+    Γ = X W_g; a logit → +∞ lets the feature through unchanged.
+
+    >>> output_gate(torch.ones(1, 2), torch.tensor([[0.0, 100.0]]))
+    tensor([[0.5000, 1.0000]])
+    """
+    return _core.gated(c, gamma)
 
 
 @checked

@@ -97,6 +97,8 @@ def grouped_query_attention(
     softcap: float | None = None,
     alibi: bool | Float[Tensor, " h"] = False,
     sinks: Float[Tensor, " h"] | None = None,
+    w_g: Float[Tensor, "d c"] | None = None,
+    query_pre_attn_scalar: float | None = None,
 ) -> Float[Tensor, "*batch n c_out"]:
     """Grouped-query attention, every composition of the module docstring in one function.
 
@@ -109,8 +111,9 @@ def grouped_query_attention(
     query m may attend key p; window w (with causal): query m attends the keys m − w < p ≤ m.
     softcap: κ, each scaled score ω̃ replaced by κ tanh(ω̃/κ). alibi (with causal): −μ_ℓ (m − p)
     added to head ℓ's scores, True for Press et al.'s slopes or a tensor of h slopes. sinks: h
-    logits, exp(ζ_ℓ) in each row's denominator of head ℓ (GPT-OSS). Scale 1/√c_h. Returns C
-    (*batch, n, c_out).
+    logits, exp(ζ_ℓ) in each row's denominator of head ℓ (GPT-OSS). w_g: the output gate's W_g
+    (d, h·c_h), the merged heads multiplied by σ(X W_g) before W_o (Qwen 3.5). Scale 1/√c_h, or
+    1/√query_pre_attn_scalar (Gemma 2 and 3). Returns C (*batch, n, c_out).
 
     >>> X = torch.rand(5, 8)
     >>> W_q, W_kv, W_o = torch.rand(8, 16), torch.rand(8, 8), torch.rand(16, 8)
@@ -124,6 +127,7 @@ def grouped_query_attention(
     check_cap(where, "softcap", softcap)
     check_alibi(where, alibi, heads, causal)
     check_per_head(where, "sinks", sinks, heads, "sink")
+    check_cap(where, "query_pre_attn_scalar", query_pre_attn_scalar)
     check_groups(where, heads, groups, ("heads", "groups"))
     c, c_kv = w_q.shape[-1], w_k.shape[-1]
     if c % heads:
@@ -150,9 +154,11 @@ def grouped_query_attention(
         return None if gain is None else (lambda t: _core.rms_norm(t, gain, eps))
 
     slopes = alibi if isinstance(alibi, Tensor) else None
-    weights = LayerWeights(w_q, w_k, w_v, w_o, q_norm=norm(q_gain), k_norm=norm(k_gain),
+    weights = LayerWeights(w_q, w_k, w_v, w_o, w_g=w_g, q_norm=norm(q_gain), k_norm=norm(k_gain),
                            sinks=sinks, slopes=slopes)  # fmt: skip
+    options = ScoreOptions(softcap=softcap, alibi=alibi is True,
+                           query_pre_attn_scalar=query_pre_attn_scalar)  # fmt: skip
     return attention_layer(
         x, weights, heads=heads, groups=groups, causal=causal, window=window, allowed=mask,
-        rope=rope, options=ScoreOptions(softcap=softcap, alibi=alibi is True),
+        rope=rope, options=options,
     )  # fmt: skip

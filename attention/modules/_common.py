@@ -30,7 +30,8 @@ __all__ = [
 def build_heads(
     module: nn.Module, where: str, *, d_in: int, d_out: int, num_heads: int, dropout: float,
     qkv_bias: bool, d_kv: int | None = None, softcap: float | None = None,
-    alibi: bool | Tensor = False, sinks: bool | Tensor = False, **sizes: int,
+    alibi: bool | Tensor = False, sinks: bool | Tensor = False, gate: bool = False,
+    query_pre_attn_scalar: float | None = None, **sizes: int,
 ) -> None:  # fmt: skip
     """The prologue of the book's multi-head constructors: every size (`sizes` too) a positive
     int, dropout a rate, qkv_bias a bool, num_heads dividing d_out; then the layers
@@ -47,7 +48,8 @@ def build_heads(
     check_sinks(where, sinks, num_heads)
     nn.Module.__init__(module)
     add_head_layers(module, d_in, d_kv, d_out, num_heads, dropout, qkv_bias)
-    set_score_options(module, where, softcap=softcap, alibi=alibi, sinks=sinks)
+    set_score_options(module, where, softcap=softcap, alibi=alibi, sinks=sinks, gate=gate,
+                      query_pre_attn_scalar=query_pre_attn_scalar)  # fmt: skip
 
 
 def check_sinks(where: str, sinks: object, heads: int) -> None:
@@ -58,7 +60,7 @@ def check_sinks(where: str, sinks: object, heads: int) -> None:
 
 def set_score_options(
     module: nn.Module, where: str, *, softcap: float | None = None, alibi: bool | Tensor = False,
-    sinks: bool | Tensor = False,
+    sinks: bool | Tensor = False, gate: bool = False, query_pre_attn_scalar: float | None = None,
 ) -> None:  # fmt: skip
     """The modifications of the scores a module was built with, checked, kept as
     `module.score_options` (every forward reads them) and each as an attribute of its own
@@ -66,10 +68,18 @@ def set_score_options(
     to ALiBi are a buffer, `alibi_slopes` (not in the state_dict: the constructor makes them).
     With `sinks`, the parameter `sinks` (h,), as GPT-OSS names it and initialises it, from
     N(0, 0.02²) (its `initializer_range`), or the logits given; created after every other
-    parameter, so that the book's seeds give the book's weights."""
+    parameter, so that the book's seeds give the book's weights. With `gate`, W_query is made
+    again twice as wide (`add_gate`). query_pre_attn_scalar: the query scale
+    1/√query_pre_attn_scalar in place of 1/√head_dim (Gemma 2 and 3), kept as an attribute of
+    that name."""
     check_cap(where, "softcap", softcap)
+    check_cap(where, "query_pre_attn_scalar", query_pre_attn_scalar)
     check_alibi(where, alibi, module.num_heads)
     check_sinks(where, sinks, module.num_heads)
+    check_flag(where, gate=gate)
+    if gate:
+        add_gate(module)
+    module.gate = gate
     if isinstance(sinks, Tensor):
         module.sinks = nn.Parameter(sinks.detach().clone())
     elif sinks:
@@ -79,7 +89,18 @@ def set_score_options(
     module.alibi = alibi is not False
     if isinstance(alibi, Tensor):
         module.register_buffer("alibi_slopes", alibi.detach().clone(), persistent=False)
-    module.score_options = ScoreOptions(softcap=softcap, alibi=alibi is True)
+    module.query_pre_attn_scalar = query_pre_attn_scalar
+    module.score_options = ScoreOptions(softcap=softcap, alibi=alibi is True,
+                                        query_pre_attn_scalar=query_pre_attn_scalar)  # fmt: skip
+
+
+def add_gate(module: nn.Module) -> None:
+    """The output gate in Qwen 3.5's layout: `W_query` (an nn.Linear) replaced by one twice as
+    wide, each head's 2·head_dim outputs its queries then its gate's logits (`_layer.split_gate`).
+    The merged heads are multiplied by σ(logits) before `out_proj`."""
+    old = module.W_query
+    module.W_query = nn.Linear(old.in_features, 2 * old.out_features, bias=old.bias is not None,
+                               dtype=old.weight.dtype, device=old.weight.device)  # fmt: skip
 
 
 def add_head_layers(

@@ -75,12 +75,15 @@ _GQA_NAMES = (
 )
 
 
+_GATED_GQA_NAMES = (("W_query.weight", Float[Tensor, "c2 d"]), *_GQA_NAMES[1:])  # (2h·c_h, d)
+
+
 def _gqa_weights(module: nn.Module) -> Weights:
     linears = [submodule(module, name) for name in ("W_query", "W_key", "W_value", "out_proj")]
     norms = [getattr(module, name) for name in ("q_norm", "k_norm")]
     tensors = [parameter(linear, "weight") for linear in linears]
     tensors += [None if norm is None else parameter(norm, "scale") for norm in norms]
-    return _GQA_NAMES, tuple(tensors)
+    return (_GATED_GQA_NAMES if module.gate else _GQA_NAMES), tuple(tensors)
 
 
 class GroupedQueryAttention(nn.Module):
@@ -112,14 +115,18 @@ class GroupedQueryAttention(nn.Module):
     Gemma's and GPT-OSS's local layers), `softcap` κ (Gemma 2's logit softcapping, each scaled
     score ω̃ replaced by κ tanh(ω̃/κ)) and `alibi` (linear biases −μ_ℓ (m − p), True for Press et
     al.'s slopes or a tensor of h slopes; causal whatever `blocked` says) and `sinks` (GPT-OSS's
-    attention sinks, the parameter `sinks`: a learned logit per head in each row's softmax).
+    attention sinks, the parameter `sinks`: a learned logit per head in each row's softmax),
+    `gate` (Qwen 3.5's output gate: `W_query` twice as wide, each head's queries then its gate's
+    logits, the merged heads multiplied by their sigmoid before `out_proj`) and
+    `query_pre_attn_scalar` (Gemma 2's and 3's query scale 1/√query_pre_attn_scalar).
     """
 
     def __init__(self, d_in: int, *, num_heads: int, num_kv_groups: int, d_out: int | None = None,
                  head_dim: int | None = None, qk_norm: bool = False,
                  dtype: torch.dtype | None = None, sliding_window: int | None = None,
                  softcap: float | None = None, alibi: bool | Tensor = False,
-                 sinks: bool | Tensor = False):  # fmt: skip
+                 sinks: bool | Tensor = False, gate: bool = False,
+                 query_pre_attn_scalar: float | None = None):  # fmt: skip
         where = "GroupedQueryAttention"
         check_positive(where, d_in=d_in, num_heads=num_heads, num_kv_groups=num_kv_groups)
         check_flag(where, qk_norm=qk_norm)
@@ -161,7 +168,8 @@ class GroupedQueryAttention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
         self.sliding_window = sliding_window
-        set_score_options(self, where, softcap=softcap, alibi=alibi, sinks=sinks)
+        set_score_options(self, where, softcap=softcap, alibi=alibi, sinks=sinks, gate=gate,
+                          query_pre_attn_scalar=query_pre_attn_scalar)  # fmt: skip
 
     @checked_forward(_gqa_weights)
     def forward(

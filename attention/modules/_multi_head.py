@@ -88,7 +88,11 @@ class MultiHeadAttention(KVCache, OutputProjection, SeedWeights, nn.Module):
     Beyond the book, keyword-only: `softcap` κ (Gemma 2's logit softcapping, each scaled score
     ω̃ replaced by κ tanh(ω̃/κ)); `alibi` (BLOOM's and MPT's linear biases, −μ_ℓ (m − p) added to
     head ℓ's scores: True for Press et al.'s slopes, or a tensor of h slopes); `sinks` (GPT-OSS's
-    attention sinks: a learned logit per head in each row's softmax, the parameter `sinks`).
+    attention sinks: a learned logit per head in each row's softmax, the parameter `sinks`);
+    `gate` (Qwen 3.5's sigmoid output gate: `W_query` twice as wide, each head's queries then its
+    gate's logits, the merged heads multiplied by their sigmoid before `out_proj`);
+    `query_pre_attn_scalar` (Gemma 2's and 3's query scale 1/√query_pre_attn_scalar in place of
+    1/√head_dim).
     """
 
     mask: Tensor
@@ -105,10 +109,13 @@ class MultiHeadAttention(KVCache, OutputProjection, SeedWeights, nn.Module):
         softcap: float | None = None,
         alibi: bool | Tensor = False,
         sinks: bool | Tensor = False,
+        gate: bool = False,
+        query_pre_attn_scalar: float | None = None,
     ):
         build_heads(self, "MultiHeadAttention", d_in=d_in, d_out=d_out, num_heads=num_heads,
                     dropout=dropout, qkv_bias=qkv_bias, context_length=context_length,
-                    softcap=softcap, alibi=alibi, sinks=sinks)  # fmt: skip
+                    softcap=softcap, alibi=alibi, sinks=sinks, gate=gate,
+                    query_pre_attn_scalar=query_pre_attn_scalar)  # fmt: skip
         self.register_buffer(
             "mask", torch.triu(torch.ones(context_length, context_length), diagonal=1)
         )

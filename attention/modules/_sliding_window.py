@@ -36,7 +36,8 @@ class MultiHeadAttentionWithSWA(KVCache, OutputProjection, SeedWeights, nn.Modul
     by layer); it is checked again at every forward. `forward(x, use_cache=True)`: the new
     tokens against the cache (the last w tokens), as `MultiHeadAttention`'s. `forward` also
     takes `mask` (*batch, n, n) and `key_padding_mask` (*batch, n), combined with the window.
-    Beyond the book, keyword-only: `softcap`, `alibi` and `sinks`, as `MultiHeadAttention`'s.
+    Beyond the book, keyword-only: `softcap`, `alibi`, `sinks`, `gate` and
+    `query_pre_attn_scalar`, as `MultiHeadAttention`'s.
 
     >>> import torch
     >>> from attention import MultiHeadAttentionWithSWA
@@ -58,11 +59,14 @@ class MultiHeadAttentionWithSWA(KVCache, OutputProjection, SeedWeights, nn.Modul
         softcap: float | None = None,
         alibi: bool | Tensor = False,
         sinks: bool | Tensor = False,
+        gate: bool = False,
+        query_pre_attn_scalar: float | None = None,
     ):
         check_window("MultiHeadAttentionWithSWA", "sliding_window_size", sliding_window_size)
         build_heads(self, "MultiHeadAttentionWithSWA", d_in=d_in, d_out=d_out,
                     num_heads=num_heads, dropout=dropout, qkv_bias=qkv_bias,
-                    softcap=softcap, alibi=alibi, sinks=sinks)  # fmt: skip
+                    softcap=softcap, alibi=alibi, sinks=sinks, gate=gate,
+                    query_pre_attn_scalar=query_pre_attn_scalar)  # fmt: skip
         self.sliding_window_size = sliding_window_size
         self._init_cache()
 

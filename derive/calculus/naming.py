@@ -29,7 +29,7 @@ def compact_roots(expr: sp.Expr) -> sp.Expr:
 def book_indices(letter: str) -> tuple[sp.Symbol, sp.Symbol]:
     """The indices the book gives an entry of this matrix: (m, p), (m, j), (i, j), (m, i)."""
     name = L.name_of(letter)
-    if name in ("wq", "wk", "wv", "wo"):
+    if name in ("wq", "wk", "wv", "wo", "wg"):
         return L.i, L.j
     if name == "wdkv":
         return L.i, L.f

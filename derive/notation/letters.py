@@ -12,6 +12,10 @@ Sizes (positive integer symbols)::
 Parameters (positive reals): β the base of the rotary angles (RoPE), ε the constant under the
 root of an RMS normalisation, κ the cap of logit softcapping.
 
+The attention of today's open models adds: ALiBi's slopes μ (1 × h) and distances Δ, a sink's
+logits ζ (1 × h), and the output gate's W_g, its logits Γ = X W_g (entries γ) and the gated
+context \tilde{C} (entries \tilde{z}).
+
 Indices (1-based, as in the book)::
 
     m, p, r, t  tokens (m a query; p, t keys; r the summation index of the softmax)
@@ -99,6 +103,9 @@ _TABLE = {
     "a": ("A", "a", "A"),
     "ctx": ("C", "z", "C"),
     "ctxcat": ("C_concat", r"\hat{z}", r"\hat{C}"),
+    "wg": ("W_g", "(W_g)", "W_g"),
+    "gamma": ("Gamma", r"\gamma", r"\Gamma"),
+    "ctxgated": ("C_gated", r"\tilde{z}", r"\tilde{C}"),
     "phi": ("Phi", r"\phi", r"\Phi"),
     "rot": ("R", "R", "R"),
     "qrot": ("Q_rot", r"\mathring{q}", r"\mathring{Q}"),
@@ -150,13 +157,14 @@ _LETTERS = {letter: name for name, letter in BASES.items()}
 #: The order of entries in a product and of terms in a sum (and of a step's inputs): the book
 #: writes x W, q k, a v, \hat{z} W_o; the gradients in the order of their matrix forms.
 READING_ORDER = (
-    "x", "y", "u", "ctxcat", "a", "dctx", "ctx", "domega", "domegatilde", "domegacap",
-    "domegabias", "domegahat", "da",
+    "x", "y", "u", "ctxgated", "ctxcat", "a", "dctxgated", "dctx", "ctx", "dgamma", "domega",
+    "domegatilde", "domegacap", "domegabias", "domegahat", "da",
     "dqrot", "dkrot", "dqnorm", "dknorm", "dq", "dk", "dv", "du", "qrot", "qnorm", "q", "gq",
-    "wq", "wdkv", "wk", "wv", "wuk", "wuv", "wo", "krot", "knorm", "k", "gk", "v", "omega",
+    "wq", "wdkv", "wk", "wv", "wuk", "wuv", "wg", "wo", "krot", "knorm", "k", "gk", "v", "omega",
     "omegatilde", "omegacap", "omegabias", "omegahat", "mask", "rot", "phi", "mu", "gap", "sink",
-    "dx", "dy", "dgq", "dgk", "dmu", "dsink", "dwq", "dwdkv", "dwk", "dwv", "dwuk", "dwuv", "dwo",
-    "dctxcat",
+    "gamma",
+    "dx", "dy", "dgq", "dgk", "dmu", "dsink", "dwq", "dwdkv", "dwk", "dwv", "dwuk", "dwuv", "dwg",
+    "dwo", "dctxcat",
 )  # fmt: skip
 _RANK = {name: rank for rank, name in enumerate(READING_ORDER)}
 

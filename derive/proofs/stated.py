@@ -22,11 +22,11 @@ def equality(graph: Graph, claim: Equality) -> Fact:
     difference does not vanish, every step's, down to the graph's inputs; never the entries a
     derivative is taken by), then evaluated (limits, derivatives) and simplified by SymPy."""
     sides = [sp.sympify(side) for side in (claim.lhs, claim.rhs)]
-    held = {L.letter_of(v) for side in sides for d in side.atoms(sp.Derivative)
-            for v in d.variables if isinstance(v, sp.Indexed)}  # what a derivative is taken by
-    produced = {step.output for step in graph.declarations} - held
+    held = {L.letter_of(v) for side in sides for d in side.atoms(sp.Derivative, sp.Subs)
+            for v in d.variables if isinstance(v, sp.Indexed)}  # what is differentiated by, or
+    produced = {step.output for step in graph.declarations} - held  # substituted for
     named = {L.letter_of(e) for side in sides for e in side.atoms(sp.Indexed)} & produced
-    for letters in (named, produced):
+    for letters in (_outermost(graph, named), named, produced):
         lhs, rhs = (inline(sp.sympify(side), graph, letters) for side in (claim.lhs, claim.rhs))
         value, target = sp.simplify(lhs.doit()), sp.simplify(rhs.doit())
         if sp.simplify(value - target) == 0:
@@ -45,9 +45,15 @@ def bound(graph: Graph, claim: Bound) -> Fact:
     difference = sp.sympify(claim.larger) - sp.sympify(claim.smaller)
     produced = {step.output for step in graph.declarations}
     named = {L.letter_of(e) for e in difference.atoms(sp.Indexed)} & produced
-    put = inline(difference, graph, named)
-    value = sp.simplify(put.doit().rewrite(sp.exp))
-    holds = bool(value.is_nonnegative)
+    for letters in (_outermost(graph, named), named):
+        put = inline(difference, graph, letters)
+        value = sp.simplify(put.doit().rewrite(sp.exp))
+        if not value.is_nonnegative:  # a product of signs SymPy knows, where simplify left a sum
+            value = sp.factor(value) if sp.factor(value).is_nonnegative else value
+        holds = bool(value.is_nonnegative)
+        if holds:
+            break
+    named = letters
     lhs = difference
     statement = sp.Le(claim.smaller, claim.larger, evaluate=False)
     lines = (Eq(lhs, put, evaluate=False), Eq(lhs, value, evaluate=False), statement)
@@ -55,6 +61,12 @@ def bound(graph: Graph, claim: Bound) -> Fact:
     return Fact("bound", claim.title, lines, claimed, tuple(sorted(named)),
                 "the declared formulas put into the difference, simplified by SymPy and found "
                 "non-negative from what is known of its symbols")  # fmt: skip
+
+
+def _outermost(graph: Graph, letters: set[str]) -> set[str]:
+    """The letters of `letters` that no other of them is computed from (a gated context and the
+    context it gates: the gated one), whose formulas a claim puts in first."""
+    return {x for x in letters if not any(x in graph.step(y).inputs for y in letters - {x})}
 
 
 def per_head(expr: sp.Expr, graph: Graph) -> sp.Expr:

@@ -67,6 +67,10 @@ _ENTRIES = {
     "a": "attention weight of token m on token p",
     "ctx": "context vector of token m (the book's z), feature j",
     "ctxcat": "the heads' context vectors side by side (multi-head attention)",
+    "wg": "gate weight from input feature i to the gate logit of feature j (output gate)",
+    "gamma": "gate logit of token m, feature j, $\\gamma = X W_g$ (output gate)",
+    "ctxgated": "the heads' context vectors gated, $\\hat z_{m,j} \\sigma(\\gamma_{m,j})$ "
+    "(Qwen 3.5's output gate)",
     "phi": "rotary angle of token m, feature j: its position times the pair's frequency",
     "rot": "the rotation of RoPE's pairs: $x R$ is $[-x_2\\ x_1]$ (the book's rotate half)",
     "qrot": "query rotated by its position (RoPE)",
@@ -131,6 +135,8 @@ _JAXTYPING = (
     ("1", "ALiBi's slope, a sink", "`self_attention(..., alibi=, sinks=)`: one head's"),
     ("", "one number", "a head's slope or sink, `alibi_scores(omega_scaled, slope)`, "
      "`weights(..., sink=)`"),
+    ("c2 d", "W_query.weight with the gate", "the modules' `gate=True`: each head's queries, "
+     "then its gate logits (Qwen 3.5's `q_proj`)"),
     ("n_ctx c_h", "RoPE's $\\cos\\Phi$, $\\sin\\Phi$", "`compute_rope_params`' tables "
      "(context_length × head_dim), as `GroupedQueryAttention.forward` takes them"),
 )  # fmt: skip

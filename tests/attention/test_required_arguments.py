@@ -72,6 +72,7 @@ def good_calls():
          ["omega_scaled"], []),
         ("weights", F.weights, {"omega": t["omega"], "c": C}, ["omega"], list(masks)),
         ("context", F.context, {"a": t["a"], "v": q}, ["a", "v"], []),
+        ("output_gate", F.output_gate, {"c": q, "gamma": q}, ["c", "gamma"], []),
         ("self_attention", F.self_attention, qkv, list(qkv), ["b_q", "b_k", "b_v", *masks]),
         ("split_heads", F.split_heads, {"t": q, "heads": HEADS}, ["t"], []),
         ("merge_heads", F.merge_heads, {"t": t["heads"]}, ["t"], []),

@@ -1,6 +1,6 @@
 """The score modifications of today's open models, in the functional API and the modules: logit
-softcapping (Gemma 2), linear biases (ALiBi: BLOOM, MPT) and attention sinks (GPT-OSS), each on
-both paths, against the NumPy reference, against the plain attention where the modification
+softcapping (Gemma 2), linear biases (ALiBi: BLOOM, MPT), attention sinks (GPT-OSS), the output gate
+(Qwen 3.5) and the query scale of Gemma 2 and 3, each on both paths, against the NumPy reference, against the plain attention where the modification
 vanishes, and bad input named."""
 
 import numpy as np
@@ -347,3 +347,134 @@ def test_bad_sinks_are_named():
     with pytest.raises(TypeError, match=r"^MultiHeadAttention: sinks must be a tensor of one sink "
                        r"per head, got str$"):  # fmt: skip
         MultiHeadAttention(4, 4, N, 0.0, 2, sinks="yes")
+
+
+# -- the output gate ----------------------------------------------------------------------------
+
+
+def test_output_gate_is_the_formula():
+    c = torch.tensor([[1.0, -2.0, 3.0]], dtype=torch.float64)
+    gamma = torch.tensor([[0.0, 1.0, -2.0]], dtype=torch.float64)
+    expected = c.numpy() / (1 + np.exp(-gamma.numpy()))
+    np.testing.assert_allclose(F.output_gate(c, gamma).numpy(), expected, rtol=1e-15)
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_multi_head_attention_with_a_gate(explicit):
+    x, (w_q, w_k, w_v) = inputs(11)
+    g = torch.Generator().manual_seed(12)
+    w_g, b_g = torch.randn(D, C, generator=g, dtype=x.dtype), torch.randn(C, generator=g,
+                                                                           dtype=x.dtype)
+    w_o = torch.randn(C, 3, generator=g, dtype=x.dtype)
+    got = F.multi_head_attention(x, w_q, w_k, w_v, w_o, heads=2, causal=True, w_g=w_g, b_g=b_g,
+                                 return_weights=explicit)  # fmt: skip
+    got = got[0] if explicit else got
+    allowed = band_matrix(N, N, causal=True)
+    for b in range(2):
+        heads = per_head_reference(x[b].numpy(), w_q.numpy(), w_k.numpy(), w_v.numpy(), heads=2,
+                                   allowed=allowed)  # fmt: skip
+        gate = 1 / (1 + np.exp(-(x[b].numpy() @ w_g.numpy() + b_g.numpy())))
+        np.testing.assert_allclose(got[b].numpy(), (heads * gate) @ w_o.numpy(), rtol=0,
+                                   atol=1e-12)  # fmt: skip
+
+
+def test_a_gate_wide_open_is_no_gate_and_a_closed_one_silences():
+    x, (w_q, w_k, w_v) = inputs(13)
+    w_o = torch.eye(C, dtype=x.dtype)
+    plain = F.multi_head_attention(x, w_q, w_k, w_v, w_o, heads=2, causal=True)
+    zeros = torch.zeros(D, C, dtype=x.dtype)
+    for logit, factor in ((1e3, 1.0), (-1e3, 0.0), (0.0, 0.5)):
+        b_g = torch.full((C,), logit, dtype=x.dtype)
+        gated = F.multi_head_attention(x, w_q, w_k, w_v, w_o, heads=2, causal=True, w_g=zeros,
+                                       b_g=b_g)  # fmt: skip
+        torch.testing.assert_close(gated, plain * factor, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("cls", ["mha", "swa", "gqa"])
+def test_the_modules_gate_is_qwen_3_5_s_layout(cls):
+    """W_query's output (…, 2h·c_h): each head's c_h queries, then its c_h gate logits."""
+    torch.manual_seed(14)
+    heads, width = 2, 3
+    if cls == "mha":
+        module = MultiHeadAttention(5, heads * width, N, 0.0, heads, qkv_bias=True, gate=True)
+    elif cls == "swa":
+        module = MultiHeadAttentionWithSWA(5, heads * width, 0.0, heads, sliding_window_size=2,
+                                           gate=True)  # fmt: skip
+    else:
+        module = GroupedQueryAttention(5, num_heads=heads, num_kv_groups=1, head_dim=width,
+                                       gate=True)  # fmt: skip
+    module = module.double().eval()
+    assert module.gate and module.W_query.weight.shape == (2 * heads * width, 5)
+    blocks = module.W_query.weight.detach().view(heads, 2, width, 5)  # (h, query|gate, c_h, d)
+    w_q, w_g = (blocks[:, part].reshape(heads * width, 5).mT for part in (0, 1))
+    bias = module.W_query.bias
+    b_q, b_g = (None, None) if bias is None else bias.detach().view(heads, 2, width).unbind(1)
+    x = torch.randn(2, N, 5, dtype=torch.float64)
+    w_k, w_v = module.W_key.weight.mT, module.W_value.weight.mT
+    if cls == "gqa":
+        expected = grouped_query_attention(x, w_q, w_k, w_v, module.out_proj.weight.mT,
+                                           heads=heads, groups=1, causal=True, w_g=w_g)  # fmt: skip
+    else:
+        expected = F.multi_head_attention(
+            x, w_q, w_k, w_v, module.out_proj.weight.mT, heads=heads,
+            b_q=None if b_q is None else b_q.flatten(), b_k=module.W_key.bias,
+            b_v=module.W_value.bias, b_o=module.out_proj.bias, causal=True,
+            window=2 if cls == "swa" else None, w_g=w_g,
+            b_g=None if b_g is None else b_g.flatten(),
+        )  # fmt: skip
+    blocked = {"blocked": ~F.causal_mask(N)} if cls == "gqa" else {}  # the books' mask
+    torch.testing.assert_close(module(x, **blocked), expected, rtol=0, atol=1e-13)
+    if cls != "gqa":  # the cache gives the same rows
+        rows = [module(x[:, :2], use_cache=True), module(x[:, 2:], use_cache=True)]
+        torch.testing.assert_close(torch.cat(rows, dim=1), expected, rtol=0, atol=1e-13)
+
+
+def test_a_gate_s_bias_needs_its_weight():
+    x, w = torch.randn(2, N, 4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"^multi_head_attention: b_g is the bias of the output "
+                       r"gate; give w_g with it$"):  # fmt: skip
+        F.multi_head_attention(x, w, w, w, w, heads=2, b_g=torch.zeros(4, dtype=x.dtype))
+    with pytest.raises(ShapeError, match=r"w_g"):
+        F.multi_head_attention(x, w, w, w, w, heads=2, w_g=torch.zeros(4, 2, dtype=x.dtype))
+    with pytest.raises(TypeError, match=r"^MultiHeadAttention: gate must be a bool, got gate=.yes.$"):
+        MultiHeadAttention(4, 4, N, 0.0, 2, gate="yes")
+
+
+# -- the query scale of Gemma 2 and 3 ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_query_pre_attn_scalar_replaces_the_head_width(explicit):
+    x, (w_q, w_k, w_v) = inputs(15)
+    w_o = torch.eye(C, dtype=x.dtype)
+    got = F.multi_head_attention(x, w_q, w_k, w_v, w_o, heads=2, causal=True,
+                                 query_pre_attn_scalar=7.0, return_weights=explicit)  # fmt: skip
+    got = got[0] if explicit else got
+    allowed = band_matrix(N, N, causal=True)
+    for b in range(2):
+        q, k, v = (x[b].numpy() @ w.numpy() for w in (w_q, w_k, w_v))
+        for head in range(2):
+            columns = slice(2 * head, 2 * head + 2)
+            expected = modified_attention(q[:, columns], k[:, columns], v[:, columns],
+                                          scale=7.0**-0.5, allowed=allowed)[0]  # fmt: skip
+            np.testing.assert_allclose(got[b, :, columns].numpy(), expected, rtol=0, atol=1e-12)
+    same = F.multi_head_attention(x, w_q, w_k, w_v, w_o, heads=2, causal=True,
+                                  query_pre_attn_scalar=2.0)  # c_h = 2: the book's scale
+    torch.testing.assert_close(same, F.multi_head_attention(x, w_q, w_k, w_v, w_o, heads=2,
+                                                            causal=True), rtol=0, atol=1e-15)
+
+
+def test_the_modules_take_query_pre_attn_scalar():
+    torch.manual_seed(16)
+    module = GroupedQueryAttention(8, num_heads=2, num_kv_groups=1, head_dim=4,
+                                   query_pre_attn_scalar=3.0).double()  # fmt: skip
+    assert module.query_pre_attn_scalar == 3.0
+    x = torch.randn(2, N, 8, dtype=torch.float64)
+    expected = grouped_query_attention(
+        x, module.W_query.weight.mT, module.W_key.weight.mT, module.W_value.weight.mT,
+        module.out_proj.weight.mT, heads=2, groups=1, causal=True, query_pre_attn_scalar=3.0,
+    )  # fmt: skip
+    torch.testing.assert_close(module(x, ~F.causal_mask(N)), expected, rtol=0, atol=1e-13)
+    with pytest.raises(ValueError, match=r"^MultiHeadAttention: query_pre_attn_scalar must be a "
+                       r"positive number or None, got query_pre_attn_scalar=0$"):  # fmt: skip
+        MultiHeadAttention(4, 4, N, 0.0, 2, query_pre_attn_scalar=0)

@@ -6,6 +6,7 @@ from . import (
     alibi,
     causal,
     cross_attention,
+    gate,
     gqa,
     kv_cache,
     masked,
@@ -34,10 +35,14 @@ BUILT_IN = (
     softcap.VARIANT,
     alibi.VARIANT,
     sinks.VARIANT,
+    gate.VARIANT,
 )
 
 #: Combinations whose title names the model that uses them (parts in their order).
-MODELS = {("gqa", "rope"): "Llama 3", ("gqa", "qk-norm", "rope"): "Qwen 3"}
+MODELS = {("gqa", "rope"): "Llama 3", ("gqa", "qk-norm", "rope"): "Qwen 3",
+          ("gqa", "qk-norm", "rope", "gate"): "Qwen 3.5 (its full-attention layers)",
+          ("gqa", "sliding-window", "sinks"): "GPT-OSS (its sliding layers, without RoPE)",
+          ("gqa", "sliding-window", "qk-norm", "rope"): "Gemma 3 (its local layers)"}
 #: Combinations with a title of their own.
 TITLES = {("multi-head", "causal"): "Causal multi-head attention",
           ("multi-head", "masked"): "Masked multi-head attention"}  # fmt: skip
