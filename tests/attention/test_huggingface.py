@@ -1,0 +1,198 @@
+"""Hugging Face drop-in parity: models of `transformers` built from small configurations with
+random weights (nothing is downloaded), run with this package's attention implementation
+(`attention.huggingface.register`) and with `transformers`' own eager one; Qwen 3.5's attention
+layer against `GroupedQueryAttention(gate=True)`, BLOOM's against `from_bloom`'s module.
+
+Tolerances: the eager implementations of Gemma 2, Gemma 3 and Qwen 3.5 take their softmax in
+float32 even in a float64 model, so their weights carry float32's rounding, a relative 2⁻²⁴ each;
+an output is a weighted mean of values, off by at most that times the largest |v| and a few
+more roundings: the bound `F32` (2⁻¹⁸ of the largest output) leaves a factor 64 for them (BLOOM's softmax and
+Qwen 3.5's QK-norm are float32 too). GPT-OSS's eager softmax stays in float64 (`F64`). Each test also checks that the comparison can fail: the
+same model with its modification taken out (the cap, the sinks, the window, the gate) is further
+than 100 bounds away.
+"""
+
+import copy
+
+import pytest
+import torch
+from transformers import (
+    AttentionInterface,
+    AutoModelForCausalLM,
+    BloomConfig,
+    BloomModel,
+    Gemma2Config,
+    Gemma3TextConfig,
+    GptOssConfig,
+    Qwen3_5TextConfig,
+)
+
+import attention.huggingface as hf
+from attention import GroupedQueryAttention
+from attention import functional as F
+
+F32, F64 = 2.0**-18, 2.0**-40
+SIZES = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+             initializer_range=0.3)  # fmt: skip
+LOCAL_GLOBAL = ["sliding_attention", "full_attention"]
+
+CONFIGS = {
+    "gemma2": (Gemma2Config(**SIZES, sliding_window=4, attn_logit_softcapping=5.0,
+                            query_pre_attn_scalar=12, layer_types=LOCAL_GLOBAL), F32),
+    "gemma3": (Gemma3TextConfig(**SIZES, sliding_window=4, query_pre_attn_scalar=12,
+                                layer_types=LOCAL_GLOBAL), F32),
+    "gpt_oss": (GptOssConfig(**SIZES, sliding_window=4, num_local_experts=2,
+                             num_experts_per_tok=1, layer_types=LOCAL_GLOBAL), F64),
+    "qwen3_5": (Qwen3_5TextConfig(**SIZES, layer_types=["linear_attention", "full_attention"],
+                                  linear_num_key_heads=2, linear_num_value_heads=2,
+                                  linear_key_head_dim=8, linear_value_head_dim=8), F32),
+}  # fmt: skip
+
+
+def models(name, implementation=hf.NAME):
+    """(eager, ours): the same weights, float64, eval mode."""
+    hf.register()
+    config, _ = CONFIGS[name]
+    torch.manual_seed(0)
+    built = []
+    for attn in ("eager", implementation):
+        model = AutoModelForCausalLM.from_config(
+            copy.deepcopy(config), attn_implementation=attn, experts_implementation="eager"
+        )
+        built.append(model.double().eval())
+    built[1].load_state_dict(built[0].state_dict())
+    return built
+
+
+def attention_outputs(model, ids):
+    """The output of every attention layer (before its output projection's residual)."""
+    found = []
+    hooks = [layer.self_attn.register_forward_hook(lambda m, i, out: found.append(out[0]))
+             for layer in model.model.layers if hasattr(layer, "self_attn")]  # fmt: skip
+    logits = model(ids).logits
+    for hook in hooks:
+        hook.remove()
+    return logits, found
+
+
+def assert_close_within(got, expected, bound):
+    scale = max(float(expected.abs().max()), 1.0)
+    error = float((got - expected).abs().max())
+    assert error <= bound * scale, (error, bound * scale)
+    return bound * scale
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_a_model_on_our_attention_computes_what_its_eager_attention_computes(name):
+    eager, ours = models(name)
+    ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1))
+    logits, expected = attention_outputs(eager, ids)
+    got_logits, got = attention_outputs(ours, ids)
+    assert len(got) == len(expected) >= 1
+    bound = CONFIGS[name][1]
+    for layer_got, layer_expected in zip(got, expected, strict=True):
+        assert_close_within(layer_got, layer_expected, bound)
+    assert_close_within(got_logits, logits, bound)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_the_gradients_are_those_of_the_eager_attention(name):
+    eager, ours = models(name)
+    ids = torch.randint(0, 64, (2, 10), generator=torch.Generator().manual_seed(2))
+    for model in (eager, ours):
+        model.train()
+        torch.manual_seed(3)  # the same dropout, if any
+        model(ids).logits.square().mean().backward()
+    expected = dict(eager.named_parameters())
+    checked = 0
+    for key, parameter in ours.named_parameters():
+        if "self_attn" in key and parameter.grad is not None:
+            assert_close_within(parameter.grad, expected[key].grad, CONFIGS[name][1])
+            checked += 1
+    assert checked >= 4  # q, k, v, o of at least one layer
+
+
+@pytest.mark.parametrize(
+    ("name", "taken_out"),
+    [("gemma2", "softcap"), ("gpt_oss", "s_aux"), ("gemma3", "sliding_window")],
+)
+def test_without_its_modification_a_model_is_caught(name, taken_out):
+    """The comparison above can fail: our implementation with the model's modification
+    dropped (and no mask given, so that the window is ours to apply) is far off."""
+
+    def without(module, query, key, value, attention_mask, **options):
+        options.pop(taken_out, None)
+        return hf.attention_forward(module, query, key, value, None, **options)
+
+    AttentionInterface.register("attention_derive_without", without)
+    eager, ours = models(name, "attention_derive_without")
+    ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1))
+    _, expected = attention_outputs(eager, ids)
+    _, got = attention_outputs(ours, ids)
+    bound = CONFIGS[name][1] * float(expected[0].abs().max())
+    assert float((got[0] - expected[0]).abs().max()) > 100 * bound
+
+
+def test_greedy_generation_with_the_cache_picks_the_same_tokens():
+    eager, ours = models("gpt_oss")
+    ids = torch.randint(0, 64, (1, 5), generator=torch.Generator().manual_seed(4))
+    options = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
+    expected = eager.generate(ids, **options)
+    torch.testing.assert_close(ours.generate(ids, **options), expected, rtol=0, atol=0)
+    assert expected.shape[-1] == 13
+
+
+def test_a_qwen_3_5_attention_layer_is_our_gated_module():
+    """Qwen 3.5's full-attention layer (gate in `q_proj`, QK-norm with gains 1 + w) and
+    `GroupedQueryAttention(gate=True, qk_norm=True)` given its weights: the same output."""
+    config = copy.deepcopy(CONFIGS["qwen3_5"][0])
+    config.rope_parameters["partial_rotary_factor"] = 1.0  # the book's RoPE: every feature
+    torch.manual_seed(5)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").double().eval()
+    layer = model.model.layers[1].self_attn
+    with torch.no_grad():
+        layer.q_norm.weight.normal_()
+        layer.k_norm.weight.normal_()
+    ours = GroupedQueryAttention(32, num_heads=4, num_kv_groups=2, head_dim=8, qk_norm=True,
+                                 gate=True).double()  # fmt: skip
+    ours.q_norm.eps = ours.k_norm.eps = config.rms_norm_eps
+    with torch.no_grad():
+        for mine, theirs in (("W_query", "q_proj"), ("W_key", "k_proj"), ("W_value", "v_proj"),
+                             ("out_proj", "o_proj")):  # fmt: skip
+            getattr(ours, mine).weight.copy_(getattr(layer, theirs).weight)
+        ours.q_norm.scale.copy_(1 + layer.q_norm.weight)
+        ours.k_norm.scale.copy_(1 + layer.k_norm.weight)
+    x = torch.randn(2, 7, 32, dtype=torch.float64)
+    positions = torch.arange(7)[None]
+    cos, sin = model.model.rotary_emb(x, positions)
+    additive = torch.zeros(7, 7, dtype=x.dtype).masked_fill(~F.causal_mask(7), -torch.inf)
+    expected, _ = layer(x, (cos, sin), additive[None, None])  # eager: no mask, no causality
+    got = ours(x, ~F.causal_mask(7), cos[0], sin[0])
+    assert_close_within(got, expected, F32)  # Qwen 3.5's norms and softmax: float32
+    ours.gate = False  # the gate read as queries' columns: another output (or none at all)
+    with pytest.raises(Exception):  # noqa: B017 - W_query is twice as wide as the queries
+        ours(x, ~F.causal_mask(7), cos[0], sin[0])
+
+
+def test_bloom_s_attention_is_our_alibi_module():
+    config = BloomConfig(vocab_size=64, hidden_size=32, n_layer=1, n_head=4,
+                         initializer_range=0.3)  # fmt: skip
+    torch.manual_seed(6)
+    model = BloomModel(config).double().eval()
+    layer = model.h[0].self_attention
+    seen = {}
+
+    def keep(module, args, kwargs, out):
+        seen.update(hidden=args[0] if args else kwargs["hidden_states"],
+                    residual=args[1] if len(args) > 1 else kwargs["residual"], out=out[0])
+
+    layer.register_forward_hook(keep, with_kwargs=True)
+    model(torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(7)))
+    ours = hf.from_bloom(layer).eval()
+    got = ours(seen["hidden"]) + seen["residual"]
+    assert_close_within(got, seen["out"], F32)  # BLOOM's softmax: float32
+    plain = hf.from_bloom(layer)
+    plain.score_options = type(plain.score_options)()  # no ALiBi: another output
+    error = float((plain(seen["hidden"]) + seen["residual"] - seen["out"]).abs().max())
+    assert error > 100 * F32 * float(seen["out"].abs().max())
