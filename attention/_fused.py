@@ -72,6 +72,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from ._masks import allowed_positions, band, fully_masked_rows
 
@@ -229,16 +230,19 @@ class _Attention(torch.autograd.Function):
         q, k, v, sinks, allowed, slopes = ctx.saved_tensors
         scale, causal, window, offset, softcap = ctx.options
         scores = Scores(scale, causal, window, offset, allowed, softcap, slopes)
-        dq, dk, dv, d_sinks, d_slopes = gradients(q, k, v, grad_out, scores, sinks)
+        learned = (ctx.needs_input_grad[3], ctx.needs_input_grad[5])  # sinks, slopes
+        dq, dk, dv, d_sinks, d_slopes = gradients(q, k, v, grad_out, scores, sinks, learned)
         return dq, dk, dv, d_sinks, None, d_slopes, None, None, None, None, None
 
 
 def gradients(
-    q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, scores: Scores, sinks: Tensor | None = None
-) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
+    q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, scores: Scores,
+    sinks: Tensor | None = None, learned: tuple[bool, bool] = (True, True),
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:  # fmt: skip
     """(dQ, dK, dV, dσ, dμ) for the upstream gradient dC (B, h, n, c_h); dσ is None without
-    sinks, dμ (ALiBi's slopes) without slopes."""
-    return _sweep(q, k, v, scores, sinks, grad_out)  # type: ignore[return-value]
+    sinks, dμ (ALiBi's slopes) without slopes, and each is None where `learned` (sinks, slopes)
+    says it is not wanted."""
+    return _sweep(q, k, v, scores, sinks, grad_out, learned)  # type: ignore[return-value]
 
 
 def _plan(
@@ -301,9 +305,10 @@ def _sweep(
     scores: Scores,
     sinks: Tensor | None,
     grad_out: Tensor | None = None,
+    learned: tuple[bool, bool] = (True, True),
 ) -> tuple:
     """The blocks of the module docstring: (C,) without `grad_out`; with it, (dQ, dK, dV, dσ,
-    dμ)."""
+    dμ), dσ and dμ where `learned` asks for them."""
     batch, heads, n, width = q.shape
     groups, total = k.shape[1], k.shape[2]
     r = heads // groups
@@ -316,14 +321,17 @@ def _sweep(
         dq = torch.empty_like(q).view(q_all.shape)  # q's memory layout, its packs' view
         dk, dv = torch.zeros_like(k).view(k_all.shape), torch.zeros_like(v).view(v_all.shape)
         per_head_grad = (batch, groups, r)
-        d_sinks, d_slopes = (None if t is None else q.new_zeros(per_head_grad)
-                             for t in (sinks, scores.slopes))  # fmt: skip
+        wanted_of = zip((sinks, scores.slopes), learned, strict=True)
+        d_sinks, d_slopes = (None if t is None or not wanted else q.new_zeros(per_head_grad)
+                             for t, wanted in wanted_of)  # fmt: skip
     else:
         out = torch.empty_like(q).view(q_all.shape)
     per_head = [None if t is None else t.to(q.dtype).view(groups, r)[..., None, None]
                 for t in (sinks, scores.slopes)]  # (g, h/g, 1, 1)  # fmt: skip
     allowed = scores.allowed
-    for index, entries, group_of in where:
+
+    def one_pack(item: tuple) -> None:
+        index, entries, group_of = item
         sink, slope = (None if t is None else t[group_of] for t in per_head)  # (G, r, 1, 1)
         given = None
         if allowed is not None:  # (B or 1, 1, R, s) -> (G, 1, R, s): each slice's batch entry
@@ -351,16 +359,18 @@ def _sweep(
             dv[index][:, low:high].baddbmm_(a_b.transpose(1, 2), g_b)  # += Aᵀ dC
             d_a = torch.bmm(g_b, v_b.transpose(1, 2))  # dA = dC Vᵀ: (G, r·b, K)
             d_s = torch._softmax_backward_data(d_a, a_b, -1, a_b.dtype)  # A ∘ (dA − rowsum)
-            if sink_weight is not None:  # dσ = −Σ_m a_{m,σ} rowsum(A ∘ dA)_m
+            if d_sinks is not None:  # dσ = −Σ_m a_{m,σ} rowsum(A ∘ dA)_m
                 along = (a_b * d_a).sum(dim=-1).view(shape[:3])  # (G, r, b)
                 d_sinks[entries, group_of] -= (sink_weight * along).sum(dim=-1)
-            if slope is not None:  # dμ_ℓ = −Σ_{m,p} dω̇_{m,p} (m − p), before the cap's factor
+            if d_slopes is not None:  # dμ_ℓ = −Σ_{m,p} dω̇_{m,p} (m − p), before the cap's factor
                 distance = _distance(first, last, low, high, q_b)
                 d_slopes[entries, group_of] -= (d_s.view(shape) * distance).sum(dim=(-2, -1))
-            if capped is not None:  # through ω̃ ↦ cap·tanh(ω̃/cap): times 1 − tanh²
-                d_s.view(shape).mul_(1.0 - capped.square())
+            if capped is not None:  # through ω̃ ↦ cap·tanh(ω̃/cap): times 1 − tanh² (in place)
+                d_s.view(shape).mul_(capped.square_().neg_().add_(1.0))
             target[:, :, r0:r1] = torch.bmm(d_s, k_b).view(*shape[:3], width)
             dk[index][:, low:high].baddbmm_(d_s.transpose(1, 2), q_b)  # += dΩ̃ᵀ (scale Q)
+
+    _each(one_pack, where, q.device)
     if not backward:
         return (out.view(q.shape),)
     dq = dq.view(q.shape).mul_(scores.scale)  # dQ = scale · dΩ̃ K
@@ -369,6 +379,53 @@ def _sweep(
     if d_slopes is not None:
         d_slopes = d_slopes.sum(dim=0).view(heads).to(scores.slopes.dtype)
     return dq, dk.view(k.shape), dv.view(v.shape), d_sinks, d_slopes
+
+
+#: Threads that run the packs side by side, each thread's products single-threaded (None: as
+#: many as torch has; 1: one pack after the other, each product on torch's threads). `_each`.
+PACK_THREADS: int | None = None
+_POOL: list = []
+
+
+def _each(work, packs: list, device: torch.device) -> None:
+    """`work(pack)` for every pack.
+
+    On the CPU, the packs go to a pool of as many threads as torch has (`PACK_THREADS`), torch's
+    own intra-op threads set to 1 meanwhile and restored after: each thread takes the next pack
+    when it is done with its last. A thread slowed by another process on its core then takes
+    fewer packs, where torch's threads, splitting every product evenly, each wait for the
+    slowest at the end of every one of the blocks' many small products (forward + backward at
+    batch 4, 12 heads, n = 1024, beside a one-core busy loop: 2.3× torch's fused kernel with
+    torch's threads, 1.1× with the pool; docs/benchmarks.md). While the pool runs, other threads
+    of the process see torch set to one thread.
+
+    In the calling thread, one pack after the other: with one thread, on other devices, under
+    torch.compile, and under a dispatch mode (tracing or recording operations), whose state is
+    the calling thread's own."""
+    threads = torch.get_num_threads() if PACK_THREADS is None else PACK_THREADS
+    threads = min(threads, len(packs))
+    serial = (device.type != "cpu" or torch.compiler.is_compiling()
+              or _get_current_dispatch_mode() is not None)  # fmt: skip
+    if threads <= 1 or serial:
+        for pack in packs:
+            work(pack)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not _POOL or _POOL[0]._max_workers != threads:
+        _POOL[:] = [ThreadPoolExecutor(threads, thread_name_prefix="attention")]
+    grad = torch.is_grad_enabled()  # thread-local: the pool's threads take the caller's
+
+    def run(pack: tuple) -> None:
+        with torch.set_grad_enabled(grad):
+            work(pack)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        list(_POOL[0].map(run, packs))
+    finally:
+        torch.set_num_threads(before)
 
 
 def _distance(first: int, last: int, low: int, high: int, like: Tensor) -> Tensor:
@@ -405,14 +462,14 @@ def _weights(
     keys: tuple[int, int],
     r0: int,
 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-    """A block's weights from its products s = scale · q·k (G, h/g, b, K), in place: (A, the
-    block's tanh(ω̃/cap) or None, the sink's weight (G, h/g, b) or None)."""
+    """A block's weights from its products s = scale · q·k (G, h/g, b, K), which it overwrites:
+    (A, the block's tanh(ω̃/cap) or None, the sink's weight (G, h/g, b) or None)."""
     capped = None
-    if scores.softcap is not None:
-        capped = torch.tanh(s / scores.softcap)
+    if scores.softcap is not None:  # tanh(ω̃/cap) in s's place (the block's own); kept apart
+        capped = s.div_(scores.softcap).tanh_()  # from the scores the masks and ALiBi change
         s = capped * scores.softcap
-    if slope is not None:  # −μ_ℓ (m − p), positions of the block's queries and keys
-        s = s - slope * _distance(first, last, *keys, s)  # (G, r, 1, 1) · (b, K)
+    if slope is not None:  # −μ_ℓ (m − p), positions of the block's queries and keys, in place
+        s = s.addcmul_(slope, _distance(first, last, *keys, s), value=-1.0)  # (G, r, 1, 1)·(b, K)
     if scores.causal:
         _cut_to_band(s, first, last, *keys, scores.window)
     if given is not None:
@@ -425,8 +482,8 @@ def _weights(
         return a, capped, None
     top = torch.maximum(s.amax(dim=-1, keepdim=True), sink)  # (G, r, b, 1)
     top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))  # σ = −∞, no key
-    e = torch.exp(s - top)
+    e = s.sub_(top).exp_()  # the block's own scores, in place
     e_sink = torch.exp(sink - top)
     total = e.sum(dim=-1, keepdim=True) + e_sink
     total = torch.where(total > 0, total, torch.ones_like(total))
-    return e / total, capped, (e_sink / total).squeeze(-1)
+    return e.div_(total), capped, (e_sink / total).squeeze(-1)

@@ -6,12 +6,10 @@ for `transformers`' `AttentionInterface`, and BLOOM's attention as a module of t
 its queries and keys itself, then hands q (b, h, n, c_h), k and v (b, g, s, c_h) to the
 implementation, with its own `scaling` (Gemma's 1/√query_pre_attn_scalar), `sliding_window`,
 `softcap` (Gemma 2) and sinks (`s_aux`, GPT-OSS); Qwen 3.5's gate is applied by the layer after
-it. `register()` adds this package's under the name ``"attention_derive"``:
+it. `register()` adds this package's under the name ``"attention_derive"``::
 
-    >>> import attention.huggingface as hf                                  # doctest: +SKIP
-    >>> hf.register()                                                        # doctest: +SKIP
-    >>> model = AutoModelForCausalLM.from_config(config,                     # doctest: +SKIP
-    ...                                          attn_implementation="attention_derive")
+    import attention.huggingface as hf
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=hf.register())
 
 The model then computes what its eager implementation computes (tests/attention/
 test_huggingface.py: Gemma 2, Gemma 3, GPT-OSS and Qwen 3.5, built from small configurations with

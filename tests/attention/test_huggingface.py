@@ -13,6 +13,8 @@ than 100 bounds away.
 """
 
 import copy
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -70,13 +72,15 @@ def attention_outputs(model, ids):
     found = []
     hooks = [layer.self_attn.register_forward_hook(lambda m, i, out: found.append(out[0]))
              for layer in model.model.layers if hasattr(layer, "self_attn")]  # fmt: skip
-    logits = model(ids).logits
+    with torch.no_grad():
+        logits = model(ids).logits
     for hook in hooks:
         hook.remove()
     return logits, found
 
 
 def assert_close_within(got, expected, bound):
+    got, expected = got.detach(), expected.detach()
     scale = max(float(expected.abs().max()), 1.0)
     error = float((got - expected).abs().max())
     assert error <= bound * scale, (error, bound * scale)
@@ -196,3 +200,25 @@ def test_bloom_s_attention_is_our_alibi_module():
     plain.score_options = type(plain.score_options)()  # no ALiBi: another output
     error = float((plain(seen["hidden"]) + seen["residual"] - seen["out"]).abs().max())
     assert error > 100 * F32 * float(seen["out"].abs().max())
+
+
+def test_the_readme_s_example_builds_a_model_on_our_attention():
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Hugging Face models on this fast path", 1)[1].split("\n## ", 1)[0]
+    (example,) = re.findall(r"```py\n(.*?)```", section, re.S)
+    namespace: dict = {}
+    exec(compile(example, "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    model = namespace["model"]
+    assert model.config._attn_implementation == hf.NAME
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return hf.attention_forward(*args, **kwargs)
+
+    AttentionInterface.register(hf.NAME, counted)
+    try:
+        model(torch.randint(0, 256, (1, 5)))
+    finally:
+        hf.register()
+    assert len(calls) == model.config.num_hidden_layers

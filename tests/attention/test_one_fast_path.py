@@ -4,6 +4,8 @@ softcapping, ALiBi, sinks — against an independent NumPy reference (values), a
 explicit path (values and gradients, sinks' included), exact at any score scale, and blockwise.
 """
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -193,3 +195,34 @@ def test_a_groups_heads_share_the_blocks_budget(slices, n, heads):
     assert 1 <= pack <= slices and 1 <= rows <= n
     assert rows == n or heads * rows >= _fused.MIN_ROWS  # the products' rows: h/g heads' rows
     assert heads * rows * n <= max(_fused.ROW_ENTRIES, 2 * _fused.MIN_ROWS * n)
+
+
+@pytest.mark.parametrize("sinks", [False, True])
+def test_the_packs_on_a_pool_of_threads_give_the_serial_gradients(monkeypatch, sinks):
+    """`_each`: the packs side by side on a pool (torch's threads at 1 meanwhile, restored) and
+    one after the other give the same numbers; the pool's threads did the work."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v, grad = (torch.randn(2, 4, 300, 8, generator=g, dtype=torch.float64) for _ in range(4))
+    options = _fused.Scores(8**-0.5, causal=True, softcap=20.0)
+    logits = torch.randn(4, generator=g, dtype=torch.float64) if sinks else None
+    seen = set()
+    original = _fused._weights
+
+    def spy(*args, **kwargs):
+        seen.add(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(_fused, "_weights", spy)
+    threads = torch.get_num_threads()
+    results = {}
+    for pool in (1, 3):
+        monkeypatch.setattr(_fused, "PACK_THREADS", pool)
+        monkeypatch.setattr(_fused, "ROW_ENTRIES", 2**12)  # several packs and blocks at n = 300
+        monkeypatch.setattr(_fused, "BLOCK_ENTRIES", 2**14)
+        results[pool] = _fused.gradients(q, k, v, grad, options, logits)
+        assert torch.get_num_threads() == threads
+    for serial, pooled in zip(results[1], results[3], strict=True):
+        if serial is not None:
+            torch.testing.assert_close(pooled, serial, rtol=1e-13, atol=1e-13)
+    assert any(name.startswith("attention") for name in seen)  # the pool's threads
+    assert threading.current_thread().name in seen  # and the caller's, with PACK_THREADS = 1

@@ -8,7 +8,8 @@ README = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
 
 def test_the_variants_example_runs():
     section = README.split("### Llama 3, Qwen 3 and latent attention", 1)[1]
-    (example,) = re.findall(r"```py\n(.*?)```", section.split("\n## ", 1)[0], re.S)
+    section = section.split("\n## ", 1)[0].split("\n### ", 1)[0]
+    (example,) = re.findall(r"```py\n(.*?)```", section, re.S)
     namespace: dict = {}
     exec(compile(example, "README.md", "exec"), namespace)  # noqa: S102
     assert namespace["C"].shape == (2, 10, 64)

@@ -1,0 +1,151 @@
+"""The one fast path with the score modifications: forward + backward against torch's fused kernel.
+
+Each round times, one after the other (interleaved, so that a busy machine slows all alike):
+torch's `scaled_dot_product_attention` (causal), the fast path plain (causal, which goes to that
+kernel forward and to our exact backward), and the fast path with each modification (softcap,
+ALiBi, sinks, a window, all four), and grouped keys (g = h/4); and plain and softcap with the
+blocks' packs one after the other on torch's threads rather than on the pool (`_fused._each`). Reports the median of the rounds,
+each ratio against torch and against our plain path. With --busy loop, a one-core Python busy
+loop runs beside the measurement; with --busy torch, another process runs torch's matrix
+products with its own threads (as a test suite would). With --memory, the peak extra memory of
+one forward + backward at n = 16384 with sinks and with a window, each in a fresh process.
+
+    PYTHONPATH=. python tests/benchmarks/bench_modifications.py --n 1024 --batch 4
+    PYTHONPATH=. python tests/benchmarks/bench_modifications.py --busy loop
+    PYTHONPATH=. python tests/benchmarks/bench_modifications.py --memory
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from attention import _core, _fused
+
+CASES = {
+    "plain": {},
+    "softcap 50": {"softcap": 50.0},
+    "alibi": {"slopes": True},
+    "sinks": {"sinks": True},
+    "window 256": {"window": 256},
+    "all four": {"softcap": 50.0, "slopes": True, "sinks": True, "window": 256},
+    "gqa g = h/4": {"groups": 4},
+    "plain, packs serial": {"serial": True},
+    "softcap 50, packs serial": {"softcap": 50.0, "serial": True},
+}
+
+
+def tensors(batch: int, heads: int, n: int, width: int, groups: int | None = None):
+    g = torch.Generator().manual_seed(0)
+    kv = heads if groups is None else heads // groups
+    q = torch.randn(batch, heads, n, width, generator=g, requires_grad=True)
+    k, v = (torch.randn(batch, kv, n, width, generator=g, requires_grad=True) for _ in range(2))
+    return q, k, v
+
+
+def ours(q, k, v, heads, options):
+    slopes = torch.rand(heads) * 0.1 if options.get("slopes") else None
+    sinks = torch.zeros(heads, requires_grad=True) if options.get("sinks") else None
+    _fused.PACK_THREADS = 1 if options.get("serial") else None  # the packs' pool, or not
+    try:
+        out = _core.attend(q, k, v, scale=q.shape[-1] ** -0.5, heads=True, causal=True,
+                           window=options.get("window"), softcap=options.get("softcap"),
+                           slopes=slopes, sinks=sinks)  # fmt: skip
+        out.sum().backward()
+    finally:
+        _fused.PACK_THREADS = None
+
+
+def torch_fused(q, k, v):
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    out.sum().backward()
+
+
+def timed(call) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
+def speed(batch: int, heads: int, n: int, width: int, rounds: int) -> None:
+    inputs = {name: tensors(batch, heads, n, width, case.get("groups"))
+              for name, case in CASES.items()}  # fmt: skip
+    plain_inputs = tensors(batch, heads, n, width)
+    times: dict[str, list[float]] = {"torch": [], **{name: [] for name in CASES}}
+    for round_ in range(rounds + 1):  # the first round warms up
+        spent = {"torch": timed(lambda: torch_fused(*plain_inputs))}
+        for name, case in CASES.items():
+            spent[name] = timed(lambda name=name, case=case: ours(*inputs[name], heads, case))
+        if round_:
+            for name, value in spent.items():
+                times[name].append(value)
+    load = os.getloadavg()[0]
+    print(f"batch {batch}, {heads} heads, n = {n}, c_h = {width}, causal, float32, "
+          f"{torch.get_num_threads()} threads, load {load:.2f}, median of {rounds} rounds")  # fmt: skip
+    print("| path | forward + backward | / torch's fused | / our plain |")
+    print("|---|---|---|---|")
+    base = statistics.median(times["torch"])
+    plain = statistics.median(times["plain"])
+    for name, values in times.items():
+        median = statistics.median(values)
+        print(f"| {name} | {median * 1e3:.1f} ms | {median / base:.3f} | {median / plain:.3f} |")
+
+
+BUSY = {
+    "loop": "while True: pass",
+    "torch": "import torch\nx = torch.randn(1024, 1024)\nwhile True: x @ x",
+}
+
+
+def memory_child(case: str) -> None:
+    q, k, v = tensors(1, 1, 16384, 64)
+    with open("/proc/self/status") as status:
+        before = next(int(line.split()[1]) for line in status if line.startswith("VmRSS"))
+    ours(q, k, v, 1, CASES[case])
+    with open("/proc/self/status") as status:
+        peak = next(int(line.split()[1]) for line in status if line.startswith("VmHWM"))
+    print(f"| {case} | {(peak - before) / 1024:.0f} MiB | 4 MiB | 1024 MiB |")
+
+
+def memory() -> None:
+    print("n = 16384, c = 64, one head, float32: peak extra RSS of forward + backward")
+    print("| case | peak extra (VmHWM − VmRSS before) | n·c floats | n² floats |")
+    print("|---|---|---|---|")
+    for case in ("plain", "sinks", "window 256", "all four"):
+        subprocess.run([sys.executable, __file__, "--memory-child", case], check=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=1024)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--busy", choices=sorted(BUSY))
+    parser.add_argument("--memory-child")
+    args = parser.parse_args()
+    if args.memory_child:
+        memory_child(args.memory_child)
+    elif args.memory:
+        memory()
+    else:
+        other = None
+        if args.busy:
+            other = subprocess.Popen([sys.executable, "-c", BUSY[args.busy]])
+            print(f"beside a busy {args.busy} (another process)")
+        try:
+            speed(args.batch, args.heads, args.n, args.width, args.rounds)
+        finally:
+            if other is not None:
+                other.kill()
+
+
+if __name__ == "__main__":
+    main()
