@@ -7,6 +7,11 @@ True = may attend. Two kinds of mask, each with its own argument:
 - `key_padding_mask` (*batch, n): True where the key exists (the same for every query). This is
   the opposite of `torch.nn.MultiheadAttention`'s `key_padding_mask`, where True = ignore.
 
+A mask's leading dimensions broadcast against x's as torch broadcasts (right-aligned, each 1 or
+x's, or fewer): one (n, n) mask, such as `causal_mask(n)`, serves a whole batch. Their
+annotations say so with jaxtyping's '*#batch'; a mask that does not broadcast is refused with
+both batches named (`attention._shapes`).
+
 `causal` keeps p ≤ m, the diagonal included; a `window` w (with causal) keeps 0 ≤ m − p < w,
 the query's last w tokens (sliding-window attention). All combine (logical and). Inside, the
 user's masks become one `allowed` tensor of shape (*batch, 1, n) (key padding alone) or
@@ -25,9 +30,9 @@ from torch import Tensor
 
 Mask = Tensor | None
 #: The annotation of a full mask argument: entry (m, p) True where query m may attend key p.
-MaskArg = Bool[Tensor, "*batch n n"] | None
+MaskArg = Bool[Tensor, "*#batch n n"] | None
 #: Key padding: True where key p exists (torch.nn.MultiheadAttention's True means the opposite).
-KeyPaddingArg = Bool[Tensor, "*batch n"] | None
+KeyPaddingArg = Bool[Tensor, "*#batch n"] | None
 
 
 def causal_allowed(n: int, device: torch.device) -> Tensor:

@@ -130,7 +130,7 @@ def _letters(dim_str: str) -> tuple[str, ...]:
 
 
 def _describe(letters: tuple[str, ...]) -> str:
-    return "(" + ", ".join(letters) + ")"
+    return "(" + ", ".join(letter.replace("#", "") for letter in letters) + ")"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,7 +162,11 @@ def _bind(
     """Bind each dimension letter to a size, raising ShapeError at the first disagreement.
 
     `bindings` maps a letter to (size, name of the argument that bound it); '*batch' binds a tuple.
+    '*#batch' (a mask's) broadcasts against '*batch' as torch broadcasts, right-aligned, each of
+    its sizes 1 or the same, never more dimensions: it is checked after every other argument,
+    against what they bound.
     """
+    items = sorted(items, key=lambda item: "*#" in item[2])  # the broadcasting ones last
     for name, tensor, dim_str in items:
         letters = _letters(dim_str)
         shape = tuple(tensor.shape)
@@ -188,6 +192,9 @@ def _bind(
                         f"{where}: {name} must have size {letter} here, got {size} (shape {shape})"
                     )
                 continue
+            if letter.startswith("*#"):
+                _broadcast(where, name, shape, letters, "*" + letter[2:], size, bindings)
+                continue
             bound = bindings.get(letter)
             if bound is None:
                 bindings[letter] = (size, name)
@@ -200,6 +207,28 @@ def _bind(
                     f"{_describe(letters)})"
                 )
     return bindings
+
+
+def _broadcast(
+    where: str, name: str, shape: tuple, letters: tuple, letter: str, size: tuple, bindings: dict
+) -> None:
+    """`size`, the leading dimensions of `name`, broadcast to those `letter` is bound to (or bind
+    it, where nothing else did); ShapeError naming both arguments otherwise."""
+    bound = bindings.get(letter)
+    if bound is None:
+        bindings[letter] = (size, name)
+        return
+    target = tuple(bound[0])
+    fits = len(size) <= len(target) and all(
+        mine in (1, theirs) for mine, theirs in zip(size[::-1], target[::-1], strict=False)
+    )
+    if not fits:
+        label = letter.lstrip("*")
+        raise ShapeError(
+            f"{where}: {name} has {label}={_size(size)}, which does not broadcast to "
+            f"{bound[1]}'s {label}={_size(target)} ({name}: shape {shape}, expected "
+            f"{_describe(letters)} with leading dimensions of size 1 or {bound[1]}'s, or fewer)"
+        )
 
 
 def _hint_name(hint: Any) -> str:
@@ -232,6 +261,8 @@ def check_tensors(
         for name, (tensor, annotation) in tensors.items()
         if not (tensor is None and _is_optional(annotation)) and not _plain(tensor, annotation)
     ]
+    # the masks, whose batch broadcasts against the others' ('*#batch'), once those are bound
+    present.sort(key=lambda item: any("*#" in c.dim_str for c in item[2]))
     for name, tensor, candidates in present:
         _check_kind(where, name, tensor, candidates[0])
     floats = [

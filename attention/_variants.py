@@ -16,8 +16,8 @@ from ._masks import given_masks, silence_cross, window_allowed
 __all__ = ["cross_attention", "sliding_window_mask", "decode_step"]
 
 #: Cross-attention's masks: (m, p) for query m of X and key p of Y; True where key p exists.
-CrossMaskArg = Bool[Tensor, "*batch n s"] | None
-CrossKeyPaddingArg = Bool[Tensor, "*batch s"] | None
+CrossMaskArg = Bool[Tensor, "*#batch n s"] | None
+CrossKeyPaddingArg = Bool[Tensor, "*#batch s"] | None
 #: The cache of `decode_step`: the keys and values of the m tokens before the new ones.
 Cache = tuple[Float[Tensor, "*batch m c"], Float[Tensor, "*batch m c"]]
 #: The cache it returns: m + t rows (the last w with a window).

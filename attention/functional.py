@@ -78,8 +78,8 @@ __all__ = [
 ]
 
 #: The masks of the steps, for n queries and s keys (s = n in self-attention).
-StepMaskArg = Bool[Tensor, "*batch n s"] | None
-StepKeyPaddingArg = Bool[Tensor, "*batch s"] | None
+StepMaskArg = Bool[Tensor, "*#batch n s"] | None
+StepKeyPaddingArg = Bool[Tensor, "*#batch s"] | None
 
 
 @checked
@@ -129,7 +129,7 @@ def scaled_scores(omega: Float[Tensor, "*batch n s"], c: int) -> Float[Tensor, "
 
 @checked
 def masked_scores(
-    omega: Float[Tensor, "*batch n s"], mask: Bool[Tensor, "*batch n s"]
+    omega: Float[Tensor, "*batch n s"], mask: Bool[Tensor, "*#batch n s"]
 ) -> Float[Tensor, "*batch n s"]:
     """The scores where a query may attend, −∞ where it may not: $\\hat\\Omega = \\tilde\\Omega
     + M$ with $M_{m,p} = 0$ where `mask` is True and $-\\infty$ where it is False (the

@@ -92,7 +92,7 @@ def grouped_query_attention(
     q_gain: own_dtype(Float[Tensor, " c_h"]) | None = None,
     k_gain: own_dtype(Float[Tensor, " c_h"]) | None = None,
     eps: float = 1e-6,
-    mask: Bool[Tensor, "*batch n n"] | None = None,
+    mask: Bool[Tensor, "*#batch n n"] | None = None,
     window: int | None = None,
     softcap: float | None = None,
     alibi: bool | Float[Tensor, " h"] = False,

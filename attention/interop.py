@@ -112,8 +112,8 @@ def torch_masks(
     num_heads: int,
     *,
     causal: bool = True,
-    mask: Bool[Tensor, "*batch n n"] | None = None,
-    key_padding_mask: Bool[Tensor, "*batch n"] | None = None,
+    mask: Bool[Tensor, "*#batch n n"] | None = None,
+    key_padding_mask: Bool[Tensor, "*#batch n"] | None = None,
 ) -> dict[str, Tensor]:
     """`torch.nn.MultiheadAttention`'s `attn_mask` and `key_padding_mask` for our masks over n
     tokens (causal by default, as `MultiHeadAttention` is).

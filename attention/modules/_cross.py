@@ -54,8 +54,8 @@ class CrossAttention(OutputProjection, SeedWeights, nn.Module):
         x: Float[Tensor, "*batch n d"],
         y: Float[Tensor, "*batch s d_y"],
         *,
-        mask: Bool[Tensor, "*batch n s"] | None = None,
-        key_padding_mask: Bool[Tensor, "*batch s"] | None = None,
+        mask: Bool[Tensor, "*#batch n s"] | None = None,
+        key_padding_mask: Bool[Tensor, "*#batch s"] | None = None,
         return_weights: bool = False,
     ) -> (
         Float[Tensor, "*batch n c_out"]

@@ -105,8 +105,10 @@ _JAXTYPING = (
      "`CausalAttention`, `MultiHeadAttention`"),
     ("c", "$b_q$, …", "biases of the projections"),
     ("*batch n c", "$Q$, $K$, $V$, $C$", "projections and context vectors"),
-    ("*batch n n", "$\\Omega$, $A$, masks", "scores, weights, a full mask (True = may attend)"),
-    ("*batch n", "key-padding mask", "True for the keys that exist"),
+    ("*batch n n", "$\\Omega$, $A$", "scores, weights"),
+    ("*#batch n n", "a full mask", "True = may attend; its leading dimensions broadcast against "
+     "x's as torch's do (one (n, n) mask for a whole batch)"),
+    ("*#batch n", "key-padding mask", "True for the keys that exist; broadcasts as a mask does"),
     ("*batch h n c_h", "per-head $Q$, $K$, $V$, $C$", "`split_heads`, `merge_heads`"),
     ("*batch h n n", "per-head $A$", "`multi_head_attention(..., return_weights=True)`"),
     ("c c_out", "$W_o$", "the output projection (`out_proj.weight` is its transpose)"),
@@ -121,8 +123,9 @@ _JAXTYPING = (
      "self-attention)"),
     ("*batch n s", "$\\Omega$, $A$, masks", "n queries against s keys: the steps `scores`, "
      "`scaled_scores`, `weights`, `context`, and cross-attention's weights and `mask`"),
-    ("*batch s", "key-padding mask", "True for the keys that exist, of s keys (the steps, "
-     "cross-attention)"),
+    ("*#batch n s", "masks of s keys", "cross-attention's and the steps' `mask`, broadcasting"),
+    ("*#batch s", "key-padding mask", "True for the keys that exist, of s keys (the steps, "
+     "cross-attention), broadcasting"),
     ("*batch h n s", "per-head $A$", "`CrossAttention.forward(..., return_weights=True)`"),
     ("*batch t d", "the new rows of $X$", "`decode_step`: t new tokens"),
     ("*batch t c", "their rows of $C$", "`decode_step`: the new tokens' context vectors"),

@@ -166,19 +166,17 @@ def test_multi_head_dropout_only_in_training():
          r"key_padding_mask has n=5 but x has n=6"),
         # a full mask for another batch
         ("mask", torch.ones(2, N, N, dtype=torch.bool), ShapeError,
-         r"mask has batch=\(2,\) but x has batch=\(3,\)"),
+         r"mask has batch=\(2,\), which does not broadcast to x's batch=\(3,\)"),
         # key padding given as `mask`: never silently read as key padding, and the hint says so
         ("mask", torch.ones(BATCH, N, dtype=torch.bool), ShapeError,
-         r"mask has batch=\(\) but x has batch=\(3,\).*fits key_padding_mask \(\*batch, n\)"),
+         r"mask has n=3 but x has n=6.*fits key_padding_mask \(\*batch, n\)"),
         # a full mask given as key padding
         ("key_padding_mask", torch.ones(BATCH, N, N, dtype=torch.bool), ShapeError,
-         r"key_padding_mask has batch=\(3, 6\) but x has batch=\(3,\).*fits mask \(\*batch, n, n\)"),
-        # a key-padding mask without the batch dimension
-        ("key_padding_mask", torch.ones(N, dtype=torch.bool), ShapeError,
-         r"key_padding_mask has batch=\(\) but x has batch=\(3,\)"),
+         r"key_padding_mask has batch=\(3, 6\), which does not broadcast to x's batch=\(3,\)"
+         r".*fits mask \(\*batch, n, n\)"),
     ],
     ids=["float", "int-padding", "short-mask", "short-padding", "wrong-batch", "padding-as-mask",
-         "mask-as-padding", "no-batch"],
+         "mask-as-padding"],
 )  # fmt: skip
 def test_bad_masks_are_named(argument, mask, error, message):
     x, w_q, w_k, w_v = make()

@@ -76,12 +76,14 @@ def test_bad_input_is_named(changes, error, message):
         call_with(**changes)
 
 
-def test_batch_dimensions_must_agree_between_x_and_mask():
+def test_a_mask_s_batch_must_broadcast_to_x_s():
     x, w_q, w_k, w_v = good()
     xb = x.expand(2, N, D)
-    with pytest.raises(ShapeError, match=r"mask has batch=\(3,\) but x has batch=\(2,\)"):
+    with pytest.raises(ShapeError, match=r"mask has batch=\(3,\), which does not broadcast to "
+                       r"x's batch=\(2,\)"):  # fmt: skip
         F.self_attention(xb, w_q, w_k, w_v, mask=torch.ones(3, N, N, dtype=torch.bool))
-    with pytest.raises(ShapeError, match=r"key_padding_mask has batch=\(3,\) but x has batch=\(2,\)"):
+    with pytest.raises(ShapeError, match=r"key_padding_mask has batch=\(3,\), which does not "
+                       r"broadcast to x's batch=\(2,\)"):  # fmt: skip
         F.self_attention(xb, w_q, w_k, w_v, key_padding_mask=torch.ones(3, N, dtype=torch.bool))
 
 
