@@ -1,7 +1,7 @@
-"""The weights of the modules: the seed's d×c view of them, copying them, reading them fast.
+"""The weights of the modules: the book's d×c view of them, copying them, reading them fast.
 
-`SelfAttentionV1` stores Wq as the seed writes it (`W_query`: d×c); the `nn.Linear` classes store
-Wqᵀ (`W_query.weight`: c×d). `SeedWeights` gives both the same view (`w_q`, `w_k`, `w_v`: d×c,
+`SelfAttentionV1` stores Wq as the book writes it (`W_query`: d×c); the `nn.Linear` classes store
+Wqᵀ (`W_query.weight`: c×d). `BookWeights` gives both the same view (`w_q`, `w_k`, `w_v`: d×c,
 sharing storage and gradients), and `copy_weights` moves the matrices between any two classes,
 transposing where needed (the book's exercise 3.1). The `*_weights` functions give each module's
 tensors to the checks of its `forward` (`attention._checks.Weights`), named as in the state_dict.
@@ -18,7 +18,7 @@ from ._checks import Weights
 from ._shapes import ShapeError
 
 __all__ = [
-    "SeedWeights",
+    "BookWeights",
     "copy_weights",
     "parameter",
     "submodule",
@@ -43,8 +43,8 @@ def parameter(module: nn.Module, name: str) -> Tensor | None:
     return parameters[name] if name in parameters else getattr(module, name, None)
 
 
-class SeedWeights:
-    """The seed's d×c matrices (and biases) of a single-head module, whatever its storage."""
+class BookWeights:
+    """The book's d×c matrices (and biases) of a single-head module, whatever its storage."""
 
     W_query: nn.Parameter | nn.Linear
     W_key: nn.Parameter | nn.Linear
@@ -60,7 +60,7 @@ class SeedWeights:
 
     @property
     def w_q(self) -> Float[Tensor, "d c"]:
-        """Wq as the seed writes it (d×c), a view sharing storage (and gradients)."""
+        """Wq as the book writes it (d×c), a view sharing storage (and gradients)."""
         return self._seed("W_query")
 
     @property
@@ -87,7 +87,7 @@ class SeedWeights:
 
 
 @torch.no_grad()
-def copy_weights(source: SeedWeights, target: SeedWeights) -> None:
+def copy_weights(source: BookWeights, target: BookWeights) -> None:
     """Copy Wq, Wk, Wv (and biases) from one single-head module into another, in place.
 
     Works between any two of SelfAttentionV1, SelfAttentionV2 and CausalAttention, transposing
@@ -100,9 +100,9 @@ def copy_weights(source: SeedWeights, target: SeedWeights) -> None:
     >>> copy_weights(v2, v1)  # now v1(x) equals v2(x)
     """
     for name, module in (("source", source), ("target", target)):
-        if not isinstance(module, SeedWeights):
+        if not isinstance(module, BookWeights):
             raise TypeError(
-                f"copy_weights: {name} must be an attention module with the seed's Wq, Wk, Wv "
+                f"copy_weights: {name} must be an attention module with the book's Wq, Wk, Wv "
                 f"(SelfAttentionV1, SelfAttentionV2, CausalAttention), "
                 f"got {type(module).__name__}"
             )

@@ -92,7 +92,7 @@ def projection(
 
     $$q_{m,j} = \\sum_{i=1}^{d} x_{m,i} (W_q)_{i,j}$$
 
-    x: X (*batch, n, d); w: W (d, c) in the seed's orientation (`nn.Linear` stores Wᵀ);
+    x: X (*batch, n, d); w: W (d, c) in the book's orientation (`nn.Linear` stores Wᵀ);
     b: optional bias (c).
 
     >>> import torch

@@ -10,13 +10,13 @@ from torch import Tensor
 
 from .._checks import checked_forward
 from .._masks import given_masks, silence_cross
-from .._weights import SeedWeights, cross_weights
+from .._weights import BookWeights, cross_weights
 from ._common import OutputProjection, build_heads, forward_layer
 
 __all__ = ["CrossAttention"]
 
 
-class CrossAttention(OutputProjection, SeedWeights, nn.Module):
+class CrossAttention(OutputProjection, BookWeights, nn.Module):
     """h heads of cross-attention, concatenated and projected by `out_proj`.
 
     $$C = \\big[A_1 V_1 \\,|\\, \\cdots \\,|\\, A_h V_h\\big] W_o + b_o,\\qquad

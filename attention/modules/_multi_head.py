@@ -13,7 +13,7 @@ from torch import Tensor
 from .._arguments import check_flag, check_positive
 from .._checks import checked_forward
 from .._masks import KeyPaddingArg, MaskArg, given_masks
-from .._weights import SeedWeights, heads_weights, multi_head_weights
+from .._weights import BookWeights, heads_weights, multi_head_weights
 from ._common import OutputProjection, build_heads, forward_layer, within_context
 from ._kv_cache import KVCache, refuse_masks_with_cache
 from ._single_head import CausalAttention
@@ -65,7 +65,7 @@ class MultiHeadAttentionWrapper(nn.Module):
         )
 
 
-class MultiHeadAttention(KVCache, OutputProjection, SeedWeights, nn.Module):
+class MultiHeadAttention(KVCache, OutputProjection, BookWeights, nn.Module):
     """The book's `MultiHeadAttention`: h fused causal heads of width c_h = d_out / num_heads,
     concatenated and projected by `out_proj`; with the key-value cache of ch. 4.
 

@@ -23,7 +23,7 @@ from .._arguments import check_flag, check_positive, check_probability
 from .._checks import checked_forward
 from .._heads import _scaling_width
 from .._masks import KeyPaddingArg, MaskArg, given_masks, silence_isolated
-from .._weights import SeedWeights, copy_weights, v1_weights, v2_weights
+from .._weights import BookWeights, copy_weights, v1_weights, v2_weights
 from ._common import dropout_rate, within_context
 
 __all__ = ["SelfAttentionV1", "SelfAttentionV2", "CausalAttention", "copy_weights"]
@@ -52,7 +52,7 @@ def _linear_attend(
     )  # fmt: skip
 
 
-class SelfAttentionV1(SeedWeights, nn.Module):
+class SelfAttentionV1(BookWeights, nn.Module):
     """The book's `SelfAttention_v1`: Wq, Wk, Wv as three `nn.Parameter` of shape (d_in, d_out).
 
     $$C = \\operatorname{softmax}\\!\\big(X W_q (X W_k)^\\top / \\sqrt{c}\\big)\\, X W_v$$
@@ -86,7 +86,7 @@ class SelfAttentionV1(SeedWeights, nn.Module):
         )  # fmt: skip
 
 
-class SelfAttentionV2(SeedWeights, nn.Module):
+class SelfAttentionV2(BookWeights, nn.Module):
     """The book's `SelfAttention_v2`: Wq, Wk, Wv as three `nn.Linear(d_in, d_out, qkv_bias)`.
 
     Same formula as V1 (plus optional biases); `nn.Linear` stores `W_query.weight` = Wqᵀ (c×d),
@@ -109,7 +109,7 @@ class SelfAttentionV2(SeedWeights, nn.Module):
         return _linear_attend(self, x, causal=False, return_weights=return_weights)
 
 
-class CausalAttention(SeedWeights, nn.Module):
+class CausalAttention(BookWeights, nn.Module):
     """The book's `CausalAttention`: V2 plus a causal mask and dropout on the weights.
 
     $$a_{m,p} = 0 \\text{ for } p > m, \\qquad

@@ -15,14 +15,14 @@ from torch import Tensor
 from .._arguments import check_window
 from .._checks import checked_forward
 from .._masks import KeyPaddingArg, MaskArg, given_masks
-from .._weights import SeedWeights, multi_head_weights
+from .._weights import BookWeights, multi_head_weights
 from ._common import OutputProjection, build_heads, forward_layer
 from ._kv_cache import KVCache, refuse_masks_with_cache
 
 __all__ = ["MultiHeadAttentionWithSWA"]
 
 
-class MultiHeadAttentionWithSWA(KVCache, OutputProjection, SeedWeights, nn.Module):
+class MultiHeadAttentionWithSWA(KVCache, OutputProjection, BookWeights, nn.Module):
     """The book's `MultiHeadAttentionWithSWA`: causal multi-head attention in which each query
     sees its last `sliding_window_size` tokens (all of them when it is None).
 

@@ -23,7 +23,7 @@ from attention import (
     ("call", "message"),
     [
         (lambda: copy_weights(None, SelfAttentionV1(3, 2)),
-         r"^copy_weights: source must be an attention module with the seed's Wq, Wk, Wv .*got NoneType"),
+         r"^copy_weights: source must be an attention module with the book's Wq, Wk, Wv .*got NoneType"),
         (lambda: copy_weights(SelfAttentionV1(3, 2), nn.Linear(3, 2)),
          r"^copy_weights: target must be .*got Linear"),
         (lambda: to_torch_multihead(SelfAttentionV2(4, 4)),
