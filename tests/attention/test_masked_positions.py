@@ -1,6 +1,6 @@
 """Masked positions have no influence: NaN and ±inf at a key no query may attend change no other
-output, on both paths; at a position that neither attends nor is attended, they change nothing,
-gradients included."""
+output, on both paths and through grouped-query attention; at a position that neither attends nor
+is attended, they change nothing, gradients included."""
 
 import math
 
@@ -8,8 +8,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attention import CausalAttention, MultiHeadAttention
+from attention import CausalAttention, GroupedQueryAttention, MultiHeadAttention
 from attention import functional as F
+from attention.grouped import grouped_query_attention
 
 POISONS = [math.nan, math.inf, -math.inf]
 
@@ -102,3 +103,41 @@ def test_a_nan_in_a_padded_token_leaves_the_modules_other_rows_alone():
             # causal: the padded tokens are the last ones, so every other row is untouched
             assert torch.equal(out[:, :4], clean[:, :4]), type(module).__name__
             assert torch.equal(out[0], clean[0])
+
+
+def run_grouped(x, weights, options):
+    """grouped_query_attention with the call's masks as its one mask, its heads in one group
+    (g = 1) when the heads' count allows no other divisor."""
+    w_q, w_k, w_v, w_o = weights
+    heads, width = options["heads"], w_q.shape[-1] // options["heads"]
+    mask = allowed({**options, "causal": False}, x.shape[-2])
+    return grouped_query_attention(
+        x, w_q, w_k[:, :width], w_v[:, :width], w_o, heads=heads, groups=1,
+        causal=options["causal"], mask=mask,
+    )  # fmt: skip
+
+
+@given(masked_calls(isolate=False))
+def test_grouped_query_attention_s_unattended_keys_change_no_other_row(call):
+    x, weights, options, poison, _ = call
+    n = x.shape[-2]
+    unattended = ~allowed(options, n).any(dim=-2)
+    poisoned = x.masked_fill(unattended.unsqueeze(-1), poison)
+    clean_out, out = run_grouped(x, weights, options), run_grouped(poisoned, weights, options)
+    blind = ~allowed(options, n).any(dim=-1)
+    kept = ~unattended | blind
+    assert torch.equal(out[kept], clean_out[kept])
+    assert torch.isfinite(out[kept]).all()
+
+
+def test_a_nan_in_a_padded_token_leaves_the_grouped_module_s_other_rows_alone():
+    torch.manual_seed(1)
+    module = GroupedQueryAttention(4, num_heads=2, num_kv_groups=1, head_dim=2).double()
+    x = torch.rand(2, 6, 4, dtype=torch.float64)
+    blocked = ~F.causal_mask(6)
+    blocked[:, 4:] = True  # the books' mask: the last two tokens are padding, no row reads them
+    poisoned = x.clone()
+    poisoned[1, 4:] = math.nan
+    out, clean = module(poisoned, blocked), module(x, blocked)
+    assert torch.equal(out[:, :4], clean[:, :4]) and torch.equal(out[0], clean[0])
+    assert torch.isnan(out[1, 4:]).all()  # their own rows read their own NaN queries
