@@ -8,12 +8,18 @@ __all__ = [
 
 import math
 
+#: The largest size an argument may have (a tensor's dimension is a signed 64-bit integer).
+_LARGEST = 2**62
+
 
 def check_positive(where: str, **sizes: int) -> None:
     """Each size must be an int (not a bool) of at least 1; ValueError naming it otherwise."""
     for name, value in sizes.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{where}: {name} must be a positive integer, got {name}={value!r}")
+        if value > _LARGEST:  # no tensor has that many entries, and 1/√c would overflow
+            raise ValueError(f"{where}: {name} is too large, a number of {len(str(value))} "
+                             f"digits (at most 2**62)")  # fmt: skip
 
 
 def check_window(where: str, name: str, window: object, causal: bool = True) -> None:

@@ -144,6 +144,12 @@ def _check_kind(where: str, name: str, tensor: Any, annotation: Any) -> None:
             f"{where}: {name} must be a torch.Tensor of shape "
             f"{_describe(_letters(annotation.dim_str))}, got {got}"
         )
+    if tensor.is_nested or tensor.layout != torch.strided:  # sparse, nested (jagged) tensors
+        kind = "nested" if tensor.is_nested else str(tensor.layout).removeprefix("torch.")
+        raise TypeError(
+            f"{where}: {name} must be a dense tensor, got a {kind} one; convert it first "
+            f"({name}.to_dense(), or pad a nested tensor with its .to_padded_tensor(0.0))"
+        )
     if _is_bool_annotation(annotation):
         if tensor.dtype != torch.bool:
             raise DtypeError(

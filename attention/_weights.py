@@ -107,6 +107,13 @@ def copy_weights(source: BookWeights, target: BookWeights) -> None:
                 f"got {type(module).__name__}"
             )
     where = f"copy_weights({type(source).__name__} -> {type(target).__name__})"
+    heads = [getattr(module, "num_heads", None) for module in (source, target)]
+    if heads[0] != heads[1]:  # a multi-head module's out_proj has nowhere to go, or no source
+        said = ["one head, no out_proj" if h is None else f"num_heads={h}" for h in heads]
+        raise ValueError(
+            f"{where}: source has {said[0]} but target has {said[1]}; copying would change "
+            f"the function"
+        )
     if source.w_q.shape != target.w_q.shape:
         raise ShapeError(
             f"{where}: source has (d, c)={tuple(source.w_q.shape)} but target has "
@@ -124,6 +131,8 @@ def copy_weights(source: BookWeights, target: BookWeights) -> None:
             stored.weight.copy_(source._seed(name).mT)  # (d, c) -> (c, d)
             if stored.bias is not None:
                 stored.bias.copy_(bias if bias is not None else torch.zeros_like(stored.bias))
+    if heads[0] is not None:  # two multi-head modules: their output projections too
+        target.out_proj.load_state_dict(source.out_proj.state_dict())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -148,7 +148,8 @@ def grouped_query_attention(
     rope = None
     if theta_base is not None:
         exact = torch.float64 if x.dtype == torch.float64 else torch.float32  # as the books
-        rope = compute_rope_params(width, theta_base, x.shape[-2], dtype=exact)
+        tables = compute_rope_params(width, theta_base, x.shape[-2], dtype=exact)
+        rope = tuple(t.to(x.device) for t in tables)  # on x's device (the tables start on the CPU)
 
     def norm(gain: Tensor | None):
         return None if gain is None else (lambda t: _core.rms_norm(t, gain, eps))

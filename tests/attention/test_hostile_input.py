@@ -1,0 +1,76 @@
+"""Hostile input to the public surface, each refused by name or computed right (issue 22's list):
+sparse and nested tensors, sizes too large for a float, copying a multi-head module's weights
+into a single-head one, RoPE tables on x's device."""
+
+import pytest
+import torch
+
+from attention import (
+    CausalAttention,
+    MultiHeadAttention,
+    SelfAttentionV2,
+    copy_weights,
+)
+from attention import functional as F
+from attention.grouped import grouped_query_attention
+
+X = torch.randn(5, 3, generator=torch.Generator().manual_seed(0))
+W = torch.randn(3, 4, generator=torch.Generator().manual_seed(1))
+
+
+def _sparse(t):
+    return t.to_sparse()
+
+
+def _nested(t):
+    return torch.nested.nested_tensor([t, t[:3]], layout=torch.jagged)
+
+
+CALLS = {
+    "self_attention": lambda x: F.self_attention(x, W, W, W),
+    "projection": lambda x: F.projection(x, W),
+    "multi_head_attention": lambda x: F.multi_head_attention(x, W, W, W, torch.eye(4), heads=2),
+    "grouped_query_attention": lambda x: grouped_query_attention(x, W, W, W, heads=2),
+    "cross_attention": lambda x: F.cross_attention(x, X, W, W, W),
+    "MultiHeadAttention": lambda x: MultiHeadAttention(3, 4, 8, 0.0, 2)(x),
+    "CausalAttention": lambda x: CausalAttention(3, 4, 8, 0.0)(x),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+@pytest.mark.parametrize(("make", "kind"), [(_sparse, "sparse_coo"), (_nested, "nested")])
+def test_sparse_and_nested_tensors_are_refused_by_name(name, make, kind):
+    with pytest.raises(TypeError, match=rf": x must be a dense tensor, got a {kind} one; "
+                       r"convert it first"):  # fmt: skip
+        CALLS[name](make(X))
+    CALLS[name](X)  # the same values, dense: computed
+
+
+@pytest.mark.parametrize("step", ["scaled_scores", "weights"])
+def test_a_width_too_large_for_a_float_is_named(step):
+    with pytest.raises(ValueError, match=rf"^{step}: c is too large, a number of 401 digits"):
+        getattr(F, step)(torch.randn(5, 5), 10**400)
+    assert getattr(F, step)(torch.randn(5, 5), 2**62).isfinite().all()  # the largest allowed
+
+
+def test_copying_a_multi_head_module_into_a_single_head_one_is_refused():
+    with pytest.raises(ValueError, match=r"^copy_weights\(MultiHeadAttention -> SelfAttentionV2\): "
+                       r"source has num_heads=2 but target has one head, no out_proj"):  # fmt: skip
+        copy_weights(MultiHeadAttention(3, 4, 8, 0.0, 2), SelfAttentionV2(3, 4))
+    with pytest.raises(ValueError, match=r"source has num_heads=2 but target has num_heads=1"):
+        copy_weights(MultiHeadAttention(3, 4, 8, 0.0, 2), MultiHeadAttention(3, 4, 8, 0.0, 1))
+
+
+def test_copying_between_multi_head_modules_copies_the_output_projection():
+    torch.manual_seed(2)
+    source, target = MultiHeadAttention(3, 4, 8, 0.0, 2), MultiHeadAttention(3, 4, 8, 0.0, 2)
+    x = torch.randn(2, 5, 3)
+    assert not torch.equal(source(x), target(x))
+    copy_weights(source, target)
+    torch.testing.assert_close(target(x), source(x), rtol=0, atol=0)
+
+
+def test_grouped_query_attention_s_rope_tables_are_on_x_s_device():
+    x, w = torch.randn(2, 5, 8, device="meta"), torch.randn(8, 8, device="meta")
+    out = grouped_query_attention(x, w, w, w, w, heads=2, theta_base=1e4, causal=True)
+    assert out.device.type == "meta" and out.shape == (2, 5, 8)
