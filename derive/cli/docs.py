@@ -11,7 +11,7 @@ from pathlib import Path
 from ..render import DocumentOptions, html_document, latex_document, markdown_document
 from .documents import compile_pdf, example_for, figure_files, notebook
 from .errors import EnvironmentProblem, UsageError
-from .files import check_output, write_files
+from .files import check_folder, check_output, write_files
 from .parsing import PROG
 
 __all__ = ["DOCS_OPTIONS", "add", "run", "generate_docs"]
@@ -65,6 +65,7 @@ def generate_docs(*, pdf: bool = True, progress: Progress = _quiet) -> dict[str,
 def run(args, progress: Progress) -> int:
     """`derive docs`: regenerate the files under --out (created if missing)."""
     root = Path(args.out)
+    check_folder(root, "--out")  # before any work: an existing file, an unwritable parent
     try:
         exists = root.is_dir()
     except OSError as error:

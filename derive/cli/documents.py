@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..render import DocumentOptions, html_document, latex_document, markdown_document
 from .errors import EnvironmentProblem, UsageError
-from .files import check_output, write, write_files, write_stdout
+from .files import check_folder, check_output, write, write_files, write_stdout
 from .parsing import DEFAULT_SIZES, PROG, add_sizes, add_variant, entry_of, given_sizes
 
 __all__ = ["COMMANDS", "add", "run", "render", "figure_files", "compile_pdf", "example_for",
@@ -189,6 +189,8 @@ def run(args, progress: Progress) -> int:
     """`derive latex|markdown|pdf|html|notebook`: render, then write the document and its
     figures."""
     check_output(args.output)
+    if args.figures is not None and args.command not in INLINE_FIGURES:  # before any work
+        check_folder(args.figures, "--figures")
     if args.command == "pdf" and args.output is None and os.isatty(1):
         raise UsageError(f"{PROG} pdf: refusing to write a PDF to a terminal; use -o FILE")
     options = _options(args)

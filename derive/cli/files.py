@@ -10,7 +10,7 @@ from pathlib import Path
 from .atomic import atomic_write
 from .errors import UsageError
 
-__all__ = ["shown", "check_output", "write", "write_files", "write_stdout"]
+__all__ = ["shown", "check_output", "check_folder", "write", "write_files", "write_stdout"]
 
 
 def shown(path: object, limit: int = 60) -> str:
@@ -41,6 +41,24 @@ def check_output(path: str | None) -> None:
         raise UsageError(f"derive: cannot write {shown(path)}: {error.strerror}") from None
     if not writable:
         raise UsageError(f"derive: cannot write {shown(path)}: permission denied")
+
+
+def check_folder(path: str | Path, what: str) -> None:
+    """Refuse, before any work, a folder the command is to write into (`what`: "--out DIR")
+    that cannot be: an existing file, or a missing one whose nearest existing ancestor is a file
+    or not writable."""
+    folder = Path(path)
+    try:
+        nearest = folder
+        while not nearest.exists() and nearest != nearest.parent:
+            nearest = nearest.parent
+        if not nearest.is_dir():
+            raise UsageError(f"derive: cannot use {what} {shown(path)}: {shown(nearest)} is a file")
+        writable = os.access(nearest, os.W_OK)
+    except OSError as error:
+        raise UsageError(f"derive: cannot use {what} {shown(path)}: {error.strerror}") from None
+    if not writable:
+        raise UsageError(f"derive: cannot use {what} {shown(path)}: permission denied")
 
 
 def write(path: Path, data: bytes) -> None:

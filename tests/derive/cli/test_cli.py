@@ -255,6 +255,25 @@ def test_output_that_is_a_directory_or_under_a_file(tmp_path, capsysbinary):
     assert status == 2 and "no such directory" in err
 
 
+def test_a_folder_to_write_into_is_checked_before_any_work(tmp_path, capsysbinary, monkeypatch):
+    """derive docs --out FILE and --figures FILE/DIR: one line, exit 2, nothing rendered."""
+    from derive.cli import docs, documents
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("rendered before the output folder was checked")
+
+    monkeypatch.setattr(docs, "generate_docs", no_work)
+    monkeypatch.setattr(documents, "render", no_work)
+    afile = tmp_path / "file.txt"
+    afile.write_text("x")
+    status, _, err = _run(capsysbinary, "docs", "--out", str(afile), "--no-pdf")
+    assert status == 2 and err.strip().endswith("file.txt is a file") and len(err.splitlines()) == 1
+    status, _, err = _run(capsysbinary, "latex", "-o", str(tmp_path / "d.tex"), "--figures",
+                          str(afile / "figures"), "--n", "3", "--d", "4", "--c", "2")  # fmt: skip
+    assert status == 2 and "cannot use --figures" in err and len(err.splitlines()) == 1
+    assert afile.read_text() == "x" and not (tmp_path / "d.tex").exists()
+
+
 def test_existing_output_survives_bad_input(tmp_path, capsysbinary):
     target = tmp_path / "d.tex"
     target.write_text("precious")
