@@ -115,13 +115,15 @@ def attend_explicitly(
     bias: Tensor | None = None,
     sinks: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """(C, A) step by step: Ω = QKᵀ, ω̃ = scale·Ω (softcapped, plus ALiBi's `bias`), A the
+    """(C, A) step by step: ω̃ = (scale·Q) Kᵀ, the same numbers as scale·Ω with Ω = QKᵀ but
+    finite wherever the scaled scores are, even where Ω itself would overflow (softcapped, plus
+    ALiBi's `bias`), A the
     softmax of each row (with the sink's logit in its denominator), dropout on A, C = AV.
 
     q: (..., n, c), k, v: (..., s, c) (with heads, (..., h, ·, c_h)); `allowed` and `bias`
     broadcast to (..., n, s); sinks: the sinks' logits broadcastable to (..., n, 1), or None.
     """
-    scaled = scores(q, k) * scale
+    scaled = scores(q * scale, k)  # (scale Q) Kᵀ: no overflow where the scaled scores fit
     if softcap is not None:
         scaled = softcapped(scaled, softcap)
     if bias is not None:

@@ -143,13 +143,13 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, scores: Scores, sinks: Tensor | No
     allowed = scores.allowed
     if allowed is None:
         return F.scaled_dot_product_attention(
-            q, k, v, is_causal=scores.causal, scale=scores.scale, enable_gqa=gqa
-        )
+            q * scores.scale, k, v, is_causal=scores.causal, scale=1.0, enable_gqa=gqa
+        )  # the scale on Q first: no overflow of q·k where the scaled scores fit
     # the kernel takes a mask or its causal flag, not both: with a mask, causal joins it
     allowed = allowed_positions(q.shape[-2], q.device, scores.causal, allowed)
     dead = fully_masked_rows(allowed).unsqueeze(-1)  # (B, 1, R) -> (B, 1, R, 1)
     out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=allowed | dead, scale=scores.scale, enable_gqa=gqa
+        q * scores.scale, k, v, attn_mask=allowed | dead, scale=1.0, enable_gqa=gqa
     )
     return out.masked_fill(dead, 0.0)  # opened only to avoid 0/0: those rows are zero
 
@@ -198,8 +198,8 @@ def _banded_forward(q: Tensor, k: Tensor, v: Tensor, scores: Scores) -> Tensor:
             dead = fully_masked_rows(given).unsqueeze(-1)  # (B, 1, b) -> (B, 1, b, 1)
             block = _additive(given | dead, q.dtype)
         part = F.scaled_dot_product_attention(
-            q[:, :, r0:r1], k[:, :, low:high], v[:, :, low:high], attn_mask=block,
-            scale=scores.scale, enable_gqa=heads != groups,
+            q[:, :, r0:r1] * scores.scale, k[:, :, low:high], v[:, :, low:high],
+            attn_mask=block, scale=1.0, enable_gqa=heads != groups,
         )  # (B, h, b, c_h)  # fmt: skip
         out[:, :, r0:r1] = part if dead is None else part.masked_fill(dead, 0.0)
     return out

@@ -74,3 +74,19 @@ def test_grouped_query_attention_s_rope_tables_are_on_x_s_device():
     x, w = torch.randn(2, 5, 8, device="meta"), torch.randn(8, 8, device="meta")
     out = grouped_query_attention(x, w, w, w, w, heads=2, theta_base=1e4, causal=True)
     assert out.device.type == "meta" and out.shape == (2, 5, 8)
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_scores_that_fit_once_scaled_give_finite_attention(explicit):
+    """QKᵀ beyond float32's range (1e39) but (QKᵀ)/√c within it (1.25e38, c = 64): the scale
+    goes on Q first, on both paths, and C is the float64 one to float32's precision."""
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(5, 64, generator=g), torch.randn(64, 64, generator=g) / 8
+    q = (x @ w).double()
+    x = x * (1e39 / float((q @ q.T).abs().max())) ** 0.5
+    assert not torch.isfinite((x @ w) @ (x @ w).T).all()  # Ω itself overflows in float32
+    out = F.self_attention(x, w, w, w, return_weights=explicit)
+    out = out[0] if explicit else out
+    expected = F.self_attention(x.double(), w.double(), w.double(), w.double())
+    assert torch.isfinite(out).all()
+    assert float((out.double() - expected).abs().max()) <= 1e-5 * float(expected.abs().max())
