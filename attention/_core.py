@@ -14,6 +14,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from . import _fused
 from ._masks import allowed_positions, hide_unattended, masked_softmax
@@ -89,6 +90,28 @@ def expand_groups(t: Tensor, heads: int) -> Tensor:
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
+class _Normalised(torch.autograd.Function):
+    """x · rsqrt(u), u = mean(x²) + ε over the last axis: the books' forward, bit for bit, with
+    the derived backward r (ḡ − x (x·ḡ) / (c u)), r = rsqrt(u). Autograd's own backward of rsqrt
+    forms u^(−3/2), which underflows in float32 once |x| ≳ 1e13 (the gradient then off by
+    2–50 %); r / u does not."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, eps: float) -> Tensor:  # type: ignore[override]
+        r = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, r)
+        ctx.eps = eps
+        return x * r
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        x, r = ctx.saved_tensors
+        u = x.pow(2).mean(dim=-1, keepdim=True) + ctx.eps
+        along = (x * grad).sum(dim=-1, keepdim=True) / (x.shape[-1] * u)
+        return r * (grad - x * along), None
+
+
 def rms_norm(
     x: Tensor, gain: Tensor, eps: float, shift: Tensor | None = None, upcast: bool = True
 ) -> Tensor:
@@ -97,7 +120,8 @@ def rms_norm(
     dtype = x.dtype
     if upcast and dtype in _LOW_PRECISION:
         x = x.float()
-    out = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * gain
+    out = _Normalised.apply(x, eps) * gain
+
     if shift is not None:
         out = out + shift
     return out.to(dtype)

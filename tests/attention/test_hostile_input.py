@@ -90,3 +90,23 @@ def test_scores_that_fit_once_scaled_give_finite_attention(explicit):
     expected = F.self_attention(x.double(), w.double(), w.double(), w.double())
     assert torch.isfinite(out).all()
     assert float((out.double() - expected).abs().max()) <= 1e-5 * float(expected.abs().max())
+
+
+@pytest.mark.parametrize("size", [1.0, 1e13, 1e15])
+def test_qk_norm_s_gradient_is_exact_at_large_inputs(size):
+    """The RMS normalisation's backward in float32 against float64's, at |x| where autograd's
+    own backward of rsqrt (u^(−3/2)) underflows; the forward stays the books' x · rsqrt(u)."""
+    from attention import _core
+
+    g = torch.Generator().manual_seed(3)
+    x, gain, upstream = torch.randn(4, 8, generator=g) * size, torch.randn(8, generator=g), \
+        torch.randn(4, 8, generator=g)  # fmt: skip
+    leaves = [x.clone().requires_grad_(), gain.clone().requires_grad_()]
+    out = _core.rms_norm(*leaves, 1e-6)
+    got = torch.autograd.grad(out, leaves, upstream)
+    x64, gain64 = (t.double().requires_grad_() for t in (x, gain))
+    reference = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6) * gain64
+    expected = torch.autograd.grad(reference, [x64, gain64], upstream.double())
+    torch.testing.assert_close(out.double(), reference, rtol=1e-6, atol=0)
+    for mine, theirs in zip(got, expected, strict=True):
+        assert float((mine.double() - theirs).abs().max()) <= 1e-6 * float(theirs.abs().max())
