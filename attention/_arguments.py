@@ -2,7 +2,8 @@
 ValueError (TypeError for a flag) that names the function, the argument and the value."""
 
 __all__ = [
-    "check_positive", "check_window", "check_probability", "check_flag", "check_heads",
+    "check_positive", "check_float_dtype", "check_window", "check_probability", "check_flag",
+    "check_heads",
     "check_cap", "check_alibi", "check_per_head",
 ]  # fmt: skip
 
@@ -20,6 +21,20 @@ def check_positive(where: str, **sizes: int) -> None:
         if value > _LARGEST:  # no tensor has that many entries, and 1/√c would overflow
             raise ValueError(f"{where}: {name} is too large, a number of {len(str(value))} "
                              f"digits (at most 2**62)")  # fmt: skip
+
+
+def check_float_dtype(where: str, dtype: object) -> None:
+    """A dtype to compute or store in: None or a real floating-point torch.dtype (float16,
+    bfloat16, float32, float64); TypeError naming it otherwise (an integer, bool or complex one)."""
+    import torch
+
+    if dtype is None:
+        return
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(
+            f"{where}: dtype must be a floating-point torch.dtype (float32, float64, bfloat16, "
+            f"float16), got dtype={dtype!r}"
+        )
 
 
 def check_window(where: str, name: str, window: object, causal: bool = True) -> None:

@@ -25,7 +25,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from ._arguments import check_positive
+from ._arguments import check_float_dtype, check_positive
 from ._checks import checked
 from ._shapes import ShapeError, own_dtype
 
@@ -86,6 +86,7 @@ def rope_frequencies(
     tensor([1.0000, 0.1000])
     """
     check_positive("rope_frequencies", head_dim=head_dim)
+    check_float_dtype("rope_frequencies", dtype)
     even_width("rope_frequencies", "head_dim", head_dim)
     if not theta_base > 0:
         raise ValueError(f"rope_frequencies: theta_base must be positive, got {theta_base!r}")
@@ -118,9 +119,10 @@ def compute_rope_params(
     (torch.Size([3, 4]), tensor([0.8415, 0.0100, 0.8415, 0.0100]))
     """
     check_positive("compute_rope_params", head_dim=head_dim, context_length=context_length)
+    check_float_dtype("compute_rope_params", dtype)
     even_width("compute_rope_params", "head_dim", head_dim)
-    theta = rope_frequencies(head_dim, theta_base, freq_config, dtype)
     exact = torch.float64 if dtype == torch.float64 else torch.float32
+    theta = rope_frequencies(head_dim, theta_base, freq_config, exact)  # not rounded to dtype
     positions = torch.arange(context_length, dtype=exact)
     angles = positions[:, None] * theta.to(exact)[None, :]  # (n_ctx, 1) · (1, c/2) -> (n_ctx, c/2)
     angles = torch.cat([angles, angles], dim=1)  # pair i at columns i and i + c/2 -> (n_ctx, c)

@@ -12,6 +12,7 @@ from .._arguments import (
     check_alibi,
     check_cap,
     check_flag,
+    check_float_dtype,
     check_heads,
     check_positive,
     check_window,
@@ -129,6 +130,7 @@ class GroupedQueryAttention(nn.Module):
                  query_pre_attn_scalar: float | None = None):  # fmt: skip
         where = "GroupedQueryAttention"
         check_positive(where, d_in=d_in, num_heads=num_heads, num_kv_groups=num_kv_groups)
+        check_float_dtype(where, dtype)
         check_flag(where, qk_norm=qk_norm)
         check_window(where, "sliding_window", sliding_window)
         check_cap(where, "softcap", softcap)

@@ -110,3 +110,27 @@ def test_qk_norm_s_gradient_is_exact_at_large_inputs(size):
     torch.testing.assert_close(out.double(), reference, rtol=1e-6, atol=0)
     for mine, theirs in zip(got, expected, strict=True):
         assert float((mine.double() - theirs).abs().max()) <= 1e-6 * float(theirs.abs().max())
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.complex64])
+def test_a_dtype_that_is_no_real_float_is_named(dtype):
+    from attention import GroupedQueryAttention, compute_rope_params
+
+    expected = rf"dtype must be a floating-point torch.dtype .*, got dtype={dtype}$"
+    with pytest.raises(TypeError, match=rf"^compute_rope_params: {expected}"):
+        compute_rope_params(4, context_length=8, dtype=dtype)
+    with pytest.raises(TypeError, match=rf"^GroupedQueryAttention: {expected}"):
+        GroupedQueryAttention(6, num_heads=4, num_kv_groups=2, head_dim=2, dtype=dtype)
+
+
+def test_bfloat16_rope_tables_round_only_the_result():
+    """Llama 3.1's tables in bfloat16: the angles computed in float32, only cos and sin rounded
+    (half a bfloat16 ulp of 1 at most, 2⁻⁹), not θ before m·θ (which was off by 0.227)."""
+    from attention import compute_rope_params
+
+    config = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_context_length": 8192}  # fmt: skip
+    exact = compute_rope_params(64, 5e5, 256, config, torch.float64)
+    for got, expected in zip(compute_rope_params(64, 5e5, 256, config, torch.bfloat16), exact,
+                             strict=True):  # fmt: skip
+        assert float((got.double() - expected).abs().max()) <= 2.0**-9 + 2e-5
