@@ -43,7 +43,12 @@ def drawn_sizes(entry: Entry, rng: random.Random, given: dict[str, int | None], 
     """n, d, c and the entry's own sizes: those given; the others drawn, pairwise distinct where
     that is possible (so that a swapped axis cannot pass by coincidence), from 1 … limits[0]
     (then up to limits[1]) where every condition of the entry holds; an entry's own size not
-    given takes its default. A ValueError names a condition the given sizes break."""
+    given takes its default. A ValueError names a condition the given sizes break, or a size
+    given that is not the entry's (another variant's, which would be ignored)."""
+    own = {str(s.symbol) for s in (*entry.sizes, *entry.parameters)} | {"n", "d", "c"}
+    unknown = sorted(name for name, value in given.items() if value is not None and name not in own)
+    if unknown:
+        raise ValueError(not_its_own(entry, unknown[0]))
     symbols = {str(s.symbol): s.symbol for s in entry.sizes} | {"n": L.n, "d": L.d, "c": L.c}
     sizes = {L.n: given.get("n"), L.d: given.get("d"), L.c: given.get("c")}
     sizes |= {s.symbol: given.get(str(s.symbol)) or s.default for s in entry.sizes}

@@ -207,3 +207,12 @@ def test_a_combination_that_no_entry_point_computes_is_said_so(capsys):
     assert "(no entry point computes it: doubled_attention takes no causal; backward " in out
     assert re.search(r"^  M\s+\d+×\d+\s+0\s+exact\s+pass$", out, re.M)  # the mask, checked
     assert not re.search(r"^  C · ", out, re.M)
+
+
+def test_a_size_of_another_variant_is_refused_not_ignored(capsys):
+    status, out, err = run(capsys, "--variant", "cross-attention", "--w", "3")
+    assert status == 2 and out == ""
+    assert err.strip() == ("derive check: cross-attention has no size 'w' (w is a size of "
+                           "sliding-window); its own: s, d_y")  # fmt: skip
+    with pytest.raises(ValueError, match=r"self-attention has no size 'g'"):
+        draw_sizes(derive.variant("self-attention"), random.Random(0), {"g": 2})
