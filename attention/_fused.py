@@ -384,7 +384,7 @@ def _sweep(
 #: Threads that run the packs side by side, each thread's products single-threaded (None: as
 #: many as torch has; 1: one pack after the other, each product on torch's threads). `_each`.
 PACK_THREADS: int | None = None
-_POOL: list = []
+_POOLS: dict = {}  # thread count -> its ThreadPoolExecutor, made on first use
 
 
 def _each(work, packs: list, device: torch.device) -> None:
@@ -412,8 +412,8 @@ def _each(work, packs: list, device: torch.device) -> None:
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    if not _POOL or _POOL[0]._max_workers != threads:
-        _POOL[:] = [ThreadPoolExecutor(threads, thread_name_prefix="attention")]
+    if threads not in _POOLS:
+        _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="attention")
     grad = torch.is_grad_enabled()  # thread-local: the pool's threads take the caller's
 
     def run(pack: tuple) -> None:
@@ -423,7 +423,7 @@ def _each(work, packs: list, device: torch.device) -> None:
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        list(_POOL[0].map(run, packs))
+        list(_POOLS[threads].map(run, packs))
     finally:
         torch.set_num_threads(before)
 

@@ -169,10 +169,8 @@ def _bind(
 
     `bindings` maps a letter to (size, name of the argument that bound it); '*batch' binds a tuple.
     '*#batch' (a mask's) broadcasts against '*batch' as torch broadcasts, right-aligned, each of
-    its sizes 1 or the same, never more dimensions: it is checked after every other argument,
-    against what they bound.
+    its sizes 1 or the same, never more dimensions (`check_tensors` binds the masks last).
     """
-    items = sorted(items, key=lambda item: "*#" in item[2])  # the broadcasting ones last
     for name, tensor, dim_str in items:
         letters = _letters(dim_str)
         shape = tuple(tensor.shape)
