@@ -39,6 +39,13 @@ def per_head_reference(x, w_q, w_k, w_v, *, heads, allowed, **options):
     return np.concatenate(parts, axis=-1)
 
 
+def cached(module, x, cuts):
+    """The module's rows for x fed through its KV cache in pieces cut at `cuts`, concatenated."""
+    bounds = [0, *cuts, x.shape[-2]]
+    pieces = zip(bounds[:-1], bounds[1:], strict=True)
+    return torch.cat([module(x[:, a:b], use_cache=True) for a, b in pieces], dim=1)
+
+
 # -- softcapping --------------------------------------------------------------------------------
 
 
@@ -222,10 +229,7 @@ def test_the_cache_with_alibi_gives_the_uncached_rows():
     torch.manual_seed(2)
     module = MultiHeadAttention(8, 8, 10, 0.0, 4, alibi=True).double().eval()
     x = torch.randn(2, 7, 8, dtype=torch.float64)
-    whole = module(x)
-    rows = [module(x[:, :4], use_cache=True), module(x[:, 4:6], use_cache=True),
-            module(x[:, 6:], use_cache=True)]  # fmt: skip
-    torch.testing.assert_close(torch.cat(rows, dim=1), whole, rtol=0, atol=1e-12)
+    torch.testing.assert_close(cached(module, x, (4, 6)), module(x), rtol=0, atol=1e-12)
 
 
 def test_the_modules_take_alibi():
@@ -333,10 +337,7 @@ def test_the_cache_with_sinks_and_a_window_gives_the_uncached_rows():
     module = MultiHeadAttentionWithSWA(8, 8, 0.0, 2, sliding_window_size=3, sinks=True)
     module = module.double().eval()
     x = torch.randn(2, 7, 8, dtype=torch.float64)
-    whole = module(x)
-    rows = [module(x[:, :3], use_cache=True), module(x[:, 3:4], use_cache=True),
-            module(x[:, 4:], use_cache=True)]  # fmt: skip
-    torch.testing.assert_close(torch.cat(rows, dim=1), whole, rtol=0, atol=1e-12)
+    torch.testing.assert_close(cached(module, x, (3, 4)), module(x), rtol=0, atol=1e-12)
 
 
 def test_bad_sinks_are_named():
@@ -425,8 +426,7 @@ def test_the_modules_gate_is_qwen_3_5_s_layout(cls):
     blocked = {"blocked": ~F.causal_mask(N)} if cls == "gqa" else {}  # the books' mask
     torch.testing.assert_close(module(x, **blocked), expected, rtol=0, atol=1e-13)
     if cls != "gqa":  # the cache gives the same rows
-        rows = [module(x[:, :2], use_cache=True), module(x[:, 2:], use_cache=True)]
-        torch.testing.assert_close(torch.cat(rows, dim=1), expected, rtol=0, atol=1e-13)
+        torch.testing.assert_close(cached(module, x, (2,)), expected, rtol=0, atol=1e-13)
 
 
 def test_a_gate_s_bias_needs_its_weight():
