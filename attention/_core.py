@@ -75,9 +75,7 @@ def gated(c: Tensor, gamma: Tensor) -> Tensor:
 def alibi_bias(slopes: Tensor, n: int, s: int, offset: int = 0) -> Tensor:
     """ALiBi's bias (h, n, s): −μ_ℓ (m + offset − p) for query m (at position m + offset) and
     key p of head ℓ, slopes μ (h,)."""
-    queries = torch.arange(offset, offset + n, device=slopes.device, dtype=slopes.dtype)
-    keys = torch.arange(s, device=slopes.device, dtype=slopes.dtype)
-    distance = queries[:, None] - keys  # (n, 1) - (s,) -> (n, s)
+    distance = _fused.distance(offset, offset + n, 0, s, slopes)  # (n, s)
     return -slopes[:, None, None] * distance  # (h, 1, 1) · (n, s) -> (h, n, s)
 
 
@@ -121,7 +119,6 @@ def rms_norm(
     if upcast and dtype in _LOW_PRECISION:
         x = x.float()
     out = _Normalised.apply(x, eps) * gain
-
     if shift is not None:
         out = out + shift
     return out.to(dtype)
@@ -139,10 +136,9 @@ def attend_explicitly(
     bias: Tensor | None = None,
     sinks: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """(C, A) step by step: ω̃ = (scale·Q) Kᵀ, the same numbers as scale·Ω with Ω = QKᵀ but
-    finite wherever the scaled scores are, even where Ω itself would overflow (softcapped, plus
-    ALiBi's `bias`), A the
-    softmax of each row (with the sink's logit in its denominator), dropout on A, C = AV.
+    """(C, A) step by step: ω̃ = (scale·Q) Kᵀ (scale·Ω with Ω = QKᵀ, but finite wherever the
+    scaled scores are, even where Ω itself would overflow), softcapped, plus ALiBi's `bias`; A
+    the softmax of each row (with the sink's logit in its denominator), dropout on A, C = AV.
 
     q: (..., n, c), k, v: (..., s, c) (with heads, (..., h, ·, c_h)); `allowed` and `bias`
     broadcast to (..., n, s); sinks: the sinks' logits broadcastable to (..., n, 1), or None.

@@ -76,7 +76,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from ._masks import allowed_positions, band, fully_masked_rows
 
-__all__ = ["Scores", "attention", "gradients"]
+__all__ = ["Scores", "attention", "gradients", "distance"]
 
 #: Scores per query block of one slice: 2¹⁷ float32 entries, 512 KiB (a core's L2 cache holds
 #: the block's four such matrices at n ≤ 1024).
@@ -363,8 +363,8 @@ def _sweep(
                 along = (a_b * d_a).sum(dim=-1).view(shape[:3])  # (G, r, b)
                 d_sinks[entries, group_of] -= (sink_weight * along).sum(dim=-1)
             if d_slopes is not None:  # dμ_ℓ = −Σ_{m,p} dω̇_{m,p} (m − p), before the cap's factor
-                distance = _distance(first, last, low, high, q_b)
-                d_slopes[entries, group_of] -= (d_s.view(shape) * distance).sum(dim=(-2, -1))
+                gaps = distance(first, last, low, high, q_b)
+                d_slopes[entries, group_of] -= (d_s.view(shape) * gaps).sum(dim=(-2, -1))
             if capped is not None:  # through ω̃ ↦ cap·tanh(ω̃/cap): times 1 − tanh² (in place)
                 d_s.view(shape).mul_(capped.square_().neg_().add_(1.0))
             target[:, :, r0:r1] = torch.bmm(d_s, k_b).view(*shape[:3], width)
@@ -428,7 +428,7 @@ def _each(work, packs: list, device: torch.device) -> None:
         torch.set_num_threads(before)
 
 
-def _distance(first: int, last: int, low: int, high: int, like: Tensor) -> Tensor:
+def distance(first: int, last: int, low: int, high: int, like: Tensor) -> Tensor:
     """m − p for the queries at positions first … last − 1 and the keys low … high − 1:
     (b, K), in `like`'s dtype and device."""
     queries = torch.arange(first, last, device=like.device, dtype=like.dtype)
@@ -469,7 +469,7 @@ def _weights(
         capped = s.div_(scores.softcap).tanh_()  # from the scores the masks and ALiBi change
         s = capped * scores.softcap
     if slope is not None:  # −μ_ℓ (m − p), positions of the block's queries and keys, in place
-        s = s.addcmul_(slope, _distance(first, last, *keys, s), value=-1.0)  # (G, r, 1, 1)·(b, K)
+        s = s.addcmul_(slope, distance(first, last, *keys, s), value=-1.0)  # (G, r, 1, 1)·(b, K)
     if scores.causal:
         _cut_to_band(s, first, last, *keys, scores.window)
     if given is not None:
