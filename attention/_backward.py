@@ -10,9 +10,14 @@ $$dQ = d\\Omega\\,K,\\quad dK = d\\Omega^\\top Q,\\quad
   dX = dQ\\,W_q^\\top + dK\\,W_k^\\top + dV\\,W_v^\\top$$
 
 where S = Ω/√c and the middle formula is the softmax Jacobian diag(a) − a aᵀ applied to each row.
-The row sum Σ_r a_{m,r} dA_{m,r} equals Σ_j dC_{m,j} C_{m,j} (the identity FlashAttention's
-backward pass relies on); we compute it that way, an O(n·c) sum instead of O(n²). Masked entries
-have a_{m,p} = 0, so they contribute nothing. With batch dimensions, the weight gradients sum
+The row sum Σ_r a_{m,r} dA_{m,r} equals Σ_j dC_{m,j} C_{m,j} (the rowsum identity, which
+FlashAttention's backward pass relies on), but we compute it as written, from A and dA: in a row
+whose softmax has saturated to one key p (a_{m,p} = 1, every other weight 0, as at large scores)
+Σ_r a_{m,r} dA_{m,r} is dA_{m,p} exactly, so dS's row is exactly 0 like its exact value, whereas
+Σ_j dC_{m,j} C_{m,j} rounds differently from dA_{m,p} and leaves about ε·|dA| there, which dQ = dΩ K
+then multiplies by the (large) keys: at x ×1e19 that gave NaN gradients whose exact values are
+about 1. Both sums cost no more than dA itself. Masked entries have a_{m,p} = 0, so they
+contribute nothing. With batch dimensions, the weight gradients sum
 over the batch. A readable reference, not a fast kernel: tests hold it to `torch.autograd`.
 """
 
@@ -52,10 +57,10 @@ def _gradients(
     c = w_q.shape[-1]
     q, k, v = x @ w_q, x @ w_k, x @ w_v
     allowed = _masks.allowed_positions(x.shape[-2], x.device, causal, None)
-    context, a = _core.attend_explicitly(q, k, v, scale=_core.scale(c), allowed=allowed)
+    _, a = _core.attend_explicitly(q, k, v, scale=_core.scale(c), allowed=allowed)
     d_v = a.mT @ grad_c  # a: (*batch, n, n) -> its transpose
     d_a = grad_c @ v.mT  # v: (*batch, n, c) -> (*batch, c, n)
-    row_sums = (grad_c * context).sum(dim=-1, keepdim=True)  # Σ_r a_{m,r} dA_{m,r}, (*batch, n, 1)
+    row_sums = (a * d_a).sum(dim=-1, keepdim=True)  # Σ_r a_{m,r} dA_{m,r}, (*batch, n, 1)
     d_scaled = a * (d_a - row_sums)
     d_omega = _core.scaled_scores(d_scaled, c)  # dΩ = dS / √c
     d_q = d_omega @ k

@@ -134,3 +134,22 @@ def test_bfloat16_rope_tables_round_only_the_result():
     for got, expected in zip(compute_rope_params(64, 5e5, 256, config, torch.bfloat16), exact,
                              strict=True):  # fmt: skip
         assert float((got.double() - expected).abs().max()) <= 2.0**-9 + 2e-5
+
+
+@pytest.mark.parametrize("size", [1.0, 1e10, 1e15])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_written_out_backward_is_exact_where_the_softmax_saturates(size, causal):
+    """At x ×1e15 every row of A is one-hot in float32 and dΩ is exactly 0; the row sum taken
+    from A and dA keeps it 0, where rowsum(dC ∘ C) rounded differently from dA left ε·|dA|,
+    which dQ = dΩ K multiplied into NaN or 1e25 (the exact dX is about 30)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 16, generator=g) * size
+    weights = [torch.randn(16, 16, generator=g) for _ in range(3)]
+    grad_c = torch.randn(5, 16, generator=g)
+    got = F.self_attention_backward(x, *weights, grad_c, causal=causal)
+    leaves = [t.double().requires_grad_() for t in (x, *weights)]
+    F.self_attention(*leaves, causal=causal).backward(grad_c.double())
+    for mine, leaf in zip(got, leaves, strict=True):
+        expected = leaf.grad
+        assert torch.isfinite(mine).all()
+        assert float((mine.double() - expected).abs().max()) <= 1e-5 * float(expected.abs().max())
