@@ -3,11 +3,9 @@ and registered (`derive.graph.registry.register_variant`)."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
 from pathlib import Path
 
+from ..user_code import UserCodeError, import_file, import_named
 from .registry import DeclarationError, Entry, register_variant, registered, variant
 from .variant import Variant
 
@@ -49,9 +47,9 @@ def load_variant(spec: str) -> Entry:
 
 def _module(where: str):
     try:
-        return importlib.import_module(where)
-    except Exception as error:  # noqa: BLE001 - any failure of the user's own import
-        raise DeclarationError(f"cannot import module {where!r}: {error}") from None
+        return import_named(where)
+    except UserCodeError as error:
+        raise DeclarationError(str(error)) from None
 
 
 #: The files loaded in this process, by their resolved path: each is run once.
@@ -65,23 +63,11 @@ def _from_file(path: Path):
     if not path.is_file():
         raise DeclarationError(f"no file {str(path)!r} (a variant is path/to/file.py:NAME)")
     name = "_derive_variant_" + "".join(ch if ch.isalnum() else "_" for ch in str(path.resolve()))
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise DeclarationError(f"cannot load {str(path)!r} as Python")
-    module = importlib.util.module_from_spec(spec)
-    folder = str(path.resolve().parent)
-    sys.modules[name] = module  # dataclasses and pickling look the module up by name
-    sys.path.insert(0, folder)  # its own imports of the files beside it
     try:
-        spec.loader.exec_module(module)
+        module = import_file(path, name, keep=(DeclarationError,))
     except DeclarationError as error:
-        del sys.modules[name]
         raise DeclarationError(f"{path}: {error}") from None
-    except Exception as error:  # noqa: BLE001 - any failure of the user's own code
-        del sys.modules[name]
-        raise DeclarationError(f"cannot load {str(path)!r}: {type(error).__name__}: "
-                               f"{error}") from None  # fmt: skip
-    finally:
-        sys.path.remove(folder)
+    except UserCodeError as error:
+        raise DeclarationError(str(error)) from None
     _LOADED[key] = module
     return module

@@ -137,3 +137,24 @@ def test_a_module_whose_weights_no_adapter_finds(capsys, tmp_path):
 def test_the_kind_can_be_said(capsys):
     status, _, err = run(capsys, f"{CORPUS / 'correct.py'}:nanogpt", "--kind", "self")
     assert status == 2 and "--kind self is for this package's own attention modules" in err
+
+
+def test_a_target_that_exits_while_imported_exits_2_with_one_line(capsys, tmp_path):
+    target = tmp_path / "exits.py"
+    target.write_text("import sys\n\nsys.exit(3)\n")
+    status, out, err = run(capsys, f"{target}:f")
+    assert (status, out) == (2, "")
+    assert err == f"derive conform: cannot load {str(target)!r}: it called sys.exit(3) while " \
+        "being imported\n"  # fmt: skip
+
+
+def test_a_target_file_with_postponed_annotations_and_a_dataclass_loads(capsys, tmp_path):
+    """The file is a module in sys.modules while it runs, as dataclasses need."""
+    target = tmp_path / "annotated.py"
+    target.write_text("from __future__ import annotations\n\n"
+                      "from dataclasses import dataclass\n\n"
+                      "import torch.nn.functional as F\n\n\n"
+                      "@dataclass\nclass Options:\n    causal: bool = False\n\n\n"
+                      "sdpa = F.scaled_dot_product_attention\n")  # fmt: skip
+    status, out, _ = run(capsys, f"{target}:sdpa")
+    assert status == 0 and out.rstrip().endswith("PASS)")

@@ -180,6 +180,11 @@ def test_a_file_or_attribute_that_is_not_there(tmp_path, capsys):
     broken.write_text("raise RuntimeError('the user broke it')\n")
     status, _, err = _run(capsys, "latex", "--variant", f"{broken}:V")
     assert status == 2 and "RuntimeError: the user broke it" in err and err.count("\n") == 1
+    exits = tmp_path / "exits.py"
+    exits.write_text("import sys\n\nsys.exit(3)\n")
+    status, _, err = _run(capsys, "check", "--variant", f"{exits}:V")
+    assert status == 2 and err.endswith("it called sys.exit(3) while being imported\n")
+    assert err.count("\n") == 1
 
 
 def test_a_claim_that_does_not_hold_stops_the_document(tmp_path, capsys):

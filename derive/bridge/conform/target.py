@@ -17,13 +17,12 @@ Nothing but the target is imported or run.
 from __future__ import annotations
 
 import ast
-import importlib
-import importlib.util
 import inspect
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ...user_code import UserCodeError, import_file, import_named
 
 __all__ = ["ConformError", "Target", "load", "recognise", "KINDS", "sdpa_options"]
 
@@ -65,9 +64,9 @@ def load(spec: str) -> Any:
         module = _from_file(Path(where))
     else:
         try:
-            module = importlib.import_module(where)
-        except Exception as error:  # noqa: BLE001 - any failure of the target's own import
-            raise ConformError(f"cannot import module {where!r}: {error}") from None
+            module = import_named(where)
+        except UserCodeError as error:
+            raise ConformError(str(error)) from None
     found: Any = module
     for part in attribute.split("."):
         if not hasattr(found, part):
@@ -81,19 +80,10 @@ def _from_file(path: Path) -> Any:
     if not path.is_file():
         raise ConformError(f"no file {str(path)!r} (target 'path/to/file.py:attribute')")
     name = "_conform_target_" + "".join(ch if ch.isalnum() else "_" for ch in path.stem)
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ConformError(f"cannot load {str(path)!r} as Python")
-    module = importlib.util.module_from_spec(spec)
-    folder = str(path.resolve().parent)
-    sys.path.insert(0, folder)  # its own imports of the files beside it
     try:
-        spec.loader.exec_module(module)
-    except Exception as error:  # noqa: BLE001 - any failure of the target's own code
-        raise ConformError(f"cannot load {str(path)!r}: {type(error).__name__}: {error}") from None
-    finally:
-        sys.path.remove(folder)
-    return module
+        return import_file(path, name)
+    except UserCodeError as error:
+        raise ConformError(str(error)) from None
 
 
 def _signature(function: Any) -> inspect.Signature | None:
