@@ -45,3 +45,11 @@ def test_the_declared_variant_is_the_example_files():
 
     assert [stated(c) for c in mine.claims] == [stated(c) for c in theirs.claims]
     assert "derive check --variant docs/examples/sigmoid_attention.py:SIGMOID" in README
+
+
+def test_no_link_or_image_is_relative():
+    """The README is also the package's description (its metadata, an index's page), where a
+    relative link or image leads nowhere: files are named as paths instead."""
+    targets = re.findall(r"!?\[[^\]]*\]\(([^)]*)\)", README)
+    assert [t for t in targets if not t.startswith("https://")] == []
+    assert "`docs/glossary.md`" in README  # what the links were is still named
