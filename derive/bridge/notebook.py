@@ -8,6 +8,8 @@ that returns something (``text/latex``, ``image/svg+xml``, …). A test runs the
 a real kernel (nbclient, ipykernel) and compares the outputs.
 
 The cells import torch (the worked example, the check), hence this module's place in `bridge`.
+`without_column` is for a cell: it drops a column of a plain-text table (the check's largest
+differences, which depend on the machine's floating-point kernels) from what the cell prints.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import contextlib
 import io
 import re
 
-__all__ = ["run_cells", "mimebundle"]
+__all__ = ["run_cells", "mimebundle", "without_column"]
 
 #: The rich representations IPython's display formatter asks for, by method.
 _METHODS = (
@@ -33,12 +35,13 @@ def mimebundle(value: object) -> dict[str, object]:
     """What a kernel shows of `value`: its ``repr`` and each rich representation it has.
 
     Raises ValueError for a representation that would differ from run to run (an address)."""
-    bundle: dict[str, object] = {"text/plain": repr(value)}
+    plain = repr(value)
+    bundle: dict[str, object] = {"text/plain": plain}
     for method, mime in _METHODS:
         shown = getattr(value, method, None)
         if callable(shown) and (data := shown()) is not None:
             bundle[mime] = data
-    if re.search(r" at 0x[0-9a-f]+", bundle["text/plain"]):
+    if re.search(r" at 0x[0-9a-f]+", plain):
         raise ValueError(f"{type(value).__name__} shows a memory address; it cannot be saved")
     return bundle
 
@@ -47,8 +50,9 @@ def _run(source: str, namespace: dict, count: int) -> object:
     """Execute a cell; return the value of its last expression statement (or None)."""
     tree = ast.parse(source)
     last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = ast.Expression(tree.body.pop().value)
+    if tree.body and isinstance(final := tree.body[-1], ast.Expr):
+        tree.body.pop()
+        last = ast.Expression(final.value)
     exec(compile(tree, f"<cell {count}>", "exec"), namespace)  # noqa: S102 - our own cells
     return None if last is None else eval(compile(last, f"<cell {count}>", "eval"), namespace)
 
@@ -89,3 +93,46 @@ def run_cells(cells: list) -> list[list[dict]]:
                              "metadata": {}, "output_type": "execute_result"})  # fmt: skip
         outputs.append(produced)
     return outputs
+
+
+def _column(line: str, header: str) -> tuple[int, int | None] | None:
+    """Where the column `header` of a header line runs, with one separator, as a slice; None
+    when the line has no such column."""
+    at = line.find(f"  {header}")
+    if at < 0:
+        return None
+    end = at + 2 + len(header)
+    following = end + len(line[end:]) - len(line[end:].lstrip(" "))
+    if not line[following:].strip():  # the last column: it and the separator before it
+        return at, None
+    return at + 2, following
+
+
+def without_column(text: str, header: str) -> str:
+    """`text` with the column named `header` taken out of each plain-text table in it (as
+    `derive check` prints them: a header line, then rows indented by two spaces, each cell
+    padded to its column's width); the other lines stay as they are.
+
+    Raises ValueError when no line of `text` has that column.
+
+    Example:
+        >>> print(without_column("  step  max  result\\n  Q     0    pass\\ndone", "max"))
+          step  result
+          Q     pass
+        done
+    """
+    lines, span, found = [], None, False
+    for line in text.splitlines(True):
+        if (header_span := _column(line, header)) is not None:
+            span, found = header_span, True
+        elif span is None or not line.startswith("  ") or line.startswith("  ("):
+            span = None  # not a row (a trial's line, a note, the verdict): the table ended
+            lines.append(line)
+            continue
+        begin, end = span
+        newline = "\n" if line.endswith("\n") else ""
+        kept = line[:begin] + ("" if end is None else line.removesuffix("\n")[end:])
+        lines.append(kept.rstrip() + newline)
+    if not found:
+        raise ValueError(f"no column {header!r} in the table")
+    return "".join(lines)

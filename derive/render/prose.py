@@ -77,17 +77,31 @@ NOTEBOOK_CHECK = (
     "generated. Status 0 means every step agreed."
 )
 
+#: The notebook's words before the check's table (its cell leaves one column out).
+NOTEBOOK_CHECK_TABLE = (
+    "The derive check command evaluates every step of the derivation and of its backward pass, "
+    "entry by entry, and compares it with the PyTorch implementation on seeded inputs: one row "
+    "per step, with its shape, the largest difference, the tolerance it must meet and the "
+    "result. Where a step is not exact, the largest difference depends on the floating-point "
+    "kernels of the machine, so the table saved here leaves that column out (print "
+    "\\texttt{output.getvalue()} to see it); the rest does not, and the saved notebook is the "
+    "same wherever it is generated. Status 0 means every step agreed."
+)
+
 EXPLICIT_ROW_SUM = (
     "Row by row, the softmax's denominator is written once as $D_m$ and shared by the row:"
 )
 
 EXAMPLE_INTRO = (
     "A worked example on the book's sentence. Each token gets a token embedding from a seeded "
-    "embedding table (the two occurrences of \\emph{the} share one) plus a seeded position "
+    "embedding table{shared} plus a seeded position "
     "embedding; the weights are seeded too. The PyTorch implementation computes the attention "
     "weights and the context vectors; the declarations, evaluated by SymPy exactly for the "
     "projections and scores and to 30 significant digits for the rest, reproduce them."
 )
+
+#: Put into EXAMPLE_INTRO (its ``{shared}``) for each token the example's tokens hold twice.
+EXAMPLE_SHARED = " (the two occurrences of \\emph{{{token}}} share one)"
 
 EXAMPLE_AGREEMENT = (
     "Every entry of $A$ and $C$ computed by PyTorch agrees with the value SymPy computes from "

@@ -80,13 +80,15 @@ def example(worked, figure: str | None) -> list[Block]:
     tokens = worked.tokens
     n = len(tokens)
     sizes = f"$n = {n}$, $d = {worked.d}$, $c = {worked.c}$"
+    shared = "".join(P.EXAMPLE_SHARED.format(token=token) for token in dict.fromkeys(tokens)
+                     if tokens.count(token) == 2)  # fmt: skip
     seeded = tuple(
         f"{L.MATRIX_LATEX[name]} &= {latex(_rounded(worked.inputs[name]), decimals=4)}"
         for name in ("X", "W_q", "W_k", "W_v")
     )
     blocks: list[Block] = [
         Heading("Worked example: " + " ".join(tokens)),
-        Prose(P.EXAMPLE_INTRO + f" Sizes: {sizes}" + _of(worked) + "."),
+        Prose(P.EXAMPLE_INTRO.format(shared=shared) + f" Sizes: {sizes}" + _of(worked) + "."),
         Display(seeded, numeric("seeded embeddings and weights, drawn by torch")),
     ]
     header = ("", *(f"{token} ({p + 1})" for p, token in enumerate(tokens)))

@@ -103,7 +103,8 @@ def test_notebook(tmp_path, capsysbinary):
     assert (status, out, err) == (0, b"", "")
     notebook = json.loads(target.read_text())
     code = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
-    assert notebook["nbformat"] == 4 and "derive.steps('kv-cache')" in "".join(code[0]["source"])
+    # kv-cache's document declares no step of its own: its first object shown is a fact
+    assert notebook["nbformat"] == 4 and "derive.facts('kv-cache')" in "".join(code[0]["source"])
     assert code[0]["outputs"][0]["data"]["text/latex"][0].startswith("$$")
 
 
