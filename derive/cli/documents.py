@@ -59,8 +59,8 @@ def add(commands, argparse) -> None:
         sub.add_argument("-o", "--output", metavar="FILE", help="write here, not to stdout")
         if name == "latex":
             sub.add_argument("--fragment", action="store_true", help="the body only, to \\input")
-        add_sizes(sub, "explicit mode: {meaning} (default {letter} from 3, 4, 2 when any size "
-                  "is given)")  # fmt: skip
+        add_sizes(sub, "explicit mode: {meaning} ({letter} = {default} when only other sizes "
+                  "are given)")  # fmt: skip
         sub.add_argument(
             "--example", action="store_true",
             help="the worked example 'the fat cat sat on the mat' (needs torch): its first N "

@@ -83,7 +83,8 @@ def add_sizes(sub: argparse.ArgumentParser, help_text: str) -> None:
     for letter, meaning in (("n", "tokens"), ("d", "input width"), ("c", "context width")):
         sub.add_argument(
             f"--{letter}", type=integer(limit=MAX_SIZE, what=" for explicit sizes"),
-            metavar=letter.upper(), help=help_text.format(meaning=meaning, letter=letter),
+            metavar=letter.upper(),
+            help=help_text.format(meaning=meaning, letter=letter, default=DEFAULT_SIZES[letter]),
         )  # fmt: skip
     sub.add_argument(
         "--heads", type=integer(limit=MAX_SIZE, what=" (heads divide c, at most 16)"),

@@ -112,7 +112,8 @@ def score_variance(graph: Graph, assumptions: Assumptions = ASSUMPTIONS) -> Fact
     moments = independent.replace(lambda e: isinstance(e, E), _moment)
     summed = _sums(moments, ranges)
     values = _values(assumptions)
-    stated = sp.Subs(summed, *zip(*values, strict=True))
+    with sp.evaluate(False):  # the stated values put in, shown before any arithmetic on them
+        stated = summed.xreplace(dict(values))
     value = sp.simplify(stated.doit())
     return Fact(
         "score_variance",

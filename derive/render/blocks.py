@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 __all__ = [
     "Heading", "Prose", "Provenance", "Display", "Table", "Figure", "Entry", "Matrix", "Matrices",
-    "Block", "to_latex", "to_markdown", "declared", "derived", "numeric",
+    "Block", "to_latex", "to_markdown", "markdown_block", "matrix_display", "declared",
+    "derived", "numeric",
 ]  # fmt: skip
 
 
@@ -68,6 +69,10 @@ class Provenance:
         """``provenance: derived — matrix_form of the declaration``."""
         return f"provenance: {self.kind}" + (f" — {self.how}" if self.how else "")
 
+    def said(self) -> str:
+        """What the reader sees beside the display: ``derived — matrix_form of …``."""
+        return self.comment().removeprefix("provenance: ")
+
 
 def declared(*sources: str) -> Provenance:
     """A display of declarations (the only typed-in mathematics)."""
@@ -108,10 +113,12 @@ class Table:
 
 @dataclass(frozen=True)
 class Figure:
-    """An image file, referenced by a path relative to the document."""
+    """An image file, referenced by a path relative to the document; `width` is its width in
+    LaTeX, a fraction of the text width."""
 
     path: str
     caption: str
+    width: float = 0.72
 
 
 @dataclass(frozen=True)
@@ -169,6 +176,20 @@ def _printed(blocks: list[Block]) -> list[Block]:
     return [block for block in blocks if not isinstance(block, Matrices)]
 
 
+def _latex_lines(block: Display) -> str:
+    """The display's lines, its provenance tagged in the margin of the first (``\\tag*``, where
+    equation numbers go); displays of matrices spaced apart and kept on one page (``\\\\*``)."""
+    tag = rf" \tag*{{\footnotesize\textit{{{block.provenance.kind}}}}}"
+    lines = [block.lines[0] + tag, *block.lines[1:]]
+    between = " \\\\*[1.2ex]\n" if matrix_display(block) else " \\\\\n"
+    return between.join(lines)
+
+
+def matrix_display(block: Display) -> bool:
+    """A display of several matrices, one per line (the worked example's inputs)."""
+    return len(block.lines) > 1 and all("\\begin{matrix}" in line for line in block.lines)
+
+
 def _latex_block(block: Block) -> str:
     if isinstance(block, Heading):
         command = {1: "section", 2: "subsection"}.get(block.level, "subsubsection")
@@ -176,9 +197,8 @@ def _latex_block(block: Block) -> str:
     if isinstance(block, Prose):
         return block.text
     if isinstance(block, Display):
-        body = " \\\\\n".join(block.lines)
         comment = f"% {block.provenance.comment()}\n"
-        return comment + "\\begin{align*}\n" + body + "\n\\end{align*}"
+        return comment + "\\begin{align*}\n" + _latex_lines(block) + "\n\\end{align*}"
     if isinstance(block, Table):
         columns = "l" * len(block.header)
         lines = [
@@ -193,11 +213,21 @@ def _latex_block(block: Block) -> str:
         return "\\begin{center}\n" + "\n".join(lines) + "\n\\end{center}"
     if isinstance(block, Figure):
         return (
-            "\\begin{figure}[htbp]\n\\centering\n"
-            rf"\includegraphics[width=0.72\textwidth]{{{block.path}}}"
+            "\\begin{figure}[!htbp]\n\\centering\n"
+            rf"\includegraphics[width={block.width}\textwidth]{{{block.path}}}"
             f"\n\n\\smallskip{{\\small {block.caption}}}\n\\end{{figure}}"
         )
     raise TypeError(f"unknown block {block!r}")
+
+
+def _pdf_info(title: str) -> str:
+    """The PDF's Title and Subject (what a viewer's window and a library's index show), in plain
+    text: the title without its LaTeX."""
+    plain = re.sub(r"\\[a-zA-Z]+\{([^{}]*)\}", r"\1", title).replace("$", "")
+    plain = re.sub(r"[\\{}%#&~^_]", "", plain)
+    what = plain.removesuffix(", derived")
+    subject = f"{what}: every formula derived by SymPy from its declarations"
+    return f"\\pdfinfo{{/Title ({plain}) /Subject ({subject}) /Creator (attention-derive)}}\n"
 
 
 def to_latex(blocks: list[Block], *, title: str, note: str, standalone: bool = True) -> str:
@@ -205,26 +235,28 @@ def to_latex(blocks: list[Block], *, title: str, note: str, standalone: bool = T
     body = "\n\n".join(_latex_block(block) for block in _printed(blocks)) + "\n"
     if not standalone:
         return f"% {title}\n% {note}\n\n" + body
-    head = _PREAMBLE + f"\\title{{{title}}}\n\\author{{}}\n\\date{{}}\n"
+    head = _PREAMBLE + _pdf_info(title) + f"\\title{{{title}}}\n\\author{{}}\n\\date{{}}\n"
     return (
         head + "\n\\begin{document}\n\\maketitle\n\n" + f"{note}\n\n" + body + "\\end{document}\n"
     )
 
 
 def _markdown_text(text: str) -> str:
-    """LaTeX prose to Markdown prose: emphasis and non-breaking marks; math stays as is."""
+    """LaTeX prose to Markdown prose: emphasis, code and non-breaking marks; math stays as is."""
     text = re.sub(r"\\emph\{([^}]*)\}", r"*\1*", text)
+    text = re.sub(r"\\texttt\{([^}]*)\}", r"`\1`", text)
     return text.replace("~", " ")
 
 
-def _markdown_block(block: Block) -> str:
+def markdown_block(block: Block) -> str:
+    """One block as Markdown (the notebook's Markdown cells are made of these)."""
     if isinstance(block, Heading):
         return "#" * (block.level + 1) + " " + _markdown_text(block.text)
     if isinstance(block, Prose):
         return _markdown_text(block.text)
     if isinstance(block, Display):
         lines = list(block.lines)
-        comment = f"<!-- {block.provenance.comment()} -->\n"
+        comment = f"<!-- {block.provenance.comment()} -->\n*{block.provenance.said()}*\n\n"
         if len(lines) == 1 and "&" not in lines[0]:
             return comment + "$$\n" + lines[0] + "\n$$"
         return comment + "$$\n\\begin{aligned}\n" + " \\\\\n".join(lines) + "\n\\end{aligned}\n$$"
@@ -239,6 +271,6 @@ def _markdown_block(block: Block) -> str:
 
 def to_markdown(blocks: list[Block], *, title: str, note: str) -> str:
     """The document as GitHub-flavoured Markdown with ``$$`` math."""
-    parts = [f"# {title}", f"*{_markdown_text(note)}*"]
-    parts += [_markdown_block(block) for block in _printed(blocks)]
+    parts = [f"# {title}", f"> {_markdown_text(note)}"]  # a quote: the note has emphasis in it
+    parts += [markdown_block(block) for block in _printed(blocks)]
     return "\n\n".join(parts) + "\n"

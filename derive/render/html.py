@@ -6,9 +6,11 @@ SVG (`derive.render.svg`), and a Content-Security-Policy forbids every other sou
 typeset in the browser: each formula is in the page as its LaTeX source (what a reader without
 JavaScript sees), which the page's script hands to KaTeX.
 
-- `Display`: its provenance as an HTML comment before it and in ``data-provenance`` (and the
-  declarations it depends on in ``data-sources``); a display with a `detail` summary (the
-  explicit sums) is folded into a ``<details>`` element, since the tables show the same entries.
+- `Display`: its provenance as a tag beside it (in the right margin where the window is wide
+  enough, above it where not; how it was obtained on hover), as an HTML comment before it and
+  in ``data-provenance`` (and the declarations it depends on in ``data-sources``); a display
+  with a `detail` summary (the explicit sums) is folded into a ``<details>`` element, since
+  the tables show the same entries.
 - `Matrices`: one table per matrix, one cell per entry, with its LaTeX (``data-entry``), its
   formula (``data-formula``), the ids of the entries it reads (``data-reads``) and its value
   (``data-value``) where known; hovering or focusing a cell shows them (arrow keys move between
@@ -22,7 +24,19 @@ import re
 from html import escape
 
 from . import prose as P
-from .blocks import Block, Display, Entry, Figure, Heading, Matrices, Matrix, Prose, Table
+from .blocks import (
+    Block,
+    Display,
+    Entry,
+    Figure,
+    Heading,
+    Matrices,
+    Matrix,
+    Prose,
+    Provenance,
+    Table,
+    matrix_display,
+)
 from .webassets import KATEX_VERSION, katex_script, katex_style, page_script, page_style
 
 __all__ = ["to_html", "inline", "POLICY"]
@@ -55,30 +69,43 @@ def inline(text: str) -> str:
     )
 
 
-def _tex(lines: tuple[str, ...]) -> str:
+def _tex(block: Display) -> str:
+    lines = block.lines
     if len(lines) == 1 and "&" not in lines[0]:
         return lines[0]
-    return "\\begin{aligned}\n" + " \\\\\n".join(lines) + "\n\\end{aligned}"
+    # matrices apart: KaTeX's \\[gap] only pads a row to the gap, an empty row adds a line
+    between = " \\\\ \\\\\n" if matrix_display(block) else " \\\\\n"
+    return "\\begin{aligned}\n" + between.join(lines) + "\n\\end{aligned}"
+
+
+def _tag(provenance: Provenance) -> str:
+    """The provenance as the reader sees it: a small tag in the margin, the how on hover."""
+    how = f' title="{escape(provenance.how)}"' if provenance.how else ""
+    return f'<span class="provenance"{how}>{provenance.kind}</span>'
 
 
 def _display(block: Display) -> str:
     provenance = block.provenance
-    said = provenance.comment().removeprefix("provenance: ")
     sources = " ".join(provenance.sources)
     sources = f' data-sources="{escape(sources)}"' if sources else ""
     html = (
-        f"<!-- {provenance.comment().replace('--', '- -')} -->\n"
-        f'<div class="math display" data-provenance="{escape(said)}"{sources}>'
-        f"{escape(_tex(block.lines), quote=False)}</div>"
+        f'<div class="shown">\n<!-- {provenance.comment().replace("--", "- -")} -->\n'
+        f'<div class="math display" data-provenance="{escape(provenance.said())}"{sources}>'
+        f"{escape(_tex(block), quote=False)}</div>\n{_tag(provenance)}\n</div>"
     )
     if block.detail is None:
         return html
     return f'<details class="sums">\n<summary>{inline(block.detail)}</summary>\n{html}\n</details>'
 
 
+def _minus(number: str) -> str:
+    """A number as the math beside it prints it: U+2212, not the hyphen-minus."""
+    return number.replace("-", "\u2212")
+
+
 def _td(cell: str) -> str:
     number = re.fullmatch(r"-?\d+(\.\d+)?", cell) is not None
-    return f'<td class="number">{cell}</td>' if number else f"<td>{inline(cell)}</td>"
+    return f'<td class="number">{_minus(cell)}</td>' if number else f"<td>{inline(cell)}</td>"
 
 
 def _table(block: Table) -> str:
@@ -96,7 +123,7 @@ def _figure(block: Figure, figures: dict[str, str]) -> str:
 
 
 def _number(value: float) -> str:
-    return f"{value:.4f}".replace("-0.0000", "0.0000")
+    return _minus(f"{value:.4f}".replace("-0.0000", "0.0000"))
 
 
 def _cell(entry: Entry, first: bool) -> str:
@@ -126,13 +153,13 @@ def _matrix(matrix: Matrix, index: int) -> str:
 
 
 def _matrices(block: Matrices) -> str:
-    said = block.provenance.comment().removeprefix("provenance: ")
+    said = block.provenance.said()
     tables = "\n".join(_matrix(matrix, k) for k, matrix in enumerate(block.matrices, 1))
     return (
         f"<!-- {block.provenance.comment().replace('--', '- -')} -->\n"
         f'<div class="matrices" data-provenance="{escape(said)}">\n'
-        f'<p class="hint">{inline(P.MATRICES_HINT)}</p>\n<div class="grid">\n{tables}\n</div>\n'
-        "</div>"
+        f'<p class="hint">{inline(P.MATRICES_HINT)} {_tag(block.provenance)}</p>\n'
+        f'<div class="grid">\n{tables}\n</div>\n</div>'
     )
 
 

@@ -35,8 +35,16 @@ from ..notation import latex
 from ..notation.lines import equation
 from ..proofs.claims import prove
 from . import prose as P
-from .blocks import Block, Display, Figure, Heading, Matrices, Prose, Table
-from .blocks import _markdown_block as markdown_block  # the Markdown document's own renderer
+from .blocks import (
+    Block,
+    Display,
+    Figure,
+    Heading,
+    Matrices,
+    Prose,
+    Table,
+    markdown_block,  # the Markdown document's own renderer
+)
 from .documents import HEATMAP, DocumentOptions, document_blocks, document_title, figure_path
 from .sections import explicit as E
 from .sections.common import fact_lines
@@ -291,7 +299,7 @@ def notebook_cells(options: DocumentOptions, *, example: object = None) -> list[
            "it again.")  # fmt: skip
     cells = _Cells(options)
     note = _block(Prose(P.AUTHORSHIP))
-    cells.add(Cell("markdown", f"# {document_title(options)}\n\n*{note}*\n\n{how}"))
+    cells.add(Cell("markdown", f"# {document_title(options)}\n\n> {note}\n\n{how}"))
     for index, block in enumerate(blocks):
         if isinstance(block, Heading):
             cells.flush()

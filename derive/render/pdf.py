@@ -3,8 +3,9 @@ r"""Compiling a LaTeX document to PDF with pdflatex, reproducibly.
 The PDF is byte-for-byte reproducible for a given pdfTeX: the preamble omits the dates and the
 trailer ID (``\pdfinfoomitdate``, ``\pdftrailerid{}``, ``\pdfsuppressptexinfo``), and the
 engine runs with ``SOURCE_DATE_EPOCH=0`` and ``FORCE_SOURCE_DATE=1``. The SHA-256 of the source
-(the .tex and the figures it includes) goes into the PDF's /Subject, so a test can tell which
-source a committed PDF was built from even where another pdfTeX would lay out other bytes.
+(the .tex and the figures it includes) goes into the PDF's /Keywords (``source sha256:…``; the
+document sets its own /Title and /Subject), so a test can tell which source a committed PDF was
+built from even where another pdfTeX would lay out other bytes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ __all__ = [
     "source_hash",
     "compile_pdf",
     "compile_with_log",
-    "pdf_subject",
+    "pdf_source_hash",
     "pdf_producer",
 ]
 
@@ -95,7 +96,7 @@ def compile_with_log(
     """
     engine = require_engine()
     figures = figures or {}
-    subject = source_hash(tex, figures)
+    source = source_hash(tex, figures)
     with tempfile.TemporaryDirectory(prefix="derive-pdf-") as folder:
         root = Path(folder)
         (root / "derivation.tex").write_text(tex, encoding="utf-8")
@@ -109,7 +110,7 @@ def compile_with_log(
             "-interaction=nonstopmode",
             "-halt-on-error",
             "-jobname=derivation",
-            rf"\pdfinfo{{/Subject (sha256:{subject})}}\input{{derivation.tex}}",
+            rf"\pdfinfo{{/Keywords (source sha256:{source})}}\input{{derivation.tex}}",
         ]
         try:
             run = subprocess.run(
@@ -133,9 +134,9 @@ def compile_with_log(
         return pdf.read_bytes(), log
 
 
-def pdf_subject(pdf: bytes) -> str | None:
+def pdf_source_hash(pdf: bytes) -> str | None:
     """The source hash a PDF built by `compile_pdf` carries, or None."""
-    match = re.search(rb"/Subject \(sha256:([0-9a-f]{64})\)", pdf)
+    match = re.search(rb"/Keywords \(source sha256:([0-9a-f]{64})\)", pdf)
     return match.group(1).decode() if match else None
 
 

@@ -69,13 +69,6 @@ MATRICES_HINT = (
 
 INPUT_ROLE = "an input"
 
-NOTEBOOK_CHECK = (
-    "The derive check command evaluates every step of the derivation and of its backward pass, "
-    "entry by entry, and compares it with the PyTorch implementation on seeded inputs. Its "
-    "table of largest differences depends on the floating-point kernels of the machine, so this "
-    "cell keeps only the verdict, which does not: the saved notebook is the same wherever it is "
-    "generated. Status 0 means every step agreed."
-)
 
 #: The notebook's words before the check's table (its cell leaves one column out).
 NOTEBOOK_CHECK_TABLE = (

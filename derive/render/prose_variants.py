@@ -8,7 +8,8 @@ VARIANT_SHARED = (
 
 VARIANT_NOTHING_NEW = (
     "It declares no step of its own: its steps are those of {base}, declared in that "
-    "derivation. What is new is how they are computed, and what SymPy derives about that:"
+    "derivation. What is new is how they are computed, and what SymPy derives about that, in "
+    "the sections below."
 )
 
 VARIANT_SHAPES = "Its matrices of new shapes: {shapes}."

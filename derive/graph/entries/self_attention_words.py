@@ -7,8 +7,8 @@ inline ($X$, $W_q$, $n$) but state no formula.
 READING = (
     "Only the element-wise formula of each step, marked \\emph{declared}, and the assumptions "
     "behind the scaling were typed in. Everything else was derived from them by SymPy, or "
-    "computed, and the LaTeX source of this document says which before each display "
-    "(\\texttt{provenance} comments)."
+    "computed, and a tag beside each display says which: \\emph{declared}, \\emph{derived} or "
+    "\\emph{numeric}."
 )
 
 PIPELINE = (
@@ -70,13 +70,13 @@ FACT_TEXT = {
     "assumptions": (
         "Why divide by the square root of $c$: the book's reason assumes that the components "
         "of a query and of a key are independent random variables, with these means and "
-        "variances (the second column is the symbol used below, the third its value):"
+        "variances (each line names the moment, the symbol used below for it, and its value):"
     ),
     "score_variance": (
         "From these, an expectation operator that knows only linearity, independence and the "
         "moments derives the variance of a score. Two components of one vector are the same "
         "variable when their indices agree and independent otherwise, which is where the "
-        "Kronecker deltas come from:"
+        "Kronecker deltas come from; the stated values go in last:"
     ),
     "scaled_score_variance": (
         "The variance grows with $c$; in a real model $c$ runs to the thousands, the scores "
@@ -129,8 +129,9 @@ BACKWARD_STEP_TEXT = {
 BACKWARD_ROWSUM = (
     "The sum in the softmax's gradient needs all $n$ weights of a row, but it can be had from "
     "$\\bar{C}$ and $C$ alone, which have only $c$ entries per row. FlashAttention's backward "
-    "pass relies on this identity, and so does the written-out backward pass of the PyTorch "
-    "implementation:"
+    "pass relies on this identity (the written-out backward pass of the PyTorch implementation "
+    "does not: in floating point, a row whose weights have all gone to one key keeps its exact "
+    "zero gradient only when the sum is taken over the weights):"
 )
 
 BACKWARD_CHECKED = (

@@ -1,8 +1,9 @@
 /* derive's page script. Typesets every formula of the page with KaTeX (each element of class
    "math" holds its LaTeX source; those folded in a closed <details> when it is first opened, or
    printed), then makes the explicit matrices answer the reader: hovering or focusing an entry
-   shows its formula and its value in the panel at the bottom, and lights up the entries that
-   formula reads (their ids are in the entry's data-reads). */
+   shows its formula and its value in a panel just below the row of matrices the entry is in
+   (never over that row, nor over the rows above it, where every entry it reads is), and lights
+   up the entries that formula reads (their ids are in the entry's data-reads). */
 (function () {
   "use strict";
 
@@ -89,6 +90,28 @@
       }
     }
     panel.hidden = false;
+    place(cell);
+  }
+
+  /* Below the lowest matrix of the hovered one's row of the grid: an entry reads only entries
+     of earlier steps, which are to its left or in the rows above, so the panel hides none. */
+  function place(cell) {
+    var figure = cell.closest("figure.matrix");
+    var grid = figure.parentElement;
+    var top = figure.getBoundingClientRect().top;
+    var bottom = 0;
+    var figures = grid.children;
+    for (var k = 0; k < figures.length; k++) {
+      var box = figures[k].getBoundingClientRect();
+      if (Math.abs(box.top - top) < 2) {
+        bottom = Math.max(bottom, box.bottom);
+      }
+    }
+    var left = grid.getBoundingClientRect().left;
+    var room = document.documentElement.clientWidth - left - 8;
+    panel.style.maxWidth = Math.max(room, 200) + "px";
+    panel.style.left = window.scrollX + left + "px";
+    panel.style.top = window.scrollY + bottom + 6 + "px";
   }
 
   function entryOf(target) {

@@ -112,5 +112,5 @@ def example(worked, figure: str | None) -> list[Block]:
     )
     blocks.append(Prose(P.EXAMPLE_AGREEMENT.format(tolerance="$10^{-12}$")))
     if figure is not None:
-        blocks.append(Figure(figure, P.HEATMAP_CAPTION))
+        blocks.append(Figure(figure, P.HEATMAP_CAPTION, width=0.45))  # n × n squares: small
     return blocks

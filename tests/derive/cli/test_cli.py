@@ -345,3 +345,15 @@ def test_variants_combine_and_take_their_heads_from_heads(tmp_path, capsysbinary
     assert r"\title{Grouped-query attention with QK-norm and RoPE (the attention of Qwen 3), " in tex
     assert r"\section*{Explicit: $n = 4$" not in tex and "$n = 3$" in tex
     assert r"\mathring{q}^{(\ell)}_{m,j}" in tex and r"\check{q}^{(\ell)}_{m,j}" in tex
+
+
+@pytest.mark.parametrize("command", ["latex", "markdown", "pdf", "html", "notebook"])
+def test_help_gives_each_size_its_own_default(command, capsys):
+    """What an omitted size becomes when another is given (was "from 3, 4, 2" for each)."""
+    from derive.cli.parsing import DEFAULT_SIZES
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    for letter, size in DEFAULT_SIZES.items():
+        assert f"({letter} = {size} when only other sizes are given)" in said

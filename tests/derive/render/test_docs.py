@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from derive.cli.docs import generate_docs
-from derive.render.pdf import compile_pdf, pdf_producer, pdf_subject, source_hash
+from derive.render.pdf import compile_pdf, pdf_producer, pdf_source_hash, source_hash
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 HINT = "docs/ drifted from the code; regenerate with `derive docs`"
@@ -98,7 +98,7 @@ def test_pdf_was_built_from_the_committed_source(generated):
     pdf = (DOCS / "derivation.pdf").read_bytes()
     tex = (DOCS / "derivation.tex").read_text(encoding="utf-8")
     assert tex.encode() == generated["derivation.tex"], HINT
-    assert pdf_subject(pdf) == source_hash(tex, _committed_pictures()), f"derivation.pdf: {HINT}"
+    assert pdf_source_hash(pdf) == source_hash(tex, _committed_pictures()), f"derivation.pdf: {HINT}"
 
 
 def test_pdf_rebuilds_byte_for_byte():
@@ -110,7 +110,7 @@ def test_pdf_rebuilds_byte_for_byte():
     committed = (DOCS / "derivation.pdf").read_bytes()
     tex = (DOCS / "derivation.tex").read_text(encoding="utf-8")
     rebuilt = compile_pdf(tex, _committed_pictures())
-    assert pdf_subject(rebuilt) == pdf_subject(committed)
+    assert pdf_source_hash(rebuilt) == pdf_source_hash(committed)
     if pdf_producer(rebuilt) == pdf_producer(committed):
         assert rebuilt == committed, f"derivation.pdf: {HINT}"
     else:  # another pdfTeX lays out other bytes; the source hash above still pins the content

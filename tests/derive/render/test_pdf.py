@@ -11,7 +11,7 @@ import pytest
 
 import derive
 from derive import DocumentOptions, latex_document
-from derive.render.pdf import compile_with_log, pdf_producer, pdf_subject, source_hash
+from derive.render.pdf import compile_with_log, pdf_producer, pdf_source_hash, source_hash
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -71,6 +71,6 @@ def test_pdf_is_reproducible_and_names_its_source():
     first, _ = compile_with_log(tex)
     second, _ = compile_with_log(tex)
     assert first == second  # no dates, no trailer ID
-    assert pdf_subject(first) == source_hash(tex, {})
+    assert pdf_source_hash(first) == source_hash(tex, {})
     assert pdf_producer(first).startswith("pdfTeX")
     assert b"/CreationDate" not in first

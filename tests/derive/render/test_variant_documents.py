@@ -30,7 +30,8 @@ def test_shared_steps_are_referenced_not_repeated():
     assert "declared as in the derivation of causal self-attention" in tex
     declared = re.findall(r"% provenance: declared\n\\begin\{align\*\}\n(.*)\n", tex)
     assert declared == [r"M_{m,p} &= \begin{cases} 0 & \text{for}\: p \leq m \wedge m - w < p "
-                        r"\\-\infty & \text{otherwise} \end{cases}"]  # fmt: skip
+                        r"\\-\infty & \text{otherwise} \end{cases} "
+                        r"\tag*{\footnotesize\textit{declared}}"]  # fmt: skip
     cross = latex_document(DocumentOptions(variant="cross-attention"))
     assert r"k_{p,j} &= \sum_{i=1}^{d_{y}} y_{p,i} (W_k)_{i,j}" in cross
     assert r"\omega_{m,p} &= \sum_{j=1}^{c} q_{m,j} k_{p,j}" not in cross  # shared: referenced
