@@ -153,3 +153,17 @@ def test_the_written_out_backward_is_exact_where_the_softmax_saturates(size, cau
         expected = leaf.grad
         assert torch.isfinite(mine).all()
         assert float((mine.double() - expected).abs().max()) <= 1e-5 * float(expected.abs().max())
+
+
+def test_a_signature_that_passed_on_the_cpu_does_not_pass_on_another_device():
+    """The memory of passed signatures leaves a CPU tensor's device out of its key (see
+    `_checks._call_key`): another device must still be a new signature, and checked."""
+    from attention import DeviceError, SelfAttentionV1
+
+    module = SelfAttentionV1(3, 2)
+    module(torch.randn(6, 3))  # passed, remembered
+    with pytest.raises(DeviceError, match=r"W_query is on cpu but x is on meta"):
+        module(torch.randn(6, 3, device="meta"))
+    F.self_attention(X, W, W, W)  # passed, remembered
+    with pytest.raises(DeviceError, match=r"x is on meta"):
+        F.self_attention(torch.empty_like(X, device="meta"), W, W, W)
