@@ -10,6 +10,7 @@ Shapes use the book's letters: x (*batch, n, d), w (d, c), q (*batch, n, c), k/v
 
 import dataclasses
 import math
+from typing import Literal, overload
 
 import torch
 import torch.nn.functional as F
@@ -154,6 +155,21 @@ def attend_explicitly(
     return context(a, v), a
 
 
+# What `attend` returns follows `return_weights`: C alone, or (C, A).
+@overload
+def attend(
+    q: Tensor, k: Tensor, v: Tensor, *, scale: float, heads: bool, causal: bool = ...,
+    window: int | None = ..., offset: int = ..., allowed: Tensor | None = ...,
+    dropout_p: float = ..., return_weights: Literal[False] = ..., softcap: float | None = ...,
+    slopes: Tensor | None = ..., sinks: Tensor | None = ...,
+) -> Tensor: ...  # fmt: skip
+@overload
+def attend(
+    q: Tensor, k: Tensor, v: Tensor, *, scale: float, heads: bool, causal: bool = ...,
+    window: int | None = ..., offset: int = ..., allowed: Tensor | None = ...,
+    dropout_p: float = ..., return_weights: bool, softcap: float | None = ...,
+    slopes: Tensor | None = ..., sinks: Tensor | None = ...,
+) -> Tensor | tuple[Tensor, Tensor]: ...  # fmt: skip
 def attend(
     q: Tensor,
     k: Tensor,

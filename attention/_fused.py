@@ -187,7 +187,7 @@ def _banded_forward(q: Tensor, k: Tensor, v: Tensor, scores: Scores) -> Tensor:
         r1 = min(n, r0 + rows)
         first, last = r0 + offset, r1 + offset  # the block's positions
         low, high = _key_range(scores, first, last, total)
-        if shared is not None and first - window + 1 >= 0 and last <= total:
+        if shared is not None and first - window + 1 >= 0 and last <= total:  # pyright: ignore[reportOperatorIssue]  # shared: with a window
             block = shared[: r1 - r0, : high - low]
         else:
             block = _additive(band(first, last, low, high, window, q.device), q.dtype)
@@ -316,6 +316,9 @@ def _sweep(
     tensors, where = _packs(q, k, v, grad_out, pack)
     q_all, k_all, v_all = tensors[:3]
     backward = grad_out is not None
+    # Type-checker notes, for the `pyright: ignore`s below: each name bound in one branch is read
+    # under the same `backward` only, and d_sinks, d_slopes and the sink's weights are tensors
+    # only where sinks and slopes are; pyright follows neither.
     if backward:
         g_all = tensors[3]
         dq = torch.empty_like(q).view(q_all.shape)  # q's memory layout, its packs' view
@@ -341,7 +344,7 @@ def _sweep(
             r1 = min(n, r0 + rows)
             first, last = r0 + scores.offset, r1 + scores.offset
             low, high = _key_range(scores, first, last, total)
-            target = (dq if backward else out)[index]
+            target = (dq if backward else out)[index]  # pyright: ignore[reportPossiblyUnboundVariable]
             if high <= low:  # no key for any of these queries: zero rows, no gradient
                 target[:, :, r0:r1] = 0.0
                 continue
@@ -355,30 +358,30 @@ def _sweep(
             if not backward:
                 target[:, :, r0:r1] = torch.bmm(a_b, v_b).view(*shape[:3], width)
                 continue
-            g_b = g_all[index][:, :, r0:r1].reshape(shape[0], -1, width)
-            dv[index][:, low:high].baddbmm_(a_b.transpose(1, 2), g_b)  # += Aᵀ dC
+            g_b = g_all[index][:, :, r0:r1].reshape(shape[0], -1, width)  # pyright: ignore[reportPossiblyUnboundVariable]
+            dv[index][:, low:high].baddbmm_(a_b.transpose(1, 2), g_b)  # += Aᵀ dC  # pyright: ignore[reportPossiblyUnboundVariable]
             d_a = torch.bmm(g_b, v_b.transpose(1, 2))  # dA = dC Vᵀ: (G, r·b, K)
-            d_s = torch._softmax_backward_data(d_a, a_b, -1, a_b.dtype)  # A ∘ (dA − rowsum)
+            d_s = torch._softmax_backward_data(d_a, a_b, -1, a_b.dtype)  # A ∘ (dA − rowsum)  # pyright: ignore[reportPrivateImportUsage]  # no public name
             if d_sinks is not None:  # dσ = −Σ_m a_{m,σ} rowsum(A ∘ dA)_m
                 along = (a_b * d_a).sum(dim=-1).view(shape[:3])  # (G, r, b)
-                d_sinks[entries, group_of] -= (sink_weight * along).sum(dim=-1)
+                d_sinks[entries, group_of] -= (sink_weight * along).sum(dim=-1)  # pyright: ignore[reportOptionalOperand]
             if d_slopes is not None:  # dμ_ℓ = −Σ_{m,p} dω̇_{m,p} (m − p), before the cap's factor
                 gaps = distance(first, last, low, high, q_b)
                 d_slopes[entries, group_of] -= (d_s.view(shape) * gaps).sum(dim=(-2, -1))
             if capped is not None:  # through ω̃ ↦ cap·tanh(ω̃/cap): times 1 − tanh² (in place)
                 d_s.view(shape).mul_(capped.square_().neg_().add_(1.0))
             target[:, :, r0:r1] = torch.bmm(d_s, k_b).view(*shape[:3], width)
-            dk[index][:, low:high].baddbmm_(d_s.transpose(1, 2), q_b)  # += dΩ̃ᵀ (scale Q)
+            dk[index][:, low:high].baddbmm_(d_s.transpose(1, 2), q_b)  # += dΩ̃ᵀ (scale Q)  # pyright: ignore[reportPossiblyUnboundVariable]
 
     _each(one_pack, where, q.device)
     if not backward:
-        return (out.view(q.shape),)
-    dq = dq.view(q.shape).mul_(scores.scale)  # dQ = scale · dΩ̃ K
-    if d_sinks is not None:
-        d_sinks = d_sinks.sum(dim=0).view(heads).to(sinks.dtype)  # (B, g, r) -> (h,)
-    if d_slopes is not None:
-        d_slopes = d_slopes.sum(dim=0).view(heads).to(scores.slopes.dtype)
-    return dq, dk.view(k.shape), dv.view(v.shape), d_sinks, d_slopes
+        return (out.view(q.shape),)  # pyright: ignore[reportPossiblyUnboundVariable]
+    dq = dq.view(q.shape).mul_(scores.scale)  # dQ = scale · dΩ̃ K  # pyright: ignore[reportPossiblyUnboundVariable]
+    if d_sinks is not None:  # pyright: ignore[reportPossiblyUnboundVariable]
+        d_sinks = d_sinks.sum(dim=0).view(heads).to(sinks.dtype)  # (B, g, r) -> (h,)  # pyright: ignore[reportPossiblyUnboundVariable, reportOptionalMemberAccess]
+    if d_slopes is not None:  # pyright: ignore[reportPossiblyUnboundVariable]
+        d_slopes = d_slopes.sum(dim=0).view(heads).to(scores.slopes.dtype)  # pyright: ignore[reportPossiblyUnboundVariable, reportOptionalMemberAccess]
+    return dq, dk.view(k.shape), dv.view(v.shape), d_sinks, d_slopes  # pyright: ignore[reportPossiblyUnboundVariable]
 
 
 #: Threads that run the packs side by side, each thread's products single-threaded (None: as

@@ -13,6 +13,7 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal, overload
 
 import torch
 from torch import Tensor
@@ -105,6 +106,21 @@ def split_gate(projected: Tensor, heads: int) -> tuple[Tensor, Tensor]:
     return per_head[..., 0, :].flatten(-2), per_head[..., 1, :].flatten(-2)
 
 
+# What `attention_layer` returns follows `return_weights`: C alone, or (C, A).
+@overload
+def attention_layer(
+    x: Tensor, weights: LayerWeights, *, heads: int, groups: int | None = ...,
+    y: Tensor | None = ..., causal: bool = ..., window: int | None = ...,
+    allowed: Tensor | None = ..., dropout_p: float = ..., return_weights: Literal[False] = ...,
+    options: ScoreOptions = ..., rope: tuple[Tensor, Tensor] | None = ...,
+) -> Tensor: ...  # fmt: skip
+@overload
+def attention_layer(
+    x: Tensor, weights: LayerWeights, *, heads: int, groups: int | None = ...,
+    y: Tensor | None = ..., causal: bool = ..., window: int | None = ...,
+    allowed: Tensor | None = ..., dropout_p: float = ..., return_weights: bool,
+    options: ScoreOptions = ..., rope: tuple[Tensor, Tensor] | None = ...,
+) -> Tensor | tuple[Tensor, Tensor]: ...  # fmt: skip
 def attention_layer(
     x: Tensor,
     weights: LayerWeights,
@@ -139,9 +155,10 @@ def attention_layer(
         softcap=options.softcap, sinks=weights.sinks,
         slopes=slopes_of(weights, options, heads, q),
     )  # fmt: skip
-    per_head, a = result if return_weights else (result, None)
-    out = finish(per_head, gate, weights)
-    return (out, a) if return_weights else out
+    if isinstance(result, tuple):  # (C, A): return_weights
+        per_head, a = result
+        return finish(per_head, gate, weights), a
+    return finish(result, gate, weights)
 
 
 def project_heads(

@@ -24,6 +24,8 @@ is never causal (the keys are another sequence).
 Masked positions have no influence, even when they hold NaN or ±inf (see `hide_unattended`).
 """
 
+from typing import overload
+
 import torch
 from jaxtyping import Bool
 from torch import Tensor
@@ -72,6 +74,17 @@ def given_masks(mask: Mask, key_padding_mask: Mask) -> Tensor | None:
     return padding if mask is None else mask & padding
 
 
+# Given masks, there is always a tensor of them (causal or not): None only where all may attend.
+@overload
+def allowed_positions(
+    n: int, device: torch.device, causal: bool, allowed: Tensor, window: int | None = ...,
+    *, keys: int | None = ..., offset: int = ...,
+) -> Tensor: ...  # fmt: skip
+@overload
+def allowed_positions(
+    n: int, device: torch.device, causal: bool, allowed: Mask, window: int | None = ...,
+    *, keys: int | None = ..., offset: int = ...,
+) -> Tensor | None: ...  # fmt: skip
 def allowed_positions(
     n: int,
     device: torch.device,

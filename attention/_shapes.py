@@ -24,7 +24,7 @@ With checks off every public function and `forward` calls straight into the comp
 import functools
 import typing
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeAlias, TypeVar
 
 import torch
 from jaxtyping import config as jaxtyping_config
@@ -269,6 +269,8 @@ def check_tensors(
     present.sort(key=lambda item: any("*#" in c.dim_str for c in item[2]))
     for name, tensor, candidates in present:
         _check_kind(where, name, tensor, candidates[0])
+    # each entry's tensor is a Tensor now: _check_kind raised for anything else
+    present = typing.cast("list[tuple[str, Tensor, list[Any]]]", present)
     floats = [
         (name, t)
         for name, t, c in present
@@ -350,21 +352,22 @@ def check_result(where: str, name: str, result: Tensor, annotation: Any, binding
 
 
 class _OwnDtype:
-    """The marker `own_dtype` puts in `typing.Annotated` metadata."""
+    """The marker `OwnDtype` puts in `typing.Annotated` metadata."""
 
     def __repr__(self) -> str:
         return "own dtype"
 
 
 OWN_DTYPE = _OwnDtype()
+_Annotation = TypeVar("_Annotation")
 
-
-def own_dtype(annotation: Any) -> Any:
-    """`annotation`, for a tensor whose float dtype need not be the call's: a table or a gain that
-    a model keeps in float32 beside bfloat16 activations and computes with in float32 (the book's
-    Qwen 3 keeps RoPE's cos and sin, and its RMSNorm gains, so). Kind, shape and device are
-    checked as for any tensor; only the dtype agreement of `check_tensors` leaves it out."""
-    return typing.Annotated[annotation, OWN_DTYPE]
+#: `OwnDtype[annotation]`: `annotation`, for a tensor whose float dtype need not be the call's: a
+#: table or a gain that a model keeps in float32 beside bfloat16 activations and computes with in
+#: float32 (the book's Qwen 3 keeps RoPE's cos and sin, and its RMSNorm gains, so). Kind, shape
+#: and device are checked as for any tensor; only the dtype agreement of `check_tensors` leaves
+#: it out. (A generic alias, `typing.Annotated[annotation, OWN_DTYPE]` once subscripted, so that
+#: type checkers read it as the annotation it wraps.)
+OwnDtype: TypeAlias = typing.Annotated[_Annotation, OWN_DTYPE]
 
 
 def _keeps_own_dtype(annotation: Any) -> bool:

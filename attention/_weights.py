@@ -8,6 +8,8 @@ tensors to the checks of its `forward` (`attention._checks.Weights`), named as i
 """
 
 import functools
+import typing
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -16,6 +18,9 @@ from torch import Tensor
 
 from ._checks import Weights
 from ._shapes import ShapeError
+
+if typing.TYPE_CHECKING:  # for annotations only: attention.modules imports this module
+    from .modules._common import MultiHeadModule
 
 __all__ = [
     "BookWeights",
@@ -44,11 +49,9 @@ def parameter(module: nn.Module, name: str) -> Tensor | None:
 
 
 class BookWeights:
-    """The book's d×c matrices (and biases) of a single-head module, whatever its storage."""
-
-    W_query: nn.Parameter | nn.Linear
-    W_key: nn.Parameter | nn.Linear
-    W_value: nn.Parameter | nn.Linear
+    """The book's d×c matrices (and biases) of a single-head module, whatever its storage:
+    `W_query`, `W_key`, `W_value` are nn.Parameters (d×c) or nn.Linears, as each class declares
+    them (read here by name)."""
 
     def _seed(self, name: str) -> Tensor:
         stored = getattr(self, name)
@@ -132,7 +135,9 @@ def copy_weights(source: BookWeights, target: BookWeights) -> None:
             if stored.bias is not None:
                 stored.bias.copy_(bias if bias is not None else torch.zeros_like(stored.bias))
     if heads[0] is not None:  # two multi-head modules: their output projections too
-        target.out_proj.load_state_dict(source.out_proj.state_dict())
+        # (the classes with num_heads are MultiHeadModules, each with an out_proj)
+        source_out = typing.cast("MultiHeadModule", source).out_proj
+        typing.cast("MultiHeadModule", target).out_proj.load_state_dict(source_out.state_dict())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,14 +166,15 @@ def _qkv_names(prefix: str = "") -> tuple[tuple[str, object], ...]:
 _V2_NAMES = _qkv_names()
 _MHA_NAMES = (*_V2_NAMES, ("out_proj.weight", OutWeight), ("out_proj.bias", OutBias))
 #: With the output gate, W_query carries each head's queries and its gate's logits (2c × d).
+GatedBias = Float[Tensor, " c2"] | None
 _GATED_MHA_NAMES = (("W_query.weight", Float[Tensor, "c2 d"]),
-                    ("W_query.bias", Float[Tensor, " c2"] | None), *_MHA_NAMES[2:])  # fmt: skip
+                    ("W_query.bias", GatedBias), *_MHA_NAMES[2:])  # fmt: skip
 
 
 def _qkv_tensors(module: nn.Module) -> tuple[Tensor | None, ...]:
     """The `nn.Linear` projections' weights and biases, in the order of `_qkv_names`."""
     try:
-        modules = module._modules
+        modules: dict[str, Any] = module._modules  # None, or not an nn.Linear: caught below
         q = modules["W_query"]._parameters
         k = modules["W_key"]._parameters
         v = modules["W_value"]._parameters
@@ -216,6 +222,7 @@ def cross_weights(module: nn.Module) -> Weights:
 
 def heads_weights(wrapper: nn.Module) -> Weights:
     """MultiHeadAttentionWrapper: every head's projections, named heads[i].W_query.weight …"""
-    heads = list(submodule(wrapper, "heads")._modules.values())
+    # the wrapper's ModuleList holds the CausalAttention heads it built
+    heads = typing.cast("list[nn.Module]", list(submodule(wrapper, "heads")._modules.values()))
     names = tuple(item for i in range(len(heads)) for item in _qkv_names(f"heads[{i}]."))
     return names, tuple(tensor for head in heads for tensor in _qkv_tensors(head))

@@ -27,7 +27,7 @@ from . import _core
 from ._arguments import check_alibi, check_cap, check_per_head, check_positive, check_window
 from ._checks import checked
 from ._layer import LayerWeights, ScoreOptions, attention_layer
-from ._shapes import ShapeError, own_dtype
+from ._shapes import OwnDtype, ShapeError
 from .modules._grouped import GroupedQueryAttention, RMSNorm, check_groups
 from .rope import compute_rope_params, even_width
 
@@ -42,7 +42,7 @@ __all__ = [
 
 @checked
 def rms_norm(
-    x: Float[Tensor, "*batch n c"], gain: own_dtype(Float[Tensor, " c"]), eps: float = 1e-6
+    x: Float[Tensor, "*batch n c"], gain: OwnDtype[Float[Tensor, " c"]], eps: float = 1e-6
 ) -> Float[Tensor, "*batch n c"]:
     """RMS norm of each row over its c features, times learnable gains g:
 
@@ -89,8 +89,8 @@ def grouped_query_attention(
     groups: int | None = None,
     causal: bool = False,
     theta_base: float | None = None,
-    q_gain: own_dtype(Float[Tensor, " c_h"]) | None = None,
-    k_gain: own_dtype(Float[Tensor, " c_h"]) | None = None,
+    q_gain: OwnDtype[Float[Tensor, " c_h"]] | None = None,
+    k_gain: OwnDtype[Float[Tensor, " c_h"]] | None = None,
     eps: float = 1e-6,
     mask: Bool[Tensor, "*#batch n n"] | None = None,
     window: int | None = None,
@@ -148,8 +148,8 @@ def grouped_query_attention(
     rope = None
     if theta_base is not None:
         exact = torch.float64 if x.dtype == torch.float64 else torch.float32  # as the books
-        tables = compute_rope_params(width, theta_base, x.shape[-2], dtype=exact)
-        rope = tuple(t.to(x.device) for t in tables)  # on x's device (the tables start on the CPU)
+        cos, sin = compute_rope_params(width, theta_base, x.shape[-2], dtype=exact)
+        rope = (cos.to(x.device), sin.to(x.device))  # on x's device (the tables start on the CPU)
 
     def norm(gain: Tensor | None):
         return None if gain is None else (lambda t: _core.rms_norm(t, gain, eps))

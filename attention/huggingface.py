@@ -26,11 +26,16 @@ the softmax unchanged (`derive latex --variant alibi`, shift invariance).
 `transformers` is not a dependency of this package: it is imported when these functions run.
 """
 
+import typing
+
 import torch
 from torch import Tensor
 
 from . import _core
 from .modules import MultiHeadAttention
+
+if typing.TYPE_CHECKING:  # for the annotation only: transformers is imported where used
+    from transformers.models.bloom.modeling_bloom import BloomAttention
 
 __all__ = ["NAME", "attention_forward", "register", "from_bloom"]
 
@@ -100,7 +105,7 @@ def register(name: str = NAME) -> str:
 
 
 @torch.no_grad()
-def from_bloom(layer: torch.nn.Module, *, context_length: int = 2048) -> MultiHeadAttention:
+def from_bloom(layer: "BloomAttention", *, context_length: int = 2048) -> MultiHeadAttention:
     """BLOOM's attention layer (`BloomAttention`) as `MultiHeadAttention(alibi=True)`: the same
     weights, the same slopes (Press et al.'s, BLOOM's `build_alibi_tensor`), causal; its output
     is BLOOM's before the residual is added (BLOOM's `dropout_add` adds it in the layer).

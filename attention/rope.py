@@ -27,7 +27,7 @@ from torch import Tensor
 
 from ._arguments import check_float_dtype, check_positive
 from ._checks import checked
-from ._shapes import ShapeError, own_dtype
+from ._shapes import OwnDtype, ShapeError
 
 __all__ = ["compute_rope_params", "rope_frequencies", "rotate_half", "apply_rope", "rope_rotation"]
 
@@ -163,8 +163,8 @@ def rotate_half(x: Float[Tensor, "*batch n c"]) -> Float[Tensor, "*batch n c"]:
 @checked
 def apply_rope(
     x: Float[Tensor, "*batch n c"],
-    cos: own_dtype(Float[Tensor, "n_ctx c"]),
-    sin: own_dtype(Float[Tensor, "n_ctx c"]),
+    cos: OwnDtype[Float[Tensor, "n_ctx c"]],
+    sin: OwnDtype[Float[Tensor, "n_ctx c"]],
     offset: int = 0,
 ) -> Float[Tensor, "*batch n c"]:
     """Rotate each row of x by its position: row m (0-based) by the angles of position

@@ -1,7 +1,10 @@
-"""What the module classes share: the constructors' prologue (checks, then the layers of
-multi-head attention in the book's order), the one call of every forward into the layer
-(`forward_layer`), the dropout rate a forward uses, the context-length check, the output
-projection's W_o."""
+"""What the module classes share: the attributes of a multi-head module (`MultiHeadModule`),
+the constructors' prologue (checks, then the layers of multi-head attention in the book's
+order), the one call of every forward into the layer (`forward_layer`), the dropout rate a
+forward uses, the context-length check, the output projection's W_o."""
+
+import typing
+from typing import Literal, overload
 
 import torch
 import torch.nn as nn
@@ -21,14 +24,33 @@ from .._layer import NO_OPTIONS, LayerWeights, ScoreOptions, attention_layer
 from .._shapes import ShapeError
 
 __all__ = [
-    "build_heads", "add_head_layers", "set_score_options", "layer_weights", "forward_layer",
-    "dropout_rate",
+    "MultiHeadModule", "build_heads", "add_head_layers", "set_score_options", "layer_weights",
+    "forward_layer", "dropout_rate",
     "within_context", "OutputProjection",
 ]  # fmt: skip
 
 
+class MultiHeadModule(nn.Module):
+    """The attributes every multi-head class has, set by `add_head_layers` and
+    `set_score_options` (GroupedQueryAttention sets the layers itself), declared once for readers
+    and type checkers; nothing of its own at run time."""
+
+    d_out: int
+    num_heads: int
+    head_dim: int
+    W_query: nn.Linear
+    W_key: nn.Linear
+    W_value: nn.Linear
+    out_proj: nn.Linear
+    gate: bool
+    softcap: float | None
+    alibi: bool
+    query_pre_attn_scalar: float | None
+    score_options: ScoreOptions
+
+
 def build_heads(
-    module: nn.Module, where: str, *, d_in: int, d_out: int, num_heads: int, dropout: float,
+    module: MultiHeadModule, where: str, *, d_in: int, d_out: int, num_heads: int, dropout: float,
     qkv_bias: bool, d_kv: int | None = None, softcap: float | None = None,
     alibi: bool | Tensor = False, sinks: bool | Tensor = False, gate: bool = False,
     query_pre_attn_scalar: float | None = None, **sizes: int,
@@ -59,8 +81,9 @@ def check_sinks(where: str, sinks: object, heads: int) -> None:
 
 
 def set_score_options(
-    module: nn.Module, where: str, *, softcap: float | None = None, alibi: bool | Tensor = False,
-    sinks: bool | Tensor = False, gate: bool = False, query_pre_attn_scalar: float | None = None,
+    module: MultiHeadModule, where: str, *, softcap: float | None = None,
+    alibi: bool | Tensor = False, sinks: bool | Tensor = False, gate: bool = False,
+    query_pre_attn_scalar: float | None = None,
 ) -> None:  # fmt: skip
     """The modifications of the scores a module was built with, checked, kept as
     `module.score_options` (every forward reads them) and each as an attribute of its own
@@ -94,7 +117,7 @@ def set_score_options(
                                         query_pre_attn_scalar=query_pre_attn_scalar)  # fmt: skip
 
 
-def add_gate(module: nn.Module) -> None:
+def add_gate(module: MultiHeadModule) -> None:
     """The output gate in Qwen 3.5's layout: `W_query` (an nn.Linear) replaced by one twice as
     wide, each head's 2·head_dim outputs its queries then its gate's logits (`_layer.split_gate`).
     The merged heads are multiplied by σ(logits) before `out_proj`."""
@@ -104,7 +127,7 @@ def add_gate(module: nn.Module) -> None:
 
 
 def add_head_layers(
-    module: nn.Module, d_in: int, d_kv: int, d_out: int, num_heads: int, dropout: float,
+    module: MultiHeadModule, d_in: int, d_kv: int, d_out: int, num_heads: int, dropout: float,
     qkv_bias: bool,
 ) -> None:  # fmt: skip
     """The layers of the book's `MultiHeadAttention`, created in its order (the same seed gives
@@ -135,6 +158,8 @@ def layer_weights(module: nn.Module) -> LayerWeights:
     linears = [layers.get(name) for name in ("W_query", "W_key", "W_value", "out_proj")]
     w_q, w_k, w_v, w_o = (_transposed(linear, "weight") for linear in linears)
     b_q, b_k, b_v, b_o = (_transposed(linear, "bias") for linear in linears)
+    # W_query, W_key and W_value are there, each with a weight, in every multi-head module
+    w_q, w_k, w_v = typing.cast("tuple[Tensor, Tensor, Tensor]", (w_q, w_k, w_v))
     return LayerWeights(
         w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o,
         gate_in_query=getattr(module, "gate", False),
@@ -143,8 +168,21 @@ def layer_weights(module: nn.Module) -> LayerWeights:
     )  # fmt: skip
 
 
+# What `forward_layer` returns follows `return_weights`: C alone, or (C, A).
+@overload
 def forward_layer(
-    module: nn.Module,
+    module: MultiHeadModule, x: Tensor, *, y: Tensor | None = ..., causal: bool = ...,
+    window: int | None = ..., allowed: Tensor | None = ..., return_weights: Literal[False] = ...,
+    rope: tuple[Tensor, Tensor] | None = ...,
+) -> Tensor: ...  # fmt: skip
+@overload
+def forward_layer(
+    module: MultiHeadModule, x: Tensor, *, y: Tensor | None = ..., causal: bool = ...,
+    window: int | None = ..., allowed: Tensor | None = ..., return_weights: bool,
+    rope: tuple[Tensor, Tensor] | None = ...,
+) -> Tensor | tuple[Tensor, Tensor]: ...  # fmt: skip
+def forward_layer(
+    module: MultiHeadModule,
     x: Tensor,
     *,
     y: Tensor | None = None,

@@ -4,19 +4,18 @@ The book has no such class; this one is laid out as its `MultiHeadAttention` is 
 `W_key`, `W_value`, `out_proj`, `dropout`), with `W_key` and `W_value` reading d_kv columns.
 """
 
-import torch.nn as nn
 from jaxtyping import Bool, Float
 from torch import Tensor
 
 from .._checks import checked_forward
 from .._masks import given_masks, silence_cross
 from .._weights import BookWeights, cross_weights
-from ._common import OutputProjection, build_heads, forward_layer
+from ._common import MultiHeadModule, OutputProjection, build_heads, forward_layer
 
 __all__ = ["CrossAttention"]
 
 
-class CrossAttention(OutputProjection, BookWeights, nn.Module):
+class CrossAttention(OutputProjection, BookWeights, MultiHeadModule):
     """h heads of cross-attention, concatenated and projected by `out_proj`.
 
     $$C = \\big[A_1 V_1 \\,|\\, \\cdots \\,|\\, A_h V_h\\big] W_o + b_o,\\qquad

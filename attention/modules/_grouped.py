@@ -19,10 +19,10 @@ from .._arguments import (
 )
 from .._checks import Weights, checked_forward
 from .._masks import book_mask
-from .._shapes import ShapeError, own_dtype
+from .._shapes import OwnDtype, ShapeError
 from .._weights import parameter, submodule
 from ..rope import even_width
-from ._common import check_sinks, forward_layer, set_score_options
+from ._common import MultiHeadModule, check_sinks, forward_layer, set_score_options
 
 __all__ = ["RMSNorm", "GroupedQueryAttention", "check_groups"]
 
@@ -60,8 +60,8 @@ class RMSNorm(nn.Module):
 
 #: The gains may stay in float32 beside bfloat16 inputs (the book's Qwen 3 creates them so).
 _NORM_NAMES = (
-    ("scale", own_dtype(Float[Tensor, " c"])),
-    ("shift", own_dtype(Float[Tensor, " c"]) | None),
+    ("scale", OwnDtype[Float[Tensor, " c"]]),
+    ("shift", OwnDtype[Float[Tensor, " c"]] | None),
 )
 
 
@@ -71,8 +71,8 @@ _GQA_NAMES = (
     ("W_key.weight", Float[Tensor, "c_kv d"]),  # (g·c_h, d)
     ("W_value.weight", Float[Tensor, "c_kv d"]),
     ("out_proj.weight", Float[Tensor, "c_out c"]),
-    ("q_norm.scale", own_dtype(Float[Tensor, " c_h"]) | None),
-    ("k_norm.scale", own_dtype(Float[Tensor, " c_h"]) | None),
+    ("q_norm.scale", OwnDtype[Float[Tensor, " c_h"]] | None),
+    ("k_norm.scale", OwnDtype[Float[Tensor, " c_h"]] | None),
 )
 
 
@@ -87,7 +87,7 @@ def _gqa_weights(module: nn.Module) -> Weights:
     return (_GATED_GQA_NAMES if module.gate else _GQA_NAMES), tuple(tensors)
 
 
-class GroupedQueryAttention(nn.Module):
+class GroupedQueryAttention(MultiHeadModule):
     """The book's `GroupedQueryAttention` of llama3 and qwen3 in one class, checked, on the fused
     kernel's grouped-query path (K and V never repeated). Formulas: the module docstring.
 
@@ -178,8 +178,8 @@ class GroupedQueryAttention(nn.Module):
         self,
         x: Float[Tensor, "*batch n d"],
         blocked: Bool[Tensor, "n n"] | None = None,
-        cos: own_dtype(Float[Tensor, "n_ctx c_h"]) | None = None,
-        sin: own_dtype(Float[Tensor, "n_ctx c_h"]) | None = None,
+        cos: OwnDtype[Float[Tensor, "n_ctx c_h"]] | None = None,
+        sin: OwnDtype[Float[Tensor, "n_ctx c_h"]] | None = None,
     ) -> Float[Tensor, "*batch n c_out"]:
         """(*batch, n, d_in) -> (*batch, n, c_out), c_out the book's output width (llama3's
         d_out, qwen3's d_in); `blocked` (n, n), True = may not attend; cos, sin (n_ctx, head_dim),
@@ -206,5 +206,5 @@ class GroupedQueryAttention(nn.Module):
         if self.sliding_window is not None:  # a window is causal, and the narrower one holds
             causal = True
             window = self.sliding_window if window is None else min(window, self.sliding_window)
-        rope = None if cos is None else (cos, sin)
+        rope = None if cos is None or sin is None else (cos, sin)  # both or neither, above
         return forward_layer(self, x, causal=causal, window=window, allowed=allowed, rope=rope)

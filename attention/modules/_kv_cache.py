@@ -10,6 +10,8 @@ of h heads where the module groups them), and `ptr_current_pos` counts
 the tokens seen. A call that fails (past `context_length`, a different batch) changes nothing.
 """
 
+import typing
+
 import torch
 import torch.nn as nn
 from torch import Tensor
@@ -17,7 +19,7 @@ from torch import Tensor
 from .. import _core
 from .._layer import NO_OPTIONS, finish, normalise_and_rotate, project_heads, slopes_of
 from .._shapes import DeviceError, DtypeError, ShapeError
-from ._common import dropout_rate, layer_weights
+from ._common import MultiHeadModule, dropout_rate, layer_weights
 
 __all__ = ["KVCache", "refuse_masks_with_cache"]
 
@@ -48,7 +50,7 @@ class KVCache:
     ) -> Tensor:  # fmt: skip
         """(*batch, t, d) -> (*batch, t, d_out): the new rows against the cache, which grows
         (with `rope`, the new queries and keys rotated at their positions)."""
-        module: nn.Module = self  # type: ignore[assignment]
+        module: MultiHeadModule = self  # type: ignore[assignment]  # a mixin of multi-head modules
         cached_k, cached_v = self.cache_k, self.cache_v
         t = x.shape[-2]
         if cached_k is not None:
@@ -67,6 +69,7 @@ class KVCache:
         keys, values = keys.transpose(-3, -2), values.transpose(-3, -2)  # -> (*b, t, g, c_h)
         if cached_k is not None:
             keys = torch.cat([cached_k, keys], dim=-3)  # (*b, m, g, c_h) + t rows -> m + t rows
+            cached_v = typing.cast(Tensor, cached_v)  # set and reset with cache_k
             values = torch.cat([cached_v, values], dim=-3)
         options = getattr(module, "score_options", NO_OPTIONS)
         per_head = _core.attend_new_rows(

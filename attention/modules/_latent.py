@@ -16,17 +16,20 @@ from ._common import dropout_rate
 __all__ = ["MultiHeadLatentAttention"]
 
 
+_Bias = Float[Tensor, " c"] | None
+_LatentBias = Float[Tensor, " r"] | None
+_OutBias = Float[Tensor, " c_out"] | None
 _MLA_NAMES = (
     ("W_query.weight", Float[Tensor, "c d"]),  # nn.Linear stores Wᵀ
-    ("W_query.bias", Float[Tensor, " c"] | None),
+    ("W_query.bias", _Bias),
     ("W_DKV.weight", Float[Tensor, "r d"]),
-    ("W_DKV.bias", Float[Tensor, " r"] | None),
+    ("W_DKV.bias", _LatentBias),
     ("W_UK.weight", Float[Tensor, "c r"]),
-    ("W_UK.bias", Float[Tensor, " c"] | None),
+    ("W_UK.bias", _Bias),
     ("W_UV.weight", Float[Tensor, "c r"]),
-    ("W_UV.bias", Float[Tensor, " c"] | None),
+    ("W_UV.bias", _Bias),
     ("out_proj.weight", Float[Tensor, "c_out c"]),
-    ("out_proj.bias", Float[Tensor, " c_out"] | None),
+    ("out_proj.bias", _OutBias),
 )
 _MLA_LINEARS = ("W_query", "W_DKV", "W_UK", "W_UV", "out_proj")
 

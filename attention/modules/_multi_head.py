@@ -5,6 +5,9 @@ has the key-value cache of ch. 4's bonus material (`forward(x, use_cache=True)`,
 state_dicts load).
 """
 
+import typing
+from collections.abc import Iterable
+
 import torch
 import torch.nn as nn
 from jaxtyping import Float
@@ -14,7 +17,13 @@ from .._arguments import check_flag, check_positive
 from .._checks import checked_forward
 from .._masks import KeyPaddingArg, MaskArg, given_masks
 from .._weights import BookWeights, heads_weights, multi_head_weights
-from ._common import OutputProjection, build_heads, forward_layer, within_context
+from ._common import (
+    MultiHeadModule,
+    OutputProjection,
+    build_heads,
+    forward_layer,
+    within_context,
+)
 from ._kv_cache import KVCache, refuse_masks_with_cache
 from ._single_head import CausalAttention
 
@@ -57,7 +66,8 @@ class MultiHeadAttentionWrapper(nn.Module):
         key_padding_mask: KeyPaddingArg = None,
     ) -> Float[Tensor, "*batch n c_out"]:
         """(*batch, n, d) -> (*batch, n, num_heads · d_out); masks as in CausalAttention."""
-        for index, head in enumerate(self.heads):
+        heads = typing.cast("Iterable[CausalAttention]", self.heads)  # the heads built above
+        for index, head in enumerate(heads):
             where = "MultiHeadAttentionWrapper.forward"
             within_context(where, x.shape[-2], head.mask.shape[-1], f"heads[{index}] has ")
         return torch.cat(
@@ -65,7 +75,7 @@ class MultiHeadAttentionWrapper(nn.Module):
         )
 
 
-class MultiHeadAttention(KVCache, OutputProjection, BookWeights, nn.Module):
+class MultiHeadAttention(KVCache, OutputProjection, BookWeights, MultiHeadModule):
     """The book's `MultiHeadAttention`: h fused causal heads of width c_h = d_out / num_heads,
     concatenated and projected by `out_proj`; with the key-value cache of ch. 4.
 
@@ -96,6 +106,7 @@ class MultiHeadAttention(KVCache, OutputProjection, BookWeights, nn.Module):
     """
 
     mask: Tensor
+    dropout: nn.Dropout
 
     def __init__(
         self,

@@ -33,7 +33,7 @@ ContextAndWeights = tuple[Float[Tensor, "*batch n c"], Float[Tensor, "*batch n n
 
 
 def _linear_attend(
-    module: nn.Module,
+    module: "SelfAttentionV2 | CausalAttention",
     x: Tensor,
     *,
     causal: bool,

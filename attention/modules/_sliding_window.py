@@ -8,7 +8,6 @@ the cache keeps the last w keys and values only, so its memory stays O(w·c) how
 generation.
 """
 
-import torch.nn as nn
 from jaxtyping import Float
 from torch import Tensor
 
@@ -16,13 +15,13 @@ from .._arguments import check_window
 from .._checks import checked_forward
 from .._masks import KeyPaddingArg, MaskArg, given_masks
 from .._weights import BookWeights, multi_head_weights
-from ._common import OutputProjection, build_heads, forward_layer
+from ._common import MultiHeadModule, OutputProjection, build_heads, forward_layer
 from ._kv_cache import KVCache, refuse_masks_with_cache
 
 __all__ = ["MultiHeadAttentionWithSWA"]
 
 
-class MultiHeadAttentionWithSWA(KVCache, OutputProjection, BookWeights, nn.Module):
+class MultiHeadAttentionWithSWA(KVCache, OutputProjection, BookWeights, MultiHeadModule):
     """The book's `MultiHeadAttentionWithSWA`: causal multi-head attention in which each query
     sees its last `sliding_window_size` tokens (all of them when it is None).
 
