@@ -129,8 +129,8 @@ def explicit_variant(name: str, n: int, d: int, c: int, **sizes: object) -> Expl
         0
     """
     found = variant(name)
-    at = explicit_sizes(found, *(check_size(k, v) for k, v in (("n", n), ("d", d), ("c", c))),
-                        sizes)  # fmt: skip
+    n, d, c = (check_size(k, v) for k, v in (("n", n), ("d", d), ("c", c)))
+    at = explicit_sizes(found, n, d, c, sizes)
     return ExplicitGraph(found.graph, at, heads=int(at.get(L.h, 1)))
 
 

@@ -196,7 +196,7 @@ def variant(
     replaces: Iterable[Step] = (),
     inserts: Iterable[tuple[str, Step]] = (),
     sizes: Mapping[sp.Symbol, int] | Iterable[Size] = (),
-    parameters: Mapping[sp.Symbol, object] = (),
+    parameters: Mapping[sp.Symbol, object] | Iterable[tuple[sp.Symbol, object]] = (),
     requires: Iterable = (),
     claims: Iterable = (),
     twin: Callee | Twin | None = None,
@@ -229,16 +229,16 @@ def variant(
                                    f"derive.declare.step, got {item!r}")  # fmt: skip
     sizes = tuple(Size(symbol, default) for symbol, default in sizes.items()) if isinstance(
         sizes, Mapping) else tuple(sizes)  # fmt: skip
-    parameters = tuple(Parameter(symbol, sp.sympify(value))
-                       for symbol, value in dict(parameters).items())  # fmt: skip
+    own = tuple(Parameter(symbol, sp.sympify(value))
+                for symbol, value in dict(parameters).items())  # fmt: skip
     if twin is not None and not isinstance(twin, Twin):
-        options = tuple((str(p_.symbol), p_.symbol) for p_ in parameters)
+        options = tuple((str(p_.symbol), p_.symbol) for p_ in own)
         twin = Twin(twin, tuple(arguments), options)
     graph_name = title[:1].lower() + title[1:]
     found = Variant(
         name, title, text if isinstance(text, str) else tuple(text), base=base,
         build=build(name, base, replaces, inserts, graph_name),
-        claims=tuple(claims), sizes=sizes, parameters=parameters, requires=tuple(requires),
+        claims=tuple(claims), sizes=sizes, parameters=own, requires=tuple(requires),
         twin=twin, rank=rank,
     )  # fmt: skip
     return register_variant(found) if register else found

@@ -90,8 +90,8 @@ def explicit_of(entry: Entry, sizes: dict[str, int], seed: int) -> ExplicitGraph
     masks = {}
     if "M" in entry.graph.inputs:
         generator = torch.Generator().manual_seed(seed + 2)
-        shape = entry.graph.shapes["M"]
-        masks = _mask(tuple(int(sp.sympify(x).xreplace(at)) for x in shape), generator)
+        rows, cols = (int(sp.sympify(x).xreplace(at)) for x in entry.graph.shapes["M"])
+        masks = _mask((rows, cols), generator)
     return ExplicitGraph(entry.graph, at, heads=int(at.get(L.h, 1)), given=masks)
 
 
@@ -108,7 +108,8 @@ def _gradient_rows(entry: Entry, explicit: ExplicitGraph, inputs: dict, seed: in
     gradients = ExplicitGradients.of(explicit)
     generator = torch.Generator().manual_seed(seed + 1)
     upstream = torch.randint(-16, 17, gradients.dC.shape, generator=generator).double() / 8
-    values = gradients.evaluate_inputs(**inputs, **{gradients.upstream: upstream})
+    # (the keys are input letters, never `digits`)
+    values = gradients.evaluate_inputs(**inputs, **{gradients.upstream: upstream})  # pyright: ignore[reportArgumentType]
     leaves = {k: v.detach().clone().requires_grad_() for k, v in inputs.items()}
     steps = torch_values(explicit, leaves)
     for tensor in steps.values():

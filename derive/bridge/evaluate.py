@@ -51,8 +51,8 @@ def resolve(callee: Callee, where: str) -> Any:
 
 def number(value: object) -> object:
     """A size or parameter as torch takes it: an int, else a float."""
-    value = sp.sympify(value)
-    return int(value) if value.is_Integer else float(value)
+    sympified = sp.sympify(value)
+    return int(sympified) if sympified.is_Integer else float(sympified)
 
 
 def mask_of(explicit: ExplicitGraph, letter: str) -> Any:
@@ -112,7 +112,7 @@ class Reader:
         width = int(sp.sympify(step.shapes[letter][1]).xreplace(self.explicit.sizes))
         return self._tensor(source, None)[..., start : start + width]
 
-    def option(self, value: object, head: int | None = None) -> object:
+    def option(self, value: Any, head: int | None = None) -> object:  # Any: see _exact
         """A twin's option: a size or parameter at these sizes, a matrix by its letter (a mask
         as booleans, a row as a vector), one entry of a matrix (``μ_{1,ℓ}``: head ℓ's, as a
         0-d tensor, so that a gradient reaches the matrix), or the value itself."""

@@ -86,7 +86,7 @@ def worked_example(
         raise ValueError(f"{entry.name}: no twin computes the worked example")
     context = twin_output(twin, entry, explicit, Reader(explicit, dict(inputs)))
     weights = torch_values(explicit, inputs)["A"]
-    values = explicit.evaluate(**inputs)
+    values = explicit.evaluate(**inputs)  # pyright: ignore[reportArgumentType]  # letters, never `digits`
     errors = [
         abs(float(entry) - number)
         for symbolic, numeric in ((values.A, weights), (values.C, context))

@@ -50,9 +50,9 @@ def inline(expr: sp.Expr, graph: Graph, letters: set[str]) -> sp.Expr:
 def composed_expression(graph: Graph) -> MatrixExpr:
     """The graph's output as one matrix expression in its inputs: each step's output symbol
     replaced by its derived matrix form, with no simplification."""
-    chain = [s for s in steps(graph) if s.matrix is not None]
-    definitions = {s.matrix.lhs: s.matrix.rhs for s in chain}
-    expr = definitions[chain[-1].matrix.lhs]
+    chain = [s.matrix for s in steps(graph) if s.matrix is not None]
+    definitions = {matrix.lhs: matrix.rhs for matrix in chain}
+    expr = definitions[chain[-1].lhs]
     for _ in chain:  # each pass resolves one level; the chain is at most len(chain) deep
         expr = expr.xreplace(definitions)
     return expr

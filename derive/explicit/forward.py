@@ -171,8 +171,8 @@ class ExplicitAttention(ExplicitGraph):
         name = entry_name(causal=causal, masked=self.masked, heads=self.heads)
         found = variant(name)
         graph = graph or found.graph
-        heads = {"h": self.heads} if self.heads > 1 else {}
-        sizes = explicit_sizes(found, self.n, self.d, self.c, heads)
+        own = {"h": self.heads} if self.heads > 1 else {}
+        sizes = explicit_sizes(found, self.n, self.d, self.c, own)
         self.width = self.c // self.heads
         given = {}
         if self.masked:  # M: 0 where a query may attend, −∞ where not (causal folded in)
@@ -191,7 +191,8 @@ class ExplicitAttention(ExplicitGraph):
             f"explicit_attention(n={self.n}, d={self.d}, c={self.c}{variant}, heads={self.heads})"
         )
 
-    def evaluate(
+    # self-attention's inputs by name (and W_o), narrower than any graph's on purpose
+    def evaluate(  # pyright: ignore[reportIncompatibleMethodOverride]
         self, X: object, W_q: object, W_k: object, W_v: object, W_o: object = None, *,
         digits: int | None = 30,
     ) -> Values:  # fmt: skip

@@ -12,6 +12,7 @@ import math
 import numbers
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import sympy as sp
 
@@ -26,7 +27,9 @@ __all__ = [
 ]
 
 
-def _exact(name: str, value: object) -> sp.Expr:
+# Any, not object, for a value told apart by isinstance against SymPy's classes or by hasattr:
+# the type checker reads SymPy untyped (pyproject.toml) and follows no hasattr.
+def _exact(name: str, value: Any) -> sp.Expr:
     """One entry as an exact SymPy number."""
     if isinstance(value, bool):
         raise TypeError(f"{name} must hold numbers, got the bool {value!r}")
@@ -46,7 +49,7 @@ def _exact(name: str, value: object) -> sp.Expr:
     raise TypeError(f"{name} must hold real numbers, got {type(value).__name__} {value!r}")
 
 
-def to_rows(name: str, value: object) -> list:
+def to_rows(name: str, value: Any) -> list:  # Any: see _exact
     """Nested Python lists from a tensor, an array, a SymPy matrix or nested sequences."""
     if isinstance(value, sp.MatrixBase):
         return value.tolist()

@@ -13,10 +13,14 @@ from .registry import (
     entry_name,
     register_variant,
     self_attention,
-    variant,
     variants,
 )
 from .variant import Document, Group, Show, Variant
+
+# isort: split
+# `variant`, the registry's look-up, bound after the submodule of the same name (.variant) so
+# that the name is the function, whatever order the submodules were first imported in
+from .registry import variant
 
 __all__ = [
     "Declaration", "Graph", "STEP_NAMES", "self_attention", "Variant", "Entry", "Document",

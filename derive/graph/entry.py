@@ -96,8 +96,8 @@ class Entry:
         later = self.chain[self.chain.index(owner) :]
         if any(v.build is not None and not v.options for v in later[1:]):
             return ()  # a variant after it changes the graph and tells its twins nothing
-        found = (owner.twin, *(t for v in later for t in v.also))
-        return tuple(t for t in found if set(t.requires) <= self.names)
+        found = (owner.twin, *(t for v in later for t in v.also))  # owner.twin: not None
+        return tuple(t for t in found if t is not None and set(t.requires) <= self.names)
 
     def with_graph(self, graph: Graph) -> Entry:
         """The entry with other declarations in place of its graph's (a test changes one

@@ -9,6 +9,7 @@ the entry and of its draws holding (n ≥ 2: one token tests nothing).
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 
 import sympy as sp
 
@@ -60,6 +61,7 @@ def drawn_sizes(entry: Entry, rng: random.Random, given: dict[str, int | None], 
     for name in ("c", "n", "d"):  # c first: the heads (and RoPE) decide what it may be
         if sizes[symbols[name]] is not None:
             continue
+        fits: list[int] = []
         for limit in limits:
             fits = [v for v in range(1, limit + 1) if _fits(entry, fixed | {symbols[name]: v})]
             if fits:
@@ -71,7 +73,7 @@ def drawn_sizes(entry: Entry, rng: random.Random, given: dict[str, int | None], 
     return {str(symbol): int(value) for symbol, value in fixed.items()}
 
 
-def explicit_sizes(entry: Entry, n: int, d: int, c: int, given: dict[str, int]) -> dict:
+def explicit_sizes(entry: Entry, n: int, d: int, c: int, given: Mapping[str, object]) -> dict:
     """n, d, c, the entry's own sizes (given by name, or their defaults), the sizes its
     relations fix (c_h = c / h) and its parameters (numbers, or defaults in the sizes); a
     ValueError naming the sizes that do not fit together, with the reason."""

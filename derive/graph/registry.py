@@ -20,6 +20,7 @@ wrong.
 from __future__ import annotations
 
 import functools
+import typing
 
 from .claims import Claim
 from .declaration import Graph
@@ -153,8 +154,8 @@ def graph_of(names: frozenset[str]) -> Graph:
             if graph is None:
                 raise DeclarationError(f"variant {found.name!r} has no base and no build")
             continue
-        try:
-            graph = found.build(graph)
+        try:  # (graph is None for the root only, whose build starts from nothing)
+            graph = found.build(typing.cast(Graph, graph))
         except DeclarationError:
             raise
         except (ValueError, KeyError, TypeError) as error:

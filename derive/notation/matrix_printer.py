@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sympy as sp
 from sympy import MatrixSymbol
+from sympy.printing.latex import LatexPrinter
 from sympy.printing.precedence import PRECEDENCE
 
 from . import letters as L
@@ -17,11 +18,13 @@ _MATRIX_RANK = {L.BASES[name]: rank for rank, name in enumerate(L.READING_ORDER)
 _ACCENTS = (r"\mathring", r"\check", r"\tilde", r"\hat", r"\bar")
 
 
-class MatrixPrinting:
-    """The `_print_*` methods of matrix expressions (mixed into `AttentionPrinter`)."""
+class MatrixPrinting(LatexPrinter):
+    """The `_print_*` methods of matrix expressions (mixed into `AttentionPrinter`, a
+    `LatexPrinter` too: they call its `_print` and `parenthesize`)."""
 
     def _print_MatrixSymbol(self, expr: MatrixSymbol, style: str = "plain") -> str:
-        return L.MATRIX_LATEX.get(str(expr.name), super()._print_MatrixSymbol(expr))
+        sympys: str = super()._print_MatrixSymbol(expr)
+        return L.MATRIX_LATEX.get(str(expr.name), sympys)
 
     def _print_Transpose(self, expr: sp.Transpose) -> str:
         base = self.parenthesize(expr.arg, PRECEDENCE["Pow"])

@@ -70,7 +70,7 @@ class PlainPrinter(StrPrinter):
     printmethod = "_plain"
 
     def _print_Indexed(self, expr: Indexed) -> str:
-        name = expr.base.label.name
+        name: str = expr.base.label.name
         gradient = name.startswith("d") and name[1:] in _ENTRY
         letter = _bar(_ENTRY[name[1:]]) if gradient else _ENTRY.get(name, name)
         indices = list(expr.indices)
@@ -79,7 +79,8 @@ class PlainPrinter(StrPrinter):
         return f"{text}[{','.join(self._print(index) for index in indices)}]"
 
     def _print_Symbol(self, expr: sp.Symbol) -> str:
-        return _SYMBOLS.get(expr.name, expr.name)
+        name: str = expr.name
+        return _SYMBOLS.get(name, name)
 
     def _print_MatrixSymbol(self, expr: MatrixSymbol) -> str:
         name = str(expr.name)

@@ -22,6 +22,7 @@ A claim that compares with another graph names it: a graph, an entry of the regi
 
 from __future__ import annotations
 
+import typing
 from dataclasses import replace
 
 import sympy as sp
@@ -94,7 +95,7 @@ def _canonical(expr: sp.Basic) -> sp.Basic:
 
 
 def _same_as(graph: Graph, claim: SameAs) -> Fact:
-    other = claim.other
+    other = typing.cast(Graph, claim.other)  # a graph: `prove` puts it in (_resolved)
     forward, back = _assumed(claim.assume)
     substitute = dict(claim.substitute)
     bases = {k: v for k, v in substitute.items() if isinstance(k, sp.IndexedBase)}
@@ -117,7 +118,7 @@ def _same_as(graph: Graph, claim: SameAs) -> Fact:
     statement = Eq(sp.Symbol(r"\text{" + graph.name + "}"),
                    sp.Symbol(r"\text{" + other.name + "}"), evaluate=False)  # fmt: skip
     reached = statement if all(residual) else Eq(statement.lhs, sp.nan, evaluate=False)
-    return Fact("same_as", f"When it is {claim.other.name}", (*lines, reached), statement,
+    return Fact("same_as", f"When it is {other.name}", (*lines, reached), statement,
                 tuple(s.output for s in graph.declarations),
                 "each declaration with the substitution made, its conditions decided under the "
                 "index ranges and the assumed sizes")  # fmt: skip

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import typing
+
 import sympy as sp
 from sympy import Eq
 
@@ -55,11 +57,12 @@ def _label(letters: tuple[str, ...], graph: Graph | None = None) -> sp.Expr:
 
 def cache_against(graph: Graph, claim: CacheAgainst) -> Fact:
     """entries(cache) = …, entries(their cache) = …, and the ratio, simplified under c = h c_h."""
-    relations = [(r.lhs, r.rhs) for r in (*graph.relations, *claim.other.relations)]
+    compared = typing.cast(Graph, claim.other)  # a graph: `prove` puts it in (_resolved)
+    relations = [(r.lhs, r.rhs) for r in (*graph.relations, *compared.relations)]
     mine = _entries(graph.shapes, claim.letters)
-    theirs = _entries(claim.other.shapes, claim.theirs)
+    theirs = _entries(compared.shapes, claim.theirs)
     ratio = sp.simplify((mine / theirs).subs([(L.c, L.h * L.c_h)]).subs(relations))
-    lhs, other = _label(claim.letters), _label(claim.theirs, claim.other)
+    lhs, other = _label(claim.letters), _label(claim.theirs, compared)
     lines = (Eq(lhs, mine, evaluate=False), Eq(other, theirs, evaluate=False),
              Eq(lhs / other, ratio, evaluate=False))  # fmt: skip
     return Fact("cache_against", "What the cache holds", lines, lines[-1],

@@ -98,7 +98,7 @@ def output(evaluation: Evaluation, scenario: Scenario, letter: str = "C") -> tup
     bound = evaluation.bound(letter) if evaluation.rounding is not None else None
     if scenario.b_o is not None and letter == "C":
         value = value + scenario.b_o
-        if bound is not None:
+        if bound is not None and evaluation.rounding is not None:  # (bounds come with rounding)
             bound = bound + evaluation.rounding.store * value.abs()
     return value, bound
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import typing
 import warnings
 from typing import Any
 
@@ -92,7 +93,8 @@ class ModuleHarness:
         if self.mask_per_sequence:  # a module that wants (*batch, n, n), not (n, n)
             given = given.expand(*x.shape[:-2], *given.shape[-2:])
         try:
-            return _first_tensor(module(x, **{self.adapter.mask: given}))
+            keyword = typing.cast(str, self.adapter.mask)  # a mask comes only where accepts_mask
+            return _first_tensor(module(x, **{keyword: given}))
         except Exception:
             if self.mask_per_sequence or x.ndim == 2:
                 raise

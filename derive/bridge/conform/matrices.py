@@ -56,9 +56,10 @@ class Rounding:
 
 @functools.lru_cache(maxsize=512)
 def _form(step: Declaration, shapes: tuple, relations: tuple) -> sp.MatrixExpr | None:
-    if step.constant:
+    declared = declared_matrix(step, relations)
+    if declared is None:  # a constant step
         return None
-    form = declared_matrix(step, relations).rhs
+    form = declared.rhs
     if not isinstance(form, Entries):  # Entries: no matrix form of the entry as it is written
         return form
     row, col = step.free
@@ -175,7 +176,7 @@ class Evaluation:
         if not dims:
             return value, bound
         total = value.sum(dims)
-        if bound is not None:
+        if bound is not None and self.rounding is not None:  # (bounds come with rounding)
             terms = value.numel() // total.numel()
             bound = bound.sum(dims) + self.rounding.gamma(terms) * value.abs().sum(dims)
         return total, bound
@@ -203,7 +204,7 @@ class Evaluation:
             return self._product(expr)
         if isinstance(expr, sp.MatAdd):
             parts = [self(term) for term in expr.args]
-            value = sum(part[0] for part in parts)
+            value: Any = sum(part[0] for part in parts)  # tensors
             if rounding is None:
                 return value, None
             return value, sum(part[1] for part in parts) + rounding.store * value.abs()

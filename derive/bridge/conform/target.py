@@ -142,7 +142,8 @@ def recognise(obj: Any, kind: str | None = None, name: str | None = None) -> Tar
 
     if kind is not None and kind not in KINDS:
         raise ConformError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    name = name or getattr(obj, "__qualname__", None) or type(obj).__name__
+    qualname: str | None = getattr(obj, "__qualname__", None)
+    name = name or qualname or type(obj).__name__
     if isinstance(obj, type):
         raise ConformError(
             f"{name} is a class; conform needs an instance (or a function that builds one, "

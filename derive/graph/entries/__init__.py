@@ -44,5 +44,7 @@ MODELS = {("gqa", "rope"): "Llama 3", ("gqa", "qk-norm", "rope"): "Qwen 3",
           ("gqa", "sliding-window", "sinks"): "GPT-OSS (its sliding layers, without RoPE)",
           ("gqa", "sliding-window", "qk-norm", "rope"): "Gemma 3 (its local layers)"}
 #: Combinations with a title of their own.
-TITLES = {("multi-head", "causal"): "Causal multi-head attention",
-          ("multi-head", "masked"): "Masked multi-head attention"}  # fmt: skip
+TITLES: dict[tuple[str, ...], str] = {
+    ("multi-head", "causal"): "Causal multi-head attention",
+    ("multi-head", "masked"): "Masked multi-head attention",
+}
