@@ -36,3 +36,22 @@ def test_the_changelog_has_the_released_version_and_what_is_unreleased():
     changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     assert f"## {PROJECT['version']}" in changelog
     assert changelog.index("## Unreleased") < changelog.index(f"## {PROJECT['version']}")
+
+
+def test_the_sdist_carries_what_a_user_needs_and_nothing_of_the_repository_s_own(tmp_path):
+    """The packages (their assets included), the README, the licences, the changelog, the
+    user's documentation and example; not the tests, the generated documents, the benchmarks
+    or CI (see [tool.hatch.build.targets.sdist])."""
+    import tarfile
+
+    from hatchling.builders.sdist import SdistBuilder
+
+    (built,) = SdistBuilder(str(ROOT)).build(directory=str(tmp_path), versions=["standard"])
+    with tarfile.open(built) as archive:
+        names = {name.partition("/")[2] for name in archive.getnames()}
+    for needed in ("attention/__init__.py", "attention/py.typed", "derive/render/assets/page.js",
+                   "derive/render/assets/katex/LICENSE", "docs/examples/sigmoid_attention.py",
+                   "docs/glossary.md", "README.md", "LICENSE", "CHANGELOG.md", "pyproject.toml"):
+        assert needed in names, needed
+    left_out = ("tests/", "docs/derivation", "docs/figures/", ".ci/", "docs/benchmarks.md")
+    assert [n for n in names if n.startswith(left_out)] == []

@@ -18,6 +18,7 @@ Nothing here names a variant: the sizes, their conditions and the twins come fro
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +65,7 @@ class Row:
         return "exact" if self.exact else f"{self.limit:.0e}"
 
 
-def draw_sizes(entry: Entry, rng: random.Random, given: dict[str, int | None]) -> dict[str, int]:
+def draw_sizes(entry: Entry, rng: random.Random, given: Mapping[str, object]) -> dict[str, int]:
     """The sizes of a trial (`derive.graph.fitting.drawn_sizes`, from 1 … RANDOM_MAX, then up to
     MAX_SIZE): those given, the others drawn, every condition of the entry holding."""
     return drawn_sizes(entry, rng, given, limits=(RANDOM_MAX, MAX_SIZE))

@@ -129,6 +129,6 @@ def run_conform(args, out: TextIO | None = None) -> int:
     elif args.markdown:
         print(report.markdown(), file=out, end="")
     else:
-        colour = out.isatty() and not os.environ.get("NO_COLOR")
+        colour = out is not None and out.isatty() and not os.environ.get("NO_COLOR")
         print(report.table(colour=colour), file=out)
     return 0 if report.conforms else 1

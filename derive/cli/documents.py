@@ -123,7 +123,7 @@ def notebook(options: DocumentOptions, progress: Progress = _quiet) -> bytes:
         from ..bridge.notebook import run_cells
     except ImportError as error:  # pragma: no cover - torch is a dependency
         raise EnvironmentProblem(f"the notebook's cells need torch ({error})") from None
-    cells = notebook_cells(options)
+    cells = notebook_cells(options, example=example_for(options))
     outputs = run_cells(cells)
     progress("ran the notebook's cells")
     return to_ipynb(cells, outputs).encode("utf-8")
@@ -162,9 +162,10 @@ def render(
 def _options(args) -> DocumentOptions:
     name = entry_of(args)
     given = {letter: getattr(args, letter) for letter in "ndc"}
-    sizes = None
+    sizes: tuple[int, int, int] | None = None
     if any(value is not None for value in given.values()):
-        sizes = tuple(given[k] if given[k] is not None else DEFAULT_SIZES[k] for k in "ndc")
+        n, d, c = (given[k] if given[k] is not None else DEFAULT_SIZES[k] for k in "ndc")
+        sizes = (n, d, c)
     if args.example and sizes is not None and sizes[0] > 7:
         raise UsageError(
             f"{PROG} {args.command}: the worked example's sentence has 7 tokens, so --example "

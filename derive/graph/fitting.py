@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
+from typing import Any
 
 import sympy as sp
 
@@ -39,7 +40,7 @@ def _fits(entry: Entry, sizes: dict) -> bool:
     return all(c.holds(known) is not False for c in (*entry.requires, *entry.draws))
 
 
-def drawn_sizes(entry: Entry, rng: random.Random, given: dict[str, int | None], *,
+def drawn_sizes(entry: Entry, rng: random.Random, given: Mapping[str, object], *,
                 limits: tuple[int, int]) -> dict[str, int]:  # fmt: skip
     """n, d, c and the entry's own sizes: those given; the others drawn, pairwise distinct where
     that is possible (so that a swapped axis cannot pass by coincidence), from 1 … limits[0]
@@ -51,7 +52,7 @@ def drawn_sizes(entry: Entry, rng: random.Random, given: dict[str, int | None], 
     if unknown:
         raise ValueError(not_its_own(entry, unknown[0]))
     symbols = {str(s.symbol): s.symbol for s in entry.sizes} | {"n": L.n, "d": L.d, "c": L.c}
-    sizes = {L.n: given.get("n"), L.d: given.get("d"), L.c: given.get("c")}
+    sizes: dict[sp.Symbol, Any] = {L.n: given.get("n"), L.d: given.get("d"), L.c: given.get("c")}
     sizes |= {s.symbol: given.get(str(s.symbol)) or s.default for s in entry.sizes}
     fixed = {k: v for k, v in sizes.items() if v is not None}
     known = with_relations(entry, fixed)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..user_code import UserCodeError, import_file, import_named
 from .registry import DeclarationError, Entry, register_variant, registered, variant
+from .user_code import UserCodeError, import_file, import_named
 from .variant import Variant
 
 __all__ = ["load_variant", "spec_of"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import overload
 
 from .claims import Claim
 from .declaration import Graph
@@ -73,6 +74,11 @@ class Document:
     prose: tuple[tuple[str, str], ...] = ()
     figures: tuple[str, ...] = ()
     backward: tuple[Group, ...] | None = None
+
+    @overload
+    def words(self, key: str) -> str | None: ...
+    @overload
+    def words(self, key: str, default: str) -> str: ...
 
     def words(self, key: str, default: str | None = None) -> str | None:
         """The variant's words for a section, or `default`."""

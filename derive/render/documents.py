@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import sympy as sp
 
@@ -91,14 +92,16 @@ class DocumentOptions:
         return variant(entry_name(self.variant, causal=self.causal, heads=self.heads))
 
     @property
-    def given(self) -> dict[str, int]:
+    def given(self) -> dict[str, object]:
         """The entry's own sizes given, h from `heads`."""
         return dict(self.extra) | ({"h": self.heads} if self.heads > 1 else {})
 
     def variant_sizes(self) -> dict[sp.Symbol, int]:
         """The explicit sizes: n, d, c, the entry's own (given, or its defaults), those its
         relations fix (c_h) and its parameters (`derive.graph.explicit_sizes`)."""
-        return explicit_sizes(self.entry, *self.sizes, self.given)
+        assert self.sizes is not None, "variant_sizes needs explicit sizes"
+        n, d, c = self.sizes
+        return explicit_sizes(self.entry, n, d, c, self.given)
 
 
 def figure_path(options: DocumentOptions, name: str) -> str:
@@ -199,7 +202,7 @@ def markdown_document(
     return to_markdown(blocks, title=document_title(options), note=P.AUTHORSHIP)
 
 
-def _svg_figures(blocks: list[Block], example: object) -> dict[str, str]:
+def _svg_figures(blocks: list[Block], example: Any) -> dict[str, str]:
     """The SVG of each figure of the document, by the path the LaTeX gives it."""
     from . import svg
 

@@ -11,17 +11,13 @@ that shows it (each explicit step, the worked example's tables, its C, its agree
 first cell that uses a name (``steps``, ``facts``, ``example``, …) defines it. The check, which
 the documents leave to the command, ends the notebook.
 
-Something else runs the code cells (`derive.bridge.notebook`, in-process, since the cells import
-torch) and `to_ipynb` writes the notebook, outputs included, as nbformat 4.5 JSON the way
-nbformat writes it (sorted keys, one-space indent, multi-line strings split into lines). Nothing
-in it depends on the machine or the moment: cell ids are numbered, execution counts run 1, 2, …,
-every seed is fixed, and the outputs are chosen not to depend on the floating-point kernels of
-the CPU (the check's table is saved without its column of largest differences).
+`derive.bridge.notebook` runs the code cells (in-process: they import torch), `to_ipynb` writes
+the notebook. No output depends on the machine: every seed is fixed, and the check's table is
+saved without its column of largest differences (the CPU's floating-point kernels).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections import defaultdict
 from collections.abc import Callable
@@ -35,17 +31,9 @@ from ..notation import latex
 from ..notation.lines import equation
 from ..proofs.claims import prove
 from . import prose as P
-from .blocks import (
-    Block,
-    Display,
-    Figure,
-    Heading,
-    Matrices,
-    Prose,
-    Table,
-    markdown_block,  # the Markdown document's own renderer
-)
+from .blocks import Block, Display, Figure, Heading, Matrices, Prose, Table, markdown_block
 from .documents import HEATMAP, DocumentOptions, document_blocks, document_title, figure_path
+from .ipynb import Cell, to_ipynb
 from .sections import explicit as E
 from .sections.common import fact_lines
 
@@ -55,14 +43,6 @@ __all__ = ["Cell", "notebook_cells", "to_ipynb"]
 CHECK_SEED = 0
 #: The column of the check's table that depends on the machine, left out of the saved output.
 MACHINE_COLUMN = "max |difference|"
-
-
-@dataclass(frozen=True)
-class Cell:
-    """A notebook cell: ``"markdown"`` or ``"code"``, and its source."""
-
-    kind: str
-    source: str
 
 
 @dataclass(frozen=True)
@@ -276,12 +256,8 @@ class _Cells:
 
 def notebook_cells(options: DocumentOptions, *, example: object = None) -> list[Cell]:
     """The cells of the notebook for `options` (as `derive notebook` takes them): the same for
-    every entry of the registry. `example` is the worked example (`derive.worked_example`);
-    computed here (torch) when the options ask for it and none is given."""
-    if options.example and example is None:
-        from ..bridge.example import example_for  # torch, only for the worked example
-
-        example = example_for(options)
+    every entry of the registry. `example` is the worked example (`derive.worked_example`),
+    which the options may ask for (as `document_blocks` needs it)."""
     blocks: list[Block] = [b for b in document_blocks(options, example=example)
                            if not isinstance(b, Matrices)]  # fmt: skip
     after: dict[int, list[Cell | _Code]] = defaultdict(list)
@@ -314,45 +290,3 @@ def notebook_cells(options: DocumentOptions, *, example: object = None) -> list[
         cells.add(item)
     cells.flush()
     return cells.cells
-
-
-def _lines(text: str) -> list[str]:
-    return text.splitlines(True)
-
-
-def _output(output: dict) -> dict:
-    """An output with its multi-line strings split into lines, as nbformat writes them."""
-    output = dict(output)
-    if output["output_type"] == "stream":
-        output["text"] = _lines(output["text"])
-    elif "data" in output:
-        output["data"] = {
-            mime: _lines(value) if mime.startswith("text/") or mime == "image/svg+xml" else value
-            for mime, value in output["data"].items()
-        }
-    return output
-
-
-def to_ipynb(cells: list[Cell], outputs: list[list[dict]]) -> str:
-    """The notebook as nbformat 4.5 JSON; `outputs` holds each cell's outputs (empty for
-    Markdown cells), each output as nbformat has it (``output_type``, ``data``, …)."""
-    written, count = [], 0
-    for index, (cell, produced) in enumerate(zip(cells, outputs, strict=True), 1):
-        entry = {"cell_type": cell.kind, "id": f"cell-{index:03d}", "metadata": {},
-                 "source": _lines(cell.source)}  # fmt: skip
-        if cell.kind == "code":
-            count += 1
-            entry |= {"execution_count": count, "outputs": [_output(o) for o in produced]}
-        written.append(entry)
-    notebook = {
-        "cells": written,
-        "metadata": {
-            "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python",
-                           "name": "python3"},
-            "language_info": {"name": "python"},
-        },
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }  # fmt: skip
-    return json.dumps(notebook, indent=1, sort_keys=True, separators=(",", ": "),
-                      ensure_ascii=False) + "\n"  # fmt: skip

@@ -18,6 +18,7 @@ import base64
 import functools
 import re
 from importlib import resources
+from importlib.resources.abc import Traversable
 
 __all__ = ["KATEX_VERSION", "katex_style", "katex_script", "page_style", "page_script"]
 
@@ -30,7 +31,7 @@ _SOURCES = re.compile(
 )
 
 
-def _asset(path: str) -> resources.abc.Traversable:
+def _asset(path: str) -> Traversable:
     return resources.files("derive.render").joinpath("assets", *path.split("/"))
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...user_code import UserCodeError, import_file, import_named
+from ...graph.user_code import UserCodeError, import_file, import_named
 
 __all__ = ["ConformError", "Target", "load", "recognise", "KINDS", "sdpa_options"]
 

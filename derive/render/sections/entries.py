@@ -78,7 +78,7 @@ def matrices(ea: ExplicitGraph, numbers: Numbers | None = None) -> Matrices:
     ]  # fmt: skip
     for step in ea.steps:
         key = step.step.output.removesuffix("_l")
-        letter, role = L.MATRIX_LATEX[key], P.ROLES.get(key, step.step.title)
+        letter, role = L.MATRIX_LATEX[key], P.ROLES.get(key) or step.step.title or key
         if step.head is not None:
             letter += f"^{{({step.head})}}"
             role += f" (head {step.head})"

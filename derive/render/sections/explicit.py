@@ -66,7 +66,7 @@ def example_numbers(worked) -> Numbers:
 
 def _rounded(rows: list[list[float]] | sp.MatrixBase, digits: int = 4) -> sp.Matrix:
     """A matrix of SymPy Floats rounded to `digits` decimals, for printing."""
-    numbers = rows.tolist() if isinstance(rows, sp.MatrixBase) else rows
+    numbers = rows if isinstance(rows, list) else rows.tolist()
     return sp.Matrix([[sp.Float(f"{float(v):.{digits}f}") for v in row] for row in numbers])
 
 

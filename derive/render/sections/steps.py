@@ -50,6 +50,7 @@ def _composed(graph: Graph, step: calculus.Step) -> list[Block]:
     element = calculus.inline(step.element.rhs, graph, letters)
     forms = {s.matrix.lhs: s.matrix.rhs for s in calculus.steps(graph)
              if s.output in letters and s.matrix is not None}  # fmt: skip
+    assert step.matrix is not None, f"{step.output}: a composed step has a matrix form"
     matrix = step.matrix.rhs.xreplace(forms)
     lines = (f"{latex(step.element.lhs)} &= {latex(element)}",
              f"{latex(step.matrix.lhs)} &= {latex(matrix)}")  # fmt: skip
