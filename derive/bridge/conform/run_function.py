@@ -144,6 +144,10 @@ class FunctionRun(Run):
             ("batch independence", "each sequence of a batch is computed alone", 0),
             ("heads kept separate", "each head is computed alone", 1),
         ):
+            alone = _alone(index, size=self.q.shape[index])
+            if alone:
+                rows.append(self.missing(name, what, formula, alone))
+                continue
             others = [t.clone() for t in (self.q, self.k, self.v)]
             for t in others:
                 t.select(index, 1).copy_(self.dyadic(tuple(t.select(index, 1).shape), 8))
@@ -224,3 +228,11 @@ class FunctionRun(Run):
             why(self.dtype, "backward"),
             note,
         )
+
+
+def _alone(axis: int, *, size: int) -> str:
+    """Why an independence check has nothing to compare along `axis` (0 batch, 1 heads): ""
+    when there is a second sequence or head to change."""
+    if size > 1:
+        return ""
+    return ("one sequence (batch = 1)", "one head (heads = 1)")[axis] + ": no other to change"

@@ -174,6 +174,10 @@ class ModuleRun(Run):
                 formula,
                 "the module takes one sequence (n, d) at a time",
             )
+        if self.batch == 1:
+            return self.missing(
+                "batch independence", what, formula, "one sequence (batch = 1): no other to change"
+            )
         others = self.x.clone()
         others[1:] = self.dyadic(others[1:].shape, 16)
         return self.same_row(
