@@ -55,7 +55,7 @@ class Run:
         self.scenarios: list[Scenario] = []
         self.rows: list[Check] = []
         self.causal, self.causal_how = False, ""
-        self.notes: list[str] = []
+        self.notes: list[str] = list(target.notes)
 
     def dyadic(self, shape: tuple[int, ...], top: int) -> Any:
         """Entries k/8 with |k| ≤ top, from the run's own generator (float64, exact in any

@@ -17,6 +17,8 @@ Nothing but the target is imported or run.
 from __future__ import annotations
 
 import ast
+import dataclasses
+import functools
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,12 +47,14 @@ class Target:
         kind: ``"sdpa"``, ``"module"`` or ``"self"``.
         name: how reports name it.
         options: for ``sdpa``, which of ``attn_mask``, ``is_causal``, ``scale`` it accepts.
+        notes: what the report should say about how the target was read (torch.compile's).
     """
 
     obj: Any
     kind: str
     name: str
     options: frozenset[str] = frozenset()
+    notes: tuple[str, ...] = ()
 
 
 def load(spec: str) -> Any:
@@ -83,11 +87,42 @@ def _from_file(path: Path) -> Any:
     try:
         return import_file(path, name)
     except UserCodeError as error:
-        raise ConformError(str(error)) from None
+        relative = _relative_import(path) if "relative import" in str(error) else None
+        if relative is None:
+            raise ConformError(str(error)) from None
+        line, statement, instead = relative
+        raise ConformError(
+            f"cannot load {str(path)!r}: line {line}, `{statement}`, is a relative import, and "
+            f"a file loaded by path is in no package; {instead} (the file's folder is on the "
+            "import path while it loads), or name the target as package.module:attribute"
+        ) from None
+
+
+def _relative_import(path: Path) -> tuple[int, str, str] | None:
+    """The file's first relative import: its line, the statement, and what to write instead
+    (``from .helper import x`` -> ``from helper import x``); None if it has none."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    found = [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level]
+    if not found:
+        return None
+    node = min(found, key=lambda node: node.lineno)
+    if node.level > 1:
+        instead = "import from a folder on the import path instead"
+    elif node.module is None:  # from . import helper
+        instead = f"write `import {', '.join(alias.name for alias in node.names)}`"
+    else:
+        instead = f"write `{ast.unparse(ast.ImportFrom(node.module, node.names, 0))}`"
+    return node.lineno, ast.unparse(node), instead
 
 
 def _signature(function: Any) -> inspect.Signature | None:
-    """The signature, or for a built-in the one the first line of its docstring gives."""
+    """The signature, or for a built-in the one the first line of its docstring gives (also
+    under a functools.partial: what the partial leaves to give)."""
+    if isinstance(function, functools.partial):
+        return _partial_signature(function)
     try:
         return inspect.signature(function)
     except (TypeError, ValueError):
@@ -114,6 +149,23 @@ def _signature(function: Any) -> inspect.Signature | None:
     )
 
 
+def _partial_signature(partial: functools.partial) -> inspect.Signature | None:
+    """What a partial of `partial.func` still takes: inspect's reading of a partial, applied
+    to the signature `_signature` finds for the function (a built-in's from its docstring)."""
+    inner = _signature(partial.func)
+    if inner is None:
+        return None
+
+    def stand_in(*args: Any, **keywords: Any) -> None:
+        """Takes what `partial.func` takes (its __signature__)."""
+
+    stand_in.__signature__ = inner  # type: ignore[attr-defined]
+    try:
+        return inspect.signature(functools.partial(stand_in, *partial.args, **partial.keywords))
+    except (TypeError, ValueError):  # the partial binds what the function does not take
+        return None
+
+
 def sdpa_options(function: Any) -> frozenset[str]:
     """Which of attn_mask, is_causal, scale the function takes by keyword."""
     signature = _signature(function)
@@ -136,14 +188,49 @@ def _positional(function: Any) -> tuple[int, int]:
     return sum(p.default is inspect.Parameter.empty for p in positional), len(positional)
 
 
+def _uncompiled(obj: Any) -> tuple[Any, str]:
+    """What torch.compile wrapped, and a note saying it is checked instead; (obj, "") if it
+    is not compiled. Checked eagerly: the same formulas, without a compile for every shape."""
+    if type(obj).__name__ == "OptimizedModule" and hasattr(obj, "_orig_mod"):
+        where = "_orig_mod"
+    elif callable(getattr(obj, "_torchdynamo_orig_callable", None)):
+        where = "_torchdynamo_orig_callable"
+    else:
+        return obj, ""
+    note = (
+        f"torch.compile: checked the original it wraps ({where}), run eagerly; "
+        "the compiled code was not run"
+    )
+    return getattr(obj, where), note
+
+
+def _display_name(obj: Any) -> str:
+    """How a report names an object given as such: its qualified name; a partial with what
+    it binds (``functools.partial(f, enable_gqa=True)``)."""
+    if isinstance(obj, functools.partial):
+        bound = [_short(value) for value in obj.args]
+        bound += [f"{key}={_short(value)}" for key, value in obj.keywords.items()]
+        return f"functools.partial({', '.join([_display_name(obj.func), *bound])})"
+    qualname: str | None = getattr(obj, "__qualname__", None)
+    return qualname or type(obj).__name__
+
+
+def _short(value: Any) -> str:
+    written = repr(value)
+    return written if len(written) <= 24 else f"<{type(value).__name__}>"
+
+
 def recognise(obj: Any, kind: str | None = None, name: str | None = None) -> Target:
     """What `obj` is (or `kind` says it is); a factory is called first."""
     import torch.nn as nn
 
     if kind is not None and kind not in KINDS:
         raise ConformError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    qualname: str | None = getattr(obj, "__qualname__", None)
-    name = name or qualname or type(obj).__name__
+    original, how = _uncompiled(obj)
+    if how:
+        target = recognise(original, kind, name or f"torch.compile({_display_name(original)})")
+        return dataclasses.replace(target, notes=(how, *target.notes))
+    name = name or _display_name(obj)
     if isinstance(obj, type):
         raise ConformError(
             f"{name} is a class; conform needs an instance (or a function that builds one, "
@@ -177,7 +264,12 @@ def recognise(obj: Any, kind: str | None = None, name: str | None = None) -> Tar
                 f"calling {name}() failed: {type(error).__name__}: {error}"
             ) from None
         return recognise(built, kind, f"{name}()")
+    takes = (
+        "its signature cannot be read: say --kind sdpa if it is f(q, k, v, ...)"
+        if required < 0
+        else f"it takes {required} required arguments"
+    )
     raise ConformError(
         f"{name} is neither an nn.Module, a function f(q, k, v, ...) nor a function with no "
-        f"arguments that builds one (it takes {required} required arguments)"
+        f"arguments that builds one ({takes})"
     )
