@@ -14,12 +14,16 @@ Your own convention, in a few lines::
         w_q, w_k, w_v = module.wqkv.weight.mT.chunk(3, dim=1)  # (3c, d) -> three (d, c)
         return Weights(w_q, w_k, w_v, W_o=module.wo.weight.mT, heads=module.n_heads)
 
-Optional: ``call(module, x, allowed)`` if the module is not called as ``module(x)`` (its output,
-or the first tensor of a tuple, is C); ``mask="attn_mask"`` the keyword of a boolean mask and
-``mask_means="allowed"`` or ``"masked"`` (what True means to it); ``dropout="attn_drop"`` the
-attribute of the dropout module applied to the weights; ``observe`` submodules whose output or
-input is Q, K, V or Ĉ (to show where values first differ). Adapters registered last are tried
-first, the built-in ones (`derive.bridge.conform.conventions`) after them.
+A module called otherwise than ``module(x)``, with a mask of its own convention::
+
+    def attend(module, x, allowed):  # allowed: None, or (n, n) bool, True = may attend
+        bias = None if allowed is None else torch.where(allowed, 0.0, -1e4)  # no NaN
+        return module(x, x, attn_bias=bias)  # (batch, n, d) -> (batch, n, c_out)
+
+    register_adapter("mine", recognises=..., call=attend, mask="attn_bias")(read_weights)
+
+Every argument is described in `register_adapter`. Adapters registered last are tried first,
+the built-in ones (`derive.bridge.conform.conventions`) after them.
 """
 
 from __future__ import annotations
@@ -124,7 +128,44 @@ def register_adapter(
     dropout: str | None = None,
     observe: tuple[Observe, ...] = (),
 ) -> Callable[[Callable[[Any], Weights]], Callable[[Any], Weights]]:
-    """Register `weights(module) -> Weights` for modules `recognises` accepts (a decorator)."""
+    """Register `weights(module) -> Weights` for modules `recognises` accepts (a decorator).
+
+    Args:
+        name: how reports name the convention (``--adapter NAME`` picks it); registering a
+            name again replaces the adapter of that name.
+        recognises: ``recognises(module) -> bool``, True for the modules of this convention;
+            one that raises recognises nothing.
+        call: ``call(module, x, allowed)``, if the module is not called as ``module(x)``.
+            ``module`` is conform's copy (eval mode, in the dtype asked for); ``x`` a tensor
+            (batch, n, d) in its dtype and on its device, or one sequence (n, d) when the
+            module failed on a batch; ``allowed`` is None, or, when `mask` is given, a boolean
+            tensor (n, n), the same for every sequence, where ``allowed[m, p]`` is True when
+            query m may attend to key p (derive's convention, whatever `mask_means` says:
+            translate it yourself). It returns C (batch, n, c_out), or a tuple whose first
+            tensor is C.
+        mask: without `call`, the keyword of ``module.forward`` that takes a boolean mask
+            (given (n, n), or (batch, n, n) if (n, n) fails); with `call`, any name says that
+            `call` uses `allowed`. None: the module takes no mask, the mask checks are n/a
+            (and, with `call`, the verdict says they did not run).
+        mask_means: what True means to the module's `mask` keyword, ``"allowed"`` (may
+            attend) or ``"masked"`` (may not); conform inverts its mask for ``"masked"``.
+            Not used with `call`, which is always given `allowed`.
+        dropout: the attribute name of the nn.Dropout applied to the attention weights (at
+            any depth: every nn.Dropout submodule of that name); conform replaces it with a
+            stand-in that keeps every entry. None: the dropout check is n/a.
+        observe: submodules whose output or input is Q, K, V or Ĉ, each
+            ``(path, "output" or "input", letters)``, e.g. ``("qkv", "output", ("Q", "K",
+            "V"))``: the tensor is split equally along its last axis among the letters
+            (``"C_concat"`` is Ĉ); a report uses them to say where values first differ.
+
+    Returns:
+        the decorator, which registers `weights` and returns it unchanged. ``weights(module)``
+        returns `Weights`; it is also called with each parameter's gradient in place of its
+        value, to read the weights' gradients, so read the parameters, do not cache them.
+
+    Raises:
+        ValueError: `mask_means` is neither ``"allowed"`` nor ``"masked"``.
+    """
     if mask_means not in ("allowed", "masked"):
         raise ValueError(f"mask_means must be 'allowed' or 'masked', got {mask_means!r}")
 

@@ -71,7 +71,8 @@ class Diagnosis:
 
 @dataclass(frozen=True)
 class Report:
-    """What `derive.conform` found."""
+    """What `derive.conform` found; `unchecked` says which checks the target could have run
+    but did not, and why (``"the mask checks did not run: …"``): the verdict line says it."""
 
     target: str
     kind: str
@@ -83,6 +84,7 @@ class Report:
     checks: tuple[Check, ...]
     diagnosis: Diagnosis | None = None
     notes: tuple[str, ...] = field(default=())
+    unchecked: tuple[str, ...] = field(default=())
 
     @property
     def conforms(self) -> bool:
@@ -98,7 +100,8 @@ class Report:
     def _verdict(self) -> str:
         counts = {s: sum(c.status == s for c in self.checks) for s in ("PASS", "FAIL", "n/a")}
         tally = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
-        return ("conforms" if self.conforms else "does not conform") + f" ({tally})"
+        verdict = ("conforms" if self.conforms else "does not conform") + f" ({tally})"
+        return verdict + "".join(f", but {what}" for what in self.unchecked)
 
     def table(self, colour: bool = False) -> str:
         """A table for a terminal, with the formulas and tolerances under each row."""
@@ -202,6 +205,7 @@ class Report:
             "diagnosis": None if found is None else found.id,
             "mistake": None if found is None or found.id is None else asdict(found),
             "first_difference": None if found is None else found.first_difference or None,
+            "unchecked": list(self.unchecked),
         }
 
     def __str__(self) -> str:

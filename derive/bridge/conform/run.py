@@ -56,6 +56,7 @@ class Run:
         self.rows: list[Check] = []
         self.causal, self.causal_how = False, ""
         self.notes: list[str] = list(target.notes)
+        self.unchecked: list[str] = []  # checks it could have run, and why not: the verdict's
 
     def dyadic(self, shape: tuple[int, ...], top: int) -> Any:
         """Entries k/8 with |k| ≤ top, from the run's own generator (float64, exact in any
@@ -171,6 +172,7 @@ class Run:
             tuple(self.rows),
             diagnosis,
             tuple(self.notes),
+            tuple(self.unchecked),
         )
 
 

@@ -204,7 +204,9 @@ class ModuleRun(Run):
         masked = Form(heads=form.heads, causal=form.causal, masked=True)
         weights = declared(reference(masked), "A" + _s(form))
         if not self.h.accepts_mask:
-            reason = f"{self.h.adapter.name} modules take no mask"
+            reason, unchecked = _no_mask(self.h.adapter)
+            if unchecked:
+                self.unchecked.append(f"the mask checks did not run: {reason}")
             return [
                 self.missing(name, what, formula, reason),
                 self.missing(empty, says, weights, reason),
@@ -226,3 +228,11 @@ class ModuleRun(Run):
 
 def _s(form: Form) -> str:
     return "_l" if form.heads else ""
+
+
+def _no_mask(adapter: Any) -> tuple[str, bool]:
+    """Why the mask checks cannot run, and whether the adapter left them out (a call that could
+    be given a mask, with no mask= to say it takes one) rather than the convention (no mask)."""
+    if adapter.call is not None and adapter.mask is None:
+        return f"adapter {adapter.name} gives call= but no mask=, so its call gets no mask", True
+    return f"{adapter.name} modules take no mask", False

@@ -1,0 +1,89 @@
+"""What an adapter says and what a report says of it: every argument of `register_adapter`
+documented; an adapter with call= but no mask= leaves the mask checks unrun, and the verdict line
+says so."""
+
+import inspect
+import json
+import re
+
+import correct
+import pytest
+import torch
+import torch.nn as nn
+
+from derive import conform
+from derive.bridge.conform import adapters
+from derive.testing import Weights, register_adapter
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    monkeypatch.setattr(adapters, "_REGISTERED", [])
+
+
+class Biased(nn.Module):
+    """One head; its mask is an additive bias (n, n), keyword attn_bias, called as module(x, x)."""
+
+    def __init__(self, d=6, c=4):
+        super().__init__()
+        torch.manual_seed(3)
+        self.wq, self.wk, self.wv = (nn.Parameter(torch.randn(d, c) / d**0.5) for _ in range(3))
+
+    def forward(self, x, context, attn_bias=None):
+        q, k, v = x @ self.wq, context @ self.wk, context @ self.wv
+        scores = q @ k.mT / q.shape[-1] ** 0.5  # (batch, n, n)
+        scores = scores if attn_bias is None else scores + attn_bias
+        return scores.softmax(dim=-1) @ v
+
+
+def _attend(module, x, allowed):
+    bias = None if allowed is None else torch.where(allowed, 0.0, -1e4)  # finite: no NaN
+    return module(x, x, attn_bias=bias)
+
+
+def _register(**options):
+    @register_adapter("biased", recognises=lambda module: hasattr(module, "wq"), **options)
+    def biased(module):
+        return Weights(module.wq, module.wk, module.wv)
+
+    return biased
+
+
+def _row(report, name):
+    (row,) = [r for r in report.checks if r.name == name]
+    return row
+
+
+def test_call_without_mask_says_in_the_verdict_that_the_mask_checks_did_not_run(registry):
+    _register(call=_attend)
+    report = conform(Biased())
+    reason = "adapter biased gives call= but no mask=, so its call gets no mask"
+    assert report.conforms
+    assert _row(report, "mask convention").why == reason
+    verdict = report.table().splitlines()[-1]
+    assert verdict == f"conforms (4 PASS, 5 n/a), but the mask checks did not run: {reason}"
+    assert report.markdown().rstrip().endswith(verdict)
+    assert json.loads(json.dumps(report.as_json()))["unchecked"] == [
+        f"the mask checks did not run: {reason}"
+    ]
+
+
+def test_call_with_mask_runs_the_mask_checks_and_the_verdict_is_plain(registry):
+    _register(call=_attend, mask="attn_bias")
+    report = conform(Biased())
+    assert _row(report, "mask convention").status == "PASS"
+    assert report.table().splitlines()[-1] == "conforms (6 PASS, 3 n/a)"
+    assert report.unchecked == ()
+
+
+def test_a_convention_that_takes_no_mask_is_no_caveat():
+    report = conform(correct.book_mha())
+    assert report.unchecked == () and _row(report, "mask convention").status == "n/a"
+
+
+def test_every_argument_of_register_adapter_is_documented():
+    doc = inspect.getdoc(register_adapter) or ""
+    for name in inspect.signature(register_adapter).parameters:
+        assert re.search(rf"^    {name}: \S", doc, re.M), name
+    assert "allowed[m, p]" in doc and "True when" in doc  # what `allowed` is
+    assert "register_adapter" in (adapters.__doc__ or "")
