@@ -1,6 +1,7 @@
 """What an adapter says and what a report says of it: every argument of `register_adapter`
 documented; an adapter with call= but no mask= leaves the mask checks unrun, and the verdict line
-says so."""
+says so; a row never reads "named None"; a module that fails on a batch and on one sequence is
+one message naming the shape each attempt passed."""
 
 import inspect
 import json
@@ -11,7 +12,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from derive import conform
+from derive import ConformError, conform
 from derive.bridge.conform import adapters
 from derive.testing import Weights, register_adapter
 
@@ -79,6 +80,44 @@ def test_call_with_mask_runs_the_mask_checks_and_the_verdict_is_plain(registry):
 def test_a_convention_that_takes_no_mask_is_no_caveat():
     report = conform(correct.book_mha())
     assert report.unchecked == () and _row(report, "mask convention").status == "n/a"
+
+
+def test_a_missing_dropout_says_what_was_looked_for(registry):
+    row = _row(conform(correct.torch_mha()), "dropout")
+    assert row.why == "adapter torch-mha names no dropout module (dropout=, the nn.Dropout on " \
+        "the weights)"  # fmt: skip
+    _register(call=_attend, dropout="attn_drop")
+    row = _row(conform(Biased()), "dropout")
+    assert row.why == "no submodule named 'attn_drop' is an nn.Dropout (adapter biased's dropout=)"
+    assert "None" not in row.why
+
+
+class Refuses(Biased):
+    def forward(self, x, context=None, attn_bias=None):
+        raise RuntimeError(f"not for {tuple(x.shape)}")
+
+
+class Widens(Biased):
+    def forward(self, x, context=None, attn_bias=None):
+        return torch.cat([super().forward(x, x), x], dim=-1)  # (…, n, c) -> (…, n, c + d)
+
+
+@pytest.mark.parametrize(
+    "module, batch, one",
+    [
+        (Refuses(), "(RuntimeError: not for (2, 5, 6))", "(RuntimeError: not for (5, 6))"),
+        (Widens(), "(it returned shape (2, 5, 10))", "(it returned shape (5, 10))"),
+    ],
+)
+def test_a_module_that_fails_on_a_batch_and_on_one_sequence(registry, module, batch, one):
+    _register()
+    message = (
+        f"calling {type(module).__qualname__} failed on a batch, x of shape (2, 5, 6) {batch}, "
+        f"and on one sequence, x of shape (5, 6) {one}"
+    )
+    with pytest.raises(ConformError) as raised:
+        conform(module, batch=2)
+    assert str(raised.value) == message
 
 
 def test_every_argument_of_register_adapter_is_documented():

@@ -36,6 +36,12 @@ def _first_tensor(result: Any) -> Any:
     return result
 
 
+def _passed(x: Any, mask: Any) -> str:
+    """What a call was given, by shape: ``x of shape (2, 5, 6)`` and the mask if one."""
+    given = f"x of shape {tuple(x.shape)}"
+    return given if mask is None else f"{given} and a boolean mask of shape {tuple(mask.shape)}"
+
+
 class ModuleHarness:
     """A module's copy, its adapter, its weights, and how to call it."""
 
@@ -102,44 +108,58 @@ class ModuleHarness:
             return self._once(module, x, mask)
 
     def _run(self, module: Any, x: Any, mask: Any) -> Any:
-        import torch
-
-        expected = (*x.shape[:-1], self.c_out)
         if self.one_at_a_time is None:
-            try:
-                out = self._once(module, x, mask)
-                if tuple(out.shape) == expected:
-                    self.one_at_a_time = False
-                    return out
-                problem = f"returned shape {tuple(out.shape)} for x of shape {tuple(x.shape)}"
-            except Exception as error:  # noqa: BLE001 - a module that takes (n, d) only
-                problem = f"{type(error).__name__}: {error}"
-            self.one_at_a_time = True
-            try:
-                return self._run(module, x, mask)
-            except Exception as error:  # noqa: BLE001
-                raise ConformError(
-                    f"calling {self.target.name} failed on a batch ({problem}) and "
-                    f"on one sequence ({type(error).__name__}: {error})"
-                ) from None
+            return self._first_run(module, x, mask)
         try:
-            if not self.one_at_a_time:
-                return self._once(module, x, mask)
-            out = torch.stack([self._once(module, sequence, mask) for sequence in x.unbind(0)])
+            out = self._as_it_takes(module, x, mask)
         except ConformError:
             raise
         except Exception as error:  # noqa: BLE001 - the target's own failure
-            given = "" if mask is None else f" and a boolean mask of shape {tuple(mask.shape)}"
             raise ConformError(
-                f"calling {self.target.name} on x of shape {tuple(x.shape)}"
-                f"{given} failed: {type(error).__name__}: {error}"
+                f"calling {self.target.name} on {_passed(x, mask)} failed: "
+                f"{type(error).__name__}: {error}"
             ) from None
+        expected = (*x.shape[:-1], self.c_out)
         if tuple(out.shape) != expected:
             raise ConformError(
                 f"{self.target.name} returned shape {tuple(out.shape)}, "
                 f"expected {expected} (batch, n, c_out)"
             )
         return out
+
+    def _first_run(self, module: Any, x: Any, mask: Any) -> Any:
+        """The first call: on the whole batch, else one sequence at a time (a module that takes
+        (n, d) only), and that way from then on; if neither works, both failures, each with the
+        shape it was given."""
+        expected = (*x.shape[:-1], self.c_out)
+        problems = []
+        for one_at_a_time, given in ((False, x), (True, x[0])):
+            self.one_at_a_time = one_at_a_time
+            try:
+                out = self._as_it_takes(module, x, mask)
+            except Exception as error:  # noqa: BLE001 - the target's own failure
+                problems.append(f"{_passed(given, mask)} ({type(error).__name__}: {error})")
+                continue
+            if tuple(out.shape) == expected:
+                return out
+            shape = tuple(out.shape if not one_at_a_time else out.shape[1:])
+            problems.append(f"{_passed(given, mask)} (it returned shape {shape})")
+        raise ConformError(
+            f"calling {self.target.name} failed on a batch, {problems[0]}, "
+            f"and on one sequence, {problems[1]}"
+        )
+
+    def _as_it_takes(self, module: Any, x: Any, mask: Any) -> Any:
+        """The module on the batch x, or on each of its sequences if it takes one at a time."""
+        return (
+            self._sequences(module, x, mask) if self.one_at_a_time else self._once(module, x, mask)
+        )
+
+    def _sequences(self, module: Any, x: Any, mask: Any) -> Any:
+        """The module on each sequence (n, d) of x alone, stacked: (batch, n, c_out)."""
+        import torch
+
+        return torch.stack([self._once(module, sequence, mask) for sequence in x.unbind(0)])
 
     def graph_inputs(self, x: Any, weights: Weights | None = None) -> tuple[dict, Any]:
         """The graph's inputs in float64 and the output bias b_o (or None). A bias is one more

@@ -174,7 +174,7 @@ def dropout(self: Any, form: Form) -> Check:
         if name and path.split(".")[-1] == name and isinstance(sub, nn.Dropout)
     ]
     if not found:
-        return self.missing("dropout", what, formula, f"no nn.Dropout named {name!r}")
+        return self.missing("dropout", what, formula, _no_dropout(self.h.adapter.name, name))
     stand_ins = []
     for path in found:
         parent = module.get_submodule(path.rpartition(".")[0]) if "." in path else module
@@ -193,6 +193,15 @@ def dropout(self: Any, form: Form) -> Check:
     return self.value_row(
         "dropout", what + " (a stand-in keeping every entry, ρ = 1/2)", formula, scenario
     )
+
+
+def _no_dropout(adapter: str, name: str | None) -> str:
+    """Why no dropout was replaced: the adapter named none, or no nn.Dropout has its name."""
+    if name is None:
+        return (
+            f"adapter {adapter} names no dropout module (dropout=, the nn.Dropout on the weights)"
+        )
+    return f"no submodule named {name!r} is an nn.Dropout (adapter {adapter}'s dropout=)"
 
 
 def _copy(weights: Any) -> Any:
