@@ -36,6 +36,8 @@ def conform(obj: Any, **options: Any) -> Report:
         obj: an `nn.Module` (x (batch, n, d) -> (batch, n, d_out)), a function f(q, k, v, ...)
             on (batch, heads, n, c) tensors, a function with no arguments that builds one of
             these, or a TARGET string (``"module:attribute"``, ``"path/file.py:attribute"``).
+            A function may be a functools.partial, a bound method or a lambda; a
+            torch.compile'd target is checked through its original, eagerly.
         kind: ``"sdpa"``, ``"module"`` or ``"self"`` to say what it is (default: recognised).
         causal: True or False to say whether it is causal (default: probed).
         n: tokens (default 5, or fewer where a module's context is shorter).

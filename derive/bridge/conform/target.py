@@ -11,6 +11,8 @@ file, its folder on the import path while it loads); the attribute may be dotted
 - ``self``: one of this package's own `attention` modules (a module, recognised by its class).
 
 A function with no required argument is a factory: it is called, and what it returns is checked.
+A function may be a functools.partial (of a built-in too), a bound method or a lambda; what
+torch.compile returns is checked through the original it wraps, run eagerly (the report says so).
 Nothing but the target is imported or run.
 """
 
