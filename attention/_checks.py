@@ -26,8 +26,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, ParamSpec, TypeVar
 
 import torch
-from beartype import BeartypeConf
-from beartype.door import die_if_unbearable, is_bearable
 from jaxtyping import config as jaxtyping_config
 from jaxtyping import jaxtyped
 from torch import Tensor
@@ -48,8 +46,16 @@ __all__ = ["check_arguments", "check_returned", "checked", "checked_forward"]
 # ---------------------------------------------------------------------------------------------
 # Checking a call: arguments before, result after
 
-#: beartype with PEP 484's numeric tower, so that `dropout_p=0` (an int) is a valid float.
-_CONF = BeartypeConf(is_pep484_tower=True)
+@functools.cache
+def _beartype() -> tuple[Any, Any, Any]:
+    """beartype's `is_bearable` and `die_if_unbearable`, and its configuration with PEP 484's
+    numeric tower (so that `dropout_p=0`, an int, is a valid float). Imported at the first full
+    check, not with `attention`: importing beartype is about 0.15 s, most of `import
+    attention`'s cost, and a call whose signature passed before never needs it."""
+    from beartype import BeartypeConf
+    from beartype.door import die_if_unbearable, is_bearable
+
+    return is_bearable, die_if_unbearable, BeartypeConf(is_pep484_tower=True)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -67,14 +73,15 @@ def check_arguments(where: str, tensors: Checked, others: Checked) -> dict[str, 
     `check_tensors` (precise messages), then everything through beartype, tensors inside one
     jaxtyping memo so that their letters bind together.
     """
+    is_bearable, die_if_unbearable, conf = _beartype()
     for name, (value, hint) in others.items():
-        if not is_bearable(value, hint, conf=_CONF):
+        if not is_bearable(value, hint, conf=conf):
             raise TypeError(f"{where}: {name} must be {_hint_name(hint)}, got {value!r}")
     bindings = check_tensors(where, tensors)
     with jaxtyped("context"):
         for tensor, annotation in tensors.values():
             if tensor is not None:
-                die_if_unbearable(tensor, annotation, conf=_CONF)
+                die_if_unbearable(tensor, annotation, conf=conf)
     return bindings
 
 
@@ -82,7 +89,8 @@ def check_returned(where: str, result: Any, annotation: Any, bindings: dict) -> 
     """Check a result against its annotation (a tensor, or a tuple of tensors or of such
     tuples, in a union) and against the letters bound by the arguments; the letters that only
     the result has (`m_next`) bind across its parts."""
-    die_if_unbearable(result, annotation, conf=_CONF)
+    _, die_if_unbearable, conf = _beartype()
+    die_if_unbearable(result, annotation, conf=conf)
     _check_part(where, "result", result, annotation, dict(bindings))
 
 

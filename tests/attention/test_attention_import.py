@@ -15,6 +15,14 @@ def test_import_does_not_load_dynamo():
     assert run("import sys, attention; print('torch._dynamo' in sys.modules)") == "False"
 
 
+def test_beartype_loads_at_the_first_check_not_with_the_import():
+    """Importing beartype is about 0.15 s; a module built and called loads it (its first call
+    is a full check), a plain import does not."""
+    probe = "import sys, torch, attention; print('beartype' in sys.modules, end=' '); "
+    probe += "attention.SelfAttentionV1(3, 2)(torch.rand(4, 3)); print('beartype' in sys.modules)"
+    assert run(probe) == "False True"
+
+
 def test_checks_run_eagerly_under_compile_after_a_plain_import():
     program = (
         "import sys, torch\n"
