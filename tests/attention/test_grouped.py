@@ -119,14 +119,44 @@ class Log(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+class Calls(torch.overrides.TorchFunctionMode):
+    """The torch functions our code calls, with their tensors' shapes and their keywords."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        shapes = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]
+        self.calls.append((getattr(func, "__name__", str(func)), shapes, dict(kwargs or {})))
+        return func(*args, **(kwargs or {}))
+
+
+def _kernel_takes_groups() -> bool:
+    """Whether this torch's CPU kernel takes grouped K, V as they are (torch 2.13's does; 2.7's
+    runs grouped queries through its math fallback, which expands K and V itself)."""
+    q, kv = torch.zeros(1, 2, 3, 4), torch.zeros(1, 1, 3, 4)
+    with Log() as log:
+        torch.nn.functional.scaled_dot_product_attention(q, kv, kv, is_causal=True,
+                                                         enable_gqa=True)  # fmt: skip
+    return any("scaled_dot_product" in name for name, _ in log.calls)
+
+
 def test_fast_path_never_repeats_keys_and_values():
     x, w_q, w_k, w_v, w_o, *_ = make(6, 2, (2,), dtype=torch.float32)
-    with Log() as log:
+    with Calls() as ours, Log() as log:
         grouped_query_attention(x, w_q, w_k, w_v, w_o, heads=6, groups=2, causal=True)
-    names = [name for name, _ in log.calls]
-    assert not any("repeat" in name or name == "aten._softmax" for name in names), names
-    fused = [shapes for name, shapes in log.calls if "scaled_dot_product" in name]
-    assert len(fused) == 1 and fused[0][:3] == [(2, 6, N, C_H), (2, 2, N, C_H), (2, 2, N, C_H)]
+    names = [name for name, *_ in ours.calls]
+    assert not any("repeat" in name or name in ("expand", "softmax") for name in names), names
+    sdpa = [(shapes, kw) for name, shapes, kw in ours.calls if name == "scaled_dot_product_attention"]
+    assert len(sdpa) == 1 and sdpa[0][1].get("enable_gqa") is True  # K, V handed over as they are
+    assert sdpa[0][0][:3] == [(2, 6, N, C_H), (2, 2, N, C_H), (2, 2, N, C_H)]
+    if _kernel_takes_groups():  # and nothing below repeats them either, down to torch's kernel
+        names = [name for name, _ in log.calls]
+        assert not any("repeat" in name or name == "aten._softmax" for name in names), names
+        fused = [shapes for name, shapes in log.calls if "scaled_dot_product" in name]
+        assert len(fused) == 1
+        assert fused[0][:3] == [(2, 6, N, C_H), (2, 2, N, C_H), (2, 2, N, C_H)]
 
 
 def reference_torch(x, w_q, w_k, w_v, w_o, q_gain, k_gain, mask, heads, groups, theta_base):
