@@ -12,6 +12,10 @@ exp itself, not its first-order expansion, since at large scores a score's error
 and where a row's softmax is saturated (one weight 1 to within u) the bound uses what rounding
 to nearest gives besides u, that 1 + (what is below u) and 1 · x are exact, so that it holds
 the gradients there to what they are, nearly 0, not to u of their parts.
+
+`grouped_rounding_bound` is its sibling for the one fast path at the level of q, k, v (B, h, n,
+c_h) (`attention._fused`, tests/attention/test_one_fast_path.py): the same walk (`walk_grouped`)
+with grouped keys, softcap, ALiBi and sinks.
 """
 
 import math
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attention import _fused
 from attention import functional as F
 
 EPSILON = torch.finfo(torch.float32).eps
@@ -293,3 +298,151 @@ def worst_ratio(got, reference, radii) -> float:
         ratio = torch.where(miss > 0, miss / radius, 0.0)
         worst = max(worst, ratio.max().item())
     return worst
+
+
+#: tanh's accuracy in units in the last place (SLEEF's tanhf behind torch.tanh, 1 ulp; "a few"
+#: allowed for the scalar tail's libm).
+TANH_ULPS = 4
+
+
+def times(x: Bounded, y: Bounded, fl: Rounding) -> Bounded:
+    """x ∘ y entry by entry: |Δx||y| + |x||Δy| + |Δx||Δy| from the operands, u |x̂||ŷ| its own."""
+    carried = x.radius * y.value.abs() + x.value.abs() * y.radius + x.radius * y.radius
+    return Bounded(x.value * y.value, carried + fl.unit * x.big * y.big + fl.tiny)
+
+
+def band_keys(n: int, s: int, options: dict) -> Tensor:
+    """(n, s): True where query m (at position m + o) may attend key p, before the user's masks:
+    causal p ≤ m + o, a window m + o − p < w."""
+    gaps = positions(n, s, options.get("offset", 0))
+    allowed = torch.ones(n, s, dtype=torch.bool)
+    if options.get("causal"):
+        allowed &= gaps >= 0
+        if options.get("window") is not None:
+            allowed &= gaps < options["window"]
+    return allowed
+
+
+def positions(n: int, s: int, offset: int) -> Tensor:
+    """(n, s): m + o − p, float64 (exact: small integers, in float32 too)."""
+    queries = torch.arange(n, dtype=torch.float64) + offset
+    return queries[:, None] - torch.arange(s, dtype=torch.float64)
+
+
+def softcapped(scores: Bounded, cap: float, fl: Rounding) -> tuple[Bounded, Bounded]:
+    """(cap · tanh(ω̃ / cap), tanh(ω̃ / cap)). The quotient: the cap rounded to the precision and
+    the division (or a product by its rounded reciprocal), γ_3. tanh moves by |Δy| times its
+    largest slope over [y − Δy, y + Δy], sech²(max(0, |y| − Δy)) ≤ 1 (mean value), and is off by
+    TANH_ULPS ulps (≤ 2u each) of itself. The product by the rounded cap: 2u."""
+    y = scores.value / cap
+    dy = scores.radius / cap + fl.gamma(3) * scores.big / cap
+    slope = torch.cosh((y.abs() - dy).clamp(min=0.0).clamp(max=300.0)) ** -2
+    t = torch.tanh(y)
+    dt = dy * slope
+    dt = dt + 2 * TANH_ULPS * fl.unit * (t.abs() + dt) + fl.tiny
+    t_b = Bounded(t, dt)
+    return Bounded(cap * t, cap * dt + 2 * fl.unit * cap * t_b.big + fl.tiny), t_b
+
+
+def cap_slope(t: Bounded, fl: Rounding) -> Bounded:
+    """1 − t² from t = tanh(ω̃/cap): t̂² (off by Δt (2|t| + Δt) and u of itself), then 1 − t̂²
+    (u of the result)."""
+    square = t.value.square()
+    d_square = t.radius * (2 * t.value.abs() + t.radius)
+    d_square = d_square + fl.unit * (square + d_square)
+    f = 1 - square
+    return Bounded(f, d_square + fl.unit * (f.abs() + d_square) + fl.tiny)
+
+
+def walk_grouped(tensors, upstream, options, fl: Rounding) -> list[Bounded]:
+    """The gradients of the one fast path (`attention._fused._sweep`) with respect to q, k, v
+    (and the sinks σ, ALiBi's slopes μ where given), step by step as it takes them, each with
+    what a computation in `fl`'s precision may be off by. q (B, h, n, c_h) in g groups of keys
+    k, v (B, g, s, c_h); options as `attention._core.attend` takes them (scale, causal, window,
+    offset, allowed, softcap, slopes, sinks), the slopes and sinks float32 numbers.
+
+    Its steps: Q̃ = scale · q (2u); ω̃ = Q̃ Kᵀ (depth c_h); softcap (`softcapped`); ALiBi
+    ω̃ − μ (m + o − p) (the product's rounding u |μ (m + o − p)|, the sum's u); the softmax over
+    the allowed keys and the sink's logit as one more key (always allowed, its value exact), whose
+    exp(0) = 1 for the row's largest is the same argument (`softmax`); dV = Aᵀ dC and dK = dΩ̃ᵀ Q̃
+    over the h/g heads of a group and their rows together (depth h/g · n); dA = dC Vᵀ;
+    dΩ̃' = A ∘ (dA − rowsum(A ∘ dA)) over the keys (`softmax_backward`: its error terms need no
+    Σ a = 1, and the sink's column, dA = 0, adds nothing); dμ = −Σ dΩ̃' (m + o − p) over the
+    batch, rows and keys (one sum of depth B n s); dσ = −Σ a_σ rowsum(A ∘ dA) over the batch and
+    rows (rowsum depth s, then depth B n); dΩ̃ = dΩ̃' ∘ (1 − tanh²) (`cap_slope`, `times`);
+    dQ = scale · dΩ̃ K (depth s, then 2u). One block of rows (the sums over rows would take one
+    more rounding per block): n at most `_fused._plan`'s rows."""
+    q, k, v = tensors
+    batch, heads, n, width = q.shape
+    groups, keys = k.shape[1], k.shape[2]
+    r = heads // groups
+    if _fused._plan(batch * groups, n, keys, options.get("window"), r)[1] < n:
+        raise ValueError(f"walk_grouped: n={n} takes more than one block of rows")
+    allowed = band_keys(n, keys, options).expand(batch, heads, n, keys)
+    if options.get("allowed") is not None:
+        allowed = allowed & options["allowed"].unsqueeze(1)  # (B, 1 or n, s) -> (B, 1, ·, s)
+
+    def per_head(t: Tensor) -> Bounded:  # (B, g, s, c) -> (B, h, s, c): head ℓ, group ℓ // r
+        return exact(t.repeat_interleave(r, dim=1))
+
+    def stacked(t: Bounded) -> Bounded:  # (B, h, n, ·) -> (B, g, r·n, ·): a group's rows
+        return t.view(batch, groups, r * n, t.value.shape[-1])
+
+    k_h, v_h = per_head(k), per_head(v)
+    q_scaled = scaled(exact(q), options["scale"], fl)
+    s = product(q_scaled, k_h.mT, fl)
+    t = None
+    if options.get("softcap") is not None:
+        s, t = softcapped(s, options["softcap"], fl)
+    slopes = options.get("slopes")
+    gaps = positions(n, keys, options.get("offset", 0))
+    if slopes is not None:
+        bias = -slopes.double()[:, None, None] * gaps  # (h, n, s)
+        bias = bias.expand(batch, heads, n, keys)
+        s = total([s, Bounded(bias, fl.unit * bias.abs())], fl)
+    sinks = options.get("sinks")
+    if sinks is not None:
+        column = sinks.double()[:, None, None].expand(batch, heads, n, 1)
+        s = Bounded(torch.cat([s.value, column], -1),
+                    torch.cat([s.radius, torch.zeros_like(column)], -1))  # fmt: skip
+        allowed = torch.cat([allowed, torch.ones(batch, heads, n, 1, dtype=torch.bool)], -1)
+    a_all, tau = softmax(s, allowed.expand(s.value.shape), EXP_ULPS, fl)
+    a = Bounded(a_all.value[..., :keys], a_all.radius[..., :keys])
+    d_out = exact(upstream)
+    d_v = product(stacked(a).mT, stacked(d_out), fl)  # (B, g, s, c)
+    d_a = product(d_out, v_h.mT, fl)
+    d_s = softmax_backward(a, d_a, tau, fl)
+    found = []
+    if sinks is not None:
+        along = product(a.view(batch, heads, n, 1, keys), d_a.view(batch, heads, n, keys, 1), fl)
+        sink_weight = Bounded(a_all.value[..., keys], a_all.radius[..., keys])
+
+        def rows_of(u: Tensor, shape: tuple) -> Tensor:  # (B, h, n) -> (h, ·, ·), B·n entries
+            return u.reshape(batch, heads, n).transpose(0, 1).reshape(heads, *shape)
+
+        row, column = (1, batch * n), (batch * n, 1)
+        weights = Bounded(rows_of(sink_weight.value, row), rows_of(sink_weight.radius, row))
+        sums = Bounded(rows_of(along.value, column), rows_of(along.radius, column))
+        d_sink = product(weights, sums, fl)
+        found.append(Bounded(-d_sink.value.reshape(heads), d_sink.radius.reshape(heads)))
+    if slopes is not None:
+        entries = batch * n * keys
+        flat = Bounded(d_s.value.transpose(0, 1).reshape(heads, 1, entries),
+                       d_s.radius.transpose(0, 1).reshape(heads, 1, entries))  # fmt: skip
+        distance = exact(gaps.expand(batch, n, keys).reshape(1, entries, 1))
+        d_slope = product(flat, distance, fl)
+        found.append(Bounded(-d_slope.value.reshape(heads), d_slope.radius.reshape(heads)))
+    if t is not None:
+        d_s = times(d_s, cap_slope(t, fl), fl)
+    d_q = scaled(product(d_s, k_h, fl), options["scale"], fl)
+    d_k = product(stacked(d_s).mT, stacked(q_scaled), fl)
+    return [d_q, d_k, d_v, *found]
+
+
+def grouped_rounding_bound(tensors, upstream, options) -> tuple[list[Tensor], list[Tensor]]:
+    """(the gradients, their radii) of the one fast path, as `rounding_bound` for
+    `walk_grouped`: the float64 values, and what a float32 computation of each entry may be off
+    from the float64 reference (its own radius plus the reference's, u = 2⁻⁵³)."""
+    single, double = (walk_grouped(tensors, upstream, options, fl) for fl in (FLOAT32, FLOAT64))
+    values = [g.value for g in single]
+    return values, [f.radius + r.radius for f, r in zip(single, double, strict=True)]

@@ -9,14 +9,13 @@ import threading
 import numpy as np
 import pytest
 import torch
+from gradient_bound import grouped_rounding_bound, worst_ratio
 from hypothesis import given
 from hypothesis import strategies as st
 from reference_variants import band_matrix, modified_attention
 from test_fused import Record
 
 from attention import _core, _fused
-
-EPSILON = torch.finfo(torch.float32).eps
 
 
 @st.composite
@@ -116,24 +115,51 @@ def test_the_fast_gradients_are_the_explicit_ones_in_float64(case):
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-10 * max(largest, 1e-30))
 
 
-@given(cases())
-def test_the_fast_gradients_are_as_exact_as_the_explicit_path_at_any_scale(case):
-    # error(fast) ≤ 64 (error(explicit) + ε G), G the largest gradient. Over 2000 random draws
-    # of `cases` (Hypothesis, random seeds) the largest error(fast) / (error(explicit) + ε G)
-    # was 15 (a sink's gradient, summed over the rows in float32), so the bound has a margin of
-    # 4 over what was seen; torch's own backward, which recomputes the weights from a float32
-    # log-sum-exp, misses test_fused.py's derived rounding bound by 10⁶ and more from s = 30.
-    # (The constant 64 is fitted from draws, not derived: test_fused.py's rounding bound does
-    # not yet walk grouped keys, softcap, ALiBi or sinks.)
+def rounded(case):
+    """The case with every tensor (and the slopes and sinks) rounded to float32 first, so that
+    the float64 reference and the float32 paths start from the same numbers."""
     tensors, options, upstream = case
+    exactly = lambda t: None if t is None else t.float().double()  # noqa: E731
+    learned = {name: exactly(options[name]) for name in ("slopes", "sinks")}
+    return tuple(exactly(t) for t in tensors), {**options, **learned}, exactly(upstream)
+
+
+@given(cases())
+def test_the_fast_gradients_are_within_the_derived_rounding_bound_at_any_scale(case):
+    # Every entry of every float32 gradient of the fast path (q, k, v, the sinks, ALiBi's
+    # slopes) within the derived rounding bound of the float64 reference (`gradient_bound.
+    # walk_grouped`: the running-error walk of tests/attention/test_fused.py, step by step as
+    # `_fused._sweep` takes them: grouped keys, softcap, ALiBi, sinks, offsets and masks
+    # included), at every scale of the scores; torch's own backward, which recomputes the
+    # weights from a float32 log-sum-exp, misses test_fused.py's bound by 10⁶ and more from
+    # s = 30. The walk's float64 values are the reference's.
+    tensors, options, upstream = rounded(case)
     exact = attend(tensors, options, explicit=True, grad=upstream)
+    values, radii = grouped_rounding_bound(tensors, upstream, options)
     largest = max(float(r.abs().max()) for r in exact)
+    for value, expected in zip(values, exact, strict=True):
+        torch.testing.assert_close(value, expected, rtol=0, atol=1e-10 * max(largest, 1e-30))
+    got = attend(tensors, options, explicit=False, dtype=torch.float32, grad=upstream)
+    assert worst_ratio(got, exact, radii) <= 1.0
 
-    def off(explicit):
-        got = attend(tensors, options, explicit=explicit, dtype=torch.float32, grad=upstream)
-        return max(float((g.double() - r).abs().max()) for g, r in zip(got, exact, strict=True))
 
-    assert off(False) <= 64 * (off(True) + EPSILON * largest)
+def test_the_rounding_bound_catches_a_gradient_off_by_a_ten_thousandth():
+    # every option at once (groups, causal, a window, an offset, softcap, ALiBi, sinks): the
+    # fast path within the bound, and each of its five gradients times 1 + 10⁻⁴ outside it
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(2, 4, 5, 3, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(2, 2, 7, 3, generator=g, dtype=torch.float64) for _ in "kv")
+    options = {"scale": 3**-0.5, "causal": True, "window": 3, "offset": 2, "allowed": None,
+               "softcap": 5.0, "slopes": torch.rand(4, generator=g, dtype=torch.float64),
+               "sinks": torch.randn(4, generator=g, dtype=torch.float64)}  # fmt: skip
+    upstream = torch.randn(2, 4, 5, 3, generator=g, dtype=torch.float64)
+    tensors, options, upstream = rounded(((q, k, v), options, upstream))
+    exact = attend(tensors, options, explicit=True, grad=upstream)
+    _, radii = grouped_rounding_bound(tensors, upstream, options)
+    got = attend(tensors, options, explicit=False, dtype=torch.float32, grad=upstream)
+    assert len(got) == 5 and worst_ratio(got, exact, radii) <= 1.0
+    for gradient, expected, radius in zip(got, exact, radii, strict=True):
+        assert worst_ratio([gradient * (1 + 1e-4)], [expected], [radius]) > 1.0
 
 
 def test_a_sink_takes_weight_and_carries_no_value():
