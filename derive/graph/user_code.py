@@ -1,8 +1,10 @@
 """Running a user's own Python — a file (``path/to/file.py``) or a module (``package.module``) —
 for `derive conform`'s targets and the variants `derive` loads, with one account of what went
 wrong: an exception by its type and message, ``sys.exit(3)`` by its code (a script's exit must
-not become `derive`'s own exit status)."""
+not become `derive`'s own exit status), a relative import in a file by its line and what to
+write instead (a file loaded by path is in no package)."""
 
+import ast
 import importlib
 import importlib.util
 import sys
@@ -49,7 +51,35 @@ def import_file(
         del sys.modules[name]
         if isinstance(error, keep):
             raise
-        raise UserCodeError(f"cannot load {str(path)!r}: {_why(error)}") from None
+        relative = _relative_import(path) if isinstance(error, ImportError) else None
+        if relative is None:
+            raise UserCodeError(f"cannot load {str(path)!r}: {_why(error)}") from None
+        line, statement, instead = relative
+        raise UserCodeError(
+            f"cannot load {str(path)!r}: line {line}, `{statement}`, is a relative import, and "
+            f"a file loaded by path is in no package; {instead} (the file's folder is on the "
+            "import path while it loads), or name it as package.module:attribute"
+        ) from None
     finally:
         sys.path.remove(folder)
     return module
+
+
+def _relative_import(path: Path) -> tuple[int, str, str] | None:
+    """The file's first relative import: its line, the statement, and what to write instead
+    (``from .helper import x`` -> ``from helper import x``); None if it has none."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    found = [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level]
+    if not found:
+        return None
+    node = min(found, key=lambda node: node.lineno)
+    if node.level > 1:
+        instead = "import from a folder on the import path instead"
+    elif node.module is None:  # from . import helper
+        instead = f"write `import {', '.join(alias.name for alias in node.names)}`"
+    else:
+        instead = f"write `{ast.unparse(ast.ImportFrom(node.module, node.names, 0))}`"
+    return node.lineno, ast.unparse(node), instead

@@ -185,6 +185,12 @@ def test_a_file_or_attribute_that_is_not_there(tmp_path, capsys):
     status, _, err = _run(capsys, "check", "--variant", f"{exits}:V")
     assert status == 2 and err.endswith("it called sys.exit(3) while being imported\n")
     assert err.count("\n") == 1
+    relative = tmp_path / "relative.py"
+    relative.write_text("from .helper import V\n")  # the runner conform's targets use too
+    status, _, err = _run(capsys, "check", "--variant", f"{relative}:V")
+    assert status == 2 and err.count("\n") == 1
+    assert "line 1, `from .helper import V`, is a relative import" in err
+    assert "write `from helper import V`" in err
 
 
 def test_a_claim_that_does_not_hold_stops_the_document(tmp_path, capsys):

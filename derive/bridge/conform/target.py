@@ -89,35 +89,7 @@ def _from_file(path: Path) -> Any:
     try:
         return import_file(path, name)
     except UserCodeError as error:
-        relative = _relative_import(path) if "relative import" in str(error) else None
-        if relative is None:
-            raise ConformError(str(error)) from None
-        line, statement, instead = relative
-        raise ConformError(
-            f"cannot load {str(path)!r}: line {line}, `{statement}`, is a relative import, and "
-            f"a file loaded by path is in no package; {instead} (the file's folder is on the "
-            "import path while it loads), or name the target as package.module:attribute"
-        ) from None
-
-
-def _relative_import(path: Path) -> tuple[int, str, str] | None:
-    """The file's first relative import: its line, the statement, and what to write instead
-    (``from .helper import x`` -> ``from helper import x``); None if it has none."""
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return None
-    found = [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level]
-    if not found:
-        return None
-    node = min(found, key=lambda node: node.lineno)
-    if node.level > 1:
-        instead = "import from a folder on the import path instead"
-    elif node.module is None:  # from . import helper
-        instead = f"write `import {', '.join(alias.name for alias in node.names)}`"
-    else:
-        instead = f"write `{ast.unparse(ast.ImportFrom(node.module, node.names, 0))}`"
-    return node.lineno, ast.unparse(node), instead
+        raise ConformError(str(error)) from None
 
 
 def _signature(function: Any) -> inspect.Signature | None:
