@@ -3,12 +3,12 @@ line, never a traceback), atomic writes."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from programs import require
 
 from derive.cli import atomic as _atomic
 from derive.cli import main
@@ -109,10 +109,7 @@ def test_notebook(tmp_path, capsysbinary):
 
 
 def test_pdf(tmp_path, capsysbinary):
-    if shutil.which("pdflatex") is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI is set but pdflatex is missing")
-        pytest.skip("pdflatex is not installed")
+    require("pdflatex")
     target = tmp_path / "d.pdf"
     status, _, err = _run(capsysbinary, "pdf", "-o", str(target), "--n", "2", "--d", "3")
     assert status == 0

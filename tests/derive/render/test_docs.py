@@ -11,14 +11,13 @@
 Regenerate with: `derive docs` (or `python -m derive docs`).
 """
 
-import os
 import re
-import shutil
 import struct
 import zlib
 from pathlib import Path
 
 import pytest
+from programs import require
 
 from derive.cli.docs import generate_docs
 from derive.render.pdf import compile_pdf, pdf_producer, pdf_source_hash, source_hash
@@ -102,11 +101,7 @@ def test_pdf_was_built_from_the_committed_source(generated):
 
 
 def test_pdf_rebuilds_byte_for_byte():
-    engine = shutil.which("pdflatex")
-    if engine is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI is set but pdflatex is missing")
-        pytest.skip("pdflatex is not installed")
+    require("pdflatex")
     committed = (DOCS / "derivation.pdf").read_bytes()
     tex = (DOCS / "derivation.tex").read_text(encoding="utf-8")
     rebuilt = compile_pdf(tex, _committed_pictures())

@@ -7,11 +7,11 @@ Where Chromium or pdflatex is missing these tests skip, except when CI is set: t
 """
 
 import re
-import shutil
 import subprocess
 
 import pytest
 from headless import Visit, launched, require_chromium
+from programs import require
 
 from derive.cli.docs import DOCS_OPTIONS
 from derive.cli.documents import example_for
@@ -147,19 +147,9 @@ def test_the_worked_example_s_inputs_are_kept_on_one_page(example):
     assert inputs.group(0).count("\\\\*[1.2ex]") == 3  # no page break between the four
 
 
-def _pdflatex() -> str:
-    found = shutil.which("pdflatex")
-    if found is None or shutil.which("pdftotext") is None:
-        import os
-
-        if os.environ.get("CI"):
-            pytest.fail("CI is set but pdflatex or pdftotext is missing; see .ci/run")
-        pytest.skip("pdflatex or pdftotext is not installed")
-    return found
-
 
 def test_the_pdf_has_a_title_a_subject_and_no_page_holding_only_a_figure(tmp_path):
-    _pdflatex()
+    require("pdflatex", "pdftotext")
     from derive.cli.docs import generate_docs
 
     files = generate_docs(pdf=True)
