@@ -18,7 +18,6 @@ saved without its column of largest differences (the CPU's floating-point kernel
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,14 +52,6 @@ class _Code:
     uses: tuple[str, ...]
     lines: tuple[str, ...]
 
-
-def _md(text: str) -> str:
-    """Markdown for what the LaTeX prose still spells as LaTeX outside math (``\\texttt``)."""
-    return re.sub(r"\\texttt\{([^}]*)\}", r"`\1`", text)
-
-
-def _block(block: Block) -> str:
-    return markdown_block(block) if isinstance(block, Display) else _md(markdown_block(block))
 
 
 def _command(options: DocumentOptions) -> str:
@@ -213,7 +204,7 @@ def _check(options: DocumentOptions) -> list[Cell | _Code]:
              if k != "h"] + (["--heads", str(options.heads)] if options.heads > 1 else [])
     return [
         Cell("markdown", "## Checking the derivation against PyTorch\n\n"
-             + _md(P.NOTEBOOK_CHECK_TABLE)),
+             + markdown_block(Prose(P.NOTEBOOK_CHECK_TABLE))),
         _Code((), ("import contextlib", "import io", "", "import derive.cli",
                    "from derive.bridge.notebook import without_column", "",
                    f"argv = {' '.join(argv)!r}.split()", "output = io.StringIO()",
@@ -274,16 +265,16 @@ def notebook_cells(options: DocumentOptions, *, example: object = None) -> list[
            "PyTorch implementation) and shows them. The outputs are saved; edit a cell and run "
            "it again.")  # fmt: skip
     cells = _Cells(options)
-    note = _block(Prose(P.AUTHORSHIP))
+    note = markdown_block(Prose(P.AUTHORSHIP))
     cells.add(Cell("markdown", f"# {document_title(options)}\n\n> {note}\n\n{how}"))
     for index, block in enumerate(blocks):
         if isinstance(block, Heading):
             cells.flush()
         if isinstance(block, Figure):
             cells.add(_figure(block))
-            cells.parts.append(_block(block).partition("\n\n")[2])  # its caption
+            cells.parts.append(markdown_block(block).partition("\n\n")[2])  # its caption
         else:
-            cells.parts.append(_block(block))
+            cells.parts.append(markdown_block(block))
         for item in after[index]:
             cells.add(item)
     for item in _check(options):
