@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from reference_variants import band_matrix
 from torch import Tensor
 
 from attention import _fused
@@ -284,7 +285,13 @@ def rounding_bound(tensors, upstream, options) -> tuple[list[Tensor], list[Tenso
     n = tensors[0].shape[-2]
     if n > KERNEL_KEYS:
         raise ValueError(f"rounding_bound: n={n} > {KERNEL_KEYS}, the fused kernel's key block")
-    single, double = (walk(tensors, upstream, options, fl) for fl in (FLOAT32, FLOAT64))
+    return radii_of(walk, tensors, upstream, options)
+
+
+def radii_of(walker, tensors, upstream, options) -> tuple[list[Tensor], list[Tensor]]:
+    """`walker`'s float64 values, and each entry's radius: the float32 walk's plus the float64
+    reference's own (u = 2⁻⁵³)."""
+    single, double = (walker(tensors, upstream, options, fl) for fl in (FLOAT32, FLOAT64))
     values = [g.value for g in single]
     return values, [f.radius + r.radius for f, r in zip(single, double, strict=True)]
 
@@ -309,18 +316,6 @@ def times(x: Bounded, y: Bounded, fl: Rounding) -> Bounded:
     """x ∘ y entry by entry: |Δx||y| + |x||Δy| + |Δx||Δy| from the operands, u |x̂||ŷ| its own."""
     carried = x.radius * y.value.abs() + x.value.abs() * y.radius + x.radius * y.radius
     return Bounded(x.value * y.value, carried + fl.unit * x.big * y.big + fl.tiny)
-
-
-def band_keys(n: int, s: int, options: dict) -> Tensor:
-    """(n, s): True where query m (at position m + o) may attend key p, before the user's masks:
-    causal p ≤ m + o, a window m + o − p < w."""
-    gaps = positions(n, s, options.get("offset", 0))
-    allowed = torch.ones(n, s, dtype=torch.bool)
-    if options.get("causal"):
-        allowed &= gaps >= 0
-        if options.get("window") is not None:
-            allowed &= gaps < options["window"]
-    return allowed
 
 
 def positions(n: int, s: int, offset: int) -> Tensor:
@@ -378,7 +373,9 @@ def walk_grouped(tensors, upstream, options, fl: Rounding) -> list[Bounded]:
     r = heads // groups
     if _fused._plan(batch * groups, n, keys, options.get("window"), r)[1] < n:
         raise ValueError(f"walk_grouped: n={n} takes more than one block of rows")
-    allowed = band_keys(n, keys, options).expand(batch, heads, n, keys)
+    band = band_matrix(n, keys, causal=bool(options.get("causal")), window=options.get("window"),
+                       offset=options.get("offset", 0))  # fmt: skip
+    allowed = torch.from_numpy(band).expand(batch, heads, n, keys)
     if options.get("allowed") is not None:
         allowed = allowed & options["allowed"].unsqueeze(1)  # (B, 1 or n, s) -> (B, 1, ·, s)
 
@@ -443,6 +440,4 @@ def grouped_rounding_bound(tensors, upstream, options) -> tuple[list[Tensor], li
     """(the gradients, their radii) of the one fast path, as `rounding_bound` for
     `walk_grouped`: the float64 values, and what a float32 computation of each entry may be off
     from the float64 reference (its own radius plus the reference's, u = 2⁻⁵³)."""
-    single, double = (walk_grouped(tensors, upstream, options, fl) for fl in (FLOAT32, FLOAT64))
-    values = [g.value for g in single]
-    return values, [f.radius + r.radius for f, r in zip(single, double, strict=True)]
+    return radii_of(walk_grouped, tensors, upstream, options)
