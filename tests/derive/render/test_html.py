@@ -76,7 +76,7 @@ def test_every_display_with_its_provenance_in_the_latex_order(page):
                        r'data-provenance="(.*?)"(?: data-sources="[^"]*")?>(.*?)</div>', page, re.S)  # fmt: skip
     assert len(found) == len(displays) > 30
     for display, (comment, attribute, tex) in zip(displays, found, strict=True):
-        said = display.provenance.comment().removeprefix("provenance: ")
+        said = display.provenance.said()
         assert comment == said.replace("--", "- -") and unescape(attribute) == said
         assert all(line in unescape(tex) for line in display.lines)
     tex = to_latex(blocks, title="t", note="n")
