@@ -9,19 +9,13 @@ import re
 from pathlib import Path
 
 import pytest
-from headless import Visit, launched, require_chromium
+from headless import Visit
 
 import derive
 from derive import DocumentOptions
 from derive.render import html_document
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with launched(require_chromium()) as browser:
-        yield browser
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import re
 import subprocess
 
 import pytest
-from headless import Visit, launched, require_chromium
+from headless import Visit
 from programs import require
 
 from derive.cli.docs import DOCS_OPTIONS
@@ -33,12 +33,6 @@ def page_file(tmp_path_factory, example):
     path = tmp_path_factory.mktemp("page") / "derivation.html"
     path.write_text(html_document(DOCS_OPTIONS, example=example), encoding="utf-8")
     return path
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with launched(require_chromium()) as browser:
-        yield browser
 
 
 @pytest.fixture(params=WIDTHS, ids=[f"{w}px" for w in WIDTHS])
