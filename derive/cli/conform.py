@@ -22,6 +22,7 @@ EPILOG = """examples:
   derive conform my_model.py:attention            # an nn.Module instance, or a function
   derive conform my_model.py:build --json         # build() returns the module
   derive conform my_model.py:attention --causal --dtype bfloat16 --markdown
+  derive conform my_model.py:llama_layer --variant rope --value beta=500000
 
 exit status: 0 when it conforms, 1 when it does not, 2 for bad input"""
 
@@ -90,6 +91,35 @@ def add(commands, argparse) -> None:
         help="batch size (default: a size no other dimension has)",
     )
     sub.add_argument("--adapter", metavar="NAME", help="the adapter to read a module with")
+    sub.add_argument(
+        "--variant",
+        action="append",
+        metavar="NAME",
+        help="a registered variant the module computes besides what its adapter reads "
+        "(derive variants lists them; repeat it, or join names with +: gqa+rope)",
+    )
+    sub.add_argument(
+        "--value",
+        action="append",
+        metavar="NAME=NUMBER",
+        type=_value,
+        help="a number the variants read, by its symbol's name (beta=500000, kappa=30, w=4); "
+        "default: the adapter's, else the variant's",
+    )
+
+
+def _value(text: str) -> tuple[str, float]:
+    import argparse
+
+    name, equals, number = text.partition("=")
+    try:
+        if not equals or not name:
+            raise ValueError
+        return name.strip(), float(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=NUMBER (beta=500000), got {text!r}"
+        ) from None
 
 
 def run(args, progress=None) -> int:
@@ -117,6 +147,8 @@ def run_conform(args, out: TextIO | None = None) -> int:
         "heads": args.heads,
         "batch": args.batch,
         "adapter": args.adapter,
+        "variant": "+".join(args.variant or ()),
+        "values": dict(args.value or ()),
     }
     if args.dtype is not None:
         options["dtype"] = getattr(torch, args.dtype)

@@ -13,6 +13,7 @@ a_{m,p} = exp(ω̃_{m,p}) / ((1 − ρ) Σ_r exp(ω̃_{m,r})).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -21,11 +22,11 @@ from sympy import Eq, Sum, exp
 
 from ..notation import letters as L
 from .declaration import Declaration, Graph
-from .registry import self_attention
+from .registry import self_attention, variant
 
 __all__ = [
     "RHO", "Form", "reference", "replaced", "entry", "suffix", "softmax_input", "softmax_of",
-    "dropout_on_weights",
+    "dropout_on_weights", "own_mask",
 ]  # fmt: skip
 
 #: The dropout rate ρ (0 where no dropout is observed).
@@ -43,6 +44,9 @@ class Form:
         dropout: dropout on the weights, keeping every entry, at rate ρ.
         projections: Q, K, V from X and the weights; without, Q, K, V are the inputs (a
             function like torch's scaled_dot_product_attention).
+        variant: the registered variants it computes besides these, joined by ``+``
+            (``"gqa+rope"``; empty: none). Their chains may bring the causal mask (RoPE's
+            base is causal attention); without `causal` it is then M = 0, no mask.
     """
 
     heads: bool = False
@@ -50,6 +54,7 @@ class Form:
     masked: bool = False
     dropout: bool = False
     projections: bool = True
+    variant: str = ""
 
 
 def entry(name: str, head: bool, *indices: sp.Expr) -> sp.Indexed:
@@ -92,17 +97,43 @@ def softmax_of(name: str, form: Form, temperature: sp.Expr = sp.S.One) -> sp.Exp
 
 
 def dropout_on_weights(graph: Graph, form: Form) -> Graph:
-    r"""a_{m,p} = softmax_{m,p} / (1 − ρ): the weights, then dropout keeping every one."""
-    weights = softmax_of(softmax_input(form), form) / (1 - RHO)
+    r"""a_{m,p} = softmax_{m,p} / (1 − ρ): the weights as the graph declares them (a sink's
+    included), then dropout keeping every one."""
+    weights = graph.step("A" + suffix(form)).element.rhs / (1 - RHO)
     return replaced(graph, "A" + suffix(form), weights)
+
+
+def _with_variant(form: Form) -> Graph:
+    """The registry's graph of the form's variants (with heads and causality as it says); a
+    given mask M replaces the variant's own mask step, which the mask given folds in."""
+    names = [*form.variant.split("+"), *(["multi-head"] if form.heads else [])]
+    graph = variant("+".join([*names, *(["causal"] if form.causal else [])])).graph
+    own = next((s for s in graph.declarations if s.output == "M"), None)
+    if own is not None and not form.causal and own.name == "causal_mask":
+        graph = graph.replace("M", sp.S.Zero)  # a chain's causal mask the form does not have
+    if not form.masked:
+        return graph
+    if own is None:
+        return variant("+".join([*names, "masked"])).graph
+    steps = tuple(s for s in graph.declarations if s.output != "M")
+    return Graph(graph.name + " with a given mask", steps, graph.relations)
+
+
+def own_mask(form: Form) -> Declaration | None:
+    """The mask step of the form's graph without a given mask (causal, a window), or None."""
+    graph = reference(dataclasses.replace(form, masked=False, dropout=False))
+    return next((s for s in graph.declarations if s.output == "M"), None)
 
 
 @functools.cache
 def reference(form: Form) -> Graph:
-    """The graph an implementation of this form must compute (from `self_attention`)."""
-    full = self_attention(
-        causal=form.causal and not form.masked, masked=form.masked, heads=form.heads
-    )
+    """The graph an implementation of this form must compute (from the registry)."""
+    if form.variant:
+        full = _with_variant(form)
+    else:
+        full = self_attention(
+            causal=form.causal and not form.masked, masked=form.masked, heads=form.heads
+        )
     steps = full.declarations
     name = full.name
     if not form.projections:

@@ -47,6 +47,12 @@ def conform(obj: Any, **options: Any) -> Report:
         width, heads: c and the heads of q, k, v for a function (defaults 8 and 3).
         batch: the batch size (default: the smallest size from 2 on that no other size has).
         adapter: the name of the adapter to use (default: the first that recognises it).
+        variant: registered variants the module computes besides what its adapter reads,
+            joined by ``+`` (``"rope"``, ``"gqa+qk-norm"``; `derive.graph.registry.variants`
+            lists them, the user's own included): the forms, tolerances and diagnosis come
+            from that variant's graph.
+        values: numbers those variants read, by their symbol's name (``{"beta": 5e5}``),
+            over the adapter's, whose absence means the variant's default.
         mistakes: the catalogue to diagnose with (default `derive.graph.mistakes.MISTAKES`).
 
     Returns:

@@ -29,7 +29,7 @@ the built-in ones (`derive.bridge.conform.conventions`) after them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .target import ConformError
@@ -39,13 +39,25 @@ __all__ = ["Weights", "Adapter", "register_adapter", "registered", "Observe"]
 
 @dataclass
 class Weights:
-    """The book's matrices of one module.
+    """The book's matrices of one module, and the variant it computes.
 
     Attributes:
-        W_q, W_k, W_v: (d, c); Q = X W_q (+ b_q).
+        W_q: (d, c); Q = X W_q (+ b_q).
+        W_k, W_v: (d, c), or (d, g c_h) with g groups of keys and values shared by h / g
+            heads each (grouped-query attention, the book's ``repeat_interleave`` order);
+            never repeat them to c columns: a shared weight is compared as one.
         W_o: (c, c_out), C = Ĉ W_o (+ b_o); None without an output projection.
-        b_q, b_k, b_v: (c,) or None; b_o: (c_out,) or None.
-        heads: h; each head reads c_h = c / h columns of Q, K, V, in order.
+        b_q: (c,) or None; b_k, b_v: as wide as W_k; b_o: (c_out,) or None.
+        heads: h; each head reads c_h = c / h columns of Q, in order.
+        variant: the registered variants (``derive variants``) the module computes besides
+            heads and causality, joined by ``+``: ``"rope+qk-norm"``; ``"gqa"`` is added when
+            W_k is narrower than W_q.
+        values: the numbers those variants read, by their symbol's name: RoPE's base
+            ``beta``, the softcap ``kappa``, the window ``w``, QK-norm's ``epsilon`` (each
+            variant's default where absent; ``derive variants --show NAME`` lists them).
+        inputs: the other matrices those variants read, by letter: QK-norm's gains ``G_q``,
+            ``G_k`` (1, c_h); ALiBi's slopes ``Mu`` and the sinks' logits ``Zeta`` (1, h);
+            the gate's ``W_g`` (d, c). Views, like the W's: their gradients are compared too.
     """
 
     W_q: Any
@@ -57,19 +69,44 @@ class Weights:
     b_v: Any = None
     b_o: Any = None
     heads: int = 1
+    variant: str = ""
+    values: dict[str, Any] = field(default_factory=dict)
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def groups(self) -> int:
+        """g: the groups of keys and values (h where W_k is as wide as W_q)."""
+        c, width = int(self.W_q.shape[1]), int(self.W_k.shape[1])
+        return self.heads * width // c
+
+    @property
+    def variants(self) -> str:
+        """`variant`, with ``gqa`` where the keys and values have fewer groups than heads."""
+        parts = [p for p in self.variant.split("+") if p]
+        if self.groups != self.heads and "gqa" not in parts:
+            parts.insert(0, "gqa")
+        return "+".join(parts)
 
     def check(self, adapter: str) -> None:
         """Shapes that fit together; a ConformError naming the adapter and the shapes if not."""
         d, c = tuple(self.W_q.shape)
-        for name in ("W_k", "W_v"):
-            if tuple(getattr(self, name).shape) != (d, c):
-                raise ConformError(
-                    f"adapter {adapter}: {name} has shape "
-                    f"{tuple(getattr(self, name).shape)}, W_q has {(d, c)}"
-                )
         if not isinstance(self.heads, int) or self.heads < 1 or c % self.heads:
             raise ConformError(
                 f"adapter {adapter}: heads={self.heads!r} must be a positive int dividing c={c}"
+            )
+        c_h = c // self.heads
+        for name in ("W_k", "W_v"):
+            shape = tuple(getattr(self, name).shape)
+            fits = len(shape) == 2 and shape[0] == d and shape[1] % c_h == 0
+            if not fits or shape[1] > c or self.heads % (shape[1] // c_h or 1):
+                raise ConformError(
+                    f"adapter {adapter}: {name} has shape {shape}, W_q has {(d, c)}: expected "
+                    f"({d}, g·c_h) with c_h = {c_h} and g groups dividing heads={self.heads}"
+                )
+        if tuple(self.W_k.shape) != tuple(self.W_v.shape):
+            raise ConformError(
+                f"adapter {adapter}: W_k has shape {tuple(self.W_k.shape)}, "
+                f"W_v has {tuple(self.W_v.shape)}"
             )
         if self.W_o is not None and self.W_o.shape[0] != c:
             raise ConformError(

@@ -9,6 +9,8 @@
   q, k, v; ``c_proj``; ``n_head``);
 - ``timm``: timm's ``Attention`` (``qkv`` an ``nn.Linear`` packing q, k, v; ``proj``;
   ``num_heads``; ``attn_mask`` True = may attend, when it takes one);
+- ``grouped``: the book's `GroupedQueryAttention` and this package's, with the variants it
+  was built with (`derive.bridge.conform.grouped`);
 - ``book``: the book's classes and this package's (``W_query``, ``W_key``, ``W_value`` as
   ``nn.Parameter`` d × c or ``nn.Linear``; ``out_proj`` and ``num_heads`` with heads; or
   ``heads``, a list of single-head modules side by side; ``mask`` True = may attend).
@@ -22,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from .adapters import Adapter, Weights
+from .grouped import GROUPED
 from .target import ConformError
 
 __all__ = ["BUILT_IN"]
@@ -227,6 +230,7 @@ BUILT_IN: tuple[Adapter, ...] = (
         observe=(("qkv", "output", ("Q", "K", "V")), ("proj", "input", ("C_concat",))),
         looks_for="qkv, proj, num_heads",
     ),
+    GROUPED,
     Adapter(
         "book",
         _is_book,

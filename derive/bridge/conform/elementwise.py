@@ -1,12 +1,20 @@
 r"""A declaration evaluated entry by entry, all entries at once: its formula on grids of indices.
 
 For the steps SymPy finds no matrix form for (a constant mask such as the causal M_{m,p} = 0 if
-p ≤ m, −∞ otherwise; a mistaken formula such as the softmax with the masked scores above the line
-and the unmasked ones below), every index of the output gets an axis of a grid (the head ℓ, the
-row m, the column p), every summation index a further axis that is summed away, and every entry
-x_{a,b} is gathered from its matrix at the grid's values of a and b. Sums, products, exp, log,
-⌊·⌋, mod, comparisons and Piecewise act on the whole grid at once (torch, float64, IEEE
-arithmetic: exp(−∞) = 0, and 0/0 is NaN).
+p ≤ m, −∞ otherwise; RoPE's angles; a gradient given by its entries; a mistaken formula such as
+the softmax with the masked scores above the line and the unmasked ones below), every index of
+the output gets an axis of a grid (the head ℓ, the row m, the column p), every summation index a
+further axis that is summed away, and every entry x_{a,b} is gathered from its matrix at the
+grid's values of a and b. Sums, products, powers, exp, log, tanh, sin, cos, the sigmoid, ⌊·⌋,
+mod, Kronecker's δ, comparisons and Piecewise act on the whole grid at once (torch, float64,
+IEEE arithmetic: exp(−∞) = 0, and 0/0 is NaN).
+
+Beside each value it carries a first-order bound on the rounding error of an implementation in
+a lower precision, as `derive.bridge.conform.matrices` does for matrix forms: each operation's
+result rounded once (u = `Rounding.store`), a sum of k terms within γ_k of the sum of their
+magnitudes, a libm function within two ulps, and the operands' errors carried through by the
+derivative (|f'(x)| e for f(x); Σ_i e_i Π_{j≠i} |x_j| for a product). Indices, masks and other
+constants are exact.
 
 Layout (shared with `derive.bridge.conform.matrices`): every matrix is a tensor
 (*batch, H, rows, cols), H the heads of a per-head matrix (X^{(ℓ)}), 1 otherwise.
@@ -18,11 +26,13 @@ from typing import Any
 
 import sympy as sp
 from sympy import Indexed
+from sympy.matrices.expressions.matexpr import MatrixElement
 
 from ...graph import Declaration
 from ...notation import letters as L
+from .rounding import FUNCTIONS, apply, exact
 
-__all__ = ["evaluate_element", "concrete"]
+__all__ = ["evaluate_element", "element_values", "entries_values", "concrete"]
 
 
 def concrete(size: sp.Expr, sizes: dict[sp.Symbol, Any]) -> int:
@@ -35,64 +45,125 @@ def evaluate_element(
 ) -> Any:
     """Every entry of `step`'s output from its element-wise formula, as one tensor
     (*batch, H, rows, cols); `values` holds the matrices it reads (letter -> tensor)."""
-    import torch
+    return element_values(step, values, sizes, heads)[0]
 
-    rows, cols = (concrete(x, sizes) for x in step.shapes[step.output])
+
+def element_values(
+    step: Declaration,
+    values: dict[str, Any],
+    sizes: dict[sp.Symbol, Any],
+    heads: int,
+    bounds: dict[str, Any] | None = None,
+    unit: float = 0.0,
+) -> tuple[Any, Any]:
+    """`evaluate_element` with the rounding bound of every entry (`bounds`: those of the
+    matrices it reads, zero where absent; `unit`: the unit roundoff, 0 for values alone)."""
     row, col = step.free
     if not (isinstance(row, sp.Symbol) and isinstance(col, sp.Symbol)):
         raise ValueError(f"step {step.output}: entry {step.element.lhs} is not indexed by symbols")
-    count = heads if step.head else 1
+    shape = step.shapes[step.output]
+    return _on_grid(step.element.rhs, (row, col), shape, step.head, values, sizes, heads,
+                    bounds, unit)  # fmt: skip
+
+
+def entries_values(
+    entry: sp.Expr,
+    indices: tuple,
+    shape: tuple,
+    values: dict[str, Any],
+    sizes: dict[sp.Symbol, Any],
+    heads: int,
+    bounds: dict[str, Any] | None = None,
+    unit: float = 0.0,
+) -> tuple[Any, Any]:
+    """A matrix given by its entry (`derive.notation.Entries`): per head where the entry reads
+    the head ℓ; an index that is a number (``(1, p)``: a row) stays at that number."""
+    head = L.ell in entry.free_symbols
+    return _on_grid(entry, indices, shape, head, values, sizes, heads, bounds, unit)
+
+
+def _on_grid(
+    rhs: sp.Expr,
+    indices: tuple,
+    shape: tuple,
+    head: bool,
+    values: dict[str, Any],
+    sizes: dict[sp.Symbol, Any],
+    heads: int,
+    bounds: dict[str, Any] | None,
+    unit: float,
+) -> tuple[Any, Any]:
+    import torch
+
+    rows, cols = (concrete(x, sizes) for x in shape)
+    count = heads if head else 1
     arange = lambda k: torch.arange(1, k + 1, dtype=torch.float64)  # noqa: E731
-    grid = {
-        L.ell: arange(count).view(count, 1, 1),
-        row: arange(rows).view(1, rows, 1),
-        col: arange(cols).view(1, 1, cols),
-    }
-    result = _Grid(values, sizes, torch)(step.element.rhs, grid)
-    return torch.as_tensor(result, dtype=torch.float64) + torch.zeros(count, rows, cols).double()
+    grid = {L.ell: arange(count).view(count, 1, 1)}
+    for axis, (index, length) in enumerate(zip(indices, (rows, cols), strict=True)):
+        if isinstance(index, sp.Symbol):
+            view = [1, 1, 1]
+            view[axis + 1] = length
+            grid[index] = arange(length).view(*view)
+    value, bound = _Grid(values, bounds or {}, sizes, torch, unit)(rhs, grid)
+    zeros = torch.zeros(count, rows, cols).double()
+    return _tensor(torch, value) + zeros, _tensor(torch, bound) + zeros
 
 
 class _Grid:
-    """The evaluation of one formula on a grid of index values (`env`: symbol -> tensor)."""
+    """The evaluation of one formula on a grid of index values (`env`: symbol -> tensor): each
+    node gives (value, bound)."""
 
-    def __init__(self, values: dict[str, Any], sizes: dict[sp.Symbol, Any], torch: Any) -> None:
-        self.values, self.sizes, self.torch = values, sizes, torch
+    def __init__(self, values: dict, bounds: dict, sizes: dict, torch: Any, unit: float):
+        self.values, self.bounds, self.sizes, self.torch = values, bounds, sizes, torch
+        self.u = unit
 
-    def __call__(self, expr: sp.Basic, env: dict) -> Any:
-        torch = self.torch
+    def __call__(self, expr: sp.Basic, env: dict) -> tuple[Any, Any]:
+        torch, u = self.torch, self.u
         if isinstance(expr, Indexed):
             return self._entry(expr, env)
+        if isinstance(expr, MatrixElement):
+            return self._element(expr, env)
         if expr.is_Symbol:
             if expr in env:
-                return env[expr]
+                return env[expr], 0.0
             if expr in self.sizes:
-                return float(self.sizes[expr])
+                return float(self.sizes[expr]), 0.0
             raise ValueError(f"no value for {expr}")
-        if expr is sp.S.Infinity or expr is sp.S.NegativeInfinity:
-            return float(expr)
-        if expr.is_Number:
-            return float(expr)
+        if expr is sp.S.Infinity or expr is sp.S.NegativeInfinity or expr.is_Number:
+            return float(expr), 0.0
         if expr is sp.true or expr is sp.false:
-            return bool(expr)
+            return bool(expr), 0.0
         if isinstance(expr, sp.Piecewise):
             return self._piecewise(expr, env)
         if isinstance(expr, sp.Sum):
             return self._sum(expr, env)
-        args = [self(arg, env) for arg in expr.args]
+        if isinstance(expr, sp.KroneckerDelta):
+            (a, _), (b, _) = (self(arg, env) for arg in expr.args)
+            return (_tensor(torch, a) == _tensor(torch, b)).double(), 0.0
+        pairs = [self(arg, env) for arg in expr.args]
+        args = [value for value, _ in pairs]
         if isinstance(expr, sp.Add):
-            return _fold(args, lambda a, b: a + b)
+            value = _fold(args, lambda a, b: a + b)
+            return value, exact(torch, sum(e for _, e in pairs) + u * abs(value))
         if isinstance(expr, sp.Mul):
-            return _fold(args, lambda a, b: a * b)
+            return self._product(pairs)
         if isinstance(expr, sp.Pow):
-            return _tensor(torch, args[0]) ** args[1]
-        if isinstance(expr, sp.exp):
-            return torch.exp(_tensor(torch, args[0]))
-        if isinstance(expr, sp.log):
-            return torch.log(_tensor(torch, args[0]))
+            (base, error), (power, _) = pairs
+            value = _tensor(torch, base) ** power
+            carried = abs(power) * _tensor(torch, base).abs() ** (power - 1) * error
+            return value, exact(torch, carried + 2 * u * value.abs())
+        if type(expr) in FUNCTIONS:
+            (x, error), = pairs  # fmt: skip
+            return apply(type(expr), _tensor(torch, x), _tensor(torch, error), u)
+        return self._exact_operation(expr, args)
+
+    def _exact_operation(self, expr: sp.Basic, args: list) -> tuple[Any, Any]:
+        """Operations on indices and conditions: exact."""
+        torch = self.torch
         if isinstance(expr, sp.floor):
-            return torch.floor(_tensor(torch, args[0]))
+            return torch.floor(_tensor(torch, args[0])), 0.0
         if isinstance(expr, sp.Mod):
-            return torch.remainder(_tensor(torch, args[0]), args[1])
+            return torch.remainder(_tensor(torch, args[0]), args[1]), 0.0
         comparisons = {
             sp.LessThan: torch.le,
             sp.StrictLessThan: torch.lt,
@@ -102,59 +173,87 @@ class _Grid:
             sp.Unequality: torch.ne,
         }
         if type(expr) in comparisons:
-            return comparisons[type(expr)](_tensor(torch, args[0]), _tensor(torch, args[1]))
+            compare = comparisons[type(expr)]
+            return compare(_tensor(torch, args[0]), _tensor(torch, args[1])), 0.0
         if isinstance(expr, sp.And):
-            return _fold(args, lambda a, b: a & b)
+            return _fold(args, lambda a, b: a & b), 0.0
         if isinstance(expr, sp.Or):
-            return _fold(args, lambda a, b: a | b)
+            return _fold(args, lambda a, b: a | b), 0.0
         if isinstance(expr, sp.Not):
-            return ~args[0]
+            return ~args[0], 0.0
         raise ValueError(f"cannot evaluate {type(expr).__name__} in {expr}")
 
-    def _entry(self, entry: Indexed, env: dict) -> Any:
-        """x_{a,b} at every point of the grid: gathered from the tensor of X."""
+    def _product(self, pairs: list) -> tuple[Any, Any]:
+        torch, u = self.torch, self.u
+        values = [_tensor(torch, v) for v, _ in pairs]
+        value = _fold(values, lambda a, b: a * b)
+        carried: Any = 0.0
+        for i, (_, error) in enumerate(pairs):
+            others = [values[j].abs() for j in range(len(values)) if j != i]
+            carried = carried + _fold([_tensor(torch, error), *others], lambda a, b: a * b)
+        rounded = max(len(values) - 1, 0) * u * value.abs()
+        return value, exact(torch, carried + rounded)
+
+    def _entry(self, entry: Indexed, env: dict) -> tuple[Any, Any]:
+        """x_{a,b} at every point of the grid: gathered from the tensor of X, and its bound."""
         torch = self.torch
-        matrix = self.values[L.letter_of(entry)]
+        letter = L.letter_of(entry)
+        matrix = self.values[letter]
         indices = list(entry.indices)
         if len(indices) == 2:
             indices.insert(0, sp.S.One)  # a whole matrix: its one "head"
         rank = max((t.ndim for t in env.values()), default=3)
         gathered = []
         for index, size in zip(indices, matrix.shape[-3:], strict=True):
-            value = _tensor(torch, self(index, env))
+            value = _tensor(torch, self(index, env)[0])
             value = value.reshape((1,) * (rank - value.ndim) + tuple(value.shape))
             gathered.append((value.long() - 1).clamp(0, size - 1))
-        return matrix[(..., *gathered)]
+        bound = self.bounds.get(letter)
+        at = (..., *gathered)
+        return matrix[at], 0.0 if bound is None else bound[at]
 
-    def _piecewise(self, expr: sp.Piecewise, env: dict) -> Any:
+    def _element(self, element: MatrixElement, env: dict) -> tuple[Any, Any]:
+        """M[i, j] (0-based, as SymPy's matrix forms write them, ``Mu[0, l − 1]``)."""
+        one_based = L.base(L.name_of(str(element.parent.name)))[element.i + 1, element.j + 1]
+        return self._entry(one_based, env)
+
+    def _piecewise(self, expr: sp.Piecewise, env: dict) -> tuple[Any, Any]:
         torch = self.torch
-        result = None
+        result = bound = None
         for value, condition in reversed(expr.args):
-            value = _tensor(torch, self(value, env))
+            value, error = (_tensor(torch, x) for x in self(value, env))
             if result is None:
-                result = value
+                result, bound = value, error
                 continue
-            result = torch.where(_tensor(torch, self(condition, env)), value, result)
-        return result
+            chosen = _tensor(torch, self(condition, env)[0])
+            result = torch.where(chosen, value, result)
+            bound = torch.where(chosen, error, bound)
+        return result, bound
 
-    def _sum(self, total: sp.Sum, env: dict) -> Any:
-        """Each summation index gets a further axis of the grid, summed away at the end."""
+    def _sum(self, total: sp.Sum, env: dict) -> tuple[Any, Any]:
+        """Σ over its limits (SymPy lists the innermost first; an inner limit may read an
+        outer index): each index a further axis of the grid, summed away in turn."""
+        return self._nested(total.function, list(reversed(total.limits)), env)
+
+    def _nested(self, function: sp.Expr, limits: list, env: dict) -> tuple[Any, Any]:
         torch = self.torch
-        if len(total.limits) > 1:
-            inside_out = sp.Sum(total.function, total.limits[0])
-            return self._sum(sp.Sum(inside_out, *total.limits[1:]), env)
+        if not limits:
+            return self(function, env)
+        (variable, low, high), rest = limits[0], limits[1:]
         inner = {symbol: grid.unsqueeze(-1) for symbol, grid in env.items()}
         rank = max((t.ndim for t in inner.values()), default=4)
-        keep = None
-        for variable, low, high in total.limits:
-            low, high = self(low, inner), self(high, inner)
-            length = int(_tensor(torch, high).max())
-            axis = torch.arange(1, length + 1, dtype=torch.float64)
-            inner[variable] = axis.view((1,) * (rank - 1) + (length,))
-            inside = (inner[variable] >= low) & (inner[variable] <= high)
-            keep = inside if keep is None else keep & inside
-        summand = _tensor(torch, self(total.function, inner))
-        return torch.where(keep, summand, 0.0).sum(-1)
+        low, high = self(low, inner)[0], self(high, inner)[0]
+        length = max(int(_tensor(torch, high).max()), 0)
+        axis = torch.arange(1, length + 1, dtype=torch.float64)
+        inner[variable] = axis.view((1,) * (rank - 1) + (length,))
+        keep = (inner[variable] >= low) & (inner[variable] <= high)
+        summand, error = (_tensor(torch, x) for x in self._nested(function, rest, inner))
+        value = torch.where(keep, summand, 0.0).sum(-1)
+        spread = torch.where(keep, summand.abs(), 0.0).sum(-1)
+        carried = torch.where(keep, error, 0.0).sum(-1)
+        k = length + 1
+        gamma = k * self.u / (1 - k * self.u)
+        return value, exact(torch, carried + gamma * spread)
 
 
 def _fold(items: list, combine) -> Any:

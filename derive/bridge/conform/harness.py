@@ -18,6 +18,7 @@ from typing import Any
 from ...notation import letters as L
 from .adapters import Adapter, Weights
 from .target import ConformError, Target
+from .variant_values import variant_inputs, variant_sizes
 
 __all__ = ["ModuleHarness", "FunctionHarness", "stand_in_dropout"]
 
@@ -45,7 +46,14 @@ def _passed(x: Any, mask: Any) -> str:
 class ModuleHarness:
     """A module's copy, its adapter, its weights, and how to call it."""
 
-    def __init__(self, target: Target, adapter: Adapter, dtype: Any = None) -> None:
+    def __init__(
+        self,
+        target: Target,
+        adapter: Adapter,
+        dtype: Any = None,
+        variant: str = "",
+        values: dict | None = None,
+    ) -> None:
         self.target, self.adapter = target, adapter
         self.module = copy.deepcopy(target.obj)
         if dtype is not None:
@@ -54,9 +62,15 @@ class ModuleHarness:
         self.weights: Weights = adapter.read(self.module)
         self.dtype, self.device = self.weights.W_q.dtype, self.weights.W_q.device
         self.d, self.c = (int(x) for x in self.weights.W_q.shape)
-        self.heads = self.weights.heads
+        self.heads, self.groups = self.weights.heads, self.weights.groups
         self.c_out = self.c if self.weights.W_o is None else int(self.weights.W_o.shape[1])
-        self.with_heads = self.weights.W_o is not None or self.heads > 1
+        told = [p for p in variant.split("+") if p and p not in self.weights.variants.split("+")]
+        #: the registered variants it computes besides heads and causality ("gqa+rope")
+        self.variant = "+".join(p for p in (self.weights.variants, *told) if p)
+        self.with_heads = self.weights.W_o is not None or self.heads > 1 or "gqa" in told
+        self.extra = variant_inputs(self.variant, self.weights.inputs, adapter.name)
+        given = {**self.weights.values, **(values or {})}
+        self.values = variant_sizes(self.variant, given, {}, adapter.name)
         self.one_at_a_time: bool | None = None
         self.mask_per_sequence = False
 
@@ -90,9 +104,18 @@ class ModuleHarness:
         out = out.double() if grad else out.detach().double().cpu()
         return out
 
+    def _told(self) -> dict:
+        """What a call that asks for them is told: the variant, and its values by name."""
+        try:
+            wants = inspect.signature(typing.cast(Any, self.adapter.call)).parameters
+        except (TypeError, ValueError):
+            return {}
+        told = {"variant": self.variant, "values": {str(k): v for k, v in self.values.items()}}
+        return {key: value for key, value in told.items() if key in wants}
+
     def _once(self, module: Any, x: Any, mask: Any) -> Any:
         if self.adapter.call is not None:
-            return _first_tensor(self.adapter.call(module, x, mask))
+            return _first_tensor(self.adapter.call(module, x, mask, **self._told()))
         if mask is None:
             return _first_tensor(module(x))
         given = mask if self.adapter.mask_means == "allowed" else ~mask
@@ -175,8 +198,12 @@ class ModuleHarness:
         ):
             inputs[letter] = as64(matrix)
             if any(b is not None for b in biases):
-                row = torch.zeros(1, self.c).double() if bias is None else as64(bias)[None]
+                width = matrix.shape[1]
+                row = torch.zeros(1, width).double() if bias is None else as64(bias)[None]
                 inputs[letter] = torch.cat([inputs[letter], row])  # (d, c) -> (d + 1, c)
+        extra = self.extra if weights is None else variant_inputs(
+            self.variant, w.inputs, self.adapter.name)  # fmt: skip
+        inputs.update({letter: as64(matrix) for letter, matrix in extra.items()})
         if any(b is not None for b in biases):
             ones = torch.ones(*x.shape[:-1], 1, dtype=torch.float64)
             inputs["X"] = torch.cat([inputs["X"], ones], dim=-1)  # (…, n, d) -> (…, n, d + 1)
@@ -187,7 +214,8 @@ class ModuleHarness:
 
     def sizes(self, n: int) -> dict:
         width = self.d + (1 if self.graph_inputs_augmented() else 0)
-        return {L.n: n, L.d: width, L.c: self.c, L.h: self.heads, L.c_h: self.c // self.heads}
+        own = {L.n: n, L.d: width, L.c: self.c, L.h: self.heads, L.c_h: self.c // self.heads}
+        return {**own, L.g: self.groups, **self.values}
 
     def graph_inputs_augmented(self) -> bool:
         return any(b is not None for b in (self.weights.b_q, self.weights.b_k, self.weights.b_v))

@@ -27,6 +27,7 @@ from typing import Any
 
 import sympy as sp
 from sympy import MatrixSymbol
+from sympy.matrices.expressions.matexpr import MatrixElement
 
 from ...calculus import NoMatrixForm, backward, matrix_form
 from ...calculus.forward import declared_matrix, symbols_of
@@ -35,23 +36,11 @@ from ...graph import Declaration, Graph
 from ...notation import Concat, Entries, Softmax
 from ...notation import letters as L
 from .cache import cached
-from .elementwise import concrete, evaluate_element
+from .elementwise import concrete, element_values
+from .rounding import Rounding
+from .variant_forms import coefficient, evaluate_variant_form
 
 __all__ = ["Rounding", "Evaluation", "GradientForm", "derived_form", "graph_forms", "gradients"]
-
-
-@dataclass(frozen=True)
-class Rounding:
-    """Unit roundoffs: `store` for each stored result, `sums` for the sums inside products and
-    the softmax (torch accumulates float16 and bfloat16 in float32)."""
-
-    store: float
-    sums: float
-
-    def gamma(self, terms: int) -> float:
-        """γ_k: the relative error bound of a sum of k products."""
-        k = terms + 2  # and a scaling folded into either factor
-        return k * self.sums / (1 - k * self.sums)
 
 
 @functools.lru_cache(maxsize=512)
@@ -154,8 +143,11 @@ class Evaluation:
         """Every step of `graph`, in order: its derived form, or entry by entry."""
         for step, form in zip(graph.declarations, graph_forms(graph), strict=True):
             if form is None:
-                value = evaluate_element(step, self.values, self.sizes, self.heads)
-                self._keep(step.output, value, None if self.rounding is None else 0 * value)
+                unit = 0.0 if self.rounding is None else self.rounding.store
+                value, bound = element_values(
+                    step, self.values, self.sizes, self.heads, self.bounds, unit
+                )
+                self._keep(step.output, value, None if self.rounding is None else bound)
             else:
                 self._keep(step.output, *self(form))
         return self
@@ -217,21 +209,30 @@ class Evaluation:
                     bound = bound + rounding.store * product.abs()
                 value = value * other
             return value, bound
-        if isinstance(expr, Softmax):
-            return self._softmax(*self(expr.arg))
+        if isinstance(expr, Softmax) and expr.sink is None:
+            return self.softmax(*self(expr.arg))
         if isinstance(expr, sp.MatrixSlice):
             return self._columns(expr)
         if isinstance(expr, Concat):
             value, bound = self(expr.block)
             side = lambda t: torch.cat(t.unbind(-3), dim=-1).unsqueeze(-3)  # noqa: E731
             return side(value), None if bound is None else side(bound)
-        raise NotImplementedError(f"no evaluation for {type(expr).__name__}: {expr}")
+        found = evaluate_variant_form(self, expr)
+        if found is None:
+            raise NotImplementedError(f"no evaluation for {type(expr).__name__}: {expr}")
+        return found
 
     def _scalar(self, expr: sp.Expr) -> float:
         if expr not in self._scalars:
             sizes = {symbol: sp.sympify(value) for symbol, value in self.sizes.items()}
             self._scalars[expr] = float(expr.xreplace(sizes))
         return self._scalars[expr]
+
+    def _coefficient(self, expr: sp.Expr) -> tuple[Any, Any]:
+        """A number (1/√c_h), or per head where it reads a parameter's entry (−μ_ℓ)."""
+        if expr.has(MatrixElement) or L.ell in expr.free_symbols:
+            return coefficient(self, expr)
+        return self._scalar(expr), 0.0
 
     def _product(self, expr: sp.MatMul) -> tuple[Any, Any]:
         rounding = self.rounding
@@ -248,13 +249,15 @@ class Evaluation:
                 bound = bound + rounding.store * product.abs()
             value = product
         if coefficient != 1:
-            scale = self._scalar(coefficient)
+            scale, scale_bound = self._coefficient(coefficient)
+            unscaled = value
             value = scale * value
             if rounding is not None:
-                bound = abs(scale) * bound + 2 * rounding.store * value.abs()
+                bound = abs(scale) * bound + scale_bound * unscaled.abs()
+                bound = bound + 2 * rounding.store * value.abs()
         return value, bound
 
-    def _softmax(self, scores: Any, bound: Any) -> tuple[Any, Any]:
+    def softmax(self, scores: Any, bound: Any) -> tuple[Any, Any]:
         """Row-wise softmax; a row with no finite score is NaN (IEEE) or zero (derive's)."""
         torch = self.torch
         weights = torch.softmax(scores, dim=-1)

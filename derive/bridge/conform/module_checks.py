@@ -93,8 +93,11 @@ def _evaluation(self: Any, scenario: Scenario) -> Any:
 
 def _weight_gradients(self: Any, module: Any) -> dict:
     """Each weight's gradient, read through the adapter from the parameters' gradients."""
+    import torch
+
     parameters = [p for p in module.parameters() if p.grad is not None]
     saved = [p.data for p in parameters]
+    values = self.h.adapter.read(module).inputs
     for parameter in parameters:
         parameter.data = parameter.grad
     try:
@@ -102,6 +105,10 @@ def _weight_gradients(self: Any, module: Any) -> dict:
         found = {k: getattr(read, k) for k in ("W_q", "W_k", "W_v", "b_q", "b_k", "b_v")}
         if self.h.weights.W_o is not None:
             found["W_o"] = read.W_o
+        # a variant's input that is no parameter's (ALiBi's slopes, a buffer or computed)
+        # reads the same with the gradients in place of the parameters: none to compare
+        found.update({k: read.inputs[k] for k in self.h.extra
+                      if not torch.equal(read.inputs[k], values[k])})  # fmt: skip
         return {k: None if v is None else v.detach().clone() for k, v in found.items()}
     finally:
         for parameter, data in zip(parameters, saved, strict=True):
@@ -188,7 +195,7 @@ def dropout(self: Any, form: Form) -> Check:
             formula,
             f"{name} is not called in eval mode (a rate passed to a kernel?)",
         )
-    kept = Form(heads=form.heads, causal=form.causal, dropout=True)
+    kept = dataclasses.replace(form, dropout=True)
     scenario = self.scenario("dropout", kept, self.x, got, rho=RATE, observed=observed)
     return self.value_row(
         "dropout", what + " (a stand-in keeping every entry, ρ = 1/2)", formula, scenario
@@ -207,6 +214,6 @@ def _no_dropout(adapter: str, name: str | None) -> str:
 def _copy(weights: Any) -> Any:
     """The weights as they are now (copies, off the module)."""
     fields = {f.name: getattr(weights, f.name) for f in dataclasses.fields(weights)}
-    return dataclasses.replace(
-        weights, **{k: v.detach().clone() for k, v in fields.items() if hasattr(v, "detach")}
-    )
+    copied = {k: v.detach().clone() for k, v in fields.items() if hasattr(v, "detach")}
+    inputs = {k: v.detach().clone() for k, v in weights.inputs.items()}
+    return dataclasses.replace(weights, **copied, inputs=inputs)

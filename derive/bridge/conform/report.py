@@ -85,6 +85,7 @@ class Report:
     diagnosis: Diagnosis | None = None
     notes: tuple[str, ...] = field(default=())
     unchecked: tuple[str, ...] = field(default=())
+    variant: str = ""
 
     @property
     def conforms(self) -> bool:
@@ -95,7 +96,9 @@ class Report:
         kind = self.kind + (f" ({self.convention})" if self.convention else "")
         causal = ("causal" if self.causal else "not causal") + f" ({self.causal_how})"
         sizes = ", ".join(f"{k} = {v}" for k, v in self.sizes.items())
-        return [f"derive conform {self.target}: {kind}, {causal}, {self.dtype}", f"sizes: {sizes}"]
+        variant = f", variant {self.variant}" if self.variant else ""
+        head = f"derive conform {self.target}: {kind}{variant}, {causal}, {self.dtype}"
+        return [head, f"sizes: {sizes}"]
 
     def _verdict(self) -> str:
         counts = {s: sum(c.status == s for c in self.checks) for s in ("PASS", "FAIL", "n/a")}
@@ -198,6 +201,7 @@ class Report:
             "kind": self.kind,
             "target": self.target,
             "convention": self.convention,
+            "variant": self.variant,
             "causal": self.causal,
             "dtype": self.dtype,
             "sizes": dict(self.sizes),

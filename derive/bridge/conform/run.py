@@ -3,7 +3,7 @@ rationals, exact in every float dtype), the rows it writes, and the report with 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...graph.mistakes import MISTAKES, Mistake
@@ -29,6 +29,8 @@ class Options:
     heads: int = 3
     batch: int | None = None
     adapter: str | None = None
+    variant: str = ""
+    values: dict[str, float] = field(default_factory=dict)
     mistakes: tuple[Mistake, ...] = MISTAKES
 
 
@@ -45,6 +47,7 @@ class Run:
 
     kind = ""
     convention: str | None = None
+    variant = ""
 
     def __init__(self, target: Target, options: Options, dtype: Any) -> None:
         import torch
@@ -173,6 +176,7 @@ class Run:
             diagnosis,
             tuple(self.notes),
             tuple(self.unchecked),
+            self.variant,
         )
 
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...graph.forms import Form, reference
+from ...graph.forms import Form, own_mask, reference
+from ...notation import letters as L
 from .compare import Scenario
+from .elementwise import evaluate_element
 from .formulas import composed, declared
 from .harness import ModuleHarness
 from .module_checks import dropout, gradients, heads_separate
@@ -28,9 +30,9 @@ __all__ = ["ModuleRun"]
 class ModuleRun(Run):
     def __init__(self, target: Target, options: Options) -> None:
         adapter = find_adapter(target.obj, options.adapter)
-        self.h = ModuleHarness(target, adapter, options.dtype)
+        self.h = ModuleHarness(target, adapter, options.dtype, options.variant, options.values)
         super().__init__(target, options, self.h.dtype)
-        self.kind, self.convention = target.kind, adapter.name
+        self.kind, self.convention, self.variant = target.kind, adapter.name, self.h.variant
         limit = self.h.max_tokens()
         n = options.n or min(5, limit or 5)
         if n < 2 or (limit is not None and n > limit):
@@ -46,7 +48,7 @@ class ModuleRun(Run):
         of two, at most 2⁻⁶)."""
         from .compare import predict
 
-        form = Form(heads=self.h.with_heads)
+        form = self.form()
         scores = "Omega_scaled" + ("_l" if form.heads else "")
         for _ in range(6):
             inputs, b_o = self.h.graph_inputs(x)
@@ -56,14 +58,20 @@ class ModuleRun(Run):
             x = x / 2
         return x
 
+    def form(self, **kinds: bool) -> Form:
+        """The form of this module's graph: its heads, its variant, and `kinds`."""
+        return Form(heads=self.h.with_heads, variant=self.h.variant, **kinds)
+
     def sizes(self) -> dict:
         h = self.h
         found = {"batch": self.batch, "n": self.n, "d": h.d, "c": h.c, "heads": h.heads}
         if h.heads > 1:
             found["c_h"] = h.c // h.heads
+        if h.groups != h.heads:
+            found["g"] = h.groups
         if h.c_out != h.c:
             found["c_out"] = h.c_out
-        return found
+        return found | {str(symbol): value for symbol, value in h.values.items()}
 
     def call(self, x: Any, allowed: Any = None, module: Any = None) -> tuple[Any, dict]:
         """The target's C, and what its adapter lets us see inside (Q, K, V, Ĉ)."""
@@ -111,7 +119,7 @@ class ModuleRun(Run):
     def run(self) -> Run:
         got, observed = self.call(self.x)
         self.causal, self.causal_how = self._probe()
-        form = Form(heads=self.h.with_heads, causal=self.causal)
+        form = self.form(causal=self.causal)
         forward = self.scenario("forward", form, self.x, got, observed=observed)
         graph = reference(form)
         self.rows.append(
@@ -122,6 +130,7 @@ class ModuleRun(Run):
                 forward,
             )
         )
+        self.rows.append(self._saturated(form, graph))
         _, bound = self.expected(forward)
         self.rows += [
             self._causality(got, bound),
@@ -131,6 +140,29 @@ class ModuleRun(Run):
         self.rows += self._masks(form)
         self.rows += [gradients(self, forward), heads_separate(self, form), dropout(self, form)]
         return self
+
+    def _saturated(self, form: Form, graph: Any) -> Any:
+        """The forward values again where the softmax saturates: x doubled (exact) until the
+        largest scaled score reaches 16, where e^{-16} ≈ 1e-7 of a weight is left to the
+        others. A softcap, a scale or a bias that moves the scores by a little where they are
+        near 0 moves them by much there (κ = 50 moves a score of 16 by 0.5)."""
+        from .compare import predict
+
+        name, what = "large scores", "C equals the derivation where the softmax saturates"
+        scores = "Omega_scaled" + _s(form)
+        x = self.x
+        for _ in range(8):
+            inputs, b_o = self.h.graph_inputs(x)
+            shown = Scenario("large", form, inputs, None, self.h.sizes(self.n), b_o)
+            if float(predict(shown)[scores].abs().max()) >= 16:
+                break
+            x = x * 2
+        else:
+            reason = "the scaled scores stay below 16 with x·2⁸ (a norm keeps them from growing?)"
+            return self.missing(name, what, composed(graph), reason)
+        got, observed = self.call(x)
+        scenario = self.scenario(name, form, x, got, observed=observed)
+        return self.value_row(name, what, composed(graph), scenario)
 
     def _probe(self) -> tuple[bool, str]:
         if self.options.causal is not None:
@@ -158,6 +190,9 @@ class ModuleRun(Run):
         formula = declared(reference(Form()), "A")
         if self.causal:
             return self.missing("permutation", what, formula, "causal attention reads positions")
+        positional = _reads_positions(reference(self.form()))
+        if positional is not None:
+            return self.missing("permutation", what, formula, f"{positional} read positions")
         order = [*range(1, self.n), 0]
         moved = self.call(self.x[:, order])[0]
         return self.same_row(
@@ -195,13 +230,22 @@ class ModuleRun(Run):
             allowed[1] = False
         return allowed
 
+    def _own_allowed(self, form: Form) -> Any:
+        """Where the form's own mask (causal, a window) lets a query attend: (n, n) booleans."""
+        import torch
+
+        step = own_mask(form)
+        if step is None:
+            return torch.ones(self.n, self.n, dtype=torch.bool)
+        return evaluate_element(step, {}, self.h.sizes(self.n), 1)[0] == 0
+
     def _masks(self, form: Form) -> list:
         import torch
 
         name, what = "mask convention", "a boolean mask (True = may attend) masks what it says"
         formula = declared(reference(Form(masked=True)), "Omega_masked")
         empty, says = "query with no key", "a query with no key to attend to gets no NaN"
-        masked = Form(heads=form.heads, causal=form.causal, masked=True)
+        masked = self.form(causal=form.causal, masked=True)
         weights = declared(reference(masked), "A" + _s(form))
         if not self.h.accepts_mask:
             reason, unchecked = _no_mask(self.h.adapter)
@@ -213,7 +257,7 @@ class ModuleRun(Run):
             ]
         scenarios = []
         for title, allowed in ((name, self._allowed()), (empty, self._allowed(empty_row=True))):
-            whole = allowed & torch.ones_like(allowed).tril() if form.causal else allowed
+            whole = allowed & self._own_allowed(form)
             got, observed = self.call(self.x, allowed)
             mask = {"M": torch.where(whole, 0.0, -torch.inf).double()}
             observed["allowed"] = allowed
@@ -224,6 +268,15 @@ class ModuleRun(Run):
             self.value_row(name, what, formula, scenarios[0]),
             self.empty_row(says, weights, scenarios[1]),
         ]
+
+
+def _reads_positions(graph: Any) -> str | None:
+    """The title of a constant step that reads the tokens' positions m or p (RoPE's angles,
+    ALiBi's distances, a mask), or None: then permuting the tokens permutes the outputs."""
+    for step in graph.declarations:
+        if step.constant and {L.m, L.p} & step.element.rhs.free_symbols:
+            return step.title.lower().removeprefix("the ")
+    return None
 
 
 def _s(form: Form) -> str:

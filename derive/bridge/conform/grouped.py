@@ -1,0 +1,103 @@
+"""The book's later attention class, as this package writes it: `GroupedQueryAttention`.
+
+The book's Llama 3 and Qwen 3 (`llms_from_scratch.llama3`, `.qwen3`) and this package's
+`attention.modules.GroupedQueryAttention` keep W_query (d × c), W_key and W_value (d × g c_h,
+shared by h / g heads each), out_proj and num_heads, num_kv_groups; this package's class may
+add QK-norm (``q_norm``, ``k_norm``: gains ``scale``, ``eps``), a window
+(``sliding_window``), a softcap (``softcap``), ALiBi (``alibi``, slopes ``alibi_slopes`` or
+Press et al.'s), sinks (the parameter ``sinks``) and an output gate (``gate``: each head's
+columns of W_query its queries, then its gate's). The adapter reads each into the variant it
+declares (`Weights.variant`); RoPE is not the module's (the book passes cos and sin to
+``forward``), so ``--variant rope`` says it, and the call then passes the tables of β.
+
+Its forward takes ``blocked`` (True = may not attend), the book's mask convention.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .adapters import Adapter, Weights
+from .target import ConformError
+
+__all__ = ["GROUPED"]
+
+
+def _is_grouped(module: Any) -> bool:
+    names = ("W_query", "W_key", "W_value", "out_proj", "num_heads", "num_kv_groups")
+    return all(hasattr(module, name) for name in names)
+
+
+def _queries_and_gate(module: Any) -> tuple[Any, Any]:
+    """W_q, and the gate's W_g where each head's columns are its queries then its gate's."""
+    w = module.W_query.weight.mT  # (d, c) or (d, 2c)
+    if not getattr(module, "gate", False):
+        return w, None
+    d, h = w.shape[0], module.num_heads
+    per_head = w.reshape(d, h, 2, -1)
+    return per_head[:, :, 0].reshape(d, -1), per_head[:, :, 1].reshape(d, -1)
+
+
+def _slopes(module: Any) -> Any:
+    slopes = module._buffers.get("alibi_slopes")
+    if slopes is None:
+        from attention.functional import alibi_slopes
+
+        slopes = alibi_slopes(module.num_heads).to(module.W_query.weight)
+    return slopes[None]  # (h,) -> (1, h)
+
+
+def _grouped_weights(module: Any) -> Weights:
+    if getattr(module, "query_pre_attn_scalar", None) not in (None, module.head_dim):
+        raise ConformError(
+            f"{type(module).__name__} scales by 1/√query_pre_attn_scalar = "
+            f"1/√{module.query_pre_attn_scalar}, not 1/√c_h = 1/√{module.head_dim}: "
+            "no registered variant declares that scale"
+        )
+    w_q, w_g = _queries_and_gate(module)
+    parts, values, inputs = [], {}, {}
+    if getattr(module, "q_norm", None) is not None:
+        parts.append("qk-norm")
+        values["epsilon"] = module.q_norm.eps
+        inputs |= {"G_q": module.q_norm.scale[None], "G_k": module.k_norm.scale[None]}
+    if getattr(module, "sliding_window", None) is not None:
+        parts.append("sliding-window")
+        values["w"] = module.sliding_window
+    if getattr(module, "softcap", None) is not None:
+        parts.append("softcap")
+        values["kappa"] = module.softcap
+    if getattr(module, "alibi", False):
+        parts.append("alibi")
+        inputs["Mu"] = _slopes(module)
+    if module._parameters.get("sinks") is not None:
+        parts.append("sinks")
+        inputs["Zeta"] = module.sinks[None]
+    if w_g is not None:
+        parts.append("gate")
+        inputs["W_g"] = w_g
+    return Weights(w_q, module.W_key.weight.mT, module.W_value.weight.mT,
+                   W_o=module.out_proj.weight.mT, heads=module.num_heads,
+                   variant="+".join(parts), values=values, inputs=inputs)  # fmt: skip
+
+
+def _grouped_call(module: Any, x: Any, allowed: Any, variant: str = "", values: Any = None) -> Any:
+    blocked = None if allowed is None else ~allowed
+    if "rope" not in variant.split("+"):
+        return module(x, blocked)
+    from attention.rope import compute_rope_params
+
+    beta = (values or {}).get("beta", 10_000)
+    cos, sin = compute_rope_params(
+        module.head_dim, theta_base=beta, context_length=x.shape[-2], dtype=x.dtype
+    )
+    return module(x, blocked, cos.to(x.device), sin.to(x.device))
+
+
+GROUPED = Adapter(
+    "grouped",
+    _is_grouped,
+    _grouped_weights,
+    call=_grouped_call,
+    mask="blocked",
+    looks_for="W_query, W_key, W_value, out_proj, num_heads, num_kv_groups",
+)

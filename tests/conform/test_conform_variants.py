@@ -1,0 +1,232 @@
+"""`derive conform` of a variant: its graph, its parameters, its gradients, and the probes where
+variants differ.
+
+This package's `GroupedQueryAttention` is built with each variant it has (the adapter reads which
+from the module) and must conform; the same module read as if it lacked the variant (the `book`
+adapter reads the W's alone), or told a variant it does not compute, must not. A softcap of 50
+is told apart from no softcap by the row at large scores (near 0, tanh(ω̃/50)·50 ≈ ω̃). The
+evaluator of the variants' derived forms (RoPE's cos and sin, tanh, the sigmoid, RMS norms, a
+sink in the softmax, ALiBi's per-head slope, the sum of a group's heads) equals derive.explicit's
+values, step by step, forward and backward.
+"""
+
+import pytest
+import sympy as sp
+import torch
+import torch.nn as nn
+
+from attention.modules import GroupedQueryAttention
+from derive import ConformError, conform
+from derive.cli import main
+from derive.bridge.conform import adapters
+from derive.bridge.conform.matrices import Evaluation
+from derive.explicit.forward import ExplicitGraph
+from derive.explicit.gradients import ExplicitGradients
+from derive.graph.forms import Form, reference
+from derive.notation import letters as L
+from derive.testing import Weights, register_adapter
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    monkeypatch.setattr(adapters, "_REGISTERED", [])
+
+
+def _module(**options):
+    torch.manual_seed(0)
+    shape = {"num_heads": 4, "num_kv_groups": 2, "d_out": 16}
+    if options.get("qk_norm"):
+        shape = {"num_heads": 4, "num_kv_groups": 2, "head_dim": 4}
+    module = GroupedQueryAttention(16, **(shape | options))
+    with torch.no_grad():  # gains and sinks away from their initial 1 and ≈ 0
+        for name, parameter in module.named_parameters():
+            if name.endswith("scale") or name == "sinks":
+                parameter.normal_()
+    return module
+
+
+#: (what the module is built with, what conform is told, the variant the report must name)
+VARIANTS = {
+    "gqa": ({}, {}, "gqa"),
+    "mqa": ({"num_kv_groups": 1}, {}, "gqa"),
+    "rope": ({}, {"variant": "rope"}, "gqa+rope"),
+    "qk-norm": ({"qk_norm": True}, {}, "gqa+qk-norm"),
+    "sliding-window": ({"sliding_window": 2}, {}, "gqa+sliding-window"),
+    "softcap": ({"softcap": 5.0}, {}, "gqa+softcap"),
+    "alibi": ({"alibi": True}, {}, "gqa+alibi"),
+    "sinks": ({"sinks": True}, {}, "gqa+sinks"),
+    "gate": ({"gate": True}, {}, "gqa+gate"),
+}
+
+
+def _row(report, name):
+    return next(check for check in report.checks if check.name == name)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_each_variant_of_the_package_class_conforms_as_its_adapter_reads_it(name):
+    built, told, variant = VARIANTS[name]
+    report = conform(_module(**built), **told)
+    assert report.conforms, report.table()
+    assert report.variant == variant
+    assert _row(report, "gradients").status == "PASS"
+    # QK-norm normalises q and k: its scores do not grow with x (the row says so)
+    assert _row(report, "large scores").status == ("n/a" if name == "qk-norm" else "PASS")
+
+
+@pytest.mark.parametrize("name", [n for n in VARIANTS if n not in ("gqa", "mqa", "rope", "gate")])
+def test_each_variant_read_as_if_it_were_absent_does_not_conform(name):
+    """The book adapter reads W_query, W_key, W_value and out_proj alone: the graph it is
+    compared with lacks the variant's step, and the values differ."""
+    built, _, _ = VARIANTS[name]
+    report = conform(_module(**built), adapter="book")
+    assert not report.conforms
+    assert report.variant == "gqa"
+
+
+def test_the_gate_read_as_if_absent_is_refused_by_its_shapes():
+    """With the gate, W_query holds each head's queries and gate logits: twice W_o's rows."""
+    with pytest.raises(ConformError, match=r"W_o has shape \(16, 16\), expected \(32, c_out\)"):
+        conform(_module(gate=True), adapter="book")
+
+
+def test_a_variant_the_module_does_not_compute_does_not_conform():
+    report = conform(_module(), variant="softcap", values={"kappa": 2.0})
+    assert not report.conforms
+    assert report.variant == "gqa+softcap"
+
+
+def test_a_softcap_of_50_and_none_are_told_apart_where_the_scores_are_large():
+    capped = conform(_module(softcap=50.0), adapter="book")
+    uncapped = conform(_module(), variant="softcap")  # κ = 50, the variant's default
+    for report in (capped, uncapped):
+        row = _row(report, "large scores")
+        assert row.status == "FAIL" and row.error > 10 * row.tolerance
+
+
+def test_shared_keys_are_compared_as_shared_and_repeating_them_is_a_different_graph(registry):
+    """W_k and W_v of g·c_h columns are compared with dW_k, dW_v of the grouped graph. An
+    adapter that repeats each group's block h/g times reads a (d, c) W_k: the forward values
+    agree (the same keys), the gradient read back through the repetition is each group's sum
+    and cannot equal a gradient of independent heads' keys."""
+    module = _module()
+    right = conform(module)
+    assert "W_k" in _row(right, "gradients").note and right.conforms
+
+    def repeated(module):
+        per_group = lambda w: w.reshape(16, 2, 4).repeat_interleave(2, dim=1).reshape(16, 16)  # noqa: E731
+        return Weights(module.W_query.weight.mT, per_group(module.W_key.weight.mT),
+                       per_group(module.W_value.weight.mT), W_o=module.out_proj.weight.mT,
+                       heads=4)  # fmt: skip
+
+    register_adapter("repeated", recognises=lambda m: False, call=lambda m, x, a: m(x))(repeated)
+    wrong = conform(module, adapter="repeated")
+    assert _row(wrong, "forward values").status == "PASS"
+    assert _row(wrong, "gradients").status == "FAIL"
+
+
+def test_the_values_told_are_the_values_compared(registry):
+    """RoPE's base β as the adapter or --value says: a module that rotates with β = 10 000
+    does not conform to β = 500."""
+    from derive.bridge.conform.grouped import GROUPED
+
+    def at_ten_thousand(module, x, allowed):
+        return GROUPED.call(module, x, allowed, variant="rope", values={"beta": 10_000})
+
+    register_adapter("fixed-beta", recognises=lambda m: False, call=at_ten_thousand)(
+        GROUPED.weights
+    )
+    assert conform(_module(), adapter="fixed-beta", variant="rope").conforms
+    told = conform(_module(), adapter="fixed-beta", variant="rope", values={"beta": 500})
+    assert not told.conforms and told.sizes["beta"] == 500
+
+
+def test_unknown_variants_and_values_are_refused_with_what_is_known():
+    with pytest.raises(ConformError, match=r"variant 'gqa\+ropey'.*known: self-attention"):
+        conform(_module(), variant="ropey")
+    with pytest.raises(ConformError, match=r"values \['kappa'\].*not read by gqa"):
+        conform(_module(), values={"kappa": 3.0})
+
+
+def test_an_adapter_missing_a_variant_input_is_told_which(registry):
+    def no_gains(module):
+        return Weights(module.W_query.weight.mT, module.W_key.weight.mT,
+                       module.W_value.weight.mT, W_o=module.out_proj.weight.mT, heads=4,
+                       variant="qk-norm")  # fmt: skip
+
+    register_adapter("no-gains", recognises=lambda m: False)(no_gains)
+    with pytest.raises(ConformError, match=r"reads G_q, G_k; give them in Weights\(inputs"):
+        conform(_module(qk_norm=True), adapter="no-gains")
+
+
+def test_a_narrower_w_k_that_no_group_count_fits_is_refused(registry):
+    def odd(module):
+        return Weights(torch.zeros(6, 8), torch.zeros(6, 6), torch.zeros(6, 6), heads=4)
+
+    register_adapter("odd", recognises=lambda m: False)(odd)
+    with pytest.raises(ConformError, match=r"W_k has shape \(6, 6\).*g groups dividing heads=4"):
+        conform(nn.Linear(6, 8), adapter="odd")
+
+
+def test_the_command_takes_variants_and_values(tmp_path, capsys):
+    target = tmp_path / "layer.py"
+    target.write_text(
+        "import torch\nfrom attention.modules import GroupedQueryAttention\n"
+        "torch.manual_seed(0)\n"
+        "layer = GroupedQueryAttention(16, num_heads=4, num_kv_groups=2, d_out=16)\n"
+    )
+    assert main(["conform", f"{target}:layer", "--variant", "rope", "--value", "beta=500"]) == 0
+    out = capsys.readouterr().out
+    assert "variant gqa+rope" in out and "beta = 500" in out
+    assert main(["conform", f"{target}:layer", "--value", "beta"]) == 2
+    assert "expected NAME=NUMBER" in capsys.readouterr().err
+    assert main(["conform", f"{target}:layer", "--variant", "nope"]) == 2
+    assert "unknown variant 'nope'" in capsys.readouterr().err
+
+
+# -- the evaluator of the variants' forms, against derive.explicit -------------------------------
+
+FORMS = [
+    Form(heads=True, causal=True, variant="gqa+rope"),
+    Form(heads=True, variant="softcap"),
+    Form(heads=True, causal=True, variant="alibi"),
+    Form(heads=True, causal=True, variant="sinks"),
+    Form(heads=True, causal=True, variant="qk-norm"),
+    Form(heads=True, variant="gate"),
+    Form(heads=True, causal=True, variant="sliding-window"),
+]
+N, D, C = 3, 5, 4
+SIZES = {L.n: N, L.d: D, L.c: C, L.h: 2, L.c_h: 2, L.g: 1, L.kappa: 3, L.beta: 100, L.w: 2,
+         L.eps: sp.Rational(1, 1000)}  # fmt: skip
+
+
+def _per_head(evaluation, key):
+    letter, _, head = key.rpartition("_")
+    if head.isdigit() and letter + "_l" in evaluation.values:
+        return evaluation[letter + "_l"][int(head) - 1]
+    return evaluation[key]
+
+
+@pytest.mark.parametrize("form", FORMS, ids=lambda f: f.variant)
+def test_every_step_and_gradient_of_a_variant_equals_the_explicit_values(form):
+    graph = reference(form)
+    explicit = ExplicitGraph(graph, SIZES, heads=2)
+    generator = torch.Generator().manual_seed(3)
+    inputs = {k: torch.randint(-8, 9, v.shape, generator=generator).double() / 8
+              for k, v in explicit.inputs.items()}  # fmt: skip
+    evaluation = Evaluation(SIZES, empty_rows="zero")
+    for letter, tensor in inputs.items():
+        evaluation.give(letter, tensor)
+    evaluation.forward(graph)
+    values = explicit.evaluate(**inputs)
+    for key in values.matrices:
+        expected = torch.tensor(values.floats(key), dtype=torch.float64)
+        assert torch.allclose(_per_head(evaluation, key), expected, rtol=0, atol=1e-12), key
+    gradients = ExplicitGradients.of(explicit)
+    upstream = torch.randint(-8, 9, gradients.dC.shape, generator=generator).double() / 8
+    expected_gradients = gradients.evaluate_inputs(**inputs, dC=upstream)
+    evaluation.backward(graph, upstream)
+    for step in gradients.steps:
+        expected = torch.tensor(expected_gradients.floats(step.output), dtype=torch.float64)
+        got = _per_head(evaluation, step.output)
+        assert torch.allclose(got, expected, rtol=0, atol=1e-10), step.output
