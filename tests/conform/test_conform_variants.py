@@ -17,9 +17,9 @@ import torch.nn as nn
 
 from attention.modules import GroupedQueryAttention
 from derive import ConformError, conform
-from derive.cli import main
 from derive.bridge.conform import adapters
 from derive.bridge.conform.matrices import Evaluation
+from derive.cli import main
 from derive.explicit.forward import ExplicitGraph
 from derive.explicit.gradients import ExplicitGradients
 from derive.graph.forms import Form, reference
