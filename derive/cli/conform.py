@@ -92,6 +92,12 @@ def add(commands, argparse) -> None:
     )
     sub.add_argument("--adapter", metavar="NAME", help="the adapter to read a module with")
     sub.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail on conventions the derivation leaves open (NaN for a query with no key, a "
+        "float64 layer's softmax in float32); default: state them",
+    )
+    sub.add_argument(
         "--variant",
         action="append",
         metavar="NAME",
@@ -149,6 +155,7 @@ def run_conform(args, out: TextIO | None = None) -> int:
         "adapter": args.adapter,
         "variant": "+".join(args.variant or ()),
         "values": dict(args.value or ()),
+        "strict": args.strict,
     }
     if args.dtype is not None:
         options["dtype"] = getattr(torch, args.dtype)

@@ -10,6 +10,7 @@ this package imports no torch; `conform` does, when it runs.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from .adapters import Adapter, Weights, register_adapter
@@ -53,6 +54,13 @@ def conform(obj: Any, **options: Any) -> Report:
             from that variant's graph.
         values: numbers those variants read, by their symbol's name (``{"beta": 5e5}``),
             over the adapter's, whose absence means the variant's default.
+        strict: fail on the conventions the derivation leaves open (default False: state them):
+            NaN for a query with no key, a float64 target's softmax or tables in float32.
+        conventions: conventions told rather than found: ``{"softmax": "float32"}`` (the
+            dtype the softmax runs in), ``{"tables": "float32"}`` (that of RoPE's tables),
+            ``{"empty rows": "zero"}`` (or ``"nan"``, ``"any"``: what a query with no key must
+            get). A float64 target that fails is tried again with its softmax, its tables, then
+            both in float32, when no convention is told.
         mistakes: the catalogue to diagnose with (default `derive.graph.mistakes.MISTAKES`).
 
     Returns:
@@ -79,9 +87,34 @@ def conform(obj: Any, **options: Any) -> Report:
     target = recognise(load(obj) if isinstance(obj, str) else obj, settings.kind, name)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is fastest, and spins on no other core
+    kind = FunctionRun if target.kind == "sdpa" else ModuleRun
     try:
         with torch.random.fork_rng(devices=[]):
-            kind = FunctionRun if target.kind == "sdpa" else ModuleRun
-            return kind(target, settings).run().report()
+            report = kind(target, settings).run().report()
+        if report.conforms or report.dtype != "float64" or settings.conventions:
+            return report
+        for coarser in (("tables",), ("softmax",), ("softmax", "tables")):  # tightest first
+            told = {**settings.conventions, **dict.fromkeys(coarser, "float32")}
+            with torch.random.fork_rng(devices=[]):  # the same inputs
+                found = kind(target, dataclasses.replace(settings, conventions=told)).run()
+                relaxed = found.report()
+            if relaxed.conforms:
+                return _in_float32(report, relaxed, coarser, settings.strict)
+        return report
     finally:
         torch.set_num_threads(threads)
+
+
+def _in_float32(report: Report, relaxed: Report, coarser: tuple, strict: bool) -> Report:
+    """A float64 target that fails, and conforms once its softmax or its RoPE tables are taken
+    in float32: that precision is a convention (Hugging Face's models compute both so),
+    stated; under `strict`, the failing report, which says it."""
+    what = " and ".join({"softmax": "its softmax", "tables": "its RoPE tables"}[k]
+                        for k in coarser)  # fmt: skip
+    if strict:
+        line = (f"note: with {what} in float32 it would conform (a convention Hugging Face's "
+                "models follow); --strict holds it to float64")  # fmt: skip
+        return dataclasses.replace(report, notes=(*report.notes, line))
+    line = (f"convention: {what} in float32 (it does not conform with float64 throughout); "
+            "the tolerances follow from that precision")  # fmt: skip
+    return dataclasses.replace(relaxed, notes=(*relaxed.notes, line))

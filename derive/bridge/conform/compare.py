@@ -38,23 +38,35 @@ def dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def rounding_for(dtype: Any) -> Rounding:
-    """The target's unit roundoffs plus the float64 reference's own."""
-    name = dtype_name(dtype)
-    if name not in _UNITS:
-        from .target import ConformError
+def rounding_for(dtype: Any, conventions: dict | None = None) -> Rounding:
+    """The target's unit roundoffs plus the float64 reference's own; `conventions` may say the
+    dtype its ``"softmax"`` and its ``"tables"`` (RoPE's angles) are computed in, where that is
+    coarser (``"float32"`` in a float64 layer)."""
+    from .target import ConformError
 
-        raise ConformError(f"dtype {name}: expected one of {', '.join(_UNITS)}")
+    name, told = dtype_name(dtype), conventions or {}
+    for given in (name, told.get("softmax"), told.get("tables")):
+        if given is not None and given not in _UNITS:
+            raise ConformError(f"dtype {given}: expected one of {', '.join(_UNITS)}")
     store, sums = _UNITS[name]
-    return Rounding(store + _REFERENCE, sums + _REFERENCE)
+
+    def coarser(key: str) -> float:
+        unit = _UNITS[told[key]][0] + _REFERENCE if key in told else 0.0
+        return unit if unit > store + _REFERENCE else 0.0
+
+    return Rounding(store + _REFERENCE, sums + _REFERENCE, coarser("softmax"), coarser("tables"))
 
 
-def why(dtype: Any, what: str = "forward") -> str:
+def why(dtype: Any, what: str = "forward", conventions: dict | None = None) -> str:
     """Why the tolerance is what it is, in one line."""
     name = dtype_name(dtype)
     store, sums = _UNITS[name]
     unit = f"u = 2^{round(math.log2(store))}"
     inside = "" if store == sums else ", sums in float32"
+    for key, words in (("softmax", "softmax"), ("tables", "RoPE's tables")):
+        given = (conventions or {}).get(key)
+        if given is not None and _UNITS[given][0] > store:
+            inside += f", {words} in {given}"
     return (
         f"{name} rounding ({unit}{inside}) through the derived {what} steps, first order, "
         "entry by entry, plus the float64 reference's"

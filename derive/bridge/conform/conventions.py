@@ -7,6 +7,9 @@
   with no transpose; ``c_proj``; ``num_heads``; returns a tuple);
 - ``nanogpt``: nanoGPT / minGPT ``CausalSelfAttention`` (``c_attn`` an ``nn.Linear`` packing
   q, k, v; ``c_proj``; ``n_head``);
+- ``huggingface``: Hugging Face's decoder attention layers (Llama, Mistral, Qwen 2/3/3.5, Gemma
+  2/3, GPT-OSS, Phi-3 …), with the variants they were configured with
+  (`derive.bridge.conform.huggingface`);
 - ``timm``: timm's ``Attention`` (``qkv`` an ``nn.Linear`` packing q, k, v; ``proj``;
   ``num_heads``; ``attn_mask`` True = may attend, when it takes one);
 - ``grouped``: the book's `GroupedQueryAttention` and this package's, with the variants it
@@ -25,6 +28,7 @@ from typing import Any
 
 from .adapters import Adapter, Weights
 from .grouped import GROUPED
+from .huggingface import HUGGING_FACE
 from .target import ConformError
 
 __all__ = ["BUILT_IN"]
@@ -221,6 +225,7 @@ BUILT_IN: tuple[Adapter, ...] = (
         observe=_C_ATTN_C_PROJ,
         looks_for="c_attn as an nn.Linear, c_proj, n_head",
     ),
+    HUGGING_FACE,
     Adapter(
         "timm",
         _is_timm,

@@ -38,7 +38,7 @@ from ...notation import letters as L
 from .cache import cached
 from .elementwise import concrete, element_values
 from .rounding import Rounding
-from .variant_forms import coefficient, evaluate_variant_form
+from .variant_forms import coefficient, columns, evaluate_variant_form
 
 __all__ = ["Rounding", "Evaluation", "GradientForm", "derived_form", "graph_forms", "gradients"]
 
@@ -147,10 +147,22 @@ class Evaluation:
                 value, bound = element_values(
                     step, self.values, self.sizes, self.heads, self.bounds, unit
                 )
+                if step.constant and self.rounding is not None and self.rounding.tables:
+                    bound = self._table(value, bound)
                 self._keep(step.output, value, None if self.rounding is None else bound)
             else:
                 self._keep(step.output, *self(form))
         return self
+
+    def _table(self, value: Any, bound: Any) -> Any:
+        """A constant table of real numbers (RoPE's angles; not a mask, nor a matrix of 0 and
+        ±1) computed in a coarser precision: each angle within 3 u |φ| (the frequency, the
+        product, the rounding) and u more for the cos or sin taken of it."""
+        torch, unit = self.torch, self.rounding.tables if self.rounding else 0.0
+        finite = torch.isfinite(value)
+        if bool((value[finite] == value[finite].round()).all()):
+            return bound
+        return bound + torch.where(finite, unit * (3 * value.abs() + 1), 0.0)
 
     def backward(self, graph: Graph, upstream: Any) -> Evaluation:
         """Every gradient `derive.calculus.backward` derives, for the upstream gradient C̄."""
@@ -212,7 +224,7 @@ class Evaluation:
         if isinstance(expr, Softmax) and expr.sink is None:
             return self.softmax(*self(expr.arg))
         if isinstance(expr, sp.MatrixSlice):
-            return self._columns(expr)
+            return columns(self, expr)
         if isinstance(expr, Concat):
             value, bound = self(expr.block)
             side = lambda t: torch.cat(t.unbind(-3), dim=-1).unsqueeze(-3)  # noqa: E731
@@ -267,31 +279,14 @@ class Evaluation:
         if self.rounding is None:
             return weights, None
         rounding = self.rounding
+        sums, store, scores_in = rounding.sums, rounding.store, 0.0
+        if rounding.softmax:  # in a coarser precision: the scores rounded to it on the way in
+            sums = store = rounding.softmax
+            scores_in = rounding.softmax * torch.where(finite, scores.abs(), 0.0)
         top = torch.where(finite, scores, -torch.inf).amax(-1, keepdim=True)
         shift = torch.where(finite, (scores - top).abs(), 0.0)
-        error = torch.where(finite, bound, 0.0) + rounding.sums * shift
+        error = torch.where(finite, bound, 0.0) + scores_in + sums * shift
         a = torch.nan_to_num(weights)
         spread = a * (error + (a * error).sum(-1, keepdim=True))
         terms = scores.shape[-1] + 3
-        return weights, spread + (terms * rounding.sums + rounding.store) * a
-
-    def _columns(self, expr: sp.MatrixSlice) -> tuple[Any, Any]:
-        """A block of columns; one block per head where its bounds depend on ℓ."""
-        torch = self.torch
-        value, bound = self(expr.parent)
-        (start, stop, _), (first, last, _) = expr.rowslice, expr.colslice
-        per_head = L.ell in (sp.sympify(first) + sp.sympify(last)).free_symbols
-
-        def cut(t: Any, head: int | None) -> Any:
-            at = {L.ell: head} if head is not None else {}
-            s, e, f, g = (
-                concrete(sp.sympify(x).xreplace(at), self.sizes) for x in (start, stop, first, last)
-            )
-            block = t[..., s:e, f:g]
-            return block
-
-        if not per_head:
-            return cut(value, None), None if bound is None else cut(bound, None)
-        heads = range(1, self.heads + 1)
-        stack = lambda t: torch.cat([cut(t, head) for head in heads], dim=-3)  # noqa: E731
-        return stack(value), None if bound is None else stack(bound)
+        return weights, spread + (terms * sums + store) * a

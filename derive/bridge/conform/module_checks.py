@@ -1,4 +1,5 @@
-"""The checks of a module that need its weights: gradients, heads kept separate, dropout.
+"""The checks of a module that need its weights: gradients, large scores, heads kept separate,
+dropout.
 
 Each is a function of the running `ModuleRun` (`self`), working on its own deep copy of conform's
 copy of the module: the gradients of x and of every weight (read through the adapter from the
@@ -14,14 +15,14 @@ import copy
 import dataclasses
 from typing import Any
 
-from ...graph.forms import Form, reference
+from ...graph.forms import Form, reference, suffix
 from ...notation import letters as L
 from .compare import Scenario, agree, predict, why
-from .formulas import declared, softmax_gradient
+from .formulas import composed, declared, softmax_gradient
 from .harness import stand_in_dropout
 from .report import Check
 
-__all__ = ["gradients", "heads_separate", "dropout", "RATE"]
+__all__ = ["gradients", "large_scores", "heads_separate", "dropout", "RATE"]
 
 #: Rate of the stand-in dropout: it multiplies what it is given by 1/(1 − ρ) = 2.
 RATE = 0.5
@@ -92,27 +93,58 @@ def _evaluation(self: Any, scenario: Scenario) -> Any:
 
 
 def _weight_gradients(self: Any, module: Any) -> dict:
-    """Each weight's gradient, read through the adapter from the parameters' gradients."""
+    """Each weight's gradient, read through the adapter from the parameters' gradients: what it
+    reads with every parameter replaced by its gradient, less what it reads with every one
+    replaced by zeros (an adapter's reading is linear or affine in the parameters: a view, a
+    block, Gemma's gains 1 + weight)."""
     import torch
 
     parameters = [p for p in module.parameters() if p.grad is not None]
     saved = [p.data for p in parameters]
-    values = self.h.adapter.read(module).inputs
-    for parameter in parameters:
-        parameter.data = parameter.grad
+    values = _copy(self.h.adapter.read(module)).inputs
+    readings = []
     try:
-        read = self.h.adapter.read(module)
-        found = {k: getattr(read, k) for k in ("W_q", "W_k", "W_v", "b_q", "b_k", "b_v")}
-        if self.h.weights.W_o is not None:
-            found["W_o"] = read.W_o
-        # a variant's input that is no parameter's (ALiBi's slopes, a buffer or computed)
-        # reads the same with the gradients in place of the parameters: none to compare
-        found.update({k: read.inputs[k] for k in self.h.extra
-                      if not torch.equal(read.inputs[k], values[k])})  # fmt: skip
-        return {k: None if v is None else v.detach().clone() for k, v in found.items()}
+        for replace in (lambda p: p.grad, torch.zeros_like):
+            for parameter in parameters:
+                parameter.data = replace(parameter)
+            readings.append(_copy(self.h.adapter.read(module)))  # (a parameter is live)
     finally:
         for parameter, data in zip(parameters, saved, strict=True):
             parameter.data = data
+    read, zero = readings
+    names = ["W_q", "W_k", "W_v", "b_q", "b_k", "b_v"]
+    if self.h.weights.W_o is not None:
+        names.append("W_o")
+    found = {k: (getattr(read, k), getattr(zero, k)) for k in names}
+    # a variant's input that is no parameter's (ALiBi's slopes, a buffer or computed) reads the
+    # same with the gradients in place of the parameters: it has no gradient to compare
+    found |= {k: (read.inputs[k], zero.inputs[k]) for k in self.h.extra
+              if not torch.equal(read.inputs[k], values[k])}  # fmt: skip
+    return {k: None if v is None else (v - z).detach().clone() for k, (v, z) in found.items()}
+
+
+def large_scores(self: Any, form: Form, graph: Any) -> Check:
+    """The forward values again where the softmax saturates: x doubled (exact) until the
+    largest scaled score reaches 16, where e^{-16} ≈ 1e-7 of a weight is left to the
+    others. A softcap, a scale or a bias that moves the scores by a little where they are
+    near 0 moves them by much there (κ = 50 moves a score of 16 by 0.5)."""
+    from .compare import predict
+
+    name, what = "large scores", "C equals the derivation where the softmax saturates"
+    scores = "Omega_scaled" + suffix(form)
+    x = self.x
+    for _ in range(8):
+        inputs, b_o = self.h.graph_inputs(x)
+        shown = Scenario("large", form, inputs, None, self.h.sizes(self.n), b_o)
+        if float(predict(shown)[scores].abs().max()) >= 16:
+            break
+        x = x * 2
+    else:
+        reason = "the scaled scores stay below 16 with x·2⁸ (a norm keeps them from growing?)"
+        return self.missing(name, what, composed(graph), reason)
+    got, observed = self.call(x)
+    scenario = self.scenario(name, form, x, got, observed=observed)
+    return self.value_row(name, what, composed(graph), scenario)
 
 
 def heads_separate(self: Any, form: Form) -> Check:

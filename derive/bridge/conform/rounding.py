@@ -26,10 +26,16 @@ _LIBM_ULPS = 2
 @dataclass(frozen=True)
 class Rounding:
     """Unit roundoffs: `store` for each stored result, `sums` for the sums inside products and
-    the softmax (torch accumulates float16 and bfloat16 in float32)."""
+    the softmax (torch accumulates float16 and bfloat16 in float32); `softmax`, that of a
+    softmax computed in a coarser precision than the rest (a float64 layer whose softmax runs in
+    float32, as Hugging Face's eager layers do), 0 where it runs in the layer's own; `tables`,
+    that of constant tables of real numbers the target computes in a coarser precision (RoPE's
+    angles and their cos and sin, in float32 in Hugging Face's float64 models), 0 for none."""
 
     store: float
     sums: float
+    softmax: float = 0.0
+    tables: float = 0.0
 
     def gamma(self, terms: int) -> float:
         """γ_k: the relative error bound of a sum of k products."""

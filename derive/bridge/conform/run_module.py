@@ -19,7 +19,7 @@ from .compare import Scenario
 from .elementwise import evaluate_element
 from .formulas import composed, declared
 from .harness import ModuleHarness
-from .module_checks import dropout, gradients, heads_separate
+from .module_checks import dropout, gradients, heads_separate, large_scores
 from .registry import find_adapter
 from .run import Options, Run, fresh_size, moved
 from .target import ConformError, Target
@@ -34,13 +34,27 @@ class ModuleRun(Run):
         super().__init__(target, options, self.h.dtype)
         self.kind, self.convention, self.variant = target.kind, adapter.name, self.h.variant
         limit = self.h.max_tokens()
-        n = options.n or min(5, limit or 5)
+        n = options.n or min(self._tokens(), limit or 64)
         if n < 2 or (limit is not None and n > limit):
             raise ConformError(f"n={n}: expected 2 ≤ n ≤ {limit or 'any'} (the module's longest)")
         h = self.h
         batch = options.batch or fresh_size({n, h.d, h.c, h.heads, h.c // h.heads, h.c_out})
         self.n, self.batch = n, batch
         self.x = self.unsaturated(self.dyadic((batch, n, h.d), 16))
+
+    def _tokens(self) -> int:
+        """5 tokens, or more where a window w needs them: w + 2, so that the last two queries
+        have keys past their window (up to 64; past that 5, and a note says the window is not
+        reached)."""
+        window = self.h.values.get(L.w)
+        if window is None:
+            return 5
+        if window + 2 > 64:
+            self.notes.append(f"note: the window w = {window} is wider than the 5 tokens shown, "
+                              "so no query reaches past it: it is not exercised (give the "
+                              "layer a window under 63, or --n)")  # fmt: skip
+            return 5
+        return max(5, int(window) + 2)
 
     def unsaturated(self, x: Any) -> Any:
         """x halved until the scaled scores spread over no more than about ±2: a saturated
@@ -130,7 +144,7 @@ class ModuleRun(Run):
                 forward,
             )
         )
-        self.rows.append(self._saturated(form, graph))
+        self.rows.append(large_scores(self, form, graph))
         _, bound = self.expected(forward)
         self.rows += [
             self._causality(got, bound),
@@ -140,29 +154,6 @@ class ModuleRun(Run):
         self.rows += self._masks(form)
         self.rows += [gradients(self, forward), heads_separate(self, form), dropout(self, form)]
         return self
-
-    def _saturated(self, form: Form, graph: Any) -> Any:
-        """The forward values again where the softmax saturates: x doubled (exact) until the
-        largest scaled score reaches 16, where e^{-16} ≈ 1e-7 of a weight is left to the
-        others. A softcap, a scale or a bias that moves the scores by a little where they are
-        near 0 moves them by much there (κ = 50 moves a score of 16 by 0.5)."""
-        from .compare import predict
-
-        name, what = "large scores", "C equals the derivation where the softmax saturates"
-        scores = "Omega_scaled" + _s(form)
-        x = self.x
-        for _ in range(8):
-            inputs, b_o = self.h.graph_inputs(x)
-            shown = Scenario("large", form, inputs, None, self.h.sizes(self.n), b_o)
-            if float(predict(shown)[scores].abs().max()) >= 16:
-                break
-            x = x * 2
-        else:
-            reason = "the scaled scores stay below 16 with x·2⁸ (a norm keeps them from growing?)"
-            return self.missing(name, what, composed(graph), reason)
-        got, observed = self.call(x)
-        scenario = self.scenario(name, form, x, got, observed=observed)
-        return self.value_row(name, what, composed(graph), scenario)
 
     def _probe(self) -> tuple[bool, str]:
         if self.options.causal is not None:

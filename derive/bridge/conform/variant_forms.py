@@ -1,4 +1,5 @@
-r"""The matrix expressions the variants' derived forms add, evaluated with their rounding bounds.
+r"""The matrix expressions the variants' derived forms add, evaluated with their rounding bounds
+(and the blocks of columns that split heads and groups).
 
 `derive.bridge.conform.matrices.Evaluation` walks the forms of self-attention; the variants'
 forms and gradients add a few more (`derive.calculus` derives them from the declarations):
@@ -30,7 +31,7 @@ from ...notation import letters as L
 from .elementwise import concrete, entries_values
 from .rounding import apply
 
-__all__ = ["evaluate_variant_form", "coefficient"]
+__all__ = ["evaluate_variant_form", "coefficient", "columns"]
 
 
 def evaluate_variant_form(evaluation: Any, expr: sp.MatrixExpr) -> tuple[Any, Any] | None:
@@ -44,6 +45,27 @@ def evaluate_variant_form(evaluation: Any, expr: sp.MatrixExpr) -> tuple[Any, An
 def coefficient(evaluation: Any, expr: sp.Expr) -> tuple[Any, Any]:
     """A scalar coefficient (−μ_ℓ, 1/√c_h): a tensor (H, 1, 1) per head where it reads ℓ."""
     return entries_values(expr, (sp.S.One, sp.S.One), (1, 1), *_grid_inputs(evaluation))
+
+
+def columns(evaluation: Any, expr: sp.MatrixSlice) -> tuple[Any, Any]:
+    """A block of columns (a head's Q^{(ℓ)}, a group's K^{(ℓ)}); one block per head where its
+    bounds depend on ℓ."""
+    torch = evaluation.torch
+    value, bound = evaluation(expr.parent)
+    (start, stop, _), (first, last, _) = expr.rowslice, expr.colslice
+    per_head = L.ell in (sp.sympify(first) + sp.sympify(last)).free_symbols
+
+    def cut(t: Any, head: int | None) -> Any:
+        at = {L.ell: head} if head is not None else {}
+        s, e, f, g = (concrete(sp.sympify(x).xreplace(at), evaluation.sizes)
+                      for x in (start, stop, first, last))  # fmt: skip
+        return t[..., s:e, f:g]
+
+    if not per_head:
+        return cut(value, None), None if bound is None else cut(bound, None)
+    heads = range(1, evaluation.heads + 1)
+    stack = lambda t: torch.cat([cut(t, head) for head in heads], dim=-3)  # noqa: E731
+    return stack(value), None if bound is None else stack(bound)
 
 
 def _grid_inputs(evaluation: Any) -> tuple:

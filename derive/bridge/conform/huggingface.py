@@ -1,0 +1,228 @@
+"""Hugging Face's attention layers, recognised by what they hold (transformers is never imported).
+
+The decoder layers of Llama, Mistral, Qwen 2, Qwen 3, Qwen 3.5 (its full-attention layers),
+Gemma 2, Gemma 3, GPT-OSS and their kin, and ViT's, keep ``q_proj``, ``k_proj``, ``v_proj``
+(``nn.Linear``, W = weight.mT, biases where the config has them) and ``o_proj``, with the sizes
+in ``config`` (``num_attention_heads``; ``num_key_value_heads`` makes ``k_proj`` narrower:
+grouped-query attention). Phi-3 packs the three in ``qkv_proj``; BERT's self-attention names
+them ``query``, ``key``, ``value`` and leaves the output projection to the next module (W_o = I).
+The variant is read from the layer and its config, each as the model itself uses it:
+
+- RoPE: ``config.rope_parameters`` (per layer type where it has one per type), ``rope_theta``
+  its base β; the model passes the tables to the layer, so the call builds the model's own
+  rotary embedding (the class beside the layer's, ``LlamaRotaryEmbedding`` for
+  ``LlamaAttention``) and passes its tables at the positions 0 … n − 1 (``default`` rope only:
+  the scaled kinds change the angles, and ``partial_rotary_factor`` rotates part of a head,
+  which no registered variant declares);
+- QK-norm: ``q_norm``, ``k_norm`` (gains ``weight``, ε ``variance_epsilon`` or ``eps``); Gemma 3
+  and Qwen 3.5 multiply by 1 + weight, which a probe of the norm tells apart;
+- a window: the layer's ``sliding_window`` (None on its full-attention layers), or the config's
+  where the layer has no attribute of that name (Mistral);
+- softcapping: ``attn_logit_softcapping`` (Gemma 2 and 3);
+- sinks: the parameter ``sinks`` (GPT-OSS); the output gate: a ``q_proj`` twice as wide, each
+  head's queries then its gate's logits (Qwen 3.5);
+- the scale: ``scaling`` must be 1/√c_h (Gemma's ``query_pre_attn_scalar`` equal to
+  ``head_dim``): another scale is declared by no registered variant, and is refused.
+
+The call builds the mask the model would build (causal where the layer's ``is_causal`` says
+so, the window, and the checks' own mask), additive with ``finfo.min`` where a query may not
+attend, as Hugging Face's masks are; a query with nothing to attend then gets uniform
+weights, finite.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .adapters import Adapter, Weights
+from .target import ConformError
+
+__all__ = ["HUGGING_FACE"]
+
+_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
+_BERT = ("query", "key", "value")  # BERT's self-attention: no output projection of its own
+
+
+def _is_layer(module: Any) -> bool:
+    config = getattr(module, "config", None)
+    packed = hasattr(module, "qkv_proj") and hasattr(module, "o_proj")
+    separate = all(hasattr(module, name) for name in _PROJECTIONS)
+    bert = all(hasattr(module, name) for name in _BERT)
+    return (separate or packed or bert) and hasattr(config, "num_attention_heads")
+
+
+def _head_width(module: Any) -> int:
+    return getattr(module, "head_dim", None) or module.attention_head_size
+
+
+def _rope(module: Any) -> dict | None:
+    """The layer's rope parameters (those of its layer type where there is one per type)."""
+    config = module.config
+    found = getattr(config, "rope_parameters", None)
+    if isinstance(found, dict) and getattr(module, "layer_type", None) in found:
+        found = found[module.layer_type]
+    if not found and getattr(config, "rope_theta", None) is not None:
+        found = {"rope_type": "default", "rope_theta": config.rope_theta}
+    return found or None
+
+
+def _beta(module: Any) -> float | None:
+    rope = _rope(module)
+    if rope is None:
+        return None
+    kind = rope.get("rope_type", "default")
+    name = type(module).__name__
+    if kind != "default":
+        raise ConformError(f"{name}: rope_type {kind!r} scales the angles; the rope variant "
+                           "declares the default angles only")  # fmt: skip
+    part = rope.get("partial_rotary_factor", 1.0)
+    if part != 1.0:
+        raise ConformError(f"{name}: partial_rotary_factor={part} rotates part of each head; "
+                           "the rope variant rotates all of it")  # fmt: skip
+    return float(rope["rope_theta"])
+
+
+def _window(module: Any) -> int | None:
+    if hasattr(module, "sliding_window"):
+        return module.sliding_window
+    return getattr(module.config, "sliding_window", None)
+
+
+def _gains(norm: Any, width: int) -> tuple[Any, float | None]:
+    """A norm's gains as the book's G (1, c_h) and its ε: weight, or 1 + weight (a probe: the
+    norm of a row of ones is its gains, up to ε)."""
+    import torch
+
+    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
+    with torch.no_grad():
+        ones = torch.ones(1, width, dtype=norm.weight.dtype, device=norm.weight.device)
+        probe = norm(ones).double() * math.sqrt(1 + (eps or 0))
+    weight = norm.weight
+    if torch.allclose(probe, weight.double(), rtol=1e-2, atol=1e-3):
+        return weight[None], eps
+    if torch.allclose(probe, 1 + weight.double(), rtol=1e-2, atol=1e-3):
+        return (1 + weight)[None], eps
+    raise ConformError(f"{type(norm).__name__}: its output is neither weight · x/rms(x) nor "
+                       "(1 + weight) · x/rms(x)")  # fmt: skip
+
+
+def _projections(module: Any, heads: int) -> tuple[list, list, Any]:
+    """(W_q, W_k, W_v), their biases, and the gate's W_g (or None)."""
+    if hasattr(module, "qkv_proj"):  # Phi-3: q, then k, then v
+        w, c = module.qkv_proj.weight.mT, heads * _head_width(module)
+        kv = (w.shape[1] - c) // 2
+        return [w[:, :c], w[:, c : c + kv], w[:, c + kv :]], [None] * 3, None
+    names = _PROJECTIONS[:3] if hasattr(module, "q_proj") else _BERT
+    ws = [getattr(module, name).weight.mT for name in names]
+    bs = [getattr(module, name).bias for name in names]
+    w_q, c = ws[0], heads * _head_width(module)
+    if w_q.shape[1] == 2 * c:  # each head's queries, then its gate's logits
+        per_head = w_q.reshape(w_q.shape[0], heads, 2, -1)
+        ws[0] = per_head[:, :, 0].reshape(w_q.shape[0], -1)
+        return ws, bs, per_head[:, :, 1].reshape(w_q.shape[0], -1)
+    return ws, bs, None
+
+
+def _layer_weights(module: Any) -> Weights:
+    name, config = type(module).__name__, module.config
+    heads, width = config.num_attention_heads, _head_width(module)
+    if not math.isclose(module.scaling, width**-0.5, rel_tol=1e-9):
+        raise ConformError(f"{name} scales the scores by {module.scaling:.6g}, not 1/√c_h = "
+                           f"1/√{width}: no registered variant declares that scale")  # fmt: skip
+    (w_q, w_k, w_v), (b_q, b_k, b_v), w_g = _projections(module, heads)
+    parts, values, inputs = [], {}, {}
+    beta = _beta(module)
+    if beta is not None:
+        parts.append("rope")
+        values["beta"] = beta
+    if getattr(module, "q_norm", None) is not None:
+        if module.q_norm.weight.shape[-1] != width:
+            raise ConformError(f"{name}: q_norm normalises {module.q_norm.weight.shape[-1]} "
+                               f"features, not one head's {width}: the qk-norm variant "
+                               "normalises each head")  # fmt: skip
+        (inputs["G_q"], values["epsilon"]), (inputs["G_k"], _) = (
+            _gains(module.q_norm, width), _gains(module.k_norm, width))  # fmt: skip
+        parts.append("qk-norm")
+    if _window(module) is not None:
+        parts.append("sliding-window")
+        values["w"] = _window(module)
+    if getattr(module, "attn_logit_softcapping", None) is not None:
+        parts.append("softcap")
+        values["kappa"] = module.attn_logit_softcapping
+    if getattr(module, "sinks", None) is not None:
+        parts.append("sinks")
+        inputs["Zeta"] = module.sinks[None]
+    if w_g is not None:
+        parts.append("gate")
+        inputs["W_g"] = w_g
+    o_proj = getattr(module, "o_proj", None)
+    w_o, b_o = (None, None) if o_proj is None else (o_proj.weight.mT, o_proj.bias)
+    return Weights(w_q, w_k, w_v, W_o=w_o, b_q=b_q, b_k=b_k, b_v=b_v, b_o=b_o, heads=heads,
+                   variant="+".join(parts), values=values, inputs=inputs)  # fmt: skip
+
+
+def _mask(module: Any, n: int, allowed: Any, like: Any) -> Any:
+    """The additive mask the model would give: causal, windowed, and `allowed`."""
+    import torch
+
+    m, p = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    keep = torch.ones(n, n, dtype=torch.bool)
+    if getattr(module, "is_causal", True):
+        keep &= p <= m
+    window = _window(module)
+    if window is not None:
+        keep &= p > m - window
+    if allowed is not None:
+        keep &= allowed.cpu()
+    # finfo.min, as Hugging Face fills; float32's in a float64 layer, whose eager softmax
+    # runs in float32 (float64's would overflow there)
+    fill = max(torch.finfo(like.dtype).min, torch.finfo(torch.float32).min)
+    return torch.where(keep, 0.0, fill).to(like)[None, None]
+
+
+def _rotary(module: Any) -> Any:
+    """The model's own rotary embedding class, from the module that defines the layer (already
+    imported: the layer exists), built from the layer's config."""
+    import inspect
+    import sys
+
+    home = sys.modules[type(module).__module__]
+    name = type(module).__name__.removesuffix("Attention")
+    for candidate in (name + "RotaryEmbedding", name + "TextRotaryEmbedding"):
+        found = getattr(home, candidate, None)
+        if found is not None:
+            embedding = found(config=module.config)
+            takes_type = "layer_type" in inspect.signature(embedding.forward).parameters
+            return embedding, takes_type
+    raise ConformError(f"{type(module).__name__}: no {name}RotaryEmbedding beside it in "
+                       f"{home.__name__} to compute the tables the model passes")  # fmt: skip
+
+
+def _layer_call(module: Any, x: Any, allowed: Any) -> Any:
+    """The layer as its model calls it: the rotary tables at positions 0 … n − 1 (the model's
+    own embedding, in float32 like the model's, then x's dtype) and the model's mask."""
+    import torch
+
+    if x.ndim == 2:
+        raise ValueError("Hugging Face layers take a batch (batch, n, d)")
+    n = x.shape[-2]
+    mask = _mask(module, n, allowed, x)
+    if _beta(module) is None:
+        return module(x, attention_mask=mask)
+    embedding, takes_type = _rotary(module)
+    embedding.to(x.device)
+    positions = torch.arange(n, device=x.device)[None]
+    extra = {"layer_type": module.layer_type} if takes_type else {}
+    table = tuple(t.to(x.dtype) for t in embedding(x.float(), positions, **extra))
+    return module(x, position_embeddings=table, attention_mask=mask)
+
+
+HUGGING_FACE = Adapter(
+    "huggingface",
+    _is_layer,
+    _layer_weights,
+    call=_layer_call,
+    mask="attention_mask",
+    looks_for="q_proj, k_proj, v_proj, o_proj (or qkv_proj) and config.num_attention_heads",
+)

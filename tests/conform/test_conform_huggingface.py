@@ -1,0 +1,101 @@
+"""`derive conform` of Hugging Face's attention layers as they come, no adapter written: the
+built-in one reads the variant from the layer and its config (grouped keys, RoPE's base, QK-norm,
+the window, the softcap, the sinks), and calls the layer as its model does. Each is built from a
+config with random weights (nothing is downloaded) and must conform, eager and sdpa alike; told
+a β, a cap or a variant it does not compute, it must not. transformers is a test dependency,
+never imported by derive."""
+
+import pytest
+import torch
+
+from derive import ConformError, conform
+
+transformers = pytest.importorskip("transformers")
+
+SIZES = {"vocab_size": 64, "num_hidden_layers": 1, "hidden_size": 32, "intermediate_size": 64,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8}  # fmt: skip
+DEFAULT_ROPE = {"rope_type": "default", "rope_theta": 10_000.0}
+
+#: (config class, model class, config options, the variant the report must name)
+LAYERS = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}, "gqa+rope"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}, "gqa+rope"),  # with q, k, v biases
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {}, "gqa+rope+qk-norm"),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {"sliding_window": 3},
+                "gqa+rope+sliding-window"),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
+               {"query_pre_attn_scalar": 8, "sliding_window": 4, "attn_logit_softcapping": 20.0},
+               "gqa+rope+sliding-window+softcap"),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM",
+               {"query_pre_attn_scalar": 8, "sliding_window": 4},
+               "gqa+rope+qk-norm+sliding-window"),  # gains 1 + weight
+    "gpt-oss": ("GptOssConfig", "GptOssForCausalLM",
+                {"rope_parameters": DEFAULT_ROPE, "sliding_window": 3},
+                "gqa+rope+sliding-window+sinks"),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", {"pad_token_id": 0}, "gqa+rope"),  # qkv_proj
+    "bert": ("BertConfig", "BertModel", {}, ""),  # query, key, value; not causal
+    "vit": ("ViTConfig", "ViTModel", {"image_size": 8, "patch_size": 4}, ""),
+}  # fmt: skip
+ENCODERS = {"bert": "encoder.layer.0.attention.self", "vit": "layers.0.attention"}
+
+
+def _layer(name, implementation="eager"):
+    config_class, model_class, options, _ = LAYERS[name]
+    sizes = (
+        SIZES
+        if name not in ENCODERS
+        else {k: v for k, v in SIZES.items() if k not in ("num_key_value_heads", "head_dim")}
+    )
+    config = getattr(transformers, config_class)(**(sizes | options))
+    config._attn_implementation = implementation
+    torch.manual_seed(0)
+    model = getattr(transformers, model_class)(config)
+    layer = model.get_submodule(ENCODERS.get(name, "model.layers.0.self_attn"))
+    with torch.no_grad():  # gains and sinks away from their initial values
+        for parameter_name, parameter in layer.named_parameters():
+            if "norm" in parameter_name or "sinks" in parameter_name:
+                parameter.normal_()
+    return layer
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_a_layer_conforms_with_the_variant_its_config_gives(name):
+    report = conform(_layer(name))
+    assert report.conforms, report.table()
+    assert report.convention == "huggingface" and report.variant == LAYERS[name][3]
+    assert report.causal == (name not in ENCODERS)
+    rows = {check.name: check.status for check in report.checks}
+    assert rows["gradients"] == rows["mask convention"] == "PASS"
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3", "mistral", "bert", "vit"])
+def test_the_sdpa_implementation_conforms_too(name):
+    assert conform(_layer(name, "sdpa")).conforms
+
+
+def test_a_window_is_shown_enough_tokens_to_reach_past_it():
+    report = conform(_layer("mistral"))
+    assert report.sizes["n"] == report.sizes["w"] + 2 == 5 and report.sizes["w"] == 3
+    wide = conform(_layer("gemma3"), values={"w": 100})
+    assert any("not exercised" in note for note in wide.notes)
+
+
+def test_told_another_base_a_cap_or_a_sink_a_layer_does_not_conform():
+    assert not conform(_layer("llama"), values={"beta": 500.0}).conforms
+    assert not conform(_layer("gemma2"), values={"kappa": 50.0}).conforms
+    assert not conform(_layer("llama"), variant="softcap").conforms
+
+
+def test_a_scale_no_variant_declares_is_refused():
+    config = transformers.Gemma2Config(**(SIZES | {"query_pre_attn_scalar": 12}))
+    layer = transformers.Gemma2ForCausalLM(config).model.layers[0].self_attn
+    with pytest.raises(ConformError, match=r"scales the scores by 0.288675, not 1/√c_h = 1/√8"):
+        conform(layer)
+
+
+def test_scaled_or_partial_rope_is_refused():
+    config = transformers.LlamaConfig(**SIZES)
+    config.rope_parameters = {"rope_type": "linear", "rope_theta": 10_000.0, "factor": 2.0}
+    layer = transformers.LlamaForCausalLM(config).model.layers[0].self_attn
+    with pytest.raises(ConformError, match=r"rope_type 'linear' scales the angles"):
+        conform(layer)
