@@ -10,7 +10,8 @@ from SymPy like any other, its matrix form derived like any other; none is typed
 ``no-scale``               ω̃_{m,p} = ω_{m,p}: softmax(Ω), no 1/√c
 ``scale-by-c``             ω̃_{m,p} = ω_{m,p} / c: the width, not its square root
 ``scale-by-model-width``   ω̃^{(ℓ)}_{m,p} = ω^{(ℓ)}_{m,p} / √c: the model's width, not the head's
-``scale-twice``            ω̃_{m,p} = ω_{m,p} / (√c √c) (per head √c_h)
+``scale-by-head-width``    ω̃^{(ℓ)}_{m,p} = ω^{(ℓ)}_{m,p} / c_h: the head width, not its root
+                           (the same as 1/√c_h applied twice)
 ``softmax-over-queries``   the softmax of each column (over the queries), not each row
 ``values-are-keys``        z_{m,j} = Σ_p a_{m,p} k_{p,j}: C = A K
 ``causal-diagonal-masked`` M_{m,p} = 0 only where p < m: a token may not see itself
@@ -19,10 +20,14 @@ from SymPy like any other, its matrix form derived like any other; none is typed
 ``mask-after-softmax``     the weights zeroed where masked after the softmax, not renormalised
 ``dropout-before-softmax`` dropout on the scores, not on the weights
 ``heads-mixed``            the heads merged by a reshape without the transpose
+…                          and the mistakes of ports (`derive.graph.port_mistakes`):
+                           heads split without the transpose, masked scores set to 0, GQA's
+                           repeat order, RoPE's pairing and keys, a window off by one, a
+                           softcap or a sink left out
 ``nan-on-empty-rows``      a query with no key to attend to gets NaN (0/0), not zero weights
 =========================  ===================================================================
 
-With one head c_h = c, so ``scale-by-c`` and ``scale-twice`` are the same formula there and
+With one head c_h = c, so ``scale-by-c`` and ``scale-by-head-width`` are the same formula there and
 ``scale-by-model-width`` is no mistake at all; an implementation is told apart from a mistake only
 where their formulas differ.
 
@@ -42,6 +47,7 @@ import sympy as sp
 from sympy import Eq, Piecewise, Sum, exp, floor, sqrt
 
 from ..notation import letters as L
+from . import port_mistakes as P
 from .attention import SELF
 from .declaration import Declaration, Graph
 from .forms import RHO, Form, entry, reference, replaced, softmax_input, softmax_of, suffix
@@ -61,14 +67,6 @@ def _scaled_by(width: Callable[[Form], sp.Expr]) -> Callable[[Graph, Form], Grap
 
 def _head_width(form: Form) -> sp.Expr:
     return L.c_h if form.heads else L.c
-
-
-def scaled_twice(graph: Graph, form: Form) -> Graph:
-    r"""ω̃_{m,p} = ω_{m,p} / (√c √c): the 1/√c of the declaration applied twice."""
-    root = sqrt(_head_width(form))
-    omega = entry("omega", form.heads, L.m, L.p)
-    twice = sp.Mul(omega, sp.Pow(root, -1), sp.Pow(root, -1), evaluate=False)
-    return replaced(graph, "Omega_scaled" + suffix(form), twice)
 
 
 def model_width(graph: Graph, form: Form) -> Graph:
@@ -92,10 +90,20 @@ def values_are_keys(graph: Graph, form: Form) -> Graph:
     return replaced(graph, "C" + suffix(form), rhs)
 
 
-def _causal_mask(allowed: sp.Basic) -> Callable[[Graph, Form], Graph | None]:
+def _diagonal_hidden(graph: Graph, form: Form) -> Graph:
+    r"""ω̂ = ω̃ + M + (−∞ where p = m): the causal mask folded into the given M, and the
+    diagonal hidden besides (whatever fills it: −∞, or a finite −finfo.max)."""
+    scaled = next(s for s in graph.declarations if s.name == "masked_scores").element.rhs
+    hidden = Piecewise((-sp.oo, Eq(L.p, L.m)), (0, True))
+    return replaced(graph, "Omega_masked" + suffix(form), scaled + hidden)
+
+
+def _causal_mask(
+    allowed: sp.Basic, folded: Callable[[Graph, Form], Graph] | None = None
+) -> Callable[[Graph, Form], Graph | None]:
     def change(graph: Graph, form: Form) -> Graph | None:
-        if form.causal and form.masked:
-            return None  # the causal mask is folded into the given M: not a step to change
+        if form.causal and form.masked:  # the causal mask is folded into the given M
+            return None if folded is None else folded(graph, form)
         if not form.causal:
             return graph  # no causal mask to get wrong
         return replaced(graph, "M", Piecewise((0, allowed), (-sp.oo, True)))
@@ -199,13 +207,17 @@ MISTAKES: tuple[Mistake, ...] = (
     Mistake("no-scale", "no scaling: softmax(Ω), not softmax(Ω/√c)", _scaled_by(lambda f: 1)),
     Mistake("scale-by-c", "scaled by the width c, not by √c", _scaled_by(lambda f: L.c)),
     Mistake("scale-by-model-width", "scaled by √c (the model's width), not √c_h", model_width),
-    Mistake("scale-twice", "scaled by 1/√c twice", scaled_twice),
+    Mistake(
+        "scale-by-head-width",
+        "divided by the head width c_h, not √c_h (as 1/√c_h applied twice)",
+        _scaled_by(_head_width),
+    ),
     Mistake("softmax-over-queries", "softmax over the queries (columns)", softmax_over_queries),
     Mistake("values-are-keys", "the keys weighed for the values: C = A K", values_are_keys),
     Mistake(
         "causal-diagonal-masked",
         "causal mask hides the diagonal: p < m",
-        _causal_mask(sp.Lt(L.p, L.m)),
+        _causal_mask(sp.Lt(L.p, L.m), _diagonal_hidden),
     ),
     Mistake(
         "causal-leaks-future",
@@ -213,6 +225,7 @@ MISTAKES: tuple[Mistake, ...] = (
         _causal_mask(sp.Le(L.p, L.m + 1)),
     ),
     Mistake("mask-inverted", "boolean mask read with True as masked", mask_inverted),
+    Mistake("mask-filled-with-zero", "masked scores set to 0, not −∞", P.mask_filled_with_zero),
     Mistake(
         "mask-after-softmax",
         "weights zeroed after the softmax, not renormalised",
@@ -224,6 +237,25 @@ MISTAKES: tuple[Mistake, ...] = (
         dropout_before_softmax,
     ),
     Mistake("heads-mixed", "heads merged by a reshape without the transpose", heads_mixed),
+    Mistake(
+        "heads-split-without-transpose",
+        "heads split by a reshape to (h, n, c_h) without the transpose",
+        P.heads_split_without_transpose,
+    ),
+    Mistake(
+        "gqa-repeat-order",
+        "groups repeated whole: repeat, not repeat_interleave",
+        P.gqa_repeat_order,
+    ),
+    Mistake(
+        "rope-pairing",
+        "RoPE's pairs interleaved where the halves are paired, or the reverse",
+        P.rope_pairing,
+    ),
+    Mistake("rope-not-on-keys", "RoPE on the queries, not on the keys", P.rope_not_on_keys),
+    Mistake("window-off-by-one", "the window lets each query see w + 1 keys", P.window_off_by_one),
+    Mistake("softcap-missing", "the scores not softcapped", P.softcap_missing),
+    Mistake("sink-missing", "the sink left out of the softmax", P.sink_missing),
     Mistake("nan-on-empty-rows", "NaN for a query with no key to attend to", unchanged, "nan"),
 )
 

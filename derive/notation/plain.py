@@ -42,6 +42,22 @@ _ENTRY = {
     "a": "a",
     "ctx": "z",
     "ctxcat": "ẑ",
+    # the variants' (LaTeX's accents as combining characters)
+    "omegacap": "ω̆",
+    "omegabias": "ω̇",
+    "mu": "μ",
+    "gap": "Δ",
+    "sink": "ζ",
+    "phi": "φ",
+    "rot": "R",
+    "qrot": "q̊",
+    "krot": "k̊",
+    "qnorm": "q̌",
+    "knorm": "ǩ",
+    "gq": "γ_q",
+    "gk": "γ_k",
+    "wg": "W_g",
+    "gamma": "γ",
 }
 _MATRIX = {"Omega": "Ω", "Omega_scaled": "Ω̃", "Omega_masked": "Ω̂", "C_concat": "Ĉ"}
 #: The adjoint's bar, as a combining character: q̄, Ω̄.

@@ -22,7 +22,7 @@ from .harness import ModuleHarness
 from .module_checks import dropout, gradients, heads_separate, large_scores
 from .registry import find_adapter
 from .run import Options, Run, fresh_size, moved
-from .target import ConformError, Target
+from .target import ConformError, Target, says_causal
 
 __all__ = ["ModuleRun"]
 
@@ -133,6 +133,11 @@ class ModuleRun(Run):
     def run(self) -> Run:
         got, observed = self.call(self.x)
         self.causal, self.causal_how = self._probe()
+        said = says_causal(self.h.module)
+        if said and not self.causal and self.options.causal is None:
+            self.notes.append(f"warning (causal-mask-missing): {said}, but the last token "
+                              "changes row 1: is its causal mask missing? (--causal checks it "
+                              "as causal)")  # fmt: skip
         form = self.form(causal=self.causal)
         forward = self.scenario("forward", form, self.x, got, observed=observed)
         graph = reference(form)

@@ -28,7 +28,7 @@ from typing import Any
 
 from ...graph.user_code import UserCodeError, import_file, import_named
 
-__all__ = ["ConformError", "Target", "load", "recognise", "KINDS", "sdpa_options"]
+__all__ = ["ConformError", "Target", "load", "recognise", "KINDS", "sdpa_options", "says_causal"]
 
 KINDS = ("sdpa", "module", "self")
 #: The options of a scaled-dot-product function that conform uses when it accepts them.
@@ -247,3 +247,17 @@ def recognise(obj: Any, kind: str | None = None, name: str | None = None) -> Tar
         f"{name} is neither an nn.Module, a function f(q, k, v, ...) nor a function with no "
         f"arguments that builds one ({takes})"
     )
+
+
+def says_causal(module: Any) -> str | None:
+    """Where a module says it is a decoder's (causal) layer: `is_causal`, its config's
+    `is_decoder`, or its class's name; None where it says nothing."""
+    config = getattr(module, "config", None)
+    name = type(module).__name__
+    if getattr(module, "is_causal", None) is True:
+        return f"{name} says is_causal = True"
+    if getattr(config, "is_decoder", None) is True:
+        return f"{name}'s config says is_decoder = True"
+    if "causal" in name.lower() or "decoder" in name.lower():
+        return f"{name} says it is causal by its name"
+    return None

@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/, for book
 import book  # noqa: E402
 from conventions import Attention, CausalSelfAttention, merge_heads  # noqa: E402
 from correct import CONTEXT, HEADS, D, _seeded  # noqa: E402
+from ported import PORTS, port  # noqa: E402
 
 
 class _NoScale(CausalSelfAttention):
@@ -71,6 +72,61 @@ class _HeadsMixed(book.BookMultiHeadAttention):
         weights = torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1)
         context = (weights @ values).contiguous().view(b, n, self.d_out)  # no .transpose(1, 2)
         return self.out_proj(context)
+
+
+class _SplitWithoutTranspose(CausalSelfAttention):
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        shape = (b, self.n_head, n, c // self.n_head)
+        q, k, v = (t.reshape(shape) for t in (q, k, v))  # (b, h, n, c_h), no transpose
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.c_proj(merge_heads(y))
+
+
+class _FilledWithZero(book.BookCausalAttention):
+    def forward(self, x):
+        n = x.shape[1]
+        keys, queries, values = self.W_key(x), self.W_query(x), self.W_value(x)
+        scores = queries @ keys.transpose(1, 2)
+        scores = scores.masked_fill(self.mask.bool()[:n, :n], 0.0)  # 0, not −∞
+        return torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1) @ values
+
+
+class _DiagonalMaskedFinite(book.BookMultiHeadAttention):
+    """x-transformers' convention: masked scores filled with −finfo.max, not −∞ (a query with
+    nothing to attend averages every value); here the causal mask hides the diagonal too."""
+
+    def forward(self, x, mask=None):
+        b, n, _ = x.shape
+        split = (b, n, self.num_heads, self.head_dim)
+        keys, queries, values = (
+            layer(x).view(split).transpose(1, 2)
+            for layer in (self.W_key, self.W_query, self.W_value)
+        )
+        hidden = torch.ones(n, n, dtype=torch.bool).triu(diagonal=0)  # the diagonal too
+        if mask is not None:
+            hidden = hidden | ~mask
+        scores = (queries @ keys.transpose(2, 3)) / self.head_dim**0.5
+        scores = scores.masked_fill(hidden, -torch.finfo(scores.dtype).max)
+        context = torch.softmax(scores, dim=-1) @ values
+        return self.out_proj(context.transpose(1, 2).reshape(b, n, self.d_out))
+
+
+class _NoCausalMask(book.BookMultiHeadAttention):
+    """A decoder's layer (it says so: is_causal) run without its causal mask."""
+
+    is_causal = True
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        split = (b, n, self.num_heads, self.head_dim)
+        keys, queries, values = (
+            layer(x).view(split).transpose(1, 2)
+            for layer in (self.W_key, self.W_query, self.W_value)
+        )
+        weights = torch.softmax(queries @ keys.transpose(2, 3) / self.head_dim**0.5, dim=-1)
+        return self.out_proj((weights @ values).transpose(1, 2).reshape(b, n, self.d_out))
 
 
 class _DiagonalMasked(book.BookCausalAttention):
@@ -136,20 +192,36 @@ def nan_on_empty_rows(q, k, v, attn_mask=None, is_causal=False):
 
 no_scale = _seeded(lambda: _NoScale(D, HEADS, CONTEXT, flash=False))
 scale_by_model_width = _seeded(lambda: _ModelWidth(D, HEADS))
-scale_twice = _seeded(lambda: _ScaledTwice(D, HEADS))
+scale_by_head_width = _seeded(lambda: _ScaledTwice(D, HEADS))  # ω/c_h: 1/√c_h twice
 softmax_over_queries = _seeded(lambda: _ColumnsSoftmax(D, D, CONTEXT, 0.0, HEADS))
 causal_diagonal_masked = _seeded(lambda: _DiagonalMasked(D, 8, CONTEXT, 0.0))
 causal_leaks_future = _seeded(lambda: _LeaksFuture(D, HEADS, CONTEXT))
+causal_diagonal_masked_finite = _seeded(lambda: _DiagonalMaskedFinite(D, D, CONTEXT, 0.0, HEADS))
+causal_mask_missing = _seeded(lambda: _NoCausalMask(D, D, CONTEXT, 0.0, HEADS))
 dropout_before_softmax = _seeded(lambda: _DropoutFirst(D, 8, CONTEXT, 0.0))
 heads_mixed = _seeded(lambda: _HeadsMixed(D, D, CONTEXT, 0.0, HEADS))
+heads_split_without_transpose = _seeded(lambda: _SplitWithoutTranspose(D, HEADS, CONTEXT))
+mask_filled_with_zero = _seeded(lambda: _FilledWithZero(D, 8, CONTEXT, 0.0))
 
 #: catalogue id -> the name of its broken implementation here
 BROKEN = {
     name.replace("_", "-"): name
     for name in (
-        "no_scale", "scale_by_c", "scale_by_model_width", "scale_twice", "softmax_over_queries",
-        "values_are_keys", "causal_diagonal_masked", "causal_leaks_future", "mask_inverted",
-        "mask_after_softmax", "dropout_before_softmax", "heads_mixed", "nan_on_empty_rows",
+        "no_scale", "scale_by_c", "scale_by_model_width", "scale_by_head_width",
+        "softmax_over_queries", "values_are_keys", "causal_diagonal_masked",
+        "causal_leaks_future", "mask_inverted", "mask_filled_with_zero", "mask_after_softmax",
+        "dropout_before_softmax", "heads_mixed", "heads_split_without_transpose",
+        "nan_on_empty_rows",
     )
-}  # fmt: skip
+} | {id: f"port:{id}" for id in PORTS}  # fmt: skip
+#: what conform is told of a broken implementation, by id (RoPE is not the module's)
+OPTIONS = {id: told for id, (_, told) in PORTS.items()}
+
+
+def implementation(id):
+    """The broken implementation of `id`: a module, or a function."""
+    name = BROKEN[id]
+    return port(name.removeprefix("port:")) if name.startswith("port:") else globals()[name]
+
+
 _ = merge_heads

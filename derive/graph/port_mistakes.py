@@ -1,0 +1,129 @@
+r"""The mistakes of ports: what goes wrong when attention is carried from one codebase to another,
+each declared as a change to the steps of a variant's graph, as `derive.graph.mistakes` declares
+the classic ones.
+
+=============================  ===============================================================
+``heads-split-without-transpose``  q^{(ℓ)}_{m,j} read from Q (n × c) as an h × n × c_h block in
+                               memory: a reshape to (h, n, c_h) with no transpose (nanoGPT's
+                               ``view(B, nh, T, hs)``), for queries, keys and values
+``mask-filled-with-zero``      ω̂_{m,p} = ω̃_{m,p} where allowed, 0 where masked (``masked_fill``
+                               with 0, or a product with the 0/1 mask): masked keys keep e⁰
+``gqa-repeat-order``           head ℓ reads group (ℓ − 1) mod g: ``repeat`` where
+                               ``repeat_interleave`` is meant
+``rope-pairing``               the features rotated in interleaved pairs (2i − 1, 2i) where the
+                               model pairs j with j + c_h/2, or the reverse
+``rope-not-on-keys``           the queries rotated, the keys not
+``window-off-by-one``          each query sees w + 1 keys, not w (p ≥ m − w for p > m − w)
+``softcap-missing``            the scores not capped: ω̆ = ω̃
+``sink-missing``               the sink left out of each row's denominator
+=============================  ===============================================================
+
+Each changes a graph only where its variant is in the form (a window only in a windowed
+graph); elsewhere it is the graph itself, which explains nothing.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+from sympy import Eq, KroneckerDelta, Mod, Piecewise, exp, floor
+
+from ..notation import letters as L
+from .declaration import Graph
+from .forms import Form, entry, replaced, suffix
+
+__all__ = [
+    "heads_split_without_transpose", "mask_filled_with_zero", "gqa_repeat_order",
+    "rope_pairing", "rope_not_on_keys", "window_off_by_one", "softcap_missing", "sink_missing",
+]  # fmt: skip
+
+
+def _has(form: Form, name: str) -> bool:
+    return name in form.variant.split("+")
+
+
+def heads_split_without_transpose(graph: Graph, form: Form) -> Graph:
+    r"""$x^{(\ell)}_{m,j} = x_{\lfloor f/c \rfloor + 1,\, (f \bmod c) + 1}$ with
+    $f = (\ell-1) n c_h + (m-1) c_h + j - 1$: each head reads the ℓ-th block of n c_h entries of
+    X in memory, for Q, K and V."""
+    if not form.heads or _has(form, "gqa"):
+        return graph
+    flat = (L.ell - 1) * L.n * L.c_h + (L.m - 1) * L.c_h + L.j - 1
+    row, column = floor(flat / L.c) + 1, Mod(flat, L.c, evaluate=False) + 1
+    for letter in ("Q", "K", "V"):
+        graph = replaced(graph, letter + "_l", L.base(L.name_of(letter))[row, column])
+    return graph
+
+
+def mask_filled_with_zero(graph: Graph, form: Form) -> Graph:
+    r"""$\hat\omega_{m,p} = \tilde\omega_{m,p}$ where $M_{m,p} = 0$, and $0$ where masked."""
+    if not (form.causal or form.masked):
+        return graph
+    step = graph.step("Omega_masked" + suffix(form))
+    scores = next(e for e in step.element.rhs.atoms(sp.Indexed) if L.letter_of(e) != "M")
+    mask = entry("mask", False, L.m, L.p)
+    return replaced(graph, step.output, Piecewise((scores, Eq(mask, 0)), (0, True)))
+
+
+def gqa_repeat_order(graph: Graph, form: Form) -> Graph:
+    r"""$k^{(\ell)}_{m,j} = k_{m, ((\ell-1) \bmod g) c_h + j}$: the groups repeated whole (head
+    ℓ reads group (ℓ − 1) mod g), not each group h/g times in turn."""
+    if not _has(form, "gqa"):
+        return graph
+    column = Mod(L.ell - 1, L.g, evaluate=False) * L.c_h + L.j
+    for letter in ("K", "V"):
+        graph = replaced(graph, letter + "_l", L.base(L.name_of(letter))[L.m, column])
+    return graph
+
+
+def rope_pairing(graph: Graph, form: Form) -> Graph:
+    r"""Interleaved pairs: $\phi_{m,j} = (m-1)\beta^{-2\lfloor (j-1)/2 \rfloor / c}$ and
+    $x R = [-x_2\ x_1\ -x_4\ x_3 \cdots]$, where the model pairs j with j + c/2."""
+    if not _has(form, "rope"):
+        return graph
+    width = L.c_h if form.heads else L.c
+    pair = floor((L.j - 1) / 2)
+    graph = replaced(graph, "Phi", (L.m - 1) * L.beta ** (-2 * pair / width))
+    odd = Eq(Mod(L.j, 2, evaluate=False), 1)
+    rotation = Piecewise(
+        (-KroneckerDelta(L.j2, L.j + 1), odd), (KroneckerDelta(L.j2, L.j - 1), True)
+    )
+    return replaced(graph, "R", rotation)
+
+
+def rope_not_on_keys(graph: Graph, form: Form) -> Graph:
+    r"""$\mathring{k}_{p,j} = k_{p,j}$: the keys left unrotated."""
+    if not _has(form, "rope"):
+        return graph
+    step = graph.step("K_rot" + suffix(form))
+    source = next(
+        e for e in step.element.rhs.atoms(sp.Indexed) if L.letter_of(e) not in ("Phi", "R")
+    )
+    return replaced(graph, step.output, source.func(source.base, *step.element.lhs.indices))
+
+
+def window_off_by_one(graph: Graph, form: Form) -> Graph | None:
+    r"""$M_{m,p} = 0$ where $p \le m$ and $p \ge m - w$: w + 1 keys, one more than the window
+    (not declared where a given mask folds the window in: M is −∞ on that key already)."""
+    if not _has(form, "sliding-window"):
+        return graph
+    if form.masked:
+        return None
+    kept = sp.And(sp.Ge(L.m, L.p), sp.Ge(L.p, L.m - L.w))
+    return replaced(graph, "M", Piecewise((0, kept), (-sp.oo, True)))
+
+
+def softcap_missing(graph: Graph, form: Form) -> Graph:
+    r"""$\breve\omega_{m,p} = \tilde\omega_{m,p}$: no cap."""
+    if not _has(form, "softcap"):
+        return graph
+    return replaced(graph, "Omega_capped" + suffix(form), entry("omegatilde", form.heads, L.m, L.p))
+
+
+def sink_missing(graph: Graph, form: Form) -> Graph:
+    r"""$a_{m,p} = e^{x_{m,p}} / \sum_r e^{x_{m,r}}$: the sink's $e^{\zeta}$ left out."""
+    if not _has(form, "sinks"):
+        return graph
+    step = graph.step("A" + suffix(form))
+    without = step.element.rhs.replace(lambda e: isinstance(e, exp) and any(
+        L.letter_of(i) == "Zeta" for i in e.atoms(sp.Indexed)), lambda e: sp.S.Zero)  # fmt: skip
+    return replaced(graph, step.output, without)
