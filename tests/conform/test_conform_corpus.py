@@ -5,6 +5,7 @@ import dataclasses
 
 import broken
 import correct
+import ported
 import pytest
 import torch
 
@@ -141,3 +142,11 @@ def test_a_decoder_layer_without_its_causal_mask_gets_a_warning():
     assert any(n.startswith("warning (causal-mask-missing): _NoCausalMask says is_causal")
                for n in report.notes)  # fmt: skip
     assert not any("causal-mask-missing" in n for n in conform(correct.ours_mha).notes)
+
+
+@pytest.mark.parametrize("id", sorted(ported.PORTS))
+def test_each_port_without_its_bug_conforms(id):
+    """The control of each port's mistake: the same layer, the one line written right."""
+    _, told = ported.PORTS[id]
+    report = conform(ported.port(id, bug=False), **told)
+    assert report.conforms, report.table()
