@@ -48,3 +48,13 @@ def test_the_example_output_is_what_the_command_prints(capsys, monkeypatch):
     assert main(["conform", target]) == 1
     out = capsys.readouterr().out
     assert _numbers_masked(printed) == _numbers_masked(out)
+
+
+def test_the_hugging_face_example_runs_and_reads_the_variant(capsys):
+    pytest.importorskip("transformers")
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", SECTION, re.S) if "Qwen3" in b]
+    assert len([line for line in block.splitlines() if line.strip()]) == 3
+    exec(compile(block, "README.md", "exec"), {})  # noqa: S102 - our own README
+    out = capsys.readouterr().out
+    assert "variant gqa+rope+qk-norm" in out.splitlines()[0]
+    assert out.rstrip().splitlines()[-1].startswith("conforms")
