@@ -35,8 +35,11 @@ LAYERS = {
     "phi3": ("Phi3Config", "Phi3ForCausalLM", {"pad_token_id": 0}, "gqa+rope"),  # qkv_proj
     "bert": ("BertConfig", "BertModel", {}, ""),  # query, key, value; not causal
     "vit": ("ViTConfig", "ViTModel", {"image_size": 8, "patch_size": 4}, ""),
+    "gpt-neox": ("GPTNeoXConfig", "GPTNeoXModel", {"rotary_pct": 1.0}, "rope"),  # per head
+    "bloom": ("BloomConfig", "BloomModel", {}, "alibi"),  # per head; adds the residual itself
 }  # fmt: skip
 ENCODERS = {"bert": "encoder.layer.0.attention.self", "vit": "layers.0.attention"}
+PATHS = ENCODERS | {"gpt-neox": "layers.0.attention", "bloom": "h.0.self_attention"}
 
 
 def _layer(name, implementation="eager"):
@@ -50,7 +53,7 @@ def _layer(name, implementation="eager"):
     config._attn_implementation = implementation
     torch.manual_seed(0)
     model = getattr(transformers, model_class)(config)
-    layer = model.get_submodule(ENCODERS.get(name, "model.layers.0.self_attn"))
+    layer = model.get_submodule(PATHS.get(name, "model.layers.0.self_attn"))
     with torch.no_grad():  # gains and sinks away from their initial values
         for parameter_name, parameter in layer.named_parameters():
             if "norm" in parameter_name or "sinks" in parameter_name:
@@ -98,4 +101,9 @@ def test_scaled_or_partial_rope_is_refused():
     config.rope_parameters = {"rope_type": "linear", "rope_theta": 10_000.0, "factor": 2.0}
     layer = transformers.LlamaForCausalLM(config).model.layers[0].self_attn
     with pytest.raises(ConformError, match=r"rope_type 'linear' scales the angles"):
+        conform(layer)
+    neox = transformers.GPTNeoXConfig(vocab_size=64, num_hidden_layers=1, hidden_size=32,
+                                      intermediate_size=64, num_attention_heads=4)  # fmt: skip
+    layer = transformers.GPTNeoXModel(neox).layers[0].attention  # rotary_pct 0.25 by default
+    with pytest.raises(ConformError, match=r"partial_rotary_factor=0.25 rotates part of each"):
         conform(layer)

@@ -7,8 +7,8 @@
   with no transpose; ``c_proj``; ``num_heads``; returns a tuple);
 - ``nanogpt``: nanoGPT / minGPT ``CausalSelfAttention`` (``c_attn`` an ``nn.Linear`` packing
   q, k, v; ``c_proj``; ``n_head``);
-- ``huggingface``: Hugging Face's decoder attention layers (Llama, Mistral, Qwen 2/3/3.5, Gemma
-  2/3, GPT-OSS, Phi-3 …), with the variants they were configured with
+- ``huggingface``: Hugging Face's attention layers (Llama, Mistral, Qwen 2/3, Gemma 2/3,
+  GPT-OSS, Phi-3, GPT-NeoX, BLOOM, BERT, ViT …), with the variants they were configured with
   (`derive.bridge.conform.huggingface`);
 - ``timm``: timm's ``Attention`` (``qkv`` an ``nn.Linear`` packing q, k, v; ``proj``;
   ``num_heads``; ``attn_mask`` True = may attend, when it takes one);

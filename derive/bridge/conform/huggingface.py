@@ -4,8 +4,10 @@ The decoder layers of Llama, Mistral, Qwen 2, Qwen 3, Qwen 3.5 (its full-attenti
 Gemma 2, Gemma 3, GPT-OSS and their kin, and ViT's, keep ``q_proj``, ``k_proj``, ``v_proj``
 (``nn.Linear``, W = weight.mT, biases where the config has them) and ``o_proj``, with the sizes
 in ``config`` (``num_attention_heads``; ``num_key_value_heads`` makes ``k_proj`` narrower:
-grouped-query attention). Phi-3 packs the three in ``qkv_proj``; BERT's self-attention names
-them ``query``, ``key``, ``value`` and leaves the output projection to the next module (W_o = I).
+grouped-query attention). Phi-3 packs the three in ``qkv_proj``; GPT-NeoX and BLOOM pack each
+head's query, key and value in turn in ``query_key_value`` (their output projection: ``dense``);
+BERT's self-attention names them ``query``, ``key``, ``value`` and leaves the output projection
+to the next module (W_o = I).
 The variant is read from the layer and its config, each as the model itself uses it:
 
 - RoPE: ``config.rope_parameters`` (per layer type where it has one per type), ``rope_theta``
@@ -19,6 +21,9 @@ The variant is read from the layer and its config, each as the model itself uses
 - a window: the layer's ``sliding_window`` (None on its full-attention layers), or the config's
   where the layer has no attribute of that name (Mistral);
 - softcapping: ``attn_logit_softcapping`` (Gemma 2 and 3);
+- ALiBi: a layer whose forward takes ``alibi`` (BLOOM); its bias μ_ℓ p, from its model's own
+  ``build_alibi_tensor`` (the same softmax as −μ_ℓ (m − p): a row's constant cancels), and its
+  residual given as zeros (BLOOM adds it inside the layer);
 - sinks: the parameter ``sinks`` (GPT-OSS); the output gate: a ``q_proj`` twice as wide, each
   head's queries then its gate's logits (Qwen 3.5);
 - the scale: ``scaling`` must be 1/√c_h (Gemma's ``query_pre_attn_scalar`` equal to
@@ -47,23 +52,46 @@ _BERT = ("query", "key", "value")  # BERT's self-attention: no output projection
 def _is_layer(module: Any) -> bool:
     config = getattr(module, "config", None)
     packed = hasattr(module, "qkv_proj") and hasattr(module, "o_proj")
+    per_head = hasattr(module, "query_key_value") and hasattr(module, "dense")
     separate = all(hasattr(module, name) for name in _PROJECTIONS)
     bert = all(hasattr(module, name) for name in _BERT)
-    return (separate or packed or bert) and hasattr(config, "num_attention_heads")
+    heads = hasattr(config, "num_attention_heads") or isinstance(
+        getattr(module, "num_heads", None), int
+    )  # BLOOM's layer keeps no config
+    return (separate or packed or per_head or bert) and heads
 
 
 def _head_width(module: Any) -> int:
-    return getattr(module, "head_dim", None) or module.attention_head_size
+    for name in ("head_dim", "attention_head_size", "head_size"):
+        if getattr(module, name, None):
+            return getattr(module, name)
+    raise ConformError(f"{type(module).__name__}: no head_dim, attention_head_size, head_size")
+
+
+def _heads(module: Any) -> int:
+    config = getattr(module, "config", None)
+    return getattr(config, "num_attention_heads", None) or module.num_heads
+
+
+def _scaling(module: Any) -> float:
+    return getattr(module, "scaling", None) or module.inv_norm_factor  # BLOOM's name
+
+
+def _takes_alibi(module: Any) -> bool:
+    import inspect
+
+    return "alibi" in inspect.signature(module.forward).parameters
 
 
 def _rope(module: Any) -> dict | None:
     """The layer's rope parameters (those of its layer type where there is one per type)."""
-    config = module.config
+    config = getattr(module, "config", None)
     found = getattr(config, "rope_parameters", None)
     if isinstance(found, dict) and getattr(module, "layer_type", None) in found:
         found = found[module.layer_type]
-    if not found and getattr(config, "rope_theta", None) is not None:
-        found = {"rope_type": "default", "rope_theta": config.rope_theta}
+    theta = getattr(config, "rope_theta", None)
+    if not found and theta is not None:
+        found = {"rope_type": "default", "rope_theta": theta}
     return found or None
 
 
@@ -86,7 +114,7 @@ def _beta(module: Any) -> float | None:
 def _window(module: Any) -> int | None:
     if hasattr(module, "sliding_window"):
         return module.sliding_window
-    return getattr(module.config, "sliding_window", None)
+    return getattr(getattr(module, "config", None), "sliding_window", None)
 
 
 def _gains(norm: Any, width: int) -> tuple[Any, float | None]:
@@ -109,6 +137,12 @@ def _gains(norm: Any, width: int) -> tuple[Any, float | None]:
 
 def _projections(module: Any, heads: int) -> tuple[list, list, Any]:
     """(W_q, W_k, W_v), their biases, and the gate's W_g (or None)."""
+    if hasattr(module, "query_key_value"):  # GPT-NeoX, BLOOM: each head's q, k, v in turn
+        layer, width = module.query_key_value, _head_width(module)
+        w = layer.weight.mT.reshape(-1, heads, 3, width)
+        b = None if layer.bias is None else layer.bias.reshape(heads, 3, width)
+        ws = [w[:, :, i].reshape(w.shape[0], -1) for i in range(3)]
+        return ws, [None if b is None else b[:, i].reshape(-1) for i in range(3)], None
     if hasattr(module, "qkv_proj"):  # Phi-3: q, then k, then v
         w, c = module.qkv_proj.weight.mT, heads * _head_width(module)
         kv = (w.shape[1] - c) // 2
@@ -125,10 +159,12 @@ def _projections(module: Any, heads: int) -> tuple[list, list, Any]:
 
 
 def _layer_weights(module: Any) -> Weights:
-    name, config = type(module).__name__, module.config
-    heads, width = config.num_attention_heads, _head_width(module)
-    if not math.isclose(module.scaling, width**-0.5, rel_tol=1e-9):
-        raise ConformError(f"{name} scales the scores by {module.scaling:.6g}, not 1/√c_h = "
+    import torch
+
+    name = type(module).__name__
+    heads, width = _heads(module), _head_width(module)
+    if not math.isclose(_scaling(module), width**-0.5, rel_tol=1e-9):
+        raise ConformError(f"{name} scales the scores by {_scaling(module):.6g}, not 1/√c_h = "
                            f"1/√{width}: no registered variant declares that scale")  # fmt: skip
     (w_q, w_k, w_v), (b_q, b_k, b_v), w_g = _projections(module, heads)
     parts, values, inputs = [], {}, {}
@@ -150,16 +186,32 @@ def _layer_weights(module: Any) -> Weights:
     if getattr(module, "attn_logit_softcapping", None) is not None:
         parts.append("softcap")
         values["kappa"] = module.attn_logit_softcapping
+    if _takes_alibi(module):  # BLOOM: its model's slopes, read off its bias at position 1
+        parts.append("alibi")
+        inputs["Mu"] = _alibi(module, 2, torch.float64)[:, 0, 1][None]
     if getattr(module, "sinks", None) is not None:
         parts.append("sinks")
         inputs["Zeta"] = module.sinks[None]
     if w_g is not None:
         parts.append("gate")
         inputs["W_g"] = w_g
-    o_proj = getattr(module, "o_proj", None)
+    o_proj = getattr(module, "o_proj", None) or getattr(module, "dense", None)
     w_o, b_o = (None, None) if o_proj is None else (o_proj.weight.mT, o_proj.bias)
     return Weights(w_q, w_k, w_v, W_o=w_o, b_q=b_q, b_k=b_k, b_v=b_v, b_o=b_o, heads=heads,
                    variant="+".join(parts), values=values, inputs=inputs)  # fmt: skip
+
+
+def _alibi(module: Any, n: int, dtype: Any, batch: int = 1) -> Any:
+    """BLOOM's bias μ_ℓ p (batch·h, 1, n), from its model's own function beside the layer."""
+    import sys
+
+    import torch
+
+    build = getattr(sys.modules[type(module).__module__], "build_alibi_tensor", None)
+    if build is None:
+        raise ConformError(f"{type(module).__name__} takes alibi, and no build_alibi_tensor "
+                           "is beside it to compute it")  # fmt: skip
+    return build(torch.ones(batch, n), _heads(module), dtype)
 
 
 def _mask(module: Any, n: int, allowed: Any, like: Any) -> Any:
@@ -208,6 +260,9 @@ def _layer_call(module: Any, x: Any, allowed: Any) -> Any:
         raise ValueError("Hugging Face layers take a batch (batch, n, d)")
     n = x.shape[-2]
     mask = _mask(module, n, allowed, x)
+    if _takes_alibi(module):  # BLOOM adds the residual itself: give it zeros
+        bias = _alibi(module, n, x.dtype, x.shape[0]).to(x.device)
+        return module(x, residual=torch.zeros_like(x), alibi=bias, attention_mask=mask)
     if _beta(module) is None:
         return module(x, attention_mask=mask)
     embedding, takes_type = _rotary(module)
@@ -224,5 +279,6 @@ HUGGING_FACE = Adapter(
     _layer_weights,
     call=_layer_call,
     mask="attention_mask",
-    looks_for="q_proj, k_proj, v_proj, o_proj (or qkv_proj) and config.num_attention_heads",
+    looks_for="q_proj, k_proj, v_proj, o_proj (or qkv_proj, query_key_value and dense, or "
+    "query, key, value) and config.num_attention_heads",
 )
