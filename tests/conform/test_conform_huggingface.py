@@ -35,6 +35,10 @@ LAYERS = {
     "phi3": ("Phi3Config", "Phi3ForCausalLM", {"pad_token_id": 0}, "gqa+rope"),  # qkv_proj
     "bert": ("BertConfig", "BertModel", {}, ""),  # query, key, value; not causal
     "vit": ("ViTConfig", "ViTModel", {"image_size": 8, "patch_size": 4}, ""),
+    "qwen3.5": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM",  # a full-attention layer, gated
+                {"layer_types": ["full_attention"],
+                 "rope_parameters": DEFAULT_ROPE | {"partial_rotary_factor": 1.0}},
+                "gqa+rope+qk-norm+gate"),
     "gpt-neox": ("GPTNeoXConfig", "GPTNeoXModel", {"rotary_pct": 1.0}, "rope"),  # per head
     "bloom": ("BloomConfig", "BloomModel", {}, "alibi"),  # per head; adds the residual itself
 }  # fmt: skip
