@@ -230,3 +230,26 @@ def test_every_step_and_gradient_of_a_variant_equals_the_explicit_values(form):
         expected = torch.tensor(expected_gradients.floats(step.output), dtype=torch.float64)
         got = _per_head(evaluation, step.output)
         assert torch.allclose(got, expected, rtol=0, atol=1e-10), step.output
+
+
+def test_the_package_latent_attention_conforms_with_its_latent_weights_compared(registry):
+    """Multi-head latent attention (the book's ch04/05_mla): K and V from the latent X W_dkv;
+    the gradients of W_dkv, W_uk and W_uv are compared. Read with W_uk and W_uv swapped, the
+    same module does not conform."""
+    from attention.modules import MultiHeadLatentAttention
+    from derive.bridge.conform.grouped import LATENT
+
+    torch.manual_seed(0)
+    module = MultiHeadLatentAttention(16, 16, 0.0, 4, latent_dim=6)
+    report = conform(module)
+    assert report.conforms and report.variant == "mla" and report.sizes["d_u"] == 6
+    assert _row(report, "gradients").note == "compared: X, W_q, W_o, W_dkv, W_uk, W_uv"
+
+    def swapped(module):
+        weights = LATENT.weights(module)
+        inputs = weights.inputs
+        inputs["W_uk"], inputs["W_uv"] = inputs["W_uv"], inputs["W_uk"]
+        return weights
+
+    register_adapter("swapped", recognises=lambda m: False)(swapped)
+    assert not conform(module, adapter="swapped").conforms

@@ -45,7 +45,9 @@ class Weights:
         W_q: (d, c); Q = X W_q (+ b_q).
         W_k, W_v: (d, c), or (d, g c_h) with g groups of keys and values shared by h / g
             heads each (grouped-query attention, the book's ``repeat_interleave`` order);
-            never repeat them to c columns: a shared weight is compared as one.
+            never repeat them to c columns: a shared weight is compared as one. None where
+            the variant computes K and V otherwise (multi-head latent attention: from the
+            latent, its ``inputs`` W_dkv, W_uk, W_uv).
         W_o: (c, c_out), C = Ĉ W_o (+ b_o); None without an output projection.
         b_q: (c,) or None; b_k, b_v: as wide as W_k; b_o: (c_out,) or None.
         heads: h; each head reads c_h = c / h columns of Q, in order.
@@ -76,6 +78,8 @@ class Weights:
     @property
     def groups(self) -> int:
         """g: the groups of keys and values (h where W_k is as wide as W_q)."""
+        if self.W_k is None:
+            return self.heads
         c, width = int(self.W_q.shape[1]), int(self.W_k.shape[1])
         return self.heads * width // c
 
@@ -95,6 +99,8 @@ class Weights:
                 f"adapter {adapter}: heads={self.heads!r} must be a positive int dividing c={c}"
             )
         c_h = c // self.heads
+        if self.W_k is None and self.W_v is None:
+            return self._check_output(adapter, c)
         for name in ("W_k", "W_v"):
             shape = tuple(getattr(self, name).shape)
             fits = len(shape) == 2 and shape[0] == d and shape[1] % c_h == 0
@@ -108,6 +114,9 @@ class Weights:
                 f"adapter {adapter}: W_k has shape {tuple(self.W_k.shape)}, "
                 f"W_v has {tuple(self.W_v.shape)}"
             )
+        self._check_output(adapter, c)
+
+    def _check_output(self, adapter: str, c: int) -> None:
         if self.W_o is not None and self.W_o.shape[0] != c:
             raise ConformError(
                 f"adapter {adapter}: W_o has shape {tuple(self.W_o.shape)}, expected ({c}, c_out)"

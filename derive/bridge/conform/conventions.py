@@ -14,6 +14,7 @@
   ``num_heads``; ``attn_mask`` True = may attend, when it takes one);
 - ``grouped``: the book's `GroupedQueryAttention` and this package's, with the variants it
   was built with (`derive.bridge.conform.grouped`);
+- ``latent``: the book's `MultiHeadLatentAttention` and this package's (the mla variant);
 - ``book``: the book's classes and this package's (``W_query``, ``W_key``, ``W_value`` as
   ``nn.Parameter`` d × c or ``nn.Linear``; ``out_proj`` and ``num_heads`` with heads; or
   ``heads``, a list of single-head modules side by side; ``mask`` True = may attend).
@@ -27,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from .adapters import Adapter, Weights
-from .grouped import GROUPED
+from .grouped import GROUPED, LATENT
 from .huggingface import HUGGING_FACE
 from .target import ConformError
 
@@ -236,6 +237,7 @@ BUILT_IN: tuple[Adapter, ...] = (
         looks_for="qkv, proj, num_heads",
     ),
     GROUPED,
+    LATENT,
     Adapter(
         "book",
         _is_book,

@@ -1,4 +1,6 @@
-"""The book's later attention class, as this package writes it: `GroupedQueryAttention`.
+"""The book's later attention classes, as this package writes them: `GroupedQueryAttention` and
+`MultiHeadLatentAttention` (at the end: W_query, W_DKV, W_UK, W_UV, out_proj; the mla variant,
+K and V from the latent X W_dkv).
 
 The book's Llama 3 and Qwen 3 (`llms_from_scratch.llama3`, `.qwen3`) and this package's
 `attention.modules.GroupedQueryAttention` keep W_query (d × c), W_key and W_value (d × g c_h,
@@ -20,7 +22,7 @@ from typing import Any
 from .adapters import Adapter, Weights
 from .target import ConformError
 
-__all__ = ["GROUPED"]
+__all__ = ["GROUPED", "LATENT"]
 
 
 def _is_grouped(module: Any) -> bool:
@@ -100,4 +102,33 @@ GROUPED = Adapter(
     call=_grouped_call,
     mask="blocked",
     looks_for="W_query, W_key, W_value, out_proj, num_heads, num_kv_groups",
+)
+
+
+def _is_latent(module: Any) -> bool:
+    names = ("W_query", "W_DKV", "W_UK", "W_UV", "out_proj", "num_heads")
+    return all(hasattr(module, name) for name in names)
+
+
+def _latent_weights(module: Any) -> Weights:
+    """The book's multi-head latent attention (ch04/05_mla): K = (X W_dkv) W_uk, V likewise."""
+    layers = {"W_dkv": module.W_DKV, "W_uk": module.W_UK, "W_uv": module.W_UV}
+    if any(layer.bias is not None for layer in layers.values()):
+        raise ConformError(f"{type(module).__name__} with qkv_bias: the biases of W_DKV, W_UK, "
+                           "W_UV are not in the mla variant's declarations")  # fmt: skip
+    if module.W_query.bias is not None:
+        raise ConformError(f"{type(module).__name__} with qkv_bias: W_query's bias is not in "
+                           "the mla variant's declarations")  # fmt: skip
+    return Weights(module.W_query.weight.mT, None, None, W_o=module.out_proj.weight.mT,
+                   b_o=module.out_proj.bias, heads=module.num_heads, variant="mla",
+                   values={"d_u": module.W_DKV.weight.shape[0]},
+                   inputs={k: layer.weight.mT for k, layer in layers.items()})  # fmt: skip
+
+
+LATENT = Adapter(
+    "latent",
+    _is_latent,
+    _latent_weights,
+    dropout="dropout",
+    looks_for="W_query, W_DKV, W_UK, W_UV, out_proj, num_heads",
 )

@@ -196,6 +196,8 @@ class ModuleHarness:
         for letter, matrix, bias in zip(
             ("W_q", "W_k", "W_v"), (w.W_q, w.W_k, w.W_v), biases, strict=True
         ):
+            if matrix is None:  # K and V from elsewhere (a latent: the variant's inputs)
+                continue
             inputs[letter] = as64(matrix)
             if any(b is not None for b in biases):
                 width = matrix.shape[1]
