@@ -99,7 +99,10 @@ class Weights:
                 f"adapter {adapter}: heads={self.heads!r} must be a positive int dividing c={c}"
             )
         c_h = c // self.heads
-        if self.W_k is None and self.W_v is None:
+        if self.W_k is None or self.W_v is None:
+            if self.W_k is not None or self.W_v is not None:
+                raise ConformError(f"adapter {adapter}: give W_k and W_v, or neither (K and V "
+                                   "from the variant's inputs)")  # fmt: skip
             return self._check_output(adapter, c)
         for name in ("W_k", "W_v"):
             shape = tuple(getattr(self, name).shape)
