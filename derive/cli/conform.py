@@ -98,6 +98,14 @@ def add(commands, argparse) -> None:
         "float64 layer's softmax in float32); default: state them",
     )
     sub.add_argument(
+        "--convention",
+        action="append",
+        metavar="NAME=VALUE",
+        type=_convention,
+        help="a convention the target keeps: softmax=float32, tables=float32 (RoPE's), "
+        "'empty rows=zero' (or nan, any)",
+    )
+    sub.add_argument(
         "--variant",
         action="append",
         metavar="NAME",
@@ -112,6 +120,17 @@ def add(commands, argparse) -> None:
         help="a number the variants read, by its symbol's name (beta=500000, kappa=30, w=4); "
         "default: the adapter's, else the variant's",
     )
+
+
+def _convention(text: str) -> tuple[str, str]:
+    import argparse
+
+    name, equals, value = text.partition("=")
+    known = {"softmax": _DTYPES, "tables": _DTYPES, "empty rows": ("zero", "nan", "any")}
+    if not equals or name.strip() not in known or value.strip() not in known[name.strip()]:
+        choices = "; ".join(f"{k}={'|'.join(v)}" for k, v in known.items())
+        raise argparse.ArgumentTypeError(f"expected one of {choices}, got {text!r}")
+    return name.strip(), value.strip()
 
 
 def _value(text: str) -> tuple[str, float]:
@@ -156,6 +175,7 @@ def run_conform(args, out: TextIO | None = None) -> int:
         "variant": "+".join(args.variant or ()),
         "values": dict(args.value or ()),
         "strict": args.strict,
+        "conventions": dict(args.convention or ()),
     }
     if args.dtype is not None:
         options["dtype"] = getattr(torch, args.dtype)

@@ -51,7 +51,7 @@ def test_json_for_tools(capsys):
     names = [check["name"] for check in report["checks"]]
     assert names[0] == "forward values" and "mask convention" in names
     failing = [c for c in report["checks"] if c["status"] == "FAIL"]
-    assert [c["name"] for c in failing] == ["mask convention"]
+    assert [c["name"] for c in failing] == ["mask convention", "query with no key"]
     assert failing[0]["error"] > failing[0]["tolerance"] > 0
     assert report["mistake"]["wrong"] != report["mistake"]["right"]
 

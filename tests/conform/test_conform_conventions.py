@@ -1,7 +1,8 @@
-"""Conventions the derivation leaves open are stated, not failed, unless asked: NaN for a query
-with no key (IEEE 0/0; derive's own convention is zero weights), and a float64 layer whose
-softmax runs in float32 (Hugging Face's eager layers). `strict=True` (``--strict``) fails on
-them; `conventions=` tells one instead of letting it be found."""
+"""Conventions the derivation leaves open are stated, not failed, unless asked: what a query with
+no key gets (derive's convention is zero weights; torch's NaN; a finite fill's uniform weights),
+and a float64 layer whose softmax or RoPE tables run in float32 (Hugging Face's models, as their
+adapter knows). `strict=True` (``--strict``) fails on them; `conventions=` (``--convention``)
+tells one; found alone, a float32 softmax is only a hint in a failing report."""
 
 from pathlib import Path
 
@@ -22,8 +23,8 @@ def _row(report, name):
 def test_nan_for_a_query_with_no_key_is_a_convention_stated():
     report = conform(broken.nan_on_empty_rows)
     assert report.conforms
-    assert "torch's convention" in _row(report, "query with no key").note
-    assert "convention: a query with no key gets NaN, not zero weights" in report.notes
+    assert _row(report, "query with no key").note.startswith("its row: NaN")
+    assert "convention: a query with no key gets NaN (IEEE 0/0, torch's convention)" in report.notes
 
 
 def test_strict_or_zero_rows_told_fail_on_nan_and_name_it():
@@ -31,6 +32,13 @@ def test_strict_or_zero_rows_told_fail_on_nan_and_name_it():
     told = conform(broken.nan_on_empty_rows, conventions={"empty rows": "zero"})
     for report in (strict, told):
         assert not report.conforms and report.diagnosis.id == "nan-on-empty-rows"
+
+
+def test_the_other_rows_of_the_empty_row_scenario_are_compared():
+    """Only the row with no key is a convention: a mistake elsewhere in that call fails."""
+    report = conform(broken.mask_after_softmax)
+    row = _row(report, "query with no key")
+    assert row.status == "FAIL" and row.error > row.tolerance
 
 
 def _llama(implementation="eager"):
@@ -42,43 +50,64 @@ def _llama(implementation="eager"):
     return transformers.LlamaForCausalLM(config).model.layers[0].self_attn
 
 
-def test_a_float64_layer_whose_softmax_runs_in_float32_conforms_with_that_stated():
-    """Its error (about 1e-9) is far above float64's tolerance (about 1e-15) and far below
-    float32's (about 1e-8): the tolerance says which precision it follows."""
+def test_a_float64_eager_layer_follows_its_adapter_s_known_float32_softmax():
+    """Hugging Face's eager softmax and rotary tables run in float32 whatever the dtype: the
+    adapter says so, the tolerance follows (its error, about 1e-9, is far above float64's
+    tolerance and far below float32's), and the report states it."""
     report = conform(_llama(), dtype=torch.float64)
     assert report.conforms, report.table()
-    assert (
-        "convention: its softmax in float32 (it does not conform with float64 throughout); "
-        "the tolerances follow from that precision" in report.notes
-    )
+    assert "convention (huggingface modules): the softmax in float32" in report.notes
+    assert "convention (huggingface modules): RoPE's tables in float32" in report.notes
     row = _row(report, "forward values")
     assert "softmax in float32" in row.why and row.error > 1e-12
 
 
-def test_strict_holds_a_float64_layer_to_float64_and_says_why_it_fails():
-    report = conform(_llama(), dtype=torch.float64, strict=True)
-    assert not report.conforms
-    assert any("with its softmax in float32 it would conform" in n for n in report.notes)
-
-
 def test_the_sdpa_layer_keeps_a_float64_softmax_and_only_its_tables_are_float32():
-    """torch's kernel takes the softmax in float64; Hugging Face's rotary embedding computes
-    its tables in float32 in every model: that, and only that, is stated, with a tolerance far
-    below the eager layer's."""
     sdpa, eager = (conform(_llama(kind), dtype=torch.float64) for kind in ("sdpa", "eager"))
     assert sdpa.conforms
-    assert [n for n in sdpa.notes if "convention" in n] == [
-        "convention: its RoPE tables in float32 (it does not conform with float64 "
-        "throughout); the tolerances follow from that precision"
+    assert [n for n in sdpa.notes if "huggingface modules" in n] == [
+        "convention (huggingface modules): RoPE's tables in float32"
     ]
     ratio = _row(sdpa, "forward values").tolerance / _row(eager, "forward values").tolerance
     assert ratio < 0.1
 
 
-def test_the_softmax_precision_can_be_told_and_strict_is_a_flag(capsys, monkeypatch):
-    report = conform(_llama(), dtype=torch.float64, conventions={"softmax": "float32"})
-    assert report.conforms and not report.notes
+def test_strict_ignores_the_adapter_s_conventions():
+    report = conform(_llama(), dtype=torch.float64, strict=True)
+    assert not report.conforms
+    assert _row(report, "forward values").status == "FAIL"
+    assert _row(report, "query with no key").status == "FAIL"  # uniform, not derive's zeros
+
+
+class _Float32Inside(torch.nn.Module):
+    """One head whose whole computation runs in float32, whatever its weights' dtype."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.W_query, self.W_key, self.W_value = (torch.nn.Linear(8, 8, bias=False)
+                                                  for _ in range(3))  # fmt: skip
+
+    def forward(self, x):
+        q, k, v = (torch.nn.functional.linear(x.float(), layer.weight.float())
+                   for layer in (self.W_query, self.W_key, self.W_value))  # fmt: skip
+        return (torch.softmax(q @ k.mT / 8**0.5, dim=-1) @ v).to(x.dtype)
+
+
+def test_a_layer_computed_in_float32_throughout_is_not_excused_as_a_convention():
+    """Found alone, a float32 softmax only hints: the report fails, and says what to tell if
+    that is the layer's convention."""
+    report = conform(_Float32Inside(), dtype=torch.float64)
+    assert not report.conforms
+    assert not any(note.startswith("convention") for note in report.notes)
+
+
+def test_a_convention_can_be_told_and_strict_is_a_flag(monkeypatch, capsys):
+    told = conform(_Float32Inside(), dtype=torch.float64, conventions={"softmax": "float32"})
+    assert "softmax in float32" in _row(told, "forward values").why
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
     assert main(["conform", "tests/conform/corpus/broken.py:nan_on_empty_rows"]) == 0
     assert main(["conform", "tests/conform/corpus/broken.py:nan_on_empty_rows", "--strict"]) == 1
     assert "diagnosis: nan-on-empty-rows" in capsys.readouterr().out
+    assert main(["conform", "tests/conform/corpus/broken.py:nan_on_empty_rows",
+                 "--convention", "empty rows=zero"]) == 1  # fmt: skip

@@ -10,6 +10,7 @@ sink in the softmax, ALiBi's per-head slope, the sum of a group's heads) equals 
 values, step by step, forward and backward.
 """
 
+import ported
 import pytest
 import sympy as sp
 import torch
@@ -88,6 +89,28 @@ def test_the_gate_read_as_if_absent_is_refused_by_its_shapes():
     """With the gate, W_query holds each head's queries and gate logits: twice W_o's rows."""
     with pytest.raises(ConformError, match=r"W_o has shape \(16, 16\), expected \(32, c_out\)"):
         conform(_module(gate=True), adapter="book")
+
+
+class _DetachedSinks(ported.PortedGrouped):
+    """The sinks read detached: the right values, and no gradient reaches the parameter."""
+
+    def forward(self, x, blocked=None, cos=None, sin=None):
+        sinks = self._parameters.pop("sinks")
+        self.sinks = sinks.detach()
+        try:
+            return super().forward(x, blocked, cos, sin)
+        finally:
+            del self.sinks
+            self.sinks = sinks
+
+
+def test_a_variant_input_no_gradient_reaches_is_compared_and_fails():
+    """The gradient of Zeta read back is zero (the parameter, with no gradient, read as one);
+    the derived one is not. Its forward values conform."""
+    report = conform(_DetachedSinks(sinks=True))
+    assert _row(report, "forward values").status == "PASS"
+    row = _row(report, "gradients")
+    assert row.status == "FAIL" and "worst Zeta" in row.note
 
 
 def test_a_variant_the_module_does_not_compute_does_not_conform():
@@ -187,7 +210,7 @@ def test_the_command_takes_variants_and_values(tmp_path, capsys):
 # -- the evaluator of the variants' forms, against derive.explicit -------------------------------
 
 FORMS = [
-    Form(heads=True, causal=True, variant="gqa+rope"),
+    Form(heads=True, causal=True, variant="gqa+rope"),  # 4 heads in 2 groups (GROUPED below)
     Form(heads=True, variant="softcap"),
     Form(heads=True, causal=True, variant="alibi"),
     Form(heads=True, causal=True, variant="sinks"),
@@ -198,6 +221,8 @@ FORMS = [
 N, D, C = 3, 5, 4
 SIZES = {L.n: N, L.d: D, L.c: C, L.h: 2, L.c_h: 2, L.g: 1, L.kappa: 3, L.beta: 100, L.w: 2,
          L.eps: sp.Rational(1, 1000)}  # fmt: skip
+#: grouped-query attention with groups shared: 4 heads of c_h = 2 in 2 groups
+GROUPED = SIZES | {L.c: 8, L.h: 4, L.g: 2}
 
 
 def _per_head(evaluation, key):
@@ -210,11 +235,12 @@ def _per_head(evaluation, key):
 @pytest.mark.parametrize("form", FORMS, ids=lambda f: f.variant)
 def test_every_step_and_gradient_of_a_variant_equals_the_explicit_values(form):
     graph = reference(form)
-    explicit = ExplicitGraph(graph, SIZES, heads=2)
+    sizes = GROUPED if "gqa" in form.variant else SIZES
+    explicit = ExplicitGraph(graph, sizes, heads=sizes[L.h])
     generator = torch.Generator().manual_seed(3)
     inputs = {k: torch.randint(-8, 9, v.shape, generator=generator).double() / 8
               for k, v in explicit.inputs.items()}  # fmt: skip
-    evaluation = Evaluation(SIZES, empty_rows="zero")
+    evaluation = Evaluation(sizes, empty_rows="zero")
     for letter, tensor in inputs.items():
         evaluation.give(letter, tensor)
     evaluation.forward(graph)

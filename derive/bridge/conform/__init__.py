@@ -55,12 +55,16 @@ def conform(obj: Any, **options: Any) -> Report:
         values: numbers those variants read, by their symbol's name (``{"beta": 5e5}``),
             over the adapter's, whose absence means the variant's default.
         strict: fail on the conventions the derivation leaves open (default False: state them):
-            NaN for a query with no key, a float64 target's softmax or tables in float32.
-        conventions: conventions told rather than found: ``{"softmax": "float32"}`` (the
-            dtype the softmax runs in), ``{"tables": "float32"}`` (that of RoPE's tables),
-            ``{"empty rows": "zero"}`` (or ``"nan"``, ``"any"``: what a query with no key must
-            get). A float64 target that fails is tried again with its softmax, its tables, then
-            both in float32, when no convention is told.
+            a query with no key gets derive's zero weights, and a float64 target is float64
+            throughout (its adapter's known conventions ignored).
+        conventions: conventions told, over those the adapter knows its modules keep (the
+            huggingface adapter: an eager layer's softmax and every model's RoPE tables in
+            float32): ``{"softmax": "float32"}`` (the dtype the softmax runs in),
+            ``{"tables": "float32"}`` (that of RoPE's tables), ``{"empty rows": "zero"}`` (or
+            ``"nan"``, ``"any"``: what a query with no key must get). A float64 target that
+            fails is tried again with its softmax, its tables, then both in float32, and the
+            report says when that would conform (it still fails: only the caller can say the
+            rest of the layer is float64).
         mistakes: the catalogue to diagnose with (default `derive.graph.mistakes.MISTAKES`).
 
     Returns:
@@ -99,22 +103,19 @@ def conform(obj: Any, **options: Any) -> Report:
                 found = kind(target, dataclasses.replace(settings, conventions=told)).run()
                 relaxed = found.report()
             if relaxed.conforms:
-                return _in_float32(report, relaxed, coarser, settings.strict)
+                return _hint(report, coarser)
         return report
     finally:
         torch.set_num_threads(threads)
 
 
-def _in_float32(report: Report, relaxed: Report, coarser: tuple, strict: bool) -> Report:
-    """A float64 target that fails, and conforms once its softmax or its RoPE tables are taken
-    in float32: that precision is a convention (Hugging Face's models compute both so),
-    stated; under `strict`, the failing report, which says it."""
+def _hint(report: Report, coarser: tuple) -> Report:
+    """A float64 target that fails, and would conform with its softmax or its RoPE tables taken
+    in float32: the failing report, saying so. Only the caller (or the adapter) can say that
+    this is the target's convention, not the whole layer computed in float32."""
     what = " and ".join({"softmax": "its softmax", "tables": "its RoPE tables"}[k]
                         for k in coarser)  # fmt: skip
-    if strict:
-        line = (f"note: with {what} in float32 it would conform (a convention Hugging Face's "
-                "models follow); --strict holds it to float64")  # fmt: skip
-        return dataclasses.replace(report, notes=(*report.notes, line))
-    line = (f"convention: {what} in float32 (it does not conform with float64 throughout); "
-            "the tolerances follow from that precision")  # fmt: skip
-    return dataclasses.replace(relaxed, notes=(*relaxed.notes, line))
+    told = ", ".join(f'"{k}": "float32"' for k in coarser)
+    line = (f"note: with {what} in float32 it would conform; if that is its convention, say "
+            f"conventions={{{told}}} (--convention {coarser[0]}=float32)")  # fmt: skip
+    return dataclasses.replace(report, notes=(*report.notes, line))

@@ -100,6 +100,9 @@ class Weights:
             )
         c_h = c // self.heads
         if self.W_k is None or self.W_v is None:
+            if not self.variant:
+                raise ConformError(f"adapter {adapter}: W_k and W_v are None, and no variant "
+                                   "(Weights.variant) gives K and V otherwise")  # fmt: skip
             if self.W_k is not None or self.W_v is not None:
                 raise ConformError(f"adapter {adapter}: give W_k and W_v, or neither (K and V "
                                    "from the variant's inputs)")  # fmt: skip
@@ -143,6 +146,8 @@ class Adapter:
     dropout: str | None = None
     observe: tuple[Observe, ...] = ()
     looks_for: str = ""
+    conventions: Callable[[Any], dict] | None = None
+    note: str = ""
 
     def read(self, module: Any) -> Weights:
         """The module's weights, checked."""
@@ -176,6 +181,7 @@ def register_adapter(
     mask_means: str = "allowed",
     dropout: str | None = None,
     observe: tuple[Observe, ...] = (),
+    conventions: Callable[[Any], dict] | None = None,
 ) -> Callable[[Callable[[Any], Weights]], Callable[[Any], Weights]]:
     """Register `weights(module) -> Weights` for modules `recognises` accepts (a decorator).
 
@@ -206,6 +212,11 @@ def register_adapter(
             ``(path, "output" or "input", letters)``, e.g. ``("qkv", "output", ("Q", "K",
             "V"))``: the tensor is split equally along its last axis among the letters
             (``"C_concat"`` is Ĉ); a report uses them to say where values first differ.
+        conventions: ``conventions(module) -> dict``, what modules of this convention are
+            known to do that the derivation leaves open, e.g. ``{"softmax": "float32"}`` for a
+            layer whose softmax runs in float32 whatever its dtype (``"tables"``: RoPE's
+            tables; ``"empty rows"``: ``"zero"``, ``"nan"`` or ``"any"``). The tolerances
+            follow them, and the report states them; ``strict`` ignores them.
 
     Returns:
         the decorator, which registers `weights` and returns it unchanged. ``weights(module)``
@@ -220,7 +231,8 @@ def register_adapter(
 
     def register(weights: Callable[[Any], Weights]) -> Callable[[Any], Weights]:
         _REGISTERED[:] = [a for a in _REGISTERED if a.name != name]
-        adapter = Adapter(name, recognises, weights, call, mask, mask_means, dropout, observe)
+        adapter = Adapter(name, recognises, weights, call, mask, mask_means, dropout, observe,
+                          conventions=conventions)  # fmt: skip
         _REGISTERED.insert(0, adapter)
         return weights
 

@@ -38,7 +38,7 @@ def dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def rounding_for(dtype: Any, conventions: dict | None = None) -> Rounding:
+def rounding_for(dtype: Any, *, conventions: dict | None = None) -> Rounding:
     """The target's unit roundoffs plus the float64 reference's own; `conventions` may say the
     dtype its ``"softmax"`` and its ``"tables"`` (RoPE's angles) are computed in, where that is
     coarser (``"float32"`` in a float64 layer)."""

@@ -53,6 +53,7 @@ def element_values(
     values: dict[str, Any],
     sizes: dict[sp.Symbol, Any],
     heads: int,
+    *,
     bounds: dict[str, Any] | None = None,
     unit: float = 0.0,
 ) -> tuple[Any, Any]:
@@ -73,6 +74,7 @@ def entries_values(
     values: dict[str, Any],
     sizes: dict[sp.Symbol, Any],
     heads: int,
+    *,
     bounds: dict[str, Any] | None = None,
     unit: float = 0.0,
 ) -> tuple[Any, Any]:
@@ -142,9 +144,11 @@ class _Grid:
             return (_tensor(torch, a) == _tensor(torch, b)).double(), 0.0
         pairs = [self(arg, env) for arg in expr.args]
         args = [value for value, _ in pairs]
-        if isinstance(expr, sp.Add):
+        if isinstance(expr, sp.Add):  # k terms: (k − 1) roundings, each within u of Σ|x_i|
             value = _fold(args, lambda a, b: a + b)
-            return value, exact(torch, sum(e for _, e in pairs) + u * abs(value))
+            spread = _fold([_tensor(torch, a).abs() for a in args], lambda a, b: a + b)
+            rounded = (len(args) - 1) * u * spread
+            return value, exact(torch, sum(e for _, e in pairs) + rounded)
         if isinstance(expr, sp.Mul):
             return self._product(pairs)
         if isinstance(expr, sp.Pow):
@@ -214,7 +218,10 @@ class _Grid:
 
     def _element(self, element: MatrixElement, env: dict) -> tuple[Any, Any]:
         """M[i, j] (0-based, as SymPy's matrix forms write them, ``Mu[0, l − 1]``)."""
-        one_based = L.base(L.name_of(str(element.parent.name)))[element.i + 1, element.j + 1]
+        letter = str(element.parent.name)
+        if letter.endswith("_l"):
+            raise ValueError(f"{element}: an entry of a per-head matrix needs its head")
+        one_based = L.base(L.name_of(letter))[element.i + 1, element.j + 1]
         return self._entry(one_based, env)
 
     def _piecewise(self, expr: sp.Piecewise, env: dict) -> tuple[Any, Any]:

@@ -50,6 +50,7 @@ class ModuleHarness:
         self,
         target: Target,
         adapter: Adapter,
+        *,
         dtype: Any = None,
         variant: str = "",
         values: dict | None = None,

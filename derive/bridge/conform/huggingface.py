@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from . import huggingface_reading as H
 from .adapters import Adapter, Weights
 from .target import ConformError
 
@@ -55,66 +56,10 @@ def _is_layer(module: Any) -> bool:
     per_head = hasattr(module, "query_key_value") and hasattr(module, "dense")
     separate = all(hasattr(module, name) for name in _PROJECTIONS)
     bert = all(hasattr(module, name) for name in _BERT)
-    heads = hasattr(config, "num_attention_heads") or isinstance(
-        getattr(module, "num_heads", None), int
-    )  # BLOOM's layer keeps no config
-    return (separate or packed or per_head or bert) and heads
-
-
-def _head_width(module: Any) -> int:
-    for name in ("head_dim", "attention_head_size", "head_size"):
-        if getattr(module, name, None):
-            return getattr(module, name)
-    raise ConformError(f"{type(module).__name__}: no head_dim, attention_head_size, head_size")
-
-
-def _heads(module: Any) -> int:
-    config = getattr(module, "config", None)
-    return getattr(config, "num_attention_heads", None) or module.num_heads
-
-
-def _scaling(module: Any) -> float:
-    return getattr(module, "scaling", None) or module.inv_norm_factor  # BLOOM's name
-
-
-def _takes_alibi(module: Any) -> bool:
-    import inspect
-
-    return "alibi" in inspect.signature(module.forward).parameters
-
-
-def _rope(module: Any) -> dict | None:
-    """The layer's rope parameters (those of its layer type where there is one per type)."""
-    config = getattr(module, "config", None)
-    found = getattr(config, "rope_parameters", None)
-    if isinstance(found, dict) and getattr(module, "layer_type", None) in found:
-        found = found[module.layer_type]
-    theta = getattr(config, "rope_theta", None)
-    if not found and theta is not None:
-        found = {"rope_type": "default", "rope_theta": theta}
-    return found or None
-
-
-def _beta(module: Any) -> float | None:
-    rope = _rope(module)
-    if rope is None:
-        return None
-    kind = rope.get("rope_type", "default")
-    name = type(module).__name__
-    if kind != "default":
-        raise ConformError(f"{name}: rope_type {kind!r} scales the angles; the rope variant "
-                           "declares the default angles only")  # fmt: skip
-    part = rope.get("partial_rotary_factor", 1.0)
-    if part != 1.0:
-        raise ConformError(f"{name}: partial_rotary_factor={part} rotates part of each head; "
-                           "the rope variant rotates all of it")  # fmt: skip
-    return float(rope["rope_theta"])
-
-
-def _window(module: Any) -> int | None:
-    if hasattr(module, "sliding_window"):
-        return module.sliding_window
-    return getattr(getattr(module, "config", None), "sliding_window", None)
+    configured = hasattr(config, "num_attention_heads")
+    if per_head:  # BLOOM's layer keeps no config: its forward takes alibi and a residual
+        return configured or (H.takes_alibi(module) and isinstance(module.num_heads, int))
+    return (separate or packed or bert) and configured
 
 
 def _gains(norm: Any, width: int) -> tuple[Any, float | None]:
@@ -126,32 +71,38 @@ def _gains(norm: Any, width: int) -> tuple[Any, float | None]:
     with torch.no_grad():
         ones = torch.ones(1, width, dtype=norm.weight.dtype, device=norm.weight.device)
         probe = norm(ones).double() * math.sqrt(1 + (eps or 0))
-    weight = norm.weight
-    if torch.allclose(probe, weight.double(), rtol=1e-2, atol=1e-3):
-        return weight[None], eps
-    if torch.allclose(probe, 1 + weight.double(), rtol=1e-2, atol=1e-3):
-        return (1 + weight)[None], eps
-    raise ConformError(f"{type(norm).__name__}: its output is neither weight · x/rms(x) nor "
-                       "(1 + weight) · x/rms(x)")  # fmt: skip
+    weight = norm.weight.detach().double()
+    plain, offset = ((probe - g).abs().max() for g in (weight, 1 + weight))
+    if min(plain, offset) > 1e-2 * (1 + float(weight.abs().max())):
+        raise ConformError(f"{type(norm).__name__}: its output is neither weight · x/rms(x) nor "
+                           "(1 + weight) · x/rms(x)")  # fmt: skip
+    return ((1 + norm.weight) if offset < plain else norm.weight)[None], eps
 
 
 def _projections(module: Any, heads: int) -> tuple[list, list, Any]:
     """(W_q, W_k, W_v), their biases, and the gate's W_g (or None)."""
     if hasattr(module, "query_key_value"):  # GPT-NeoX, BLOOM: each head's q, k, v in turn
-        layer, width = module.query_key_value, _head_width(module)
+        layer, width = module.query_key_value, H.head_width(module)
         w = layer.weight.mT.reshape(-1, heads, 3, width)
         b = None if layer.bias is None else layer.bias.reshape(heads, 3, width)
         ws = [w[:, :, i].reshape(w.shape[0], -1) for i in range(3)]
         return ws, [None if b is None else b[:, i].reshape(-1) for i in range(3)], None
     if hasattr(module, "qkv_proj"):  # Phi-3: q, then k, then v
-        w, c = module.qkv_proj.weight.mT, heads * _head_width(module)
-        kv = (w.shape[1] - c) // 2
-        return [w[:, :c], w[:, c : c + kv], w[:, c + kv :]], [None] * 3, None
+        w, b, c = module.qkv_proj.weight.mT, module.qkv_proj.bias, heads * H.head_width(module)
+        cuts = (
+            slice(0, c),
+            slice(c, c + (w.shape[1] - c) // 2),
+            slice(c + (w.shape[1] - c) // 2, None),
+        )
+        return [w[:, cut] for cut in cuts], [None if b is None else b[cut] for cut in cuts], None
     names = _PROJECTIONS[:3] if hasattr(module, "q_proj") else _BERT
     ws = [getattr(module, name).weight.mT for name in names]
     bs = [getattr(module, name).bias for name in names]
-    w_q, c = ws[0], heads * _head_width(module)
+    w_q, c = ws[0], heads * H.head_width(module)
     if w_q.shape[1] == 2 * c:  # each head's queries, then its gate's logits
+        if bs[0] is not None:
+            raise ConformError(f"{type(module).__name__}: a gated q_proj with a bias: the gate "
+                               "variant declares no bias of its logits")  # fmt: skip
         per_head = w_q.reshape(w_q.shape[0], heads, 2, -1)
         ws[0] = per_head[:, :, 0].reshape(w_q.shape[0], -1)
         return ws, bs, per_head[:, :, 1].reshape(w_q.shape[0], -1)
@@ -162,13 +113,13 @@ def _layer_weights(module: Any) -> Weights:
     import torch
 
     name = type(module).__name__
-    heads, width = _heads(module), _head_width(module)
-    if not math.isclose(_scaling(module), width**-0.5, rel_tol=1e-9):
-        raise ConformError(f"{name} scales the scores by {_scaling(module):.6g}, not 1/√c_h = "
+    heads, width = H.heads(module), H.head_width(module)
+    if not math.isclose(H.scaling(module), width**-0.5, rel_tol=1e-9):
+        raise ConformError(f"{name} scales the scores by {H.scaling(module):.6g}, not 1/√c_h = "
                            f"1/√{width}: no registered variant declares that scale")  # fmt: skip
     (w_q, w_k, w_v), (b_q, b_k, b_v), w_g = _projections(module, heads)
     parts, values, inputs = [], {}, {}
-    beta = _beta(module)
+    beta = H.beta(module)
     if beta is not None:
         parts.append("rope")
         values["beta"] = beta
@@ -180,15 +131,15 @@ def _layer_weights(module: Any) -> Weights:
         (inputs["G_q"], values["epsilon"]), (inputs["G_k"], _) = (
             _gains(module.q_norm, width), _gains(module.k_norm, width))  # fmt: skip
         parts.append("qk-norm")
-    if _window(module) is not None:
+    if H.window(module) is not None:
         parts.append("sliding-window")
-        values["w"] = _window(module)
+        values["w"] = H.window(module)
     if getattr(module, "attn_logit_softcapping", None) is not None:
         parts.append("softcap")
         values["kappa"] = module.attn_logit_softcapping
-    if _takes_alibi(module):  # BLOOM: its model's slopes, read off its bias at position 1
+    if H.takes_alibi(module):  # BLOOM: its model's slopes, read off its bias at position 1
         parts.append("alibi")
-        inputs["Mu"] = _alibi(module, 2, torch.float64)[:, 0, 1][None]
+        inputs["Mu"] = H.alibi(module, 2, torch.float64)[:, 0, 1][None]
     if getattr(module, "sinks", None) is not None:
         parts.append("sinks")
         inputs["Zeta"] = module.sinks[None]
@@ -201,19 +152,6 @@ def _layer_weights(module: Any) -> Weights:
                    variant="+".join(parts), values=values, inputs=inputs)  # fmt: skip
 
 
-def _alibi(module: Any, n: int, dtype: Any, batch: int = 1) -> Any:
-    """BLOOM's bias μ_ℓ p (batch·h, 1, n), from its model's own function beside the layer."""
-    import sys
-
-    import torch
-
-    build = getattr(sys.modules[type(module).__module__], "build_alibi_tensor", None)
-    if build is None:
-        raise ConformError(f"{type(module).__name__} takes alibi, and no build_alibi_tensor "
-                           "is beside it to compute it")  # fmt: skip
-    return build(torch.ones(batch, n), _heads(module), dtype)
-
-
 def _mask(module: Any, n: int, allowed: Any, like: Any) -> Any:
     """The additive mask the model would give: causal, windowed, and `allowed`."""
     import torch
@@ -222,7 +160,7 @@ def _mask(module: Any, n: int, allowed: Any, like: Any) -> Any:
     keep = torch.ones(n, n, dtype=torch.bool)
     if getattr(module, "is_causal", True):
         keep &= p <= m
-    window = _window(module)
+    window = H.window(module)
     if window is not None:
         keep &= p > m - window
     if allowed is not None:
@@ -233,44 +171,39 @@ def _mask(module: Any, n: int, allowed: Any, like: Any) -> Any:
     return torch.where(keep, 0.0, fill).to(like)[None, None]
 
 
-def _rotary(module: Any) -> Any:
-    """The model's own rotary embedding class, from the module that defines the layer (already
-    imported: the layer exists), built from the layer's config."""
-    import inspect
-    import sys
-
-    home = sys.modules[type(module).__module__]
-    name = type(module).__name__.removesuffix("Attention")
-    for candidate in (name + "RotaryEmbedding", name + "TextRotaryEmbedding"):
-        found = getattr(home, candidate, None)
-        if found is not None:
-            embedding = found(config=module.config)
-            takes_type = "layer_type" in inspect.signature(embedding.forward).parameters
-            return embedding, takes_type
-    raise ConformError(f"{type(module).__name__}: no {name}RotaryEmbedding beside it in "
-                       f"{home.__name__} to compute the tables the model passes")  # fmt: skip
-
-
 def _layer_call(module: Any, x: Any, allowed: Any) -> Any:
     """The layer as its model calls it: the rotary tables at positions 0 … n − 1 (the model's
     own embedding, in float32 like the model's, then x's dtype) and the model's mask."""
     import torch
 
     if x.ndim == 2:
-        raise ValueError("Hugging Face layers take a batch (batch, n, d)")
+        raise ValueError(f"Hugging Face layers take a batch (batch, n, d), not {tuple(x.shape)}")
     n = x.shape[-2]
     mask = _mask(module, n, allowed, x)
-    if _takes_alibi(module):  # BLOOM adds the residual itself: give it zeros
-        bias = _alibi(module, n, x.dtype, x.shape[0]).to(x.device)
+    if H.takes_alibi(module):  # BLOOM adds the residual itself: give it zeros
+        bias = H.alibi(module, n, x.dtype, x.shape[0]).to(x.device)
         return module(x, residual=torch.zeros_like(x), alibi=bias, attention_mask=mask)
-    if _beta(module) is None:
+    if H.beta(module) is None:
         return module(x, attention_mask=mask)
-    embedding, takes_type = _rotary(module)
+    embedding, takes_type = H.rotary(module)
     embedding.to(x.device)
     positions = torch.arange(n, device=x.device)[None]
     extra = {"layer_type": module.layer_type} if takes_type else {}
     table = tuple(t.to(x.dtype) for t in embedding(x.float(), positions, **extra))
     return module(x, position_embeddings=table, attention_mask=mask)
+
+
+def _conventions(module: Any) -> dict:
+    """What Hugging Face's models do whatever the layer's dtype: the rotary tables computed in
+    float32 (their rotary embeddings turn autocast off and compute in float32), and the softmax
+    of the eager implementation (and of BLOOM's layer) in float32."""
+    found = {}
+    if H.beta(module) is not None:
+        found["tables"] = "float32"
+    implementation = getattr(getattr(module, "config", None), "_attn_implementation", "eager")
+    if H.takes_alibi(module) or implementation in (None, "eager"):
+        found["softmax"] = "float32"
+    return found
 
 
 HUGGING_FACE = Adapter(
@@ -281,4 +214,8 @@ HUGGING_FACE = Adapter(
     mask="attention_mask",
     looks_for="q_proj, k_proj, v_proj, o_proj (or qkv_proj, query_key_value and dense, or "
     "query, key, value) and config.num_attention_heads",
+    conventions=_conventions,
+    note="note: the huggingface adapter gives each layer the mask its model would build (causal "
+    "where is_causal, the window of sliding_window): the layer's use of a mask is checked, not "
+    "its model's making of it",
 )

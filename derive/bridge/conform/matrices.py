@@ -145,7 +145,7 @@ class Evaluation:
             if form is None:
                 unit = 0.0 if self.rounding is None else self.rounding.store
                 value, bound = element_values(
-                    step, self.values, self.sizes, self.heads, self.bounds, unit
+                    step, self.values, self.sizes, self.heads, bounds=self.bounds, unit=unit
                 )
                 if step.constant and self.rounding is not None and self.rounding.tables:
                     bound = self._table(value, bound)
@@ -157,12 +157,13 @@ class Evaluation:
     def _table(self, value: Any, bound: Any) -> Any:
         """A constant table of real numbers (RoPE's angles; not a mask, nor a matrix of 0 and
         ±1) computed in a coarser precision: each angle within 3 u |φ| (the frequency, the
-        product, the rounding) and u more for the cos or sin taken of it."""
+        product, the rounding); the cos or sin taken of it is rounded to that precision too
+        (`variant_forms`)."""
         torch, unit = self.torch, self.rounding.tables if self.rounding else 0.0
         finite = torch.isfinite(value)
         if bool((value[finite] == value[finite].round()).all()):
             return bound
-        return bound + torch.where(finite, unit * (3 * value.abs() + 1), 0.0)
+        return bound + torch.where(finite, 3 * unit * value.abs(), 0.0)
 
     def backward(self, graph: Graph, upstream: Any) -> Evaluation:
         """Every gradient `derive.calculus.backward` derives, for the upstream gradient C̄."""
@@ -211,7 +212,9 @@ class Evaluation:
             value: Any = sum(part[0] for part in parts)  # tensors
             if rounding is None:
                 return value, None
-            return value, sum(part[1] for part in parts) + rounding.store * value.abs()
+            spread: Any = sum(part[0].abs() for part in parts)  # k terms: k − 1 roundings
+            carried: Any = sum(part[1] for part in parts)
+            return value, carried + (len(parts) - 1) * rounding.store * spread
         if isinstance(expr, sp.HadamardProduct):
             (value, bound), *rest = [self(factor) for factor in expr.args]
             for other, other_bound in rest:

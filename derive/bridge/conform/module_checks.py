@@ -94,17 +94,18 @@ def _evaluation(self: Any, scenario: Scenario) -> Any:
 
 def _weight_gradients(self: Any, module: Any) -> dict:
     """Each weight's gradient, read through the adapter from the parameters' gradients: what it
-    reads with every parameter replaced by its gradient, less what it reads with every one
-    replaced by zeros (an adapter's reading is linear or affine in the parameters: a view, a
-    block, Gemma's gains 1 + weight)."""
+    reads with every parameter replaced by its gradient (zeros where none reached it), less what
+    it reads with every one replaced by zeros (an adapter's reading is linear or affine in the
+    parameters: a view, a block, Gemma's gains 1 + weight)."""
     import torch
 
-    parameters = [p for p in module.parameters() if p.grad is not None]
+    parameters = list(module.parameters())
     saved = [p.data for p in parameters]
-    values = _copy(self.h.adapter.read(module)).inputs
+    normal = _copy(self.h.adapter.read(module))
     readings = []
     try:
-        for replace in (lambda p: p.grad, torch.zeros_like):
+        gradient = lambda p: torch.zeros_like(p) if p.grad is None else p.grad  # noqa: E731
+        for replace in (gradient, torch.zeros_like):
             for parameter in parameters:
                 parameter.data = replace(parameter)
             readings.append(_copy(self.h.adapter.read(module)))  # (a parameter is live)
@@ -116,10 +117,11 @@ def _weight_gradients(self: Any, module: Any) -> dict:
     if self.h.weights.W_o is not None:
         names.append("W_o")
     found = {k: (getattr(read, k), getattr(zero, k)) for k in names}
-    # a variant's input that is no parameter's (ALiBi's slopes, a buffer or computed) reads the
-    # same with the gradients in place of the parameters: it has no gradient to compare
+    # a variant's input read off no parameter (ALiBi's slopes, a buffer or computed) reads the
+    # same whatever the parameters are: it has no gradient to compare
     found |= {k: (read.inputs[k], zero.inputs[k]) for k in self.h.extra
-              if not torch.equal(read.inputs[k], values[k])}  # fmt: skip
+              if not (torch.equal(zero.inputs[k], normal.inputs[k])
+                      and torch.equal(read.inputs[k], zero.inputs[k]))}  # fmt: skip
     return {k: None if v is None else (v - z).detach().clone() for k, (v, z) in found.items()}
 
 

@@ -51,11 +51,16 @@ class Run:
     convention: str | None = None
     variant = ""
 
-    def __init__(self, target: Target, options: Options, dtype: Any) -> None:
+    def __init__(
+        self, target: Target, options: Options, dtype: Any, *, known: dict | None = None
+    ) -> None:
         import torch
 
         self.target, self.options = target, options
-        self.dtype, self.rounding = dtype, rounding_for(dtype, options.conventions)
+        #: the conventions the tolerances follow: those the adapter knows its modules keep
+        #: (`known`; none when strict), under those the caller told
+        self.conventions = {**({} if options.strict else known or {}), **options.conventions}
+        self.dtype, self.rounding = dtype, rounding_for(dtype, conventions=self.conventions)
         self.generator = torch.Generator().manual_seed(options.seed)
         self.scenarios: list[Scenario] = []
         self.rows: list[Check] = []
@@ -89,7 +94,7 @@ class Run:
             *formula,
             found.error,
             found.tolerance,
-            why(self.dtype, conventions=self.options.conventions),
+            why(self.dtype, conventions=self.conventions),
             note,
         )
 
@@ -113,35 +118,36 @@ class Run:
         )
 
     def empty_row(self, what: str, formula: Formula, scenario: Scenario) -> Check:
-        """No NaN for a query with no key; the note says whether its row is derive's (zero
-        weights) or another finite convention."""
+        """A query with no key: every other row as derived, within its bound; its own row is a
+        convention the derivation leaves open (derive's: zero weights; torch's: NaN; a finite
+        fill's: uniform weights), stated, and held to derive's zeros only when strict or told
+        (``conventions={"empty rows": "zero"}``, or ``"nan"``)."""
         import torch
 
         self.scenarios.append(scenario)
-        self.expected(scenario)
-        finite = bool(torch.isfinite(scenario.got).all())
+        value, bound = self.expected(scenario)  # NaN in the row with no key (IEEE 0/0)
+        empty = value.isnan()
+        got = scenario.got
+        others = agree(torch.where(empty, 0.0, got), torch.where(empty, 0.0, value), bound)
         zero = predict(scenario, rounding=self.rounding, empty_rows="zero")
-        as_derived = agree(scenario.got, *output(zero, scenario)).passed
-        note = (
-            "NaN in the output"
-            if not finite
-            else "zero weights, derive's convention"
-            if as_derived
-            else "finite, but not derive's zero weights"
-        )
-        nan_allowed = self.options.conventions.get("empty rows", "any") in ("any", "nan")
-        if not finite and nan_allowed and not self.options.strict:
-            note = ("NaN (IEEE 0/0, torch's convention): the derivation leaves such a row's "
-                    "weights open, derive's are zeros; --strict fails on it")  # fmt: skip
-            self.notes.append("convention: a query with no key gets NaN, not zero weights")
+        as_derived = agree(got, *output(zero, scenario)).passed
+        nan = bool(got[empty].isnan().any())
+        found = ("zero weights, derive's convention" if as_derived else
+                 "NaN (IEEE 0/0, torch's convention)" if nan else
+                 "finite weights other than derive's zeros (a finite fill's)")  # fmt: skip
+        rule = "zero" if self.options.strict else self.conventions.get("empty rows", "any")
+        own = as_derived if rule == "zero" else nan if rule == "nan" else True
+        if own and not as_derived:
+            self.notes.append(f"convention: a query with no key gets {found}")
+        note = f"its row: {found}" + ("" if others.passed else "; " + self._entry(others))
         return Check(
             "query with no key",
-            "PASS" if finite or (nan_allowed and not self.options.strict) else "FAIL",
+            "PASS" if own and others.passed else "FAIL",
             what,
             *formula,
-            None,
-            None,
-            "none needed: NaN or not",
+            others.error,
+            others.tolerance,
+            why(self.dtype, conventions=self.conventions),
             note,
         )
 

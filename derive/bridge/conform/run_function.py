@@ -162,7 +162,7 @@ class FunctionRun(Run):
         name, what = "mask convention", "a boolean attn_mask (True = may attend) masks what it says"
         masked = Form(causal=self.causal, masked=True, projections=False)
         formula = declared(reference(masked), "Omega_masked")
-        empty, says = "query with no key", "a query with no key to attend to gets no NaN"
+        empty, says = "query with no key", "a query with no key leaves every other row as derived"
         weights = declared(reference(masked), "A")
         if "attn_mask" not in accepts:
             reason = "takes no attn_mask"

@@ -30,8 +30,14 @@ __all__ = ["ModuleRun"]
 class ModuleRun(Run):
     def __init__(self, target: Target, options: Options) -> None:
         adapter = find_adapter(target.obj, options.adapter)
-        self.h = ModuleHarness(target, adapter, options.dtype, options.variant, options.values)
-        super().__init__(target, options, self.h.dtype)
+        self.h = ModuleHarness(target, adapter, dtype=options.dtype, variant=options.variant,
+                               values=options.values)  # fmt: skip
+        known = {} if adapter.conventions is None else adapter.conventions(self.h.module)
+        super().__init__(target, options, self.h.dtype, known=known)
+        self.notes += [adapter.note] if adapter.note else []
+        for key, value in known.items():
+            if key not in options.conventions and not options.strict:
+                self.notes.append(f"convention ({adapter.name} modules): {_KNOWN[key]} {value}")
         self.kind, self.convention, self.variant = target.kind, adapter.name, self.h.variant
         limit = self.h.max_tokens()
         n = options.n or min(self._tokens(), limit or 64)
@@ -240,7 +246,7 @@ class ModuleRun(Run):
 
         name, what = "mask convention", "a boolean mask (True = may attend) masks what it says"
         formula = declared(reference(Form(masked=True)), "Omega_masked")
-        empty, says = "query with no key", "a query with no key to attend to gets no NaN"
+        empty, says = "query with no key", "a query with no key leaves every other row as derived"
         masked = self.form(causal=form.causal, masked=True)
         weights = declared(reference(masked), "A" + _s(form))
         if not self.h.accepts_mask:
@@ -273,6 +279,10 @@ def _reads_positions(graph: Any) -> str | None:
         if step.constant and {L.m, L.p} & step.element.rhs.free_symbols:
             return step.title.lower().removeprefix("the ")
     return None
+
+
+#: How a report states a convention an adapter knows its modules keep.
+_KNOWN = {"softmax": "the softmax in", "tables": "RoPE's tables in", "empty rows": "empty rows:"}
 
 
 def _s(form: Form) -> str:

@@ -44,7 +44,8 @@ def evaluate_variant_form(evaluation: Any, expr: sp.MatrixExpr) -> tuple[Any, An
 
 def coefficient(evaluation: Any, expr: sp.Expr) -> tuple[Any, Any]:
     """A scalar coefficient (−μ_ℓ, 1/√c_h): a tensor (H, 1, 1) per head where it reads ℓ."""
-    return entries_values(expr, (sp.S.One, sp.S.One), (1, 1), *_grid_inputs(evaluation))
+    return entries_values(expr, (sp.S.One, sp.S.One), (1, 1), *_grid_inputs(evaluation),
+                          **_grid_rounding(evaluation))  # fmt: skip
 
 
 def columns(evaluation: Any, expr: sp.MatrixSlice) -> tuple[Any, Any]:
@@ -69,9 +70,12 @@ def columns(evaluation: Any, expr: sp.MatrixSlice) -> tuple[Any, Any]:
 
 
 def _grid_inputs(evaluation: Any) -> tuple:
+    return evaluation.values, evaluation.sizes, evaluation.heads
+
+
+def _grid_rounding(evaluation: Any) -> dict:
     bounds = evaluation.bounds if evaluation.rounding is not None else None
-    unit = 0.0 if evaluation.rounding is None else evaluation.rounding.store
-    return evaluation.values, evaluation.sizes, evaluation.heads, bounds, unit
+    return {"bounds": bounds, "unit": _unit(evaluation)}
 
 
 def _unit(evaluation: Any) -> float:
@@ -83,7 +87,14 @@ def _applied(evaluation: Any, expr: ElementwiseApplyFunction) -> tuple[Any, Any]
     if body.args != (z,):
         raise NotImplementedError(f"no evaluation for the entrywise function {expr.function}")
     value, bound = evaluation(expr.expr)
-    return apply(type(body), value, 0 * value if bound is None else bound, _unit(evaluation))
+    result, error = apply(
+        type(body), value, 0 * value if bound is None else bound, _unit(evaluation)
+    )
+    rounding = evaluation.rounding
+    table = isinstance(expr.expr, sp.MatrixSymbol) and str(expr.expr.name) in L.CONSTANT_LETTERS
+    if rounding is not None and rounding.tables and table:  # cos Φ, sin Φ rounded as a table
+        error = error + rounding.tables * result.abs()
+    return result, error
 
 
 def _power(evaluation: Any, expr: sp.HadamardPower) -> tuple[Any, Any]:
@@ -146,7 +157,8 @@ def _group_concat(evaluation: Any, expr: GroupConcat) -> tuple[Any, Any]:
 
 def _entries(evaluation: Any, expr: Entries) -> tuple[Any, Any]:
     shape = (expr.args[2], expr.args[3])
-    value, bound = entries_values(expr.entry, tuple(expr.indices), shape, *_grid_inputs(evaluation))
+    inputs, rounding = _grid_inputs(evaluation), _grid_rounding(evaluation)
+    value, bound = entries_values(expr.entry, tuple(expr.indices), shape, *inputs, **rounding)
     return value, bound if evaluation.rounding is not None else None
 
 

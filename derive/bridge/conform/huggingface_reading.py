@@ -1,0 +1,101 @@
+"""What a Hugging Face attention layer and its config say (`derive.bridge.conform.huggingface`):
+its heads and their width, its scale, its rope parameters and base, its window, whether it
+takes ALiBi, and the functions of its own model that the layer is called with (the rotary
+embedding, BLOOM's ALiBi bias), found beside the layer's class (already imported)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .target import ConformError
+
+__all__ = ["head_width", "heads", "scaling", "takes_alibi", "rope", "beta", "window", "alibi",
+           "rotary"]  # fmt: skip
+
+
+def head_width(module: Any) -> int:
+    for name in ("head_dim", "attention_head_size", "head_size"):
+        if getattr(module, name, None):
+            return getattr(module, name)
+    raise ConformError(f"{type(module).__name__}: no head_dim, attention_head_size, head_size")
+
+
+def heads(module: Any) -> int:
+    config = getattr(module, "config", None)
+    return getattr(config, "num_attention_heads", None) or module.num_heads
+
+
+def scaling(module: Any) -> float:
+    return getattr(module, "scaling", None) or module.inv_norm_factor  # BLOOM's name
+
+
+def takes_alibi(module: Any) -> bool:
+    import inspect
+
+    return "alibi" in inspect.signature(module.forward).parameters
+
+
+def rope(module: Any) -> dict | None:
+    """The layer's rope parameters (those of its layer type where there is one per type)."""
+    config = getattr(module, "config", None)
+    found = getattr(config, "rope_parameters", None)
+    if isinstance(found, dict) and getattr(module, "layer_type", None) in found:
+        found = found[module.layer_type]
+    theta = getattr(config, "rope_theta", None)
+    if not found and theta is not None:
+        found = {"rope_type": "default", "rope_theta": theta}
+    return found or None
+
+
+def beta(module: Any) -> float | None:
+    """RoPE's base β, None without RoPE; scaled or partial rotations are refused by name."""
+    found = rope(module)
+    if found is None:
+        return None
+    kind = found.get("rope_type", "default")
+    name = type(module).__name__
+    if kind != "default":
+        raise ConformError(f"{name}: rope_type {kind!r} scales the angles; the rope variant "
+                           "declares the default angles only")  # fmt: skip
+    part = found.get("partial_rotary_factor", 1.0)
+    if part != 1.0:
+        raise ConformError(f"{name}: partial_rotary_factor={part} rotates part of each head; "
+                           "the rope variant rotates all of it")  # fmt: skip
+    return float(found["rope_theta"])
+
+
+def window(module: Any) -> int | None:
+    if hasattr(module, "sliding_window"):
+        return module.sliding_window
+    return getattr(getattr(module, "config", None), "sliding_window", None)
+
+
+def alibi(module: Any, n: int, dtype: Any, batch: int = 1) -> Any:
+    """BLOOM's bias μ_ℓ p (batch·h, 1, n), from its model's own function beside the layer."""
+    import sys
+
+    import torch
+
+    build = getattr(sys.modules[type(module).__module__], "build_alibi_tensor", None)
+    if build is None:
+        raise ConformError(f"{type(module).__name__} takes alibi, and no build_alibi_tensor "
+                           "is beside it to compute it")  # fmt: skip
+    return build(torch.ones(batch, n), heads(module), dtype)
+
+
+def rotary(module: Any) -> Any:
+    """The model's own rotary embedding class, from the module that defines the layer (already
+    imported: the layer exists), built from the layer's config."""
+    import inspect
+    import sys
+
+    home = sys.modules[type(module).__module__]
+    name = type(module).__name__.removesuffix("Attention")
+    for candidate in (name + "RotaryEmbedding", name + "TextRotaryEmbedding"):
+        found = getattr(home, candidate, None)
+        if found is not None:
+            embedding = found(config=module.config)
+            takes_type = "layer_type" in inspect.signature(embedding.forward).parameters
+            return embedding, takes_type
+    raise ConformError(f"{type(module).__name__}: no {name}RotaryEmbedding beside it in "
+                       f"{home.__name__} to compute the tables the model passes")  # fmt: skip
