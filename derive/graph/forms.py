@@ -26,7 +26,7 @@ from .registry import self_attention, variant
 
 __all__ = [
     "RHO", "Form", "reference", "replaced", "entry", "suffix", "softmax_input", "softmax_of",
-    "dropout_on_weights", "own_mask",
+    "dropout_on_weights", "own_mask", "reads_positions",
 ]  # fmt: skip
 
 #: The dropout rate ρ (0 where no dropout is observed).
@@ -141,3 +141,12 @@ def reference(form: Form) -> Graph:
         name += " of given Q, K, V"
     graph = Graph(name, steps, full.relations)
     return dropout_on_weights(graph, form) if form.dropout else graph
+
+
+def reads_positions(graph: Graph) -> str | None:
+    """The title of a constant step that reads the tokens' positions m or p (RoPE's angles,
+    ALiBi's distances, a mask), or None: then permuting the tokens permutes the outputs."""
+    for step in graph.declarations:
+        if step.constant and {L.m, L.p} & step.element.rhs.free_symbols:
+            return step.title.lower().removeprefix("the ")
+    return None

@@ -10,6 +10,8 @@ sink in the softmax, ALiBi's per-head slope, the sum of a group's heads) equals 
 values, step by step, forward and backward.
 """
 
+from pathlib import Path
+
 import ported
 import pytest
 import sympy as sp
@@ -279,3 +281,47 @@ def test_the_package_latent_attention_conforms_with_its_latent_weights_compared(
 
     register_adapter("swapped", recognises=lambda m: False)(swapped)
     assert not conform(module, adapter="swapped").conforms
+
+
+SIGMOID_LAYER = '''import math
+
+import torch
+import torch.nn as nn
+
+
+class SigmoidAttention(nn.Module):
+    """One head of sigmoid attention (Ramapuram et al., 2024): b = -log n, or as given."""
+
+    def __init__(self, b=None):
+        super().__init__()
+        torch.manual_seed(0)
+        self.W_query, self.W_key, self.W_value = (nn.Linear(8, 6, bias=False) for _ in range(3))
+        self.b = b
+
+    def forward(self, x):
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+        b = -math.log(x.shape[-2]) if self.b is None else self.b
+        return torch.sigmoid(q @ k.mT / math.sqrt(q.shape[-1]) + b) @ v
+
+
+layer = SigmoidAttention()
+shifted = SigmoidAttention(b=0.5)
+'''
+
+
+def test_a_user_s_own_variant_loaded_from_its_file_is_checked(tmp_path, capsys, monkeypatch):
+    """docs/examples/sigmoid_attention.py declares sigmoid attention (its weights σ(ω̃ + b),
+    b = −log n by default): a module computing it conforms to that variant, and to no softmax;
+    its bias is the variant's value (--value b=0.5 for a module with b = 0.5)."""
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)
+    (tmp_path / "sigmoid_layer.py").write_text(SIGMOID_LAYER)
+    spec = "docs/examples/sigmoid_attention.py:SIGMOID"
+    target = f"{tmp_path / 'sigmoid_layer.py'}"
+    assert main(["conform", f"{target}:layer", "--variant", spec]) == 0
+    out = capsys.readouterr().out
+    assert "variant sigmoid" in out and "b = -1.609" in out  # −log 5
+    assert main(["conform", f"{target}:layer"]) == 1
+    capsys.readouterr()
+    assert main(["conform", f"{target}:shifted", "--variant", spec]) == 1
+    assert main(["conform", f"{target}:shifted", "--variant", spec, "--value", "b=0.5"]) == 0

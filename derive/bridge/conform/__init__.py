@@ -50,8 +50,9 @@ def conform(obj: Any, **options: Any) -> Report:
         adapter: the name of the adapter to use (default: the first that recognises it).
         variant: registered variants the module computes besides what its adapter reads,
             joined by ``+`` (``"rope"``, ``"gqa+qk-norm"``; `derive.graph.registry.variants`
-            lists them, the user's own included): the forms, tolerances and diagnosis come
-            from that variant's graph.
+            lists them, the user's own included), or a user's declaration to load
+            (``"path/to/file.py:NAME"``): the forms, tolerances and diagnosis come from that
+            variant's graph.
         values: numbers those variants read, by their symbol's name (``{"beta": 5e5}``),
             over the adapter's, whose absence means the variant's default.
         strict: fail on the conventions the derivation leaves open (default False: state them):
@@ -87,6 +88,10 @@ def conform(obj: Any, **options: Any) -> Report:
             f"known: {', '.join(Options.__dataclass_fields__)}"
         )
     settings = Options(**options)
+    if ":" in settings.variant:  # a user's declaration, from a file or a module
+        from .variant_values import registered_names
+
+        settings = dataclasses.replace(settings, variant=registered_names(settings.variant))
     name = obj if isinstance(obj, str) else None
     target = recognise(load(obj) if isinstance(obj, str) else obj, settings.kind, name)
     threads = torch.get_num_threads()

@@ -44,14 +44,14 @@ def _explains(mistake: Mistake, failing: list[Scenario], rows: str, cache: dict)
     """Does the mistake's output match the implementation's on every failing scenario? A
     mistake that leaves every one of their graphs as it is explains nothing (save the one whose
     point is reading empty rows as NaN)."""
-    unchanged = all(mistake.change(reference(s.form), s.form) == reference(s.form) for s in failing)
+    unchanged = all(_mistaken(mistake, s.form) == reference(s.form) for s in failing)
     if mistake.rows == "zero" and unchanged:
         return False
     tested = 0
     for scenario in failing:
         key = (mistake.id, scenario.name)
         if key not in cache:
-            graph = mistake.change(reference(scenario.form), scenario.form)
+            graph = _mistaken(mistake, scenario.form)
             cache[key] = None if graph is None else output(predict(scenario, graph), scenario)[0]
         if cache[key] is None:  # not declared on this form: the scenario asks nothing of it
             continue
@@ -59,6 +59,15 @@ def _explains(mistake: Mistake, failing: list[Scenario], rows: str, cache: dict)
             return False
         tested += 1
     return tested > 0
+
+
+def _mistaken(mistake: Mistake, form: Any) -> Any:
+    """The mistake's graph of a form; None where it cannot be declared there (a variant's
+    step it reads by name is another's)."""
+    try:
+        return mistake.change(reference(form), form)
+    except (ValueError, KeyError, StopIteration):
+        return None
 
 
 def _tolerance(scenario: Scenario, predicted: Any) -> Any:
@@ -127,8 +136,11 @@ def diagnose(
     explained = _explanations(failing, mistakes) if failing else []
     assumed = ""
     if failing and not explained and either:
-        other = [flipped(s) for s in scenarios]
-        failing_other = _failing(other, rounding)
+        try:
+            other = [flipped(s) for s in scenarios]
+            failing_other = _failing(other, rounding)
+        except ValueError:  # a variant with no graph of the other causality (sigmoid's)
+            other, failing_other = [], []
         explained = _explanations(failing_other, mistakes) if failing_other else []
         if explained:
             failing = failing_other

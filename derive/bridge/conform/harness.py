@@ -15,10 +15,12 @@ import typing
 import warnings
 from typing import Any
 
+import sympy as sp
+
 from ...notation import letters as L
 from .adapters import Adapter, Weights
 from .target import ConformError, Target
-from .variant_values import variant_inputs, variant_sizes
+from .variant_values import at_sizes, variant_inputs, variant_sizes
 
 __all__ = ["ModuleHarness", "FunctionHarness", "stand_in_dropout"]
 
@@ -111,7 +113,11 @@ class ModuleHarness:
             wants = inspect.signature(typing.cast(Any, self.adapter.call)).parameters
         except (TypeError, ValueError):
             return {}
-        told = {"variant": self.variant, "values": {str(k): v for k, v in self.values.items()}}
+        numbers = {k: v for k, v in self.values.items() if not sp.sympify(v).free_symbols}
+        told = {
+            "variant": self.variant,
+            "values": {str(k): v for k, v in at_sizes(numbers, {}).items()},
+        }
         return {key: value for key, value in told.items() if key in wants}
 
     def _once(self, module: Any, x: Any, mask: Any) -> Any:
@@ -218,7 +224,8 @@ class ModuleHarness:
     def sizes(self, n: int) -> dict:
         width = self.d + (1 if self.graph_inputs_augmented() else 0)
         own = {L.n: n, L.d: width, L.c: self.c, L.h: self.heads, L.c_h: self.c // self.heads}
-        return {**own, L.g: self.groups, **self.values}
+        own[L.g] = self.groups
+        return {**own, **at_sizes(self.values, own)}
 
     def graph_inputs_augmented(self) -> bool:
         return any(b is not None for b in (self.weights.b_q, self.weights.b_k, self.weights.b_v))

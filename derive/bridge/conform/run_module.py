@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...graph.forms import Form, own_mask, reference
+from ...graph.forms import Form, own_mask, reads_positions, reference
 from ...notation import letters as L
 from .compare import Scenario
 from .elementwise import evaluate_element
@@ -53,6 +53,7 @@ class ModuleRun(Run):
         have keys past their window (up to 64; past that 5, and a note says the window is not
         reached)."""
         window = self.h.values.get(L.w)
+        window = None if window is None else int(window)
         if window is None:
             return 5
         if window + 2 > 64:
@@ -91,7 +92,8 @@ class ModuleRun(Run):
             found["g"] = h.groups
         if h.c_out != h.c:
             found["c_out"] = h.c_out
-        return found | {str(symbol): value for symbol, value in h.values.items()}
+        every = h.sizes(self.n)
+        return found | {str(symbol): every[symbol] for symbol in h.values}
 
     def call(self, x: Any, allowed: Any = None, module: Any = None) -> tuple[Any, dict]:
         """The target's C, and what its adapter lets us see inside (Q, K, V, Ĉ)."""
@@ -192,7 +194,7 @@ class ModuleRun(Run):
         formula = declared(reference(Form()), "A")
         if self.causal:
             return self.missing("permutation", what, formula, "causal attention reads positions")
-        positional = _reads_positions(reference(self.form()))
+        positional = reads_positions(reference(self.form()))
         if positional is not None:
             return self.missing("permutation", what, formula, f"{positional} read positions")
         order = [*range(1, self.n), 0]
@@ -248,7 +250,13 @@ class ModuleRun(Run):
         formula = declared(reference(Form(masked=True)), "Omega_masked")
         empty, says = "query with no key", "a query with no key leaves every other row as derived"
         masked = self.form(causal=form.causal, masked=True)
-        weights = declared(reference(masked), "A" + _s(form))
+        try:
+            weights = declared(reference(masked), "A" + _s(form))
+        except ValueError as error:  # a variant that takes no given mask (a DeclarationError)
+            weights = declared(reference(form), "A" + _s(form))
+            reason = f"variant {self.h.variant} takes no given mask ({error})"
+            return [self.missing(name, what, formula, reason),
+                    self.missing(empty, says, weights, reason)]  # fmt: skip
         if not self.h.accepts_mask:
             reason, unchecked = _no_mask(self.h.adapter)
             if unchecked:
@@ -270,15 +278,6 @@ class ModuleRun(Run):
             self.value_row(name, what, formula, scenarios[0]),
             self.empty_row(says, weights, scenarios[1]),
         ]
-
-
-def _reads_positions(graph: Any) -> str | None:
-    """The title of a constant step that reads the tokens' positions m or p (RoPE's angles,
-    ALiBi's distances, a mask), or None: then permuting the tokens permutes the outputs."""
-    for step in graph.declarations:
-        if step.constant and {L.m, L.p} & step.element.rhs.free_symbols:
-            return step.title.lower().removeprefix("the ")
-    return None
 
 
 #: How a report states a convention an adapter knows its modules keep.

@@ -11,7 +11,7 @@ from ...graph import registry
 from ...notation import letters as L
 from .target import ConformError
 
-__all__ = ["variant_sizes", "variant_inputs"]
+__all__ = ["variant_sizes", "variant_inputs", "at_sizes", "registered_names"]
 
 #: The sizes a run gives itself (n, d, c, h, c_h, g): never a variant's default.
 _OWN = frozenset({L.n, L.d, L.c, L.h, L.c_h, L.g})
@@ -42,9 +42,40 @@ def variant_sizes(name: str, values: dict[str, Any], sizes: dict, adapter: str) 
     found = dict(sizes)
     at = {symbol: sp.sympify(value) for symbol, value in sizes.items()}
     for key, (symbol, default) in known.items():
-        value = sp.sympify(values.get(key, default)).xreplace(at)
-        found[symbol] = int(value) if value.is_Integer else float(value)
+        found[symbol] = sp.sympify(values.get(key, default)).xreplace(at)
     return found
+
+
+def at_sizes(values: dict, sizes: dict) -> dict:
+    """Each value at the run's sizes (a default may read them: sigmoid attention's b = −log n),
+    as a number."""
+    at = {symbol: sp.sympify(value) for symbol, value in sizes.items()}
+    found = {}
+    for symbol, value in values.items():
+        number = sp.sympify(value).xreplace(at)
+        if number.free_symbols:
+            raise ConformError(f"the value of {symbol}, {value}, reads a size the run does not "
+                               f"have ({', '.join(map(str, number.free_symbols))})")  # fmt: skip
+        found[symbol] = int(number) if number.is_Integer else float(number)
+    return found
+
+
+def registered_names(variant: str) -> str:
+    """`variant` with each user's declaration (``path/to/file.py:NAME``, ``module:NAME``)
+    loaded and registered, and named by its name."""
+    from ...graph import DeclarationError, load_variant
+    from ...graph.user_code import UserCodeError
+
+    parts = []
+    for part in (p for p in variant.split("+") if p):
+        if ":" not in part:
+            parts.append(part)
+            continue
+        try:
+            parts.append(load_variant(part).name)
+        except (DeclarationError, UserCodeError) as error:
+            raise ConformError(f"variant {part}: {error}") from None
+    return "+".join(parts)
 
 
 def variant_inputs(name: str, inputs: dict[str, Any], adapter: str) -> dict[str, Any]:
