@@ -34,7 +34,7 @@ from typing import Any
 
 from .target import ConformError
 
-__all__ = ["Weights", "Adapter", "register_adapter", "registered", "Observe"]
+__all__ = ["Weights", "Adapter", "register_adapter", "registered", "Observe", "per_head_parts"]
 
 
 @dataclass
@@ -127,6 +127,14 @@ class Weights:
             raise ConformError(
                 f"adapter {adapter}: W_o has shape {tuple(self.W_o.shape)}, expected ({c}, c_out)"
             )
+
+
+def per_head_parts(tensor: Any, heads: int, parts: int) -> list:
+    """A projection whose last axis holds each head's `parts` blocks in turn (GPT-NeoX's and
+    BLOOM's q, k, v; Qwen 3.5's queries, then the gate's logits): the blocks as `parts` tensors
+    of h blocks each, heads in order (a weight (d, h·parts·c_h) or a bias (h·parts·c_h,))."""
+    blocks = tensor.reshape(*tensor.shape[:-1], heads, parts, -1)
+    return [blocks[..., i, :].flatten(-2) for i in range(parts)]
 
 
 #: A submodule whose "input" or "output" is the given letters (several: split equally).

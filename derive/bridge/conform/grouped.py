@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .adapters import Adapter, Weights
+from .adapters import Adapter, Weights, per_head_parts
 from .target import ConformError
 
 __all__ = ["GROUPED", "LATENT"]
@@ -35,9 +35,8 @@ def _queries_and_gate(module: Any) -> tuple[Any, Any]:
     w = module.W_query.weight.mT  # (d, c) or (d, 2c)
     if not getattr(module, "gate", False):
         return w, None
-    d, h = w.shape[0], module.num_heads
-    per_head = w.reshape(d, h, 2, -1)
-    return per_head[:, :, 0].reshape(d, -1), per_head[:, :, 1].reshape(d, -1)
+    w_q, w_g = per_head_parts(w, module.num_heads, 2)
+    return w_q, w_g
 
 
 def _slopes(module: Any) -> Any:

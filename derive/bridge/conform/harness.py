@@ -73,7 +73,7 @@ class ModuleHarness:
         self.with_heads = self.weights.W_o is not None or self.heads > 1 or "gqa" in told
         self.extra = variant_inputs(self.variant, self.weights.inputs, adapter.name)
         given = {**self.weights.values, **(values or {})}
-        self.values = variant_sizes(self.variant, given, {}, adapter.name)
+        self.values = variant_sizes(self.variant, given, adapter.name)
         self.one_at_a_time: bool | None = None
         self.mask_per_sequence = False
 

@@ -41,7 +41,7 @@ import math
 from typing import Any
 
 from . import huggingface_reading as H
-from .adapters import Adapter, Weights
+from .adapters import Adapter, Weights, per_head_parts
 from .target import ConformError
 
 __all__ = ["HUGGING_FACE"]
@@ -82,11 +82,9 @@ def _gains(norm: Any, width: int) -> tuple[Any, float | None]:
 def _projections(module: Any, heads: int) -> tuple[list, list, Any]:
     """(W_q, W_k, W_v), their biases, and the gate's W_g (or None)."""
     if hasattr(module, "query_key_value"):  # GPT-NeoX, BLOOM: each head's q, k, v in turn
-        layer, width = module.query_key_value, H.head_width(module)
-        w = layer.weight.mT.reshape(-1, heads, 3, width)
-        b = None if layer.bias is None else layer.bias.reshape(heads, 3, width)
-        ws = [w[:, :, i].reshape(w.shape[0], -1) for i in range(3)]
-        return ws, [None if b is None else b[:, i].reshape(-1) for i in range(3)], None
+        layer = module.query_key_value
+        bs = [None] * 3 if layer.bias is None else per_head_parts(layer.bias, heads, 3)
+        return per_head_parts(layer.weight.mT, heads, 3), bs, None
     if hasattr(module, "qkv_proj"):  # Phi-3: q, then k, then v
         w, b, c = module.qkv_proj.weight.mT, module.qkv_proj.bias, heads * H.head_width(module)
         cuts = (
@@ -103,9 +101,8 @@ def _projections(module: Any, heads: int) -> tuple[list, list, Any]:
         if bs[0] is not None:
             raise ConformError(f"{type(module).__name__}: a gated q_proj with a bias: the gate "
                                "variant declares no bias of its logits")  # fmt: skip
-        per_head = w_q.reshape(w_q.shape[0], heads, 2, -1)
-        ws[0] = per_head[:, :, 0].reshape(w_q.shape[0], -1)
-        return ws, bs, per_head[:, :, 1].reshape(w_q.shape[0], -1)
+        ws[0], w_g = per_head_parts(w_q, heads, 2)
+        return ws, bs, w_g
     return ws, bs, None
 
 

@@ -15,7 +15,7 @@ import copy
 import dataclasses
 from typing import Any
 
-from ...graph.forms import Form, reference, suffix
+from ...graph.forms import Form, reference
 from ...notation import letters as L
 from .compare import Scenario, agree, predict, why
 from .formulas import composed, declared, softmax_gradient
@@ -130,15 +130,10 @@ def large_scores(self: Any, form: Form, graph: Any) -> Check:
     largest scaled score reaches 16, where e^{-16} ≈ 1e-7 of a weight is left to the
     others. A softcap, a scale or a bias that moves the scores by a little where they are
     near 0 moves them by much there (κ = 50 moves a score of 16 by 0.5)."""
-    from .compare import predict
-
     name, what = "large scores", "C equals the derivation where the softmax saturates"
-    scores = "Omega_scaled" + suffix(form)
     x = self.x
     for _ in range(8):
-        inputs, b_o = self.h.graph_inputs(x)
-        shown = Scenario("large", form, inputs, None, self.h.sizes(self.n), b_o)
-        if float(predict(shown)[scores].abs().max()) >= 16:
+        if float(self.scaled_scores(x, form).abs().max()) >= 16:
             break
         x = x * 2
     else:

@@ -67,17 +67,19 @@ class ModuleRun(Run):
         """x halved until the scaled scores spread over no more than about ±2: a saturated
         softmax is one-hot, and one-hot weights cannot tell most mistakes apart (exact: a power
         of two, at most 2⁻⁶)."""
-        from .compare import predict
-
-        form = self.form()
-        scores = "Omega_scaled" + ("_l" if form.heads else "")
         for _ in range(6):
-            inputs, b_o = self.h.graph_inputs(x)
-            shown = Scenario("spread", form, inputs, None, self.h.sizes(self.n), b_o)
-            if float(predict(shown)[scores].std()) <= 2:
+            if float(self.scaled_scores(x, self.form()).std()) <= 2:
                 break
             x = x / 2
         return x
+
+    def scaled_scores(self, x: Any, form: Form) -> Any:
+        """The derivation's scaled scores Ω̃ (per head where it has heads) for x, in float64."""
+        from .compare import predict
+
+        inputs, b_o = self.h.graph_inputs(x)
+        shown = Scenario("scores", form, inputs, None, self.h.sizes(self.n), b_o)
+        return predict(shown)["Omega_scaled" + _s(form)]
 
     def form(self, **kinds: bool) -> Form:
         """The form of this module's graph: its heads, its variant, and `kinds`."""

@@ -24,13 +24,14 @@ def _entry(name: str, adapter: str) -> Any:
         raise ConformError(f"variant {name!r}: {error}") from None
 
 
-def variant_sizes(name: str, values: dict[str, Any], sizes: dict, adapter: str) -> dict:
-    """`sizes` with every size and parameter the variants of `name` read: the value given in
-    `values` (by the symbol's name), else the variant's default (at `sizes`)."""
+def variant_sizes(name: str, values: dict[str, Any], adapter: str) -> dict:
+    """Every size and parameter the variants of `name` read, by symbol: the value given in
+    `values` (by the symbol's name), else the variant's default (an expression where it reads
+    the run's sizes: `at_sizes` evaluates it)."""
     if not name:
         if values:
             raise ConformError(f"adapter {adapter}: values {sorted(values)} given, but no variant")
-        return sizes
+        return {}
     entry = _entry(name, adapter)
     known = {str(s.symbol): (s.symbol, s.default) for s in entry.sizes if s.symbol not in _OWN}
     known |= {str(p.symbol): (p.symbol, p.default) for p in entry.parameters}
@@ -39,11 +40,9 @@ def variant_sizes(name: str, values: dict[str, Any], sizes: dict, adapter: str) 
         reads = ", ".join(known) or "no value"
         raise ConformError(f"values {unknown} (adapter {adapter}'s or given) are not read by "
                            f"{name} (it reads {reads})")  # fmt: skip
-    found = dict(sizes)
-    at = {symbol: sp.sympify(value) for symbol, value in sizes.items()}
-    for key, (symbol, default) in known.items():
-        found[symbol] = sp.sympify(values.get(key, default)).xreplace(at)
-    return found
+    return {
+        symbol: sp.sympify(values.get(key, default)) for key, (symbol, default) in known.items()
+    }
 
 
 def at_sizes(values: dict, sizes: dict) -> dict:

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/, for book.py
 
 import book  # noqa: E402
-from conventions import Attention, CausalSelfAttention, merge_heads  # noqa: E402
+from conventions import Attention, CausalSelfAttention, merge_heads, split_heads  # noqa: E402
 from correct import CONTEXT, HEADS, D, _seeded  # noqa: E402
 from ported import PORTS, port  # noqa: E402
 
@@ -49,9 +49,8 @@ class _ScaledTwice(Attention):
 class _ColumnsSoftmax(book.BookMultiHeadAttention):
     def forward(self, x):
         b, n, _ = x.shape
-        split = (b, n, self.num_heads, self.head_dim)
         keys, queries, values = (
-            layer(x).view(split).transpose(1, 2)
+            split_heads(layer(x), self.num_heads)
             for layer in (self.W_key, self.W_query, self.W_value)
         )
         scores = (queries @ keys.transpose(2, 3)).masked_fill(self.mask.bool()[:n, :n], -torch.inf)
@@ -63,9 +62,8 @@ class _ColumnsSoftmax(book.BookMultiHeadAttention):
 class _HeadsMixed(book.BookMultiHeadAttention):
     def forward(self, x):
         b, n, _ = x.shape
-        split = (b, n, self.num_heads, self.head_dim)
         keys, queries, values = (
-            layer(x).view(split).transpose(1, 2)
+            split_heads(layer(x), self.num_heads)
             for layer in (self.W_key, self.W_query, self.W_value)
         )
         scores = (queries @ keys.transpose(2, 3)).masked_fill(self.mask.bool()[:n, :n], -torch.inf)
@@ -98,10 +96,9 @@ class _DiagonalMaskedFinite(book.BookMultiHeadAttention):
     nothing to attend averages every value); here the causal mask hides the diagonal too."""
 
     def forward(self, x, mask=None):
-        b, n, _ = x.shape
-        split = (b, n, self.num_heads, self.head_dim)
+        n = x.shape[1]
         keys, queries, values = (
-            layer(x).view(split).transpose(1, 2)
+            split_heads(layer(x), self.num_heads)
             for layer in (self.W_key, self.W_query, self.W_value)
         )
         hidden = torch.ones(n, n, dtype=torch.bool).triu(diagonal=0)  # the diagonal too
@@ -109,8 +106,7 @@ class _DiagonalMaskedFinite(book.BookMultiHeadAttention):
             hidden = hidden | ~mask
         scores = (queries @ keys.transpose(2, 3)) / self.head_dim**0.5
         scores = scores.masked_fill(hidden, -torch.finfo(scores.dtype).max)
-        context = torch.softmax(scores, dim=-1) @ values
-        return self.out_proj(context.transpose(1, 2).reshape(b, n, self.d_out))
+        return self.out_proj(merge_heads(torch.softmax(scores, dim=-1) @ values))
 
 
 class _NoCausalMask(book.BookMultiHeadAttention):
@@ -119,14 +115,12 @@ class _NoCausalMask(book.BookMultiHeadAttention):
     is_causal = True
 
     def forward(self, x):
-        b, n, _ = x.shape
-        split = (b, n, self.num_heads, self.head_dim)
         keys, queries, values = (
-            layer(x).view(split).transpose(1, 2)
+            split_heads(layer(x), self.num_heads)
             for layer in (self.W_key, self.W_query, self.W_value)
         )
         weights = torch.softmax(queries @ keys.transpose(2, 3) / self.head_dim**0.5, dim=-1)
-        return self.out_proj((weights @ values).transpose(1, 2).reshape(b, n, self.d_out))
+        return self.out_proj(merge_heads(weights @ values))
 
 
 class _DiagonalMasked(book.BookCausalAttention):
@@ -224,4 +218,3 @@ def implementation(id):
     return port(name.removeprefix("port:")) if name.startswith("port:") else globals()[name]
 
 
-_ = merge_heads
