@@ -34,7 +34,10 @@ from typing import Any
 
 from .target import ConformError
 
-__all__ = ["Weights", "Adapter", "register_adapter", "registered", "Observe", "per_head_parts"]
+__all__ = [
+    "Weights", "Adapter", "register_adapter", "registered", "Observe", "per_head_parts",
+    "norm_gains",
+]  # fmt: skip
 
 
 @dataclass
@@ -135,6 +138,35 @@ def per_head_parts(tensor: Any, heads: int, parts: int) -> list:
     of h blocks each, heads in order (a weight (d, h·parts·c_h) or a bias (h·parts·c_h,))."""
     blocks = tensor.reshape(*tensor.shape[:-1], heads, parts, -1)
     return [blocks[..., i, :].flatten(-2) for i in range(parts)]
+
+
+def norm_gains(norm: Any, width: int) -> tuple[Any, float]:
+    """An RMS norm's gains as the book's G (1, c_h), and its ε (torch's default where it has
+    none: the machine epsilon of its dtype): ``weight``, or ``1 + weight`` (Gemma 3, Qwen 3.5),
+    told apart by a probe (the norm of a row of ones is its gains, up to ε). Any other norm
+    (a LayerNorm, which centres the row) is a ConformError."""
+    import math
+
+    import torch
+
+    gains = getattr(norm, "weight", None)
+    if gains is None:  # no learnable gains (elementwise_affine=False): ones
+        like = next(norm.parameters(), None)
+        gains = torch.ones(width, dtype=torch.get_default_dtype() if like is None else like.dtype)
+    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
+    if eps is None:
+        eps = torch.finfo(gains.dtype).eps
+    with torch.no_grad():
+        ones = torch.ones(1, width, dtype=gains.dtype, device=gains.device)
+        probe = norm(ones).double() * math.sqrt(1 + eps)
+    weight = gains.detach().double()
+    plain, offset = ((probe - g).abs().max() for g in (weight, 1 + weight))
+    if min(plain, offset) > 1e-2 * (1 + float(weight.abs().max())):
+        raise ConformError(
+            f"{type(norm).__name__}: its output is neither weight · x/rms(x) nor "
+            "(1 + weight) · x/rms(x), the RMS norms of the qk-norm variant"
+        )
+    return ((1 + gains) if offset < plain else gains)[None], float(eps)
 
 
 #: A submodule whose "input" or "output" is the given letters (several: split equally).

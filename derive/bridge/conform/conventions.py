@@ -11,7 +11,8 @@
   GPT-OSS, Phi-3, GPT-NeoX, BLOOM, BERT, ViT …), with the variants they were configured with
   (`derive.bridge.conform.huggingface`);
 - ``timm``: timm's ``Attention`` (``qkv`` an ``nn.Linear`` packing q, k, v; ``proj``;
-  ``num_heads``; ``attn_mask`` True = may attend, when it takes one);
+  ``num_heads``; ``attn_mask`` True = may attend, when it takes one), with its QK-norm (an RMS
+  norm: the qk-norm variant) and its output gate (the gate variant);
 - ``grouped``: the book's `GroupedQueryAttention` and this package's, with the variants it
   was built with (`derive.bridge.conform.grouped`);
 - ``latent``: the book's `MultiHeadLatentAttention` and this package's (the mla variant);
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .adapters import Adapter, Weights
+from .adapters import Adapter, Weights, norm_gains
 from .grouped import GROUPED, LATENT
 from .huggingface import HUGGING_FACE
 from .target import ConformError
@@ -136,16 +137,34 @@ def _is_timm(module: Any) -> bool:
 
 
 def _timm_weights(module: Any) -> Weights:
-    for norm in ("q_norm", "k_norm"):
-        layer = getattr(module, norm, None)
-        if layer is not None and type(layer).__name__ != "Identity":
-            raise ConformError(
-                f"timm Attention with {norm}={type(layer).__name__}: QK-norm is "
-                "not in the book's declarations"
-            )
+    """timm's ``Attention`` (timm.layers.attention): q, k, v packed in ``qkv``, then ``proj``;
+    ``q_norm``, ``k_norm`` an RMS norm (the qk-norm variant) or ``nn.Identity``; ``gate`` an
+    ``nn.Linear`` whose sigmoid scales the merged heads (the gate variant), or None. A
+    LayerNorm as QK-norm and ``scale_norm`` are refused: no registered variant declares them.
+    ``scale`` is not read: another scale is a mistake for the checks to find and name."""
+    name, heads = type(module).__name__, _heads(module, "num_heads")
     blocks, biases = _thirds(*_linear(module.qkv))
+    width = blocks[0].shape[1] // heads
+    if type(getattr(module, "norm", None)).__name__ not in ("NoneType", "Identity"):
+        raise ConformError(f"{name} with scale_norm (norm={type(module.norm).__name__}): a norm "
+                           "of the merged heads is not in the registered variants")  # fmt: skip
+    parts, values, inputs = [], {}, {}
+    norms = [getattr(module, f"{w}_norm", None) for w in "qk"]
+    if any(type(norm).__name__ not in ("NoneType", "Identity") for norm in norms):
+        (inputs["G_q"], values["epsilon"]), (inputs["G_k"], _) = (
+            norm_gains(norm, width) for norm in norms)  # fmt: skip
+        parts.append("qk-norm")
+    gate = getattr(module, "gate", None)
+    if gate is not None:
+        if gate.bias is not None:
+            raise ConformError(f"{name}: a gate with a bias (qkv_bias=True): the gate variant "
+                               "declares no bias of its logits")  # fmt: skip
+        parts.append("gate")
+        inputs["W_g"] = gate.weight.mT
     w_o, b_o = _linear(module.proj)
-    return _weights(blocks, biases, w_o, b_o, _heads(module, "num_heads"))
+    b_q, b_k, b_v = biases
+    return Weights(*blocks, W_o=w_o, b_q=b_q, b_k=b_k, b_v=b_v, b_o=b_o, heads=heads,
+                   variant="+".join(parts), values=values, inputs=inputs)  # fmt: skip
 
 
 # -- the book's classes (and this package's) -------------------------------------------------

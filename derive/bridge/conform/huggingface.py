@@ -41,7 +41,7 @@ import math
 from typing import Any
 
 from . import huggingface_reading as H
-from .adapters import Adapter, Weights, per_head_parts
+from .adapters import Adapter, Weights, norm_gains, per_head_parts
 from .target import ConformError
 
 __all__ = ["HUGGING_FACE"]
@@ -60,23 +60,6 @@ def _is_layer(module: Any) -> bool:
     if per_head:  # BLOOM's layer keeps no config: its forward takes alibi and a residual
         return configured or (H.takes_alibi(module) and isinstance(module.num_heads, int))
     return (separate or packed or bert) and configured
-
-
-def _gains(norm: Any, width: int) -> tuple[Any, float | None]:
-    """A norm's gains as the book's G (1, c_h) and its ε: weight, or 1 + weight (a probe: the
-    norm of a row of ones is its gains, up to ε)."""
-    import torch
-
-    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
-    with torch.no_grad():
-        ones = torch.ones(1, width, dtype=norm.weight.dtype, device=norm.weight.device)
-        probe = norm(ones).double() * math.sqrt(1 + (eps or 0))
-    weight = norm.weight.detach().double()
-    plain, offset = ((probe - g).abs().max() for g in (weight, 1 + weight))
-    if min(plain, offset) > 1e-2 * (1 + float(weight.abs().max())):
-        raise ConformError(f"{type(norm).__name__}: its output is neither weight · x/rms(x) nor "
-                           "(1 + weight) · x/rms(x)")  # fmt: skip
-    return ((1 + norm.weight) if offset < plain else norm.weight)[None], eps
 
 
 def _projections(module: Any, heads: int) -> tuple[list, list, Any]:
@@ -126,7 +109,7 @@ def _layer_weights(module: Any) -> Weights:
                                f"features, not one head's {width}: the qk-norm variant "
                                "normalises each head")  # fmt: skip
         (inputs["G_q"], values["epsilon"]), (inputs["G_k"], _) = (
-            _gains(module.q_norm, width), _gains(module.k_norm, width))  # fmt: skip
+            norm_gains(module.q_norm, width), norm_gains(module.k_norm, width))  # fmt: skip
         parts.append("qk-norm")
     if H.window(module) is not None:
         parts.append("sliding-window")
