@@ -46,6 +46,14 @@ def test_partials_bound_methods_and_lambdas_are_functions_of_q_k_v(target, name,
         assert report.target == name
 
 
+def test_a_modules_bound_forward_is_the_module():
+    module = correct.book_mha()
+    report = conform(module.forward)
+    assert (report.kind, report.convention, report.conforms) == ("module", "book", True)
+    assert report.target == "BookMultiHeadAttention.forward"
+    assert conform(module.__call__).kind == "module"
+
+
 def test_a_partial_binding_is_causal_is_causal_by_itself():
     report = conform(functools.partial(correct.sdpa_written, is_causal=True))
     assert report.conforms and (report.causal, report.causal_how[:7]) == (True, "probed:")

@@ -205,6 +205,10 @@ def recognise(obj: Any, kind: str | None = None, name: str | None = None) -> Tar
         target = recognise(original, kind, name or f"torch.compile({_display_name(original)})")
         return dataclasses.replace(target, notes=(how, *target.notes))
     name = name or _display_name(obj)
+    owner = getattr(obj, "__self__", None)
+    calls = (getattr(type(owner), "forward", None), nn.Module.__call__)
+    if isinstance(owner, nn.Module) and getattr(obj, "__func__", None) in calls:
+        return recognise(owner, kind, name)  # module.forward: the module, called as itself
     if isinstance(obj, type):
         raise ConformError(
             f"{name} is a class; conform needs an instance (or a function that builds one, "
