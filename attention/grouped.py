@@ -29,7 +29,7 @@ from ._checks import checked
 from ._layer import LayerWeights, ScoreOptions, attention_layer
 from ._shapes import OwnDtype, ShapeError
 from .modules._grouped import GroupedQueryAttention, RMSNorm, check_groups
-from .rope import compute_rope_params, even_width
+from .rope import check_rotated, compute_rope_params, interleaved_order
 
 __all__ = [
     "rms_norm",
@@ -89,6 +89,8 @@ def grouped_query_attention(
     groups: int | None = None,
     causal: bool = False,
     theta_base: float | None = None,
+    rope_width: int | None = None,
+    rope_interleaved: bool = False,
     q_gain: OwnDtype[Float[Tensor, " c_h"]] | None = None,
     k_gain: OwnDtype[Float[Tensor, " c_h"]] | None = None,
     eps: float = 1e-6,
@@ -105,7 +107,11 @@ def grouped_query_attention(
     x: X (n, d) or (*batch, n, d). w_q: W_q (d, h·c_h); w_k, w_v: (d, g·c_h); w_o: W_o
     (h·c_h, c_out), or None for no output projection (then c_out = h·c_h: with heads=1, plain
     single-head attention). heads: h; groups: g (None: g = h). theta_base: β of RoPE, applied to
-    each head's queries and keys at positions 0 … n−1 (None: no RoPE). q_gain, k_gain: (c_h,)
+    each head's queries and keys at positions 0 … n−1 (None: no RoPE); rope_width: rotate only
+    each head's first rope_width features (partial RoPE; None: all c_h); rope_interleaved: pair
+    feature 2i with 2i + 1 (the RoPE paper's, GPT-J's and GLM's layout), computed as the book's
+    rotation of each head's features reordered alike in W_q, W_k and the QK-norm gains (the
+    scores are the same sums). q_gain, k_gain: (c_h,)
     gains of QK-norm, RMS norm of each head's queries and keys with `eps`, before RoPE (Qwen 3's
     order; None: no QK-norm). causal: query m attends keys p ≤ m; mask (*batch, n, n): True where
     query m may attend key p; window w (with causal): query m attends the keys m − w < p ≤ m.
@@ -141,14 +147,27 @@ def grouped_query_attention(
     for name, gain in (("q_gain", q_gain), ("k_gain", k_gain)):
         if gain is not None and gain.shape[-1] != width:
             raise ShapeError(f"{where}: {name} has c_h={gain.shape[-1]} but c / heads = {width}")
+    rotated = width
     if theta_base is not None:
-        even_width(where, "c_h", width)
+        rotated = check_rotated(where, width, rope_width, "rope_width", "c_h")
+    elif rope_width is not None or rope_interleaved:
+        given = f"rope_width={rope_width}" if rope_width is not None else "rope_interleaved=True"
+        raise ValueError(f"{where}: {given} without theta_base: no RoPE to change")
+    if rope_interleaved:
+        order = interleaved_order(width, rotated)
+
+        def reordered(t: Tensor) -> Tensor:  # each head's columns in `order`
+            return t.unflatten(-1, (-1, width))[..., order].flatten(-2)
+
+        w_q, w_k = reordered(w_q), reordered(w_k)
+        q_gain = None if q_gain is None else reordered(q_gain)
+        k_gain = None if k_gain is None else reordered(k_gain)
     if not eps >= 0:
         raise ValueError(f"{where}: eps must be non-negative, got eps={eps!r}")
     rope = None
     if theta_base is not None:
         exact = torch.float64 if x.dtype == torch.float64 else torch.float32  # as the books
-        cos, sin = compute_rope_params(width, theta_base, x.shape[-2], dtype=exact)
+        cos, sin = compute_rope_params(rotated, theta_base, x.shape[-2], dtype=exact)
         rope = (cos.to(x.device), sin.to(x.device))  # on x's device (the tables start on the CPU)
 
     def norm(gain: Tensor | None):

@@ -163,25 +163,31 @@ def rotate_half(x: Float[Tensor, "*batch n c"]) -> Float[Tensor, "*batch n c"]:
 @checked
 def apply_rope(
     x: Float[Tensor, "*batch n c"],
-    cos: OwnDtype[Float[Tensor, "n_ctx c"]],
-    sin: OwnDtype[Float[Tensor, "n_ctx c"]],
+    cos: OwnDtype[Float[Tensor, "n_ctx c_r"]],
+    sin: OwnDtype[Float[Tensor, "n_ctx c_r"]],
     offset: int = 0,
 ) -> Float[Tensor, "*batch n c"]:
     """Rotate each row of x by its position: row m (0-based) by the angles of position
     offset + m, $x \\circ \\cos + (x R) \\circ \\sin$ (see the module docstring).
 
     x: queries or keys, (*batch, n, c) (per head: c = c_h); cos, sin: (n_ctx, c) from
-    `compute_rope_params`, n_ctx ≥ offset + n, in any float dtype (computed in the promoted one,
-    returned in x's: float32 tables with bfloat16 x, as the book's models do). The book's
-    `apply_rope(x, cos, sin)` is offset 0 on (b, h, n, c_h); `offset` places a block of new
-    tokens after the cached ones.
+    `compute_rope_params`, n_ctx ≥ offset + n, or (n_ctx, c_r) with an even c_r < c to rotate
+    only the first c_r features (partial RoPE: GPT-NeoX, Qwen 3.5); in any float dtype
+    (computed in the promoted one, returned in x's: float32 tables with bfloat16 x, as the
+    book's models do). The book's `apply_rope(x, cos, sin)` is offset 0 on (b, h, n, c_h);
+    `offset` places a block of new tokens after the cached ones.
 
     >>> cos, sin = compute_rope_params(head_dim=2, theta_base=10_000, context_length=8)
     >>> apply_rope(torch.tensor([[1.0, 0.0]]), cos, sin, offset=1)  # (cos 1, sin 1)
     tensor([[0.5403, 0.8415]])
     """
     n, width = x.shape[-2], x.shape[-1]
-    even_width("apply_rope", "c", width)
+    if cos.shape[-1] > width:
+        raise ShapeError(
+            f"apply_rope: cos and sin have c_r={cos.shape[-1]} columns but x has c={width}; "
+            "they rotate at most x's features"
+        )
+    even_width("apply_rope", "c_r (the columns of cos and sin)", cos.shape[-1])
     if isinstance(offset, bool) or offset < 0:
         raise ValueError(f"apply_rope: offset must be a non-negative int, got offset={offset!r}")
     if cos.shape[0] < offset + n:
@@ -195,17 +201,61 @@ def apply_rope(
 
 @checked
 def rope_rotation(
-    x: Float[Tensor, "*batch n c"], *, theta_base: float = 10_000
+    x: Float[Tensor, "*batch n c"],
+    *,
+    theta_base: float = 10_000,
+    rotated: int | None = None,
+    interleaved: bool = False,
 ) -> Float[Tensor, "*batch n c"]:
     """Rotate each row of x by its position 0 … n − 1 with the book's tables at x's width and
     length: ``apply_rope(x, *compute_rope_params(c, theta_base, n))`` (the twin of the step
-    `apply_rope` of `derive`, whose angles and rotation are declared, not given).
+    `apply_rope` of `derive`, whose angles and rotation are declared, not given). `rotated`:
+    rotate only the first `rotated` features, with the tables of that width, and pass the others
+    on (partial RoPE; None: all c). `interleaved`: pair feature 2i with 2i + 1 (0-based; the
+    RoPE paper's, GPT-J's and GLM's layout), each pair turning by the angle the book's layout
+    gives the pair (i, i + c/2).
 
     >>> rope_rotation(torch.tensor([[1.0, 0.0], [1.0, 0.0]]))  # position 1: (cos 1, sin 1)
     tensor([[1.0000, 0.0000],
             [0.5403, 0.8415]])
+    >>> rope_rotation(torch.tensor([[1.0, 0.0, 5.0], [1.0, 0.0, 5.0]]), rotated=2)
+    tensor([[1.0000, 0.0000, 5.0000],
+            [0.5403, 0.8415, 5.0000]])
     """
     n, width = x.shape[-2], x.shape[-1]
-    even_width("rope_rotation", "c", width)
-    cos, sin = compute_rope_params(width, theta_base=theta_base, context_length=n, dtype=x.dtype)
-    return rotate(x, cos, sin)
+    turned = check_rotated("rope_rotation", width, rotated, "rotated")
+    cos, sin = compute_rope_params(turned, theta_base=theta_base, context_length=n, dtype=x.dtype)
+    if not interleaved:
+        return rotate(x, cos, sin)
+    half = turned // 2
+    cos, sin = (t[:, :half].repeat_interleave(2, dim=-1) for t in (cos, sin))  # (n, r): a a b b
+    part = x[..., :turned]
+    pairs = part.unflatten(-1, (half, 2))  # (..., r/2, 2): the neighbours (2i, 2i + 1)
+    swapped = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)  # x R
+    return torch.cat([part * cos + swapped * sin, x[..., turned:]], dim=-1).to(x.dtype)
+
+
+def interleaved_order(width: int, rotated: int) -> list[int]:
+    """The features of a head listed so that the book's pairs (i, i + r/2) are the interleaved
+    pairs (2i, 2i + 1) of the first r: [0, 2, …, r − 2, 1, 3, …, r − 1, r, …, width − 1]
+    (0-based). Rotating x[..., order] the book's way is rotating x the interleaved way, the
+    features listed in that order: a score, a sum over the features of q and k listed alike,
+    is the same."""
+    return [*range(0, rotated, 2), *range(1, rotated, 2), *range(rotated, width)]
+
+
+def check_rotated(
+    where: str, width: int, rotated: int | None, name: str, width_name: str = "c"
+) -> int:
+    """The rotated width (`width`, named `width_name`, where `rotated`, the argument `name`, is
+    None), even and at most `width`."""
+    if rotated is None:
+        even_width(where, width_name, width)
+        return width
+    if isinstance(rotated, bool) or not isinstance(rotated, int) or not 0 < rotated <= width:
+        raise ShapeError(
+            f"{where}: {name} must be an int from 1 to the width {width_name} = {width}, got "
+            f"{name}={rotated!r}"
+        )
+    even_width(where, name, rotated)
+    return rotated

@@ -178,23 +178,24 @@ class GroupedQueryAttention(MultiHeadModule):
         self,
         x: Float[Tensor, "*batch n d"],
         blocked: Bool[Tensor, "n n"] | None = None,
-        cos: OwnDtype[Float[Tensor, "n_ctx c_h"]] | None = None,
-        sin: OwnDtype[Float[Tensor, "n_ctx c_h"]] | None = None,
+        cos: OwnDtype[Float[Tensor, "n_ctx c_r"]] | None = None,
+        sin: OwnDtype[Float[Tensor, "n_ctx c_r"]] | None = None,
     ) -> Float[Tensor, "*batch n c_out"]:
         """(*batch, n, d_in) -> (*batch, n, c_out), c_out the book's output width (llama3's
-        d_out, qwen3's d_in); `blocked` (n, n), True = may not attend; cos, sin (n_ctx, head_dim),
-        n_ctx ≥ n."""
+        d_out, qwen3's d_in); `blocked` (n, n), True = may not attend; cos, sin (n_ctx, c_r),
+        n_ctx ≥ n: c_r = head_dim, or fewer (even) to rotate only each head's first c_r
+        features (partial RoPE: GPT-NeoX, Qwen 3.5)."""
         where = "GroupedQueryAttention.forward"
         n = x.shape[-2]
         if (cos is None) != (sin is None):
             raise ValueError(f"{where}: give cos and sin together (or neither, for no RoPE)")
         if cos is not None:
-            if cos.shape[-1] != self.head_dim:
+            if cos.shape[-1] > self.head_dim:
                 raise ShapeError(
-                    f"{where}: cos and sin have c_h={cos.shape[-1]} columns but "
-                    f"head_dim={self.head_dim}"
+                    f"{where}: cos and sin have c_r={cos.shape[-1]} columns but "
+                    f"head_dim={self.head_dim}; they rotate at most a head's features"
                 )
-            even_width(where, "head_dim", self.head_dim)
+            even_width(where, "c_r (the columns of cos and sin)", cos.shape[-1])
             if cos.shape[0] < n:
                 raise ShapeError(
                     f"{where}: cos and sin have n_ctx={cos.shape[0]} positions but x has n={n} "

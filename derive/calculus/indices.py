@@ -140,8 +140,8 @@ def decide(condition: sp.Basic, ranges: Ranges) -> sp.Basic:
         return type(condition)(*parts)
     if isinstance(condition, sp.Ne):
         return decide(sp.Or(sp.Lt(*condition.args), sp.Gt(*condition.args)), ranges)
-    if not isinstance(condition, sp.core.relational.Relational):
-        return condition
+    if not isinstance(condition, sp.core.relational.Relational) or isinstance(condition, sp.Eq):
+        return condition  # an equation (j mod 2 = 1) is decided by SymPy where it can be
     strict = isinstance(condition, sp.StrictLessThan | sp.StrictGreaterThan)
     small, large = condition.lts, condition.gts  # small ≤ large (or <)
     gap_low = _bound(large - small, ranges, lowest=True)

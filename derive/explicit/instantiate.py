@@ -219,9 +219,7 @@ def instantiate(
             continue
         reads_polynomial = all(letter in polynomial for letter in step.declaration.inputs)
         formulas = [value for value in every if not value.is_number] or every
-        exact = reads_polynomial and all(
-            _rational_polynomial(v) for v in {formulas[0], formulas[-1]}
-        )
+        exact = reads_polynomial and all(_rational_polynomial(v) for v in set(formulas))
         if exact:
             polynomial.add(step.output)
         for head, cell in table.items():

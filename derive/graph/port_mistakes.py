@@ -11,7 +11,8 @@ the classic ones.
 ``gqa-repeat-order``           head ℓ reads group (ℓ − 1) mod g: ``repeat`` where
                                ``repeat_interleave`` is meant
 ``rope-pairing``               the features rotated in interleaved pairs (2i − 1, 2i) where the
-                               model pairs j with j + c_h/2, or the reverse
+                               model pairs j with j + c_h/2, or the reverse (on the first c_r
+                               features with partial RoPE)
 ``rope-not-on-keys``           the queries rotated, the keys not
 ``window-off-by-one``          each query sees w + 1 keys, not w (p ≥ m − w for p > m − w)
 ``softcap-missing``            the scores not capped: ω̆ = ω̃
@@ -25,7 +26,7 @@ graph); elsewhere it is the graph itself, which explains nothing.
 from __future__ import annotations
 
 import sympy as sp
-from sympy import Eq, KroneckerDelta, Mod, Piecewise, exp, floor
+from sympy import Eq, Mod, Piecewise, exp, floor
 
 from ..notation import letters as L
 from .declaration import Graph
@@ -76,18 +77,25 @@ def gqa_repeat_order(graph: Graph, form: Form) -> Graph:
 
 
 def rope_pairing(graph: Graph, form: Form) -> Graph:
-    r"""Interleaved pairs: $\phi_{m,j} = (m-1)\beta^{-2\lfloor (j-1)/2 \rfloor / c}$ and
-    $x R = [-x_2\ x_1\ -x_4\ x_3 \cdots]$, where the model pairs j with j + c/2."""
+    r"""The other layout of the pairs: interleaved, $\phi_{m,j} = (m-1)\beta^{-2\lfloor (j-1)/2
+    \rfloor / c}$ and $x R = [-x_2\ x_1\ -x_4\ x_3 \cdots]$, where the model pairs j with
+    j + c/2; or the reverse, where it interleaves (partial RoPE: on its first c_r features)."""
+    from .entries import interleaved_rope, partial_rope, rope
+
     if not _has(form, "rope"):
         return graph
-    width = L.c_h if form.heads else L.c
-    pair = floor((L.j - 1) / 2)
-    graph = replaced(graph, "Phi", (L.m - 1) * L.beta ** (-2 * pair / width))
-    odd = Eq(Mod(L.j, 2, evaluate=False), 1)
-    rotation = Piecewise(
-        (-KroneckerDelta(L.j2, L.j + 1), odd), (KroneckerDelta(L.j2, L.j - 1), True)
-    )
-    return replaced(graph, "R", rotation)
+    head = bool(form.heads)
+    width = L.c_h if head else L.c
+    rotated = L.c_r if _has(form, "partial-rope") else width
+    if not _has(form, "interleaved-rope"):
+        graph = replaced(graph, "Phi", interleaved_rope.interleaved_angles(head, rotated))
+        return replaced(graph, "R", interleaved_rope.interleaved_rotation(head, rotated))
+    if rotated != width:
+        angles, rotation = partial_rope.partial_angles(head), partial_rope.partial_rotation(head)
+    else:
+        angles, rotation = rope.rope_angles(head), rope.rotate_half(head)
+    graph = replaced(graph, "Phi", angles.element.rhs)
+    return replaced(graph, "R", rotation.element.rhs)
 
 
 def rope_not_on_keys(graph: Graph, form: Form) -> Graph:

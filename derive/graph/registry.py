@@ -232,9 +232,11 @@ def _resolve(name: str) -> Entry:
     bases -= {p.name for p in parts}
     base = graph_of(bases) if bases else None
     claims: list[tuple[Claim, Stage]] = []
-    for part in parts:
+    for part in parts:  # a claim two parts make is proved once, at the later one's stage
         stage = _stage(part, names)
-        claims += [(c, stage) for c in part.claims if c not in [seen for seen, _ in claims]]
+        seen = [claim for claim, _ in claims]
+        claims = [(c, stage if c in part.claims else at) for c, at in claims]
+        claims += [(c, stage) for c in part.claims if c not in seen]
     single = parts[0] if len(parts) == 1 else None
     text = single.paragraphs if single else tuple(x for p in parts for x in p.paragraphs)
     figures = tuple(dict.fromkeys(f for p in parts for f in p.document.figures))

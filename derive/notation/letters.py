@@ -8,6 +8,7 @@ Sizes (positive integer symbols)::
     w  the window of sliding-window attention
     g  groups of keys and values (grouped-query attention)
     d_u  width of the shared latent of keys and values (multi-head latent attention)
+    c_r  the rotated width of each head (partial RoPE)
 
 Parameters (positive reals): β the base of the rotary angles (RoPE), ε the constant under the
 root of an RMS normalisation, κ the cap of logit softcapping.
@@ -42,7 +43,7 @@ import sympy as sp
 from sympy import IndexedBase, MatrixSymbol, Symbol
 
 __all__ = [
-    "n", "d", "c", "h", "c_h", "s", "d_y", "w", "g", "d_u", "beta", "eps", "kappa", "m", "p",
+    "n", "d", "c", "h", "c_h", "s", "d_y", "w", "g", "d_u", "c_r", "beta", "eps", "kappa", "m", "p",
     "r", "t", "i", "j", "j2", "f", "ell", "nu", "b", "lam", "CONSTANT_LETTERS",
     "SIZES", "BASES", "READING_ORDER", "reading_key", "MATRIX_LATEX", "ENTRY_LATEX", "base",
     "letter_of", "name_of",
@@ -59,7 +60,9 @@ d_y = Symbol("d_y", integer=True, positive=True)
 #: Groups of keys and values (grouped-query attention), the latent width (latent attention).
 g = Symbol("g", integer=True, positive=True)
 d_u = Symbol("d_u", integer=True, positive=True)
-SIZES = (n, d, c, h, c_h, s, d_y, w, g, d_u)
+#: The rotated width of each head (partial RoPE: its first c_r features).
+c_r = Symbol("c_r", integer=True, positive=True)
+SIZES = (n, d, c, h, c_h, s, d_y, w, g, d_u, c_r)
 #: The base of the rotary angles θ_j = β^{−2(j−1)/c}, and the ε of an RMS normalisation.
 beta = Symbol("beta", positive=True)
 eps = Symbol("epsilon", positive=True)

@@ -2,7 +2,8 @@ r"""Line breaking, in one place beside the printer: how wide a formula prints, w
 break, and how its pieces are packed into lines.
 
 - `visible_width`: about how many characters a LaTeX formula shows (``\left``, braces and
-  marks count 0; ``\exp`` 3; the words of ``\text{…}`` as they read);
+  marks count 0; ``\exp``, ``\cos`` … their letters; the words of ``\text{…}`` as they read;
+  a sign between terms one more, for its spacing);
 - `packed`: pieces of LaTeX grouped into lines of about a given width, in order;
 - `equation`, `chain`: aligned lines (``lhs &= rhs``) from SymPy equations; a line wider than
   the page (about `WIDEST_LINE` visible characters at 11 pt with the documents' margins) is
@@ -40,13 +41,17 @@ EXPLICIT_WIDTH = 56
 
 
 def visible_width(tex: str) -> int:
-    """About how many characters a LaTeX formula shows (\\left, braces, marks: 0; \\exp: 3; the
-    words of \\text{…} with their spaces)."""
+    """About how many characters a LaTeX formula shows (\\left, braces, marks: 0; \\exp, \\cos,
+    \\tanh …: their letters; the words of \\text{…} with their spaces)."""
+    spaced = tex
+    for _ in range(3):  # a sign between terms is spaced as about one more character; not in
+        spaced = re.sub(r"[_^]\{[^{}]*\}", "", spaced)  # a subscript, where TeX spaces none
+    signs = len(re.findall(r" [+\-] ", spaced))
     tex = re.sub(r"\\text\{([^{}]*)\}", lambda t: t[1].replace(" ", "x"), tex)
     tex = re.sub(r"\\(left|right)\b", "", tex)
-    tex = re.sub(r"\\exp\b", "exp", tex)
+    tex = re.sub(r"\\(exp|log|cos|sin|tanh|tan|max|min)\b", lambda t: t[1], tex)  # as they read
     tex = re.sub(r"\\[a-zA-Z]+", "x", tex)
-    return len(re.sub(r"[{}^_\s]", "", tex))
+    return len(re.sub(r"[{}^_\s]", "", tex)) + signs
 
 
 def packed(pieces: list[str], width: int) -> list[list[str]]:

@@ -12,6 +12,12 @@ angles put in), at symbolic sizes:
 
 What is left reads the positions only through (m − p) θ_j: checked by SymPy (the angles do not
 change when m and p are both moved by τ). With every angle 0 the score is the unrotated one.
+
+Partial RoPE (`partial-rope`, its angles and rotation read c_r) is derived the same way on its
+first c_r features, split at c_r/2; the features c_r + 1 … c_h are a third range, where the
+rotation and the angles are 0 and the score's terms q_{m,j} k_{p,j} read no position. The
+width is written c_r + e (e ≥ 0 features not rotated) while the ranges decide, so that
+j + c_r/2 ≤ c_h is known.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ __all__ = ["relative_position", "zero_angles", "THETA", "scores_step"]
 #: θ_j, the frequency of the pair (j, j + c/2): β^{−2(j−1)/c}.
 THETA = sp.IndexedBase("theta", positive=True)
 _TAU = sp.Symbol("tau", integer=True)
+#: The features a partial rotation leaves (c_h − c_r), while the ranges decide.
+_SPARE = sp.Symbol("e", integer=True, nonnegative=True)
 
 
 def scores_step(graph: Graph) -> Declaration:
@@ -45,15 +53,45 @@ def _rotation_summed(expr: sp.Expr, ranges: dict) -> sp.Expr:
     )
 
 
-def _halves(summand: sp.Expr, width: sp.Expr) -> sp.Expr:
-    """The summand of Σ_{j=1}^{w} split at w/2, each half decided, the second counted from 1."""
-    half = width / 2
+def _rotated_width(graph: Graph, width: sp.Expr) -> sp.Expr:
+    """c_r where the angles read it (partial RoPE), else the whole width."""
+    return L.c_r if L.c_r in graph.step("Phi").element.rhs.free_symbols else width
+
+
+def _decided(summand: sp.Expr, ranges: dict) -> sp.Expr:
+    """The summand with the conditions the ranges decide decided, the rotation summed out."""
+    return under_ranges(_rotation_summed(under_ranges(summand, ranges), ranges), ranges)
+
+
+def _interleaved(graph: Graph) -> bool:
+    """True where the rotation pairs neighbouring features (its cases read j mod 2)."""
+    return graph.step("R").element.rhs.has(sp.Mod)
+
+
+def _halves(
+    summand: sp.Expr, width: sp.Expr, rotated: sp.Expr, interleaved: bool = False
+) -> tuple[sp.Expr, sp.Expr]:
+    """The summand of Σ_{j=1}^{w} split at r/2 and r (r the rotated width), each part decided,
+    the second counted from 1 (interleaved pairs: its odd terms j = 2i − 1 and its even terms
+    j = 2i, i = 1 … r/2, written with j for i); and the part past r (0 where every feature is
+    rotated)."""
+    half = rotated / 2
     ranges = {L.m: (1, L.n), L.p: (1, L.n)}
+    spare = {} if rotated == width else {width: rotated + _SPARE}
+    back = {_SPARE: width - rotated}
+    summand = summand.xreplace(spare)
     low = {**ranges, L.j: (sp.S.One, half)}
-    high = {**ranges, L.j: (half + 1, width)}
-    first = under_ranges(_rotation_summed(summand, low), low)
-    second = under_ranges(_rotation_summed(summand, high), high).xreplace({L.j: L.j + half})
-    return first + second
+    high = {**ranges, L.j: (half + 1, rotated)}
+    if interleaved:
+        first = _decided(summand.xreplace({L.j: 2 * L.j - 1}), low)
+        second = _decided(summand.xreplace({L.j: 2 * L.j}), low)
+    else:
+        first = _decided(summand, low)
+        second = _decided(summand, high).xreplace({L.j: L.j + half})
+    if rotated == width:
+        return first + second, sp.S.Zero
+    rest = {**ranges, L.j: (rotated + 1, rotated + _SPARE)}
+    return (first + second).xreplace(back), _decided(summand, rest).xreplace(back)
 
 
 def _theta(expr: sp.Expr, width: sp.Expr) -> sp.Expr:
@@ -96,31 +134,49 @@ def relative_position(graph: Graph) -> Fact:
     step = scores_step(graph)
     suffix = "_l" if step.head else ""
     width = L.c_h if step.head else L.c
+    rotated = _rotated_width(graph, width)
     lhs = step.element.lhs
     rotations = {"Q_rot" + suffix, "K_rot" + suffix, "R"}
     composed = inline(step.element.rhs, graph, rotations)
     ((j, _, _),) = composed.limits
-    halves = _halves(composed.function, width)
-    decided = {L.m: (1, L.n), L.p: (1, L.n), L.j: (sp.S.One, width / 2)}
-    angles = _theta(under_ranges(inline(halves, graph, {"Phi"}), decided), width)
+    interleaved = _interleaved(graph)
+    halves, rest = _halves(composed.function, width, rotated, interleaved)
+    decided = {L.m: (1, L.n), L.p: (1, L.n), L.j: (sp.S.One, rotated / 2)}
+    angles = _theta(under_ranges(inline(halves, graph, {"Phi"}), decided), rotated)
     paired = _pairs(angles)
-    last = Sum(paired, (j, 1, width / 2))
-    holds = _relative(paired)
-    lines = (
-        Eq(lhs, composed, evaluate=False),
-        Eq(lhs, Sum(halves, (j, 1, width / 2)), evaluate=False),
-        Eq(lhs, last, evaluate=False),
-    )
+    unrotated = {L.m: (1, L.n), L.p: (1, L.n), L.j: (rotated + 1, width)}
+    plain = sp.factor(under_ranges(inline(rest, graph, {"Phi"}), unrotated))
+    tail = Sum(plain, (j, rotated + 1, width)) if rest != 0 else sp.S.Zero
+    pairs = (j, 1, rotated / 2)
+    if interleaved:  # its subscripts 2j − 1 print wide: a sum per angle, on lines of their own
+        last = sp.Add(*[Sum(term, pairs) for term in sp.Add.make_args(paired)]) + tail
+    else:
+        last = Sum(paired, pairs) + tail
+    holds = _relative(paired) and not plain.has(sp.cos, sp.sin)  # the rest: no position
+    partial = rotated != width
+    # the rotation shown by its letter first where its cases put in are too wide to print
+    by_letter = partial or interleaved
+    shown = inline(step.element.rhs, graph, rotations - {"R"}) if by_letter else composed
+    past = Sum(rest, (j, rotated + 1, width)) if partial else 0
+    split = Sum(halves, (j, 1, rotated / 2)) + past
+    lines = (Eq(lhs, shown, evaluate=False), Eq(lhs, split, evaluate=False),
+             Eq(lhs, last, evaluate=False))  # fmt: skip
     claim = Eq(lhs, last if holds else sp.nan, evaluate=False)
     sources = (step.output, *sorted(rotations), "Phi")
+    name = "relative_position"
+    how = "the sum split at c/2"
+    if interleaved:
+        name, how = "interleaved_relative_position", "the sum split into its odd and even terms"
+    elif partial:
+        name, how = "partial_relative_position", "the sum split at c_r/2 and c_r"
     return Fact(
-        "relative_position",
+        name,
         "The score depends on $p - m$ only",
         lines,
         claim,
         sources,
-        "the rotation and the angles put into the score, the deltas summed out under "
-        "the index ranges, the sum split at c/2 and sympy.trigsimp on each pair",
+        "the rotation and the angles put into the score, the deltas summed out under the index "
+        f"ranges, {how} and sympy.trigsimp on each pair",
     )
 
 

@@ -26,6 +26,7 @@ _SIZES = (
     (L.w, "the window of sliding-window attention: a query sees its last $w$ keys"),
     (L.g, "groups of keys and values (grouped-query attention): $h/g$ heads share one"),
     (L.d_u, "width of the latent $U$ of keys and values (multi-head latent attention)"),
+    (L.c_r, "the rotated width of each head (partial RoPE: its first $c_r$ features)"),
     (L.beta, "base of the rotary angles (RoPE; the book's `theta_base`, 10 000)"),
     (L.eps, "the constant under the root of an RMS normalisation (QK-norm; $10^{-6}$)"),
     (L.kappa, "the cap of logit softcapping (Gemma 2: 50)"),
@@ -140,8 +141,9 @@ _JAXTYPING = (
      "`weights(..., sink=)`"),
     ("c2 d", "W_query.weight with the gate", "the modules' `gate=True`: each head's queries, "
      "then its gate logits (Qwen 3.5's `q_proj`)"),
-    ("n_ctx c_h", "RoPE's $\\cos\\Phi$, $\\sin\\Phi$", "`compute_rope_params`' tables "
-     "(context_length × head_dim), as `GroupedQueryAttention.forward` takes them"),
+    ("n_ctx c_r", "RoPE's $\\cos\\Phi$, $\\sin\\Phi$", "`compute_rope_params`' tables "
+     "(context_length × the rotated width: head_dim, or fewer for partial RoPE), as "
+     "`apply_rope` and `GroupedQueryAttention.forward` take them"),
 )  # fmt: skip
 
 

@@ -80,6 +80,24 @@ CLAIM_TEXT = {
         "through how far apart they are (SymPy checks that moving both by the same amount "
         "changes no angle). The term of one pair is the statement for one pair:"
     ),
+    "partial_relative_position": (
+        "The rotated queries and keys put into the score, the rotation's deltas summed out, "
+        "the sum split at $c_r/2$ and $c_r$ so that the pair $(j, j + c_r/2)$ is one term, "
+        "and each pair's coefficient simplified by SymPy's trigonometric identities. Every "
+        "angle that remains is $(m - p)\\theta_j$, with $\\theta_j = \\beta^{-2(j-1)/c_r}$; "
+        "past $c_r$ the angles are $0$ and the rotation has no entry, so those features add "
+        "$q_{m,j} k_{p,j}$, which reads no position at all. The score depends on where the "
+        "query and the key are only through how far apart they are:"
+    ),
+    "interleaved_relative_position": (
+        "The rotated queries and keys put into the score, the rotation's deltas summed out, "
+        "the sum split into its odd and even terms so that the neighbours $(2j - 1, 2j)$ are "
+        "one term, and each pair's coefficient simplified by SymPy's trigonometric identities. "
+        "Every angle that remains is $(m - p)\\theta_j$, with $\\theta_j = "
+        "\\beta^{-2(j-1)/c}$ ($c_r$ in place of $c$ where only the first $c_r$ features turn, "
+        "the others adding $q_{m,j} k_{p,j}$, which reads no position): the score depends on "
+        "where the query and the key are only through how far apart they are:"
+    ),
     "zero_angles": (
         "With every angle $0$ (a rotation by nothing) the score is the score without RoPE:"
     ),

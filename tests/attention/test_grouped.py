@@ -224,6 +224,9 @@ GRADIENTS = _fused.gradients
         ({"x": torch.ones(N, 6, dtype=torch.float64)}, ShapeError, r"grouped_query_attention: w_q has d=7 but x has d=6"),
         ({"mask": torch.ones(4, 4, dtype=torch.bool)}, ShapeError, r"grouped_query_attention: mask has n=4 but x has n=5"),
         ({"w_q": torch.ones(D, 18, dtype=torch.float64), "w_k": torch.ones(D, 6, dtype=torch.float64), "w_v": torch.ones(D, 6, dtype=torch.float64), "w_o": None, "theta_base": 10.0}, ShapeError, r"grouped_query_attention: c_h=3 is odd; RoPE rotates pairs"),
+        ({"theta_base": 10.0, "rope_width": 3}, ShapeError, r"grouped_query_attention: rope_width=3 is odd; RoPE rotates pairs"),
+        ({"theta_base": 10.0, "rope_width": 64}, ShapeError, r"grouped_query_attention: rope_width must be an int from 1 to the width c_h = \d+, got rope_width=64"),
+        ({"rope_width": 2}, ValueError, r"grouped_query_attention: rope_width=2 without theta_base: no RoPE to change"),
         ({"eps": -1.0}, ValueError, r"grouped_query_attention: eps must be non-negative, got eps=-1.0"),
     ],
 )
@@ -286,3 +289,36 @@ def test_bfloat16_x_with_float32_gains_rotates_and_normalises_in_float32():
     assert got.dtype == torch.bfloat16
     expected = grouped_query_attention(*(t.float() for t in low), q_gain=q_gain, k_gain=k_gain, **kwargs)
     torch.testing.assert_close(got.float(), expected, rtol=0.05, atol=0.05)
+
+
+def test_interleaved_rope_is_the_rotation_of_neighbouring_pairs_per_head():
+    """grouped_query_attention(rope_interleaved=True), which reorders W_q's and W_k's columns,
+    against each head's queries and keys rotated pair by neighbouring pair (rope_rotation),
+    attention written out; with a partial rotation too."""
+    from attention.rope import rope_rotation
+
+    torch.manual_seed(3)
+    x = torch.randn(5, 8, dtype=torch.float64)
+    w_q, w_k, w_v = (torch.randn(8, 12, dtype=torch.float64) for _ in range(3))
+    gain = torch.rand(6, dtype=torch.float64) + 0.5
+    for rotated in (None, 4):
+        got = grouped_query_attention(x, w_q, w_k, w_v, heads=2, causal=True, theta_base=50,
+                                      rope_width=rotated, rope_interleaved=True,
+                                      q_gain=gain, k_gain=gain)  # fmt: skip
+        heads = []
+        for h in range(2):
+            cols = slice(6 * h, 6 * h + 6)
+            q, k = (rms_norm_reference(x @ w[:, cols], gain) for w in (w_q, w_k))
+            q, k = (rope_rotation(t, theta_base=50, rotated=rotated, interleaved=True)
+                    for t in (q, k))  # fmt: skip
+            scores = (q @ k.T / 6**0.5).masked_fill(
+                torch.ones(5, 5, dtype=torch.bool).triu(1), -torch.inf)
+            heads.append(torch.softmax(scores, dim=-1) @ (x @ w_v[:, cols]))
+        torch.testing.assert_close(got, torch.cat(heads, dim=-1), rtol=0, atol=1e-12)
+        book = grouped_query_attention(x, w_q, w_k, w_v, heads=2, causal=True, theta_base=50,
+                                       rope_width=rotated, q_gain=gain, k_gain=gain)  # fmt: skip
+        assert (book - got).abs().max() > 1e-3
+
+
+def rms_norm_reference(t, gain, eps=1e-6):
+    return t / torch.sqrt(t.pow(2).mean(-1, keepdim=True) + eps) * gain

@@ -167,12 +167,12 @@ def test_positional_arguments_after_d_in_are_refused():
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
-        (lambda m, x, c, s: m(x, None, c[:, :4], s[:, :4]), ShapeError, r"GroupedQueryAttention.forward: cos and sin have c_h=4 columns but head_dim=6"),
+        (lambda m, x, c, s: m(x, None, torch.cat([c, c[:, :2]], 1), torch.cat([s, s[:, :2]], 1)), ShapeError, r"GroupedQueryAttention.forward: cos and sin have c_r=8 columns but head_dim=6; they rotate at most"),
         (lambda m, x, c, s: m(x, None, c[:5], s[:5]), ShapeError, r"GroupedQueryAttention.forward: cos and sin have n_ctx=5 positions but x has n=7 tokens"),
         (lambda m, x, c, s: m(x, torch.ones(5, 5, dtype=torch.bool), c, s), ShapeError, r"GroupedQueryAttention.forward: blocked has n=5 but x has n=7"),
         (lambda m, x, c, s: m(x, None, c, None), ValueError, r"GroupedQueryAttention.forward: give cos and sin together"),
         (lambda m, x, c, s: m(x[..., :5], None, c, s), ShapeError, r"GroupedQueryAttention.forward: W_query.weight has d=12 but x has d=5"),
-        (lambda m, x, c, s: m(x, None, c, s[:, :4]), ShapeError, r"GroupedQueryAttention.forward: sin has c_h=4 but cos has c_h=6"),
+        (lambda m, x, c, s: m(x, None, c, s[:, :4]), ShapeError, r"GroupedQueryAttention.forward: sin has c_r=4 but cos has c_r=6"),
     ],
 )
 def test_forward_errors_name_both_sizes(call, error, message):
@@ -186,8 +186,23 @@ def test_odd_head_dim_is_refused_with_rope_only():
     module = GroupedQueryAttention(9, num_heads=3, num_kv_groups=1)  # head_dim 3
     x = torch.randn(4, 9)
     assert module(x).shape == (4, 9)  # no RoPE: an odd head width is fine
-    with pytest.raises(ShapeError, match=r"GroupedQueryAttention.forward: head_dim=3 is odd; RoPE rotates pairs"):
+    with pytest.raises(ShapeError, match=r"GroupedQueryAttention.forward: c_r \(the columns of cos and sin\)=3 is odd; RoPE rotates pairs"):
         module(x, None, torch.ones(4, 3), torch.zeros(4, 3))
+
+
+def test_narrower_tables_rotate_each_heads_first_features_only():
+    """Partial RoPE (GPT-NeoX, Qwen 3.5): tables of c_r < head_dim columns rotate each head's
+    first c_r features, as grouped_query_attention(rope_width=c_r) does; the others pass."""
+    torch.manual_seed(0)
+    module = GroupedQueryAttention(12, num_heads=2, num_kv_groups=1, head_dim=6).double()
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    cos, sin = compute_rope_params(4, theta_base=100, context_length=5, dtype=torch.float64)
+    w = {name: getattr(module, name).weight.mT for name in ("W_query", "W_key", "W_value", "out_proj")}
+    expected = grouped_query_attention(x, w["W_query"], w["W_key"], w["W_value"], w["out_proj"], heads=2,
+                                       groups=1, theta_base=100, rope_width=4)
+    torch.testing.assert_close(module(x, None, cos, sin), expected, rtol=0, atol=1e-12)
+    whole = compute_rope_params(6, theta_base=100, context_length=5, dtype=torch.float64)
+    assert (module(x, None, *whole) - expected).abs().max() > 1e-3
 
 
 def test_checks_off_gives_the_same_numbers():

@@ -11,7 +11,7 @@ from llms_from_scratch import llama3, qwen3
 from reference_variants import rope_reference
 
 from attention import ShapeError, apply_rope, compute_rope_params
-from attention.rope import rope_frequencies, rotate_half
+from attention.rope import rope_frequencies, rope_rotation, rotate_half
 
 LLAMA_31 = {  # the book's LLAMA32_CONFIG_1B["rope_freq"], with a short original context
     "factor": 32.0,
@@ -127,8 +127,24 @@ def test_odd_head_dim_names_the_argument_and_size():
     with pytest.raises(ShapeError, match=r"compute_rope_params: head_dim=7 is odd; RoPE rotates pairs"):
         compute_rope_params(7)
     cos, sin = torch.ones(4, 5), torch.ones(4, 5)
-    with pytest.raises(ShapeError, match=r"apply_rope: c=5 is odd"):
+    with pytest.raises(ShapeError, match=r"apply_rope: c_r \(the columns of cos and sin\)=5 is odd"):
         apply_rope(torch.ones(3, 5), cos, sin)
+    with pytest.raises(ShapeError, match=r"apply_rope: cos and sin have c_r=6 columns but x has c=4"):
+        apply_rope(torch.ones(3, 4), torch.ones(4, 6), torch.ones(4, 6))
+    with pytest.raises(ShapeError, match=r"rope_rotation: rotated must be an int from 1 to the width c = 4, got rotated=6"):
+        rope_rotation(torch.ones(3, 4), rotated=6)
+
+
+def test_narrower_tables_rotate_the_first_features_only():
+    """Partial RoPE: tables of c_r = 4 columns rotate features 1 … 4 as RoPE of width 4, and
+    pass features 5, 6 on unchanged; rope_rotation(rotated=4) is the same."""
+    x = torch.randn(2, 5, 6, dtype=torch.float64)
+    cos, sin = compute_rope_params(4, theta_base=100, context_length=5, dtype=torch.float64)
+    turned = apply_rope(x, cos, sin)
+    assert torch.equal(turned[..., 4:], x[..., 4:])
+    torch.testing.assert_close(turned[..., :4], apply_rope(x[..., :4], cos, sin), rtol=0, atol=0)
+    torch.testing.assert_close(rope_rotation(x, theta_base=100, rotated=4), turned, rtol=0, atol=1e-15)
+    assert (turned[..., :4] - x[..., :4]).abs().max() > 0.1
 
 
 def test_short_tables_name_both_sizes():
@@ -140,8 +156,10 @@ def test_short_tables_name_both_sizes():
 
 def test_shape_mismatches_name_the_letter_and_both_sizes():
     cos, sin = compute_rope_params(6, context_length=8)
-    with pytest.raises(ShapeError, match=r"apply_rope: cos has c=6 but x has c=4"):
+    with pytest.raises(ShapeError, match=r"apply_rope: cos and sin have c_r=6 columns but x has c=4"):
         apply_rope(torch.ones(5, 4), cos, sin)
+    with pytest.raises(ShapeError, match=r"apply_rope: sin has c_r=4 but cos has c_r=6"):
+        apply_rope(torch.ones(5, 6), cos, sin[:, :4])
     with pytest.raises(ShapeError, match=r"apply_rope: sin has n_ctx=7 but cos has n_ctx=8"):
         apply_rope(torch.ones(5, 6), cos, sin[:7])
 
@@ -175,9 +193,8 @@ def test_checks_off_gives_the_same_numbers_and_skips_the_checks():
     jaxtyping.config.update("jaxtyping_disable", True)
     try:
         assert torch.equal(apply_rope(x, cos, sin), checked)
-        wide = compute_rope_params(8, context_length=8)  # 8 columns for c = 4
         with pytest.raises(RuntimeError):  # torch's broadcasting error, not our ShapeError
-            apply_rope(x, *wide)
+            apply_rope(x, cos, sin[:, :2])  # sin narrower than cos
     finally:
         jaxtyping.config.update("jaxtyping_disable", False)
 
@@ -187,3 +204,26 @@ def test_float32_tables_with_bfloat16_x_compute_in_float32_as_the_books():
     cos, sin = qwen3.compute_rope_params(16, 10_000, 32)  # float32, as the models keep them
     got = apply_rope(x, cos, sin)
     assert got.dtype == torch.bfloat16 and torch.equal(got, qwen3.apply_rope(x, cos, sin))
+
+
+def test_interleaved_rotation_turns_neighbouring_pairs():
+    """rope_rotation(interleaved=True): features (2i, 2i + 1) turn by pair i's angle m θ_i,
+    written out here pair by pair; the same numbers as the book's rotation of the features
+    listed [0, 2, …, 1, 3, …] (attention.rope.interleaved_order)."""
+    from attention.rope import interleaved_order
+
+    x = torch.randn(2, 5, 6, dtype=torch.float64)
+    got = rope_rotation(x, theta_base=100, interleaved=True)
+    theta = rope_frequencies(6, theta_base=100, dtype=torch.float64)
+    for m in range(5):
+        for i in range(3):
+            a, b = x[..., m, 2 * i], x[..., m, 2 * i + 1]
+            c, s = math.cos(m * theta[i]), math.sin(m * theta[i])
+            torch.testing.assert_close(got[..., m, 2 * i], a * c - b * s, rtol=0, atol=1e-14)
+            torch.testing.assert_close(got[..., m, 2 * i + 1], b * c + a * s, rtol=0, atol=1e-14)
+    order = interleaved_order(6, 6)
+    book = rope_rotation(x[..., order], theta_base=100)
+    torch.testing.assert_close(book, got[..., order], rtol=0, atol=1e-14)
+    partial = rope_rotation(x, theta_base=100, rotated=4, interleaved=True)
+    assert torch.equal(partial[..., 4:], x[..., 4:])
+    assert (partial - got).abs().max() > 1e-3  # the first four turn by the angles of width 4

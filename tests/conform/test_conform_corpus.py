@@ -151,3 +151,13 @@ def test_each_port_without_its_bug_conforms(id):
     _, told = ported.PORTS[id]
     report = conform(ported.port(id, bug=False), **told)
     assert report.conforms, report.table()
+
+
+def test_rope_pairing_is_named_both_ways():
+    """The interleaved port conforms when told the layout it computes (interleaved-rope); the
+    book's layout told interleaved is the same mistake the other way round."""
+    interleaved = conform(ported.port("rope-pairing"), variant="rope+interleaved-rope")
+    assert interleaved.conforms, interleaved.table()
+    reverse = conform(ported.port("rope-pairing", bug=False), variant="rope+interleaved-rope")
+    assert not reverse.conforms
+    assert reverse.diagnosis is not None and reverse.diagnosis.id == "rope-pairing"

@@ -39,11 +39,20 @@ LAYERS = {
                 {"layer_types": ["full_attention"],
                  "rope_parameters": DEFAULT_ROPE | {"partial_rotary_factor": 1.0}},
                 "gqa+rope+qk-norm+gate"),
+    "qwen3.5-partial": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM",  # its own partial rotation
+                        {"layer_types": ["full_attention"],
+                         "rope_parameters": DEFAULT_ROPE | {"partial_rotary_factor": 0.5}},
+                        "gqa+rope+partial-rope+qk-norm+gate"),
     "gpt-neox": ("GPTNeoXConfig", "GPTNeoXModel", {"rotary_pct": 1.0}, "rope"),  # per head
+    "gpt-neox-partial": ("GPTNeoXConfig", "GPTNeoXModel", {}, "rope+partial-rope"),  # 0.25
     "bloom": ("BloomConfig", "BloomModel", {}, "alibi"),  # per head; adds the residual itself
+    "cohere": ("CohereConfig", "CohereForCausalLM", {}, "gqa+rope+interleaved-rope"),
+    "glm4": ("Glm4Config", "Glm4ForCausalLM", {"pad_token_id": 0},  # half of each head, paired
+             "gqa+rope+partial-rope+interleaved-rope"),  # by neighbours
 }  # fmt: skip
 ENCODERS = {"bert": "encoder.layer.0.attention.self", "vit": "layers.0.attention"}
-PATHS = ENCODERS | {"gpt-neox": "layers.0.attention", "bloom": "h.0.self_attention"}
+PATHS = ENCODERS | {"gpt-neox": "layers.0.attention", "gpt-neox-partial": "layers.0.attention",
+                    "bloom": "h.0.self_attention"}  # fmt: skip
 
 
 def _layer(name, implementation="eager"):
@@ -100,14 +109,18 @@ def test_a_scale_no_variant_declares_is_refused():
         conform(layer)
 
 
-def test_scaled_or_partial_rope_is_refused():
+def test_scaled_rope_is_refused():
     config = transformers.LlamaConfig(**SIZES)
     config.rope_parameters = {"rope_type": "linear", "rope_theta": 10_000.0, "factor": 2.0}
     layer = transformers.LlamaForCausalLM(config).model.layers[0].self_attn
     with pytest.raises(ConformError, match=r"rope_type 'linear' scales the angles"):
         conform(layer)
-    neox = transformers.GPTNeoXConfig(vocab_size=64, num_hidden_layers=1, hidden_size=32,
-                                      intermediate_size=64, num_attention_heads=4)  # fmt: skip
-    layer = transformers.GPTNeoXModel(neox).layers[0].attention  # rotary_pct 0.25 by default
-    with pytest.raises(ConformError, match=r"partial_rotary_factor=0.25 rotates part of each"):
-        conform(layer)
+
+
+@pytest.mark.parametrize("name", ["gpt-neox-partial", "qwen3.5-partial"])
+def test_a_partial_rotation_is_read_with_its_width(name):
+    """GPT-NeoX's default rotary_pct (0.25 of 8: c_r = 2) and Qwen 3.5's factor (0.5: c_r = 4);
+    told another width, the layer does not conform."""
+    layer = _layer(name)
+    assert conform(layer).sizes["c_r"] == (2 if name == "gpt-neox-partial" else 4)
+    assert not conform(layer, values={"c_r": 8 if name == "gpt-neox-partial" else 2}).conforms

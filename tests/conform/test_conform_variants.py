@@ -53,6 +53,11 @@ VARIANTS = {
     "gqa": ({}, {}, "gqa"),
     "mqa": ({"num_kv_groups": 1}, {}, "gqa"),
     "rope": ({}, {"variant": "rope"}, "gqa+rope"),
+    "partial-rope": (
+        {},
+        {"variant": "rope+partial-rope", "values": {"c_r": 2}},
+        "gqa+rope+partial-rope",
+    ),  # 2 of each head's 4 features
     "qk-norm": ({"qk_norm": True}, {}, "gqa+qk-norm"),
     "sliding-window": ({"sliding_window": 2}, {}, "gqa+sliding-window"),
     "softcap": ({"softcap": 5.0}, {}, "gqa+softcap"),
@@ -77,7 +82,9 @@ def test_each_variant_of_the_package_class_conforms_as_its_adapter_reads_it(name
     assert _row(report, "large scores").status == ("n/a" if name == "qk-norm" else "PASS")
 
 
-@pytest.mark.parametrize("name", [n for n in VARIANTS if n not in ("gqa", "mqa", "rope", "gate")])
+@pytest.mark.parametrize(
+    "name", [n for n in VARIANTS if n not in ("gqa", "mqa", "rope", "partial-rope", "gate")]
+)
 def test_each_variant_read_as_if_it_were_absent_does_not_conform(name):
     """The book adapter reads W_query, W_key, W_value and out_proj alone: the graph it is
     compared with lacks the variant's step, and the values differ."""

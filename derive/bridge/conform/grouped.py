@@ -10,7 +10,9 @@ add QK-norm (``q_norm``, ``k_norm``: gains ``scale``, ``eps``), a window
 Press et al.'s), sinks (the parameter ``sinks``) and an output gate (``gate``: each head's
 columns of W_query its queries, then its gate's). The adapter reads each into the variant it
 declares (`Weights.variant`); RoPE is not the module's (the book passes cos and sin to
-``forward``), so ``--variant rope`` says it, and the call then passes the tables of β.
+``forward``), so ``--variant rope`` says it, and the call then passes the tables of β (of
+width c_r with ``--variant rope+partial-rope --value c_r=…``: the module rotates as many
+features as its tables are wide).
 
 Its forward takes ``blocked`` (True = may not attend), the book's mask convention.
 """
@@ -87,9 +89,9 @@ def _grouped_call(module: Any, x: Any, allowed: Any, variant: str = "", values: 
         return module(x, blocked)
     from attention.rope import compute_rope_params
 
-    beta = (values or {}).get("beta", 10_000)
-    cos, sin = compute_rope_params(
-        module.head_dim, theta_base=beta, context_length=x.shape[-2], dtype=x.dtype
+    beta, rotated = (values or {}).get("beta", 10_000), (values or {}).get("c_r", module.head_dim)
+    cos, sin = compute_rope_params(  # partial RoPE: the tables of its c_r features
+        rotated, theta_base=beta, context_length=x.shape[-2], dtype=x.dtype
     )
     return module(x, blocked, cos.to(x.device), sin.to(x.device))
 

@@ -14,8 +14,11 @@ The variant is read from the layer and its config, each as the model itself uses
   its base β; the model passes the tables to the layer, so the call builds the model's own
   rotary embedding (the class beside the layer's, ``LlamaRotaryEmbedding`` for
   ``LlamaAttention``) and passes its tables at the positions 0 … n − 1 (``default`` rope only:
-  the scaled kinds change the angles, and ``partial_rotary_factor`` rotates part of a head,
-  which no registered variant declares);
+  the scaled kinds change the angles, which no registered variant declares);
+  ``partial_rotary_factor`` (GPT-NeoX's ``rotary_pct``) below 1 rotates each head's first
+  c_r = int(head_dim · factor) features: the partial-rope variant; where the model's own
+  ``rotate_half`` pairs neighbouring features (Cohere, GLM; a probe tells), the
+  interleaved-rope variant;
 - QK-norm: ``q_norm``, ``k_norm`` (gains ``weight``, ε ``variance_epsilon`` or ``eps``); Gemma 3
   and Qwen 3.5 multiply by 1 + weight, which a probe of the norm tells apart;
 - a window: the layer's ``sliding_window`` (None on its full-attention layers), or the config's
@@ -103,6 +106,11 @@ def _layer_weights(module: Any) -> Weights:
     if beta is not None:
         parts.append("rope")
         values["beta"] = beta
+        if H.rotated_width(module) is not None:  # GPT-NeoX's rotary_pct, Qwen 3.5's factor
+            parts.append("partial-rope")
+            values["c_r"] = H.rotated_width(module)
+        if H.interleaved(module):  # Cohere, GLM: neighbouring features paired
+            parts.append("interleaved-rope")
     if getattr(module, "q_norm", None) is not None:
         if module.q_norm.weight.shape[-1] != width:
             raise ConformError(f"{name}: q_norm normalises {module.q_norm.weight.shape[-1]} "

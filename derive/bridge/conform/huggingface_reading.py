@@ -9,8 +9,9 @@ from typing import Any
 
 from .target import ConformError
 
-__all__ = ["head_width", "heads", "scaling", "takes_alibi", "rope", "beta", "window", "alibi",
-           "rotary"]  # fmt: skip
+__all__ = ["head_width", "heads", "scaling", "takes_alibi", "rope", "beta", "rotated_width",
+           "interleaved",
+           "window", "alibi", "rotary"]  # fmt: skip
 
 
 def head_width(module: Any) -> int:
@@ -48,7 +49,7 @@ def rope(module: Any) -> dict | None:
 
 
 def beta(module: Any) -> float | None:
-    """RoPE's base β, None without RoPE; scaled or partial rotations are refused by name."""
+    """RoPE's base β, None without RoPE; scaled rotations are refused by name."""
     found = rope(module)
     if found is None:
         return None
@@ -57,11 +58,34 @@ def beta(module: Any) -> float | None:
     if kind != "default":
         raise ConformError(f"{name}: rope_type {kind!r} scales the angles; the rope variant "
                            "declares the default angles only")  # fmt: skip
-    part = found.get("partial_rotary_factor", 1.0)
-    if part != 1.0:
-        raise ConformError(f"{name}: partial_rotary_factor={part} rotates part of each head; "
-                           "the rope variant rotates all of it")  # fmt: skip
     return float(found["rope_theta"])
+
+
+def rotated_width(module: Any) -> int | None:
+    """c_r, the features of each head a partial RoPE rotates (the model's own rule:
+    int(head_dim · partial_rotary_factor)); None where it rotates them all."""
+    found = rope(module) or {}
+    width = head_width(module)
+    rotated = int(width * found.get("partial_rotary_factor", 1.0))
+    return None if rotated == width else rotated
+
+
+def interleaved(module: Any) -> bool:
+    """True where the model's own ``rotate_half`` (beside the layer's class) pairs neighbouring
+    features (Cohere, GLM): probed on [1, 2, 3, 4], which it turns into [−2, 1, −4, 3], where
+    Llama's turns it into [−3, −4, 1, 2]."""
+    import sys
+
+    import torch
+
+    turn = getattr(sys.modules[type(module).__module__], "rotate_half", None)
+    if turn is None:
+        return False
+    found = turn(torch.tensor([1.0, 2.0, 3.0, 4.0])).tolist()
+    if found not in ([-2.0, 1.0, -4.0, 3.0], [-3.0, -4.0, 1.0, 2.0]):
+        raise ConformError(f"{type(module).__name__}: its model's rotate_half turns [1, 2, 3, 4] "
+                           f"into {found}, neither pairing of a registered RoPE")  # fmt: skip
+    return found[0] == -2.0
 
 
 def window(module: Any) -> int | None:

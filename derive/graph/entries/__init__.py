@@ -8,10 +8,12 @@ from . import (
     cross_attention,
     gate,
     gqa,
+    interleaved_rope,
     kv_cache,
     masked,
     mla,
     multi_head,
+    partial_rope,
     qk_norm,
     rope,
     self_attention,
@@ -29,6 +31,8 @@ BUILT_IN = (
     sliding_window.VARIANT,
     cross_attention.VARIANT,
     rope.VARIANT,
+    partial_rope.VARIANT,
+    interleaved_rope.VARIANT,
     gqa.VARIANT,
     qk_norm.VARIANT,
     mla.VARIANT,
@@ -40,7 +44,7 @@ BUILT_IN = (
 
 #: Combinations whose title names the model that uses them (parts in their order).
 MODELS = {("gqa", "rope"): "Llama 3", ("gqa", "qk-norm", "rope"): "Qwen 3",
-          ("gqa", "qk-norm", "rope", "gate"): "Qwen 3.5 (its full-attention layers)",
+          ("gqa", "qk-norm", "partial-rope", "gate"): "Qwen 3.5 (its full-attention layers)",
           ("gqa", "sliding-window", "sinks"): "GPT-OSS (its sliding layers, without RoPE)",
           ("gqa", "sliding-window", "qk-norm", "rope"): "Gemma 3 (its local layers)"}
 #: Combinations with a title of their own.

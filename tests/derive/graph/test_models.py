@@ -73,10 +73,67 @@ def test_with_every_angle_zero_rope_is_the_base_score():
     assert not zero_angles(graph.replace("Q_rot", doubled), CAUSAL).holds
 
 
+def _partial(graph):
+    from derive.graph.entries.partial_rope import with_partial_rope
+
+    return with_partial_rope(with_rope(graph))
+
+
+def test_partial_rope_pairs_its_first_c_r_features_and_passes_the_others():
+    fact = relative_position(_partial(CAUSAL))
+    assert fact.holds
+    sums = sp.Add.make_args(fact.derivation[-1].rhs)
+    pairs = next(s for s in sums if s.limits[0][1] == 1)
+    rest = next(s for s in sums if s.limits[0][1] != 1)
+    assert pairs.limits[0][1:] == (1, L.c_r / 2)  # one term per rotated pair
+    assert rest.limits[0][1:] == (L.c_r + 1, L.c)  # the features not rotated
+    q, k = L.base("q"), L.base("k")
+    assert rest.function == q[L.m, L.j] * k[L.p, L.j]  # no angle: no position
+    for angle in _angles(pairs):
+        assert sp.simplify(angle / (THETA[L.j] * (L.p - L.m))) in (1, -1)
+
+
+def test_partial_rope_fails_when_its_unrotated_features_turn_or_its_pairs_are_lost():
+    """Angles past c_r that are not 0: the rest of the score reads the positions themselves;
+    a rotation of zeros: the pairs no longer give cos((m − p) θ_j)."""
+    graph = _partial(CAUSAL)
+    angles = graph.step("Phi").element.rhs
+    turned = Piecewise(*angles.args[:-1], (L.m - 1, True))
+    assert turned != angles
+    assert not relative_position(graph.replace("Phi", turned)).holds
+    assert not relative_position(graph.replace("R", sp.S.Zero)).holds
+
+
+def test_interleaved_rope_pairs_neighbours_and_fails_with_the_other_rotation():
+    from derive.graph.entries.interleaved_rope import with_interleaved_rope
+
+    graph = with_interleaved_rope(with_rope(CAUSAL))
+    fact = relative_position(graph)
+    assert fact.holds
+    by_angle = sp.Add.make_args(fact.derivation[-1].rhs)  # a sum over the pairs per angle
+    assert {total.limits[0][1:] for total in by_angle} == {(1, L.c / 2)}
+    q, k = L.base("q"), L.base("k")
+    summand = sp.Add(*[total.function for total in by_angle])
+    (cos,) = summand.atoms(sp.cos)
+    cosine = sp.expand(summand, deep=False).coeff(cos)
+    odd, even = 2 * L.j - 1, 2 * L.j  # the neighbours (2j − 1, 2j) multiply the cosine
+    assert sp.expand(cosine - (q[L.m, odd] * k[L.p, odd] + q[L.m, even] * k[L.p, even])) == 0
+    halves = with_rope(CAUSAL).step("R").element.rhs  # the book's rotation, interleaved angles
+    assert not relative_position(graph.replace("R", halves)).holds
+    partial = with_interleaved_rope(_partial(CAUSAL))
+    assert relative_position(partial).holds
+
+
 def test_rope_rotates_each_head_by_its_own_width():
     graph = with_rope(grouped_query_attention())
     assert graph.shapes["Phi"] == (L.n, L.c_h) and graph.shapes["R"] == (L.c_h, L.c_h)
     assert relative_position(graph).holds
+    partial = relative_position(_partial(grouped_query_attention()))  # the first c_r of c_h
+    assert partial.holds
+    assert {s.limits[0][2] for s in sp.Add.make_args(partial.derivation[-1].rhs)} == {
+        L.c_r / 2,
+        L.c_h,
+    }
 
 
 def test_gqa_is_multi_head_attention_when_g_is_h_and_multi_query_when_g_is_1():
@@ -161,8 +218,8 @@ def test_combinations_apply_their_layers_in_the_models_order():
 
 @pytest.mark.parametrize(
     ("name", "message"),
-    [("mla+rope", "mla does not combine; only ([a-z-]+, )*causal, ([a-z-]+, )*gqa, masked, "
-                  "multi-head, qk-norm, rope, self-attention, ([a-z-]+, )*sliding-window"
+    [("mla+rope", "mla does not combine; only ([a-z-]+, )*causal, ([a-z-]+, )*gqa, ([a-z-]+, )*masked, "
+                  "multi-head, ([a-z-]+, )*qk-norm, rope, self-attention, ([a-z-]+, )*sliding-window"
                   "(, [a-z-]+)* combine"),
      ("gqa+nope", "unknown variant 'nope'"), ("causal+masked", "'masked' cannot be put into the graph with causal: .* has a mask M")],
 )  # fmt: skip
