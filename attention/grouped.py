@@ -19,6 +19,8 @@ blockwise backward, the h/g heads of a group going through each product together
 (`GroupedQueryAttention`, `RMSNorm`) live in `attention.modules`, and are importable from here.
 """
 
+from collections.abc import Mapping
+
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
@@ -91,6 +93,7 @@ def grouped_query_attention(
     theta_base: float | None = None,
     rope_width: int | None = None,
     rope_interleaved: bool = False,
+    freq_config: Mapping[str, float] | None = None,
     q_gain: OwnDtype[Float[Tensor, " c_h"]] | None = None,
     k_gain: OwnDtype[Float[Tensor, " c_h"]] | None = None,
     eps: float = 1e-6,
@@ -111,7 +114,8 @@ def grouped_query_attention(
     each head's first rope_width features (partial RoPE; None: all c_h); rope_interleaved: pair
     feature 2i with 2i + 1 (the RoPE paper's, GPT-J's and GLM's layout), computed as the book's
     rotation of each head's features reordered alike in W_q, W_k and the QK-norm gains (the
-    scores are the same sums). q_gain, k_gain: (c_h,)
+    scores are the same sums); freq_config: Llama 3.1's frequencies (`compute_rope_params`).
+    q_gain, k_gain: (c_h,)
     gains of QK-norm, RMS norm of each head's queries and keys with `eps`, before RoPE (Qwen 3's
     order; None: no QK-norm). causal: query m attends keys p ≤ m; mask (*batch, n, n): True where
     query m may attend key p; window w (with causal): query m attends the keys m − w < p ≤ m.
@@ -150,8 +154,9 @@ def grouped_query_attention(
     rotated = width
     if theta_base is not None:
         rotated = check_rotated(where, width, rope_width, "rope_width", "c_h")
-    elif rope_width is not None or rope_interleaved:
-        given = f"rope_width={rope_width}" if rope_width is not None else "rope_interleaved=True"
+    elif rope_width is not None or rope_interleaved or freq_config is not None:
+        given = ("rope_width=" + str(rope_width) if rope_width is not None else
+                 "rope_interleaved=True" if rope_interleaved else "freq_config")  # fmt: skip
         raise ValueError(f"{where}: {given} without theta_base: no RoPE to change")
     if rope_interleaved:
         order = interleaved_order(width, rotated)
@@ -167,7 +172,7 @@ def grouped_query_attention(
     rope = None
     if theta_base is not None:
         exact = torch.float64 if x.dtype == torch.float64 else torch.float32  # as the books
-        cos, sin = compute_rope_params(rotated, theta_base, x.shape[-2], dtype=exact)
+        cos, sin = compute_rope_params(rotated, theta_base, x.shape[-2], freq_config, exact)
         rope = (cos.to(x.device), sin.to(x.device))  # on x's device (the tables start on the CPU)
 
     def norm(gain: Tensor | None):

@@ -206,6 +206,7 @@ def rope_rotation(
     theta_base: float = 10_000,
     rotated: int | None = None,
     interleaved: bool = False,
+    freq_config: Mapping[str, float] | None = None,
 ) -> Float[Tensor, "*batch n c"]:
     """Rotate each row of x by its position 0 … n − 1 with the book's tables at x's width and
     length: ``apply_rope(x, *compute_rope_params(c, theta_base, n))`` (the twin of the step
@@ -213,7 +214,7 @@ def rope_rotation(
     rotate only the first `rotated` features, with the tables of that width, and pass the others
     on (partial RoPE; None: all c). `interleaved`: pair feature 2i with 2i + 1 (0-based; the
     RoPE paper's, GPT-J's and GLM's layout), each pair turning by the angle the book's layout
-    gives the pair (i, i + c/2).
+    gives the pair (i, i + c/2). `freq_config`: Llama 3.1's frequencies (`compute_rope_params`).
 
     >>> rope_rotation(torch.tensor([[1.0, 0.0], [1.0, 0.0]]))  # position 1: (cos 1, sin 1)
     tensor([[1.0000, 0.0000],
@@ -224,7 +225,9 @@ def rope_rotation(
     """
     n, width = x.shape[-2], x.shape[-1]
     turned = check_rotated("rope_rotation", width, rotated, "rotated")
-    cos, sin = compute_rope_params(turned, theta_base=theta_base, context_length=n, dtype=x.dtype)
+    cos, sin = compute_rope_params(
+        turned, theta_base=theta_base, context_length=n, freq_config=freq_config, dtype=x.dtype
+    )
     if not interleaved:
         return rotate(x, cos, sin)
     half = turned // 2

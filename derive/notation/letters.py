@@ -11,7 +11,8 @@ Sizes (positive integer symbols)::
     c_r  the rotated width of each head (partial RoPE)
 
 Parameters (positive reals): β the base of the rotary angles (RoPE), ε the constant under the
-root of an RMS normalisation, κ the cap of logit softcapping.
+root of an RMS normalisation, κ the cap of logit softcapping; η, α_l, α_h and L_0, Llama 3.1's
+RoPE frequencies (its factor, low and high frequency factors, original context length).
 
 The attention of today's open models adds: ALiBi's slopes μ (1 × h) and distances Δ, a sink's
 logits ζ (1 × h), and the output gate's W_g, its logits Γ = X W_g (entries γ) and the gated
@@ -43,7 +44,8 @@ import sympy as sp
 from sympy import IndexedBase, MatrixSymbol, Symbol
 
 __all__ = [
-    "n", "d", "c", "h", "c_h", "s", "d_y", "w", "g", "d_u", "c_r", "beta", "eps", "kappa", "m", "p",
+    "n", "d", "c", "h", "c_h", "s", "d_y", "w", "g", "d_u", "c_r", "beta", "eta", "alpha_l",
+    "alpha_h", "L_0", "eps", "kappa", "m", "p",
     "r", "t", "i", "j", "j2", "f", "ell", "nu", "b", "lam", "CONSTANT_LETTERS",
     "SIZES", "BASES", "READING_ORDER", "reading_key", "MATRIX_LATEX", "ENTRY_LATEX", "base",
     "letter_of", "name_of",
@@ -65,6 +67,12 @@ c_r = Symbol("c_r", integer=True, positive=True)
 SIZES = (n, d, c, h, c_h, s, d_y, w, g, d_u, c_r)
 #: The base of the rotary angles θ_j = β^{−2(j−1)/c}, and the ε of an RMS normalisation.
 beta = Symbol("beta", positive=True)
+#: Llama 3.1's RoPE frequencies: the factor of the slow ones, the low and high frequency
+#: factors, and the context length the model was first trained at.
+eta = Symbol("eta", positive=True)
+alpha_l = Symbol("alpha_l", positive=True)
+alpha_h = Symbol("alpha_h", positive=True)
+L_0 = Symbol("L_0", positive=True)
 eps = Symbol("epsilon", positive=True)
 #: The cap of logit softcapping (Gemma 2): each scaled score becomes κ tanh(ω̃/κ).
 kappa = Symbol("kappa", positive=True)

@@ -97,6 +97,9 @@ class AttentionPrinter(MatrixPrinting, LatexPrinter):
             return rf"\left({self._print(base)}\right)^{{{self._print(power)}}}"
         return super()._print_Pow(expr)
 
+    def _print_Pi(self, expr: sp.Expr) -> str:  # π (Llama 3.1's wavelengths 2π/ω)
+        return r"\pi"
+
     def _print_Symbol(self, expr: sp.Symbol, style: str = "plain") -> str:
         special = {L.ell: r"\ell", L.c_h: "c_h", L.j2: "j'", L.lam: r"\lambda"}
         if expr in special:

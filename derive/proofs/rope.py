@@ -23,7 +23,7 @@ j + c_r/2 ≤ c_h is known.
 from __future__ import annotations
 
 import sympy as sp
-from sympy import Eq, Indexed, Sum
+from sympy import Eq, Indexed, Piecewise, Sum
 
 from ..calculus import inline, under_ranges
 from ..graph import Declaration, Graph
@@ -94,12 +94,25 @@ def _halves(
     return (first + second).xreplace(back), _decided(summand, rest).xreplace(back)
 
 
-def _theta(expr: sp.Expr, width: sp.Expr) -> sp.Expr:
-    """β^{−2(j−1)/w} written θ_j."""
-    frequency = L.beta ** (-2 * (L.j - 1) / width)
+def _position(angle: sp.Expr, frequency: sp.Expr) -> sp.Expr:
+    """An angle divided by its pair's frequency: m − 1 where the angle is (m − 1) times that
+    frequency (its own, at position 1: m = p = 2), or times one of its cases where the ranges
+    have split the score by them (Llama 3.1's frequencies); a feature whose frequency is
+    another keeps the ratio, and its pair no longer turns as one."""
+    own = angle.xreplace({L.m: 2, L.p: 2})
+    if own == 0:
+        return sp.S.Zero
+    cases = {a.expr for a in frequency.args} if isinstance(frequency, Piecewise) else set()
+    if own != frequency and own not in cases and sp.expand(own - frequency) != 0:
+        return angle / frequency
+    return sp.factor(angle / own)
+
+
+def _theta(expr: sp.Expr, frequency: sp.Expr) -> sp.Expr:
+    """Each angle written (its position) θ_j, θ_j the frequency of pair j."""
     return expr.replace(
         lambda e: isinstance(e, sp.cos | sp.sin),
-        lambda e: type(e)(sp.factor(e.args[0] / frequency) * THETA[L.j]),
+        lambda e: type(e)(_position(e.args[0], frequency) * THETA[L.j]),
     )
 
 
@@ -142,7 +155,10 @@ def relative_position(graph: Graph) -> Fact:
     interleaved = _interleaved(graph)
     halves, rest = _halves(composed.function, width, rotated, interleaved)
     decided = {L.m: (1, L.n), L.p: (1, L.n), L.j: (sp.S.One, rotated / 2)}
-    angles = _theta(under_ranges(inline(halves, graph, {"Phi"}), decided), rotated)
+    first = {L.j: 2 * L.j - 1} if interleaved else {}  # the pair's first feature
+    phi = graph.step("Phi").element.rhs.xreplace(first).xreplace({L.m: 2})
+    angles = _theta(under_ranges(inline(halves, graph, {"Phi"}), decided),
+                    under_ranges(phi, decided))  # fmt: skip
     paired = _pairs(angles)
     unrotated = {L.m: (1, L.n), L.p: (1, L.n), L.j: (rotated + 1, width)}
     plain = sp.factor(under_ranges(inline(rest, graph, {"Phi"}), unrotated))
@@ -165,7 +181,9 @@ def relative_position(graph: Graph) -> Fact:
     sources = (step.output, *sorted(rotations), "Phi")
     name = "relative_position"
     how = "the sum split at c/2"
-    if interleaved:
+    if graph.step("Phi").element.rhs.has(L.eta):  # Llama 3.1's frequencies, in cases
+        name, how = "smoothed_relative_position", "each angle divided by its frequency"
+    elif interleaved:
         name, how = "interleaved_relative_position", "the sum split into its odd and even terms"
     elif partial:
         name, how = "partial_relative_position", "the sum split at c_r/2 and c_r"

@@ -30,6 +30,10 @@ _SIZES = (
     (L.beta, "base of the rotary angles (RoPE; the book's `theta_base`, 10 000)"),
     (L.eps, "the constant under the root of an RMS normalisation (QK-norm; $10^{-6}$)"),
     (L.kappa, "the cap of logit softcapping (Gemma 2: 50)"),
+    (L.eta, "the factor of RoPE's slow frequencies (Llama 3.1's `factor`; Llama 3.2: 32)"),
+    (L.alpha_l, "Llama 3.1's `low_freq_factor` (1): slow pairs' wavelengths pass $L_0/\\alpha_l$"),
+    (L.alpha_h, "Llama 3.1's `high_freq_factor` (4): fast pairs' are below $L_0/\\alpha_h$"),
+    (L.L_0, "the context length a Llama 3.1 model was first trained at (8192)"),
 )
 
 _INDICES = (

@@ -98,6 +98,15 @@ CLAIM_TEXT = {
         "the others adding $q_{m,j} k_{p,j}$, which reads no position): the score depends on "
         "where the query and the key are only through how far apart they are:"
     ),
+    "smoothed_relative_position": (
+        "The rotated queries and keys put into the score, the rotation's deltas summed out, "
+        "the sum split so that each pair of features is one term, each angle divided by its "
+        "frequency, and each pair's coefficient simplified by SymPy's trigonometric "
+        "identities. Every angle that remains is $(m - p)\\theta_j$, $\\theta_j$ now pair "
+        "$j$'s frequency as Llama 3.1 smooths it (divided by $\\eta$ for the slow pairs, kept "
+        "for the fast ones, blended between): the score still depends on where the query "
+        "and the key are only through how far apart they are:"
+    ),
     "zero_angles": (
         "With every angle $0$ (a rotation by nothing) the score is the score without RoPE:"
     ),

@@ -244,3 +244,23 @@ def test_g_equal_h_without_rope_is_our_multi_head_attention():
     x = torch.randn(3, 9, 10)
     causal = torch.ones(9, 9, dtype=torch.bool).triu(1)
     torch.testing.assert_close(gqa(x, causal), mha(x), rtol=0, atol=1e-6)
+
+
+def test_freq_config_is_the_books_llama_3_2_rope():
+    """grouped_query_attention(freq_config=) is the module called with Llama 3.2's tables
+    (compute_rope_params with the book's freq_config, in float64; the book's own rounds the
+    frequencies to float32, within 1e-6 of these), and differs from plain RoPE."""
+    config = {"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_context_length": 64}  # fmt: skip
+    torch.manual_seed(0)
+    module = GroupedQueryAttention(32, num_heads=2, num_kv_groups=1, head_dim=16).double()
+    x = torch.randn(2, 6, 32, dtype=torch.float64)
+    cos, sin = compute_rope_params(16, 500_000, 6, freq_config=config, dtype=torch.float64)
+    book = llama3.compute_rope_params(16, 500_000, 6, freq_config=config, dtype=torch.float64)
+    torch.testing.assert_close(book, (cos, sin), rtol=0, atol=1e-6)
+    names = ("W_query", "W_key", "W_value", "out_proj")
+    w = [getattr(module, name).weight.mT for name in names]
+    got = grouped_query_attention(x, *w, heads=2, groups=1, theta_base=500_000, freq_config=config)
+    torch.testing.assert_close(got, module(x, None, cos, sin), rtol=0, atol=1e-12)
+    plain = grouped_query_attention(x, *w, heads=2, groups=1, theta_base=500_000)
+    assert (plain - got).abs().max() > 1e-3

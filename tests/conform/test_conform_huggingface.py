@@ -46,6 +46,12 @@ LAYERS = {
     "gpt-neox": ("GPTNeoXConfig", "GPTNeoXModel", {"rotary_pct": 1.0}, "rope"),  # per head
     "gpt-neox-partial": ("GPTNeoXConfig", "GPTNeoXModel", {}, "rope+partial-rope"),  # 0.25
     "bloom": ("BloomConfig", "BloomModel", {}, "alibi"),  # per head; adds the residual itself
+    "llama3.1": ("LlamaConfig", "LlamaForCausalLM",  # L_0 = 64: at head_dim 8, the pairs'
+                 {"rope_parameters": {"rope_type": "llama3", "rope_theta": 10_000.0,  # fast,
+                                      "factor": 8.0, "low_freq_factor": 1.0,  # blended and
+                                      "high_freq_factor": 4.0,  # slow frequencies all occur
+                                      "original_max_position_embeddings": 64}},
+                 "gqa+rope+llama3-rope"),
     "cohere": ("CohereConfig", "CohereForCausalLM", {}, "gqa+rope+interleaved-rope"),
     "glm4": ("Glm4Config", "Glm4ForCausalLM", {"pad_token_id": 0},  # half of each head, paired
              "gqa+rope+partial-rope+interleaved-rope"),  # by neighbours
@@ -98,6 +104,7 @@ def test_a_window_is_shown_enough_tokens_to_reach_past_it():
 
 def test_told_another_base_a_cap_or_a_sink_a_layer_does_not_conform():
     assert not conform(_layer("llama"), values={"beta": 500.0}).conforms
+    assert not conform(_layer("llama3.1"), values={"eta": 4.0}).conforms  # another factor
     assert not conform(_layer("gemma2"), values={"kappa": 50.0}).conforms
     assert not conform(_layer("llama"), variant="softcap").conforms
 

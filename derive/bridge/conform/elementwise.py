@@ -135,6 +135,8 @@ class _Grid:
             return float(expr), 0.0
         if expr is sp.true or expr is sp.false:
             return bool(expr), 0.0
+        if isinstance(expr, sp.NumberSymbol):  # π: rounded once
+            return float(expr), u * abs(float(expr))
         if isinstance(expr, sp.Piecewise):
             return self._piecewise(expr, env)
         if isinstance(expr, sp.Sum):

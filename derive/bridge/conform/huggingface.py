@@ -13,8 +13,9 @@ The variant is read from the layer and its config, each as the model itself uses
 - RoPE: ``config.rope_parameters`` (per layer type where it has one per type), ``rope_theta``
   its base β; the model passes the tables to the layer, so the call builds the model's own
   rotary embedding (the class beside the layer's, ``LlamaRotaryEmbedding`` for
-  ``LlamaAttention``) and passes its tables at the positions 0 … n − 1 (``default`` rope only:
-  the scaled kinds change the angles, which no registered variant declares);
+  ``LlamaAttention``) and passes its tables at the positions 0 … n − 1 (``default`` rope, or
+  ``llama3``: the llama3-rope variant; the other scaled kinds change the angles in ways no
+  registered variant declares);
   ``partial_rotary_factor`` (GPT-NeoX's ``rotary_pct``) below 1 rotates each head's first
   c_r = int(head_dim · factor) features: the partial-rope variant; where the model's own
   ``rotate_half`` pairs neighbouring features (Cohere, GLM; a probe tells), the
@@ -111,6 +112,10 @@ def _layer_weights(module: Any) -> Weights:
             values["c_r"] = H.rotated_width(module)
         if H.interleaved(module):  # Cohere, GLM: neighbouring features paired
             parts.append("interleaved-rope")
+        smoothing = H.llama3(module)
+        if smoothing is not None:  # Llama 3.1's frequencies
+            parts.append("llama3-rope")
+            values |= smoothing
     if getattr(module, "q_norm", None) is not None:
         if module.q_norm.weight.shape[-1] != width:
             raise ConformError(f"{name}: q_norm normalises {module.q_norm.weight.shape[-1]} "

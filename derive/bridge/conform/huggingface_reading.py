@@ -9,9 +9,8 @@ from typing import Any
 
 from .target import ConformError
 
-__all__ = ["head_width", "heads", "scaling", "takes_alibi", "rope", "beta", "rotated_width",
-           "interleaved",
-           "window", "alibi", "rotary"]  # fmt: skip
+__all__ = ["head_width", "heads", "scaling", "takes_alibi", "rope", "beta", "llama3",
+           "rotated_width", "interleaved", "window", "alibi", "rotary"]  # fmt: skip
 
 
 def head_width(module: Any) -> int:
@@ -55,10 +54,21 @@ def beta(module: Any) -> float | None:
         return None
     kind = found.get("rope_type", "default")
     name = type(module).__name__
-    if kind != "default":
-        raise ConformError(f"{name}: rope_type {kind!r} scales the angles; the rope variant "
-                           "declares the default angles only")  # fmt: skip
+    if kind not in ("default", "llama3"):
+        raise ConformError(f"{name}: rope_type {kind!r} scales the angles; the registered RoPE "
+                           "variants declare the default angles and Llama 3.1's "
+                           "(llama3-rope) only")  # fmt: skip
     return float(found["rope_theta"])
+
+
+def llama3(module: Any) -> dict | None:
+    """The values of the llama3-rope variant where the layer's rope_type is "llama3"."""
+    found = rope(module) or {}
+    if found.get("rope_type") != "llama3":
+        return None
+    names = {"eta": "factor", "alpha_l": "low_freq_factor", "alpha_h": "high_freq_factor",
+             "L_0": "original_max_position_embeddings"}  # fmt: skip
+    return {symbol: float(found[key]) for symbol, key in names.items()}
 
 
 def rotated_width(module: Any) -> int | None:

@@ -124,6 +124,20 @@ def test_interleaved_rope_pairs_neighbours_and_fails_with_the_other_rotation():
     assert relative_position(partial).holds
 
 
+def test_llama3_frequencies_keep_the_score_relative_and_a_position_in_them_does_not():
+    from derive.graph.entries.llama3_rope import smoothed, with_llama3_rope
+
+    graph = with_llama3_rope(with_rope(CAUSAL))
+    assert graph.step("Phi").element.rhs.has(L.eta, L.alpha_l, L.alpha_h, L.L_0)
+    fact = relative_position(graph)
+    assert fact.holds and fact.name == "smoothed_relative_position"
+    angles = graph.step("Phi").element.rhs
+    slow = smoothed(L.beta ** (-2 * (L.j - 1) / L.c)).args[0].expr  # ω/η
+    moved = angles.xreplace({slow: slow * L.m})  # the slow pairs' frequency reads m
+    assert moved != angles
+    assert not relative_position(graph.replace("Phi", moved)).holds
+
+
 def test_rope_rotates_each_head_by_its_own_width():
     graph = with_rope(grouped_query_attention())
     assert graph.shapes["Phi"] == (L.n, L.c_h) and graph.shapes["R"] == (L.c_h, L.c_h)
@@ -218,9 +232,9 @@ def test_combinations_apply_their_layers_in_the_models_order():
 
 @pytest.mark.parametrize(
     ("name", "message"),
-    [("mla+rope", "mla does not combine; only ([a-z-]+, )*causal, ([a-z-]+, )*gqa, ([a-z-]+, )*masked, "
-                  "multi-head, ([a-z-]+, )*qk-norm, rope, self-attention, ([a-z-]+, )*sliding-window"
-                  "(, [a-z-]+)* combine"),
+    [("mla+rope", "mla does not combine; only ([a-z0-9-]+, )*causal, ([a-z0-9-]+, )*gqa, ([a-z0-9-]+, )*masked, "
+                  "multi-head, ([a-z0-9-]+, )*qk-norm, rope, self-attention, ([a-z0-9-]+, )*sliding-window"
+                  "(, [a-z0-9-]+)* combine"),
      ("gqa+nope", "unknown variant 'nope'"), ("causal+masked", "'masked' cannot be put into the graph with causal: .* has a mask M")],
 )  # fmt: skip
 def test_what_does_not_combine_is_refused(name, message):
