@@ -79,6 +79,30 @@ def expand_groups(
     return _core.expand_groups(t, heads)
 
 
+def _check_gains(
+    where: str, q_gain: Tensor | None, k_gain: Tensor | None, width: int, wholes: tuple[int, int]
+) -> None:
+    """QK-norm's gains: each of one head's c_h = `width` features or of the whole row (`wholes`:
+    c = h·c_h for q_gain, c_kv = g·c_h for k_gain), and both the same kind where it matters."""
+    kinds = set()
+    for name, gain, whole in (("q_gain", q_gain, wholes[0]), ("k_gain", k_gain, wholes[1])):
+        if gain is None:
+            continue
+        if gain.shape[-1] not in (width, whole):
+            raise ShapeError(
+                f"{where}: {name} has {gain.shape[-1]} gains, but QK-norm takes one head's "
+                f"c_h = c / heads = {width} (per head) or the whole row's {whole} (over all heads)"
+            )
+        if whole != width:  # with one head (or one group), per head and whole are one thing
+            kinds.add("per head" if gain.shape[-1] == width else "over all heads")
+    if len(kinds) > 1 and q_gain is not None and k_gain is not None:
+        raise ShapeError(
+            f"{where}: q_gain has {q_gain.shape[-1]} gains and k_gain {k_gain.shape[-1]}: one "
+            f"normalises per head (c_h = {width}), the other over all heads (c = {wholes[0]}, "
+            f"c_kv = {wholes[1]}); QK-norm normalises queries and keys alike"
+        )
+
+
 @checked
 def grouped_query_attention(
     x: Float[Tensor, "*batch n d"],
@@ -94,8 +118,8 @@ def grouped_query_attention(
     rope_width: int | None = None,
     rope_interleaved: bool = False,
     freq_config: Mapping[str, float] | None = None,
-    q_gain: OwnDtype[Float[Tensor, " c_h"]] | None = None,
-    k_gain: OwnDtype[Float[Tensor, " c_h"]] | None = None,
+    q_gain: OwnDtype[Float[Tensor, " q_width"]] | None = None,
+    k_gain: OwnDtype[Float[Tensor, " k_width"]] | None = None,
     eps: float = 1e-6,
     mask: Bool[Tensor, "*#batch n n"] | None = None,
     window: int | None = None,
@@ -117,13 +141,15 @@ def grouped_query_attention(
     scores are the same sums); freq_config: Llama 3.1's frequencies (`compute_rope_params`).
     q_gain, k_gain: (c_h,)
     gains of QK-norm, RMS norm of each head's queries and keys with `eps`, before RoPE (Qwen 3's
-    order; None: no QK-norm). causal: query m attends keys p ≤ m; mask (*batch, n, n): True where
-    query m may attend key p; window w (with causal): query m attends the keys m − w < p ≤ m.
-    softcap: κ, each scaled score ω̃ replaced by κ tanh(ω̃/κ). alibi (with causal): −μ_ℓ (m − p)
-    added to head ℓ's scores, True for Press et al.'s slopes or a tensor of h slopes. sinks: h
-    logits, exp(ζ_ℓ) in each row's denominator of head ℓ (GPT-OSS). w_g: the output gate's W_g
-    (d, h·c_h), the merged heads multiplied by σ(X W_g) before W_o (Qwen 3.5). Scale 1/√c_h, or
-    1/√query_pre_attn_scalar (Gemma 2 and 3). Returns C (*batch, n, c_out).
+    order; None: no QK-norm); gains of the whole width, q_gain (h·c_h,) and k_gain (g·c_h,),
+    normalise each row of Q and K over all heads at once before the heads are split (OLMo 2 and
+    3; with one head the two are the same). causal: query m attends keys p ≤ m; mask (*batch,
+    n, n): True where query m may attend key p; window w (with causal): query m attends the keys
+    m − w < p ≤ m. softcap: κ, each scaled score ω̃ replaced by κ tanh(ω̃/κ). alibi (with causal):
+    −μ_ℓ (m − p) added to head ℓ's scores, True for Press et al.'s slopes or a tensor of h
+    slopes. sinks: h logits, exp(ζ_ℓ) in each row's denominator of head ℓ (GPT-OSS). w_g: the
+    output gate's W_g (d, h·c_h), the merged heads multiplied by σ(X W_g) before W_o (Qwen 3.5).
+    Scale 1/√c_h, or 1/√query_pre_attn_scalar (Gemma 2 and 3). Returns C (*batch, n, c_out).
 
     >>> X = torch.rand(5, 8)
     >>> W_q, W_kv, W_o = torch.rand(8, 16), torch.rand(8, 8), torch.rand(16, 8)
@@ -148,9 +174,7 @@ def grouped_query_attention(
             f"{where}: w_k has c_kv={c_kv} but groups · c_h = {groups} · {width} = "
             f"{groups * width} (c_h = c / heads = {c} / {heads})"
         )
-    for name, gain in (("q_gain", q_gain), ("k_gain", k_gain)):
-        if gain is not None and gain.shape[-1] != width:
-            raise ShapeError(f"{where}: {name} has c_h={gain.shape[-1]} but c / heads = {width}")
+    _check_gains(where, q_gain, k_gain, width, (c, c_kv))
     rotated = width
     if theta_base is not None:
         rotated = check_rotated(where, width, rope_width, "rope_width", "c_h")
@@ -175,8 +199,14 @@ def grouped_query_attention(
         cos, sin = compute_rope_params(rotated, theta_base, x.shape[-2], freq_config, exact)
         rope = (cos.to(x.device), sin.to(x.device))  # on x's device (the tables start on the CPU)
 
-    def norm(gain: Tensor | None):
-        return None if gain is None else (lambda t: _core.rms_norm(t, gain, eps))
+    def norm(gain: Tensor | None):  # applied to (*batch, heads, n, c_h)
+        if gain is None:
+            return None
+        if gain.shape[-1] == width:
+            return lambda t: _core.rms_norm(t, gain, eps)
+        return lambda t: _core.split_heads(
+            _core.rms_norm(_core.merge_heads(t), gain, eps), t.shape[-3]
+        )  # over all heads at once
 
     slopes = alibi if isinstance(alibi, Tensor) else None
     weights = LayerWeights(w_q, w_k, w_v, w_o, w_g=w_g, q_norm=norm(q_gain), k_norm=norm(k_gain),

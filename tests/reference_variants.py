@@ -62,10 +62,14 @@ def allowed_matrix(n, causal=False, mask=None, keys=None):
 def gqa_reference(x, w_q, w_k, w_v, w_o=None, *, heads, groups, causal=False, theta_base=None,
                   q_gain=None, k_gain=None, eps=1e-6, mask=None):  # fmt: skip
     """Head ℓ (1-based) on its columns of Q and on key/value group γ = ⌊(ℓ−1)·g/h⌋ + 1;
-    QK-norm, then RoPE, then attention; heads side by side, times W_o."""
+    QK-norm, then RoPE, then attention; heads side by side, times W_o. Gains as wide as Q's
+    and K's rows: QK-norm of the whole rows, before the heads are taken (OLMo)."""
     x, w_q, w_k, w_v = (np.asarray(t, dtype=np.float64) for t in (x, w_q, w_k, w_v))
     width = w_q.shape[1] // heads
     q_all, k_all, v_all = x @ w_q, x @ w_k, x @ w_v
+    if q_gain is not None and len(q_gain) == q_all.shape[1] != width:  # over all heads
+        q_all, k_all = rms_reference(q_all, q_gain, eps), rms_reference(k_all, k_gain, eps)
+        q_gain = None
     allowed = allowed_matrix(x.shape[0], causal, mask)
     columns = []
     for ell in range(1, heads + 1):

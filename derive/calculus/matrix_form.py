@@ -75,7 +75,8 @@ def _is_scalar(expr: sp.Expr, row: sp.Symbol, col: sp.Symbol) -> bool:
     """Free of the indices, and of every entry but fixed ones (ALiBi's slope μ[0, 0])."""
     fixed = all(
         not (_depends(e.i, row) or _depends(e.i, col) or _depends(e.j, row) or _depends(e.j, col))
-        and not isinstance(e, Sum) for e in expr.atoms(MatrixElement)
+        and not isinstance(e, Sum)
+        for e in expr.atoms(MatrixElement)
     ) and not expr.has(Sum)
     return fixed and not (_depends(expr, row) or _depends(expr, col))
 
@@ -143,10 +144,17 @@ def _softmax(numerator: sp.Expr, denominator: sp.Expr, row, col, shape) -> sp.Ma
         return None
     if len(denominator.limits) != 1:
         return None
-    ((variable, low, _),) = denominator.limits
-    if low != 0 or denominator.function != numerator.xreplace({col: variable}):
+    ((variable, low, high),) = denominator.limits
+    if low != 0 or high.has(col):  # a sum over the column's own block is no softmax
+        return None
+    if denominator.function != numerator.xreplace({col: variable}):
         return None
     return Softmax(_form(numerator.args[0], row, col, shape), sink)
+
+
+def _whole_row(low: sp.Expr, high: sp.Expr, cols: sp.Expr) -> bool:
+    """Do the (0-based) limits low … high run over all `cols` columns of a row?"""
+    return low == 0 and sp.simplify(high - (cols - 1)) == 0
 
 
 def _rms(factors: list[sp.Expr], row, col, shape) -> sp.MatrixExpr | None:
@@ -165,6 +173,8 @@ def _rms(factors: list[sp.Expr], row, col, shape) -> sp.MatrixExpr | None:
     if not (square.is_Pow and square.exp == 2 and isinstance(square.base, MatrixElement)):
         return None
     z = square.base.parent
+    if not _whole_row(low, high, z.shape[1]):  # over part of the row (one head's): no rmsnorm
+        return None
     eps = sp.simplify(root.base - total / (high - low + 1))
     entry = z[row, col]
     gains = [f for f in others if f != entry]

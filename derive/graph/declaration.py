@@ -111,9 +111,15 @@ class Declaration:
         one head's as one head's; its twin, where it names the matrices it is given, is given
         the new ones (the masked weights' twin takes the scaled scores, which the step itself
         reads through the masked ones)."""
-        suffix = "_l" if self.head else ""
         bases = {L.base(old): L.base(new) for old, new in renamed.items()}
-        letters = {L.BASES[old] + suffix: L.BASES[new] + suffix for old, new in renamed.items()}
+        letters = {  # each entry read as it is read: a head's, or a whole matrix's (heads split)
+            L.letter_of(entry): L.letter_of(entry.xreplace(bases))
+            for entry in self.element.rhs.atoms(Indexed)
+            if entry.base in bases
+        }
+        if not letters:  # a step that names a matrix to its twin only (the masked weights)
+            suffix = "_l" if self.head else ""
+            letters = {L.BASES[old] + suffix: L.BASES[new] + suffix for old, new in renamed.items()}
         shapes = dict(self.shapes)
         for old, new in letters.items():
             if old in shapes:  # a step may name a matrix to its twin only (the masked weights)

@@ -47,6 +47,8 @@ class Form:
         variant: the registered variants it computes besides these, joined by ``+``
             (``"gqa+rope"``; empty: none). Their chains may bring the causal mask (RoPE's
             base is causal attention); without `causal` it is then M = 0, no mask.
+        cached: s > 0 where the implementation computed tokens s + 1 … n after a cache of
+            the first s (generation); the graph is the same, a mistake may read it.
     """
 
     heads: bool = False
@@ -55,6 +57,7 @@ class Form:
     dropout: bool = False
     projections: bool = True
     variant: str = ""
+    cached: int = 0
 
 
 def entry(name: str, head: bool, *indices: sp.Expr) -> sp.Indexed:

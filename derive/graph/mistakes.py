@@ -253,9 +253,15 @@ MISTAKES: tuple[Mistake, ...] = (
         P.rope_pairing,
     ),
     Mistake("rope-not-on-keys", "RoPE on the queries, not on the keys", P.rope_not_on_keys),
+    Mistake("rope-offset", "after a cache, RoPE's positions start at 0 again", P.rope_offset),
     Mistake("window-off-by-one", "the window lets each query see w + 1 keys", P.window_off_by_one),
     Mistake("softcap-missing", "the scores not softcapped", P.softcap_missing),
     Mistake("sink-missing", "the sink left out of the softmax", P.sink_missing),
+    Mistake(
+        "qk-norm-per-head",
+        "QK-norm of each head's features, where the whole row is normalised",
+        P.qk_norm_per_head,
+    ),
     Mistake("nan-on-empty-rows", "NaN for a query with no key to attend to", unchanged, "nan"),
 )
 

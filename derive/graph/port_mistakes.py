@@ -17,6 +17,11 @@ the classic ones.
 ``window-off-by-one``          each query sees w + 1 keys, not w (p ≥ m − w for p > m − w)
 ``softcap-missing``            the scores not capped: ω̆ = ω̃
 ``sink-missing``               the sink left out of each row's denominator
+``rope-offset``                after a cache of s tokens, the new tokens rotated at positions
+                               0, 1, … again, not s, s + 1, … (``start_pos`` not passed on)
+``qk-norm-per-head``           each head's c_h features RMS-normalised on their own where the
+                               model normalises the whole row of Q and K (OLMo's QK-norm ported
+                               as Qwen 3's)
 =============================  ===============================================================
 
 Each changes a graph only where its variant is in the form (a window only in a windowed
@@ -26,7 +31,7 @@ graph); elsewhere it is the graph itself, which explains nothing.
 from __future__ import annotations
 
 import sympy as sp
-from sympy import Eq, Mod, Piecewise, exp, floor
+from sympy import Eq, Mod, Piecewise, Sum, exp, floor
 
 from ..notation import letters as L
 from .declaration import Graph
@@ -35,6 +40,7 @@ from .forms import Form, entry, replaced, suffix
 __all__ = [
     "heads_split_without_transpose", "mask_filled_with_zero", "gqa_repeat_order",
     "rope_pairing", "rope_not_on_keys", "window_off_by_one", "softcap_missing", "sink_missing",
+    "qk_norm_per_head", "rope_offset",
 ]  # fmt: skip
 
 
@@ -135,3 +141,27 @@ def sink_missing(graph: Graph, form: Form) -> Graph:
     without = step.element.rhs.replace(lambda e: isinstance(e, exp) and any(
         L.letter_of(i) == "Zeta" for i in e.atoms(sp.Indexed)), lambda e: sp.S.Zero)  # fmt: skip
     return replaced(graph, step.output, without)
+
+
+def qk_norm_per_head(graph: Graph, form: Form) -> Graph:
+    r"""$\check{q}_{m,j} = (\gamma_q)_{1,j} q_{m,j} / \sqrt{\sum_{j'} q_{m,j'}^2 / c_h +
+    \epsilon}$ over the c_h features $j'$ of the head that holds $j$ (from $c_h \lfloor (j-1)/c_h
+    \rfloor + 1$), not over the whole row; the same for the keys."""
+    if not _has(form, "whole-qk-norm"):
+        return graph
+    start = L.c_h * floor((L.j - 1) / L.c_h) + 1
+    for which, row in (("q", L.m), ("k", L.p)):
+        x = L.base(which)
+        square = Sum(x[row, L.j2] ** 2, (L.j2, start, start + L.c_h - 1)) / L.c_h
+        rhs = L.base("g" + which)[1, L.j] * x[row, L.j] / sp.sqrt(square + L.eps)
+        graph = replaced(graph, which.upper() + "_norm", rhs)
+    return graph
+
+
+def rope_offset(graph: Graph, form: Form) -> Graph:
+    r"""$\phi_{m,j}$ read at $m - s$ for the tokens $m > s$ after a cache of $s$: their queries
+    and keys rotated as if they began the sequence (the cached keys keep their angles)."""
+    if not _has(form, "rope") or not form.cached:
+        return graph
+    restarted = Piecewise((L.m - form.cached, sp.Gt(L.m, form.cached)), (L.m, True))
+    return replaced(graph, "Phi", graph.step("Phi").element.rhs.xreplace({L.m: restarted}))

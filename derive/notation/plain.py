@@ -63,7 +63,8 @@ _MATRIX = {"Omega": "Ω", "Omega_scaled": "Ω̃", "Omega_masked": "Ω̂", "C_con
 #: The adjoint's bar, as a combining character: q̄, Ω̄.
 _BAR = "\u0304"
 _SUPERSCRIPT = str.maketrans("0123456789hℓ()", "⁰¹²³⁴⁵⁶⁷⁸⁹ʰˡ⁽⁾")
-_SYMBOLS = {"l": "ℓ", "rho": "ρ", "lambda": "λ"}
+_SYMBOLS = {"l": "ℓ", "rho": "ρ", "lambda": "λ", "epsilon": "ε", "beta": "β", "eta": "η",
+            "alpha_l": "α_l", "alpha_h": "α_h", "kappa": "κ", "nu": "ν"}  # fmt: skip
 _RELATIONS = {"<=": "≤", ">=": "≥", "<": "<", ">": ">", "==": "=", "!=": "≠"}
 
 
@@ -143,8 +144,9 @@ class PlainPrinter(StrPrinter):
             key=lambda f: (not f.is_number, L.reading_key(f) if isinstance(f, Indexed) else ()),
         )
         sign = ""
-        if factors and factors[0] == -1:
-            sign, factors = "-", factors[1:]
+        if factors and factors[0].is_number and factors[0].is_negative:  # -2 j, not (-2) j
+            sign, factors = "-", [-factors[0], *factors[1:]]
+            factors = factors[1:] if factors[0] == 1 else factors
         top = " ".join(self.parenthesize(f, PRECEDENCE["Mul"], strict=True) for f in factors)
         top = sign + (top or "1")
         if denominator == 1:
@@ -206,6 +208,14 @@ class PlainPrinter(StrPrinter):
             return "√" + self.parenthesize(expr.base, PRECEDENCE["Pow"])
         if expr.exp == -sp.S.Half:
             return "1/√" + self.parenthesize(expr.base, PRECEDENCE["Pow"])
+        if expr.exp.is_Integer and 1 < expr.exp < 10:  # x², not x**2
+            return (
+                self.parenthesize(expr.base, PRECEDENCE["Pow"], strict=True)
+                + "⁰¹²³⁴⁵⁶⁷⁸⁹"[int(expr.exp)]
+            )
+        if not expr.exp.is_Integer:  # β^((2 − 2j)/c), not β**((2 − 2j)/c)
+            base = self.parenthesize(expr.base, PRECEDENCE["Pow"], strict=True)
+            return f"{base}^({self._print(expr.exp)})"
         return super()._print_Pow(expr, rational)
 
     def _print_Sum(self, expr: sp.Sum) -> str:

@@ -17,13 +17,15 @@ from attention.grouped import expand_groups, grouped_query_attention, rms_norm
 N, D, C_H, D_OUT = 5, 7, 4, 3  # every size distinct
 
 
-def make(heads, groups, batch=(), seed=0, dtype=torch.float64):
+def make(heads, groups, batch=(), seed=0, dtype=torch.float64, whole=False):
+    """Inputs; `whole`: QK-norm gains of the whole rows of Q and K (OLMo's), not of a head."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(*batch, N, D, generator=g, dtype=dtype)
     w_q = torch.randn(D, heads * C_H, generator=g, dtype=dtype) / D**0.5
     w_k, w_v = (torch.randn(D, groups * C_H, generator=g, dtype=dtype) / D**0.5 for _ in "kv")
     w_o = torch.randn(heads * C_H, D_OUT, generator=g, dtype=dtype)
-    gains = (torch.rand(C_H, generator=g, dtype=dtype) + 0.5 for _ in "qk")
+    widths = (heads * C_H, groups * C_H) if whole else (C_H, C_H)
+    gains = (torch.rand(width, generator=g, dtype=dtype) + 0.5 for width in widths)
     mask = torch.rand(*batch, N, N, generator=g) > 0.4
     return x, w_q, w_k, w_v, w_o, *gains, mask
 
@@ -36,6 +38,8 @@ CASES = [
     (6, 3, (2,), {"causal": True, "theta_base": 100.0}),  # Llama 3: causal, RoPE
     (6, 2, (2,), {"causal": True, "theta_base": 100.0, "qk_norm": True}),  # Qwen 3
     (4, 2, (2,), {"qk_norm": True}),  # QK-norm alone
+    (6, 2, (2,), {"causal": True, "theta_base": 100.0, "qk_norm": "whole"}),  # OLMo 3
+    (4, 1, (), {"qk_norm": "whole"}),  # QK-norm over all heads, one key/value head
     (6, 2, (3,), {"mask": True}),  # a mask of its own per sequence
     (4, 2, (2,), {"mask": True, "causal": True, "theta_base": 10.0}),  # all of them
     (1, 1, (), {"no_w_o": True}),  # plain single-head attention
@@ -44,7 +48,9 @@ CASES = [
 
 
 def call_both(heads, groups, batch, options, dtype=torch.float64):
-    x, w_q, w_k, w_v, w_o, q_gain, k_gain, mask = make(heads, groups, batch, dtype=dtype)
+    whole = options.get("qk_norm") == "whole"
+    x, w_q, w_k, w_v, w_o, q_gain, k_gain, mask = make(heads, groups, batch, dtype=dtype,
+                                                       whole=whole)  # fmt: skip
     kwargs = {
         "causal": options.get("causal", False),
         "theta_base": options.get("theta_base"),
@@ -219,8 +225,9 @@ GRADIENTS = _fused.gradients
         ({"heads": 5, "groups": 1}, ShapeError, r"grouped_query_attention: c=24 \(the width of w_q\) is not divisible by heads=5"),
         ({"groups": 3}, ShapeError, r"grouped_query_attention: w_k has c_kv=8 but groups · c_h = 3 · 4 = 12 \(c_h = c / heads = 24 / 6\)"),
         ({"w_v": torch.ones(D, 12, dtype=torch.float64)}, ShapeError, r"grouped_query_attention: w_v has c_kv=12 but w_k has c_kv=8"),
-        ({"q_gain": torch.ones(3, dtype=torch.float64)}, ShapeError, r"grouped_query_attention: q_gain has c_h=3 but c / heads = 4"),
-        ({"q_gain": torch.ones(4, dtype=torch.float64), "k_gain": torch.ones(5, dtype=torch.float64)}, ShapeError, r"grouped_query_attention: k_gain has c_h=5 but q_gain has c_h=4"),
+        ({"q_gain": torch.ones(3, dtype=torch.float64)}, ShapeError, r"grouped_query_attention: q_gain has 3 gains, but QK-norm takes one head's c_h = c / heads = 4 \(per head\) or the whole row's 24 \(over all heads\)"),
+        ({"q_gain": torch.ones(4, dtype=torch.float64), "k_gain": torch.ones(5, dtype=torch.float64)}, ShapeError, r"grouped_query_attention: k_gain has 5 gains, but QK-norm takes one head's c_h = c / heads = 4 \(per head\) or the whole row's 8 \(over all heads\)"),
+        ({"q_gain": torch.ones(24, dtype=torch.float64), "k_gain": torch.ones(4, dtype=torch.float64)}, ShapeError, r"grouped_query_attention: q_gain has 24 gains and k_gain 4: one normalises per head \(c_h = 4\), the other over all heads \(c = 24, c_kv = 8\)"),
         ({"x": torch.ones(N, 6, dtype=torch.float64)}, ShapeError, r"grouped_query_attention: w_q has d=7 but x has d=6"),
         ({"mask": torch.ones(4, 4, dtype=torch.bool)}, ShapeError, r"grouped_query_attention: mask has n=4 but x has n=5"),
         ({"w_q": torch.ones(D, 18, dtype=torch.float64), "w_k": torch.ones(D, 6, dtype=torch.float64), "w_v": torch.ones(D, 6, dtype=torch.float64), "w_o": None, "theta_base": 10.0}, ShapeError, r"grouped_query_attention: c_h=3 is odd; RoPE rotates pairs"),

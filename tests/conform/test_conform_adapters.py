@@ -62,7 +62,7 @@ def test_call_without_mask_says_in_the_verdict_that_the_mask_checks_did_not_run(
     assert report.conforms
     assert _row(report, "mask convention").why == reason
     verdict = report.table().splitlines()[-1]
-    assert verdict == f"conforms (5 PASS, 5 n/a), but the mask checks did not run: {reason}"
+    assert verdict == f"conforms (5 PASS, 6 n/a), but the mask checks did not run: {reason}"
     assert report.markdown().rstrip().endswith(verdict)
     assert json.loads(json.dumps(report.as_json()))["unchecked"] == [
         f"the mask checks did not run: {reason}"
@@ -73,7 +73,7 @@ def test_call_with_mask_runs_the_mask_checks_and_the_verdict_is_plain(registry):
     _register(call=_attend, mask="attn_bias")
     report = conform(Biased())
     assert _row(report, "mask convention").status == "PASS"
-    assert report.table().splitlines()[-1] == "conforms (7 PASS, 3 n/a)"
+    assert report.table().splitlines()[-1] == "conforms (7 PASS, 4 n/a)"
     assert report.unchecked == ()
 
 

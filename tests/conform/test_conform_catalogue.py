@@ -13,12 +13,14 @@ IDS = (
     "softmax-over-queries", "values-are-keys", "causal-diagonal-masked", "causal-leaks-future",
     "mask-inverted", "mask-filled-with-zero", "mask-after-softmax", "dropout-before-softmax",
     "heads-mixed", "heads-split-without-transpose", "gqa-repeat-order", "rope-pairing",
-    "rope-not-on-keys", "window-off-by-one", "softcap-missing", "sink-missing",
-    "nan-on-empty-rows",
+    "rope-not-on-keys", "rope-offset", "window-off-by-one", "softcap-missing", "sink-missing",
+    "qk-norm-per-head", "nan-on-empty-rows",
 )  # fmt: skip
 
 FORMS = (Form(), Form(heads=True), Form(causal=True), Form(masked=True), Form(dropout=True),
-         Form(heads=True, causal=True, variant="gqa+rope+sliding-window+softcap+sinks"))  # fmt: skip
+         Form(heads=True, causal=True, variant="gqa+rope+sliding-window+softcap+sinks"),
+         Form(heads=True, causal=True, variant="gqa+whole-qk-norm"),
+         Form(heads=True, causal=True, variant="gqa+rope", cached=3))  # fmt: skip
 
 #: id -> (the step it changes, its mistaken formula) in the first form above that it changes
 WRONG = {
@@ -35,6 +37,9 @@ WRONG = {
     "dropout-before-softmax": ("A", "a[m,p] = exp(ω̃[m,p]/(1 - ρ))/Σ_(r=1…n) exp(ω̃[m,r]/(1 - ρ))"),
     "mask-filled-with-zero": ("Omega_masked", "ω̂[m,p] = (ω̃[m,p] if M[m,p] = 0, 0 otherwise)"),
     "rope-not-on-keys": ("K_rot_l", "k̊⁽ˡ⁾[p,j] = k⁽ˡ⁾[p,j]"),
+    "rope-offset": ("Phi", "φ[m,j] = (β^((2 - 2 j)/c_h) ((m - 3 if 3 < m, m otherwise) - 1) if "
+                    "j ≤ c_h/2, β^((c_h - 2 j + 2)/c_h) ((m - 3 if 3 < m, m otherwise) - 1) "
+                    "otherwise)"),
     "window-off-by-one": ("M", "M[m,p] = (0 if p ≤ m and m - w ≤ p, −∞ otherwise)"),
     "softcap-missing": ("Omega_capped_l", "ω̆⁽ˡ⁾[m,p] = ω̃⁽ˡ⁾[m,p]"),
     "sink-missing": ("A_l", "a⁽ˡ⁾[m,p] = exp(ω̂⁽ˡ⁾[m,p])/Σ_(r=1…n) exp(ω̂⁽ˡ⁾[m,r])"),
@@ -67,6 +72,7 @@ SEVERAL = {
     "heads-split-without-transpose": ["Q_l", "K_l", "V_l"],
     "gqa-repeat-order": ["K_l", "V_l"],
     "rope-pairing": ["Phi", "R"],
+    "qk-norm-per-head": ["Q_norm", "K_norm"],
 }
 
 
@@ -84,7 +90,7 @@ def test_a_mistake_of_several_steps_changes_those_and_no_other(id):
 
 def test_a_variant_s_mistake_changes_nothing_where_its_variant_is_absent():
     for id in ("gqa-repeat-order", "rope-pairing", "rope-not-on-keys", "window-off-by-one",
-               "softcap-missing", "sink-missing"):  # fmt: skip
+               "softcap-missing", "sink-missing", "qk-norm-per-head", "rope-offset"):  # fmt: skip
         assert all(mistake(id).graph(form) == reference(form) for form in FORMS[:5]), id
 
 
@@ -102,6 +108,7 @@ def test_nan_on_empty_rows_changes_no_formula_only_how_0_over_0_reads():
         ("causal-leaks-future", Form()),  # no causal mask to get wrong
         ("mask-inverted", Form(causal=True)),  # no mask given
         ("dropout-before-softmax", Form(heads=True)),  # no dropout observed
+        ("rope-offset", Form(heads=True, causal=True, variant="gqa+rope")),  # no cache
     ],
 )
 def test_a_mistake_leaves_a_form_it_has_nothing_to_change_in(id, form):

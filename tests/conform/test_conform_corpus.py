@@ -113,7 +113,11 @@ def test_with_one_head_scaling_by_c_and_scaling_twice_are_one_formula():
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_in_half_precision_the_corpus_still_holds(dtype):
-    """The tolerances grow with the dtype's rounding; every mistake is still told apart."""
+    """The tolerances grow with the dtype's rounding; every mistake is still told apart, save
+    two in bfloat16 (8 bits of mantissa) at the corpus's sizes (n = 5, d = 16): RoPE's tables
+    rounded to 2⁻⁸ leave every entry of C a bound that covers positions restarted 2 tokens
+    early (rope-offset passes), and QK-norm per head is as near the output as no scaling is
+    (the diagnosis names no-scale, with qk-norm-per-head among "the same values as")."""
     for name in ("sdpa_torch", "nanogpt", "ours_mha", "torch_mha", "gpt2"):
         report = conform(getattr(correct, name), dtype=dtype)
         assert report.conforms, report.table()
@@ -124,7 +128,12 @@ def test_in_half_precision_the_corpus_still_holds(dtype):
         ).diagnosis
         for id in broken.BROKEN
     }
-    assert {id: found and found.id for id, found in named.items()} == {id: id for id in named}
+    blurred = {"rope-offset", "qk-norm-per-head"} if dtype == torch.bfloat16 else set()
+    told = {id: found and found.id for id, found in named.items() if id not in blurred}
+    assert told == {id: id for id in named if id not in blurred}
+    if blurred:
+        assert named["rope-offset"] is None
+        assert "qk-norm-per-head" in named["qk-norm-per-head"].also
 
 
 def test_a_causal_mask_hiding_the_diagonal_is_named_whatever_fills_it():

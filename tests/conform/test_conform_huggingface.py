@@ -55,6 +55,11 @@ LAYERS = {
     "cohere": ("CohereConfig", "CohereForCausalLM", {}, "gqa+rope+interleaved-rope"),
     "glm4": ("Glm4Config", "Glm4ForCausalLM", {"pad_token_id": 0},  # half of each head, paired
              "gqa+rope+partial-rope+interleaved-rope"),  # by neighbours
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {"pad_token_id": 0},  # QK-norm before the
+              "gqa+rope+whole-qk-norm"),  # heads are split
+    "olmo3": ("Olmo3Config", "Olmo3ForCausalLM",  # a sliding layer
+              {"pad_token_id": 0, "sliding_window": 3, "layer_types": ["sliding_attention"]},
+              "gqa+rope+whole-qk-norm+sliding-window"),
 }  # fmt: skip
 ENCODERS = {"bert": "encoder.layer.0.attention.self", "vit": "layers.0.attention"}
 PATHS = ENCODERS | {"gpt-neox": "layers.0.attention", "gpt-neox-partial": "layers.0.attention",
@@ -131,3 +136,31 @@ def test_a_partial_rotation_is_read_with_its_width(name):
     layer = _layer(name)
     assert conform(layer).sizes["c_r"] == (2 if name == "gpt-neox-partial" else 4)
     assert not conform(layer, values={"c_r": 8 if name == "gpt-neox-partial" else 2}).conforms
+
+
+class _PerHeadNorm(torch.nn.Module):
+    """An RMS norm of each head's c_h features on their own, with OLMo's gains of the whole row:
+    a port of OLMo that normalises per head, as Qwen 3 does."""
+
+    def __init__(self, norm, width):
+        super().__init__()
+        self.weight, self.eps, self.width = norm.weight, norm.variance_epsilon, width
+
+    def forward(self, x):
+        heads = x.unflatten(-1, (-1, self.width))
+        normed = heads * torch.rsqrt(heads.pow(2).mean(-1, keepdim=True) + self.eps)
+        return normed.flatten(-2) * self.weight
+
+
+@pytest.mark.parametrize("which", [("q_norm",), ("k_norm",), ("q_norm", "k_norm")])
+def test_olmo_normalised_per_head_does_not_conform(which):
+    """OLMo's QK-norm reads as whole-qk-norm by the length of its gains; a layer that normalises
+    each head instead (its norm of a row of ones still gives the gains) computes other scores,
+    and where both norms are per head the catalogue names it."""
+    layer = _layer("olmo2")
+    assert conform(layer).variant == "gqa+rope+whole-qk-norm"
+    for name in which:
+        setattr(layer, name, _PerHeadNorm(getattr(layer, name), SIZES["head_dim"]))
+    report = conform(layer)
+    assert report.variant == "gqa+rope+whole-qk-norm" and not report.conforms
+    assert report.diagnosis.id == ("qk-norm-per-head" if len(which) == 2 else None)

@@ -26,6 +26,7 @@ CASES = [(name, 5, 3, 4, {}) for name in derive.variants()] + [
     ("gqa", 4, 3, 8, {"h": 4, "g": 2}),
     ("gqa+rope", 4, 3, 8, {"h": 4, "g": 2}),
     ("gqa+qk-norm+rope", 4, 3, 8, {"h": 4, "g": 2}),
+    ("gqa+whole-qk-norm+rope", 4, 3, 8, {"h": 4, "g": 2}),  # OLMo 3: norms of whole rows
     ("multi-head+causal", 5, 3, 6, {"h": 3}),
     ("multi-head+masked", 4, 3, 4, {"h": 2}),
     ("mla", 4, 3, 6, {"h": 3, "d_u": 2}),

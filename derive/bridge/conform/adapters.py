@@ -188,6 +188,7 @@ class Adapter:
     looks_for: str = ""
     conventions: Callable[[Any], dict] | None = None
     note: str = ""
+    decode: Callable[..., Any] | None = None
 
     def read(self, module: Any) -> Weights:
         """The module's weights, checked."""
@@ -222,6 +223,7 @@ def register_adapter(
     dropout: str | None = None,
     observe: tuple[Observe, ...] = (),
     conventions: Callable[[Any], dict] | None = None,
+    decode: Callable[..., Any] | None = None,
 ) -> Callable[[Callable[[Any], Weights]], Callable[[Any], Weights]]:
     """Register `weights(module) -> Weights` for modules `recognises` accepts (a decorator).
 
@@ -257,6 +259,11 @@ def register_adapter(
             layer whose softmax runs in float32 whatever its dtype (``"tables"``: RoPE's
             tables; ``"empty rows"``: ``"zero"``, ``"nan"`` or ``"any"``). The tolerances
             follow them, and the report states them; ``strict`` ignores them.
+        decode: ``decode(module, x, s)``, how the module generates with a cache: x's first s
+            tokens with the cache empty, then the others with what it kept, the two outputs
+            joined along the tokens (batch, n, c_out); None where a module keeps no cache.
+            It may take ``variant`` and ``values`` as `call` may. Omitted: the check "after a
+            cache" is n/a (`derive.bridge.conform.cached` has the built-in ones).
 
     Returns:
         the decorator, which registers `weights` and returns it unchanged. ``weights(module)``
@@ -272,7 +279,7 @@ def register_adapter(
     def register(weights: Callable[[Any], Weights]) -> Callable[[Any], Weights]:
         _REGISTERED[:] = [a for a in _REGISTERED if a.name != name]
         adapter = Adapter(name, recognises, weights, call, mask, mask_means, dropout, observe,
-                          conventions=conventions)  # fmt: skip
+                          conventions=conventions, decode=decode)  # fmt: skip
         _REGISTERED.insert(0, adapter)
         return weights
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from .adapters import Adapter, Weights, norm_gains
+from .cached import with_use_cache
 from .grouped import GROUPED, LATENT
 from .huggingface import HUGGING_FACE
 from .target import ConformError
@@ -265,5 +266,6 @@ BUILT_IN: tuple[Adapter, ...] = (
         dropout="dropout",
         observe=_PROJECTIONS,
         looks_for="W_query, W_key, W_value (+ out_proj, num_heads), or heads",
+        decode=with_use_cache,
     ),
 )

@@ -5,7 +5,8 @@ K and V from the latent X W_dkv).
 The book's Llama 3 and Qwen 3 (`llms_from_scratch.llama3`, `.qwen3`) and this package's
 `attention.modules.GroupedQueryAttention` keep W_query (d × c), W_key and W_value (d × g c_h,
 shared by h / g heads each), out_proj and num_heads, num_kv_groups; this package's class may
-add QK-norm (``q_norm``, ``k_norm``: gains ``scale``, ``eps``), a window
+add QK-norm (``q_norm``, ``k_norm``: gains ``scale``, ``eps``; of one head's features, or of
+the whole row's: whole-qk-norm, OLMo's), a window
 (``sliding_window``), a softcap (``softcap``), ALiBi (``alibi``, slopes ``alibi_slopes`` or
 Press et al.'s), sinks (the parameter ``sinks``) and an output gate (``gate``: each head's
 columns of W_query its queries, then its gate's). The adapter reads each into the variant it
@@ -14,7 +15,9 @@ declares (`Weights.variant`); RoPE is not the module's (the book passes cos and 
 width c_r with ``--variant rope+partial-rope --value c_r=…``: the module rotates as many
 features as its tables are wide).
 
-Its forward takes ``blocked`` (True = may not attend), the book's mask convention.
+Its forward takes ``blocked`` (True = may not attend), the book's mask convention. The book's
+KV-cache layers (``forward(x, mask, cos, sin, start_pos=0, cache=None)``) are checked after a
+cache too (`derive.bridge.conform.cached`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from .adapters import Adapter, Weights, per_head_parts
+from .cached import rope_tables, with_start_pos, with_use_cache
 from .target import ConformError
 
 __all__ = ["GROUPED", "LATENT"]
@@ -59,8 +63,9 @@ def _grouped_weights(module: Any) -> Weights:
         )
     w_q, w_g = _queries_and_gate(module)
     parts, values, inputs = [], {}, {}
-    if getattr(module, "q_norm", None) is not None:
-        parts.append("qk-norm")
+    if getattr(module, "q_norm", None) is not None:  # of one head's features, or of all
+        whole = module.q_norm.scale.shape[-1] != module.head_dim
+        parts.append("whole-qk-norm" if whole else "qk-norm")
         values["epsilon"] = module.q_norm.eps
         inputs |= {"G_q": module.q_norm.scale[None], "G_k": module.k_norm.scale[None]}
     if getattr(module, "sliding_window", None) is not None:
@@ -84,16 +89,13 @@ def _grouped_weights(module: Any) -> Weights:
 
 
 def _grouped_call(module: Any, x: Any, allowed: Any, variant: str = "", values: Any = None) -> Any:
-    blocked = None if allowed is None else ~allowed
-    if "rope" not in variant.split("+"):
-        return module(x, blocked)
-    from attention.rope import compute_rope_params
+    """``module(x, blocked, cos, sin)``; with no mask to give, one that blocks nothing (the
+    book's layers fill with their mask whatever it is)."""
+    import torch
 
-    beta, rotated = (values or {}).get("beta", 10_000), (values or {}).get("c_r", module.head_dim)
-    cos, sin = compute_rope_params(  # partial RoPE: the tables of its c_r features
-        rotated, theta_base=beta, context_length=x.shape[-2], dtype=x.dtype
-    )
-    return module(x, blocked, cos.to(x.device), sin.to(x.device))
+    n = x.shape[-2]
+    blocked = torch.zeros(n, n, dtype=torch.bool, device=x.device) if allowed is None else ~allowed
+    return module(x, blocked, *rope_tables(module, x, variant, values))
 
 
 GROUPED = Adapter(
@@ -103,6 +105,7 @@ GROUPED = Adapter(
     call=_grouped_call,
     mask="blocked",
     looks_for="W_query, W_key, W_value, out_proj, num_heads, num_kv_groups",
+    decode=with_start_pos,
 )
 
 
@@ -132,4 +135,5 @@ LATENT = Adapter(
     _latent_weights,
     dropout="dropout",
     looks_for="W_query, W_DKV, W_UK, W_UV, out_proj, num_heads",
+    decode=with_use_cache,
 )

@@ -1,9 +1,9 @@
 """Hugging Face's attention layers, recognised by what they hold (transformers is never imported).
 
 The decoder layers of Llama, Mistral, Qwen 2, Qwen 3, Qwen 3.5 (its full-attention layers),
-Gemma 2, Gemma 3, GPT-OSS and their kin, and ViT's, keep ``q_proj``, ``k_proj``, ``v_proj``
-(``nn.Linear``, W = weight.mT, biases where the config has them) and ``o_proj``, with the sizes
-in ``config`` (``num_attention_heads``; ``num_key_value_heads`` makes ``k_proj`` narrower:
+Gemma 2, Gemma 3, GPT-OSS, OLMo 2 and 3 and their kin, and ViT's, keep ``q_proj``, ``k_proj``,
+``v_proj`` (``nn.Linear``, W = weight.mT, biases where the config has them) and ``o_proj``, with
+the sizes in ``config`` (``num_attention_heads``; ``num_key_value_heads`` makes ``k_proj`` narrower:
 grouped-query attention). Phi-3 packs the three in ``qkv_proj``; GPT-NeoX and BLOOM pack each
 head's query, key and value in turn in ``query_key_value`` (their output projection: ``dense``);
 BERT's self-attention names them ``query``, ``key``, ``value`` and leaves the output projection
@@ -21,7 +21,9 @@ The variant is read from the layer and its config, each as the model itself uses
   ``rotate_half`` pairs neighbouring features (Cohere, GLM; a probe tells), the
   interleaved-rope variant;
 - QK-norm: ``q_norm``, ``k_norm`` (gains ``weight``, ε ``variance_epsilon`` or ``eps``); Gemma 3
-  and Qwen 3.5 multiply by 1 + weight, which a probe of the norm tells apart;
+  and Qwen 3.5 multiply by 1 + weight, which a probe of the norm tells apart; a ``q_norm`` of
+  all heads' features (OLMo 2 and 3, which normalise before splitting the heads) is the
+  whole-qk-norm variant;
 - a window: the layer's ``sliding_window`` (None on its full-attention layers), or the config's
   where the layer has no attribute of that name (Mistral);
 - softcapping: ``attn_logit_softcapping`` (Gemma 2 and 3);
@@ -117,13 +119,8 @@ def _layer_weights(module: Any) -> Weights:
             parts.append("llama3-rope")
             values |= smoothing
     if getattr(module, "q_norm", None) is not None:
-        if module.q_norm.weight.shape[-1] != width:
-            raise ConformError(f"{name}: q_norm normalises {module.q_norm.weight.shape[-1]} "
-                               f"features, not one head's {width}: the qk-norm variant "
-                               "normalises each head")  # fmt: skip
-        (inputs["G_q"], values["epsilon"]), (inputs["G_k"], _) = (
-            norm_gains(module.q_norm, width), norm_gains(module.k_norm, width))  # fmt: skip
-        parts.append("qk-norm")
+        widths = (width, w_q.shape[1], w_k.shape[1])
+        parts.append(_qk_norm(module, widths, inputs, values))
     if H.window(module) is not None:
         parts.append("sliding-window")
         values["w"] = H.window(module)
@@ -143,6 +140,23 @@ def _layer_weights(module: Any) -> Weights:
     w_o, b_o = (None, None) if o_proj is None else (o_proj.weight.mT, o_proj.bias)
     return Weights(w_q, w_k, w_v, W_o=w_o, b_q=b_q, b_k=b_k, b_v=b_v, b_o=b_o, heads=heads,
                    variant="+".join(parts), values=values, inputs=inputs)  # fmt: skip
+
+
+def _qk_norm(module: Any, widths: tuple[int, int, int], inputs: dict, values: dict) -> str:
+    """QK-norm's gains and ε put in `inputs` and `values`, and its variant: qk-norm where
+    ``q_norm`` normalises one head's c_h features (Qwen 3, Gemma 3), whole-qk-norm where it
+    normalises the h·c_h of all heads (OLMo 2 and 3) and ``k_norm`` the g·c_h of all keys.
+    `widths`: (c_h, h·c_h, g·c_h)."""
+    width, c, c_kv = widths
+    features = module.q_norm.weight.shape[-1]
+    if features not in (width, c):
+        raise ConformError(f"{type(module).__name__}: q_norm normalises {features} features, "
+                           f"neither one head's {width} (qk-norm) nor all heads' {c} "
+                           "(whole-qk-norm)")  # fmt: skip
+    whole = features != width
+    inputs["G_q"], values["epsilon"] = norm_gains(module.q_norm, features)
+    inputs["G_k"], _ = norm_gains(module.k_norm, c_kv if whole else width)
+    return "whole-qk-norm" if whole else "qk-norm"
 
 
 def _mask(module: Any, n: int, allowed: Any, like: Any) -> Any:
@@ -181,7 +195,7 @@ def _layer_call(module: Any, x: Any, allowed: Any) -> Any:
     embedding, takes_type = H.rotary(module)
     embedding.to(x.device)
     positions = torch.arange(n, device=x.device)[None]
-    extra = {"layer_type": module.layer_type} if takes_type else {}
+    extra = {"layer_type": H.layer_type(module)} if takes_type else {}
     table = tuple(t.to(x.dtype) for t in embedding(x.float(), positions, **extra))
     return module(x, position_embeddings=table, attention_mask=mask)
 

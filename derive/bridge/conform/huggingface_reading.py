@@ -9,7 +9,7 @@ from typing import Any
 
 from .target import ConformError
 
-__all__ = ["head_width", "heads", "scaling", "takes_alibi", "rope", "beta", "llama3",
+__all__ = ["head_width", "heads", "scaling", "takes_alibi", "rope", "beta", "llama3", "layer_type",
            "rotated_width", "interleaved", "window", "alibi", "rotary"]  # fmt: skip
 
 
@@ -39,8 +39,8 @@ def rope(module: Any) -> dict | None:
     """The layer's rope parameters (those of its layer type where there is one per type)."""
     config = getattr(module, "config", None)
     found = getattr(config, "rope_parameters", None)
-    if isinstance(found, dict) and getattr(module, "layer_type", None) in found:
-        found = found[module.layer_type]
+    if isinstance(found, dict) and layer_type(module) in found:
+        found = found[layer_type(module)]
     theta = getattr(config, "rope_theta", None)
     if not found and theta is not None:
         found = {"rope_type": "default", "rope_theta": theta}
@@ -115,6 +115,16 @@ def alibi(module: Any, n: int, dtype: Any, batch: int = 1) -> Any:
         raise ConformError(f"{type(module).__name__} takes alibi, and no build_alibi_tensor "
                            "is beside it to compute it")  # fmt: skip
     return build(torch.ones(batch, n), heads(module), dtype)
+
+
+def layer_type(module: Any) -> str | None:
+    """The layer's type in its config's ``layer_types`` (``"sliding_attention"``): its
+    ``layer_type`` (Gemma 3, Qwen 3.5), or ``attention_type`` (OLMo 3)."""
+    for name in ("layer_type", "attention_type"):
+        found = getattr(module, name, None)
+        if isinstance(found, str):
+            return found
+    return None
 
 
 def rotary(module: Any) -> Any:

@@ -15,6 +15,7 @@ from typing import Any
 
 from ...graph.forms import Form, own_mask, reads_positions, reference
 from ...notation import letters as L
+from .cached import after_a_cache
 from .compare import Scenario
 from .elementwise import evaluate_element
 from .formulas import composed, declared
@@ -160,6 +161,7 @@ class ModuleRun(Run):
             )
         )
         self.rows.append(large_scores(self, form, graph))
+        self.rows.append(after_a_cache(self, form, graph))
         _, bound = self.expected(forward)
         self.rows += [
             self._causality(got, bound),

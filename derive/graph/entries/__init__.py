@@ -21,6 +21,7 @@ from . import (
     sinks,
     sliding_window,
     softcap,
+    whole_qk_norm,
 )
 
 BUILT_IN = (
@@ -37,6 +38,7 @@ BUILT_IN = (
     llama3_rope.VARIANT,
     gqa.VARIANT,
     qk_norm.VARIANT,
+    whole_qk_norm.VARIANT,
     mla.VARIANT,
     softcap.VARIANT,
     alibi.VARIANT,
@@ -48,7 +50,9 @@ BUILT_IN = (
 MODELS = {("gqa", "rope"): "Llama 3", ("gqa", "qk-norm", "rope"): "Qwen 3",
           ("gqa", "qk-norm", "partial-rope", "gate"): "Qwen 3.5 (its full-attention layers)",
           ("gqa", "sliding-window", "sinks"): "GPT-OSS (its sliding layers, without RoPE)",
-          ("gqa", "sliding-window", "qk-norm", "rope"): "Gemma 3 (its local layers)"}
+          ("gqa", "sliding-window", "qk-norm", "rope"): "Gemma 3 (its local layers)",
+          ("gqa", "whole-qk-norm", "rope"): "OLMo 3 (its full-attention layers)",
+          ("gqa", "sliding-window", "whole-qk-norm", "rope"): "OLMo 3 (its sliding layers)"}
 #: Combinations with a title of their own.
 TITLES: dict[tuple[str, ...], str] = {
     ("multi-head", "causal"): "Causal multi-head attention",

@@ -22,18 +22,20 @@ from ..sizes import Parameter
 from ..twins import StepTwin, Twin
 from ..variant import Document, Variant
 
-__all__ = ["VARIANT", "rms_norm", "with_qk_norm"]
+__all__ = ["EPS", "NORMED", "VARIANT", "rms_norm", "with_qk_norm"]
 
-_NORMED = {"q": "qnorm", "k": "knorm"}
+#: The entries of the normalised queries and keys.
+NORMED = {"q": "qnorm", "k": "knorm"}
 _GAIN = {"q": "gq", "k": "gk"}
 
 
-def rms_norm(which: str, head: bool, rows: sp.Expr) -> Declaration:
+def rms_norm(which: str, head: bool, rows: sp.Expr, *, width: sp.Expr | None = None) -> Declaration:
     r"""$\check{q}_{m,j} = (\gamma_q)_{1,j}\, q_{m,j} / \sqrt{\sum_{j'} q_{m,j'}^2 / c +
-    \epsilon}$ (`which`: ``"q"`` or ``"k"``; keys by their row p)."""
-    width = L.c_h if head else L.c
+    \epsilon}$ (`which`: ``"q"`` or ``"k"``; keys by their row p), over `width` features (c_h
+    for one head's, c for a whole row's by default)."""
+    width = width if width is not None else L.c_h if head else L.c
     row, j, j2 = (L.m if which == "q" else L.p), L.j, L.j2
-    base, normed = L.base(which), L.base(_NORMED[which])
+    base, normed = L.base(which), L.base(NORMED[which])
 
     def entry(b: sp.IndexedBase, *indices: sp.Expr) -> sp.Indexed:
         return b[(L.ell, *indices)] if head else b[indices]
@@ -41,7 +43,7 @@ def rms_norm(which: str, head: bool, rows: sp.Expr) -> Declaration:
     mean_square = Sum(entry(base, row, j2) ** 2, (j2, 1, width)) / width
     rhs = L.base(_GAIN[which])[1, j] * entry(base, row, j) / sqrt(mean_square + L.eps)
     suffix = "_l" if head else ""
-    letter, source = L.BASES[_NORMED[which]] + suffix, which.upper() + suffix
+    letter, source = L.BASES[NORMED[which]] + suffix, which.upper() + suffix
     gain = L.BASES[_GAIN[which]]
     return Declaration(
         "rms_norm",
@@ -51,6 +53,10 @@ def rms_norm(which: str, head: bool, rows: sp.Expr) -> Declaration:
         {source: (rows, width), gain: (sp.S.One, width), letter: (rows, width)},
         twin=StepTwin("attention.grouped.rms_norm", options=(("eps", L.eps),)),
     )
+
+
+#: The ε of the RMS norm (the book's Qwen 3 and OLMo 3: 10⁻⁶).
+EPS = Parameter(L.eps, sp.Rational(1, 10**6), "the ε of the RMS norm")
 
 
 def with_qk_norm(graph: Graph) -> Graph:
@@ -67,7 +73,7 @@ def with_qk_norm(graph: Graph) -> Graph:
         found = True
         rows = {letter[0].lower(): step.shapes[letter][0] for letter in step.inputs}
         steps += [rms_norm("q", step.head, rows["q"]), rms_norm("k", step.head, rows["k"]),
-                  step.reading(_NORMED)]  # fmt: skip
+                  step.reading(NORMED)]  # fmt: skip
     if not found:
         raise ValueError(f"{graph.name} has no scores for QK-norm to normalise")
     return Graph(graph.name + " with QK-norm", tuple(steps), graph.relations)
@@ -83,7 +89,7 @@ VARIANT = Variant(
     base="causal",
     build=with_qk_norm,
     claims=(RowsSumToOne(), ScoreBound()),
-    parameters=(Parameter(L.eps, sp.Rational(1, 10**6), "the ε of the RMS norm"),),
+    parameters=(EPS,),
     twin=Twin("attention.grouped.grouped_query_attention", ("X", "W_q", "W_k", "W_v", "W_o?")),
     options=(("q_gain", "G_q"), ("k_gain", "G_k"), ("eps", L.eps)),
     rank=40,

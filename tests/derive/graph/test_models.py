@@ -197,6 +197,22 @@ def test_a_normalisation_without_its_root_bounds_nothing():
     assert not score_bound(graph.replace("Q_norm", unnormalised)).holds
 
 
+def test_whole_qk_norm_normalises_whole_rows_before_the_heads():
+    """OLMo's QK-norm: each row of Q over all c features, of K over all g·c_h, and the heads
+    split from the normalised rows; it and Qwen 3's per-head QK-norm exclude each other."""
+    graph = derive.variant("gqa+whole-qk-norm").graph
+    width = {letter: graph.step(letter).shapes[letter][1] for letter in ("Q_norm", "K_norm")}
+    assert width == {"Q_norm": L.c, "K_norm": L.c_h * L.g}
+    for letter, source in (("Q_norm", "q"), ("K_norm", "k")):
+        (total,) = graph.step(letter).element.rhs.atoms(sp.Sum)
+        assert total.limits[0][1:] == (1, width[letter])
+        assert total.function == L.base(source)[L.p if source == "k" else L.m, L.j2] ** 2
+    assert graph.step("Q_l").inputs == ("Q_norm",) and graph.step("K_l").inputs == ("K_norm",)
+    assert graph.step("V_l").inputs == ("V",)
+    with pytest.raises(ValueError, match=r"QK-norm per head \(qk-norm\) and over all heads"):
+        derive.variant("qk-norm+whole-qk-norm")
+
+
 def test_latent_attention_scores_read_the_latent_not_the_keys():
     fact = absorption(latent_attention())
     assert fact.holds
