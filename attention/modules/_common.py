@@ -11,6 +11,7 @@ import torch.nn as nn
 from jaxtyping import Float
 from torch import Tensor
 
+from .. import _core
 from .._arguments import (
     check_alibi,
     check_cap,
@@ -150,6 +151,15 @@ def _transposed(linear: nn.Module | None, part: str) -> Tensor | None:
     return tensor.mT if tensor is not None and part == "weight" else tensor
 
 
+def _per_head(norm: nn.Module | None, module: nn.Module):
+    """QK-norm as the layer applies it, to each head's (*batch, h, n, c_h): the norm itself, or
+    one of the whole row (gains wider than a head: OLMo 3's) on the heads merged, then split."""
+    width = None if norm is None else typing.cast(Tensor, norm.scale).shape[-1]
+    if norm is None or width == getattr(module, "head_dim", None):
+        return norm
+    return lambda t: _core.split_heads(norm(_core.merge_heads(t)), t.shape[-3])
+
+
 def layer_weights(module: nn.Module) -> LayerWeights:
     """A multi-head module's tensors for `attention_layer`: W_query, W_key, W_value, out_proj (as
     d × c matrices, with their biases), and where it has them, QK-norm's `q_norm`, `k_norm`, the
@@ -163,7 +173,8 @@ def layer_weights(module: nn.Module) -> LayerWeights:
     return LayerWeights(
         w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o,
         gate_in_query=getattr(module, "gate", False),
-        q_norm=layers.get("q_norm"), k_norm=layers.get("k_norm"),
+        q_norm=_per_head(layers.get("q_norm"), module),
+        k_norm=_per_head(layers.get("k_norm"), module),
         sinks=module._parameters.get("sinks"), slopes=module._buffers.get("alibi_slopes"),
     )  # fmt: skip
 

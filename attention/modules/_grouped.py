@@ -2,6 +2,8 @@
 and `.qwen3`), with the RMS norm of its QK-norm, checked. The formulas: `attention.grouped`.
 """
 
+from typing import Literal
+
 import torch
 import torch.nn as nn
 from jaxtyping import Bool, Float
@@ -11,7 +13,6 @@ from .. import _core
 from .._arguments import (
     check_alibi,
     check_cap,
-    check_flag,
     check_float_dtype,
     check_heads,
     check_positive,
@@ -71,8 +72,8 @@ _GQA_NAMES = (
     ("W_key.weight", Float[Tensor, "c_kv d"]),  # (g·c_h, d)
     ("W_value.weight", Float[Tensor, "c_kv d"]),
     ("out_proj.weight", Float[Tensor, "c_out c"]),
-    ("q_norm.scale", OwnDtype[Float[Tensor, " c_h"]] | None),
-    ("k_norm.scale", OwnDtype[Float[Tensor, " c_h"]] | None),
+    ("q_norm.scale", OwnDtype[Float[Tensor, " q_width"]] | None),  # c_h, or h·c_h (whole)
+    ("k_norm.scale", OwnDtype[Float[Tensor, " k_width"]] | None),  # c_h, or g·c_h
 )
 
 
@@ -100,7 +101,10 @@ class GroupedQueryAttention(MultiHeadModule):
     - the book's `qwen3.GroupedQueryAttention(d_in, num_heads, num_kv_groups, head_dim=None,
       qk_norm=False, dtype=None)`: head_dim (default d_in / num_heads), `out_proj`
       num_heads·head_dim -> d_in, and with `qk_norm` the `RMSNorm`s `q_norm`, `k_norm` (eps 1e-6)
-      over each head's queries and keys, before RoPE.
+      over each head's queries and keys, before RoPE; `qk_norm="whole"`, the book's OLMo 3:
+      `q_norm` over all num_heads·head_dim features of a row of Q, `k_norm` over the
+      num_kv_groups·head_dim of K, before the heads are split (its `RMSNorm` names the gains
+      `weight` where this one names them `scale`).
 
     The same `torch.manual_seed` gives the same parameters as the book's class, and its
     state_dicts load unchanged. `forward(x, blocked, cos, sin)` is the books' `forward(x, mask,
@@ -123,7 +127,7 @@ class GroupedQueryAttention(MultiHeadModule):
     """
 
     def __init__(self, d_in: int, *, num_heads: int, num_kv_groups: int, d_out: int | None = None,
-                 head_dim: int | None = None, qk_norm: bool = False,
+                 head_dim: int | None = None, qk_norm: bool | Literal["whole"] = False,
                  dtype: torch.dtype | None = None, sliding_window: int | None = None,
                  softcap: float | None = None, alibi: bool | Tensor = False,
                  sinks: bool | Tensor = False, gate: bool = False,
@@ -131,7 +135,8 @@ class GroupedQueryAttention(MultiHeadModule):
         where = "GroupedQueryAttention"
         check_positive(where, d_in=d_in, num_heads=num_heads, num_kv_groups=num_kv_groups)
         check_float_dtype(where, dtype)
-        check_flag(where, qk_norm=qk_norm)
+        if not (isinstance(qk_norm, bool) or qk_norm == "whole"):
+            raise TypeError(f"{where}: qk_norm must be a bool or 'whole', got qk_norm={qk_norm!r}")
         check_window(where, "sliding_window", sliding_window)
         check_cap(where, "softcap", softcap)
         check_alibi(where, alibi, num_heads)
@@ -165,8 +170,9 @@ class GroupedQueryAttention(MultiHeadModule):
             self.W_value = nn.Linear(d_in, kv, bias=False, dtype=dtype)
             self.out_proj = nn.Linear(self.d_out, d_in, bias=False, dtype=dtype)
         if qk_norm:
-            self.q_norm: RMSNorm | None = RMSNorm(width, eps=1e-6)
-            self.k_norm: RMSNorm | None = RMSNorm(width, eps=1e-6)
+            whole = qk_norm == "whole"  # OLMo 3: the whole rows of Q and K
+            self.q_norm: RMSNorm | None = RMSNorm(self.d_out if whole else width, eps=1e-6)
+            self.k_norm: RMSNorm | None = RMSNorm(kv if whole else width, eps=1e-6)
         else:
             self.q_norm = self.k_norm = None
         self.sliding_window = sliding_window

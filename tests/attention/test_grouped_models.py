@@ -151,7 +151,7 @@ def test_weights_and_x_still_share_one_dtype():
         ({"d_in": 10, "num_heads": 4, "num_kv_groups": 2}, r"GroupedQueryAttention: d_in=10 is not divisible by num_heads=4"),
         ({"d_in": 8, "d_out": 8, "head_dim": 2, "num_heads": 4, "num_kv_groups": 2}, r"give d_out \(the book's llama3\) or head_dim \(its qwen3\), not both; got d_out=8, head_dim=2"),
         ({"d_in": 8, "num_heads": 4, "num_kv_groups": 0}, r"GroupedQueryAttention: num_kv_groups must be a positive integer, got num_kv_groups=0"),
-        ({"d_in": 8, "num_heads": 4, "num_kv_groups": 2, "qk_norm": 1}, r"GroupedQueryAttention: qk_norm must be a bool, got qk_norm=1"),
+        ({"d_in": 8, "num_heads": 4, "num_kv_groups": 2, "qk_norm": 1}, r"GroupedQueryAttention: qk_norm must be a bool or 'whole', got qk_norm=1"),
     ],
 )
 def test_construction_errors_name_the_arguments(kwargs, message):
@@ -264,3 +264,40 @@ def test_freq_config_is_the_books_llama_3_2_rope():
     torch.testing.assert_close(got, module(x, None, cos, sin), rtol=0, atol=1e-12)
     plain = grouped_query_attention(x, *w, heads=2, groups=1, theta_base=500_000)
     assert (plain - got).abs().max() > 1e-3
+
+
+def test_qk_norm_whole_is_the_book_s_olmo_3():
+    """qk_norm="whole": RMSNorm(num_heads·head_dim) on the rows of Q and RMSNorm(num_kv_groups·
+    head_dim) on those of K, before the heads are split (the book's OLMo 3), against the
+    formula written out; with random gains it differs from the per-head norm of Qwen 3."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1]))
+    from reference_variants import gqa_reference
+
+    torch.manual_seed(0)
+    module = GroupedQueryAttention(12, num_heads=4, num_kv_groups=2, head_dim=4, qk_norm="whole",
+                                   dtype=torch.float64)  # fmt: skip
+    assert (module.q_norm.scale.shape, module.k_norm.scale.shape) == ((16,), (8,))
+    with torch.no_grad():
+        module.q_norm.scale.uniform_(0.5, 2.0)
+        module.k_norm.scale.uniform_(0.5, 2.0)
+    x = torch.randn(5, 12, dtype=torch.float64)
+    cos, sin = compute_rope_params(4, theta_base=100, context_length=5, dtype=torch.float64)
+    blocked = torch.ones(5, 5, dtype=torch.bool).triu(1)
+    w = {name: getattr(module, name).weight.mT for name in ("W_query", "W_key", "W_value", "out_proj")}
+    expected = gqa_reference(x.detach(), *(w[k].detach() for k in ("W_query", "W_key", "W_value")),
+                             w["out_proj"].detach(), heads=4, groups=2, causal=True, theta_base=100,
+                             q_gain=module.q_norm.scale.detach(), k_gain=module.k_norm.scale.detach())  # fmt: skip
+    got = module(x, blocked, cos, sin).detach().numpy()
+    assert abs(got - expected).max() < 1e-12
+    per_head = GroupedQueryAttention(12, num_heads=4, num_kv_groups=2, head_dim=4, qk_norm=True,
+                                     dtype=torch.float64)  # fmt: skip
+    per_head.load_state_dict({k: v for k, v in module.state_dict().items() if "norm" not in k},
+                             strict=False)  # fmt: skip
+    with torch.no_grad():  # gains of ones on both: what differs is which features are normalised
+        module.q_norm.scale.fill_(1.0)
+        module.k_norm.scale.fill_(1.0)
+    whole = module(x, blocked, cos, sin).detach().numpy()
+    assert abs(per_head(x, blocked, cos, sin).detach().numpy() - whole).max() > 1e-3

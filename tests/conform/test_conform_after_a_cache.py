@@ -76,7 +76,9 @@ def test_a_cache_that_forgets_the_tokens_before_fails_after_a_cache():
 def test_without_a_cached_call_or_a_cache_the_check_says_why():
     gqa = conform(attention.GroupedQueryAttention(16, num_heads=4, num_kv_groups=2))
     assert _row(gqa).status == "n/a"
-    assert _row(gqa).why == "GroupedQueryAttention keeps no cache adapter grouped knows how to use"
+    assert _row(gqa).why == (
+        "GroupedQueryAttention keeps no cache that adapter grouped uses (or is not causal)"
+    )
     mha = conform(torch.nn.MultiheadAttention(16, 4, batch_first=True))
     assert _row(mha).why == "adapter torch-mha gives no cached call (decode=)"
 

@@ -93,6 +93,9 @@ def test_a_layer_conforms_with_the_variant_its_config_gives(name):
     assert report.causal == (name not in ENCODERS)
     rows = {check.name: check.status for check in report.checks}
     assert rows["gradients"] == rows["mask convention"] == "PASS"
+    # a decoder layer generates with a cache (BLOOM's adds its own ALiBi and residual)
+    cached = name not in ENCODERS and name != "bloom"
+    assert rows["after a cache"] == ("PASS" if cached else "n/a")
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen3", "mistral", "bert", "vit"])
@@ -164,3 +167,20 @@ def test_olmo_normalised_per_head_does_not_conform(which):
     report = conform(layer)
     assert report.variant == "gqa+rope+whole-qk-norm" and not report.conforms
     assert report.diagnosis.id == ("qk-norm-per-head" if len(which) == 2 else None)
+
+
+def test_a_layer_that_drops_its_cache_fails_after_a_cache(monkeypatch):
+    """A Llama layer that never hands its cache on: the tokens after the first call attend to
+    themselves only."""
+    layer = _layer("llama")
+    forward = type(layer).forward
+
+    def forgetting(self, hidden_states, position_embeddings=None, attention_mask=None,
+                   cache=None, **kwargs):  # fmt: skip
+        mask = None if attention_mask is None else attention_mask[..., -hidden_states.shape[1]:]
+        return forward(self, hidden_states, position_embeddings, mask, None, **kwargs)
+
+    monkeypatch.setattr(type(layer), "forward", forgetting)
+    report = conform(layer)
+    rows = {check.name: check.status for check in report.checks}
+    assert rows["forward values"] == "PASS" and rows["after a cache"] == "FAIL"

@@ -332,3 +332,14 @@ def test_a_user_s_own_variant_loaded_from_its_file_is_checked(tmp_path, capsys, 
     capsys.readouterr()
     assert main(["conform", f"{target}:shifted", "--variant", spec]) == 1
     assert main(["conform", f"{target}:shifted", "--variant", spec, "--value", "b=0.5"]) == 0
+
+
+def test_olmo_s_qk_norm_of_whole_rows_is_read_from_the_module():
+    """This package's GroupedQueryAttention(qk_norm="whole") (the book's OLMo 3) conforms as
+    whole-qk-norm, read from the width of its norms' gains."""
+    module = GroupedQueryAttention(16, num_heads=4, num_kv_groups=2, qk_norm="whole")
+    with torch.no_grad():
+        module.q_norm.scale.normal_()
+        module.k_norm.scale.normal_()
+    report = conform(module, variant="rope")
+    assert report.conforms and report.variant == "gqa+whole-qk-norm+rope", report.table()

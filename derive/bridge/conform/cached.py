@@ -124,8 +124,8 @@ def after_a_cache(run: Any, form: Any, graph: Any) -> Check:
         note = f"the cached call failed: {type(error).__name__}: {error}"
         return dataclasses.replace(failed, status="FAIL", note=note)
     if got is None:
-        return run.missing(_NAME, _WHAT, formula, f"{type(run.h.module).__name__} keeps no "
-                           f"cache adapter {adapter.name} knows how to use")  # fmt: skip
+        why = f"{type(run.h.module).__name__} keeps no cache that adapter {adapter.name} uses"
+        return run.missing(_NAME, _WHAT, formula, why + " (or is not causal)")
     generating = dataclasses.replace(form, causal=True, cached=start)
     scenario = run.scenario(_NAME, generating, run.x, got)
     return run.value_row(_NAME, _WHAT, composed(reference(generating)), scenario)

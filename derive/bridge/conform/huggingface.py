@@ -35,6 +35,9 @@ The variant is read from the layer and its config, each as the model itself uses
 - the scale: ``scaling`` must be 1/√c_h (Gemma's ``query_pre_attn_scalar`` equal to
   ``head_dim``): another scale is declared by no registered variant, and is refused.
 
+After a cache (`derive.bridge.conform.cached`), the decoder layers are run as their model
+generates: a ``DynamicCache`` filled by the first tokens, then the others at their positions.
+
 The call builds the mask the model would build (causal where the layer's ``is_causal`` says
 so, the window, and the checks' own mask), additive with ``finfo.min`` where a query may not
 attend, as Hugging Face's masks are; a query with nothing to attend then gets uniform
@@ -192,12 +195,46 @@ def _layer_call(module: Any, x: Any, allowed: Any) -> Any:
         return module(x, residual=torch.zeros_like(x), alibi=bias, attention_mask=mask)
     if H.beta(module) is None:
         return module(x, attention_mask=mask)
+    table = _tables(module, x, torch.arange(n, device=x.device)[None])
+    return module(x, position_embeddings=table, attention_mask=mask)
+
+
+def _tables(module: Any, x: Any, positions: Any) -> tuple:
+    """The model's own rotary tables at `positions` (1, n'): computed in float32 as the
+    model's are, then in x's dtype."""
     embedding, takes_type = H.rotary(module)
     embedding.to(x.device)
-    positions = torch.arange(n, device=x.device)[None]
     extra = {"layer_type": H.layer_type(module)} if takes_type else {}
-    table = tuple(t.to(x.dtype) for t in embedding(x.float(), positions, **extra))
-    return module(x, position_embeddings=table, attention_mask=mask)
+    return tuple(t.to(x.dtype) for t in embedding(x.float(), positions, **extra))
+
+
+def _layer_decode(module: Any, x: Any, start: int) -> Any:
+    """The layer as its model generates: a DynamicCache (from transformers as the caller
+    imported it: it is never imported here) filled by the first s tokens, then the others at
+    positions s … n − 1 with the rows of the model's mask; None for a layer that takes no
+    cache, is not causal (an encoder's) or adds its ALiBi and residual itself (BLOOM)."""
+    import inspect
+    import sys
+
+    import torch
+
+    takes = inspect.signature(module.forward).parameters
+    keyword = next((k for k in ("cache", "past_key_values", "layer_past") if k in takes), None)
+    library = sys.modules.get("transformers")
+    if keyword is None or library is None or H.takes_alibi(module):
+        return None
+    if not getattr(module, "is_causal", True):
+        return None
+    cache, n = library.DynamicCache(), x.shape[-2]
+    mask, parts = _mask(module, n, None, x), []
+    for rows in (slice(0, start), slice(start, n)):
+        given = {keyword: cache, "attention_mask": mask[..., rows, : rows.stop]}
+        if H.beta(module) is not None:
+            positions = torch.arange(n, device=x.device)[None, rows]
+            given["position_embeddings"] = _tables(module, x, positions)
+        out = module(x[:, rows], **given)
+        parts.append(out[0] if isinstance(out, tuple) else out)
+    return torch.cat(parts, dim=1)
 
 
 def _conventions(module: Any) -> dict:
@@ -222,6 +259,7 @@ HUGGING_FACE = Adapter(
     looks_for="q_proj, k_proj, v_proj, o_proj (or qkv_proj, query_key_value and dense, or "
     "query, key, value) and config.num_attention_heads",
     conventions=_conventions,
+    decode=_layer_decode,
     note="note: the huggingface adapter gives each layer the mask its model would build (causal "
     "where is_causal, the window of sliding_window): the layer's use of a mask is checked, not "
     "its model's making of it",
