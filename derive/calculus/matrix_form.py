@@ -149,7 +149,10 @@ def _softmax(numerator: sp.Expr, denominator: sp.Expr, row, col, shape) -> sp.Ma
         return None
     if denominator.function != numerator.xreplace({col: variable}):
         return None
-    return Softmax(_form(numerator.args[0], row, col, shape), sink)
+    z = _form(numerator.args[0], row, col, shape)
+    if not (high.has(row) or _whole_row(low, high, z.shape[1])):  # part of every row: none
+        return None  # (up to the row's own index: a cache's rows, the keys seen so far)
+    return Softmax(z, sink)
 
 
 def _whole_row(low: sp.Expr, high: sp.Expr, cols: sp.Expr) -> bool:

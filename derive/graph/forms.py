@@ -47,8 +47,9 @@ class Form:
         variant: the registered variants it computes besides these, joined by ``+``
             (``"gqa+rope"``; empty: none). Their chains may bring the causal mask (RoPE's
             base is causal attention); without `causal` it is then M = 0, no mask.
-        cached: s > 0 where the implementation computed tokens s + 1 … n after a cache of
-            the first s (generation); the graph is the same, a mistake may read it.
+        cached: where the implementation was given the tokens in turn with a cache (as in
+            generation), how many came before each call after the first (``(2, 4)``: tokens
+            1–2, then 3–4, then 5); the graph is the same, a mistake may read it.
     """
 
     heads: bool = False
@@ -57,7 +58,7 @@ class Form:
     dropout: bool = False
     projections: bool = True
     variant: str = ""
-    cached: int = 0
+    cached: tuple[int, ...] = ()
 
 
 def entry(name: str, head: bool, *indices: sp.Expr) -> sp.Indexed:

@@ -17,7 +17,7 @@ the classic ones.
 ``window-off-by-one``          each query sees w + 1 keys, not w (p ≥ m − w for p > m − w)
 ``softcap-missing``            the scores not capped: ω̆ = ω̃
 ``sink-missing``               the sink left out of each row's denominator
-``rope-offset``                after a cache of s tokens, the new tokens rotated at positions
+``rope-offset``                after a cache of s tokens, a call's tokens rotated at positions
                                0, 1, … again, not s, s + 1, … (``start_pos`` not passed on)
 ``qk-norm-per-head``           each head's c_h features RMS-normalised on their own where the
                                model normalises the whole row of Q and K (OLMo's QK-norm ported
@@ -159,9 +159,13 @@ def qk_norm_per_head(graph: Graph, form: Form) -> Graph:
 
 
 def rope_offset(graph: Graph, form: Form) -> Graph:
-    r"""$\phi_{m,j}$ read at $m - s$ for the tokens $m > s$ after a cache of $s$: their queries
-    and keys rotated as if they began the sequence (the cached keys keep their angles)."""
+    r"""$\phi_{m,j}$ read at $m - s$ for the tokens $m > s$ of a call after a cache of $s$
+    tokens: each call's queries and keys rotated as if they began the sequence (the cached keys
+    keep the angles they were given)."""
     if not _has(form, "rope") or not form.cached:
         return graph
-    restarted = Piecewise((L.m - form.cached, sp.Gt(L.m, form.cached)), (L.m, True))
+    restarted = Piecewise(
+        *((L.m - start, sp.Gt(L.m, start)) for start in sorted(form.cached, reverse=True)),
+        (L.m, True),
+    )
     return replaced(graph, "Phi", graph.step("Phi").element.rhs.xreplace({L.m: restarted}))

@@ -46,7 +46,7 @@ def test_the_book_s_layer_with_positions_restarted_after_the_cache_is_named(monk
     assert not report.conforms and _row(report).status == "FAIL"
     assert [c.name for c in report.checks if c.status == "FAIL"] == ["after a cache"]
     assert report.diagnosis.id == "rope-offset"
-    assert "m - 2 if 2 < m" in report.diagnosis.wrong  # s = 2 of n = 5 cached
+    assert "m - 4 if 4 < m, m - 2 if 2 < m" in report.diagnosis.wrong  # tokens 1–2, 3–4, 5
 
 
 @pytest.mark.parametrize("module", [
@@ -76,9 +76,7 @@ def test_a_cache_that_forgets_the_tokens_before_fails_after_a_cache():
 def test_without_a_cached_call_or_a_cache_the_check_says_why():
     gqa = conform(attention.GroupedQueryAttention(16, num_heads=4, num_kv_groups=2))
     assert _row(gqa).status == "n/a"
-    assert _row(gqa).why == (
-        "GroupedQueryAttention keeps no cache that adapter grouped uses (or is not causal)"
-    )
+    assert _row(gqa).why == "GroupedQueryAttention keeps no cache that adapter grouped uses"
     mha = conform(torch.nn.MultiheadAttention(16, 4, batch_first=True))
     assert _row(mha).why == "adapter torch-mha gives no cached call (decode=)"
 
@@ -88,9 +86,9 @@ def test_a_user_adapter_s_decode_is_used(monkeypatch):
     (the second part's tokens then see only each other), which is not attention after a cache."""
     seen = []
 
-    def decode(module, x, start):
-        seen.append(start)
-        return torch.cat([module(x[:, :start]), module(x[:, start:])], dim=1)
+    def decode(module, x, parts):
+        seen.append(parts)
+        return torch.cat([module(x[:, part]) for part in parts], dim=1)
 
     def weights(module):
         return Weights(module.W_query.weight.mT, module.W_key.weight.mT, module.W_value.weight.mT,
@@ -101,4 +99,4 @@ def test_a_user_adapter_s_decode_is_used(monkeypatch):
     register_adapter("two-calls", recognises=lambda m: False, decode=decode)(weights)
     module = attention.MultiHeadAttention(16, 16, context_length=8, dropout=0.0, num_heads=4)
     report = conform(module, adapter="two-calls")
-    assert seen == [2] and _row(report).status == "FAIL"
+    assert seen == [(slice(0, 2), slice(2, 4), slice(4, 5))] and _row(report).status == "FAIL"

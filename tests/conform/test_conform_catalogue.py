@@ -20,7 +20,7 @@ IDS = (
 FORMS = (Form(), Form(heads=True), Form(causal=True), Form(masked=True), Form(dropout=True),
          Form(heads=True, causal=True, variant="gqa+rope+sliding-window+softcap+sinks"),
          Form(heads=True, causal=True, variant="gqa+whole-qk-norm"),
-         Form(heads=True, causal=True, variant="gqa+rope", cached=3))  # fmt: skip
+         Form(heads=True, causal=True, variant="gqa+rope", cached=(2, 4)))  # fmt: skip
 
 #: id -> (the step it changes, its mistaken formula) in the first form above that it changes
 WRONG = {
@@ -37,9 +37,9 @@ WRONG = {
     "dropout-before-softmax": ("A", "a[m,p] = exp(ω̃[m,p]/(1 - ρ))/Σ_(r=1…n) exp(ω̃[m,r]/(1 - ρ))"),
     "mask-filled-with-zero": ("Omega_masked", "ω̂[m,p] = (ω̃[m,p] if M[m,p] = 0, 0 otherwise)"),
     "rope-not-on-keys": ("K_rot_l", "k̊⁽ˡ⁾[p,j] = k⁽ˡ⁾[p,j]"),
-    "rope-offset": ("Phi", "φ[m,j] = (β^((2 - 2 j)/c_h) ((m - 3 if 3 < m, m otherwise) - 1) if "
-                    "j ≤ c_h/2, β^((c_h - 2 j + 2)/c_h) ((m - 3 if 3 < m, m otherwise) - 1) "
-                    "otherwise)"),
+    "rope-offset": ("Phi", "φ[m,j] = (β^((2 - 2 j)/c_h) ((m - 4 if 4 < m, m - 2 if 2 < m, m "
+                    "otherwise) - 1) if j ≤ c_h/2, β^((c_h - 2 j + 2)/c_h) ((m - 4 if 4 < m, "
+                    "m - 2 if 2 < m, m otherwise) - 1) otherwise)"),
     "window-off-by-one": ("M", "M[m,p] = (0 if p ≤ m and m - w ≤ p, −∞ otherwise)"),
     "softcap-missing": ("Omega_capped_l", "ω̆⁽ˡ⁾[m,p] = ω̃⁽ˡ⁾[m,p]"),
     "sink-missing": ("A_l", "a⁽ˡ⁾[m,p] = exp(ω̂⁽ˡ⁾[m,p])/Σ_(r=1…n) exp(ω̂⁽ˡ⁾[m,r])"),

@@ -36,7 +36,7 @@ from .target import ConformError
 
 __all__ = [
     "Weights", "Adapter", "register_adapter", "registered", "Observe", "per_head_parts",
-    "norm_gains",
+    "norm_gains", "norm_width",
 ]  # fmt: skip
 
 
@@ -140,6 +140,14 @@ def per_head_parts(tensor: Any, heads: int, parts: int) -> list:
     return [blocks[..., i, :].flatten(-2) for i in range(parts)]
 
 
+def norm_width(norm: Any) -> int:
+    """The features an RMS norm's gains (``weight``, or this package's ``scale``) cover."""
+    gains = getattr(norm, "weight", getattr(norm, "scale", None))
+    if gains is None:
+        raise ConformError(f"{type(norm).__name__}: an RMS norm without gains (weight or scale)")
+    return int(gains.shape[-1])
+
+
 def norm_gains(norm: Any, width: int) -> tuple[Any, float]:
     """An RMS norm's gains as the book's G (1, c_h), and its ε (torch's default where it has
     none: the machine epsilon of its dtype): ``weight``, or ``1 + weight`` (Gemma 3, Qwen 3.5),
@@ -149,7 +157,7 @@ def norm_gains(norm: Any, width: int) -> tuple[Any, float]:
 
     import torch
 
-    gains = getattr(norm, "weight", None)
+    gains = getattr(norm, "weight", getattr(norm, "scale", None))  # this package's: scale
     if gains is None:  # no learnable gains (elementwise_affine=False): ones
         like = next(norm.parameters(), None)
         gains = torch.ones(width, dtype=torch.get_default_dtype() if like is None else like.dtype)
@@ -259,11 +267,12 @@ def register_adapter(
             layer whose softmax runs in float32 whatever its dtype (``"tables"``: RoPE's
             tables; ``"empty rows"``: ``"zero"``, ``"nan"`` or ``"any"``). The tolerances
             follow them, and the report states them; ``strict`` ignores them.
-        decode: ``decode(module, x, s)``, how the module generates with a cache: x's first s
-            tokens with the cache empty, then the others with what it kept, the two outputs
-            joined along the tokens (batch, n, c_out); None where a module keeps no cache.
-            It may take ``variant`` and ``values`` as `call` may. Omitted: the check "after a
-            cache" is n/a (`derive.bridge.conform.cached` has the built-in ones).
+        decode: ``decode(module, x, parts)``, how the module takes tokens in turn with a
+            cache: ``x[..., part, :]`` for each slice in `parts`, the cache carried from call
+            to call, the outputs joined along the tokens (batch, n, c_out); None, or a sentence
+            saying why, where a module keeps no cache. It may take ``variant`` and ``values``
+            as `call` may. Omitted: the check "after a cache" is n/a (built-in ones:
+            `derive.bridge.conform.cached`).
 
     Returns:
         the decorator, which registers `weights` and returns it unchanged. ``weights(module)``

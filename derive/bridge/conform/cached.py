@@ -1,22 +1,25 @@
-"""The tokens after a cache: a causal module run on the first s tokens with its cache empty,
-then on the others with what it cached, must give the derivation's rows s + 1 … n.
+"""Tokens given in turn with a cache: a causal module run on the first tokens with its cache
+empty, then on the next ones with what it cached, then on the last one alone (a token generated
+on its own), must give the derivation's rows.
 
 Generation computes each new token's row against the keys and values kept from the tokens
 before it; nothing in the derivation changes (causal attention's row m reads rows p ≤ m only),
-so the two calls side by side are compared with C of all n tokens, entry by entry, within the
-forward's tolerance. What goes wrong here and nowhere else is named: ``rope-offset``, the
-positions of the new tokens counted from 0 again instead of from s (`derive.graph.port_mistakes`).
+so the calls' outputs side by side are compared with C of all n tokens, entry by entry, within
+the forward's tolerance. What goes wrong here and nowhere else is named: ``rope-offset``, the
+positions of each call's tokens counted from 0 again (`derive.graph.port_mistakes`).
 
-An adapter says how its modules use a cache by its ``decode``: ``decode(module, x, start)``
-returns the two outputs side by side (batch, n, c_out), or None where the module keeps no
-cache. The built-in ones:
+An adapter says how its modules use a cache by its ``decode``: ``decode(module, x, parts)``
+runs the module on ``x[..., part, :]`` for each slice in `parts` in turn, its cache carried
+from one call to the next, and returns the outputs joined along the tokens (batch, n, c_out);
+None (or a sentence saying why) where the module keeps no cache it can use. The built-in ones:
 
 - `with_use_cache` (this package's `MultiHeadAttention` and `MultiHeadLatentAttention`, the
-  book's KV-cache classes of ch. 4): ``reset_cache()``, then ``forward(x, use_cache=True)``
-  on each part;
+  book's KV-cache classes of ch. 4): ``reset_cache()``, then ``forward(x_part,
+  use_cache=True)`` for each part;
 - `with_start_pos` (the book's KV-cache Llama 3 and Qwen 3 layers, ``forward(x, mask, cos,
-  sin, start_pos=0, cache=None)`` returning the output and the cache): the part after the cache
-  given ``start_pos=s``, the cache the first call returned, its causal mask's rows s + 1 … n.
+  sin, start_pos=0, cache=None)`` returning the output and the cache): each part with
+  ``start_pos`` its first token, the cache the call before returned, and its rows of the
+  causal mask.
 """
 
 from __future__ import annotations
@@ -27,35 +30,39 @@ import inspect
 import warnings
 from typing import Any
 
+from ...graph.entries.llama3_rope import FREQ_CONFIG
 from ...graph.forms import reference
 from .formulas import composed
 from .harness import _first_tensor
 from .report import Check
+from .target import ConformError
 
 __all__ = ["after_a_cache", "with_use_cache", "with_start_pos", "rope_tables"]
 
 _NAME = "after a cache"
-_WHAT = "the tokens after a cache (s of n): C equals the derivation's rows s + 1 … n"
+_WHAT = "tokens given in turn with a cache: C equals the derivation's rows"
 
 
-def with_use_cache(module: Any, x: Any, start: int) -> Any:
-    """``reset_cache()``, then ``module(x[..., :s, :], use_cache=True)`` and the rest likewise;
-    None where the module keeps no such cache."""
+def with_use_cache(module: Any, x: Any, parts: tuple[slice, ...]) -> Any:
+    """``reset_cache()``, then ``module(x[..., part, :], use_cache=True)`` for each part; None
+    where the module keeps no such cache."""
     import torch
 
     takes = inspect.signature(module.forward).parameters
     if "use_cache" not in takes or not hasattr(module, "reset_cache"):
         return None
     module.reset_cache()
-    parts = [_first_tensor(module(part, use_cache=True)) for part in _parts(x, start)]
+    outs = [_first_tensor(module(x[..., part, :], use_cache=True)) for part in parts]
     module.reset_cache()
-    return torch.cat(parts, dim=-2)
+    return torch.cat(outs, dim=-2)
 
 
-def with_start_pos(module: Any, x: Any, start: int, variant: str = "", values: Any = None) -> Any:
-    """The book's KV-cache layers: ``(out, cache) = module(x_1…s, mask, cos, sin, start_pos=0)``
-    then ``module(x_s+1…n, mask rows s + 1 … n, cos, sin, start_pos=s, cache=cache)``; None
-    where ``forward`` takes no ``start_pos`` and ``cache``, or returns no cache."""
+def with_start_pos(
+    module: Any, x: Any, parts: tuple[slice, ...], variant: str = "", values: Any = None
+) -> Any:
+    """The book's KV-cache layers: ``(out, cache) = module(x[part], mask[part, :end], cos, sin,
+    start_pos=part.start, cache=cache)`` for each part, the cache of one call given to the
+    next; None where ``forward`` takes no ``start_pos`` and ``cache``, or returns no cache."""
     import torch
 
     takes = inspect.signature(module.forward).parameters
@@ -63,69 +70,82 @@ def with_start_pos(module: Any, x: Any, start: int, variant: str = "", values: A
         return None
     n = x.shape[-2]
     blocked = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)
-    tables = rope_tables(module, x, variant, values)
-    first = module(x[..., :start, :], blocked[:start, :start], *tables, start_pos=0)
-    if not (isinstance(first, tuple) and len(first) == 2):  # no cache returned: none kept
-        return None
-    first, cache = first
-    rest = module(x[..., start:, :], blocked[start:], *tables, start_pos=start, cache=cache)
-    return torch.cat([_first_tensor(first), _first_tensor(rest)], dim=-2)
+    tables, cache, outs = rope_tables(module, x, variant, values), None, []
+    for part in parts:
+        given = blocked[part, : part.stop]
+        found = module(x[..., part, :], given, *tables, start_pos=part.start, cache=cache)
+        if not (isinstance(found, tuple) and len(found) == 2):  # no cache returned: none kept
+            return None
+        out, cache = found
+        outs.append(_first_tensor(out))
+    return torch.cat(outs, dim=-2)
 
 
 def rope_tables(module: Any, x: Any, variant: str, values: Any) -> tuple:
-    """(cos, sin) of β for n tokens where the variant has RoPE (of width c_r with partial
-    RoPE: the module rotates as many features as its tables are wide); () otherwise."""
+    """(cos, sin) of β for n tokens where the variant has RoPE, the book's tables (of width c_r
+    with partial RoPE: the module rotates as many features as its tables are wide; at Llama
+    3.1's frequencies with llama3-rope; how it pairs the features is the module's); ()
+    otherwise."""
     if "rope" not in variant.split("+"):
         return ()
     from attention.rope import compute_rope_params
 
-    beta, rotated = (values or {}).get("beta", 10_000), (values or {}).get("c_r", module.head_dim)
+    parts, values = variant.split("+"), values or {}
+    beta, rotated = values.get("beta", 10_000), values.get("c_r", module.head_dim)
+    smoothing = None
+    if "llama3-rope" in parts:  # the book's freq_config, from the variant's values
+        smoothing = {key: float(values[str(symbol)]) for key, symbol in FREQ_CONFIG}
     cos, sin = compute_rope_params(rotated, theta_base=beta, context_length=x.shape[-2],
-                                   dtype=x.dtype)  # fmt: skip
+                                   freq_config=smoothing, dtype=x.dtype)  # fmt: skip
     return cos.to(x.device), sin.to(x.device)
 
 
-def _parts(x: Any, start: int) -> tuple[Any, Any]:
-    return x[..., :start, :], x[..., start:, :]
+def _parts(n: int) -> tuple[slice, ...]:
+    """The calls: the first ⌊n/2⌋ tokens, then the others but the last, then the last alone (a
+    token generated on its own: the path of generation)."""
+    start = max(1, n // 2)
+    cuts = (0, start, n - 1, n) if n - 1 > start else (0, start, n)
+    return tuple(slice(a, b) for a, b in zip(cuts, cuts[1:], strict=False))
 
 
-def _decoded(run: Any, start: int) -> Any:
-    """The adapter's cached call on conform's own copy of the module (its cache starts empty
-    and is thrown away), in the module's dtype; float64 on the CPU, or None."""
+def _decoded(run: Any, parts: tuple[slice, ...]) -> Any:
+    """The adapter's cached calls on conform's own copy of the module (its cache starts empty
+    and is thrown away), in the module's dtype: float64 on the CPU, or why there is none."""
     import torch
 
     h = run.h
     decode = h.adapter.decode
-    wants = inspect.signature(decode).parameters
-    told = {"variant": h.variant, "values": dict(h.values)}
-    told = {key: value for key, value in told.items() if key in wants}
+    told = h.told(decode)
     module = copy.deepcopy(h.module)
     x = run.x.to(h.dtype).to(h.device)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        out = decode(module, x, start, **told)
-    return None if out is None else out.detach().double().cpu()
+        out = decode(module, x, parts, **told)
+    return out if out is None or isinstance(out, str) else out.detach().double().cpu()
 
 
 def after_a_cache(run: Any, form: Any, graph: Any) -> Check:
     """The check's row: n/a where the adapter has no cached call or the module keeps no cache;
-    else C of the two calls against causal attention's (generation is causal: a layer given
-    its mask by its model, as the book's are, is given the causal one here)."""
+    else C of the calls against causal attention's (generation is causal: a layer given its
+    mask by its model, as the book's are, is given the causal one here)."""
     formula = composed(graph)
-    adapter = run.h.adapter
+    adapter, name = run.h.adapter, type(run.h.module).__name__
     if adapter.decode is None:
         return run.missing(_NAME, _WHAT, formula, f"adapter {adapter.name} gives no cached "
                            "call (decode=)")  # fmt: skip
-    start = max(1, run.n // 2)
+    parts = _parts(run.n)
     try:
-        got = _decoded(run, start)
+        got = _decoded(run, parts)
+    except ConformError as error:  # the adapter cannot run it so
+        return run.missing(_NAME, _WHAT, formula, str(error))
     except Exception as error:  # noqa: BLE001 - the target's own failure
         failed = run.missing(_NAME, _WHAT, formula, "the module fails where it uses its cache")
         note = f"the cached call failed: {type(error).__name__}: {error}"
         return dataclasses.replace(failed, status="FAIL", note=note)
-    if got is None:
-        why = f"{type(run.h.module).__name__} keeps no cache that adapter {adapter.name} uses"
-        return run.missing(_NAME, _WHAT, formula, why + " (or is not causal)")
-    generating = dataclasses.replace(form, causal=True, cached=start)
+    if got is None or isinstance(got, str):
+        why = got or f"{name} keeps no cache that adapter {adapter.name} uses"
+        return run.missing(_NAME, _WHAT, formula, why)
+    starts = tuple(part.start for part in parts[1:])
+    generating = dataclasses.replace(form, causal=True, cached=starts)
     scenario = run.scenario(_NAME, generating, run.x, got)
     return run.value_row(_NAME, _WHAT, composed(reference(generating)), scenario)

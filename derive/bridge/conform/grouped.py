@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .adapters import Adapter, Weights, per_head_parts
+from .adapters import Adapter, Weights, norm_gains, norm_width, per_head_parts
 from .cached import rope_tables, with_start_pos, with_use_cache
 from .target import ConformError
 
@@ -64,10 +64,10 @@ def _grouped_weights(module: Any) -> Weights:
     w_q, w_g = _queries_and_gate(module)
     parts, values, inputs = [], {}, {}
     if getattr(module, "q_norm", None) is not None:  # of one head's features, or of all
-        whole = module.q_norm.scale.shape[-1] != module.head_dim
-        parts.append("whole-qk-norm" if whole else "qk-norm")
-        values["epsilon"] = module.q_norm.eps
-        inputs |= {"G_q": module.q_norm.scale[None], "G_k": module.k_norm.scale[None]}
+        widths = [norm_width(norm) for norm in (module.q_norm, module.k_norm)]
+        parts.append("whole-qk-norm" if widths[0] != module.head_dim else "qk-norm")
+        inputs["G_q"], values["epsilon"] = norm_gains(module.q_norm, widths[0])
+        inputs["G_k"], _ = norm_gains(module.k_norm, widths[1])
     if getattr(module, "sliding_window", None) is not None:
         parts.append("sliding-window")
         values["w"] = module.sliding_window

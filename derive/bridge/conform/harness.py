@@ -107,10 +107,11 @@ class ModuleHarness:
         out = out.double() if grad else out.detach().double().cpu()
         return out
 
-    def _told(self) -> dict:
-        """What a call that asks for them is told: the variant, and its values by name."""
+    def told(self, function: Any = None) -> dict:
+        """What a call (the adapter's `call`, or `function`) that asks for them is told: the
+        variant, and its values by name."""
         try:
-            wants = inspect.signature(typing.cast(Any, self.adapter.call)).parameters
+            wants = inspect.signature(function or typing.cast(Any, self.adapter.call)).parameters
         except (TypeError, ValueError):
             return {}
         numbers = {k: v for k, v in self.values.items() if not sp.sympify(v).free_symbols}
@@ -122,7 +123,7 @@ class ModuleHarness:
 
     def _once(self, module: Any, x: Any, mask: Any) -> Any:
         if self.adapter.call is not None:
-            return _first_tensor(self.adapter.call(module, x, mask, **self._told()))
+            return _first_tensor(self.adapter.call(module, x, mask, **self.told()))
         if mask is None:
             return _first_tensor(module(x))
         given = mask if self.adapter.mask_means == "allowed" else ~mask

@@ -35,8 +35,9 @@ The variant is read from the layer and its config, each as the model itself uses
 - the scale: ``scaling`` must be 1/√c_h (Gemma's ``query_pre_attn_scalar`` equal to
   ``head_dim``): another scale is declared by no registered variant, and is refused.
 
-After a cache (`derive.bridge.conform.cached`), the decoder layers are run as their model
-generates: a ``DynamicCache`` filled by the first tokens, then the others at their positions.
+After a cache (`derive.bridge.conform.cached`), the decoder layers are given their tokens in
+turn, one ``DynamicCache`` carried from call to call (the full cache, not a sliding window's
+trimmed one), each call at its tokens' positions.
 
 The call builds the mask the model would build (causal where the layer's ``is_causal`` says
 so, the window, and the checks' own mask), additive with ``finfo.min`` where a query may not
@@ -157,8 +158,13 @@ def _qk_norm(module: Any, widths: tuple[int, int, int], inputs: dict, values: di
                            f"neither one head's {width} (qk-norm) nor all heads' {c} "
                            "(whole-qk-norm)")  # fmt: skip
     whole = features != width
+    k_width = c_kv if whole else width
+    if module.k_norm.weight.shape[-1] != k_width:
+        raise ConformError(f"{type(module).__name__}: k_norm normalises "
+                           f"{module.k_norm.weight.shape[-1]} features, q_norm {features}: "
+                           f"expected {k_width}, the keys normalised as the queries")  # fmt: skip
     inputs["G_q"], values["epsilon"] = norm_gains(module.q_norm, features)
-    inputs["G_k"], _ = norm_gains(module.k_norm, c_kv if whole else width)
+    inputs["G_k"], _ = norm_gains(module.k_norm, k_width)
     return "whole-qk-norm" if whole else "qk-norm"
 
 
@@ -208,11 +214,11 @@ def _tables(module: Any, x: Any, positions: Any) -> tuple:
     return tuple(t.to(x.dtype) for t in embedding(x.float(), positions, **extra))
 
 
-def _layer_decode(module: Any, x: Any, start: int) -> Any:
-    """The layer as its model generates: a DynamicCache (from transformers as the caller
-    imported it: it is never imported here) filled by the first s tokens, then the others at
-    positions s … n − 1 with the rows of the model's mask; None for a layer that takes no
-    cache, is not causal (an encoder's) or adds its ALiBi and residual itself (BLOOM)."""
+def _layer_decode(module: Any, x: Any, parts: tuple[slice, ...]) -> Any:
+    """The layer given its tokens in turn: one DynamicCache (from transformers as the caller
+    imported it: it is never imported here) carried from call to call, each call at its
+    tokens' positions with its rows of the model's mask; why not, for a layer that takes no
+    cache, an encoder's, or one that adds its ALiBi and residual itself (BLOOM)."""
     import inspect
     import sys
 
@@ -221,20 +227,20 @@ def _layer_decode(module: Any, x: Any, start: int) -> Any:
     takes = inspect.signature(module.forward).parameters
     keyword = next((k for k in ("cache", "past_key_values", "layer_past") if k in takes), None)
     library = sys.modules.get("transformers")
-    if keyword is None or library is None or H.takes_alibi(module):
-        return None
-    if not getattr(module, "is_causal", True):
-        return None
+    if keyword is None or library is None:
+        return f"{type(module).__name__}.forward takes no cache"
+    if H.takes_alibi(module) or not getattr(module, "is_causal", True):
+        return "the adapter gives a cache to causal layers without ALiBi only (not BLOOM's)"
     cache, n = library.DynamicCache(), x.shape[-2]
-    mask, parts = _mask(module, n, None, x), []
-    for rows in (slice(0, start), slice(start, n)):
-        given = {keyword: cache, "attention_mask": mask[..., rows, : rows.stop]}
+    mask, outs = _mask(module, n, None, x), []
+    for part in parts:
+        given = {keyword: cache, "attention_mask": mask[..., part, : part.stop]}
         if H.beta(module) is not None:
-            positions = torch.arange(n, device=x.device)[None, rows]
+            positions = torch.arange(n, device=x.device)[None, part]
             given["position_embeddings"] = _tables(module, x, positions)
-        out = module(x[:, rows], **given)
-        parts.append(out[0] if isinstance(out, tuple) else out)
-    return torch.cat(parts, dim=1)
+        out = module(x[:, part], **given)
+        outs.append(out[0] if isinstance(out, tuple) else out)
+    return torch.cat(outs, dim=1)
 
 
 def _conventions(module: Any) -> dict:

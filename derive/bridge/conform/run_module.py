@@ -82,7 +82,7 @@ class ModuleRun(Run):
         shown = Scenario("scores", form, inputs, None, self.h.sizes(self.n), b_o)
         return predict(shown)["Omega_scaled" + _s(form)]
 
-    def form(self, **kinds: bool) -> Form:
+    def form(self, **kinds: Any) -> Form:
         """The form of this module's graph: its heads, its variant, and `kinds`."""
         return Form(heads=self.h.with_heads, variant=self.h.variant, **kinds)
 

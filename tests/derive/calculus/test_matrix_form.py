@@ -110,6 +110,25 @@ def test_rms_normalisation_of_the_rows_and_gains_on_the_columns():
         derive.matrix_form(Q[m, j] * over_columns, (m, j))
 
 
+def test_sums_over_part_of_a_row_are_no_softmax_and_no_rms_norm():
+    """A head's block of a row (its range read from the column) or a fixed part of it is not
+    the whole row's statistic; up to the row's own index (the keys a cache has seen) the
+    softmax is the row's, as the kv-cache variant declares it."""
+    eps = sp.Symbol("epsilon", positive=True)
+    w = sp.Symbol("w", integer=True, positive=True)
+    start = w * sp.floor(j / w)
+    per_head = (Sum(Q[m, r] ** 2, (r, start, start + w - 1)) / w + eps) ** sp.Rational(-1, 2)
+    with pytest.raises(derive.NoMatrixForm):
+        derive.matrix_form(Q[m, j] * per_head, (m, j))
+    for high in (n - 2, m):
+        element = exp(Z[m, p]) / Sum(exp(Z[m, r]), (r, 0, high))
+        if high == m:
+            assert derive.matrix_form(element, (m, p)) == Softmax(Z)
+        else:
+            with pytest.raises(derive.NoMatrixForm):
+                derive.matrix_form(element, (m, p))
+
+
 def test_a_block_offset_by_a_group_is_a_block_of_columns():
     g, h, ell = sp.symbols("g h l", integer=True, positive=True)
     offset = sp.floor((ell - 1) * g / h) * 2
