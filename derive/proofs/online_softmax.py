@@ -1,0 +1,186 @@
+r"""The online softmax, derived: a row of the context C computed block of keys by block of keys,
+never holding the row's weights (the forward pass of FlashAttention; Milakov and Gimelshein,
+*Online normalizer calculation for softmax*, 2018; Dao et al., *FlashAttention*, 2022).
+
+Row m's scaled scores ω̃_{m,p} are read in blocks of B keys; block t holds the keys
+(t − 1) B + 1 … t B. After block t the state is a running maximum μ^{(t)}, a running sum
+ℓ^{(t)} and a running output o^{(t)}_j, each block updating them as
+
+    ℓ^{(t+1)} = e^{μ^{(t)} − μ^{(t+1)}} ℓ^{(t)} + Σ_{p in block t+1} e^{ω̃_{m,p} − μ^{(t+1)}}
+    o^{(t+1)}_j = e^{μ^{(t)} − μ^{(t+1)}} o^{(t)}_j
+                  + Σ_{p in block t+1} e^{ω̃_{m,p} − μ^{(t+1)}} v_{p,j}
+
+from ℓ^{(0)} = o^{(0)}_j = 0, μ^{(t+1)} the larger of μ^{(t)} and the block's largest score.
+The invariant: ℓ^{(t)} = Σ_{p ≤ tB} e^{ω̃_{m,p} − μ^{(t)}} and o^{(t)}_j = Σ_{p ≤ tB}
+e^{ω̃_{m,p} − μ^{(t)}} v_{p,j}, the sums over the keys seen so far. It holds at t = 0 (empty
+sums), and `step` has SymPy prove that the update of the invariant's values is the invariant at
+t + 1, for a symbolic block t and size B and any μ^{(t)}, μ^{(t+1)}: the maximum keeps every
+exponential at most 1 (no overflow), the algebra does not need it. After the last block T
+(n = T B), `context` and `log_sum_exp` derive o^{(T)}_j / ℓ^{(T)} = c_{m,j}, the softmax-
+weighted sum of the values, and μ^{(T)} + log ℓ^{(T)} = log Σ_p e^{ω̃_{m,p}}, the row's
+log-sum-exp (what the backward pass keeps). `every_split` runs the updates at an explicit n for
+every split of the keys into blocks, blocks of unequal sizes included, with symbolic scores,
+values and maxima, and checks o/ℓ entry by entry.
+
+Each update is a function (`sum_update`, `output_update`) that the proofs take as an argument:
+a test changes one (drops the rescaling factor, or reads the block's exponentials at μ^{(t)})
+and sees the proof fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import sympy as sp
+from sympy import Eq, Sum, exp, log
+
+from ..notation import letters as L
+from .fact import Fact
+
+__all__ = [
+    "BLOCK", "T", "MU", "sum_update", "output_update", "seen_sum", "seen_output", "step",
+    "context", "log_sum_exp", "every_split",
+]  # fmt: skip
+
+#: B, the keys of a block; t, a block; T, the blocks of a row (n = T B).
+BLOCK = sp.Symbol("B", integer=True, positive=True)
+T = sp.Symbol("T", integer=True, positive=True)
+_t = sp.Symbol("t", integer=True, nonnegative=True)
+#: μ^{(t)} and μ^{(t+1)}: the running maximum before and after block t + 1.
+MU = (sp.Symbol("mu_t", real=True), sp.Symbol("mu_t1", real=True))
+
+_p, _r = L.p, L.r
+
+#: An update: (previous, μ^{(t)}, μ^{(t+1)}, the block's first key, its last key) -> the next.
+Update = Callable[..., sp.Expr]
+
+
+def _score(p: sp.Expr) -> sp.Expr:
+    return L.base("omegatilde")[L.m, p]
+
+
+def _value(p: sp.Expr) -> sp.Expr:
+    return L.base("v")[p, L.j]
+
+
+def sum_update(previous: sp.Expr, mu: sp.Expr, mu_next: sp.Expr, first: sp.Expr,
+               last: sp.Expr, p: sp.Expr = _p) -> sp.Expr:  # fmt: skip
+    """ℓ^{(t+1)} = e^{μ^{(t)} − μ^{(t+1)}} ℓ^{(t)} + Σ_{p = first … last} e^{ω̃_{m,p} −
+    μ^{(t+1)}}."""
+    return exp(mu - mu_next) * previous + Sum(exp(_score(p) - mu_next), (p, first, last))
+
+
+def output_update(previous: sp.Expr, mu: sp.Expr, mu_next: sp.Expr, first: sp.Expr,
+                  last: sp.Expr, p: sp.Expr = _p) -> sp.Expr:  # fmt: skip
+    """o^{(t+1)}_j = e^{μ^{(t)} − μ^{(t+1)}} o^{(t)}_j + Σ_p e^{ω̃_{m,p} − μ^{(t+1)}} v_{p,j}."""
+    block = Sum(exp(_score(p) - mu_next) * _value(p), (p, first, last))
+    return exp(mu - mu_next) * previous + block
+
+
+def seen_sum(mu: sp.Expr, keys: sp.Expr) -> sp.Expr:
+    """Σ_{p = 1 … keys} e^{ω̃_{m,p} − μ}: the invariant's ℓ."""
+    return Sum(exp(_score(_p) - mu), (_p, 1, keys))
+
+
+def seen_output(mu: sp.Expr, keys: sp.Expr) -> sp.Expr:
+    """Σ_{p = 1 … keys} e^{ω̃_{m,p} − μ} v_{p,j}: the invariant's o_j."""
+    return Sum(exp(_score(_p) - mu) * _value(_p), (_p, 1, keys))
+
+
+def _normal(expr: sp.Expr) -> sp.Expr:
+    """e^{a − b} as e^a e^{−b}, and every factor free of a sum's index taken out of it."""
+
+    def pulled(total: Sum) -> sp.Expr:
+        return sp.factor_terms(Sum(sp.expand(total.function, power_exp=True), *total.limits))
+
+    expanded = sp.expand(expr, power_exp=True)
+    return expanded.replace(lambda e: isinstance(e, Sum), pulled)
+
+
+def step(update: Update = sum_update, seen: Callable = seen_sum) -> Fact:
+    """The invariant carried from block t to block t + 1 (`update` and `seen`: the sum's, by
+    default, or the output's)."""
+    mu, mu_next = MU
+    name = "ell" if seen is seen_sum else "o"
+    before = seen(mu, _t * BLOCK)
+    updated = update(before, mu, mu_next, _t * BLOCK + 1, (_t + 1) * BLOCK)
+    normal = _normal(updated)
+    combined = sp.simplify(normal)  # adjacent sums over the same summand joined
+    claim = seen(mu_next, (_t + 1) * BLOCK)
+    lhs = sp.Symbol(f"{name}_t1")
+    return Fact(
+        f"online_{name}_step",
+        "The running " + ("sum" if name == "ell" else "output") + " after one more block",
+        tuple(Eq(lhs, value, evaluate=False) for value in (updated, normal, combined)),
+        Eq(lhs, claim, evaluate=False),
+        ("A", "C"),
+        "the invariant at block t put into the update, exponentials split, the factors free "
+        "of p taken out of the sums, and the sums over adjacent keys joined",
+    )
+
+
+def context() -> Fact:
+    """o^{(T)}_j / ℓ^{(T)} = Σ_p a_{m,p} v_{p,j} = c_{m,j} after the last block."""
+    mu, keys = MU[0], T * BLOCK
+    ratio = seen_output(mu, keys) / seen_sum(mu, keys)
+    derived = sp.simplify(_normal(ratio))
+    weights = exp(_score(_p)) / Sum(exp(_score(_r)), (_r, 1, keys))
+    claim = Sum(weights * _value(_p), (_p, 1, keys))
+    one_index = {Sum(exp(_score(_r)), (_r, 1, keys)): seen_sum(0, keys)}  # r or p: one sum
+    lhs = sp.Symbol("o_T") / sp.Symbol("ell_T")
+    return Fact(
+        "online_context",
+        "After the last block, the context",
+        (Eq(lhs, ratio, evaluate=False), Eq(lhs, derived, evaluate=False)),
+        Eq(lhs, sp.simplify(_normal(claim).xreplace(one_index)), evaluate=False),
+        ("A", "C"),
+        "the invariant at the last block; e^{-μ} taken out of both sums, and cancelled",
+    )
+
+
+def log_sum_exp() -> Fact:
+    """μ^{(T)} + log ℓ^{(T)} = log Σ_p e^{ω̃_{m,p}}: the row's log-sum-exp."""
+    mu, keys = MU[0], T * BLOCK
+    total = mu + log(seen_sum(mu, keys))
+    pulled = mu + log(_normal(seen_sum(mu, keys)))
+    derived = sp.expand_log(pulled, force=True)  # the sum of exponentials is positive
+    claim = log(Sum(exp(_score(_p)), (_p, 1, keys)))
+    lhs = sp.Symbol("lse")
+    return Fact(
+        "online_log_sum_exp",
+        "After the last block, the log-sum-exp",
+        (Eq(lhs, total, evaluate=False), Eq(lhs, derived, evaluate=False)),
+        Eq(lhs, claim, evaluate=False),
+        ("A",),
+        "e^{-μ} taken out of the sum, and the logarithm of the product split",
+    )
+
+
+def _splits(n: int) -> Iterator[tuple[int, ...]]:
+    """Every split of 1 … n into consecutive blocks, as the blocks' sizes."""
+    if n == 0:
+        yield ()
+        return
+    for first in range(1, n + 1):
+        for rest in _splits(n - first):
+            yield (first, *rest)
+
+
+def every_split(n: int, sum_rule: Update = sum_update, output_rule: Update = output_update) -> dict:
+    """{blocks' sizes: o/ℓ − c_{m,j}, simplified} for every split of n keys, the updates run
+    with a symbol for each running maximum (any values: the identity does not need them to be
+    the maxima); every value 0 when the online softmax is the softmax."""
+    found = {}
+    for sizes in _splits(n):
+        ell, out, first = sp.S.Zero, sp.S.Zero, 1
+        mus = sp.symbols(f"mu_1:{len(sizes) + 1}", real=True)
+        previous = sp.S.Zero
+        for mu, size in zip(mus, sizes, strict=True):
+            last = first + size - 1
+            ell = sum_rule(ell, previous, mu, first, last).doit()
+            out = output_rule(out, previous, mu, first, last).doit()
+            previous, first = mu, last + 1
+        weights = [exp(_score(p)) for p in range(1, n + 1)]
+        softmax = sum(w * _value(p) for p, w in enumerate(weights, 1)) / sum(weights)
+        found[sizes] = sp.simplify(out / ell - softmax)
+    return found
