@@ -25,8 +25,8 @@ from sympy import Eq, KroneckerDelta, Mod, Piecewise, floor
 from ...notation import letters as L
 from ..claims import RelativePosition, RowsSumToOne
 from ..declaration import Declaration, Graph
-from ..twins import StepTwin
 from ..variant import Variant
+from .rope import rotations_told
 
 __all__ = ["VARIANT", "interleaved_angles", "interleaved_rotation", "with_interleaved_rope"]
 
@@ -64,19 +64,11 @@ def _declared(graph: Graph, output: str, rhs: sp.Expr, title: str) -> Declaratio
                                title=title)  # fmt: skip
 
 
-def _twin_interleaves(step: Declaration) -> Declaration:
-    if step.name != "apply_rope" or step.twin is None:
-        return step
-    twin = StepTwin(step.twin.function, step.twin.arguments,
-                    (*step.twin.options, ("interleaved", True)))  # fmt: skip
-    return dataclasses.replace(step, twin=twin)
-
-
 def with_interleaved_rope(graph: Graph) -> Graph:
     """`graph` (with RoPE, perhaps partial) pairing neighbouring features."""
     head = graph.step("Phi").shapes["Phi"][1] != L.c
     rotated = _rotated(graph, L.c_h if head else L.c)
-    steps = tuple(_twin_interleaves(step) for step in graph.declarations)
+    steps = rotations_told(graph, ("interleaved", True))
     found = Graph(graph.name.replace("RoPE", "interleaved RoPE"), steps, graph.relations)
     angles = _declared(found, "Phi", interleaved_angles(head, rotated),
                        "The rotary angles, pair by neighbouring pair")  # fmt: skip

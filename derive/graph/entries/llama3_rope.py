@@ -29,8 +29,8 @@ from ...notation import letters as L
 from ..claims import RelativePosition, RowsSumToOne
 from ..declaration import Declaration, Graph
 from ..sizes import AtLeast, Parameter
-from ..twins import StepTwin
 from ..variant import Variant
+from .rope import rotations_told
 
 __all__ = ["VARIANT", "smoothed", "with_llama3_rope", "FREQ_CONFIG"]
 
@@ -55,17 +55,9 @@ def _frequencies_smoothed(step: Declaration) -> Declaration:
                                title="The rotary angles, at Llama 3.1's frequencies")  # fmt: skip
 
 
-def _twin_smooths(step: Declaration) -> Declaration:
-    if step.name != "apply_rope" or step.twin is None:
-        return step
-    twin = StepTwin(step.twin.function, step.twin.arguments,
-                    (*step.twin.options, ("freq_config", FREQ_CONFIG)))  # fmt: skip
-    return dataclasses.replace(step, twin=twin)
-
-
 def with_llama3_rope(graph: Graph) -> Graph:
     """`graph` (with RoPE, perhaps partial or interleaved) at Llama 3.1's frequencies."""
-    steps = tuple(_twin_smooths(step) for step in graph.declarations)
+    steps = rotations_told(graph, ("freq_config", FREQ_CONFIG))
     found = Graph(graph.name.replace("RoPE", "RoPE at Llama 3.1's frequencies"), steps,
                   graph.relations)  # fmt: skip
     return found.with_step(_frequencies_smoothed(found.step("Phi")))

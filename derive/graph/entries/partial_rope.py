@@ -18,8 +18,6 @@ angles and rotation replace RoPE's; every other step is RoPE's. Hugging Face's
 
 from __future__ import annotations
 
-import dataclasses
-
 import sympy as sp
 from sympy import Eq, KroneckerDelta, Piecewise
 
@@ -27,8 +25,8 @@ from ...notation import letters as L
 from ..claims import RelativePosition, RowsSumToOne
 from ..declaration import Declaration, Graph
 from ..sizes import AtLeast, Even, Size
-from ..twins import StepTwin
 from ..variant import Variant
+from .rope import rotations_told
 
 __all__ = ["VARIANT", "partial_angles", "partial_rotation", "with_partial_rope"]
 
@@ -75,18 +73,10 @@ def partial_rotation(head: bool) -> Declaration:
     )
 
 
-def _twin_rotates_part(step: Declaration) -> Declaration:
-    if step.name != "apply_rope" or step.twin is None:
-        return step
-    twin = StepTwin(step.twin.function, step.twin.arguments,
-                    (*step.twin.options, ("rotated", L.c_r)))  # fmt: skip
-    return dataclasses.replace(step, twin=twin)
-
-
 def with_partial_rope(graph: Graph) -> Graph:
     """`graph` (with RoPE) rotating only the first c_r features of each query and key."""
     head = graph.step("Phi").shapes["Phi"][1] != L.c
-    steps = tuple(_twin_rotates_part(step) for step in graph.declarations)
+    steps = rotations_told(graph, ("rotated", L.c_r))
     partial = Graph(graph.name.replace("RoPE", "partial RoPE"), steps, graph.relations)
     return partial.with_step(partial_angles(head)).with_step(partial_rotation(head))
 

@@ -20,6 +20,8 @@ tables (`compute_rope_params`) at the positions 0 … n − 1.
 
 from __future__ import annotations
 
+import dataclasses
+
 import sympy as sp
 from sympy import Eq, KroneckerDelta, Piecewise, Sum, cos, sin
 
@@ -30,7 +32,7 @@ from ..sizes import Even, Parameter
 from ..twins import StepTwin, Twin
 from ..variant import Variant
 
-__all__ = ["VARIANT", "rope_angles", "rotate_half", "apply_rope", "with_rope"]
+__all__ = ["VARIANT", "rope_angles", "rotate_half", "apply_rope", "with_rope", "rotations_told"]
 
 _ROTATED = {"q": "qrot", "k": "krot", "qnorm": "qrot", "knorm": "krot"}
 
@@ -105,6 +107,19 @@ def apply_rope(source: str, head: bool, rows: sp.Expr) -> Declaration:
         twin=twin,
         requires=(Even(width, "RoPE rotates pairs of features"),),
     )
+
+
+def rotations_told(graph: Graph, option: tuple[str, object]) -> tuple[Declaration, ...]:
+    """The graph's steps, the twin of each rotation (``apply_rope``) given `option` as well:
+    what partial, interleaved and Llama 3.1's RoPE add to the book's rotation."""
+
+    def told(step: Declaration) -> Declaration:
+        if step.name != "apply_rope" or step.twin is None:
+            return step
+        twin = StepTwin(step.twin.function, step.twin.arguments, (*step.twin.options, option))
+        return dataclasses.replace(step, twin=twin)
+
+    return tuple(told(step) for step in graph.declarations)
 
 
 def with_rope(graph: Graph) -> Graph:
