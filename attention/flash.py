@@ -1,0 +1,189 @@
+r"""FlashAttention's algorithm, block by block, as a reference that keeps its state: what
+`derive check --variant flash` compares with the derivation, block after block (Dao et al.,
+*FlashAttention*, 2022; Dao, *FlashAttention-2*, 2023; the derivation is `derive.proofs.
+online_softmax` and `derive.proofs.blocked_backward`).
+
+Not a fast path (`attention.functional.self_attention` is that): loops over blocks in Python, it
+is written to be read beside the derivation, one line per formula, and to return every block's
+state. Block t of keys holds the keys (t − 1) B_c + 1 … t B_c (the last block may be shorter),
+block i of queries the rows (i − 1) B_r + 1 … i B_r.
+
+The forward pass (`online_softmax`), for each block of query rows and each block t of keys:
+
+    ω̃ = scale · q kᵀ                                     (the block's scores)
+    μ^{(t)} = max(μ^{(t−1)}, max_p ω̃_{m,p})               (the running maximum, μ^{(0)} = −∞)
+    ℓ^{(t)} = e^{μ^{(t−1)} − μ^{(t)}} ℓ^{(t−1)} + Σ_p e^{ω̃_{m,p} − μ^{(t)}}
+    O^{(t)} = e^{μ^{(t−1)} − μ^{(t)}} O^{(t−1)} + Σ_p e^{ω̃_{m,p} − μ^{(t)}} v_p
+
+then C = O^{(T)} / ℓ^{(T)} and the log-sum-exp L = μ^{(T)} + log ℓ^{(T)}, the one number per
+row the backward pass keeps. `rescale=False` leaves out the factor e^{μ^{(t−1)} − μ^{(t)}}: the
+mistake the derivation's tests and `derive check`'s catch.
+
+The backward pass (`blocked_backward`), with D = rowsum(dC ∘ C) computed once, for each block of
+query rows and each block of keys:
+
+    A = e^{ω̃ − L}                  (the weights recomputed from the log-sum-exp)
+    dV += Aᵀ dC,  dA = dC Vᵀ,  dΩ̃ = A ∘ (dA − D)
+    dQ += scale · dΩ̃ K,  dK += scale · dΩ̃ᵀ Q
+
+each block's contribution kept (`BlockedGradients`). This is how every FlashAttention backward
+computes; `attention._fused` explains why our fast path does not (in float32, at large scores,
+e^{ω̃ − L} and dA − D lose what an exact softmax keeps).
+"""
+
+import math
+from typing import NamedTuple
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from ._arguments import check_positive
+from ._checks import checked
+
+__all__ = ["OnlineState", "BlockedGradients", "online_softmax", "blocked_backward",
+           "flash_attention", "flash_gradients"]  # fmt: skip
+
+
+class OnlineState(NamedTuple):
+    """The state of the online softmax after each block of keys (T_c of them), and its end."""
+
+    mu: Tensor  # (T_c, *batch, n): μ^{(t)}, the running maximum of each row
+    ell: Tensor  # (T_c, *batch, n): ℓ^{(t)}, the running sum of exponentials
+    o: Tensor  # (T_c, *batch, n, c_v): O^{(t)}, the running output, not yet divided by ℓ
+    c: Tensor  # (*batch, n, c_v): the context O^{(T)} / ℓ^{(T)}
+    lse: Tensor  # (*batch, n): the log-sum-exp μ^{(T)} + log ℓ^{(T)}
+
+
+class BlockedGradients(NamedTuple):
+    """The gradients of Q, K, V, and what each block added to them."""
+
+    dQ: Tensor  # (*batch, n, c)
+    dK: Tensor  # (*batch, s, c)
+    dV: Tensor  # (*batch, s, c_v)
+    dQ_blocks: Tensor  # (T_c, *batch, n, c): from each block of keys
+    dK_blocks: Tensor  # (T_r, *batch, s, c): from each block of queries
+    dV_blocks: Tensor  # (T_r, *batch, s, c_v): from each block of queries
+
+
+def _blocks(size: int, block: int) -> list[slice]:
+    """The consecutive blocks of `block` indices covering 0 … size − 1 (the last shorter)."""
+    return [slice(start, min(start + block, size)) for start in range(0, size, block)]
+
+
+def _scale(scale: float | None, c: int) -> float:
+    return 1 / math.sqrt(c) if scale is None else scale
+
+
+def _sizes(where: str, block_rows: int, block_keys: int, scale: float | None) -> None:
+    check_positive(where, block_rows=block_rows, block_keys=block_keys)
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"{where}: scale must be a positive finite number, got scale={scale!r}")
+
+
+@checked
+def online_softmax(
+    q: Float[Tensor, "*batch n c"],
+    k: Float[Tensor, "*batch s c"],
+    v: Float[Tensor, "*batch s c_v"],
+    *,
+    block_rows: int,
+    block_keys: int,
+    scale: float | None = None,
+    rescale: bool = True,
+) -> OnlineState:
+    """The forward pass of FlashAttention, every block's state kept (see the module docstring).
+
+    q: n queries; k, v: s keys and values; block_rows, block_keys: B_r, B_c (≥ 1); scale: the
+    scores' factor (default 1/√c). Returns an `OnlineState`.
+    """
+    _sizes("online_softmax", block_rows, block_keys, scale)
+    factor = _scale(scale, q.shape[-1])
+    keys = _blocks(k.shape[-2], block_keys)
+    rows = q.shape[:-1]
+    mu = q.new_full((len(keys), *rows), -math.inf)
+    ell = q.new_zeros((len(keys), *rows))
+    o = q.new_zeros((len(keys), *rows, v.shape[-1]))
+    for i in _blocks(q.shape[-2], block_rows):
+        mu_i = q.new_full(q[..., i, 0].shape, -math.inf)
+        ell_i, o_i = torch.zeros_like(mu_i), q.new_zeros((*mu_i.shape, v.shape[-1]))
+        for t, block in enumerate(keys):
+            omega = factor * q[..., i, :] @ k[..., block, :].transpose(-2, -1)
+            mu_next = torch.maximum(mu_i, omega.amax(dim=-1))
+            rescaled = torch.exp(mu_i - mu_next) if rescale else torch.ones_like(mu_i)
+            p = torch.exp(omega - mu_next[..., None])
+            ell_i = rescaled * ell_i + p.sum(dim=-1)
+            o_i = rescaled[..., None] * o_i + p @ v[..., block, :]
+            mu_i = mu_next
+            mu[t, ..., i], ell[t, ..., i], o[t, ..., i, :] = mu_i, ell_i, o_i
+    return OnlineState(mu, ell, o, o[-1] / ell[-1, ..., None], mu[-1] + torch.log(ell[-1]))
+
+
+@checked
+def blocked_backward(
+    q: Float[Tensor, "*batch n c"],
+    k: Float[Tensor, "*batch s c"],
+    v: Float[Tensor, "*batch s c_v"],
+    c: Float[Tensor, "*batch n c_v"],
+    lse: Float[Tensor, "*batch n"],
+    dc: Float[Tensor, "*batch n c_v"],
+    *,
+    block_rows: int,
+    block_keys: int,
+    scale: float | None = None,
+) -> BlockedGradients:
+    """The backward pass of FlashAttention from C and its log-sum-exp L (see the module
+    docstring): the weights recomputed block by block as e^{ω̃ − L}, D = rowsum(dC ∘ C) in place
+    of rowsum(A ∘ dA). Returns a `BlockedGradients`."""
+    _sizes("blocked_backward", block_rows, block_keys, scale)
+    factor = _scale(scale, q.shape[-1])
+    queries, keys = _blocks(q.shape[-2], block_rows), _blocks(k.shape[-2], block_keys)
+    d = (dc * c).sum(dim=-1)  # D_m = Σ_j dc_{m,j} c_{m,j}, the rowsum identity
+    dq_blocks = q.new_zeros((len(keys), *q.shape))
+    dk_blocks = k.new_zeros((len(queries), *k.shape))
+    dv_blocks = v.new_zeros((len(queries), *v.shape))
+    for i, rows in enumerate(queries):
+        for t, block in enumerate(keys):
+            omega = factor * q[..., rows, :] @ k[..., block, :].transpose(-2, -1)
+            a = torch.exp(omega - lse[..., rows, None])
+            dv_blocks[i, ..., block, :] += a.transpose(-2, -1) @ dc[..., rows, :]
+            da = dc[..., rows, :] @ v[..., block, :].transpose(-2, -1)
+            domega = a * (da - d[..., rows, None])
+            dq_blocks[t, ..., rows, :] += factor * domega @ k[..., block, :]
+            dk_blocks[i, ..., block, :] += factor * domega.transpose(-2, -1) @ q[..., rows, :]
+    return BlockedGradients(dq_blocks.sum(0), dk_blocks.sum(0), dv_blocks.sum(0),
+                            dq_blocks, dk_blocks, dv_blocks)  # fmt: skip
+
+
+@checked
+def flash_attention(
+    q: Float[Tensor, "*batch n c"],
+    k: Float[Tensor, "*batch s c"],
+    v: Float[Tensor, "*batch s c_v"],
+    *,
+    block_rows: int,
+    block_keys: int,
+    scale: float | None = None,
+    rescale: bool = True,
+) -> Float[Tensor, "*batch n c_v"]:
+    """The context C = softmax(scale · Q Kᵀ) V by the online softmax (`online_softmax`)."""
+    return online_softmax(q, k, v, block_rows=block_rows, block_keys=block_keys, scale=scale,
+                          rescale=rescale).c  # fmt: skip
+
+
+@checked
+def flash_gradients(
+    q: Float[Tensor, "*batch n c"],
+    k: Float[Tensor, "*batch s c"],
+    v: Float[Tensor, "*batch s c_v"],
+    dc: Float[Tensor, "*batch n c_v"],
+    *,
+    block_rows: int,
+    block_keys: int,
+    scale: float | None = None,
+) -> BlockedGradients:
+    """dQ, dK, dV for the upstream gradient dC: the forward pass, then the backward pass from
+    its C and log-sum-exp."""
+    state = online_softmax(q, k, v, block_rows=block_rows, block_keys=block_keys, scale=scale)
+    return blocked_backward(q, k, v, state.c, state.lse, dc, block_rows=block_rows,
+                            block_keys=block_keys, scale=scale)  # fmt: skip

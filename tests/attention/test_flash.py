@@ -1,0 +1,126 @@
+"""attention.flash: FlashAttention's algorithm block by block, against the softmax written out
+(every block's state, the context, the log-sum-exp, the gradients and each block's share of
+them), and its bad input."""
+
+import math
+
+import pytest
+import torch
+
+from attention import flash as F
+
+
+def _drawn(*shape, scale=3.0, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=generator, dtype=torch.float64) * scale
+
+
+def _qkv(batch=(2,), n=7, s=7, c=4, seed=0):
+    return (_drawn(*batch, n, c, seed=seed), _drawn(*batch, s, c, seed=seed + 1),
+            _drawn(*batch, s, 3, seed=seed + 2))  # fmt: skip
+
+
+def _scores(q, k):
+    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+
+
+@pytest.mark.parametrize(("block_rows", "block_keys"), [(1, 1), (3, 2), (2, 3), (7, 7), (4, 9)])
+def test_every_block_state_is_the_softmax_of_the_keys_seen(block_rows, block_keys):
+    q, k, v = _qkv()
+    state = F.online_softmax(q, k, v, block_rows=block_rows, block_keys=block_keys)
+    omega = _scores(q, k)
+    blocks = math.ceil(7 / block_keys)
+    assert state.mu.shape == (blocks, 2, 7) and state.o.shape == (blocks, 2, 7, 3)
+    for t in range(blocks):
+        seen = omega[..., : min((t + 1) * block_keys, 7)]
+        mu = seen.amax(dim=-1)
+        weights = torch.exp(seen - mu[..., None])
+        torch.testing.assert_close(state.mu[t], mu, rtol=0, atol=1e-13)
+        torch.testing.assert_close(state.ell[t], weights.sum(-1), rtol=1e-13, atol=1e-13)
+        torch.testing.assert_close(state.o[t], weights @ v[..., : seen.shape[-1], :],
+                                   rtol=1e-13, atol=1e-13)  # fmt: skip
+    torch.testing.assert_close(state.c, torch.softmax(omega, -1) @ v, rtol=1e-13, atol=1e-13)
+    torch.testing.assert_close(state.lse, torch.logsumexp(omega, -1), rtol=1e-13, atol=1e-13)
+
+
+def test_without_the_rescaling_the_context_is_wrong():
+    q, k, v = _qkv(batch=(), n=2, s=4)
+    k[2:] *= 10  # the second block of keys raises every row's maximum
+    right = F.flash_attention(q, k, v, block_rows=2, block_keys=2)
+    wrong = F.flash_attention(q, k, v, block_rows=2, block_keys=2, rescale=False)
+    torch.testing.assert_close(right, torch.softmax(_scores(q, k), -1) @ v)
+    assert (wrong - right).abs().max() > 1e-3
+    # with one block there is nothing to rescale
+    one = F.flash_attention(q, k, v, block_rows=2, block_keys=4, rescale=False)
+    torch.testing.assert_close(one, right, rtol=1e-13, atol=1e-13)
+
+
+def test_a_scale_of_its_own():
+    q, k, v = _qkv(batch=())
+    got = F.flash_attention(q, k, v, block_rows=2, block_keys=3, scale=0.25)
+    want = torch.softmax(0.25 * q @ k.T, -1) @ v
+    torch.testing.assert_close(got, want, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize(("block_rows", "block_keys"), [(1, 1), (3, 2), (5, 3)])
+def test_the_gradients_and_each_block_share(block_rows, block_keys):
+    q, k, v = _qkv(n=5, s=6)
+    dc = _drawn(2, 5, 3, seed=9)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    (torch.softmax(_scores(*leaves[:2]), -1) @ leaves[2]).backward(dc)
+    got = F.flash_gradients(q, k, v, dc, block_rows=block_rows, block_keys=block_keys)
+    for ours, theirs in zip(got[:3], leaves, strict=True):
+        torch.testing.assert_close(ours, theirs.grad, rtol=1e-12, atol=1e-12)
+    # a block of queries' share of dK and dV: the gradient of its own rows of C alone
+    for i, start in enumerate(range(0, 5, block_rows)):
+        rows = slice(start, start + block_rows)
+        part = [t.clone().requires_grad_() for t in (q, k, v)]
+        c = torch.softmax(_scores(*part[:2]), -1) @ part[2]
+        (c[..., rows, :] * dc[..., rows, :]).sum().backward()
+        torch.testing.assert_close(got.dK_blocks[i], part[1].grad, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(got.dV_blocks[i], part[2].grad, rtol=1e-12, atol=1e-12)
+    # a block of keys' share of dQ: the gradient with the other keys' scores held fixed
+    omega = _scores(q, k).detach()
+    for t, start in enumerate(range(0, 6, block_keys)):
+        keys = slice(start, start + block_keys)
+        held = q.clone().requires_grad_()
+        live = held @ k[..., keys, :].transpose(-2, -1) / 2  # c = 4
+        whole = torch.cat([omega[..., :start], live, omega[..., start + live.shape[-1] :]], -1)
+        ((torch.softmax(whole, -1) @ v) * dc).sum().backward()
+        torch.testing.assert_close(got.dQ_blocks[t], held.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_the_backward_pass_from_a_wrong_log_sum_exp_is_wrong():
+    q, k, v = _qkv(n=4, s=4)
+    dc = _drawn(2, 4, 3, seed=5)
+    state = F.online_softmax(q, k, v, block_rows=2, block_keys=2)
+    right = F.blocked_backward(q, k, v, state.c, state.lse, dc, block_rows=2, block_keys=2)
+    at_maximum = F.blocked_backward(q, k, v, state.c, state.mu[-1], dc, block_rows=2,
+                                    block_keys=2)  # fmt: skip
+    assert (right.dQ - at_maximum.dQ).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("keywords", "message"),
+    [
+        ({"block_rows": 0}, r"online_softmax: block_rows must be a positive integer, got "
+                            r"block_rows=0"),
+        ({"block_keys": True}, r"block_keys must be a positive integer, got block_keys=True"),
+        ({"scale": -1.0}, r"scale must be a positive finite number, got scale=-1.0"),
+        ({"scale": math.inf}, r"scale must be a positive finite number, got scale=inf"),
+    ],
+)  # fmt: skip
+def test_bad_options_are_named(keywords, message):
+    q, k, v = _qkv()
+    with pytest.raises((ValueError, TypeError), match=message):
+        F.online_softmax(q, k, v, **({"block_rows": 2, "block_keys": 2} | keywords))
+
+
+def test_shapes_that_do_not_fit_are_named():
+    q, k, v = _qkv()
+    with pytest.raises(Exception, match=r"k has c=3 but q has c=4"):
+        F.online_softmax(q, k[..., :3], v, block_rows=2, block_keys=2)
+    with pytest.raises(Exception, match=r"\bs\b"):
+        F.online_softmax(q, k, v[..., :5, :], block_rows=2, block_keys=2)
+    with pytest.raises(Exception, match=r"lse"):
+        F.blocked_backward(q, k, v, v, v[..., :5, 0], v, block_rows=2, block_keys=2)
