@@ -131,9 +131,35 @@ def _gradient_rows(entry: Entry, explicit: ExplicitGraph, inputs: dict, seed: in
         function = resolve(twin.function, f"{entry.name}: twin")
         got = function(*twins.arguments(twin, explicit, read),
                        **twins.options(twin, entry, read))  # fmt: skip
-        for name, tensor in zip(twin.returns, got, strict=True):
+        for name, tensor in zip(twin.returns, tuple(got)[: len(twin.returns)], strict=True):
             expected = torch.tensor(values.floats(name), dtype=torch.float64)
             rows.append(_row(f"{name} · {twin.label}", expected, tensor, GRADIENT_TOLERANCE))
+    matrices = values.matrices | {gradients.upstream: sp.Matrix(upstream.tolist())}
+    found = twins.states(entry, explicit, read, matrices, backward=True)
+    return rows + _state_rows(found, GRADIENT_TOLERANCE)
+
+
+def _state_rows(found: list[tuple[str, Any, Any]], limit: float = TOLERANCE) -> list[Row]:
+    """Each block's state against the derived one (a block missing on one side fails)."""
+    import torch
+
+    rows = []
+    for label, want, tensor in found:
+        if want is None or tensor is None:
+            rows.append(
+                Row(
+                    f"{label} (a block {'derived' if want is None else 'computed'} "
+                    "on one side only)",
+                    (0, 0),
+                    float("inf"),
+                    False,
+                    False,
+                    limit,
+                )
+            )
+            continue
+        expected = torch.tensor(want, dtype=torch.float64)
+        rows.append(_row(label, expected, tensor.reshape(expected.shape), limit))
     return rows
 
 
@@ -168,6 +194,8 @@ def trial_rows(entry: Entry, sizes: dict[str, int], *, seed: int,
     expected = torch.tensor(values.floats(explicit.graph.output), dtype=torch.float64)
     rows += [_row(f"C · {name}", expected, got, TOLERANCE)
              for name, got in twins.outputs(entry, explicit, inputs)]  # fmt: skip
+    read = Reader(explicit, dict(inputs))
+    rows += _state_rows(twins.states(entry, explicit, read, values.matrices, backward=False))
     notes = [twins.unfit(entry)]
     if forward_only:
         notes.append("backward pass not checked (--forward-only)")
@@ -191,4 +219,3 @@ def format_table(rows: list[Row]) -> str:
         ("  " + "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True))).rstrip()
         for line in [header, *lines]
     )
-

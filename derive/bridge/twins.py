@@ -11,14 +11,15 @@ import sympy as sp
 
 from ..explicit.forward import ExplicitGraph
 from ..graph import Entry
-from ..graph.twins import GradientTwin, ModuleTwin, Twin
+from ..graph.twins import GradientTwin, ModuleTwin, StateTwin, Twin
 from .evaluate import Reader, callee_name, number, resolve
 
 __all__ = ["applies", "lacks", "unfit", "arguments", "options", "module_output", "twin_output",
-           "label", "outputs"]  # fmt: skip
+           "label", "outputs", "states"]  # fmt: skip
 
 
-def lacks(twin: Twin | ModuleTwin | GradientTwin, options: dict[str, object]) -> list[str]:
+def lacks(twin: Twin | ModuleTwin | GradientTwin | StateTwin,
+          options: dict[str, object]) -> list[str]:  # fmt: skip
     """The options of the entry the twin neither takes (its signature) nor implies."""
     wanted = [key for key in options if key not in twin.implies]
     callee = twin.cls if isinstance(twin, ModuleTwin) else twin.function
@@ -31,7 +32,7 @@ def lacks(twin: Twin | ModuleTwin | GradientTwin, options: dict[str, object]) ->
     return [key for key in wanted if key not in parameters]
 
 
-def applies(twin: Twin | ModuleTwin | GradientTwin, options: dict[str, object]) -> bool:
+def applies(twin: Twin | ModuleTwin | GradientTwin | StateTwin, options: dict[str, object]) -> bool:
     """True where every option of the entry is one the twin takes (its signature) or implies."""
     return not lacks(twin, options)
 
@@ -49,9 +50,12 @@ def unfit(entry: Entry) -> str:
     return f"no entry point computes it: {said}"
 
 
-def arguments(twin: Twin | GradientTwin, explicit: ExplicitGraph, read: Reader) -> list:
-    letters = [x.removesuffix("?") for x in twin.arguments
-               if not x.endswith("?") or x.removesuffix("?") in explicit.graph.inputs]
+def arguments(twin: Twin | GradientTwin | StateTwin, explicit: ExplicitGraph, read: Reader) -> list:
+    letters = [
+        x.removesuffix("?")
+        for x in twin.arguments
+        if not x.endswith("?") or x.removesuffix("?") in explicit.graph.inputs
+    ]
     return [read(letter) for letter in letters]
 
 
@@ -104,10 +108,36 @@ def outputs(entry: Entry, explicit: ExplicitGraph, inputs: dict) -> list[tuple[s
     read = Reader(explicit, dict(inputs))
     found = []
     for twin in entry.twins:
-        if isinstance(twin, GradientTwin) or not applies(twin, entry.options):
+        if isinstance(twin, GradientTwin | StateTwin) or not applies(twin, entry.options):
             continue
         if isinstance(twin, ModuleTwin):
             found.append((label(twin), module_output(twin, entry, explicit, read)))
         else:
             found.append((label(twin), twin_output(twin, entry, explicit, read)))
+    return found
+
+
+def states(entry: Entry, explicit: ExplicitGraph, read: Reader, matrices: dict, *,
+           backward: bool) -> list[tuple[str, Any, Any]]:  # fmt: skip
+    """What each state twin that applies holds block by block (those that read dC where
+    `backward`, the others where not) beside the values `derive` computes for it from the
+    check's explicit `matrices`: (row label, derived rows of numbers, the twin's tensor) for
+    each state and block; a block one side has and the other lacks is None on that side."""
+    sizes = {str(symbol): number(value) for symbol, value in explicit.sizes.items()}
+    found: list[tuple[str, Any, Any]] = []
+    for twin in entry.twins:
+        if not (isinstance(twin, StateTwin) and ("dC" in twin.arguments) == backward
+                and applies(twin, entry.options)):  # fmt: skip
+            continue
+        function = resolve(twin.function, f"{entry.name}: twin")
+        got = function(*arguments(twin, explicit, read), **options(twin, entry, read))
+        derived = resolve(twin.derived, f"{entry.name}: derived states")(
+            explicit.graph, matrices, sizes
+        )
+        for attribute, name in twin.states:
+            ours, theirs = list(derived[attribute]), list(getattr(got, attribute))
+            for t in range(max(len(ours), len(theirs))):
+                want = ours[t] if t < len(ours) else None
+                tensor = theirs[t] if t < len(theirs) else None
+                found.append((f"{name}^({t + 1}) · {label(twin)}", want, tensor))
     return found

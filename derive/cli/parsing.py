@@ -91,8 +91,11 @@ def add_sizes(sub: argparse.ArgumentParser, help_text: str) -> None:
         default=1, metavar="H",
         help="H heads: multi-head attention, or the heads of a variant that has them",
     )  # fmt: skip
-    sub.add_argument("--causal", action="store_true",
-                     help="causal attention (the variant causal, or joined to --variant)")
+    sub.add_argument(
+        "--causal",
+        action="store_true",
+        help="causal attention (the variant causal, or joined to --variant)",
+    )
 
 
 def add_variant(sub: argparse.ArgumentParser, what: str) -> None:
@@ -107,11 +110,13 @@ def add_variant(sub: argparse.ArgumentParser, what: str) -> None:
     )  # fmt: skip
     seen: dict[str, list[str]] = {}
     kinds: dict[str, str] = {}
+    flags: dict[str, str] = {}
     for name in variants():
         found = declared(name)
         for size in found.sizes:
             seen.setdefault(str(size.symbol), []).append(f"{name} (default {size.default})")
             kinds[str(size.symbol)] = "size"
+            flags[str(size.symbol)] = size.option or str(size.symbol).replace("_", "-")
         for parameter in found.parameters:
             seen.setdefault(str(parameter.symbol), []).append(
                 f"{name} (default {parameter.default})"
@@ -124,7 +129,7 @@ def add_variant(sub: argparse.ArgumentParser, what: str) -> None:
             kind = integer(limit=MAX_SIZE, what=" for explicit sizes")
         else:
             kind = number
-        sub.add_argument(f"--{name.replace('_', '-')}", dest=f"size_{name}",
+        sub.add_argument(f"--{flags.get(name, name.replace('_', '-'))}", dest=f"size_{name}",
                          metavar=name.upper(), type=kind,
                          help=f"{kinds[name]} {name} of " + ", ".join(users))  # fmt: skip
 

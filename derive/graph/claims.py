@@ -24,8 +24,8 @@ from .declaration import Graph
 __all__ = [
     "Claim", "BEFORE", "Presented", "SameAs", "ReadsRows", "CacheSize", "DecodeCost",
     "AllowedPairs", "RelativePosition", "ZeroAngles", "SameForEveryHead", "CacheAgainst",
-    "WeightCount", "ScoreBound", "Absorption", "RowsSumToOne", "RowsSumWithSink",
-    "ShiftInvariance",
+    "WeightCount", "ScoreBound", "OnlineSoftmax", "BlockedBackward", "BlockedCost",
+    "Absorption", "RowsSumToOne", "RowsSumWithSink", "ShiftInvariance",
     "ScoreVariance", "ScaledScoreVariance", "WeightsJacobian", "RowsumIdentity", "Equality",
     "Bound",
 ]  # fmt: skip
@@ -130,6 +130,30 @@ class ScoreBound(Presented):
 
 
 @dataclass(frozen=True)
+class OnlineSoftmax(Presented):
+    """The online softmax over blocks of keys (FlashAttention's forward pass): `part` is
+    ``"sum"`` or ``"output"`` (the running state carried from block t to t + 1), ``"context"``
+    or ``"log-sum-exp"`` (what the state gives after the last block)."""
+
+    part: str
+
+
+@dataclass(frozen=True)
+class BlockedBackward(Presented):
+    """FlashAttention's backward pass: `part` is ``"weights"`` (recomputed from the
+    log-sum-exp), ``"rowsum"`` (the scores' gradient with D = rowsum(dC ∘ C)), or ``"V"``,
+    ``"K"``, ``"Q"`` (that gradient gathered block by block)."""
+
+    part: str
+
+
+@dataclass(frozen=True)
+class BlockedCost(Presented):
+    """What FlashAttention holds and computes: its state against the matrix of weights, the
+    FLOPs of its forward pass, its rescaling, its backward pass and its recomputation."""
+
+
+@dataclass(frozen=True)
 class Absorption(Presented):
     """A head's scores computed from the latent U, W_q and W_uk, without K."""
 
@@ -212,5 +236,5 @@ class Bound(Presented):
 Claim = (Bound | SameAs | ReadsRows | CacheSize | DecodeCost | AllowedPairs | RelativePosition
          | ZeroAngles | SameForEveryHead | CacheAgainst | WeightCount | ScoreBound | Absorption
          | RowsSumToOne | RowsSumWithSink | ShiftInvariance | ScoreVariance | ScaledScoreVariance
-         | WeightsJacobian
-         | RowsumIdentity | Equality)  # fmt: skip
+         | WeightsJacobian | RowsumIdentity | Equality | OnlineSoftmax | BlockedBackward
+         | BlockedCost)  # fmt: skip

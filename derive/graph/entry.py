@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from .claims import Claim
 from .declaration import Graph
 from .sizes import Constraint, Parameter, Size
-from .twins import GradientTwin, ModuleTwin, Twin
+from .twins import GradientTwin, ModuleTwin, StateTwin, Twin
 from .variant import Document, Variant
 
 __all__ = ["Entry", "Stage"]
@@ -83,7 +83,7 @@ class Entry:
         return {key: value for v in self.chain for key, value in v.options}
 
     @property
-    def twins(self) -> tuple[Twin | ModuleTwin | GradientTwin, ...]:
+    def twins(self) -> tuple[Twin | ModuleTwin | GradientTwin | StateTwin, ...]:
         """The functions that compute it: the twins of its highest-ranked variant that declares
         one, and the `also` of that variant and of those ranked after it (none where a variant
         ranked after it changes the graph and gives no option: a user's variant without a

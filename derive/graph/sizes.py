@@ -25,11 +25,13 @@ __all__ = ["Size", "Parameter", "Constraint", "Divides", "Even", "AtLeast", "lab
 @dataclass(frozen=True)
 class Size:
     """A size a variant adds to n, d, c (the window w, the groups g), its default at explicit
-    sizes, and a few words for the command line's help."""
+    sizes, a few words for the command line's help, and the option that gives it there where
+    its name is not the symbol's (``block-keys`` for B_c)."""
 
     symbol: sp.Symbol
     default: int
     text: str = ""
+    option: str = ""  # the command line's --option (default: the symbol's name, _ as -)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ file), and `derive.bridge` calls it.
 - `Twin`: a whole entry point, called on the graph's inputs (`C · fused path`).
 - `ModuleTwin`: one of the book's classes, holding the derivation's weights.
 - `GradientTwin`: a function that returns gradients (`self_attention_backward`).
+- `StateTwin`: a function that returns an algorithm's state block by block (FlashAttention's),
+  beside the function of `derive` that computes the same state from the derivation.
 
 Argument and option values: a letter (``"X"``) is that matrix; a matrix declared with one row
 (the gains of QK-norm) is handed over as a vector; the mask M (0 or −∞) as booleans, True where a
@@ -24,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["StepTwin", "Twin", "ModuleTwin", "GradientTwin", "Callee"]
+__all__ = ["StepTwin", "Twin", "ModuleTwin", "GradientTwin", "StateTwin", "Callee"]
 
 #: A dotted name (imported when the check runs) or a callable.
 Callee = str | Callable
@@ -115,8 +117,43 @@ class GradientTwin:
     returns: tuple[str, ...]
     implies: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
+    options: tuple[tuple[str, object], ...] = ()
 
     @property
     def label(self) -> str:
-        function = self.function
-        return function.rpartition(".")[2] if isinstance(function, str) else function.__name__
+        return _name(self.function)
+
+
+@dataclass(frozen=True)
+class StateTwin:
+    """A function that returns what an algorithm holds on its way, block by block (the running
+    maximum of the online softmax), compared with the values `derive` computes for the same
+    blocks.
+
+    Attributes:
+        function: a dotted name or a callable, called with `arguments` (letters; ``"dC"``, the
+            upstream gradient, makes it a check of the backward pass) and `options`; it returns
+            an object with the attributes `states` names, each a tensor whose first dimension
+            is the blocks.
+        derived: a dotted name or a callable, called with the entry's graph, the check's
+            explicit matrices by letter (and ``"dC"``) and its sizes by name; it returns, for
+            each attribute, a list over the blocks of rows of numbers.
+        states: (attribute, how the check's rows name it).
+        options, implies, requires: as in `Twin`.
+    """
+
+    function: Callee
+    arguments: tuple[str, ...]
+    derived: Callee
+    states: tuple[tuple[str, str], ...]
+    options: tuple[tuple[str, object], ...] = ()
+    implies: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return _name(self.function)
+
+
+def _name(function: Callee) -> str:
+    return function.rpartition(".")[2] if isinstance(function, str) else function.__name__

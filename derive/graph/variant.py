@@ -22,7 +22,7 @@ from typing import overload
 from .claims import Claim
 from .declaration import Graph
 from .sizes import Constraint, Parameter, Size
-from .twins import GradientTwin, ModuleTwin, Twin
+from .twins import GradientTwin, ModuleTwin, StateTwin, Twin
 
 __all__ = ["Variant", "Document", "Group", "Show", "SECTIONS", "Build"]
 
@@ -120,7 +120,7 @@ class Variant:
     requires: tuple[Constraint, ...] = ()
     draws: tuple[Constraint, ...] = ()
     twin: Twin | None = None
-    also: tuple[Twin | ModuleTwin | GradientTwin, ...] = ()
+    also: tuple[Twin | ModuleTwin | GradientTwin | StateTwin, ...] = ()
     options: tuple[tuple[str, object], ...] = ()
     rank: int = 100
     combines: bool = True

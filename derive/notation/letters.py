@@ -44,8 +44,8 @@ import sympy as sp
 from sympy import IndexedBase, MatrixSymbol, Symbol
 
 __all__ = [
-    "n", "d", "c", "h", "c_h", "s", "d_y", "w", "g", "d_u", "c_r", "beta", "eta", "alpha_l",
-    "alpha_h", "L_0", "eps", "kappa", "m", "p",
+    "n", "d", "c", "h", "c_h", "s", "d_y", "w", "g", "d_u", "c_r", "B_r", "B_c", "beta", "eta",
+    "alpha_l", "alpha_h", "L_0", "eps", "kappa", "m", "p",
     "r", "t", "i", "j", "j2", "f", "ell", "nu", "b", "lam", "CONSTANT_LETTERS",
     "SIZES", "BASES", "READING_ORDER", "reading_key", "MATRIX_LATEX", "ENTRY_LATEX", "base",
     "letter_of", "name_of",
@@ -64,7 +64,10 @@ g = Symbol("g", integer=True, positive=True)
 d_u = Symbol("d_u", integer=True, positive=True)
 #: The rotated width of each head (partial RoPE: its first c_r features).
 c_r = Symbol("c_r", integer=True, positive=True)
-SIZES = (n, d, c, h, c_h, s, d_y, w, g, d_u, c_r)
+#: FlashAttention's blocks: B_r queries, B_c keys (FlashAttention's own names).
+B_r = Symbol("B_r", integer=True, positive=True)
+B_c = Symbol("B_c", integer=True, positive=True)
+SIZES = (n, d, c, h, c_h, s, d_y, w, g, d_u, c_r, B_r, B_c)
 #: The base of the rotary angles θ_j = β^{−2(j−1)/c}, and the ε of an RMS normalisation.
 beta = Symbol("beta", positive=True)
 #: Llama 3.1's RoPE frequencies: the factor of the slow ones, the low and high frequency

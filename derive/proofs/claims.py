@@ -34,12 +34,15 @@ from ..graph.claims import (
     BEFORE,
     Absorption,
     AllowedPairs,
+    BlockedBackward,
+    BlockedCost,
     Bound,
     CacheAgainst,
     CacheSize,
     Claim,
     DecodeCost,
     Equality,
+    OnlineSoftmax,
     ReadsRows,
     RelativePosition,
     RowsSumToOne,
@@ -56,6 +59,7 @@ from ..graph.claims import (
     ZeroAngles,
 )  # fmt: skip
 from ..notation import letters as L
+from . import blocked_backward, online_softmax
 from .fact import Fact, chain
 from .heads import cache_against, same_for_every_head, weight_count
 from .latent import absorption
@@ -202,6 +206,29 @@ def _allowed_pairs(graph: Graph, claim: AllowedPairs) -> Fact:
                 "changes")  # fmt: skip
 
 
+def _online_softmax(graph: Graph, claim: OnlineSoftmax) -> Fact:
+    found = {"sum": lambda: online_softmax.step(),
+             "output": lambda: online_softmax.step(online_softmax.output_update,
+                                                   online_softmax.seen_output),
+             "context": lambda: online_softmax.context(graph),
+             "log-sum-exp": lambda: online_softmax.log_sum_exp(graph)}  # fmt: skip
+    if claim.part not in found:
+        raise ValueError(f"OnlineSoftmax: part must be one of {', '.join(found)}, got "
+                         f"part={claim.part!r}")  # fmt: skip
+    return found[claim.part]()
+
+
+def _blocked_backward(graph: Graph, claim: BlockedBackward) -> Fact:
+    if claim.part == "weights":
+        return blocked_backward.recomputed_weights(graph)
+    if claim.part == "rowsum":
+        return blocked_backward.gradient_with_rowsum(graph)
+    if claim.part in ("V", "K", "Q"):
+        return blocked_backward.accumulated(graph, claim.part)
+    raise ValueError("BlockedBackward: part must be weights, rowsum, V, K or Q, got "
+                     f"part={claim.part!r}")  # fmt: skip
+
+
 _PROVERS = {
     SameAs: _same_as, ReadsRows: _reads_rows, CacheSize: _cache_size, DecodeCost: _decode_cost,
     AllowedPairs: _allowed_pairs, SameForEveryHead: same_for_every_head,
@@ -217,6 +244,8 @@ _PROVERS = {
     ScaledScoreVariance: lambda graph, claim: scaled_score_variance(graph, claim.assumptions),
     WeightsJacobian: lambda graph, claim: softmax_jacobian(graph),
     RowsumIdentity: lambda graph, claim: rowsum_identity(graph),
+    OnlineSoftmax: _online_softmax, BlockedBackward: _blocked_backward,
+    BlockedCost: lambda graph, claim: blocked_backward.cost(graph),
     Equality: equality,
     Bound: bound,
 }  # fmt: skip

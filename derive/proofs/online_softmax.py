@@ -34,20 +34,26 @@ from collections.abc import Callable, Iterator
 import sympy as sp
 from sympy import Eq, Sum, exp, log
 
+from ..graph import Graph
 from ..notation import letters as L
 from .fact import Fact
+from .softmax import weights_element
 
 __all__ = [
-    "BLOCK", "T", "MU", "sum_update", "output_update", "seen_sum", "seen_output", "step",
-    "context", "log_sum_exp", "every_split",
+    "BLOCK", "T", "MU", "MU_T", "LSE", "sum_update", "output_update", "seen_sum", "seen_output",
+    "step", "context", "log_sum_exp", "every_split", "states",
 ]  # fmt: skip
 
-#: B, the keys of a block; t, a block; T, the blocks of a row (n = T B).
-BLOCK = sp.Symbol("B", integer=True, positive=True)
+#: B_c, the keys of a block; t, a block; T, the blocks of a row (n = T B_c).
+BLOCK = L.B_c
 T = sp.Symbol("T", integer=True, positive=True)
 _t = sp.Symbol("t", integer=True, nonnegative=True)
-#: μ^{(t)} and μ^{(t+1)}: the running maximum before and after block t + 1.
-MU = (sp.Symbol("mu_t", real=True), sp.Symbol("mu_t1", real=True))
+#: μ^{(t)} and μ^{(t+1)}: the running maximum before and after block t + 1; μ^{(T)}, after the
+#: last block.
+MU = (sp.Symbol("mu^(t)", real=True), sp.Symbol("mu^(t+1)", real=True))
+MU_T = sp.Symbol("mu^(T)", real=True)
+#: L_m, the log-sum-exp of row m: what the forward pass keeps for the backward.
+LSE = sp.Symbol("L_m", real=True)
 
 _p, _r = L.p, L.r
 
@@ -102,12 +108,12 @@ def step(update: Update = sum_update, seen: Callable = seen_sum) -> Fact:
     default, or the output's)."""
     mu, mu_next = MU
     name = "ell" if seen is seen_sum else "o"
+    lhs = sp.Symbol("ell^(t+1)" if name == "ell" else "o^(t+1)_j")
     before = seen(mu, _t * BLOCK)
     updated = update(before, mu, mu_next, _t * BLOCK + 1, (_t + 1) * BLOCK)
     normal = _normal(updated)
     combined = sp.simplify(normal)  # adjacent sums over the same summand joined
     claim = seen(mu_next, (_t + 1) * BLOCK)
-    lhs = sp.Symbol(f"{name}_t1")
     return Fact(
         f"online_{name}_step",
         "The running " + ("sum" if name == "ell" else "output") + " after one more block",
@@ -119,39 +125,65 @@ def step(update: Update = sum_update, seen: Callable = seen_sum) -> Fact:
     )
 
 
-def context() -> Fact:
-    """o^{(T)}_j / ℓ^{(T)} = Σ_p a_{m,p} v_{p,j} = c_{m,j} after the last block."""
-    mu, keys = MU[0], T * BLOCK
+def _row(graph: Graph) -> tuple[sp.Expr, sp.Expr, tuple[str, ...]]:
+    """c_{m,j} with the graph's weights put in, and the weights' denominator, at n = T B (row m
+    of one head without a mask: the online softmax of a masked or multi-head graph is not
+    derived here); and the declarations read."""
+    if graph.producer("A") is None or any(s.constant for s in graph.declarations):
+        raise ValueError(f"the online softmax is derived for one head without a mask; "
+                         f"{graph.name} has " + ("heads" if graph.producer("A") is None
+                                                 else "a mask"))  # fmt: skip
+    weights, sources = weights_element(graph)
+    context = graph.step("C")
+    a = L.base("a")
+    composed = context.element.rhs.replace(
+        lambda e: isinstance(e, sp.Indexed) and e.base == a,
+        lambda e: weights.xreplace(dict(zip((L.m, L.p), e.indices, strict=True))),
+    )
+    at = {L.n: T * BLOCK}
+    denominator = sp.fraction(weights)[1].xreplace(at)
+    return composed.xreplace(at), _same_index(denominator), (*sources, context.output)
+
+
+def _same_index(expr: sp.Expr) -> sp.Expr:
+    """Every sum over p (Σ_r f(r) and Σ_p f(p) are one number)."""
+    return expr.replace(lambda e: isinstance(e, Sum),
+                        lambda e: e.change_index(e.variables[0], e.variables[0], _p))  # fmt: skip
+
+
+def context(graph: Graph) -> Fact:
+    """o^{(T)}_j / ℓ^{(T)} = c_{m,j} after the last block, c_{m,j} the graph's own (its context
+    with its weights put in)."""
+    mu, keys = MU_T, T * BLOCK
     ratio = seen_output(mu, keys) / seen_sum(mu, keys)
     derived = sp.simplify(_normal(ratio))
-    weights = exp(_score(_p)) / Sum(exp(_score(_r)), (_r, 1, keys))
-    claim = Sum(weights * _value(_p), (_p, 1, keys))
-    one_index = {Sum(exp(_score(_r)), (_r, 1, keys)): seen_sum(0, keys)}  # r or p: one sum
-    lhs = sp.Symbol("o_T") / sp.Symbol("ell_T")
+    composed, _, sources = _row(graph)
+    claim = sp.simplify(_same_index(_normal(composed)))
+    lhs = sp.Symbol("o^(T)_j") / sp.Symbol("ell^(T)")
     return Fact(
         "online_context",
         "After the last block, the context",
         (Eq(lhs, ratio, evaluate=False), Eq(lhs, derived, evaluate=False)),
-        Eq(lhs, sp.simplify(_normal(claim).xreplace(one_index)), evaluate=False),
-        ("A", "C"),
+        Eq(lhs, claim, evaluate=False),
+        sources,
         "the invariant at the last block; e^{-μ} taken out of both sums, and cancelled",
     )
 
 
-def log_sum_exp() -> Fact:
-    """μ^{(T)} + log ℓ^{(T)} = log Σ_p e^{ω̃_{m,p}}: the row's log-sum-exp."""
-    mu, keys = MU[0], T * BLOCK
+def log_sum_exp(graph: Graph) -> Fact:
+    """μ^{(T)} + log ℓ^{(T)} = log Σ_p e^{ω̃_{m,p}}, the log of the denominator of the graph's
+    weights: the row's log-sum-exp L_m."""
+    mu, keys = MU_T, T * BLOCK
     total = mu + log(seen_sum(mu, keys))
     pulled = mu + log(_normal(seen_sum(mu, keys)))
     derived = sp.expand_log(pulled, force=True)  # the sum of exponentials is positive
-    claim = log(Sum(exp(_score(_p)), (_p, 1, keys)))
-    lhs = sp.Symbol("lse")
+    _, denominator, sources = _row(graph)
     return Fact(
         "online_log_sum_exp",
         "After the last block, the log-sum-exp",
-        (Eq(lhs, total, evaluate=False), Eq(lhs, derived, evaluate=False)),
-        Eq(lhs, claim, evaluate=False),
-        ("A",),
+        (Eq(LSE, total, evaluate=False), Eq(LSE, derived, evaluate=False)),
+        Eq(LSE, log(denominator), evaluate=False),
+        sources[:1],
         "e^{-μ} taken out of the sum, and the logarithm of the product split",
     )
 
@@ -183,4 +215,33 @@ def every_split(n: int, sum_rule: Update = sum_update, output_rule: Update = out
         weights = [exp(_score(p)) for p in range(1, n + 1)]
         softmax = sum(w * _value(p) for p, w in enumerate(weights, 1)) / sum(weights)
         found[sizes] = sp.simplify(out / ell - softmax)
+    return found
+
+
+def _evaluated(expr: sp.Expr, row: int, table: dict) -> float:
+    return float(expr.xreplace({L.m: row}).doit().xreplace(table).evalf(30))
+
+
+def states(graph: Graph, matrices: dict, sizes: dict) -> dict[str, list]:
+    """The state after each block of B_c keys, from the invariant: μ^{(t)} the largest score of
+    the keys seen, ℓ^{(t)} = `seen_sum` and o^{(t)}_j = `seen_output` evaluated on the scaled
+    scores and the values in `matrices` (a check's explicit matrices, by letter), the last block
+    shorter where B_c does not divide the keys. {"mu": [(n × 1) per block], "ell": [...],
+    "o": [(n × c) per block]}, as floats."""
+    _row(graph)  # one head, no mask: the graph the invariant is derived for
+    omega, values = matrices["Omega_scaled"], matrices["V"]
+    n, keys = omega.shape
+    table = {L.base("omegatilde")[m + 1, p + 1]: omega[m, p] for m in range(n) for p in range(keys)}
+    table |= {L.base("v")[p + 1, j + 1]: values[p, j]
+              for p in range(keys) for j in range(values.shape[1])}  # fmt: skip
+    found: dict[str, list] = {"mu": [], "ell": [], "o": []}
+    for stop in range(sizes["B_c"], keys + sizes["B_c"], sizes["B_c"]):
+        seen = min(stop, keys)
+        mu = [sp.Max(*omega[m, :seen]) for m in range(n)]
+        found["mu"].append([[float(value)] for value in mu])
+        found["ell"].append([[_evaluated(seen_sum(mu[m], seen), m + 1, table)]
+                             for m in range(n)])  # fmt: skip
+        found["o"].append([[_evaluated(seen_output(mu[m], seen).xreplace({L.j: j + 1}), m + 1,
+                                       table) for j in range(values.shape[1])]
+                           for m in range(n)])  # fmt: skip
     return found

@@ -6,6 +6,7 @@ from . import (
     alibi,
     causal,
     cross_attention,
+    flash,
     gate,
     gqa,
     interleaved_rope,
@@ -44,6 +45,7 @@ BUILT_IN = (
     alibi.VARIANT,
     sinks.VARIANT,
     gate.VARIANT,
+    flash.VARIANT,
 )
 
 #: Combinations whose title names the model that uses them (parts in their order).

@@ -116,6 +116,10 @@ def test_a_broken_implementation_exits_one(capsys):
         (["--variant", "sliding-window", "--w", "4", "--n", "3"],
          r"n=3 must be at least 5 \(a window narrower than the sequence"),
         (["--seed", "-1"], r"argument --seed: must be a non-negative integer, got -1"),
+        (["--variant", "flash", "--block-keys", "0"],
+         r"argument --block-keys: must be a positive integer, got 0"),
+        (["--variant", "flash", "--block-keys", "3", "--n", "3"],
+         r"n=3 must be at least 4 \(more than one block of keys"),
         (["--trials", "0"], r"argument --trials: must be a positive integer, got 0"),
         (["--bogus"], r"unrecognized arguments: --bogus"),
     ],
@@ -216,3 +220,66 @@ def test_a_size_of_another_variant_is_refused_not_ignored(capsys):
                            "sliding-window); its own: s, d_y")  # fmt: skip
     with pytest.raises(ValueError, match=r"self-attention has no size 'g'"):
         draw_sizes(derive.variant("self-attention"), random.Random(0), {"g": 2})
+
+
+def _flash(capsys):
+    return run(capsys, "--variant", "flash", "--n", "5", "--d", "3", "--c", "2",
+               "--block-rows", "3", "--block-keys", "2", "--seed", "2")  # fmt: skip
+
+
+def _rows(out):
+    return dict(re.findall(r"^  (\S+(?: · \S+(?: \S+)?)?)\s+\d+×\d+\s+\S+\s+\S+\s+(pass|FAIL)$",
+                           out, re.M))  # fmt: skip
+
+
+def test_flash_every_block_against_the_derivation(capsys):
+    status, out, _ = _flash(capsys)
+    assert status == 0, out
+    assert "trial 1/1: flash, n=5 d=3 c=2, B_r=3, B_c=2" in out
+    rows = _rows(out)
+    blocks = {"μ": 3, "ℓ": 3, "O": 3, "dQ": 3, "dK": 2, "dV": 2}  # 3 blocks of keys, 2 of rows
+    for name, count in blocks.items():
+        twin = "online_softmax" if name in "μℓO" else "flash_gradients"
+        for t in range(1, count + 1):
+            assert rows.pop(f"{name}^({t}) · {twin}") == "pass"
+        assert f"{name}^({count + 1}) · {twin}" not in rows
+    for label in ("C · blocked reference", "C · fused path", "dQ · flash_gradients",
+                  "dK · flash_gradients", "dV · flash_gradients"):
+        assert rows[label] == "pass", label
+
+
+def test_flash_without_the_rescaling_fails_block_by_block(capsys, monkeypatch):
+    import attention.flash
+
+    real = attention.flash.online_softmax
+
+    def without_rescaling(*arguments, **options):
+        return real(*arguments, **(options | {"rescale": False}))
+
+    monkeypatch.setattr(attention.flash, "online_softmax", without_rescaling)
+    status, out, _ = _flash(capsys)
+    rows = _rows(out)
+    assert status == 1
+    assert rows["C · blocked reference"] == "FAIL" and rows["C · fused path"] == "pass"
+    # the maxima are right; the first block has nothing to rescale; a later one does
+    assert all(rows[f"μ^({t}) · online_softmax"] == "pass" for t in (1, 2, 3))
+    assert rows["ℓ^(1) · online_softmax"] == rows["O^(1) · online_softmax"] == "pass"
+    assert "FAIL" in (rows["ℓ^(2) · online_softmax"], rows["ℓ^(3) · online_softmax"])
+
+
+def test_flash_weights_recomputed_from_the_maximum_fail(capsys, monkeypatch):
+    import attention.flash
+
+    real = attention.flash.blocked_backward
+
+    def at_the_maximum(q, k, v, c, lse, dc, **options):
+        state = attention.flash.online_softmax(q, k, v, block_rows=options["block_rows"],
+                                               block_keys=options["block_keys"])  # fmt: skip
+        return real(q, k, v, c, state.mu[-1], dc, **options)
+
+    monkeypatch.setattr(attention.flash, "blocked_backward", at_the_maximum)
+    status, out, _ = _flash(capsys)
+    rows = _rows(out)
+    assert status == 1
+    assert rows["C · blocked reference"] == "pass" and rows["dQ · flash_gradients"] == "FAIL"
+    assert rows["dV^(1) · flash_gradients"] == "FAIL"

@@ -19,7 +19,7 @@ def test_the_registered_names():
     assert VARIANTS == (
         "self-attention", "causal", "masked", "multi-head", "kv-cache", "sliding-window",
         "cross-attention", "rope", "partial-rope", "interleaved-rope", "llama3-rope", "gqa",
-        "qk-norm", "whole-qk-norm", "mla", "softcap", "alibi", "sinks", "gate",
+        "qk-norm", "whole-qk-norm", "mla", "softcap", "alibi", "sinks", "gate", "flash",
     )  # fmt: skip
     with pytest.raises(ValueError, match=r"unknown variant 'nope'; known: self-attention, causal"):
         derive.variant("nope")

@@ -2,10 +2,16 @@
 from block to block at a symbolic block and size, the context and the log-sum-exp after the last
 block, every split of a few keys into blocks; and each proof fails when an update is changed."""
 
+import math
+from dataclasses import replace
+
 import pytest
 import sympy as sp
 from sympy import Sum, exp
 
+import derive
+from derive.graph import Graph
+from derive.notation import letters as L
 from derive.proofs import online_softmax as O
 
 
@@ -31,13 +37,50 @@ def test_a_changed_update_breaks_the_invariant(changed):
     assert not O.step(changed).holds
 
 
+SELF = derive.variant("self-attention").graph
+
+
 def test_after_the_last_block_the_context_and_the_log_sum_exp():
-    context, lse = O.context(), O.log_sum_exp()
+    context, lse = O.context(SELF), O.log_sum_exp(SELF)
     assert context.holds and lse.holds
     keys = O.T * O.BLOCK
     total = sp.Sum(exp(O._score(O._p)), (O._p, 1, keys))
     assert lse.claim.rhs == sp.log(total)
-    assert context.claim.rhs.has(total) and not context.claim.rhs.has(O.MU[0])
+    assert context.claim.rhs.has(total) and not context.claim.rhs.has(O.MU_T)
+
+
+def _weights_as(graph, rhs):
+    """`graph` with its weights declared as `rhs` (a changed softmax)."""
+    step = graph.step("A")
+    changed = replace(step, element=sp.Eq(step.element.lhs, rhs, evaluate=False))
+    return Graph(graph.name, tuple(changed if s is step else s for s in graph.declarations),
+                 graph.relations)  # fmt: skip
+
+
+def test_the_context_and_the_log_sum_exp_are_the_graphs_own():
+    """Read off the declared weights: weights at twice the scores are not what the online
+    softmax computes, and neither fact holds for them."""
+    twice = sp.exp(2 * O._score(L.p)) / sp.Sum(sp.exp(2 * O._score(L.r)), (L.r, 1, L.n))
+    changed = _weights_as(SELF, twice)
+    assert not O.context(changed).holds and not O.log_sum_exp(changed).holds
+
+
+@pytest.mark.parametrize("name", ["causal", "multi-head"])
+def test_a_graph_it_is_not_derived_for_is_refused(name):
+    with pytest.raises(ValueError, match=r"one head without a mask; .* has (a mask|heads)"):
+        O.context(derive.variant(name).graph)
+
+
+def test_the_states_a_check_compares_are_the_invariants_values():
+    omega = sp.Matrix([[1, 3, 2], [0, -1, 4]])
+    values = sp.Matrix([[1, 0], [0, 1], [2, 2]])
+    found = O.states(SELF, {"Omega_scaled": omega, "V": values}, {"B_c": 2})
+    assert [[row[0] for row in block] for block in found["mu"]] == [[3, 0], [3, 4]]
+    e = math.e
+    flat = [[row[0] for row in block] for block in found["ell"]]
+    assert flat[0] == pytest.approx([e**-2 + 1, 1 + e**-1])
+    assert flat[1] == pytest.approx([e**-2 + 1 + e**-1, e**-4 + e**-5 + 1])
+    assert found["o"][1][0] == pytest.approx([e**-2 + 2 * e**-1, 1 + 2 * e**-1])
 
 
 def test_every_split_of_three_keys_gives_the_softmax():

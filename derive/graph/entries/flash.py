@@ -1,0 +1,131 @@
+r"""FlashAttention (Dao et al., 2022; Dao, 2023), declared: self-attention's own steps, computed
+without the n × n matrix of weights. Its graph is self-attention's, unchanged: what it adds is
+what SymPy derives about computing that graph block by block (`derive.proofs.online_softmax`, the
+forward pass; `derive.proofs.blocked_backward`, the backward pass) and the blocks' sizes, B_r
+queries and B_c keys (``--block-rows``, ``--block-keys``).
+
+Its twins: the blocked reference `attention.flash` (every block's running maximum, sum and
+output compared with the invariant's values, and each block's share of dQ, dK, dV), beside the
+fast path and the explicit path of self-attention.
+"""
+
+from __future__ import annotations
+
+from ...notation import letters as L
+from ..claims import BlockedBackward, BlockedCost, OnlineSoftmax, RowsumIdentity
+from ..sizes import AtLeast, Size
+from ..twins import GradientTwin, StateTwin, Twin
+from ..variant import Document, Variant
+
+__all__ = ["VARIANT"]
+
+_BLOCKS = (("block_rows", L.B_r), ("block_keys", L.B_c))
+
+VARIANT = Variant(
+    "flash",
+    "FlashAttention (the online softmax)",
+    (
+        "FlashAttention computes the same context as self-attention without ever holding the "
+        "$n \\times n$ matrix of weights: each row of queries meets the keys in blocks of "
+        "$B_c$, and keeps three running numbers per row, its largest score so far "
+        "$\\mu^{(t)}$, its sum of exponentials $\\ell^{(t)}$ and its output $o^{(t)}_j$, "
+        "rescaled by $e^{\\mu^{(t)} - \\mu^{(t+1)}}$ whenever a block raises the maximum (the "
+        "online softmax: Milakov and Gimelshein, 2018). Every exponential is then at most 1.",
+        "The backward pass keeps of each row its context and one number, the log-sum-exp "
+        "$L_m$: it recomputes the weights of a block from it, and needs the row sums "
+        "$\\sum_r a_{m,r} \\bar{a}_{m,r}$ only through $D_m = \\sum_j \\bar{z}_{m,j} z_{m,j}$, "
+        "read off the context and its gradient before any block is seen.",
+    ),
+    claims=(
+        OnlineSoftmax(
+            "sum",
+            heading="The running sum, block after block",
+            text="Block $t + 1$ holds the keys $B_c t + 1$ to $B_c (t + 1)$. Suppose the "
+            "running sum after block $t$ is the sum of the exponentials of the keys seen so "
+            "far, taken at the running maximum (at $t = 0$: an empty sum). The update, with "
+            "its rescaling, gives the same sum after block $t + 1$, for any block and any "
+            "maxima:",
+        ),
+        OnlineSoftmax(
+            "output",
+            heading="The running output, block after block",
+            text="The same for the output, each exponential weighting its key's value:",
+        ),
+        OnlineSoftmax(
+            "context",
+            text="After the last of $T$ blocks ($n = T B_c$), the output over the sum: "
+            "$e^{-\\mu^{(T)}}$ cancels, and what remains is the weights of the softmax applied "
+            "to the values, the context $z_{m,j}$ of self-attention:",
+        ),
+        OnlineSoftmax(
+            "log-sum-exp",
+            heading="",
+            text="and the maximum plus the logarithm of the sum is the logarithm of the "
+            "softmax's denominator, the one number per row the backward pass keeps:",
+        ),
+        BlockedBackward(
+            "weights", text="The backward pass recomputes a block's weights from $L_m$ alone:"
+        ),
+        RowsumIdentity(),
+        BlockedBackward(
+            "rowsum",
+            text="So the gradient of the scaled scores needs, beyond the block, one number per "
+            "row, $D_m$, computed once from the context and its gradient:",
+        ),
+        BlockedBackward(
+            "V",
+            text="A block of $B_r$ queries adds its share to the gradients of the keys and "
+            "values; after the last block, each is the derived gradient:",
+        ),
+        BlockedBackward("K", text=""),
+        BlockedBackward(
+            "Q", text="and a block of $B_c$ keys its share to the gradient of the queries:"
+        ),
+        BlockedCost(
+            text="A row keeps its maximum, its sum and a row of the output: $n(c + 2)$ "
+            "numbers against the $n^2$ of $A$, and the pass keeps the context and $L_m$ for "
+            "the backward pass. The forward pass computes the same products as "
+            "self-attention, plus a rescaling per block of keys; the backward pass computes the "
+            "scores once more, one product in five of its own:"
+        ),
+    ),  # fmt: skip
+    sizes=(
+        Size(L.B_r, 2, "the queries of a block", option="block-rows"),
+        Size(L.B_c, 2, "the keys of a block", option="block-keys"),
+    ),
+    requires=(
+        AtLeast(L.B_r, 1, "a block holds at least one query"),
+        AtLeast(L.B_c, 1, "a block holds at least one key"),
+    ),
+    draws=(AtLeast(L.n, L.B_c + 1, "more than one block of keys, or nothing is rescaled"),),
+    also=(
+        Twin(
+            "attention.flash.flash_attention",
+            ("Q", "K", "V"),
+            options=_BLOCKS,
+            label="blocked reference",
+        ),
+        StateTwin(
+            "attention.flash.online_softmax",
+            ("Q", "K", "V"),
+            "derive.proofs.online_softmax.states",
+            (("mu", "μ"), ("ell", "ℓ"), ("o", "O")),
+            options=_BLOCKS,
+        ),
+        GradientTwin(
+            "attention.flash.flash_gradients",
+            ("Q", "K", "V", "dC"),
+            ("dQ", "dK", "dV"),
+            options=_BLOCKS,
+        ),
+        StateTwin(
+            "attention.flash.flash_gradients",
+            ("Q", "K", "V", "dC"),
+            "derive.proofs.blocked_backward.shares",
+            (("dQ_blocks", "dQ"), ("dK_blocks", "dK"), ("dV_blocks", "dV")),
+            options=_BLOCKS,
+        ),
+    ),  # fmt: skip
+    combines=False,
+    document=Document(sections=("introduction", "steps", "facts", "explicit")),
+)
