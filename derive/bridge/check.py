@@ -131,7 +131,8 @@ def _gradient_rows(entry: Entry, explicit: ExplicitGraph, inputs: dict, seed: in
         function = resolve(twin.function, f"{entry.name}: twin")
         got = function(*twins.arguments(twin, explicit, read),
                        **twins.options(twin, entry, read))  # fmt: skip
-        for name, tensor in zip(twin.returns, tuple(got)[: len(twin.returns)], strict=True):
+        picked = [getattr(got, n) for n in twin.returns] if hasattr(got, "_fields") else got
+        for name, tensor in zip(twin.returns, picked, strict=True):
             expected = torch.tensor(values.floats(name), dtype=torch.float64)
             rows.append(_row(f"{name} · {twin.label}", expected, tensor, GRADIENT_TOLERANCE))
     matrices = values.matrices | {gradients.upstream: sp.Matrix(upstream.tolist())}
@@ -159,8 +160,18 @@ def _state_rows(found: list[tuple[str, Any, Any]], limit: float = TOLERANCE) -> 
             )
             continue
         expected = torch.tensor(want, dtype=torch.float64)
+        if tensor.numel() != expected.numel():
+            rows.append(Row(f"{label} (shape {tuple(tensor.shape)})", (int(expected.shape[0]), -1),
+                            float("inf"), False, False, limit))  # fmt: skip
+            continue
         rows.append(_row(label, expected, tensor.reshape(expected.shape), limit))
     return rows
+
+
+def _shaped(explicit: ExplicitGraph) -> set:
+    """The sizes the graph's matrices have (a block's size is none of them)."""
+    return {s for shape in explicit.graph.shapes.values() for x in shape
+            for s in sp.sympify(x).free_symbols}  # fmt: skip
 
 
 def _mask_rows(explicit: ExplicitGraph, computed: dict[str, Any]) -> list[Row]:
@@ -199,7 +210,7 @@ def trial_rows(entry: Entry, sizes: dict[str, int], *, seed: int,
     notes = [twins.unfit(entry)]
     if forward_only:
         notes.append("backward pass not checked (--forward-only)")
-    elif max(v for k, v in explicit.sizes.items() if k in L.SIZES) > MAX_GRADIENT_SIZE:
+    elif max(v for k, v in explicit.sizes.items() if k in _shaped(explicit)) > MAX_GRADIENT_SIZE:
         notes.append(f"backward pass not checked: sizes over {MAX_GRADIENT_SIZE}")
     else:
         rows += _gradient_rows(entry, explicit, inputs, seed)

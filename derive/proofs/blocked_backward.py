@@ -28,6 +28,7 @@ from sympy import Eq, Sum, exp, log
 from ..calculus import backward
 from ..graph import Graph
 from ..notation import letters as L
+from . import online_softmax
 from .fact import Fact
 from .rowsum import rowsum_identity
 from .softmax import weights_element
@@ -38,8 +39,8 @@ __all__ = ["B_R", "recomputed_weights", "gradient_with_rowsum", "accumulated", "
 #: B_r, the queries of a block (B_c, the keys of one: `online_softmax.BLOCK`).
 B_R, _B_C = L.B_r, L.B_c
 _t = sp.Symbol("t", integer=True, nonnegative=True)
-#: D_m = Σ_j \bar{c}_{m,j} c_{m,j}.
-D = sp.Symbol("D_m")
+#: L_m, the log-sum-exp of row m the forward pass kept; D_m = Σ_j \bar{c}_{m,j} c_{m,j}.
+LSE_M, D = sp.IndexedBase("L")[L.m], sp.IndexedBase("D")[L.m]
 #: The state of a row: its maximum, its sum and its output.
 MU_L_O = (sp.Symbol("mu"), sp.Symbol("ell"), sp.Symbol("O"))
 
@@ -51,24 +52,30 @@ def _one_head(graph: Graph) -> None:
                                                  else "a mask"))  # fmt: skip
 
 
+def _forward_lse(graph: Graph) -> sp.Expr:
+    """L_m as the forward pass derived it from its running state (μ^{(T)} + log ℓ^{(T)}), at n
+    keys: read off the online softmax, not off the declared weights."""
+    found = online_softmax.log_sum_exp(graph)
+    return found.derivation[-1].rhs.xreplace({online_softmax.T * online_softmax.BLOCK: L.n})
+
+
 def recomputed_weights(graph: Graph, *, at: sp.Expr | None = None) -> Fact:
-    """a_{m,p} = e^{ω̃_{m,p} − L_m}, L_m = log Σ_r e^{ω̃_{m,r}} the log of the declared weights'
-    denominator; `at` puts another number in place of L_m (a test: the running maximum)."""
+    """a_{m,p} = e^{ω̃_{m,p} − L_m}: the declared weights against the exponential of the score
+    less the log-sum-exp the forward pass kept (`at`: another number in its place, a test's)."""
     _one_head(graph)
     weights, sources = weights_element(graph)
     numerator, denominator = sp.fraction(weights)
-    lse = log(denominator)
-    (score,) = numerator.args  # e^{ω̃_{m,p}}
     lhs = L.base("a")[L.m, L.p]
-    shifted = exp(score - lse, evaluate=False)
-    claim = exp(score - (lse if at is None else at))
+    shifted = exp(sp.log(numerator) - log(denominator), evaluate=False)
+    kept = _forward_lse(graph) if at is None else at
     return Fact(
         "recomputed_weights",
         "The weights again, from the log-sum-exp",
         (Eq(lhs, weights, evaluate=False), Eq(lhs, shifted, evaluate=False)),
-        Eq(lhs, claim, evaluate=False),
+        Eq(lhs, _same_index(exp(L.base("omegatilde")[L.m, L.p] - kept)), evaluate=False),
         sources,
-        "the declared weights, their denominator written as the exponential of its logarithm",
+        "the declared weights, their numerator and denominator written as exponentials of "
+        "their logarithms, against the log-sum-exp of the forward pass",
     )
 
 
@@ -94,34 +101,78 @@ def gradient_with_rowsum(graph: Graph) -> Fact:
     )
 
 
+def _same_index(expr: sp.Expr) -> sp.Expr:
+    """Every sum over r (Σ_p f(p) and Σ_r f(r) are one number)."""
+    return expr.replace(lambda e: isinstance(e, Sum),
+                        lambda e: e.change_index(e.variables[0], e.variables[0], L.r))  # fmt: skip
+
+
 def block_of(total: Sum, first: sp.Expr, last: sp.Expr) -> Sum:
     """The sum `total` taken over first … last only: one block's share."""
     ((variable, _, _),) = total.limits
     return Sum(total.function, (variable, first, last))
 
 
-def accumulated(graph: Graph, letter: str) -> Fact:
+def _reference_share(letter: str) -> sp.Expr:
+    """The term of a block's share as the backward pass computes it, from the recomputed weight
+    e^{ω̃_{m,p} − L_m} and D_m: dV's, dK's or dQ's."""
+    m, p, j = L.m, L.p, L.j
+    weight = exp(L.base("omegatilde")[m, p] - LSE_M)
+    score = weight * (L.base("da")[m, p] - D) / sp.sqrt(L.c)
+    return {"V": weight * L.base("dctx")[m, j], "K": score * L.base("q")[m, j],
+            "Q": score * L.base("k")[p, j]}[letter]  # fmt: skip
+
+
+def _inlined(expr: sp.Expr, gradients: dict) -> sp.Expr:
+    """Each derived intermediate gradient (dω, dω̃) replaced by its entry's formula."""
+    for name in ("domega", "domegatilde"):
+        (step,) = [g for g in gradients.values() if g.element.lhs.base == L.base(name)]
+        rule = {step.element.lhs.base: step}
+        expr = expr.replace(
+            lambda e, rule=rule: isinstance(e, sp.Indexed) and e.base in rule,
+            lambda e, rule=rule: rule[e.base].element.rhs.xreplace(
+                dict(zip(rule[e.base].element.lhs.indices, e.indices, strict=True))),
+        )  # fmt: skip
+    return expr
+
+
+def accumulated(graph: Graph, letter: str, *, share: sp.Expr | None = None) -> Fact:
     """The gradient of `letter` (``"V"``, ``"K"``: summed over queries, blocks of B_r; ``"Q"``:
-    over keys, blocks of B_c) gathered block by block: the blocks 1 … t, and block t + 1 added,
-    are the sum over the first (t + 1) B rows."""
+    over keys, blocks of B_c) gathered block by block, each block's share computed as the
+    backward pass does (`share`: another term, a test's): the blocks 1 … t and block t + 1 are
+    the sum over the first (t + 1) B rows, and with the recomputed weights and D put in (where
+    `recomputed_weights` and `gradient_with_rowsum` hold), its term is the derived gradient's."""
     _one_head(graph)
-    (gradient,) = [g for g in backward(graph) if g.of == letter]
-    total = gradient.element.rhs
-    ((variable, _, _),) = total.limits
+    gradients = {g.of: g for g in backward(graph)}
+    gradient = gradients[letter]
+    ((variable, _, _),) = gradient.element.rhs.limits
     size = _B_C if variable == L.p else B_R
-    seen = block_of(total, 1, _t * size)
-    added = seen + block_of(total, _t * size + 1, (_t + 1) * size)
-    joined = sp.simplify(added)  # adjacent sums over the same summand joined
+    term = _reference_share(letter) if share is None else share
+    added = Sum(term, (variable, 1, _t * size)) + Sum(term, (variable, _t * size + 1,
+                                                             (_t + 1) * size))  # fmt: skip
+    facts = (recomputed_weights(graph), gradient_with_rowsum(graph))
+    weight = exp(L.base("omegatilde")[L.m, L.p] - LSE_M)
+    rowsum = Sum(L.base("a")[L.m, L.r] * L.base("da")[L.m, L.r], (L.r, 1, L.n))
+    known = {weight: L.base("a")[L.m, L.p], D: rowsum} if all(f.holds for f in facts) else {}
+    written = added.xreplace(known) if known else sp.nan
+    joined = sp.simplify(written)  # adjacent sums over the same summand joined
     own = gradient.element.lhs  # after block t + 1, printed as a head's is: \bar{v}^{(t+1)}_{p,j}
     lhs = own.base[(_t + 1, *own.indices)]
-    which = "keys" if variable == L.p else "queries"
+    derived = _inlined(gradient.element.rhs, gradients)
+    claim = Sum(derived.function, (variable, 1, (_t + 1) * size))
     return Fact(
         f"accumulated_d{letter}",
-        f"The gradient of {letter}, block by block of {which}",
-        (Eq(lhs, added, evaluate=False), Eq(lhs, joined, evaluate=False)),
-        Eq(lhs, block_of(total, 1, (_t + 1) * size), evaluate=False),
-        (gradient.output,),
-        "the blocks seen so far and the next one, adjacent sums over the same summand joined",
+        f"The gradient of {letter}, block by block of "
+        + ("keys" if variable == L.p else "queries"),
+        (
+            Eq(lhs, added, evaluate=False),
+            Eq(lhs, written, evaluate=False),
+            Eq(lhs, joined, evaluate=False),
+        ),
+        Eq(lhs, claim, evaluate=False),
+        (gradient.output, "A"),
+        "the blocks seen so far and the next one, the recomputed weights and D put in, adjacent "
+        "sums joined",
     )
 
 
@@ -157,7 +208,8 @@ def cost(graph: Graph) -> Fact:
         Eq(ENTRIES(*MU_L_O), sp.expand(rows * (width + 2)), evaluate=False),
         Eq(ENTRIES(sp.Symbol("A")), shapes["A"][0] * shapes["A"][1], evaluate=False),
         Eq(FLOPS(name("forward")), sp.expand(flops("Omega") + flops("C")), evaluate=False),
-        Eq(FLOPS(name("rescaling")), sp.expand(rows * (width + 1) * L.n / _B_C), evaluate=False),
+        Eq(FLOPS(name("rescaling")), rows * (width + 1) * (sp.ceiling(L.n / _B_C) - 1),
+           evaluate=False),
         Eq(FLOPS(name("backward")),
            sp.expand(sum(flops(x) for x in ("dV", "dA", "dQ", "dK")) + d_flops), evaluate=False),
         Eq(FLOPS(name("recomputed")), sp.expand(flops("Omega")), evaluate=False),

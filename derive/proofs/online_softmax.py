@@ -2,8 +2,8 @@ r"""The online softmax, derived: a row of the context C computed block of keys b
 never holding the row's weights (the forward pass of FlashAttention; Milakov and Gimelshein,
 *Online normalizer calculation for softmax*, 2018; Dao et al., *FlashAttention*, 2022).
 
-Row m's scaled scores ω̃_{m,p} are read in blocks of B keys; block t holds the keys
-(t − 1) B + 1 … t B. After block t the state is a running maximum μ^{(t)}, a running sum
+Row m's scaled scores ω̃_{m,p} are read in blocks of B_c keys; block t holds the keys
+(t − 1) B_c + 1 … t B_c. After block t the state is a running maximum μ^{(t)}, a running sum
 ℓ^{(t)} and a running output o^{(t)}_j, each block updating them as
 
     ℓ^{(t+1)} = e^{μ^{(t)} − μ^{(t+1)}} ℓ^{(t)} + Σ_{p in block t+1} e^{ω̃_{m,p} − μ^{(t+1)}}
@@ -14,9 +14,9 @@ from ℓ^{(0)} = o^{(0)}_j = 0, μ^{(t+1)} the larger of μ^{(t)} and the block'
 The invariant: ℓ^{(t)} = Σ_{p ≤ tB} e^{ω̃_{m,p} − μ^{(t)}} and o^{(t)}_j = Σ_{p ≤ tB}
 e^{ω̃_{m,p} − μ^{(t)}} v_{p,j}, the sums over the keys seen so far. It holds at t = 0 (empty
 sums), and `step` has SymPy prove that the update of the invariant's values is the invariant at
-t + 1, for a symbolic block t and size B and any μ^{(t)}, μ^{(t+1)}: the maximum keeps every
+t + 1, for a symbolic block t and size B_c and any μ^{(t)}, μ^{(t+1)}: the maximum keeps every
 exponential at most 1 (no overflow), the algebra does not need it. After the last block T
-(n = T B), `context` and `log_sum_exp` derive o^{(T)}_j / ℓ^{(T)} = c_{m,j}, the softmax-
+(n = T B_c), `context` and `log_sum_exp` derive o^{(T)}_j / ℓ^{(T)} = c_{m,j}, the softmax-
 weighted sum of the values, and μ^{(T)} + log ℓ^{(T)} = log Σ_p e^{ω̃_{m,p}}, the row's
 log-sum-exp (what the backward pass keeps). `every_split` runs the updates at an explicit n for
 every split of the keys into blocks, blocks of unequal sizes included, with symbolic scores,
@@ -126,7 +126,7 @@ def step(update: Update = sum_update, seen: Callable = seen_sum) -> Fact:
 
 
 def _row(graph: Graph) -> tuple[sp.Expr, sp.Expr, tuple[str, ...]]:
-    """c_{m,j} with the graph's weights put in, and the weights' denominator, at n = T B (row m
+    """c_{m,j} with the graph's weights put in, and the weights' denominator, at n = T B_c (row m
     of one head without a mask: the online softmax of a masked or multi-head graph is not
     derived here); and the declarations read."""
     if graph.producer("A") is None or any(s.constant for s in graph.declarations):

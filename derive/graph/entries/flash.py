@@ -27,8 +27,8 @@ VARIANT = Variant(
     (
         "FlashAttention computes the same context as self-attention without ever holding the "
         "$n \\times n$ matrix of weights: each row of queries meets the keys in blocks of "
-        "$B_c$, and keeps three running numbers per row, its largest score so far "
-        "$\\mu^{(t)}$, its sum of exponentials $\\ell^{(t)}$ and its output $o^{(t)}_j$, "
+        "$B_c$, and keeps of each row its largest score so far $\\mu^{(t)}$, its sum of "
+        "exponentials $\\ell^{(t)}$ and its output $o^{(t)}_j$ ($c + 2$ numbers), "
         "rescaled by $e^{\\mu^{(t)} - \\mu^{(t+1)}}$ whenever a block raises the maximum (the "
         "online softmax: Milakov and Gimelshein, 2018). Every exponential is then at most 1.",
         "The backward pass keeps of each row its context and one number, the log-sum-exp "
@@ -82,11 +82,11 @@ VARIANT = Variant(
             "Q", text="and a block of $B_c$ keys its share to the gradient of the queries:"
         ),
         BlockedCost(
-            text="A row keeps its maximum, its sum and a row of the output: $n(c + 2)$ "
-            "numbers against the $n^2$ of $A$, and the pass keeps the context and $L_m$ for "
-            "the backward pass. The forward pass computes the same products as "
-            "self-attention, plus a rescaling per block of keys; the backward pass computes the "
-            "scores once more, one product in five of its own:"
+            text="A row keeps its maximum, its sum and a row of the output, $c + 2$ numbers: "
+            "$n(c + 2)$ for the $n$ rows against the $n^2$ of $A$; the pass keeps the context "
+            "and $L_m$ for the backward pass. The forward pass computes the same products as "
+            "self-attention, plus a rescaling for each block of keys after the first; the "
+            "backward pass computes four products and $D$, and the scores once more:"
         ),
     ),  # fmt: skip
     sizes=(

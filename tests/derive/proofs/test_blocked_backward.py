@@ -14,10 +14,7 @@ SELF = derive.variant("self-attention").graph
 
 
 def test_the_weights_are_recomputed_from_the_log_sum_exp():
-    fact = B.recomputed_weights(SELF)
-    assert fact.holds
-    lse = O.log_sum_exp(SELF).claim.rhs.xreplace({O.T * O.BLOCK: L.n})  # the same L_m at n
-    assert B.recomputed_weights(SELF, at=lse.xreplace({L.p: L.r})).holds
+    assert B.recomputed_weights(SELF).holds
     # the running maximum is not the log-sum-exp: weights from it are wrong
     assert not B.recomputed_weights(SELF, at=O.MU_T).holds
 
@@ -38,41 +35,21 @@ def test_each_gradient_gathered_block_by_block(letter, size):
     assert limit[2] == (sp.Symbol("t", integer=True, nonnegative=True) + 1) * size
 
 
-def test_a_block_that_skips_its_first_row_breaks_the_sum(monkeypatch):
-    def skipping(total, first, last):
-        ((variable, _, _),) = total.limits
-        return sp.Sum(total.function, (variable, first + 1, last))
+def _share(weight_at, with_d=True):
+    m, p, j = L.m, L.p, L.j
+    weight = sp.exp(L.base("omegatilde")[m, p] - weight_at)
+    return weight * (L.base("da")[m, p] - (B.D if with_d else 0)) * L.base("q")[m, j] / sp.sqrt(L.c)
 
-    monkeypatch.setattr(B, "block_of", skipping)
-    assert not B.accumulated(SELF, "V").holds
+
+def test_a_share_computed_otherwise_is_not_the_gradient():
+    assert B.accumulated(SELF, "K", share=_share(B.LSE_M)).holds  # the reference's own term
+    assert not B.accumulated(SELF, "K", share=_share(O.MU_T)).holds  # at the maximum
+    assert not B.accumulated(SELF, "K", share=_share(B.LSE_M, with_d=False)).holds  # no D
 
 
 def test_a_graph_with_a_mask_is_refused():
     with pytest.raises(ValueError, match=r"one head without a mask; causal .*has a mask"):
         B.accumulated(derive.variant("causal").graph, "V")
-
-
-def test_each_block_share_sums_to_the_derived_gradient():
-    """At explicit numbers: the shares `derive check` compares add up to the gradient."""
-    from derive.bridge.check import explicit_of
-    from derive.bridge.evaluate import dyadic
-    from derive.explicit.gradients import ExplicitGradients
-    from derive.graph.registry import variant
-
-    entry = variant("flash")
-    explicit = explicit_of(entry, {"n": 5, "d": 2, "c": 2, "B_r": 2, "B_c": 3}, seed=1)
-    inputs = dyadic(explicit, 1)
-    gradients = ExplicitGradients.of(explicit)
-    upstream = sp.Matrix(5, 2, lambda m, j: sp.Rational(m - 2 * j, 4))
-    values = gradients.evaluate_inputs(**inputs, dC=upstream)
-    sizes = {"n": 5, "B_r": 2, "B_c": 3}
-    found = B.shares(entry.graph, values.matrices | {"dC": upstream}, sizes)
-    assert [len(found[k]) for k in ("dQ_blocks", "dK_blocks", "dV_blocks")] == [2, 3, 3]
-    for letter in ("Q", "K", "V"):
-        total = sp.Matrix(found[f"d{letter}_blocks"][0])
-        for share in found[f"d{letter}_blocks"][1:]:
-            total += sp.Matrix(share)
-        assert (total - values.matrices[f"d{letter}"]).norm() < 1e-12
 
 
 def test_the_cost_is_what_the_blocked_reference_computes():
