@@ -31,7 +31,7 @@ from ..notation import letters as L
 from . import online_softmax
 from .fact import Fact
 from .rowsum import rowsum_identity
-from .softmax import weights_element
+from .softmax import one_head_without_mask, same_dummy, weights_element
 
 __all__ = ["B_R", "recomputed_weights", "gradient_with_rowsum", "accumulated", "block_of",
            "cost", "shares"]  # fmt: skip
@@ -46,10 +46,7 @@ MU_L_O = (sp.Symbol("mu"), sp.Symbol("ell"), sp.Symbol("O"))
 
 
 def _one_head(graph: Graph) -> None:
-    if graph.producer("A") is None or any(s.constant for s in graph.declarations):
-        raise ValueError(f"the blocked backward pass is derived for one head without a mask; "
-                         f"{graph.name} has " + ("heads" if graph.producer("A") is None
-                                                 else "a mask"))  # fmt: skip
+    one_head_without_mask(graph, "the blocked backward pass")
 
 
 def _forward_lse(graph: Graph) -> sp.Expr:
@@ -72,7 +69,7 @@ def recomputed_weights(graph: Graph, *, at: sp.Expr | None = None) -> Fact:
         "recomputed_weights",
         "The weights again, from the log-sum-exp",
         (Eq(lhs, weights, evaluate=False), Eq(lhs, shifted, evaluate=False)),
-        Eq(lhs, _same_index(exp(L.base("omegatilde")[L.m, L.p] - kept)), evaluate=False),
+        Eq(lhs, same_dummy(exp(L.base("omegatilde")[L.m, L.p] - kept), L.r), evaluate=False),
         sources,
         "the declared weights, their numerator and denominator written as exponentials of "
         "their logarithms, against the log-sum-exp of the forward pass",
@@ -99,12 +96,6 @@ def gradient_with_rowsum(graph: Graph) -> Fact:
         (gradient.output, *identity.sources),
         "the derived gradient of the scaled scores, the rowsum identity put in",
     )
-
-
-def _same_index(expr: sp.Expr) -> sp.Expr:
-    """Every sum over r (Σ_p f(p) and Σ_r f(r) are one number)."""
-    return expr.replace(lambda e: isinstance(e, Sum),
-                        lambda e: e.change_index(e.variables[0], e.variables[0], L.r))  # fmt: skip
 
 
 def block_of(total: Sum, first: sp.Expr, last: sp.Expr) -> Sum:

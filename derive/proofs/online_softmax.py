@@ -37,7 +37,7 @@ from sympy import Eq, Sum, exp, log
 from ..graph import Graph
 from ..notation import letters as L
 from .fact import Fact
-from .softmax import weights_element
+from .softmax import one_head_without_mask, same_dummy, weights_element
 
 __all__ = [
     "BLOCK", "T", "MU", "MU_T", "LSE", "sum_update", "output_update", "seen_sum", "seen_output",
@@ -129,10 +129,7 @@ def _row(graph: Graph) -> tuple[sp.Expr, sp.Expr, tuple[str, ...]]:
     """c_{m,j} with the graph's weights put in, and the weights' denominator, at n = T B_c (row m
     of one head without a mask: the online softmax of a masked or multi-head graph is not
     derived here); and the declarations read."""
-    if graph.producer("A") is None or any(s.constant for s in graph.declarations):
-        raise ValueError(f"the online softmax is derived for one head without a mask; "
-                         f"{graph.name} has " + ("heads" if graph.producer("A") is None
-                                                 else "a mask"))  # fmt: skip
+    one_head_without_mask(graph, "the online softmax")
     weights, sources = weights_element(graph)
     context = graph.step("C")
     a = L.base("a")
@@ -142,13 +139,7 @@ def _row(graph: Graph) -> tuple[sp.Expr, sp.Expr, tuple[str, ...]]:
     )
     at = {L.n: T * BLOCK}
     denominator = sp.fraction(weights)[1].xreplace(at)
-    return composed.xreplace(at), _same_index(denominator), (*sources, context.output)
-
-
-def _same_index(expr: sp.Expr) -> sp.Expr:
-    """Every sum over p (Σ_r f(r) and Σ_p f(p) are one number)."""
-    return expr.replace(lambda e: isinstance(e, Sum),
-                        lambda e: e.change_index(e.variables[0], e.variables[0], _p))  # fmt: skip
+    return composed.xreplace(at), same_dummy(denominator, _p), (*sources, context.output)
 
 
 def context(graph: Graph) -> Fact:
@@ -158,7 +149,7 @@ def context(graph: Graph) -> Fact:
     ratio = seen_output(mu, keys) / seen_sum(mu, keys)
     derived = sp.simplify(_normal(ratio))
     composed, _, sources = _row(graph)
-    claim = sp.simplify(_same_index(_normal(composed)))
+    claim = sp.simplify(same_dummy(_normal(composed), _p))
     lhs = sp.Symbol("o^(T)_j") / sp.Symbol("ell^(T)")
     return Fact(
         "online_context",

@@ -19,7 +19,8 @@ from ..graph import Declaration, Graph
 from ..notation import letters as L
 from .fact import Fact, chain
 
-__all__ = ["weights_element", "rows_sum_to_one", "shift_invariance", "softmax_jacobian"]
+__all__ = ["weights_element", "same_dummy", "one_head_without_mask", "rows_sum_to_one",
+           "shift_invariance", "softmax_jacobian"]  # fmt: skip
 
 _RANGES = {L.m: (sp.S.One, L.n), L.p: (sp.S.One, L.n), L.t: (sp.S.One, L.n)}
 
@@ -45,7 +46,15 @@ def weights_element(graph: Graph) -> tuple[sp.Expr, tuple[str, ...]]:
     return written, (step.output, *sorted(letters))
 
 
-def _same_dummy(expr: sp.Expr, index: sp.Symbol) -> sp.Expr:
+def one_head_without_mask(graph: Graph, what: str) -> None:
+    """A ValueError unless `graph` has one head and no mask (what is derived here, `what`, is
+    derived for that graph only), naming what the graph has instead."""
+    if graph.producer("A") is None or any(s.constant for s in graph.declarations):
+        has = "heads" if graph.producer("A") is None else "a mask"
+        raise ValueError(f"{what} is derived for one head without a mask; {graph.name} has {has}")
+
+
+def same_dummy(expr: sp.Expr, index: sp.Symbol) -> sp.Expr:
     """Every sum over the same dummy: Σ_p f(p) and Σ_r f(r) are the same number."""
     return expr.replace(
         lambda e: isinstance(e, Sum),
@@ -63,7 +72,7 @@ def rows_sum_to_one(graph: Graph) -> Fact:
     written = Sum(element, (L.p, 1, keys))
     decided = under_ranges(written, _RANGES)
     factored = sp.factor_terms(decided)
-    renamed = _same_dummy(factored, L.r)
+    renamed = same_dummy(factored, L.r)
     value = sp.simplify(renamed)
     return Fact(
         "rows_sum_to_one",
@@ -84,7 +93,7 @@ def rows_sum_with_sink(graph: Graph) -> Fact:
     total = Sum(a, (L.p, 1, keys))
     written = Sum(element, (L.p, 1, keys))
     decided = under_ranges(written, _RANGES)
-    factored = _same_dummy(sp.factor_terms(decided), L.r)
+    factored = same_dummy(sp.factor_terms(decided), L.r)
     numerator, denominator = sp.fraction(factored)
     sink = sp.expand(denominator - numerator)  # e^ζ: what the denominator holds besides the sum
     taken = sink / denominator
