@@ -36,7 +36,13 @@ scores, so P of the winning key is exp(±ulp(|S|)) instead of 1 (at |S| = 3·10�
 and dP and D are two separately rounded sums of size |dC||V| whose exact difference is 0 for a
 saturated row, so their rounding error, multiplied by K, lands in dQ. Recomputing P from a
 float32 lse (tests/benchmarks/bench_gradients_at_scale.py measures every variant) is no cure:
-it is as wrong as the kernel at s = 1000 (and with D = rowsum(P ∘ dA), far worse).
+it is as wrong as the kernel at s = 1000 (and with D = rowsum(P ∘ dA), far worse). This is
+derived, to first order in float32's rounding, by `derive.proofs.rounding` (printed in
+``derive latex --variant flash``, "Where float32 breaks it"): a weight from the stored lse
+carries u |L_m|, one from the row's maximum u (μ_m − ω̃_{m,r}) times a weight, at most u/e; and
+the rounding of dA cancels in D = rowsum(A ∘ dA) summed from the same dA as the row saturates,
+not in D = rowsum(dC ∘ C). tests/benchmarks/bench_flash_rounding.py measures both routes
+against those bounds.
 
 The backward pass (`_sweep` with the upstream gradient): each block of query rows with all the
 keys they may attend, its scores recomputed and normalised exactly as the explicit path does (the

@@ -1,7 +1,7 @@
 """`derive docs`: regenerate the derivation files under docs/ (the drift tests compare them with
 the committed ones): the derivation of self-attention as LaTeX, PDF, Markdown, HTML and a
 notebook, explicit at n = 3, d = 4, c = 2 with the worked example at the same sizes, its figures,
-and the glossary."""
+the glossary, and the figure docs/benchmarks.md shows (FlashAttention's rounding)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,9 @@ def generate_docs(*, pdf: bool = True, progress: Progress = _quiet) -> dict[str,
     progress("computed the worked example")
     figures = figure_files(DOCS_OPTIONS, example)
     progress("drew the figures")
+    from ..render.figures import FIGURES, FLASH_ROUNDING
+
+    shown = {f"figures/{name}": data for name, data in FIGURES[FLASH_ROUNDING]().items()}
     tex = latex_document(DOCS_OPTIONS, example=example, progress=progress)
     files = {
         "glossary.md": glossary_markdown().encode("utf-8"),
@@ -53,6 +56,7 @@ def generate_docs(*, pdf: bool = True, progress: Progress = _quiet) -> dict[str,
         "derivation.md": markdown_document(DOCS_OPTIONS, example=example).encode("utf-8"),
         "derivation.html": html_document(DOCS_OPTIONS, example=example).encode("utf-8"),
         **figures,
+        **shown,
     }
     progress("printed the documents")
     files["derivation.ipynb"] = notebook(DOCS_OPTIONS, progress)

@@ -24,7 +24,7 @@ from .declaration import Graph
 __all__ = [
     "Claim", "BEFORE", "Presented", "SameAs", "ReadsRows", "CacheSize", "DecodeCost",
     "AllowedPairs", "RelativePosition", "ZeroAngles", "SameForEveryHead", "CacheAgainst",
-    "WeightCount", "ScoreBound", "OnlineSoftmax", "BlockedBackward", "BlockedCost",
+    "WeightCount", "ScoreBound", "OnlineSoftmax", "BlockedBackward", "BlockedCost", "Rounding",
     "Absorption", "RowsSumToOne", "RowsSumWithSink", "ShiftInvariance",
     "ScoreVariance", "ScaledScoreVariance", "WeightsJacobian", "RowsumIdentity", "Equality",
     "Bound",
@@ -154,6 +154,16 @@ class BlockedCost(Presented):
 
 
 @dataclass(frozen=True)
+class Rounding(Presented):
+    """The first-order float32 rounding of the two backward routes (`derive.proofs.rounding`):
+    `part` is ``"stored-weights"``, ``"maximum-weights"``, ``"bounded-product"``,
+    ``"scale-stored"``, ``"scale-maximum"``, ``"cancellation-stored"`` or
+    ``"cancellation-maximum"``."""
+
+    part: str
+
+
+@dataclass(frozen=True)
 class Absorption(Presented):
     """A head's scores computed from the latent U, W_q and W_uk, without K."""
 
@@ -237,4 +247,4 @@ Claim = (Bound | SameAs | ReadsRows | CacheSize | DecodeCost | AllowedPairs | Re
          | ZeroAngles | SameForEveryHead | CacheAgainst | WeightCount | ScoreBound | Absorption
          | RowsSumToOne | RowsSumWithSink | ShiftInvariance | ScoreVariance | ScaledScoreVariance
          | WeightsJacobian | RowsumIdentity | Equality | OnlineSoftmax | BlockedBackward
-         | BlockedCost)  # fmt: skip
+         | BlockedCost | Rounding)  # fmt: skip

@@ -65,6 +65,10 @@ class Document:
             ``"facts heading"``, ``"facts"``, ``"counts"``, ``"backward"``,
             ``"backward end"``.
         figures: the figures it shows after its facts (``"softmax-saturation"``).
+        states: the state an algorithm keeps block by block, shown on the page after the
+            explicit matrices: a dotted path to a function (graph, explicit sizes) -> matrices
+            (`derive.proofs.online_softmax.block_states`, FlashAttention's; named, not
+            imported, since the declarations may not import the proofs).
         backward: the backward section in parts (None: the gradients that differ from the
             base's, in one display).
     """
@@ -74,6 +78,7 @@ class Document:
     prose: tuple[tuple[str, str], ...] = ()
     figures: tuple[str, ...] = ()
     backward: tuple[Group, ...] | None = None
+    states: str | None = None
 
     @overload
     def words(self, key: str) -> str | None: ...

@@ -132,6 +132,11 @@ _TABLE = {
     "wdkv": ("W_dkv", "(W_{dkv})", "W_{dkv}"),
     "wuk": ("W_uk", "(W_{uk})", "W_{uk}"),
     "wuv": ("W_uv", "(W_{uv})", "W_{uv}"),
+    # FlashAttention's state after block t (derive.proofs.online_softmax): μ^{(t)}_{m,1},
+    # ℓ^{(t)}_{m,1}, o^{(t)}_{m,j}, indexed (t, m, j) as a head's entries are
+    "mustate": ("Mu_state", r"\mu", r"\mu"),
+    "ellstate": ("Ell_state", r"\ell", r"\ell"),
+    "ostate": ("O_state", "o", "O"),
 }  # fmt: skip
 _FORWARD = {name: row[0] for name, row in _TABLE.items()}
 #: Letters whose entries are numbers fixed by the sizes (no gradient flows into them).

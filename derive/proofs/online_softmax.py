@@ -30,6 +30,7 @@ and sees the proof fail.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import sympy as sp
 from sympy import Eq, Sum, exp, log
@@ -41,7 +42,7 @@ from .softmax import one_head_without_mask, same_dummy, weights_element
 
 __all__ = [
     "BLOCK", "T", "MU", "MU_T", "LSE", "sum_update", "output_update", "seen_sum", "seen_output",
-    "step", "context", "log_sum_exp", "every_split", "states",
+    "step", "context", "log_sum_exp", "every_split", "states", "BlockState", "block_states",
 ]  # fmt: skip
 
 #: B_c, the keys of a block; t, a block; T, the blocks of a row (n = T B_c).
@@ -235,4 +236,50 @@ def states(graph: Graph, matrices: dict, sizes: dict) -> dict[str, list]:
         found["o"].append([[_evaluated(seen_output(mu[m], seen).xreplace({L.j: j + 1}), m + 1,
                                        table) for j in range(values.shape[1])]
                            for m in range(n)])  # fmt: skip
+    return found
+
+
+class BlockState(NamedTuple):
+    """One matrix of the state after block t at explicit sizes, for a page: its letter
+    (LaTeX), what it is, its entries, each entry's formula in the scores and values, and what
+    else each entry has seen (the keys of the blocks so far, k_{p,i} for p ≤ t B_c)."""
+
+    letter: str
+    role: str
+    entries: sp.Matrix
+    formulas: sp.Matrix
+    seen: tuple[tuple[sp.Indexed, ...], ...]
+
+
+def block_states(graph: Graph, sizes: dict[sp.Symbol, int]) -> list[BlockState]:
+    """μ^{(t)}, ℓ^{(t)} and O^{(t)} after each block t of B_c keys, at the explicit `sizes` (n,
+    c, B_c), written out from the invariant: μ^{(t)}_m the largest of ω̃_{m,1} … ω̃_{m,tB_c},
+    ℓ^{(t)}_m = Σ_{p ≤ t B_c} e^{ω̃_{m,p} − μ^{(t)}_m} and o^{(t)}_{m,j} its sum with v_{p,j}
+    (the last block shorter where B_c does not divide n)."""
+    _row(graph)  # one head, no mask
+    n, c, block = (int(sizes[symbol]) for symbol in (L.n, L.c, BLOCK))
+    mu, ell, out = (L.base(name) for name in ("mustate", "ellstate", "ostate"))
+    omega, value, key = L.base("omegatilde"), L.base("v"), L.base("k")
+    found = []
+    for t, stop in enumerate(range(block, n + block, block), 1):
+        keys = range(1, min(stop, n) + 1)
+        seen = tuple(key[p, i] for p in keys for i in range(1, c + 1))
+        where = f"after block {t} (keys 1 to {keys[-1]})"
+
+        def weight(m: int, p: int, t: int = t) -> sp.Expr:
+            return exp(omega[m, p] - mu[t, m, 1], evaluate=False)
+
+        rows = range(1, n + 1)
+        maxima = sp.Matrix([[sp.Max(*(omega[m, p] for p in keys), evaluate=False)] for m in rows])
+        sums = sp.Matrix([[sp.Add(*(weight(m, p) for p in keys), evaluate=False)] for m in rows])
+        outputs = sp.Matrix([[sp.Add(*(weight(m, p) * value[p, j] for p in keys), evaluate=False)
+                              for j in range(1, c + 1)] for m in rows])  # fmt: skip
+        for base, letter, role, formulas in (
+            (mu, rf"\mu^{{({t})}}", f"running maximum {where}", maxima),
+            (ell, rf"\ell^{{({t})}}", f"running sum {where}", sums),
+            (out, rf"O^{{({t})}}", f"running output {where}", outputs),
+        ):
+            entries = sp.Matrix(formulas.rows, formulas.cols,
+                                lambda m, j, base=base, t=t: base[t, m + 1, j + 1])  # fmt: skip
+            found.append(BlockState(letter, role, entries, formulas, seen))
     return found

@@ -11,6 +11,7 @@ display derived from it changes).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,7 @@ HEATMAP = "attention-heatmap"
 FIGURES = {
     "softmax-saturation": (P.SATURATION_TEXT, P.SATURATION_CAPTION),
     "softmax-saturation-qk-norm": (PV.QK_NORM_FIGURE_TEXT, PV.QK_NORM_FIGURE_CAPTION),
+    "flash-rounding": (PV.FLASH_ROUNDING_TEXT, PV.FLASH_ROUNDING_CAPTION),
 }
 
 Progress = Callable[[str], None]
@@ -129,7 +131,11 @@ def _explicit(entry: Entry, options: DocumentOptions, example, progress) -> list
                           if symbol in L.SIZES)  # fmt: skip
         progress(f"instantiated the steps at {shown}")
     numbers = E.example_numbers(example) if options.example and example is not None else None
-    return E.explicit(ea, progress, numbers)
+    kept = None
+    if entry.document.states is not None:
+        module, _, name = entry.document.states.rpartition(".")
+        kept = getattr(importlib.import_module(module), name)(entry.graph, sizes)
+    return E.explicit(ea, progress, numbers, kept)
 
 
 def _example(entry: Entry, options: DocumentOptions, example) -> list[Block]:

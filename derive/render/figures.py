@@ -1,5 +1,7 @@
 """Figures (matplotlib, the optional extra ``figures``): the example's heatmap, softmax saturation
-(and, for QK-norm's documents, saturation with normalised queries and keys against its bound).
+(and, for QK-norm's documents, saturation with normalised queries and keys against its bound;
+for FlashAttention's, the derived rounding bounds of the two backward routes against measured
+errors).
 
 Each figure comes as two files: the PNG the documents include, and a CSV of the numbers it plots.
 Both are deterministic (fixed seeds; the PNG's only metadata is matplotlib's version, no date).
@@ -14,6 +16,8 @@ import math
 
 import numpy as np
 
+from .rounding_data import FLOOR, ROUNDING_SERIES, rounding_data
+
 __all__ = [
     "HEATMAP",
     "SATURATION",
@@ -24,11 +28,14 @@ __all__ = [
     "heatmap_figure",
     "saturation_figure",
     "missing_matplotlib_message",
+    "FLASH_ROUNDING",
+    "rounding_figure",
 ]
 
 HEATMAP = "attention-heatmap"
 SATURATION = "softmax-saturation"
 SATURATION_QK_NORM = "softmax-saturation-qk-norm"
+FLASH_ROUNDING = "flash-rounding"
 #: QK-norm's figure: its ε (the book's RMSNorm), one width, the scales of the inputs.
 EPS = 1e-6
 QK_WIDTH = 16
@@ -196,5 +203,37 @@ def heatmap_figure(tokens: tuple[str, ...], weights: list[list[float]]) -> dict[
     return {f"{HEATMAP}.png": png, f"{HEATMAP}.csv": _csv("query," + ",".join(tokens), rows)}
 
 
+def rounding_figure() -> dict[str, bytes]:
+    """flash-rounding.png and .csv: the two panels, weights and scores' gradient, each with the
+    two routes' derived bounds (lines) and measured errors (marks) against s."""
+    plt = _pyplot()
+    data = rounding_data()
+    scales = [row[0] for row in data]
+    fig, axes = plt.subplots(1, 2, figsize=(8.4, 3.4), sharex=True)
+    titles = ("weights $A$", r"scores' gradient $d\tilde\Omega$ (over the largest $\beta$)")
+    for panel, (ax, title) in enumerate(zip(axes, titles, strict=True)):
+        for k, (label, colour) in enumerate((("stored log-sum-exp", "#d62728"),
+                                             ("recomputed maximum", "#1f77b4"))):  # fmt: skip
+            column = 1 + 2 * (2 * panel + k)
+            ax.plot(scales, [row[column] for row in data], "--", color=colour,
+                    label=f"{label}: derived bound")  # fmt: skip
+            ax.plot(scales, [max(row[column + 1], FLOOR) for row in data], "o", color=colour,
+                    label=f"{label}: measured")  # fmt: skip
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("scale s of the scores")
+    axes[0].set_ylabel("largest error (float32)")
+    axes[0].legend(frameon=False, fontsize=7)
+    fig.tight_layout()
+    png = _png(fig)
+    plt.close(fig)
+    header = "s," + ",".join(f"{name.replace(' ', '_')}_{kind}" for name in ROUNDING_SERIES
+                             for kind in ("bound", "measured"))  # fmt: skip
+    rows = [tuple(f"{value:.6g}" for value in row) for row in data]
+    return {f"{FLASH_ROUNDING}.png": png, f"{FLASH_ROUNDING}.csv": _csv(header, rows)}
+
+
 #: The figures an entry may show after its facts, by id, as PNG and CSV files.
-FIGURES = {SATURATION: saturation_figure, SATURATION_QK_NORM: qk_norm_figure}
+FIGURES = {SATURATION: saturation_figure, SATURATION_QK_NORM: qk_norm_figure,
+           FLASH_ROUNDING: rounding_figure}  # fmt: skip

@@ -59,6 +59,13 @@ EXPLICIT_INTRO = (
     "reads, never as one expanded expression in $x$ and $W$."
 )
 
+#: After EXPLICIT_INTRO where the entry keeps a state block by block (FlashAttention).
+EXPLICIT_STATES = (
+    " On the HTML page the state after each block of $B_c$ keys follows the steps' matrices, "
+    "each entry from the invariant: hovering an entry of $O^{(t)}$ lights up the scores and "
+    "values it sums and the keys of the blocks it has seen."
+)
+
 EXPLICIT_DETAIL = "Every entry written out"
 
 MATRICES_HINT = (

@@ -15,9 +15,11 @@ import math
 from dataclasses import dataclass
 
 from .figures import KEYS, QK_WIDTH, qk_norm_data, saturation_data
+from .rounding_data import FLOOR, rounding_data
 
 __all__ = [
     "Svg", "heatmap", "saturation_plot", "heatmap_svg", "saturation_svg", "qk_norm_svg",
+    "rounding_svg",
 ]  # fmt: skip
 
 #: viridis at 0, 1/4, 1/2, 3/4, 1 (the colour map of the PNG heatmap).
@@ -178,6 +180,70 @@ def _curves(title: str, data: list[tuple], series: tuple, base: int, label: str)
     return _svg(title, width, height, body)
 
 
+#: The two routes of the rounding figure: their name and colour.
+ROUTES = (("stored log-sum-exp", "#d62728"), ("recomputed maximum", "#1f77b4"))
+
+
+def rounding_svg(data: list[tuple[float, ...]] | None = None) -> str:
+    """`rounding_data` as SVG: two log–log panels (the weights; the scores' gradient over the
+    largest β), each with both routes' derived bounds (dashed) and measured errors (dots)
+    against the scale s; an error of exactly 0 is drawn at FLOOR."""
+    data = rounding_data() if data is None else data
+    values = [max(v, FLOOR) for row in data for v in row[1:]]
+    low = math.floor(math.log10(min(values)))
+    high = math.ceil(math.log10(max(values)))
+    first, last = math.log10(data[0][0]), math.log10(data[-1][0])
+    panel, gap, left, top, bottom = 300, 70, 70, 28, 250
+    body = [f"<g {FONT}>"]
+    titles = ("weights A", "scores' gradient dΩ̃ / max β")
+    for index, title in enumerate(titles):
+        x0 = left + index * (panel + gap)
+
+        def x(value: float, x0: float = x0) -> float:
+            return x0 + panel * (math.log10(value) - first) / (last - first)
+
+        def y(value: float) -> float:
+            return bottom - (bottom - top) * (math.log10(max(value, FLOOR)) - low) / (high - low)
+
+        body.append(f'<path d="M{x0} {top}V{bottom}H{x0 + panel}" fill="none" '
+                    'stroke="currentColor"/>')  # fmt: skip
+        body.append(_text(x0 + panel / 2, top - 10, title))
+        for power in range(round(first), round(last) + 1):
+            px = x(10.0**power)
+            body.append(f'<line x1="{_n(px)}" y1="{bottom}" x2="{_n(px)}" y2="{bottom + 4}" '
+                        'stroke="currentColor"/>')  # fmt: skip
+            body.append(_text(px, bottom + 17, f"1e{power}"))
+        for power in range(low, high + 1, 2):
+            py = y(10.0**power)
+            body.append(f'<line x1="{x0 - 4}" y1="{_n(py)}" x2="{x0}" y2="{_n(py)}" '
+                        'stroke="currentColor"/>')  # fmt: skip
+            body.append(_text(x0 - 7, py + 4, f"1e{power}", "end"))
+        body.append(_text(x0 + panel / 2, bottom + 38, "scale s of the scores"))
+        for route, (name, ink) in enumerate(ROUTES):
+            column = 1 + 2 * (2 * index + route)
+            path = "M" + "L".join(f"{_n(x(row[0]))} {_n(y(row[column]))}" for row in data)
+            body.append(f'<path d="{path}" fill="none" stroke="{ink}" stroke-width="1.6" '
+                        'stroke-dasharray="6 4"/>')  # fmt: skip
+            for row in data:
+                body.append(f'<circle cx="{_n(x(row[0]))}" cy="{_n(y(row[column + 1]))}" '
+                            f'r="3.2" fill="{ink}"><title>{html.escape(name)}, s = '
+                            f"{row[0]:g}: measured {row[column + 1]:.2e}, bound "
+                            f"{row[column]:.2e}</title></circle>")  # fmt: skip
+    middle = (top + bottom) / 2
+    body.append(_text(16, middle, "largest error (float32)",
+                      extra=f' transform="rotate(-90 16 {_n(middle)})"'))  # fmt: skip
+    for row, (name, ink) in enumerate(ROUTES):
+        ly = bottom + 62 + 16 * row
+        body.append(f'<line x1="{left}" y1="{ly}" x2="{left + 24}" y2="{ly}" stroke="{ink}" '
+                    'stroke-width="1.6" stroke-dasharray="6 4"/>')  # fmt: skip
+        body.append(f'<circle cx="{left + 36}" cy="{ly}" r="3.2" fill="{ink}"/>')
+        body.append(_text(left + 46, ly + 4, f"{name}: derived bound (dashed), measured (dots)",
+                          "start"))  # fmt: skip
+    body.append("</g>")
+    width = left + 2 * panel + gap + 20
+    return _svg("Rounding of the two backward routes", width, bottom + 62 + 16 * 2, body)
+
+
 def _mark(kind: str, x: float, y: float, ink: str) -> str:
     if kind == "circle":
         return f'<circle cx="{_n(x)}" cy="{_n(y)}" r="3.5" fill="{ink}"/>'
@@ -195,7 +261,8 @@ def saturation_plot() -> Svg:
 
 
 #: The figures an entry may show after its facts, by id, as SVG (`derive.render.documents`).
-FIGURES = {"softmax-saturation": saturation_svg, "softmax-saturation-qk-norm": qk_norm_svg}
+FIGURES = {"softmax-saturation": saturation_svg, "softmax-saturation-qk-norm": qk_norm_svg,
+           "flash-rounding": rounding_svg}  # fmt: skip
 
 
 def figure(name: str) -> Svg:

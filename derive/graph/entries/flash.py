@@ -12,7 +12,7 @@ fast path and the explicit path of self-attention.
 from __future__ import annotations
 
 from ...notation import letters as L
-from ..claims import BlockedBackward, BlockedCost, OnlineSoftmax, RowsumIdentity
+from ..claims import BlockedBackward, BlockedCost, OnlineSoftmax, Rounding, RowsumIdentity
 from ..sizes import AtLeast, Size
 from ..twins import GradientTwin, StateTwin, Twin
 from ..variant import Document, Variant
@@ -88,6 +88,56 @@ VARIANT = Variant(
             "self-attention, plus a rescaling for each block of keys after the first; the "
             "backward pass computes four products and $D$, and the scores once more:"
         ),
+        Rounding(
+            "stored-weights",
+            heading="Where float32 breaks it",
+            text="In float32 every operation's result is the exact one times $1 + \\xi$, "
+            "$|\\xi| \\le u = 2^{-24}$ (an exponential's within $\\eta = 2u$, a sum of $k$ "
+            "terms within $\\gamma_k = k u / (1 - k u)$ of each term, a dot product's "
+            "rounding $\\theta$ within $\\gamma_c$ of $\\beta = \\sum_j |\\bar{z}_{m,j}| "
+            "|v_{p,j}|$). SymPy gives each rounding a symbol, differentiates at 0 (the first "
+            "order) and bounds each coefficient's magnitude by its unit. A weight recomputed "
+            "from the stored log-sum-exp $\\hat{L}_m = L_m (1 + \\xi_1)$, as FlashAttention "
+            "and PyTorch's fused kernels do, carries $u |L_m|$, the size of the scores:",
+        ),
+        Rounding(
+            "maximum-weights",
+            heading="",
+            text="A weight recomputed from the row's maximum, as the fast path does, carries "
+            "instead $u (\\mu_m - \\tilde\\omega_{m,r})$ "
+            "for each key, times a weight (derived at $n = 3$ keys, the same for every key):",
+        ),
+        Rounding(
+            "bounded-product",
+            heading="",
+            text="and a weight is at most $e^{\\tilde\\omega_{m,r} - \\mu_m}$, so each "
+            "of those terms is at most $u/e$, however far apart the scores are:",
+        ),
+        Rounding(
+            "scale-stored",
+            heading="",
+            text="On a row of scores $s + z_r$ (scores of size $s$ whose spread does not grow, "
+            "so the row never saturates), the first bound grows as $u s$:",
+        ),
+        Rounding("scale-maximum", heading="", text="and the second does not depend on $s$:"),
+        Rounding(
+            "cancellation-stored",
+            heading="",
+            text="The gradient of the scores meets the rounding of the dot products "
+            "$\\bar{a}_{m,p}$ and $D_m$. With $D_m$ from the stored context, the two "
+            "roundings $\\theta$ enter the largest key's gradient with the weight itself, "
+            "and stay as the row saturates (on a row of scores $s z_r$, $z_r = 1 - (r - 1) g$):",
+        ),
+        Rounding(
+            "cancellation-maximum",
+            heading="",
+            text="With $D_m = \\sum_r a_{m,r} \\bar{a}_{m,r}$ summed from the same rounded "
+            "$\\bar{a}$, they enter with $a_{m,1} (1 - a_{m,1})$ and $a_{m,1} a_{m,r}$, and "
+            "vanish: so the fast path recomputes each row's maximum and sums $D$ from the "
+            "same $\\bar{a}$, and its backward pass stays at float32's rounding at every "
+            "scale, where the stored log-sum-exp's error grows with the scores (the figure "
+            "below; its bounds are these, evaluated on the measured draws).",
+        ),
     ),  # fmt: skip
     sizes=(
         Size(L.B_r, 2, "the queries of a block", option="block-rows"),
@@ -127,5 +177,9 @@ VARIANT = Variant(
         ),
     ),  # fmt: skip
     combines=False,
-    document=Document(sections=("introduction", "steps", "facts", "explicit")),
+    document=Document(
+        sections=("introduction", "steps", "facts", "figures", "explicit"),
+        figures=("flash-rounding",),
+        states="derive.proofs.online_softmax.block_states",
+    ),  # fmt: skip
 )

@@ -15,7 +15,7 @@ from ...notation import letters as L
 from .. import prose as P
 from ..blocks import Entry, Matrices, Matrix, derived
 
-__all__ = ["matrices", "entry_key"]
+__all__ = ["matrices", "entry_key", "states"]
 
 #: Values by matrix key ("X", "Omega", "A_2"), rows of floats.
 Numbers = dict[str, list[list[float]]]
@@ -34,14 +34,16 @@ def _value(numbers: Numbers | None, key: str, row: int, col: int) -> float | Non
     return value if math.isfinite(value) else None
 
 
-def _matrix(letter: str, role: str, key: str, entries: sp.MatrixBase, formulas, numbers):
+def _matrix(letter: str, role: str, key: str, entries: sp.MatrixBase, formulas, numbers,
+            seen: tuple[Indexed, ...] = ()):  # fmt: skip
     rows = []
     for row in range(entries.rows):
         cells = []
         for col in range(entries.cols):
             entry = entries[row, col]
             formula = None if formulas is None else formulas[row, col]
-            reads = () if formula is None else sorted(formula.atoms(Indexed), key=L.reading_key)
+            atoms = set() if formula is None else formula.atoms(Indexed)
+            reads = sorted(atoms | set(seen), key=L.reading_key)
             cells.append(
                 Entry(
                     key=entry_key(entry),
@@ -85,3 +87,10 @@ def matrices(ea: ExplicitGraph, numbers: Numbers | None = None) -> Matrices:
         found.append(_matrix(letter, role, step.output, step.entries, step.formula, numbers))
     how = "the declarations at these sizes, entry by entry"
     return Matrices(tuple(found), derived(how, *(step.step.output for step in ea.steps)))
+
+
+def states(found: list) -> list[Matrix]:
+    """An algorithm's state block by block (`derive.proofs.online_softmax.block_states`) as
+    matrices of entries: each entry's formula, and what it reads and has seen lit up with it."""
+    return [_matrix(state.letter, state.role, "", state.entries, state.formulas, None,
+                    state.seen) for state in found]  # fmt: skip

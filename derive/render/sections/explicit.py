@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import sympy as sp
 
@@ -13,7 +14,7 @@ from ...notation import latex
 from ...notation import letters as L
 from .. import prose as P
 from ..blocks import Block, Display, Figure, Heading, Prose, Table, derived, numeric
-from .entries import Numbers, matrices
+from .entries import Numbers, matrices, states
 
 __all__ = ["explicit", "example", "example_numbers"]
 
@@ -33,15 +34,20 @@ def explicit(
     ea: ExplicitGraph,
     progress: Callable[[str], None] | None = None,
     numbers: Numbers | None = None,
+    kept: list | None = None,
 ) -> list[Block]:
     """Every step at the sizes of `ea`, entry by entry, each in the named entries it reads;
-    `numbers` (`example_numbers`) give the entries their values where they fit these sizes."""
+    `numbers` (`example_numbers`) give the entries their values where they fit these sizes;
+    `kept`, an algorithm's state block by block, follows the steps' matrices on the page."""
     sizes = _sizes(ea)
     inputs = tuple(matrix_line(L.MATRIX_LATEX[k], v) for k, v in ea.inputs.items())
+    grid = matrices(ea, numbers)
+    if kept:
+        grid = replace(grid, matrices=(*grid.matrices, *states(kept)))
     blocks: list[Block] = [
         Heading(f"Explicit: {sizes}"),
-        Prose(P.EXPLICIT_INTRO),
-        matrices(ea, numbers),
+        Prose(P.EXPLICIT_INTRO + (P.EXPLICIT_STATES if kept else "")),
+        grid,
         Display(inputs, derived("the named entries of the inputs at these sizes"),
                 P.EXPLICIT_DETAIL),
     ]  # fmt: skip

@@ -93,3 +93,31 @@ def test_a_changed_update_is_caught_at_explicit_sizes_too():
     found = O.every_split(3, sum_rule=without_rescaling)
     assert found[(3,)] == 0  # one block: nothing to rescale
     assert any(difference != 0 for difference in found.values())
+
+
+@pytest.mark.parametrize("n, block", [(3, 2), (4, 2), (5, 3), (3, 1)])
+def test_the_pages_block_states_are_the_references_state(n, block):
+    import torch
+
+    from attention import flash
+
+    c = 2
+    g = torch.Generator().manual_seed(n * 10 + block)
+    q, k, v = (torch.randn(n, c, generator=g, dtype=torch.float64) for _ in range(3))
+    state = flash.online_softmax(q, k, v, block_rows=2, block_keys=block)
+    scores = (q @ k.T / math.sqrt(c)).tolist()
+    found = O.block_states(SELF, {L.n: n, L.c: c, L.B_c: block})
+    assert len(found) == 3 * math.ceil(n / block)
+    table = {L.base("omegatilde")[m + 1, p + 1]: scores[m][p] for m in range(n) for p in range(n)}
+    table |= {L.base("v")[p + 1, j + 1]: v[p, j].item() for p in range(n) for j in range(c)}
+    for t in range(math.ceil(n / block)):
+        mu, ell, out = found[3 * t : 3 * t + 3]
+        maxima = [float(mu.formulas[m, 0].xreplace(table)) for m in range(n)]
+        assert maxima == pytest.approx(state.mu[t].tolist(), abs=1e-12)
+        at = table | {mu.entries[m, 0]: maxima[m] for m in range(n)}
+        sums = [float(ell.formulas[m, 0].xreplace(at)) for m in range(n)]
+        assert sums == pytest.approx(state.ell[t].tolist(), rel=1e-12)
+        outputs = [float(out.formulas[m, j].xreplace(at)) for m in range(n) for j in range(c)]
+        assert outputs == pytest.approx(state.o[t].flatten().tolist(), rel=1e-12)
+        seen = min((t + 1) * block, n)
+        assert {e.indices[0] for e in out.seen} == set(range(1, seen + 1))  # the keys seen

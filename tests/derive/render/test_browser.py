@@ -171,3 +171,22 @@ def test_the_readme_names_a_screenshot_of_the_page():
     assert (width, height) == (1000, 720)
     readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
     assert "`docs/figures/derivation-html.png` is a screenshot of\nthe page" in readme
+
+
+def test_hovering_a_block_output_lights_up_the_keys_it_has_seen(browser, tmp_path):
+    options = DocumentOptions(variant="flash", sizes=(3, 2, 2), extra=(("B_c", 2),))
+    path = tmp_path / "flash.html"
+    path.write_text(html_document(options), encoding="utf-8")
+    visit = Visit(browser, path)
+    page = visit.page
+    keys = lambda rows: {f"e-k-{p}-{i}" for p in rows for i in (1, 2)}  # noqa: E731
+    page.hover("#e-ostate-1-2-1")  # o^{(1)}_{2,1}: block 1 holds keys 1 and 2
+    lit = _reads(page)
+    assert keys((1, 2)) <= lit and not keys((3,)) & lit
+    assert {"e-omegatilde-2-1", "e-omegatilde-2-2", "e-v-1-1", "e-v-2-1", "e-mustate-1-2-1"} <= lit
+    assert "o^{(1)}_{2,1}" in _panel_tex(page)
+    page.hover("#e-ostate-2-2-1")  # after block 2 every key is seen
+    lit = _reads(page)
+    assert keys((1, 2, 3)) <= lit and "e-omegatilde-2-3" in lit and "e-mustate-1-2-1" not in lit
+    assert visit.errors == []
+    visit.close()

@@ -54,3 +54,23 @@ def test_figures_are_deterministic_and_show_in_notebooks():
     figure = svg.heatmap(TOKENS, WEIGHTS)
     assert figure._repr_svg_() == svg.heatmap_svg(TOKENS, WEIGHTS)
     assert repr(figure) == "<SVG figure: attention weights>"
+
+
+def test_rounding_plot_puts_each_point_where_its_number_says():
+    from derive.render.rounding_data import FLOOR
+
+    data = [(1.0, 1e-7, 2e-8, 1e-7, 3e-8, 1e-6, 1e-7, 1e-6, 0.0),
+            (100.0, 1e-5, 3e-6, 1e-7, 3e-8, 1e-4, 2e-5, 1e-6, 4e-8)]  # fmt: skip
+    text = svg.rounding_svg(data)
+    root = ET.fromstring(text)
+    dashed = [p for p in root.iterfind(".//svg:path", NS) if p.get("stroke-dasharray")]
+    assert len(dashed) == 4  # two routes in two panels
+    marks = [c for c in root.iterfind(".//svg:circle", NS) if c.find("svg:title", NS) is not None]
+    measured = [row[column] for column in (2, 4, 6, 8) for row in data]
+    assert len(marks) == len(measured)
+    ys = [float(c.get("cy")) for c in marks]
+    low, high = math.floor(math.log10(FLOOR)), math.ceil(math.log10(1e-4))
+    top, bottom = 28, 250  # the plot area of rounding_svg
+    back = [10 ** (low + (bottom - y) / (bottom - top) * (high - low)) for y in ys]
+    assert back == pytest.approx([max(v, FLOOR) for v in measured], rel=0.02)
+    assert "measured 0.00e+00" in text  # an exact 0 is drawn at the floor, and says so

@@ -69,3 +69,25 @@ def test_qk_norm_shows_its_bound_on_a_saturation_figure():
     assert max(normed) - min(normed) < 1e-5  # QK-norm: the same weights at every scale (but ε)
     assert rows[0][1] < normed[0] < rows[-1][1]  # without it: from flat to saturated
     assert all(row[2] <= row[3] for row in rows)  # never past what the bound allows
+
+
+def test_flash_shows_its_rounding_figure_with_derived_bounds():
+    from derive.render.rounding_data import (
+        ROUNDING_SCALES,
+        ROUNDING_SERIES,
+        measured,
+        rounding_data,
+    )
+
+    tex = latex_document(DocumentOptions(variant="flash", figures="figs"))
+    assert "figs/flash-rounding.png" in tex
+    assert "% provenance: derived" in tex.split("Where float32 breaks it")[1]
+    rows = rounding_data()
+    assert [row[0] for row in rows] == list(ROUNDING_SCALES)
+    stored, maximum = [row[1] for row in rows], [row[3] for row in rows]
+    assert stored[-1] / stored[-2] == pytest.approx(10 / 3, rel=0.05)  # grows as u s
+    assert max(maximum) / min(maximum) < 1.001  # free of s
+    shipped_data = measured()
+    for row in rows:
+        shipped = [shipped_data[row[0]][name.replace(" ", "_")] for name in ROUNDING_SERIES]
+        assert list(row[2::2]) == shipped
