@@ -28,21 +28,31 @@ query rows and each block of keys:
 
 each block's contribution kept (`BlockedGradients`). This is how every FlashAttention backward
 computes; `attention._fused` explains why our fast path does not (in float32, at large scores,
-e^{ω̃ − L} and dA − D lose what an exact softmax keeps).
+e^{ω̃ − L} and dA − D lose what an exact softmax keeps; `derive.proofs.rounding` derives it).
+
+Score modifications (`Modifications`, keyword options of every function), in the fast path's
+order: softcapping ω̆ = κ tanh(ω̃ / κ) and ALiBi's bias −μ (m − p) change each block's scores
+before the running maximum sees them; `causal` and a `window` w set the scores of keys a query
+may not read to −∞, and a block of keys that every query of the block may not read is skipped
+(`skipped`: the rule `derive.proofs.online_softmax.skipped_blocks` derives from the mask; a
+skipped block leaves the state as it was, which the derivation proves and the tests check); a
+`sink` ζ starts every row at μ^{(0)} = ζ, ℓ^{(0)} = 1, one more term of the sum with no value.
+The backward pass recomputes the weights from L (the sink is in it) and multiplies dω̆ by
+1 − tanh²(ω̃ / κ) under a softcap; ALiBi's bias and the mask need nothing more.
 """
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from ._arguments import check_positive
+from ._arguments import check_cap, check_positive, check_window
 from ._checks import checked
 
-__all__ = ["OnlineState", "BlockedGradients", "online_softmax", "blocked_backward",
-           "flash_attention", "flash_gradients"]  # fmt: skip
+__all__ = ["OnlineState", "BlockedGradients", "Modifications", "online_softmax",
+           "blocked_backward", "flash_attention", "flash_gradients", "skipped"]  # fmt: skip
 
 
 class OnlineState(NamedTuple):
@@ -64,6 +74,60 @@ class BlockedGradients(NamedTuple):
     dQ_blocks: Tensor  # (T_c, *batch, n, c): from each block of keys
     dK_blocks: Tensor  # (T_r, *batch, s, c): from each block of queries
     dV_blocks: Tensor  # (T_r, *batch, s, c_v): from each block of queries
+
+
+class Modifications(NamedTuple):
+    """The score modifications of one head: `causal`, a `window` w (with causal), a `softcap`
+    κ, an ALiBi `slope` μ, a `sink` logit ζ (see the module docstring)."""
+
+    causal: bool = False
+    window: int | None = None
+    softcap: float | None = None
+    slope: float | None = None
+    sink: float | None = None
+
+    def check(self, where: str) -> None:
+        check_window(where, "window", self.window, self.causal)
+        check_cap(where, "softcap", self.softcap)
+        for name in ("slope", "sink"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                      or not math.isfinite(value)):  # fmt: skip
+                raise ValueError(f"{where}: {name} must be a finite number or None, got "
+                                 f"{name}={value!r}")  # fmt: skip
+
+
+def skipped(rows: slice, keys: slice, modified: Modifications) -> bool:
+    """Whether the block of keys `keys` is masked for every query of `rows` (0-based slices of
+    a self-attention, query m reading key p ≤ m, and p > m − w with a window): its first key
+    after the block's last query, or its last key too old for the block's first query."""
+    if not modified.causal:
+        return False
+    first_row, last_row = rows.start + 1, rows.stop  # 1-based, as the derivation counts
+    first_key, last_key = keys.start + 1, keys.stop
+    too_old = modified.window is not None and last_key <= first_row - modified.window
+    return first_key > last_row or too_old
+
+
+def _scores(q: Tensor, k: Tensor, rows: slice, keys: slice, factor: float,
+            modified: Modifications) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+    """A block's scores, modified (capped, biased, masked), and under a softcap the factor
+    1 − tanh²(ω̃ / κ) its gradient takes."""
+    omega = factor * q[..., rows, :] @ k[..., keys, :].transpose(-2, -1)
+    slope = None
+    if modified.softcap is not None:
+        squashed = torch.tanh(omega / modified.softcap)
+        omega, slope = modified.softcap * squashed, 1 - squashed**2
+    m = torch.arange(rows.start, rows.stop, device=q.device)[:, None]
+    p = torch.arange(keys.start, keys.stop, device=q.device)[None, :]
+    if modified.slope is not None:
+        omega = omega - modified.slope * (m - p)
+    if modified.causal:
+        allowed = p <= m
+        if modified.window is not None:
+            allowed = allowed & (p > m - modified.window)
+        omega = omega.masked_fill(~allowed, -math.inf)
+    return omega, slope
 
 
 def _blocks(size: int, block: int) -> list[slice]:
@@ -91,12 +155,20 @@ def online_softmax(
     block_keys: int,
     scale: float | None = None,
     rescale: bool = True,
+    causal: bool = False,
+    window: int | None = None,
+    softcap: float | None = None,
+    slope: float | None = None,
+    sink: float | None = None,
 ) -> OnlineState:
     """The forward pass of FlashAttention, every block's state kept (see the module docstring).
 
     q: n queries; k, v: s keys and values; block_rows, block_keys: B_r, B_c (≥ 1); scale: the
-    scores' factor (default 1/√c). Returns an `OnlineState`.
+    scores' factor (default 1/√c); causal, window, softcap, slope, sink: the score
+    modifications (`Modifications`; causal and a window need s = n). Returns an `OnlineState`;
+    a skipped block's state is the one before it.
     """
+    modified = _modifications("online_softmax", q, k, causal, window, softcap, slope, sink)
     _sizes("online_softmax", block_rows, block_keys, scale)
     factor = _scale(scale, q.shape[-1])
     keys = _blocks(k.shape[-2], block_keys)
@@ -104,19 +176,34 @@ def online_softmax(
     mu = q.new_full((len(keys), *rows), -math.inf)
     ell = q.new_zeros((len(keys), *rows))
     o = q.new_zeros((len(keys), *rows, v.shape[-1]))
+    start = -math.inf if sink is None else float(sink)  # μ^{(0)}: ζ with a sink
     for i in _blocks(q.shape[-2], block_rows):
-        mu_i = q.new_full(q[..., i, 0].shape, -math.inf)
-        ell_i, o_i = torch.zeros_like(mu_i), q.new_zeros((*mu_i.shape, v.shape[-1]))
+        mu_i = q.new_full(q[..., i, 0].shape, start)
+        ell_i = torch.zeros_like(mu_i) if sink is None else torch.ones_like(mu_i)  # e^{ζ − ζ}
+        o_i = q.new_zeros((*mu_i.shape, v.shape[-1]))
         for t, block in enumerate(keys):
-            omega = factor * q[..., i, :] @ k[..., block, :].transpose(-2, -1)
-            mu_next = torch.maximum(mu_i, omega.amax(dim=-1))
-            rescaled = torch.exp(mu_i - mu_next) if rescale else torch.ones_like(mu_i)
-            p = torch.exp(omega - mu_next[..., None])
-            ell_i = rescaled * ell_i + p.sum(dim=-1)
-            o_i = rescaled[..., None] * o_i + p @ v[..., block, :]
-            mu_i = mu_next
+            if not skipped(i, block, modified):
+                omega, _ = _scores(q, k, i, block, factor, modified)
+                mu_next = torch.maximum(mu_i, omega.amax(dim=-1))
+                shift = torch.where(mu_next > -math.inf, mu_next, 0.0)  # a row masked so far
+                rescaled = torch.exp(mu_i - shift) if rescale else torch.ones_like(mu_i)
+                p = torch.exp(omega - shift[..., None])
+                ell_i = rescaled * ell_i + p.sum(dim=-1)
+                o_i = rescaled[..., None] * o_i + p @ v[..., block, :]
+                mu_i = mu_next
             mu[t, ..., i], ell[t, ..., i], o[t, ..., i, :] = mu_i, ell_i, o_i
     return OnlineState(mu, ell, o, o[-1] / ell[-1, ..., None], mu[-1] + torch.log(ell[-1]))
+
+
+def _modifications(where: str, q: Tensor, k: Tensor, causal: bool, window: int | None,
+                   softcap: float | None, slope: float | None,
+                   sink: float | None) -> Modifications:  # fmt: skip
+    modified = Modifications(causal, window, softcap, slope, sink)
+    modified.check(where)
+    if causal and q.shape[-2] != k.shape[-2]:
+        raise ValueError(f"{where}: causal needs as many queries as keys, got n={q.shape[-2]}, "
+                         f"s={k.shape[-2]}")  # fmt: skip
+    return modified
 
 
 @checked
@@ -131,10 +218,17 @@ def blocked_backward(
     block_rows: int,
     block_keys: int,
     scale: float | None = None,
+    causal: bool = False,
+    window: int | None = None,
+    softcap: float | None = None,
+    slope: float | None = None,
+    sink: float | None = None,
 ) -> BlockedGradients:
     """The backward pass of FlashAttention from C and its log-sum-exp L (see the module
     docstring): the weights recomputed block by block as e^{ω̃ − L}, D = rowsum(dC ∘ C) in place
-    of rowsum(A ∘ dA). Returns a `BlockedGradients`."""
+    of rowsum(A ∘ dA); the same modifications as the forward pass, skipped blocks skipped.
+    Returns a `BlockedGradients`."""
+    modified = _modifications("blocked_backward", q, k, causal, window, softcap, slope, sink)
     _sizes("blocked_backward", block_rows, block_keys, scale)
     factor = _scale(scale, q.shape[-1])
     queries, keys = _blocks(q.shape[-2], block_rows), _blocks(k.shape[-2], block_keys)
@@ -144,11 +238,15 @@ def blocked_backward(
     dv_blocks = v.new_zeros((len(queries), *v.shape))
     for i, rows in enumerate(queries):
         for t, block in enumerate(keys):
-            omega = factor * q[..., rows, :] @ k[..., block, :].transpose(-2, -1)
+            if skipped(rows, block, modified):
+                continue
+            omega, squashed = _scores(q, k, rows, block, factor, modified)
             a = torch.exp(omega - lse[..., rows, None])
             dv_blocks[i, ..., block, :] += a.transpose(-2, -1) @ dc[..., rows, :]
             da = dc[..., rows, :] @ v[..., block, :].transpose(-2, -1)
             domega = a * (da - d[..., rows, None])
+            if squashed is not None:  # through the softcap: dω̃ = dω̆ (1 − tanh²(ω̃ / κ))
+                domega = domega * squashed
             dq_blocks[t, ..., rows, :] += factor * domega @ k[..., block, :]
             dk_blocks[i, ..., block, :] += factor * domega.transpose(-2, -1) @ q[..., rows, :]
     return BlockedGradients(dq_blocks.sum(0), dk_blocks.sum(0), dv_blocks.sum(0),
@@ -165,10 +263,17 @@ def flash_attention(
     block_keys: int,
     scale: float | None = None,
     rescale: bool = True,
+    causal: bool = False,
+    window: int | None = None,
+    softcap: float | None = None,
+    slope: float | None = None,
+    sink: float | None = None,
 ) -> Float[Tensor, "*batch n c_v"]:
-    """The context C = softmax(scale · Q Kᵀ) V by the online softmax (`online_softmax`)."""
+    """The context C = softmax(scale · Q Kᵀ) V by the online softmax (`online_softmax`), with
+    its score modifications."""
     return online_softmax(q, k, v, block_rows=block_rows, block_keys=block_keys, scale=scale,
-                          rescale=rescale).c  # fmt: skip
+                          rescale=rescale, causal=causal, window=window, softcap=softcap,
+                          slope=slope, sink=sink).c  # fmt: skip
 
 
 @checked
@@ -181,9 +286,16 @@ def flash_gradients(
     block_rows: int,
     block_keys: int,
     scale: float | None = None,
+    causal: bool = False,
+    window: int | None = None,
+    softcap: float | None = None,
+    slope: float | None = None,
+    sink: float | None = None,
 ) -> BlockedGradients:
     """dQ, dK, dV for the upstream gradient dC: the forward pass, then the backward pass from
-    its C and log-sum-exp."""
-    state = online_softmax(q, k, v, block_rows=block_rows, block_keys=block_keys, scale=scale)
-    return blocked_backward(q, k, v, state.c, state.lse, dc, block_rows=block_rows,
-                            block_keys=block_keys, scale=scale)  # fmt: skip
+    its C and log-sum-exp, with the same modifications."""
+    options: dict[str, Any] = dict(block_rows=block_rows, block_keys=block_keys, scale=scale,
+                                   causal=causal, window=window, softcap=softcap, slope=slope,
+                                   sink=sink)  # fmt: skip
+    state = online_softmax(q, k, v, **options)
+    return blocked_backward(q, k, v, state.c, state.lse, dc, **options)

@@ -25,6 +25,7 @@ __all__ = [
     "Claim", "BEFORE", "Presented", "SameAs", "ReadsRows", "CacheSize", "DecodeCost",
     "AllowedPairs", "RelativePosition", "ZeroAngles", "SameForEveryHead", "CacheAgainst",
     "WeightCount", "ScoreBound", "OnlineSoftmax", "BlockedBackward", "BlockedCost", "Rounding",
+    "Streamed",
     "Absorption", "RowsSumToOne", "RowsSumWithSink", "ShiftInvariance",
     "ScoreVariance", "ScaledScoreVariance", "WeightsJacobian", "RowsumIdentity", "Equality",
     "Bound",
@@ -154,6 +155,18 @@ class BlockedCost(Presented):
 
 
 @dataclass(frozen=True)
+class Streamed(Presented):
+    """A score modification through the online softmax (`derive.proofs.online_softmax`):
+    `part` is ``"context"`` (the online softmax over `other`'s own scores, a sink's term in ℓ
+    from the start, gives `other`'s context), ``"sink"`` (the invariant with a sink's term,
+    carried by the same update), ``"skipped-update"`` (a block masked for every row changes
+    nothing) or ``"skipped-blocks"`` (which blocks `other`'s mask skips)."""
+
+    part: str
+    other: Other | None = None
+
+
+@dataclass(frozen=True)
 class Rounding(Presented):
     """The first-order float32 rounding of the two backward routes (`derive.proofs.rounding`):
     `part` is ``"stored-weights"``, ``"maximum-weights"``, ``"bounded-product"``,
@@ -247,4 +260,4 @@ Claim = (Bound | SameAs | ReadsRows | CacheSize | DecodeCost | AllowedPairs | Re
          | ZeroAngles | SameForEveryHead | CacheAgainst | WeightCount | ScoreBound | Absorption
          | RowsSumToOne | RowsSumWithSink | ShiftInvariance | ScoreVariance | ScaledScoreVariance
          | WeightsJacobian | RowsumIdentity | Equality | OnlineSoftmax | BlockedBackward
-         | BlockedCost | Rounding)  # fmt: skip
+         | BlockedCost | Rounding | Streamed)  # fmt: skip

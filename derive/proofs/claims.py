@@ -55,12 +55,13 @@ from ..graph.claims import (
     ScoreBound,
     ScoreVariance,
     ShiftInvariance,
+    Streamed,
     WeightCount,
     WeightsJacobian,
     ZeroAngles,
 )  # fmt: skip
 from ..notation import letters as L
-from . import blocked_backward, online_softmax, rounding_facts
+from . import blocked_backward, online_softmax, rounding_facts, streamed
 from .fact import Fact, chain
 from .heads import cache_against, same_for_every_head, weight_count
 from .latent import absorption
@@ -68,7 +69,6 @@ from .norm import score_bound
 from .rope import relative_position, zero_angles
 from .rowsum import rowsum_identity
 from .softmax import (
-    one_head_without_mask,
     rows_sum_to_one,
     rows_sum_with_sink,
     shift_invariance,
@@ -231,20 +231,6 @@ def _blocked_backward(graph: Graph, claim: BlockedBackward) -> Fact:
                      f"part={claim.part!r}")  # fmt: skip
 
 
-def _rounding(graph: Graph, claim: Rounding) -> Fact:
-    facts = rounding_facts
-    found = {"stored-weights": facts.stored_weights, "maximum-weights": facts.maximum_weights,
-             "bounded-product": facts.bounded_product, "scale-stored": facts.scale_stored,
-             "scale-maximum": facts.scale_maximum,
-             "cancellation-stored": facts.cancellation_stored,
-             "cancellation-maximum": facts.cancellation_maximum}  # fmt: skip
-    if claim.part not in found:
-        raise ValueError(f"Rounding: part must be one of {', '.join(found)}, got "
-                         f"part={claim.part!r}")  # fmt: skip
-    one_head_without_mask(graph, "the rounding analysis of the backward pass")
-    return found[claim.part]()
-
-
 _PROVERS = {
     SameAs: _same_as, ReadsRows: _reads_rows, CacheSize: _cache_size, DecodeCost: _decode_cost,
     AllowedPairs: _allowed_pairs, SameForEveryHead: same_for_every_head,
@@ -261,7 +247,8 @@ _PROVERS = {
     WeightsJacobian: lambda graph, claim: softmax_jacobian(graph),
     RowsumIdentity: lambda graph, claim: rowsum_identity(graph),
     OnlineSoftmax: _online_softmax, BlockedBackward: _blocked_backward,
-    BlockedCost: lambda graph, claim: blocked_backward.cost(graph), Rounding: _rounding,
+    BlockedCost: lambda graph, claim: blocked_backward.cost(graph), Rounding: rounding_facts.prove,
+    Streamed: streamed.prove,
     Equality: equality,
     Bound: bound,
 }  # fmt: skip

@@ -52,6 +52,8 @@ class Fact:
         """The derived value minus the claimed one, simplified (0 when the fact holds)."""
         if self.claim.rhs is sp.nan:  # the derivation did not reach what was claimed
             return sp.nan
+        if not isinstance(self.claim.rhs, sp.Expr):  # a condition: reached, or not
+            return sp.S.Zero if self.derivation[-1].rhs == self.claim.rhs else sp.nan
         return sp.simplify(sp.expand(self.derivation[-1].rhs - self.claim.rhs))
 
     @property

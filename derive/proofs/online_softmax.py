@@ -43,6 +43,7 @@ from .softmax import one_head_without_mask, same_dummy, weights_element
 __all__ = [
     "BLOCK", "T", "MU", "MU_T", "LSE", "sum_update", "output_update", "seen_sum", "seen_output",
     "step", "context", "log_sum_exp", "every_split", "states", "BlockState", "block_states",
+    "normal", "Update",
 ]  # fmt: skip
 
 #: B_c, the keys of a block; t, a block; T, the blocks of a row (n = T B_c).
@@ -62,8 +63,8 @@ _p, _r = L.p, L.r
 Update = Callable[..., sp.Expr]
 
 
-def _score(p: sp.Expr) -> sp.Expr:
-    return L.base("omegatilde")[L.m, p]
+def _score(p: sp.Expr, base: sp.IndexedBase | None = None) -> sp.Expr:
+    return (L.base("omegatilde") if base is None else base)[L.m, p]
 
 
 def _value(p: sp.Expr) -> sp.Expr:
@@ -84,17 +85,18 @@ def output_update(previous: sp.Expr, mu: sp.Expr, mu_next: sp.Expr, first: sp.Ex
     return exp(mu - mu_next) * previous + block
 
 
-def seen_sum(mu: sp.Expr, keys: sp.Expr) -> sp.Expr:
-    """Σ_{p = 1 … keys} e^{ω̃_{m,p} − μ}: the invariant's ℓ."""
-    return Sum(exp(_score(_p) - mu), (_p, 1, keys))
+def seen_sum(mu: sp.Expr, keys: sp.Expr, base: sp.IndexedBase | None = None) -> sp.Expr:
+    """Σ_{p = 1 … keys} e^{ω̃_{m,p} − μ}: the invariant's ℓ (over the scores `base`, ω̃ by
+    default)."""
+    return Sum(exp(_score(_p, base) - mu), (_p, 1, keys))
 
 
-def seen_output(mu: sp.Expr, keys: sp.Expr) -> sp.Expr:
+def seen_output(mu: sp.Expr, keys: sp.Expr, base: sp.IndexedBase | None = None) -> sp.Expr:
     """Σ_{p = 1 … keys} e^{ω̃_{m,p} − μ} v_{p,j}: the invariant's o_j."""
-    return Sum(exp(_score(_p) - mu) * _value(_p), (_p, 1, keys))
+    return Sum(exp(_score(_p, base) - mu) * _value(_p), (_p, 1, keys))
 
 
-def _normal(expr: sp.Expr) -> sp.Expr:
+def normal(expr: sp.Expr) -> sp.Expr:
     """e^{a − b} as e^a e^{−b}, and every factor free of a sum's index taken out of it."""
 
     def pulled(total: Sum) -> sp.Expr:
@@ -104,21 +106,25 @@ def _normal(expr: sp.Expr) -> sp.Expr:
     return expanded.replace(lambda e: isinstance(e, Sum), pulled)
 
 
-def step(update: Update = sum_update, seen: Callable = seen_sum) -> Fact:
+def step(update: Update = sum_update, seen: Callable = seen_sum, *,
+         name: str | None = None) -> Fact:  # fmt: skip
     """The invariant carried from block t to block t + 1 (`update` and `seen`: the sum's, by
-    default, or the output's)."""
+    default, or the output's; `name`, another invariant of ℓ's, such as a sink's)."""
     mu, mu_next = MU
-    name = "ell" if seen is seen_sum else "o"
-    lhs = sp.Symbol("ell^(t+1)" if name == "ell" else "o^(t+1)_j")
+    name = name or ("ell" if seen is seen_sum else "o")
+    lhs = sp.Symbol("o^(t+1)_j" if name == "o" else "ell^(t+1)")
     before = seen(mu, _t * BLOCK)
     updated = update(before, mu, mu_next, _t * BLOCK + 1, (_t + 1) * BLOCK)
-    normal = _normal(updated)
-    combined = sp.simplify(normal)  # adjacent sums over the same summand joined
+    written = normal(updated)
+    combined = sp.simplify(written)  # adjacent sums over the same summand joined
     claim = seen(mu_next, (_t + 1) * BLOCK)
     return Fact(
         f"online_{name}_step",
-        "The running " + ("sum" if name == "ell" else "output") + " after one more block",
-        tuple(Eq(lhs, value, evaluate=False) for value in (updated, normal, combined)),
+        "The running "
+        + ("output" if name == "o" else "sum")
+        + " after one more block"
+        + (", with a sink" if name == "sink" else ""),
+        tuple(Eq(lhs, value, evaluate=False) for value in (updated, written, combined)),
         Eq(lhs, claim, evaluate=False),
         ("A", "C"),
         "the invariant at block t put into the update, exponentials split, the factors free "
@@ -148,9 +154,9 @@ def context(graph: Graph) -> Fact:
     with its weights put in)."""
     mu, keys = MU_T, T * BLOCK
     ratio = seen_output(mu, keys) / seen_sum(mu, keys)
-    derived = sp.simplify(_normal(ratio))
+    derived = sp.simplify(normal(ratio))
     composed, _, sources = _row(graph)
-    claim = sp.simplify(same_dummy(_normal(composed), _p))
+    claim = sp.simplify(same_dummy(normal(composed), _p))
     lhs = sp.Symbol("o^(T)_j") / sp.Symbol("ell^(T)")
     return Fact(
         "online_context",
@@ -167,7 +173,7 @@ def log_sum_exp(graph: Graph) -> Fact:
     weights: the row's log-sum-exp L_m."""
     mu, keys = MU_T, T * BLOCK
     total = mu + log(seen_sum(mu, keys))
-    pulled = mu + log(_normal(seen_sum(mu, keys)))
+    pulled = mu + log(normal(seen_sum(mu, keys)))
     derived = sp.expand_log(pulled, force=True)  # the sum of exponentials is positive
     _, denominator, sources = _row(graph)
     return Fact(

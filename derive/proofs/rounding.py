@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import sympy as sp
-from sympy import Abs, exp
+from sympy import Abs, exp, log
 
 from ..notation import letters as L
 
 __all__ = [
     "U", "ETA", "GAMMA_C", "GAMMA_N", "SCALE", "Roundings", "Row", "Route", "stored_lse",
-    "row_maximum", "bounds", "evaluate", "UNITS", "signs", "weight",
+    "row_maximum", "bounds", "evaluate", "UNITS", "signs", "weight", "spread_row", "offset_row",
 ]  # fmt: skip
 
 #: u, η, γ_c (a dot product of c terms), γ_n (a sum of n terms, or a dot product of n): the
@@ -167,6 +167,31 @@ def weight(row: Row, key: int, shift: sp.Expr) -> sp.Expr:
     """a_{m,key} = e^{ω̃_key − shift} / Σ_r e^{ω̃_r − shift}."""
     exps = [exp(score - shift) for score in row.scores]
     return exps[key] / sp.Add(*exps)
+
+
+def spread_row(n: int) -> tuple[Row, dict]:
+    """A row of scores s z_r, z_1 = 1 the largest and z_r = 1 − (r − 1) g, evenly spaced by any
+    g > 0 (SymPy's limits need to know which exponential dominates: symbolic gaps of no known
+    order leave them undecided): its maximum s and its log-sum-exp, as functions of s."""
+    gap = sp.Symbol("g", positive=True)
+    gaps = [k * gap for k in range(1, n)]
+    scores = (SCALE, *(SCALE * (1 - g) for g in gaps))
+    symbolic = Row.symbolic(n)
+    lse = SCALE + log(1 + sp.Add(*(exp(-SCALE * g) for g in gaps)))  # log Σ_r e^{s z_r}
+    at = {**dict(zip(symbolic.scores, scores, strict=True)), symbolic.maximum: SCALE,
+          symbolic.lse: lse}  # fmt: skip
+    return symbolic, at
+
+
+def offset_row(n: int) -> tuple[Row, dict]:
+    """A row of scores s + z_r, z_1 the largest: scores of size s whose spread does not grow
+    (the row does not saturate); its maximum s + z_1 and its log-sum-exp s + log Σ_r e^{z_r}."""
+    spread = sp.symbols(f"z_1:{n + 1}", real=True)
+    symbolic = Row.symbolic(n)
+    at = {**{w: SCALE + z for w, z in zip(symbolic.scores, spread, strict=True)},
+          symbolic.maximum: SCALE + spread[0],
+          symbolic.lse: SCALE + log(sp.Add(*(exp(z) for z in spread)))}  # fmt: skip
+    return symbolic, at
 
 
 def bounds(n: int) -> dict[str, Callable]:

@@ -19,8 +19,10 @@ backward routes, derived:
 from __future__ import annotations
 
 import sympy as sp
-from sympy import Abs, Eq, Le, Limit, exp, log
+from sympy import Abs, Eq, Le, Limit, exp
 
+from ..graph import Graph
+from ..graph.claims import Rounding
 from ..notation import letters as L
 from .fact import Fact
 from .rounding import (
@@ -32,17 +34,18 @@ from .rounding import (
     Route,
     Row,
     U,
+    offset_row,
     row_maximum,
     signs,
+    spread_row,
     stored_lse,
 )
-from .rounding import (
-    weight as weight_of,
-)
+from .rounding import weight as weight_of
+from .softmax import one_head_without_mask
 
 __all__ = [
     "stored_weights", "maximum_weights", "bounded_product", "scale_stored", "scale_maximum",
-    "cancellation_stored", "cancellation_maximum",
+    "cancellation_stored", "cancellation_maximum", "prove",
 ]  # fmt: skip
 
 A_HAT, A_M = sp.Symbol(r"\hat{a}_{m,p}"), L.base("a")[L.m, L.p]
@@ -142,35 +145,10 @@ def bounded_product() -> Fact:
     )
 
 
-def _spread_row(n: int) -> tuple[Row, dict]:
-    """A row of scores s z_r, z_1 = 1 the largest and z_r = 1 − (r − 1) g, evenly spaced by any
-    g > 0 (SymPy's limits need to know which exponential dominates: symbolic gaps of no known
-    order leave them undecided): its maximum s and its log-sum-exp, as functions of s."""
-    gap = sp.Symbol("g", positive=True)
-    gaps = [k * gap for k in range(1, n)]
-    scores = (SCALE, *(SCALE * (1 - g) for g in gaps))
-    symbolic = Row.symbolic(n)
-    lse = SCALE + log(1 + sp.Add(*(exp(-SCALE * g) for g in gaps)))  # log Σ_r e^{s z_r}
-    at = {**dict(zip(symbolic.scores, scores, strict=True)), symbolic.maximum: SCALE,
-          symbolic.lse: lse}  # fmt: skip
-    return symbolic, at
-
-
-def _offset_row(n: int) -> tuple[Row, dict]:
-    """A row of scores s + z_r, z_1 the largest: scores of size s whose spread does not grow
-    (the row does not saturate); its maximum s + z_1 and its log-sum-exp s + log Σ_r e^{z_r}."""
-    spread = sp.symbols(f"z_1:{n + 1}", real=True)
-    symbolic = Row.symbolic(n)
-    at = {**{w: SCALE + z for w, z in zip(symbolic.scores, spread, strict=True)},
-          symbolic.maximum: SCALE + spread[0],
-          symbolic.lse: SCALE + log(sp.Add(*(exp(z) for z in spread)))}  # fmt: skip
-    return symbolic, at
-
-
 def _offset_bound(route: Route, n: int) -> tuple[sp.Expr, Row, dict]:
     """`route`'s first-order bound on the error of key 1's weight on a row s + z_r (and the
     symbolic row, and the values put in it)."""
-    row, at = _offset_row(n)
+    row, at = offset_row(n)
     fl = Roundings()
     weights, _ = route(fl, row)
     bound = fl.bound(weights[0]).xreplace(signs(row)).xreplace({Abs(row.lse): row.lse})
@@ -229,7 +207,7 @@ def scale_maximum(route: Route = row_maximum, *, n: int = 3) -> Fact:
 def _rounded_upstream(route: Route, n: int) -> tuple[Row, list, list, sp.Expr]:
     """The roundings of the dot products (ā, D) in the largest key's dω̃: (the row, the
     roundings, their coefficients, the limit of their bound on a row s z_r as s → ∞)."""
-    row, at = _spread_row(n)
+    row, at = spread_row(n)
     fl = Roundings()
     _, gradients = route(fl, row)
     found = fl.first_order(gradients[0])
@@ -298,3 +276,16 @@ def cancellation_maximum(route: Route = row_maximum, *, n: int = 3) -> Fact:
     return _cancellation(
         "cancellation_maximum", "The rounding of dA, in the same D", route, n, lambda row: sp.S.Zero
     )
+
+
+def prove(graph: Graph, claim: Rounding) -> Fact:
+    """The fact a `Rounding` claim names, for a graph of one head without a mask."""
+    found = {"stored-weights": stored_weights, "maximum-weights": maximum_weights,
+             "bounded-product": bounded_product, "scale-stored": scale_stored,
+             "scale-maximum": scale_maximum, "cancellation-stored": cancellation_stored,
+             "cancellation-maximum": cancellation_maximum}  # fmt: skip
+    if claim.part not in found:
+        raise ValueError(f"Rounding: part must be one of {', '.join(found)}, got "
+                         f"part={claim.part!r}")  # fmt: skip
+    one_head_without_mask(graph, "the rounding analysis of the backward pass")
+    return found[claim.part]()

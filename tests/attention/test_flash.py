@@ -124,3 +124,90 @@ def test_shapes_that_do_not_fit_are_named():
         F.online_softmax(q, k, v[..., :5, :], block_rows=2, block_keys=2)
     with pytest.raises(Exception, match=r"lse"):
         F.blocked_backward(q, k, v, v, v[..., :5, 0], v, block_rows=2, block_keys=2)
+
+
+def _modified_reference(q, k, v, *, causal=False, window=None, softcap=None, slope=None,
+                        sink=None):  # fmt: skip
+    """The context with the modifications written out whole: scores, cap, bias, mask, softmax
+    with the sink's column, C = A V."""
+    n, s = q.shape[-2], k.shape[-2]
+    omega = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if softcap is not None:
+        omega = softcap * torch.tanh(omega / softcap)
+    m, p = torch.arange(n)[:, None], torch.arange(s)[None, :]
+    if slope is not None:
+        omega = omega - slope * (m - p)
+    if causal:
+        allowed = (p <= m) & ((p > m - window) if window is not None else True)
+        omega = omega.masked_fill(~allowed, -math.inf)
+    if sink is not None:
+        column = omega.new_full((*omega.shape[:-1], 1), sink)
+        return torch.softmax(torch.cat([omega, column], dim=-1), dim=-1)[..., :-1] @ v
+    return torch.softmax(omega, dim=-1) @ v
+
+
+MODIFIED = [
+    dict(causal=True),
+    dict(causal=True, window=3),
+    dict(softcap=2.0),
+    dict(causal=True, slope=0.5),
+    dict(causal=True, sink=1.5),
+    dict(causal=True, window=2, softcap=3.0, slope=0.25, sink=-0.5),
+]
+
+
+@pytest.mark.parametrize("options", MODIFIED, ids=lambda o: "+".join(o))
+@pytest.mark.parametrize(("block_rows", "block_keys"), [(2, 3), (3, 2), (1, 1)])
+def test_the_modifications_stream_as_the_whole_softmax(options, block_rows, block_keys):
+    g = torch.Generator().manual_seed(block_rows * 7 + block_keys)
+    q, k, v, dc = (torch.randn(2, 7, 3, generator=g, dtype=torch.float64) for _ in range(4))
+    got = F.flash_attention(q, k, v, block_rows=block_rows, block_keys=block_keys, **options)
+    torch.testing.assert_close(got, _modified_reference(q, k, v, **options), rtol=1e-12,
+                               atol=1e-12)  # fmt: skip
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    expected = torch.autograd.grad(_modified_reference(*leaves, **options), leaves, dc)
+    found = F.flash_gradients(q, k, v, dc, block_rows=block_rows, block_keys=block_keys,
+                              **options)  # fmt: skip
+    for mine, theirs in zip((found.dQ, found.dK, found.dV), expected, strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("window", [None, 2, 4])
+def test_skipped_blocks_are_the_derived_ones_and_change_nothing(window):
+    import sympy as sp
+
+    import derive
+    from derive.notation import letters as L
+    from derive.proofs import streamed
+
+    name = "causal" if window is None else "sliding-window"
+    rule = streamed.skipped_blocks(derive.variant(name).graph).claim.rhs
+    i, j = sp.symbols("i j", integer=True, positive=True)
+    modified = F.Modifications(causal=True, window=window)
+    n, rows, keys = 9, 2, 3
+    for a, block_rows in enumerate(range(0, n, rows), 1):
+        for b, block_keys in enumerate(range(0, n, keys), 1):
+            at = {i: a, j: b, L.B_r: rows, L.B_c: keys} | ({} if window is None else {L.w: window})
+            derived = bool(rule.xreplace(at))
+            mine = F.skipped(slice(block_rows, min(block_rows + rows, n)),
+                             slice(block_keys, min(block_keys + keys, n)), modified)  # fmt: skip
+            assert mine == derived
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(n, 2, generator=g, dtype=torch.float64) for _ in range(3))
+    state = F.online_softmax(q, k, v, block_rows=rows, block_keys=keys, causal=True, window=window)
+    first = [m for m in range(n) if F.skipped(slice(m // rows * rows, m // rows * rows + rows),
+                                              slice(3, 6), modified)]  # fmt: skip
+    for m in first:  # a skipped block leaves the state as the block before left it
+        assert state.ell[1, m] == state.ell[0, m] and torch.equal(state.o[1, m], state.o[0, m])
+
+
+def test_bad_modifications_are_named():
+    q = torch.randn(4, 2)
+    with pytest.raises(ValueError, match="window=2 needs causal=True"):
+        F.flash_attention(q, q, q, block_rows=2, block_keys=2, window=2)
+    with pytest.raises(ValueError, match="softcap must be a positive number"):
+        F.flash_attention(q, q, q, block_rows=2, block_keys=2, softcap=-1.0)
+    with pytest.raises(ValueError, match="sink must be a finite number"):
+        F.flash_attention(q, q, q, block_rows=2, block_keys=2, sink=math.inf)
+    with pytest.raises(ValueError, match="causal needs as many queries as keys, got n=4, s=3"):
+        F.flash_attention(q, q[:3], q[:3], block_rows=2, block_keys=2, causal=True)

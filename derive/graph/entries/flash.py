@@ -12,7 +12,14 @@ fast path and the explicit path of self-attention.
 from __future__ import annotations
 
 from ...notation import letters as L
-from ..claims import BlockedBackward, BlockedCost, OnlineSoftmax, Rounding, RowsumIdentity
+from ..claims import (
+    BlockedBackward,
+    BlockedCost,
+    OnlineSoftmax,
+    Rounding,
+    RowsumIdentity,
+    Streamed,
+)
 from ..sizes import AtLeast, Size
 from ..twins import GradientTwin, StateTwin, Twin
 from ..variant import Document, Variant
@@ -62,6 +69,69 @@ VARIANT = Variant(
             heading="",
             text="and the maximum plus the logarithm of the sum is the logarithm of the "
             "softmax's denominator, the one number per row the backward pass keeps:",
+        ),
+        Streamed(
+            "context",
+            other="softcap",
+            heading="Score modifications, block by block",
+            text="Nothing above needs the scores to be $q_m \\cdot k_p / \\sqrt{c}$: the "
+            "invariant holds for any numbers. A modification that changes each score before "
+            "the softmax is streamed as it is: softcapping's $\\breve\\omega_{m,p} = "
+            "\\kappa \\tanh(\\tilde\\omega_{m,p} / \\kappa)$ (Gemma 2), computed "
+            "block by block before the running maximum, gives the context of the softcap "
+            "variant,",
+        ),
+        Streamed(
+            "context",
+            other="alibi",
+            heading="",
+            text="and ALiBi's biased, masked scores (BLOOM) that of the ALiBi variant:",
+        ),
+        Streamed(
+            "sink",
+            heading="",
+            text="A sink's logit $\\zeta$ (GPT-OSS) is one more term of every row's sum, "
+            "carried by the same update: start from $\\mu^{(0)} = \\zeta$ and "
+            "$\\ell^{(0)} = e^{\\zeta - \\mu^{(0)}} = 1$, with $o^{(0)}_j = 0$ (a sink "
+            "has no value):",
+        ),
+        Streamed(
+            "context",
+            other="sinks",
+            heading="",
+            text="and after the last block the output over the sum is the sinks variant's "
+            "context:",
+        ),
+        Streamed(
+            "skipped-update",
+            heading="",
+            text="A mask sets some scores to $-\\infty$. A block of keys masked for every "
+            "row of a block of queries adds $e^{-\\infty} = 0$ to every sum and leaves the "
+            "maximum where it was, so skipping it changes nothing:",
+        ),
+        Streamed(
+            "skipped-blocks",
+            other="causal",
+            heading="",
+            text="Which blocks those are, from the declared mask: the keys a row may read, "
+            "solved from the mask's condition; causal attention skips block $j$ of keys for "
+            "block $i$ of queries when its first key comes after the block's last query "
+            "(the rule checked against the mask at every block pair of every split of "
+            "$n = 8$ and $9$),",
+        ),
+        Streamed(
+            "skipped-blocks",
+            other="sliding-window",
+            heading="",
+            text="and a window of $w$ keys, also when its last key is too old for the "
+            "block's first query:",
+        ),
+        Streamed(
+            "context",
+            other="sliding-window",
+            heading="",
+            text="The blocks that are not skipped stream the masked scores $\\hat\\omega$, "
+            "and the sliding window's context follows:",
         ),
         BlockedBackward(
             "weights", text="The backward pass recomputes a block's weights from $L_m$ alone:"

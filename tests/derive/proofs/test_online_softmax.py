@@ -13,6 +13,7 @@ import derive
 from derive.graph import Graph
 from derive.notation import letters as L
 from derive.proofs import online_softmax as O
+from derive.proofs import streamed as S
 
 
 def without_rescaling(previous, mu, mu_next, first, last, p=O._p):
@@ -121,3 +122,54 @@ def test_the_pages_block_states_are_the_references_state(n, block):
         assert outputs == pytest.approx(state.o[t].flatten().tolist(), rel=1e-12)
         seen = min((t + 1) * block, n)
         assert {e.indices[0] for e in out.seen} == set(range(1, seen + 1))  # the keys seen
+
+
+@pytest.mark.parametrize("name", ["softcap", "alibi", "sinks", "causal", "sliding-window"])
+def test_a_modification_is_streamed_as_its_own_scores(name):
+    graph = derive.variant(name).graph
+    fact = S.modified_context(graph)
+    assert fact.holds, fact.residual
+    base, besides, _ = S.streamed(graph)
+    assert fact.derivation[0].rhs.has(base) and (besides != 0) == (name == "sinks")
+
+
+def test_a_sink_is_one_more_term_of_the_sum():
+    assert S.sink_step().holds
+    assert not S.sink_step(without_rescaling).holds  # the sink's term must be rescaled too
+    sinks = derive.variant("sinks").graph
+    assert not S.modified_context(sinks, start=sp.S.Zero).holds  # ℓ^{(0)} = 0: no sink
+
+
+def test_a_masked_block_changes_nothing():
+    assert S.skipped_update().holds
+
+    def counted(previous, mu, mu_next, first, last, p=O._p):  # one more per block, by mistake
+        return exp(mu - mu_next) * previous + 1 + Sum(exp(O._score(p) - mu_next), (p, first, last))
+
+    assert not S.skipped_update(counted).holds
+
+
+@pytest.mark.parametrize("name", ["causal", "sliding-window"])
+def test_the_skipped_blocks_are_the_masks(name):
+    graph = derive.variant(name).graph
+    fact = S.skipped_blocks(graph)
+    assert fact.holds
+    i, j = sp.symbols("i j", integer=True, positive=True)
+    # the last query of the block read as its first: blocks with allowed pairs would be skipped
+    wrong = (j - 1) * L.B_c + 1 > (i - 1) * L.B_r + 1
+    assert not S.skipped_blocks(graph, rule=wrong).holds
+
+
+def test_the_skip_rule_of_causal_attention_reads_the_block_sizes():
+    rule = S.skipped_blocks(derive.variant("causal").graph).claim.rhs
+    i, j = sp.symbols("i j", integer=True, positive=True)
+    at = {L.B_r: 2, L.B_c: 3}
+    # queries 1-2 skip keys 4-6 and 7-9; queries 3-4 and 5-6 read key 4 and 5, skip 7-9
+    assert [bool(rule.xreplace(at | {i: 1, j: jj})) for jj in (1, 2, 3)] == [False, True, True]
+    assert [bool(rule.xreplace(at | {i: 2, j: jj})) for jj in (1, 2, 3)] == [False, False, True]
+    assert [bool(rule.xreplace(at | {i: 3, j: jj})) for jj in (1, 2, 3)] == [False, False, True]
+
+
+def test_streaming_needs_one_head():
+    with pytest.raises(ValueError, match="one head"):
+        S.streamed(derive.variant("multi-head").graph)
