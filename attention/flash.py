@@ -38,7 +38,9 @@ may not read to −∞, and a block of keys that every query of the block may no
 skipped block leaves the state as it was, which the derivation proves and the tests check); a
 `sink` ζ starts every row at μ^{(0)} = ζ, ℓ^{(0)} = 1, one more term of the sum with no value.
 The backward pass recomputes the weights from L (the sink is in it) and multiplies dω̆ by
-1 − tanh²(ω̃ / κ) under a softcap; ALiBi's bias and the mask need nothing more.
+1 − tanh²(ω̃ / κ) under a softcap; ALiBi's bias and the mask need nothing more. The slope and
+the sink are constants here (numbers, not learned: no gradient is returned for them; the fast
+path `attention._fused` learns both).
 """
 
 import math
@@ -95,6 +97,9 @@ class Modifications(NamedTuple):
                                       or not math.isfinite(value)):  # fmt: skip
                 raise ValueError(f"{where}: {name} must be a finite number or None, got "
                                  f"{name}={value!r}")  # fmt: skip
+        if self.slope is not None and not self.causal:
+            raise ValueError(f"{where}: slope={self.slope} needs causal=True (ALiBi's bias "
+                             "−μ (m − p) is for the keys p ≤ m)")  # fmt: skip
 
 
 def skipped(rows: slice, keys: slice, modified: Modifications) -> bool:

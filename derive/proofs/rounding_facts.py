@@ -88,21 +88,28 @@ def _general_maximum(row: Row, key: int, weights: list[sp.Expr]) -> sp.Expr:
     return own + others + GAMMA_N + 2 * U
 
 
-def maximum_weights(route: Route = row_maximum, n: int = 3) -> Fact:
-    """|â_{m,p} − a_{m,p}| / a_{m,p} ≤ (1 − a_p)(u(μ − ω̃_p) + η) + Σ_{r≠p} a_r(u(μ − ω̃_r) + η)
-    + γ_n + 2u, derived from `route` at n keys (key 1; the others are the same by symmetry)."""
+def maximum_weights(route: Route = row_maximum, *, n: int = 3) -> Fact:
+    """|â_{m,p} − a_{m,p}| / a_{m,p} ≤ Σ_r |δ_{p,r} − a_{m,r}| (u(μ − ω̃_{m,r}) + η) + γ_n + 2u,
+    derived from `route` at n keys: the claim, its sum written out at n, is each key's derived
+    bound (every key checked; key 1's shown with the weights)."""
     row = Row.symbolic(n)
     fl = Roundings()
     weights, _ = route(fl, row)
-    weight = weight_of(row, 0, row.maximum)
-    derived = (fl.bound(weights[0]) / weight).xreplace(signs(row))
     exact = [weight_of(row, r, row.maximum) for r in range(n)]
-    same = sp.simplify(derived - _general_maximum(row, 0, exact)) == 0
     a, w = L.base("a"), L.base("omegatilde")
-    named = _general_maximum(row, 0, [a[L.m, r] for r in range(1, n + 1)])
     m, p, r = L.m, L.p, L.r
     claim = sp.Sum(Abs(sp.KroneckerDelta(p, r) - a[m, r]) * (U * (row.maximum - w[m, r]) + ETA),
                    (r, 1, L.n)) + GAMMA_N + 2 * U  # fmt: skip
+    values = {a[m, k + 1]: exact[k] for k in range(n)}
+    values |= {w[m, k + 1]: row.scores[k] for k in range(n)}
+    same = True
+    for key in range(n):
+        derived = (fl.bound(weights[key]) / exact[key]).xreplace(signs(row))
+        general = claim.xreplace({L.n: n, p: key + 1}).doit().xreplace(values)
+        general = general.replace(Abs, lambda x: x if x.is_number else sp.Abs(sp.factor(x)))
+        same = same and sp.simplify(derived - general) == 0
+    derived = (fl.bound(weights[0]) / exact[0]).xreplace(signs(row))
+    named = _general_maximum(row, 0, [a[L.m, k] for k in range(1, n + 1)])
     lhs = Abs(A_HAT - A_M) / A_M
     at_one = Abs(sp.Symbol(r"\hat{a}_{m,1}") - a[m, 1]) / a[m, 1]
     return Fact(
@@ -116,7 +123,7 @@ def maximum_weights(route: Route = row_maximum, n: int = 3) -> Fact:
         ("A",),
         f"each rounding a symbol, at n = {n} keys; the coefficients by differentiation at 0, "
         "their magnitudes times the units, the exponentials over their sum written as weights; "
-        "the same for every key",
+        "the claim's sum written out is each key's derived bound",
     )
 
 
@@ -129,7 +136,8 @@ def bounded_product() -> Fact:
     (top,) = sp.solve(slope, x)
     curvature = sp.diff(f, x, 2).subs(x, top)
     peak = f.subs(x, top)
-    highest = peak if curvature.is_negative and sp.limit(f, x, sp.oo) == 0 else sp.nan
+    ends = f.subs(x, 0) == 0 and sp.limit(f, x, sp.oo) == 0
+    highest = peak if curvature.is_negative and ends else sp.nan
     return Fact(
         "bounded_product",
         "The largest rounding a small weight carries",
@@ -175,7 +183,8 @@ def scale_stored(route: Route = stored_lse, *, n: int = 3) -> Fact:
         Eq(lhs, U * a, evaluate=False),
         ("A",),
         "the first-order bound on a row of scores s + z_r (a_{m,1} = e^{z_1} / Σ_r e^{z_r}, "
-        "free of s), over s, its limit as s grows (SymPy's Gruntz algorithm)",
+        "free of s; |L_m| = L_m once s is large enough that L_m > 0), over s, its limit as s "
+        "grows (SymPy's Gruntz algorithm)",
     )
 
 

@@ -127,7 +127,8 @@ def skipped_update(update: Update = sum_update) -> Fact:
         (Eq(lhs, updated, evaluate=False), Eq(lhs, masked.doit(), evaluate=False)),
         Eq(lhs, before, evaluate=False),
         ("M",),
-        "the update with every score of the block at −∞ and μ^{(t+1)} = μ^{(t)}",
+        "the update with every score of the block at −∞, so that μ^{(t+1)} = max(μ^{(t)}, −∞) "
+        "= μ^{(t)}; the output's update has the same form",
     )
 
 
@@ -146,9 +147,9 @@ def skipped_blocks(graph: Graph, *, check: tuple[int, ...] = (8, 9), rule: sp.Ex
     """Which blocks a mask lets the blocked algorithm skip: the keys row m may read, solved for
     p from the declared mask, (L(m), U(m)]; both ends grow with m, so the rows of query block i
     read keys in (L((i − 1)B_r + 1), U(i B_r)] only, and key block j is skipped when it lies
-    outside. The rule (`rule`: another, a test's) is checked against the declared mask at every
-    block pair, for every n in `check`, every B_r, B_c ≤ n and every window 1 … n, entry by
-    entry."""
+    outside. The rule (`rule`: another, a test's) is the claim, and holds when it agrees with
+    the declared mask at every block pair, for every n in `check`, every B_r, B_c ≤ n and every
+    window 1 … n, entry by entry (and the ends grow with m)."""
     allowed = _allowed(graph)
     m, p = L.m, L.p
     solved = sp.reduce_inequalities(list(sp.And.make_args(allowed)), [p])
@@ -172,7 +173,7 @@ def skipped_blocks(graph: Graph, *, check: tuple[int, ...] = (8, 9), rule: sp.Ex
             Eq(keys_of, sp.Interval.Lopen(bottom, top), evaluate=False),
             Eq(skipped, rule if agrees else sp.false, evaluate=False),
         ),  # fmt: skip
-        Eq(skipped, derived, evaluate=False),
+        Eq(skipped, rule, evaluate=False),
         ("M",),
         "the mask's condition solved for p; its ends grow with m, so a block of rows reads "
         "from the first row's lowest key to the last row's highest; the rule checked against "
@@ -215,5 +216,6 @@ def prove(graph: Graph, claim: Streamed) -> Fact:
         raise ValueError(f"Streamed: part must be one of {', '.join(found)}, got "
                          f"part={claim.part!r}")  # fmt: skip
     if claim.part in ("context", "skipped-blocks") and claim.other is None:
-        raise ValueError(f"Streamed({claim.part!r}) names the variant it streams: other=")
+        raise ValueError(f"Streamed({claim.part!r}) names the variant it streams: other=, got "
+                         "other=None")  # fmt: skip
     return found[claim.part]()

@@ -173,7 +173,7 @@ def test_the_modifications_stream_as_the_whole_softmax(options, block_rows, bloc
 
 
 @pytest.mark.parametrize("window", [None, 2, 4])
-def test_skipped_blocks_are_the_derived_ones_and_change_nothing(window):
+def test_skipped_blocks_are_the_derived_ones(window):
     import sympy as sp
 
     import derive
@@ -184,21 +184,33 @@ def test_skipped_blocks_are_the_derived_ones_and_change_nothing(window):
     rule = streamed.skipped_blocks(derive.variant(name).graph).claim.rhs
     i, j = sp.symbols("i j", integer=True, positive=True)
     modified = F.Modifications(causal=True, window=window)
-    n, rows, keys = 9, 2, 3
-    for a, block_rows in enumerate(range(0, n, rows), 1):
-        for b, block_keys in enumerate(range(0, n, keys), 1):
-            at = {i: a, j: b, L.B_r: rows, L.B_c: keys} | ({} if window is None else {L.w: window})
-            derived = bool(rule.xreplace(at))
-            mine = F.skipped(slice(block_rows, min(block_rows + rows, n)),
-                             slice(block_keys, min(block_keys + keys, n)), modified)  # fmt: skip
-            assert mine == derived
-    g = torch.Generator().manual_seed(3)
-    q, k, v = (torch.randn(n, 2, generator=g, dtype=torch.float64) for _ in range(3))
-    state = F.online_softmax(q, k, v, block_rows=rows, block_keys=keys, causal=True, window=window)
-    first = [m for m in range(n) if F.skipped(slice(m // rows * rows, m // rows * rows + rows),
-                                              slice(3, 6), modified)]  # fmt: skip
-    for m in first:  # a skipped block leaves the state as the block before left it
-        assert state.ell[1, m] == state.ell[0, m] and torch.equal(state.o[1, m], state.o[0, m])
+    n = 9
+    for rows in range(1, n + 1):
+        for keys in range(1, n + 1):
+            for a, first_row in enumerate(range(0, n, rows), 1):
+                for b, first_key in enumerate(range(0, n, keys), 1):
+                    at = {i: a, j: b, L.B_r: rows, L.B_c: keys, L.w: window or n}
+                    mine = F.skipped(
+                        slice(first_row, min(first_row + rows, n)),
+                        slice(first_key, min(first_key + keys, n)),
+                        modified,
+                    )
+                    assert mine == bool(rule.xreplace(at)), (rows, keys, a, b)
+
+
+@pytest.mark.parametrize("options", MODIFIED, ids=lambda o: "+".join(o))
+def test_skipping_the_masked_blocks_changes_no_state(options, monkeypatch):
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(9, 2, generator=g, dtype=torch.float64) for _ in range(3))
+    sizes = dict(block_rows=2, block_keys=3)
+    skipping = F.online_softmax(q, k, v, **sizes, **options)
+    count = [F.skipped(r, b, F.Modifications(**options)) for r in F._blocks(9, 2)
+             for b in F._blocks(9, 3)]  # fmt: skip
+    monkeypatch.setattr(F, "skipped", lambda rows, keys, modified: False)
+    every = F.online_softmax(q, k, v, **sizes, **options)
+    assert any(count) == options.get("causal", False)  # a mask skips blocks; no mask, none
+    for mine, full in zip(skipping, every, strict=True):
+        torch.testing.assert_close(mine, full, rtol=0, atol=0)
 
 
 def test_bad_modifications_are_named():
@@ -207,6 +219,8 @@ def test_bad_modifications_are_named():
         F.flash_attention(q, q, q, block_rows=2, block_keys=2, window=2)
     with pytest.raises(ValueError, match="softcap must be a positive number"):
         F.flash_attention(q, q, q, block_rows=2, block_keys=2, softcap=-1.0)
+    with pytest.raises(ValueError, match="slope=0.5 needs causal=True"):
+        F.flash_attention(q, q, q, block_rows=2, block_keys=2, slope=0.5)
     with pytest.raises(ValueError, match="sink must be a finite number"):
         F.flash_attention(q, q, q, block_rows=2, block_keys=2, sink=math.inf)
     with pytest.raises(ValueError, match="causal needs as many queries as keys, got n=4, s=3"):

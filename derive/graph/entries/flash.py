@@ -99,15 +99,15 @@ VARIANT = Variant(
             "context",
             other="sinks",
             heading="",
-            text="and after the last block the output over the sum is the sinks variant's "
-            "context:",
+            text="and after the last block the output over the sum is the sinks variant's context:",
         ),
         Streamed(
             "skipped-update",
             heading="",
             text="A mask sets some scores to $-\\infty$. A block of keys masked for every "
-            "row of a block of queries adds $e^{-\\infty} = 0$ to every sum and leaves the "
-            "maximum where it was, so skipping it changes nothing:",
+            "row of a block of queries adds $e^{-\\infty} = 0$ to every sum, and the maximum "
+            "stays where it was ($\\max(\\mu^{(t)}, -\\infty) = \\mu^{(t)}$), so skipping "
+            "it leaves the running sum as it was (the output's update has the same form):",
         ),
         Streamed(
             "skipped-blocks",
@@ -175,13 +175,16 @@ VARIANT = Variant(
             heading="",
             text="A weight recomputed from the row's maximum, as the fast path does, carries "
             "instead $u (\\mu_m - \\tilde\\omega_{m,r})$ "
-            "for each key, times a weight (derived at $n = 3$ keys, the same for every key):",
+            "for each key, times a weight (derived at $n = 3$ keys, for every key; the general "
+            "sum is checked against each):",
         ),
         Rounding(
             "bounded-product",
             heading="",
             text="and a weight is at most $e^{\\tilde\\omega_{m,r} - \\mu_m}$, so each "
-            "of those terms is at most $u/e$, however far apart the scores are:",
+            "of those terms is at most $u/e$, however far apart the scores are (the scores "
+            "themselves taken as given in float32: computing them carries its own error, the "
+            "same in both routes):",
         ),
         Rounding(
             "scale-stored",
@@ -203,10 +206,13 @@ VARIANT = Variant(
             heading="",
             text="With $D_m = \\sum_r a_{m,r} \\bar{a}_{m,r}$ summed from the same rounded "
             "$\\bar{a}$, they enter with $a_{m,1} (1 - a_{m,1})$ and $a_{m,1} a_{m,r}$, and "
-            "vanish: so the fast path recomputes each row's maximum and sums $D$ from the "
-            "same $\\bar{a}$, and its backward pass stays at float32's rounding at every "
-            "scale, where the stored log-sum-exp's error grows with the scores (the figure "
-            "below; its bounds are these, evaluated on the measured draws).",
+            "vanish. (The two sums' own roundings, $\\gamma_n$ each, stay at first order; in a "
+            "saturated row they are exact under rounding to nearest, $1 \\cdot x$ and $1$ "
+            "plus less than half an ulp, which a first-order analysis does not see.) So the "
+            "fast path recomputes each row's maximum and sums $D$ from the same "
+            "$\\bar{a}$: given float32 scores, its weights' bound does not grow with them, "
+            "where the stored log-sum-exp's grows as $u s$. The figure below evaluates the "
+            "whole first-order bounds of both routes on measured draws.",
         ),
     ),  # fmt: skip
     sizes=(

@@ -157,7 +157,10 @@ def test_the_skipped_blocks_are_the_masks(name):
     i, j = sp.symbols("i j", integer=True, positive=True)
     # the last query of the block read as its first: blocks with allowed pairs would be skipped
     wrong = (j - 1) * L.B_c + 1 > (i - 1) * L.B_r + 1
+    assert not S._rule_agrees(S._allowed(graph), wrong, (8, 9))
     assert not S.skipped_blocks(graph, rule=wrong).holds
+    if name == "causal":  # the derived rule written another way (integers): it holds too
+        assert S.skipped_blocks(graph, rule=(j - 1) * L.B_c >= i * L.B_r).holds
 
 
 def test_the_skip_rule_of_causal_attention_reads_the_block_sizes():

@@ -126,7 +126,11 @@ def test_the_figures_bounds_are_the_printed_formulas():
     expected = weights * ((np.abs(own) * terms[:, None, :]).sum(-1) + gamma + 2 * u)
     assert maximum == pytest.approx(expected, rel=1e-9)
     gradient = R.evaluate(functions["gradient stored"], scores, d_a, beta, rowsum, beta_c, 8)
-    assert (gradient >= weights * 8 * u * (beta + beta_c[:, None])).all()  # the θ terms alone
+    gamma_c = 8 * u / (1 - 8 * u)
+    gap = np.abs(d_a - rowsum[:, None])  # |ā − D|: what a weight's error and two roundings scale
+    expected = weights * (gap * (u * np.abs(lse) + u * (lse - scores) + eta + 2 * u)
+                          + gamma_c * beta + (gamma_c + u) * beta_c[:, None])  # fmt: skip
+    assert gradient == pytest.approx(expected, rel=1e-9)
 
 
 def test_the_routes_refuse_heads_and_masks():
