@@ -212,7 +212,7 @@ def bounds(n: int) -> dict[str, Callable]:
     return found
 
 
-def evaluate(function: Callable, scores: np.ndarray, upstream: np.ndarray, beta: np.ndarray,
+def evaluate(function: Callable, scores: np.ndarray, *, upstream: np.ndarray, beta: np.ndarray,
              rowsum: np.ndarray, beta_c: np.ndarray, width: int) -> np.ndarray:  # fmt: skip
     """One of `bounds`' functions on rows of numbers (float64): scores, ā and β (rows, n); D
     and β_C (rows,); μ and L from the scores; γ_c at `width`, γ_n at n."""

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from .rounding_data import FLOOR, ROUNDING_SERIES, rounding_data
+from .rounding_data import FLOOR, ROUNDING_SERIES, ROUTES, bound_column, rounding_data
 
 __all__ = [
     "HEATMAP",
@@ -212,9 +212,8 @@ def rounding_figure() -> dict[str, bytes]:
     fig, axes = plt.subplots(1, 2, figsize=(8.4, 3.4), sharex=True)
     titles = ("weights $A$", r"scores' gradient $d\tilde\Omega$ (over the largest $\beta$)")
     for panel, (ax, title) in enumerate(zip(axes, titles, strict=True)):
-        for k, (label, colour) in enumerate((("stored log-sum-exp", "#d62728"),
-                                             ("recomputed maximum", "#1f77b4"))):  # fmt: skip
-            column = 1 + 2 * (2 * panel + k)
+        for k, (label, colour) in enumerate(ROUTES):
+            column = bound_column(panel, k)
             ax.plot(scales, [row[column] for row in data], "--", color=colour,
                     label=f"{label}: derived bound")  # fmt: skip
             ax.plot(scales, [max(row[column + 1], FLOOR) for row in data], "o", color=colour,

@@ -10,8 +10,8 @@ import numpy as np
 
 __all__ = [
     "ROUNDING_SCALES", "ROUNDING_ROWS", "ROUNDING_KEYS", "ROUNDING_WIDTH", "ROUNDING_SEEDS",
-    "ROUNDING_SERIES", "MEASURED", "FLOOR", "rounding_inputs", "rounding_exact", "rounding_data",
-    "measured",
+    "ROUNDING_SERIES", "MEASURED", "FLOOR", "ROUTES", "rounding_inputs", "rounding_exact",
+    "rounding_data", "measured", "bound_column",
 ]  # fmt: skip
 
 #: The rounding figure: rows of ROUNDING_KEYS keys (ROUNDING_ROWS rows, values and upstream
@@ -67,8 +67,15 @@ def _rounding_bounds(inputs: dict[str, np.ndarray], functions: dict) -> dict[str
     scores = inputs["scores"].astype(np.float64)
     found = {}
     for name, function in functions.items():
-        bound = evaluate(function, scores, exact["dA"], exact["beta"], exact["D"],
-                         exact["beta_C"], ROUNDING_WIDTH)  # fmt: skip
+        bound = evaluate(
+            function,
+            scores,
+            upstream=exact["dA"],
+            beta=exact["beta"],
+            rowsum=exact["D"],
+            beta_c=exact["beta_C"],
+            width=ROUNDING_WIDTH,
+        )
         unit = 1.0 if name.startswith("weights") else exact["beta"].max()
         found[name] = float(bound.max() / unit)
     return found
@@ -87,6 +94,14 @@ def measured() -> dict[float, dict[str, float]]:
 
 #: The columns of the rounding figure's CSV after s: bound and measured, for each quantity.
 ROUNDING_SERIES = ("weights stored", "weights maximum", "gradient stored", "gradient maximum")
+#: The two routes, as the figures name and colour them.
+ROUTES = (("stored log-sum-exp", "#d62728"), ("recomputed maximum", "#1f77b4"))
+
+
+def bound_column(panel: int, route: int) -> int:
+    """The column of `rounding_data` that holds the bound of `route` (0: stored, 1: maximum)
+    in `panel` (0: weights, 1: gradient); the measured error is the next one."""
+    return 1 + 2 * (2 * panel + route)
 
 
 def rounding_data() -> list[tuple[float, ...]]:

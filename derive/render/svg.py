@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from .figures import KEYS, QK_WIDTH, qk_norm_data, saturation_data
-from .rounding_data import FLOOR, rounding_data
+from .rounding_data import FLOOR, ROUTES, bound_column, rounding_data
 
 __all__ = [
     "Svg", "heatmap", "saturation_plot", "heatmap_svg", "saturation_svg", "qk_norm_svg",
@@ -180,10 +180,6 @@ def _curves(title: str, data: list[tuple], series: tuple, base: int, label: str)
     return _svg(title, width, height, body)
 
 
-#: The two routes of the rounding figure: their name and colour.
-ROUTES = (("stored log-sum-exp", "#d62728"), ("recomputed maximum", "#1f77b4"))
-
-
 def rounding_svg(data: list[tuple[float, ...]] | None = None) -> str:
     """`rounding_data` as SVG: two log–log panels (the weights; the scores' gradient over the
     largest β), each with both routes' derived bounds (dashed) and measured errors (dots)
@@ -220,7 +216,7 @@ def rounding_svg(data: list[tuple[float, ...]] | None = None) -> str:
             body.append(_text(x0 - 7, py + 4, f"1e{power}", "end"))
         body.append(_text(x0 + panel / 2, bottom + 38, "scale s of the scores"))
         for route, (name, ink) in enumerate(ROUTES):
-            column = 1 + 2 * (2 * index + route)
+            column = bound_column(index, route)
             path = "M" + "L".join(f"{_n(x(row[0]))} {_n(y(row[column]))}" for row in data)
             body.append(f'<path d="{path}" fill="none" stroke="{ink}" stroke-width="1.6" '
                         'stroke-dasharray="6 4"/>')  # fmt: skip

@@ -40,7 +40,7 @@ from derive.render.rounding_data import (
 DATA = Path(__file__).resolve().parents[2] / "derive" / "render" / "assets" / MEASURED
 
 
-def stored_lse(scores, values, upstream, exact):
+def measured_stored(scores, values, upstream, exact):
     """(P, dS) from the stored log-sum-exp and context, float32."""
     lse = torch.from_numpy(exact["L"]).float()[:, None]
     context = torch.from_numpy(exact["C"]).float()
@@ -49,7 +49,7 @@ def stored_lse(scores, values, upstream, exact):
     return weights, weights * (upstream @ values.T - rowsum)
 
 
-def row_maximum(scores, values, upstream, exact):
+def measured_maximum(scores, values, upstream, exact):
     """(A, dS) from the recomputed row maximum, float32."""
     weights = torch.softmax(scores, dim=-1)
     d_a = upstream @ values.T
@@ -63,7 +63,7 @@ def errors(seed, s):
     exact = rounding_exact(inputs)
     tensors = [torch.from_numpy(inputs[k]) for k in ("scores", "V", "dC")]
     found = {}
-    for name, route in (("stored", stored_lse), ("maximum", row_maximum)):
+    for name, route in (("stored", measured_stored), ("maximum", measured_maximum)):
         weights, gradient = route(*tensors, exact)
         found[f"weights {name}"] = (weights.double().numpy() - exact["A"]).__abs__().max()
         worst = (gradient.double().numpy() - exact["dS"]).__abs__().max()
