@@ -52,6 +52,7 @@ from torch import Tensor
 
 from ._arguments import check_cap, check_positive, check_window
 from ._checks import checked
+from ._masks import band
 
 __all__ = ["OnlineState", "BlockedGradients", "Modifications", "online_softmax",
            "blocked_backward", "flash_attention", "flash_gradients", "skipped"]  # fmt: skip
@@ -123,14 +124,12 @@ def _scores(q: Tensor, k: Tensor, rows: slice, keys: slice, factor: float,
     if modified.softcap is not None:
         squashed = torch.tanh(omega / modified.softcap)
         omega, slope = modified.softcap * squashed, 1 - squashed**2
-    m = torch.arange(rows.start, rows.stop, device=q.device)[:, None]
-    p = torch.arange(keys.start, keys.stop, device=q.device)[None, :]
     if modified.slope is not None:
+        m = torch.arange(rows.start, rows.stop, device=q.device)[:, None]
+        p = torch.arange(keys.start, keys.stop, device=q.device)[None, :]
         omega = omega - modified.slope * (m - p)
-    if modified.causal:
-        allowed = p <= m
-        if modified.window is not None:
-            allowed = allowed & (p > m - modified.window)
+    if modified.causal:  # p ≤ m, and m − p < w with a window
+        allowed = band(rows.start, rows.stop, keys.start, keys.stop, modified.window, q.device)
         omega = omega.masked_fill(~allowed, -math.inf)
     return omega, slope
 

@@ -43,7 +43,7 @@ from .softmax import one_head_without_mask, same_dummy, weights_element
 __all__ = [
     "BLOCK", "T", "MU", "MU_T", "LSE", "sum_update", "output_update", "seen_sum", "seen_output",
     "step", "context", "log_sum_exp", "every_split", "states", "BlockState", "block_states",
-    "normal", "Update",
+    "normal", "Update", "composed_context",
 ]  # fmt: skip
 
 #: B_c, the keys of a block; t, a block; T, the blocks of a row (n = T B_c).
@@ -132,6 +132,15 @@ def step(update: Update = sum_update, seen: Callable = seen_sum, *,
     )
 
 
+def composed_context(graph: Graph, weights: sp.Expr) -> sp.Expr:
+    """The graph's c_{m,j} with `weights` (a formula of a_{m,p}) put in for each weight."""
+    a = L.base("a")
+    return graph.step("C").element.rhs.replace(
+        lambda e: isinstance(e, sp.Indexed) and e.base == a,
+        lambda e: weights.xreplace(dict(zip((L.m, L.p), e.indices, strict=True))),
+    )
+
+
 def _row(graph: Graph) -> tuple[sp.Expr, sp.Expr, tuple[str, ...]]:
     """c_{m,j} with the graph's weights put in, and the weights' denominator, at n = T B_c (row m
     of one head without a mask: the online softmax of a masked or multi-head graph is not
@@ -139,11 +148,7 @@ def _row(graph: Graph) -> tuple[sp.Expr, sp.Expr, tuple[str, ...]]:
     one_head_without_mask(graph, "the online softmax")
     weights, sources = weights_element(graph)
     context = graph.step("C")
-    a = L.base("a")
-    composed = context.element.rhs.replace(
-        lambda e: isinstance(e, sp.Indexed) and e.base == a,
-        lambda e: weights.xreplace(dict(zip((L.m, L.p), e.indices, strict=True))),
-    )
+    composed = composed_context(graph, weights)
     at = {L.n: T * BLOCK}
     denominator = sp.fraction(weights)[1].xreplace(at)
     return composed.xreplace(at), same_dummy(denominator, _p), (*sources, context.output)
@@ -265,20 +270,21 @@ def block_states(graph: Graph, sizes: dict[sp.Symbol, int]) -> list[BlockState]:
     _row(graph)  # one head, no mask
     n, c, block = (int(sizes[symbol]) for symbol in (L.n, L.c, BLOCK))
     mu, ell, out = (L.base(name) for name in ("mustate", "ellstate", "ostate"))
-    omega, value, key = L.base("omegatilde"), L.base("v"), L.base("k")
+    omega, key = L.base("omegatilde"), L.base("k")
     found = []
     for t, stop in enumerate(range(block, n + block, block), 1):
         keys = range(1, min(stop, n) + 1)
         seen = tuple(key[p, i] for p in keys for i in range(1, c + 1))
         where = f"after block {t} (keys 1 to {keys[-1]})"
 
-        def weight(m: int, p: int, t: int = t) -> sp.Expr:
-            return exp(omega[m, p] - mu[t, m, 1], evaluate=False)
+        def written(invariant: sp.Expr, m: int, j: int = 1, t: int = t) -> sp.Expr:
+            """The invariant's sum at row m (and column j), μ^{(t)} its entry, written out."""
+            return invariant.xreplace({MU_T: mu[t, m, 1]}).xreplace({L.m: m, L.j: j}).doit()
 
         rows = range(1, n + 1)
         maxima = sp.Matrix([[sp.Max(*(omega[m, p] for p in keys), evaluate=False)] for m in rows])
-        sums = sp.Matrix([[sp.Add(*(weight(m, p) for p in keys), evaluate=False)] for m in rows])
-        outputs = sp.Matrix([[sp.Add(*(weight(m, p) * value[p, j] for p in keys), evaluate=False)
+        sums = sp.Matrix([[written(seen_sum(MU_T, keys[-1]), m)] for m in rows])
+        outputs = sp.Matrix([[written(seen_output(MU_T, keys[-1]), m, j)
                               for j in range(1, c + 1)] for m in rows])  # fmt: skip
         for base, letter, role, formulas in (
             (mu, rf"\mu^{{({t})}}", f"running maximum {where}", maxima),

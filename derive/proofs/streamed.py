@@ -34,6 +34,7 @@ from .online_softmax import (
     MU_T,
     T,
     Update,
+    composed_context,
     normal,
     seen_output,
     seen_sum,
@@ -91,13 +92,7 @@ def modified_context(graph: Graph, *, start: sp.Expr | None = None) -> Fact:
     extra = besides * exp(-mu) if start is None else start
     ratio = seen_output(mu, keys, base) / (extra + seen_sum(mu, keys, base))
     derived = sp.simplify(normal(ratio))
-    context_step = graph.step("C")
-    a = L.base("a")
-    weights = graph.step("A").element.rhs
-    composed = context_step.element.rhs.replace(
-        lambda e: isinstance(e, sp.Indexed) and e.base == a,
-        lambda e: weights.xreplace(dict(zip((L.m, L.p), e.indices, strict=True))),
-    ).xreplace({L.n: keys})
+    composed = composed_context(graph, graph.step("A").element.rhs).xreplace({L.n: keys})
     claim = sp.simplify(same_dummy(normal(composed), _p))
     lhs = sp.Symbol("o^(T)_j") / sp.Symbol("ell^(T)")
     return Fact(

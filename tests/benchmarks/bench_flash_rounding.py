@@ -26,6 +26,7 @@ figure.
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from derive.render.rounding_data import (
@@ -65,8 +66,8 @@ def errors(seed, s):
     found = {}
     for name, route in (("stored", measured_stored), ("maximum", measured_maximum)):
         weights, gradient = route(*tensors, exact)
-        found[f"weights {name}"] = (weights.double().numpy() - exact["A"]).__abs__().max()
-        worst = (gradient.double().numpy() - exact["dS"]).__abs__().max()
+        found[f"weights {name}"] = np.abs(weights.double().numpy() - exact["A"]).max()
+        worst = np.abs(gradient.double().numpy() - exact["dS"]).max()
         found[f"gradient {name}"] = worst / exact["beta"].max()
     return found
 
