@@ -70,11 +70,12 @@ from .graph.sizes import AtLeast, Divides, Even, Parameter, Size
 from .graph.twins import Callee, StepTwin, Twin
 from .notation import letters as L
 from .notation.functions import Sigmoid
+from .notation.letters import Letter, Name
 
 __all__ = [
     "n", "d", "c", "h", "c_h", "m", "p", "r", "t", "i", "j", "x", "w_q", "w_k", "w_v", "q", "k",
     "v", "omega", "omega_tilde", "mask", "omega_hat", "a", "z", "w_o", "sigmoid", "RANGES",
-    "matrix",
+    "matrix", "Letter", "Name", "letter_base",
     "base_step", "step", "variant", "claim", "bound", "Step", "DeclarationError", "Variant", "Size",
     "Parameter", "AtLeast", "Divides", "Even", "Twin", "StepTwin", "SameAs", "ReadsRows",
     "RowsSumToOne", "ShiftInvariance", "WeightsJacobian", "RowsumIdentity", "BEFORE",
@@ -98,18 +99,45 @@ sigmoid = Sigmoid
 #: summation index over its sum's limits.
 RANGES = {m: (1, n), p: (1, n), r: (1, n), t: (1, n), i: (1, d), j: (1, c)}
 
+
 def matrix(letter: str, *, entry: str, shape: tuple, latex: str | None = None,
-           entry_latex: str | None = None) -> IndexedBase:  # fmt: skip
+           entry_latex: str | None = None, meaning: str = "", indices: tuple = (),
+           role: str = "") -> IndexedBase:  # fmt: skip
     """A matrix of yours: its letter (``"W_g"``), the name of its entries (``"wg"``), its shape
-    (``(d, c)``) and how documents print the matrix and its entries (default: the letter, the
-    name). Returns the ``IndexedBase`` of its entries (``wg[i, j]``). An input of your variant
-    (weights) or the output of a step of yours."""
+    (``(d, c)``), how documents print the matrix and its entries (default: the letter, the
+    name), what an entry is (`meaning`, for the glossary), the indices documents give its
+    entries (default: the book's for its shape: (m, p) for n × n, (i, j) for d × c, (m, j) for
+    n × c, (1, 1) for one number) and what the matrix is (`role`). It is a `Letter`, the record
+    the built-in variants declare theirs with (`letter`). Returns the ``IndexedBase`` of its
+    entries (``wg[i, j]``): an input of your variant (weights) or the output of a step of
+    yours."""
+    return letter_base(
+        Letter(
+            letter,
+            entry,
+            latex or "",
+            entry_latex or "",
+            meaning,
+            tuple(indices),
+            tuple(sp.sympify(x) for x in shape),
+            role=role,
+        )
+    )
+
+
+def letter_base(record: Letter) -> IndexedBase:
+    """Register a `Letter` (its shape, where it gives one) and return the ``IndexedBase`` of
+    its entries; a letter taken with another meaning is a `DeclarationError`."""
     try:
-        L.register(entry, letter, entry=entry_latex or entry, matrix=latex or letter)
+        L.register_letter(record)
     except ValueError as error:
-        raise DeclarationError(f"matrix {letter}: {error}") from None
-    SHAPES[letter] = tuple(sp.sympify(size) for size in shape)
-    return L.base(entry)
+        raise DeclarationError(f"matrix {record.matrix}: {error}") from None
+    if record.shape:
+        if len(record.shape) != 2:
+            raise DeclarationError(f"matrix {record.matrix}: shape is (rows, columns), got "
+                                   f"{record.shape!r}")  # fmt: skip
+        SHAPES[record.matrix] = tuple(sp.sympify(size) for size in record.shape)
+    return L.base(record.entry)
 
 
 def base_step(output: str, of: str = ROOT) -> Declaration:
@@ -242,4 +270,3 @@ def variant(
         twin=twin, rank=rank,
     )  # fmt: skip
     return register_variant(found) if register else found
-

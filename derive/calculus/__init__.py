@@ -5,14 +5,14 @@ operation and FLOP counts."""
 from .compose import composed_expression, inline
 from .counts import flop_count, operation_count, step_flops
 from .forward import Step, steps
-from .indices import element_of, under_ranges, zero_based
+from .indices import canonical_sums, element_of, readable_sums, under_ranges, zero_based
 from .matrix_form import NoMatrixForm, matrix_form
 from .naming import book_indices
 from .reverse import Contribution, Gradient, backward
 
 __all__ = [
     "Contribution", "Gradient", "NoMatrixForm", "Step", "backward", "book_indices",
-    "composed_expression",
+    "canonical_sums", "readable_sums", "composed_expression",
     "element_of", "flop_count", "inline", "matrix_form", "operation_count", "step_flops", "steps",
     "under_ranges", "zero_based",
 ]  # fmt: skip

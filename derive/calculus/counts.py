@@ -1,38 +1,33 @@
-"""Operation and FLOP counts, read off the composed matrix expression of a graph's output.
+"""Operation and FLOP counts, read off each step of a graph.
 
-Counted on ``softmax(X W_q (X W_k)^T / √c) X W_v``: a product of k matrices is k − 1 matrix
-products, a transpose is a transpose; a scalar factor (1/√c), the softmax and the mask are not
-matrix products. A sub-expression that appears twice is computed once (Q feeds every head);
-inside the concatenation of heads, a sub-expression that depends on the head index ℓ is computed
-once per head. A product of an (a × b) and a (b × e) matrix costs 2abe FLOPs (one multiply and
-one add per term), the count of ``torch.utils.flop_counter``.
+Each step is computed once (once per head for a step of head ℓ), so a matrix read by several
+steps (Q feeds every head) is counted once. A step's matrix form is counted by its parts: a
+product of k matrices is k − 1 matrix products, a transpose is a transpose; a scalar factor
+(1/√c), the softmax, an element-wise function and the mask are not matrix products, nor is a
+diagonal scaling (diag γ) or a constant pattern (RoPE's rotation R, a signed permutation). A
+step SymPy finds no matrix form for (its entries, `Entries`) is counted off its element: each
+sum over an index k of two matrices' entries that both read k (Σ_j q̂_{m,j} k̂_{p,j}, the
+product Q̂ K̂ᵀ) is one matrix product, with a transpose where an operand is read by its columns,
+and an element-wise formula is no matrix product; two such sums of the same matrices read the
+same way are one product (a softmax's numerator and denominator read the same scores). A
+product of an (a × b) and a (b × e) matrix costs 2abe FLOPs (one multiply and one add per term),
+the count of ``torch.utils.flop_counter``.
 """
 
 from __future__ import annotations
 
 import sympy as sp
-from sympy import MatMul, MatrixExpr, MatrixSymbol, Transpose
+from sympy import Indexed, MatMul, MatrixExpr, MatrixSymbol, Sum, Transpose
 
 from ..graph import Graph
-from ..notation import Concat, Diag
+from ..notation import Diag, Entries
 from ..notation import letters as L
-from .compose import composed_expression
-from .forward import steps
+from .forward import Step, steps
 
-__all__ = ["operation_count", "flop_count", "step_flops"]
+__all__ = ["operation_count", "flop_count", "step_flops", "Product"]
 
-
-def _walk(expr: sp.Basic, heads: sp.Expr, visit, seen: set) -> None:
-    """Visit each distinct matrix sub-expression once, with how many times it is computed."""
-    if expr in seen:
-        return
-    seen.add(expr)
-    per_head = heads != 1 and L.ell in expr.free_symbols
-    visit(expr, heads if per_head else sp.S.One)
-    inner = expr.count if isinstance(expr, Concat) else heads
-    for arg in expr.args:
-        if isinstance(arg, MatrixExpr):
-            _walk(arg, inner, visit, seen)
+#: What one part of a step costs: (matrix products, their FLOPs, transposes).
+Product = tuple[sp.Expr, sp.Expr, sp.Expr]
 
 
 def _matrices(product: MatMul) -> list[MatrixExpr]:
@@ -48,42 +43,81 @@ def _matrices(product: MatMul) -> list[MatrixExpr]:
     ]
 
 
-def operation_count(graph: Graph) -> dict[str, int | sp.Expr]:
-    """Matrix products and transposes in the composed expression of the graph's output."""
-    counts: dict[str, sp.Expr] = {"matrix products": sp.S.Zero, "transposes": sp.S.Zero}
+def _form_products(form: sp.Basic) -> list[Product]:
+    """The matrix products of a matrix form (each distinct sub-expression once) and its
+    transposes (as products of no FLOPs)."""
+    found: list[Product] = []
+    seen: set = set()
 
-    def visit(expr: sp.Basic, times: sp.Expr) -> None:
-        if isinstance(expr, MatMul):
-            counts["matrix products"] += times * max(0, len(_matrices(expr)) - 1)
+    def walk(expr: sp.Basic) -> None:
+        if expr in seen:
+            return
+        seen.add(expr)
+        if isinstance(expr, MatMul) and len(factors := _matrices(expr)) > 1:
+            rows = factors[0].shape[0]  # a number times a matrix (μ Δ) is no product
+            for left, right in zip(factors, factors[1:], strict=False):
+                found.append((sp.S.One, 2 * rows * left.shape[1] * right.shape[1], sp.S.Zero))
         elif isinstance(expr, Transpose):
-            counts["transposes"] += times
+            found.append((sp.S.Zero, sp.S.Zero, sp.S.One))
+        for arg in expr.args:
+            if isinstance(arg, MatrixExpr):
+                walk(arg)
 
-    _walk(composed_expression(graph), sp.S.One, visit, set())
+    walk(form)
+    return found
+
+
+def _entry_products(step: Step) -> list[Product]:
+    """The matrix products in a step's element (see the module docstring)."""
+    shapes, found, seen = step.shapes, [], set()
+    rows, cols = shapes[step.output]
+    for total in step.element.rhs.atoms(Sum):
+        if len(total.limits) != 1:
+            continue
+        ((k, low, high),) = total.limits
+        entries = [f for f in sp.Mul.make_args(total.function) if isinstance(f, Indexed)]
+        read = [e for e in entries if k in e.indices[-2:]
+                and L.letter_of(e) not in L.CONSTANT_LETTERS]  # fmt: skip
+        if len(read) != 2:
+            continue
+        orientation = tuple((L.letter_of(e), list(e.indices[-2:]).index(k)) for e in read)
+        if orientation in seen:
+            continue
+        seen.add(orientation)
+        (_, first), (_, second) = orientation
+        transposes = sp.Integer(int(first == 0) + int(second == 1))  # Y Z: y_{a,k} z_{k,b}
+        found.append((sp.S.One, 2 * rows * cols * (high - low + 1), transposes))
+    return found
+
+
+def _products(step: Step) -> list[Product]:
+    """The products of one step, each as often as the step is computed (h times per head)."""
+    if step.matrix is None:  # a constant: a pattern of numbers
+        return []
+    form = step.matrix.rhs
+    found = _entry_products(step) if isinstance(form, Entries) else _form_products(form)
+    times = L.h if step.head else sp.S.One
+    return [tuple(times * part for part in product) for product in found]
+
+
+def _relations(graph: Graph, expr: sp.Expr) -> sp.Expr:
+    return sp.expand(sp.sympify(expr).subs([(r.lhs, r.rhs) for r in graph.relations]))
+
+
+def operation_count(graph: Graph) -> dict[str, int | sp.Expr]:
+    """Matrix products and transposes of the graph's steps."""
+    found = [product for step in steps(graph) for product in _products(step)]
+    counts = {"matrix products": sp.Add(*[count for count, _, _ in found]),
+              "transposes": sp.Add(*[transposes for _, _, transposes in found])}  # fmt: skip
     return {key: int(value) if value.is_Integer else value for key, value in counts.items()}
 
 
 def flop_count(graph: Graph) -> sp.Expr:
-    """FLOPs of the matrix products of the graph's output, in n, d, c (and h)."""
-    total = sp.S.Zero
-
-    def visit(expr: sp.Basic, times: sp.Expr) -> None:
-        nonlocal total
-        if isinstance(expr, MatMul) and len(factors := _matrices(expr)) > 1:
-            rows = factors[0].shape[0]  # a number times a matrix (μ Δ) is no product
-            for left, right in zip(factors, factors[1:], strict=False):
-                total += times * 2 * rows * left.shape[1] * right.shape[1]
-
-    _walk(composed_expression(graph), sp.S.One, visit, set())
-    return sp.expand(total.subs([(r.lhs, r.rhs) for r in graph.relations]))
+    """FLOPs of the graph's matrix products, in n, d, c (and h)."""
+    total = sp.Add(*[flops for step in steps(graph) for _, flops, _ in _products(step)])
+    return _relations(graph, total)
 
 
 def step_flops(graph: Graph) -> sp.Expr:
-    """FLOPs of each step's own matrix product, summed (for a graph of separate outputs)."""
-    total = sp.S.Zero
-    for step in steps(graph):
-        form = step.matrix.rhs if step.matrix is not None else None
-        if isinstance(form, MatMul) and len(factors := _matrices(form)) > 1:
-            rows = factors[0].shape[0]
-            for left, right in zip(factors, factors[1:], strict=False):
-                total += 2 * rows * left.shape[1] * right.shape[1]
-    return sp.expand(total)
+    """FLOPs of each step's own matrix products, summed (for a graph of separate outputs)."""
+    return flop_count(graph)

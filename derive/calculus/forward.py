@@ -18,6 +18,7 @@ import sympy as sp
 from sympy import Eq, MatrixSymbol
 
 from ..graph import Declaration, Graph
+from ..graph.errors import deriving
 from ..notation import Concat, Entries
 from ..notation import letters as L
 from .indices import zero_based, zero_index
@@ -85,4 +86,8 @@ def declared_matrix(step: Declaration, relations: tuple[Eq, ...] = ()) -> Eq | N
 @functools.cache
 def steps(graph: Graph) -> tuple[Step, ...]:
     """Every step of `graph` with its derived matrix form, in forward order."""
-    return tuple(Step(s, declared_matrix(s, graph.relations)) for s in graph.declarations)
+    found = []
+    for declaration in graph.declarations:
+        with deriving(f"find the matrix form of step {declaration.name} ({declaration.output})"):
+            found.append(Step(declaration, declared_matrix(declaration, graph.relations)))
+    return tuple(found)

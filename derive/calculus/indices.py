@@ -24,6 +24,7 @@ from ..notation import letters as L
 
 __all__ = [
     "Ranges", "zero_based", "zero_index", "element_of", "under_ranges", "decide", "fresh_index",
+    "canonical_sums", "readable_sums",
 ]  # fmt: skip
 
 Ranges = Mapping[sp.Symbol, tuple[sp.Expr, sp.Expr]]
@@ -297,3 +298,70 @@ def under_ranges(expr: sp.Expr, ranges: Ranges) -> sp.Expr:
         if expr == before:
             break
     return expr
+
+
+# ---------------------------------------------------------------------------------------------
+# Sums equal up to the name of their index
+
+
+#: The indices of the sums in their canonical form, by nesting depth (one set, so that two sums
+#: put in that form with the same function compare equal).
+_BOUND = tuple(sp.Dummy(f"k{depth}", integer=True) for depth in range(24))
+
+
+def canonical_sums(expr: sp.Expr) -> sp.Expr:
+    """`expr` with each sum split over its terms, the factors free of its indices in front, and
+    its indices renamed by how deep the sum is nested: two sums that differ only in the name of
+    their index (Σ_p e^{ω_{m,p}} and Σ_r e^{ω_{m,r}}) become one, so that SymPy cancels a
+    quotient of them (the rows of a softmax sum to 1, whatever its scores)."""
+    for _ in range(4):  # a factor taken out of a sum is renamed at its new depth next time
+        before, expr = expr, _canonical(expr, 0)
+        if expr == before:
+            break
+    return expr
+
+
+def _canonical(expr: sp.Expr, depth: int) -> sp.Expr:
+    if isinstance(expr, Sum):
+        function, limits = expr.function, []
+        for offset, (variable, low, high) in enumerate(expr.limits):
+            index = _BOUND[min(depth + offset, len(_BOUND) - 1)]
+            function = function.xreplace({variable: index})
+            limits.append((index, _canonical(low, depth), _canonical(high, depth)))
+        function = _canonical(function, depth + len(limits))
+        indices = {index for index, _, _ in limits}
+        terms = []
+        for term in sp.Add.make_args(sp.expand_mul(function)):
+            factors = sp.Mul.make_args(term)
+            outside = [f for f in factors if not f.free_symbols & indices]
+            inside = [f for f in factors if f.free_symbols & indices]
+            terms.append(
+                sp.Mul(*outside)
+                * (
+                    Sum(sp.Mul(*inside), *limits)
+                    if inside
+                    else sp.Mul(*[h - lo + 1 for _, lo, h in limits])
+                )
+            )
+        return sp.Add(*terms)
+    if not expr.args or not expr.has(Sum):
+        return expr
+    return expr.func(*[_canonical(arg, depth) for arg in expr.args])
+
+
+def readable_sums(expr: sp.Expr, taken: frozenset = frozenset()) -> sp.Expr:
+    """`expr` with the indices `canonical_sums` gave its sums named as the book names an index
+    over that size (r over n, j' over c), none that is free or bound around it."""
+    if isinstance(expr, Sum):
+        inner, function, limits = set(taken) | expr.free_symbols, expr.function, []
+        for variable, low, high in expr.limits:
+            index = variable
+            if variable in _BOUND:
+                index = fresh_index(sp.simplify(high - low + 1), inner | function.free_symbols)
+                function = function.xreplace({variable: index})
+            inner.add(index)
+            limits.append((index, low, high))
+        return Sum(readable_sums(function, frozenset(inner)), *limits)
+    if not expr.args or not expr.has(Sum):
+        return expr
+    return expr.func(*[readable_sums(arg, taken) for arg in expr.args])

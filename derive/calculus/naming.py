@@ -26,27 +26,27 @@ def compact_roots(expr: sp.Expr) -> sp.Expr:
     return held.xreplace({h: sp.sqrt(b) for b, h in holders.items()})
 
 
-def book_indices(letter: str) -> tuple[sp.Symbol, sp.Symbol]:
-    """The indices the book gives an entry of this matrix: (m, p), (m, j), (i, j), (m, i)."""
-    name = L.name_of(letter)
-    if name in ("wq", "wk", "wv", "wo", "wg"):
-        return L.i, L.j
-    if name == "wdkv":
-        return L.i, L.f
-    if name in ("wuk", "wuv"):
-        return L.f, L.j
-    if name in ("gq", "gk"):  # a gain: the one row of γ
-        return sp.S.One, L.j
-    if name in ("mu", "sink"):  # ALiBi's slope, a sink's logit: head ℓ's, in the one row
-        return sp.S.One, L.ell
-    if name == "u":
-        return L.m, L.f
-    if name == "rot":
-        return L.j2, L.j
-    if name in ("omega", "omegatilde", "omegacap", "omegabias", "omegahat", "a", "mask", "gap"):
-        return L.m, L.p
-    if name in ("k", "v", "krot", "knorm"):  # a key or a value: token p, as in ω_{m,p}
-        return L.p, L.j
-    if name == "y":
-        return L.p, L.i
-    return (L.m, L.i) if name == "x" else (L.m, L.j)
+#: The index the book gives a row or a column over each size, where a letter does not say.
+_ROW = {L.n: L.m, L.s: L.p, L.d: L.i, L.d_y: L.i, L.c: L.j, L.c_h: L.j, L.d_u: L.f, L.h: L.ell}
+_COLUMN = {L.n: L.p, L.s: L.p, L.d: L.i, L.d_y: L.i, L.c: L.j, L.c_h: L.j, L.c_r: L.j,
+           L.d_u: L.f, L.h: L.ell}  # fmt: skip
+
+
+def book_indices(letter: str, shape: tuple | None = None) -> tuple[sp.Expr, sp.Expr]:
+    """The indices the book gives an entry of this matrix (its gradient's alike): those its
+    `Letter` declares ((m, p) for Ω, (p, j) for K, (i, j) for W_q, (1, ℓ) for one number per
+    head), else read off its shape (`shape`, or the letter's own): a row or a column of one is
+    1, of n tokens m and p, of d features i, of c features j (j and j' for a c × c matrix),
+    of h heads ℓ; (m, j) where the shape says nothing."""
+    name = L.name_of(letter.removeprefix("d") if L.is_gradient(letter) else letter)
+    record = L.LETTERS.get(name)
+    if record is not None and record.indices:
+        return tuple(sp.sympify(index) for index in record.indices)
+    rows, cols = shape or (record.shape if record is not None and record.shape else (None, None))
+    if rows is None:
+        return L.m, L.j
+    row = sp.S.One if rows == 1 else _ROW.get(rows, L.m)
+    col = sp.S.One if cols == 1 else _COLUMN.get(cols, L.j)
+    if row == col and row != 1:
+        col = L.j2 if row == L.j else L.t if row in (L.m, L.p) else col
+    return row, col

@@ -30,10 +30,11 @@ from sympy import Eq, Indexed, MatAdd, MatrixSymbol, Sum, Trace
 from sympy.matrices.expressions.applyfunc import ElementwiseApplyFunction
 
 from ..graph import Declaration, Graph
+from ..graph.errors import deriving
 from ..notation import Concat, Entries, GroupConcat, RMSNorm, Softmax
 from ..notation import letters as L
 from .forward import declared_matrix, steps, symbols_of
-from .indices import element_of, under_ranges, zero_based, zero_index
+from .indices import element_of, fresh_index, under_ranges, zero_based, zero_index
 from .matrix_form import NoMatrixForm, matrix_form
 from .naming import book_indices, compact_roots
 
@@ -180,11 +181,12 @@ def _quotient(expr: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
 
 
 def _pull(total: Sum) -> sp.Expr:
-    """Factors free of the summation index, out of the sum: Σ_t f g_t = f Σ_t g_t."""
-    ((variable, *_),) = total.limits
+    """Factors free of the summation indices, out of the sum: Σ_t f g_t = f Σ_t g_t (a double
+    sum, Σ_{m'} Σ_t, as one: the gradient of one number reads every entry)."""
+    variables = set(total.variables)
     inside, outside = [], []
     for factor in sp.Mul.make_args(sp.expand(total.function)):
-        (inside if variable in factor.free_symbols else outside).append(factor)
+        (inside if variables & factor.free_symbols else outside).append(factor)
     return sp.Mul(*outside) * Sum(sp.Mul(*inside), *total.limits)
 
 
@@ -204,7 +206,8 @@ def _element_route(step: Declaration, letter: str, shapes: dict) -> Contribution
               if index.is_Symbol}  # fmt: skip
     summed = under_ranges(differentiated, ranges)
     written = in_outputs(summed, step, {m, p, _ROW, _COL} - {sp.S.One})
-    final = compact_roots(written.xreplace({_COL: L.r}))
+    column = fresh_index(cols, written.free_symbols | {m, p} - {_COL})  # r over n, j' over c
+    final = compact_roots(written.xreplace({_COL: column}))
     if step.head and not letter.endswith("_l"):  # shared by the heads (gains): theirs add up
         final = Sum(final, (L.ell, 1, L.h))
         if final.has(sp.KroneckerDelta):  # a row of one number per head: head p's alone
@@ -247,7 +250,7 @@ def _gradient(letter: str, parts: list[Contribution], shapes: dict) -> Gradient:
     total = terms[0] if len(terms) == 1 else MatAdd(*terms)
     matrix = Eq(symbol, total, evaluate=False)
     if isinstance(total, Entries):  # no matrix form: the derived entry, in the book's indices
-        row, col = book_indices(letter)
+        row, col = book_indices(letter, shapes.get(letter))
         if all(sp.sympify(index).is_Integer for index in total.indices):  # one number: its own
             row, col = total.indices
         at = dict(zip(total.indices, (row, col), strict=True))
@@ -264,9 +267,19 @@ def _gradient(letter: str, parts: list[Contribution], shapes: dict) -> Gradient:
         lhs = _entry(L.gradient(letter), L.m, (L.ell - 1) * width + L.j)
         element = Eq(lhs, element_of(total.block, L.m, L.j), evaluate=False)
     else:
-        row, col = book_indices(letter)
+        row, col = book_indices(letter, shapes.get(letter))
         element = Eq(_entry(L.gradient(letter), row, col), element_of(total, row, col))
     return Gradient(L.gradient(letter), letter, tuple(parts), matrix, element)
+
+
+def _hint(step: Declaration, letter: str, shapes: dict) -> str:
+    """What may help where SymPy fails on one step's gradient: a step with fewer parts."""
+    if tuple(shapes.get(letter, ())) == (1, 1):
+        return (
+            f"a step of its own for what {letter} multiplies may help (set "
+            "DERIVE_TRACEBACK=1 for the traceback, and report it with your declaration)"
+        )
+    return ""
 
 
 @functools.cache
@@ -283,11 +296,15 @@ def backward(graph: Graph) -> tuple[Gradient, ...]:
         for letter in declaration.inputs:
             if letter in L.CONSTANT_LETTERS:  # a mask, RoPE's angles: not trained
                 continue
-            part = _contribution(declaration, letter, shapes, graph.relations)
+            doing = f"derive the gradient of {letter} through step {declaration.name} " \
+                    f"({declaration.output})"  # fmt: skip
+            with deriving(doing, _hint(declaration, letter, shapes)):
+                part = _contribution(declaration, letter, shapes, graph.relations)
             pending.setdefault(letter, []).insert(0, part)
             readers = [s for s in graph.consumers(letter) if not s.constant]
             if len(pending[letter]) == len(readers):
-                done.append(_gradient(letter, pending.pop(letter), shapes))
+                with deriving(f"gather the gradient of {letter}"):
+                    done.append(_gradient(letter, pending.pop(letter), shapes))
     inputs = graph.inputs  # the gradients of X and the weights last, in the order X, W_q, …
     last = sorted((g for g in done if g.of in inputs), key=lambda g: inputs.index(g.of))
     return tuple([g for g in done if g.of not in inputs] + last)

@@ -27,7 +27,7 @@ import argparse
 import sys
 
 from . import check, conform, docs, documents
-from .errors import EnvironmentProblem, UsageError
+from .errors import EnvironmentProblem, InternalFailure, UsageError
 from .parsing import PROG, Parser, Progress, load_user_variants, users_mistakes
 
 __all__ = ["main", "COMMANDS"]
@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except EnvironmentProblem as error:
         print(f"{PROG}: {error}", file=sys.stderr)
+        return 1
+    except InternalFailure as error:
+        print(str(error), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)

@@ -57,6 +57,9 @@ def add(commands, argparse) -> None:
                                   formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
         sub.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
         sub.add_argument("-o", "--output", metavar="FILE", help="write here, not to stdout")
+        sub.add_argument("--strict", action="store_true",
+                         help="refuse a claim SymPy could not prove (exit 2, nothing written) "
+                         "instead of marking it unproved in the document")  # fmt: skip
         if name == "latex":
             sub.add_argument("--fragment", action="store_true", help="the body only, to \\input")
         add_sizes(sub, "explicit mode: {meaning} ({letter} = {default} when only other sizes "

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from fractions import Fraction
 
 from ..explicit import MAX_SIZE
 from ..graph import DeclarationError, declared, entry_name, load_variant, variants
-from .errors import UsageError
+from ..graph.errors import DerivationError
+from ..render.sections.common import UnprovedClaim
+from .errors import EnvironmentProblem, InternalFailure, UsageError
 
 __all__ = [
     "PROG", "Parser", "Progress", "integer", "number", "add_sizes", "add_variant",
@@ -167,19 +171,35 @@ def entry_of(args) -> str:
 
 @contextlib.contextmanager
 def users_mistakes(args) -> Iterator[None]:
-    """A mistake in a declaration is one line and exit status 2, and so is any failure while a
-    user's own variant is derived (SymPy's included: never a traceback for a user's file); a
-    failure of the built-in variants stays a failure of derive's."""
-    try:
-        yield
-    except DeclarationError as error:
-        raise UsageError(f"{PROG} {args.command}: {error}") from None
-    except (UsageError, KeyboardInterrupt):
-        raise
-    except Exception as error:  # noqa: BLE001 - only where a user's declaration is involved
-        users = [spec for spec in (args.__dict__.get("variant") or []) if ":" in spec]
-        if not users:
+    """A mistake in a declaration is one line and exit status 2; a failure of derive's own
+    (SymPy's on a step, or anything else derive did not foresee) is one line and exit status 1,
+    saying what derive could not do (``DERIVE_TRACEBACK=1`` shows the traceback instead). A
+    claim SymPy could not prove is a warning on stderr, one line each (an error with
+    ``--strict``)."""
+    strict = bool(args.__dict__.get("strict"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("error" if strict else "always", UnprovedClaim)
+        try:
+            yield
+        except DeclarationError as error:
+            raise UsageError(f"{PROG} {args.command}: {error}") from None
+        except UnprovedClaim as error:
+            raise UsageError(f"{PROG} {args.command}: {error} (--strict: nothing "
+                             "written)") from None  # fmt: skip
+        except (UsageError, EnvironmentProblem, KeyboardInterrupt):
             raise
-        said = f"{type(error).__name__}: {error}".replace("\n", " ")
-        raise UsageError(f"{PROG} {args.command}: {', '.join(users)} cannot be derived: "
-                         f"{said}") from None  # fmt: skip
+        except DerivationError as error:
+            if os.environ.get("DERIVE_TRACEBACK"):
+                raise
+            raise InternalFailure(f"{PROG} {args.command}: {error}") from None
+        except Exception as error:  # noqa: BLE001 - any other failure is derive's own
+            if os.environ.get("DERIVE_TRACEBACK"):
+                raise
+            what = "+".join(args.__dict__.get("variant") or []) or "self-attention"
+            failed = DerivationError(f"run {args.command} on {what}", error)
+            raise InternalFailure(f"{PROG} {args.command}: {failed}") from None
+        finally:
+            for warning in caught:
+                if issubclass(warning.category, UnprovedClaim):
+                    print(f"{PROG} {args.command}: warning: {warning.message}; the document "
+                          "marks it unproved (--strict refuses it)", file=sys.stderr)  # fmt: skip

@@ -18,6 +18,11 @@ from .registry import (
 from .variant import Document, Group, Show, Variant
 
 # isort: split
+# the built-in entries, each registering the letters it declares (`derive.notation.letters`)
+# before anything prints or reads them
+from . import entries as _entries  # noqa: E402, F401
+
+# isort: split
 # `variant`, the registry's look-up, bound after the submodule of the same name (.variant) so
 # that the name is the function, whatever order the submodules were first imported in
 from .registry import variant

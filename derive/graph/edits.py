@@ -13,7 +13,7 @@ put in per head (`derive.graph.heads.per_head`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy as sp
 from sympy import Indexed
@@ -23,7 +23,7 @@ from ..notation.plain import plain
 from .declaration import Declaration, Graph
 from .heads import per_head
 from .registry import DeclarationError, variant
-from .twins import StepTwin
+from .twins import StepTwin, argument_order
 
 __all__ = ["Step", "SHAPES", "build"]
 
@@ -57,15 +57,50 @@ def _ranges(element: sp.Eq, shape: tuple) -> dict:
     return ranges
 
 
+#: What each of the book's indices counts, and the sizes it may run over: a token (a query m, a
+#: key p; r and t in sums) over n (or s, the keys of another sequence; w, a window), an input
+#: feature i over d (or d_y), a context feature j over c (or a head's c_h, a rotated c_r).
+_KINDS = {
+    L.m: ("a token", (L.n, L.s, L.w)), L.p: ("a token", (L.n, L.s, L.w)),
+    L.r: ("a token", (L.n, L.s, L.w)), L.t: ("a token", (L.n, L.s, L.w)),
+    L.i: ("an input feature", (L.d, L.d_y)), L.j: ("a context feature", (L.c, L.c_h, L.c_r)),
+    L.j2: ("a context feature", (L.c, L.c_h, L.c_r)),
+}  # fmt: skip
+#: The index the book gives an axis of each size.
+_NATURAL = {L.n: "m or p", L.s: "p", L.d: "i", L.d_y: "i", L.c: "j", L.c_h: "j", L.c_r: "j"}
+
+
+def _kind_of_index(where: str, index: sp.Symbol, size: sp.Expr, what: str) -> None:
+    """An index of the book's used over an axis of another kind of size (j, a context feature,
+    over the n columns of A) is a mistake, whatever it reads."""
+    if index not in _KINDS or not isinstance(size, sp.Symbol) or size not in _NATURAL:
+        return
+    kind, sizes = _KINDS[index]
+    if size not in sizes:
+        raise DeclarationError(
+            f"{where}: {what} over 1 … {size} with the index {index}, {kind} (1 … "
+            f"{sizes[0]}); an axis of {size} is indexed by {_NATURAL[size]}"
+        )
+
+
+def _known_letter(where: str, entry: Indexed) -> str:
+    name = entry.base.label.name
+    if name not in L.BASES:
+        raise DeclarationError(f"{where} reads {entry}, whose letter {name!r} is neither one of "
+                               "the book's nor a matrix declared with derive.declare.matrix")
+    return L.letter_of(entry)
+
+
 def _declaration(spec: Step, graph: Graph) -> Declaration:
     """The step, its shapes read off `graph` (and the matrices declared), checked: every letter
-    it reads is known, every index within the range of the axis it indexes."""
+    it reads is known, every index within the range of the axis it indexes and of the kind the
+    book gives that axis."""
     where = f"step {spec.name} ({spec.output})"
     known = graph.shapes | SHAPES
     ranges = _ranges(spec.element, spec.shape)
     shapes = {spec.output: spec.shape}
     for entry in sorted(spec.element.rhs.atoms(Indexed), key=L.reading_key):
-        letter = L.letter_of(entry)
+        letter = _known_letter(where, entry)
         if letter not in known:
             raise DeclarationError(
                 f"{where} reads {plain(entry)}, an entry of {letter}, which no step of "
@@ -85,8 +120,31 @@ def _declaration(spec: Step, graph: Graph) -> Declaration:
                     f"{where}: {plain(entry)} reads {axis} {index} = {low} … {high} of {letter}, "
                     f"whose {axis}s run 1 … {size}"
                 )
+    for index, size, axis in zip(spec.element.lhs.indices[-2:], spec.shape, ("rows", "columns"),
+                                 strict=True):  # fmt: skip
+        _kind_of_index(where, index, size, f"the {axis} of {spec.output} run")
+    for total in spec.element.rhs.atoms(sp.Sum):
+        for variable, low, high in total.limits:
+            if low == 1:
+                _kind_of_index(where, variable, high, "a sum runs")
+    twin = _bound_twin(where, spec.twin, shapes, spec.output)
     return Declaration(spec.name, spec.output, spec.title, spec.element, shapes,
-                       twin=spec.twin, requires=spec.requires, text=spec.text)  # fmt: skip
+                       twin=twin, requires=spec.requires, text=spec.text)  # fmt: skip
+
+
+def _bound_twin(where: str, twin: StepTwin | None, shapes: dict, output: str) -> StepTwin | None:
+    """The twin with the matrices it takes in the order it takes them (`twins.argument_order`:
+    by its parameters' names where they name them, else the order of the contract), checked
+    against its signature where it is a function of the user's."""
+    if twin is None:
+        return None
+    read = tuple(x for x in shapes if x != output and x not in L.CONSTANT_LETTERS)
+    read = tuple(sorted(read, key=lambda x: L.reading_key(L.base(L.name_of(x))[1, 1])))
+    try:
+        ordered = argument_order(twin, read)
+    except TypeError as error:
+        raise DeclarationError(f"{where}: {error}") from None
+    return replace(twin, arguments=ordered)
 
 
 def _chains(graph: Graph, new: Declaration) -> None:
@@ -101,6 +159,20 @@ def _chains(graph: Graph, new: Declaration) -> None:
                 f"{new.shapes[new.output][1]}, but step {reader.name} ({reader.output}) reads "
                 f"it as {theirs[0]} × {theirs[1]}: the shapes do not chain"
             )
+
+
+def _in_order(graph: Graph, name: str) -> None:
+    """Every step reads what earlier steps computed (or an input): a step inserted before a
+    step it reads is a mistake of its place."""
+    position = {step.output: k for k, step in enumerate(graph.declarations)}
+    for k, step in enumerate(graph.declarations):
+        for letter in step.inputs:
+            if position.get(letter, -1) > k:
+                later = graph.declarations[position[letter]]
+                raise DeclarationError(
+                    f"variant {name}: step {step.name} ({step.output}) reads {letter}, which "
+                    f"step {later.name} computes after it; insert it after {letter}"
+                )
 
 
 def _heads_of(graph: Graph) -> set[str]:
@@ -123,6 +195,13 @@ def _replace(graph: Graph, spec: Step, base: Graph, name: str) -> Graph:
         raise DeclarationError(f"variant {name} replaces {spec.output}, which {base.name} does "
                                f"not compute (it computes "
                                f"{', '.join(s.output for s in base.declarations)})")  # fmt: skip
+    if spec.twin is None and spec.name == old.name and spec.element != old.element:
+        raise DeclarationError(
+            f"step {spec.name} ({spec.output}) of variant {name} changes the formula of "
+            f"{base.name}'s step {old.name} and declares no twin, so its twin would be "
+            f"{base.name}'s, which computes the old formula: give it a twin= of its own (or "
+            "another name)"
+        )
     new = _put(graph, spec, base)
     here = graph.producer(new.output)
     expected = old if not new.head else per_head(old, _heads_of(graph))
@@ -149,6 +228,7 @@ def build(
                 raise DeclarationError(f"variant {name} inserts step {spec.name} after {after}, "
                                        f"which {graph.name} does not compute")  # fmt: skip
             graph = graph.inserted(at, _put(graph, spec, before))
+        _in_order(graph, name)
         for declaration in graph.declarations:
             _chains(graph, declaration)
         return graph.named(graph_name)

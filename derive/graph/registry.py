@@ -25,21 +25,16 @@ import typing
 from .claims import Claim
 from .declaration import Graph
 from .entry import Entry, Stage
+from .errors import DeclarationError, DerivationError
 from .variant import Document, Variant
 
 __all__ = [
-    "DeclarationError", "Entry", "Stage", "register_variant", "variants", "variant",
-    "self_attention", "ROOT", "entry_name", "declared", "registered", "unregister_variant",
+    "DeclarationError", "DerivationError", "Entry", "Stage", "register_variant", "variants",
+    "variant", "self_attention", "ROOT", "entry_name", "declared", "registered", "unregister_variant",
 ]  # fmt: skip
 
 #: The entry every other builds on.
 ROOT = "self-attention"
-
-
-class DeclarationError(ValueError):
-    """A mistake in the declaration of a variant: the message names the variant, the step and
-    what is wrong (a letter no step defines, an index outside its range, shapes that do not
-    chain, a twin that does not exist)."""
 
 
 _USER: dict[str, Variant] = {}

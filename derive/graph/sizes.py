@@ -32,6 +32,7 @@ class Size:
     default: int
     text: str = ""
     option: str = ""  # the command line's --option (default: the symbol's name, _ as -)
+    meaning: str = ""  # the glossary's sentence (LaTeX allowed; default: the text)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Parameter:
     symbol: sp.Symbol
     default: sp.Expr
     text: str = ""
+    meaning: str = ""  # the glossary's sentence (LaTeX allowed; default: the text)
 
 
 def label(expr: sp.Expr) -> str:

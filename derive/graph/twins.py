@@ -23,10 +23,12 @@ is passed as it is. A letter written ``"W_o?"`` is passed only where the graph h
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["StepTwin", "Twin", "ModuleTwin", "GradientTwin", "StateTwin", "Callee"]
+__all__ = ["StepTwin", "Twin", "ModuleTwin", "GradientTwin", "StateTwin", "Callee",
+           "argument_order"]  # fmt: skip
 
 #: A dotted name (imported when the check runs) or a callable.
 Callee = str | Callable
@@ -157,3 +159,46 @@ class StateTwin:
 
 def _name(function: Callee) -> str:
     return function.rpartition(".")[2] if isinstance(function, str) else function.__name__
+
+
+def _spelled(name: str) -> str:
+    return name.replace("_", "").lower()
+
+
+def argument_order(twin: StepTwin, letters: tuple[str, ...]) -> tuple[str, ...]:
+    """The matrices a step's twin is called with, in the order it takes them: `twin.arguments`
+    where the declaration gives them; else, where the twin is a function whose positional
+    parameters name exactly the letters read (``def context(a_diff, v)`` for A_diff and V;
+    case and underscores aside), in the order it names them; else `letters` (the contract: the
+    book's letters in the book's order, X, A, …, V, then the user's in the order they were
+    declared). A function that cannot take that many matrices, or does not take one of its
+    options by name, is a TypeError that says its signature and the call."""
+    if twin.arguments is not None:
+        return tuple(twin.arguments)
+    if not callable(twin.function):
+        return letters  # a dotted name: imported where a check calls it, checked there
+    try:
+        signature = inspect.signature(twin.function)
+    except (TypeError, ValueError):
+        return letters
+    parameters = list(signature.parameters.values())
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    spread = any(p.kind is p.VAR_POSITIONAL for p in parameters)
+    keywords = any(p.kind is p.VAR_KEYWORD for p in parameters)
+    called = f"{_name(twin.function)}({', '.join(letters)})"
+    if len(required) > len(letters) or (len(positional) < len(letters) and not spread):
+        takes = ", ".join(p.name for p in positional) or "none"
+        raise TypeError(f"twin {called}: it is called with the {len(letters)} matrices the "
+                        f"step reads, and its positional parameters are ({takes}); give "
+                        "arguments=(...) to say which it takes")  # fmt: skip
+    names = {p.name for p in parameters}
+    for option, _ in twin.options:
+        if option not in names and not keywords:
+            raise TypeError(f"twin {called} takes no keyword {option!r}, an option of the "
+                            "step")  # fmt: skip
+    by_name = {_spelled(letter): letter for letter in letters}
+    named = [by_name.get(_spelled(p.name)) for p in positional[: len(letters)]]
+    if len(named) == len(letters) and None not in named and len(set(named)) == len(letters):
+        return tuple(x for x in named if x is not None)
+    return letters

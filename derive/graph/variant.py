@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import overload
 
+from ..notation.letters import Letter, Name
 from .claims import Claim
 from .declaration import Graph
 from .sizes import Constraint, Parameter, Size
@@ -112,6 +113,9 @@ class Variant:
         rank: where it goes in a combination (applied in increasing rank).
         combines: False for a variant that is its own graph and joins no other.
         document: how its document reads (`Document`).
+        notation: the letters its steps introduce (`derive.notation.letters.Letter`, each
+            registered where it is declared) and the other symbols it names (`Name`): what the
+            glossary lists, in this order.
     """
 
     name: str
@@ -131,6 +135,7 @@ class Variant:
     combines: bool = True
     short: str = ""
     document: Document = Document()
+    notation: tuple[Letter | Name, ...] = ()
 
     @property
     def paragraphs(self) -> tuple[str, ...]:

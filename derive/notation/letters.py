@@ -39,6 +39,7 @@ A head's entries carry the head first: ``base("omega")[l, m, p]`` is ω^{(ℓ)}_
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import sympy as sp
 from sympy import IndexedBase, MatrixSymbol, Symbol
@@ -47,9 +48,9 @@ __all__ = [
     "n", "d", "c", "h", "c_h", "s", "d_y", "w", "g", "d_u", "c_r", "B_r", "B_c", "beta", "eta",
     "alpha_l", "alpha_h", "L_0", "eps", "kappa", "m", "p",
     "r", "t", "i", "j", "j2", "f", "ell", "nu", "b", "lam", "CONSTANT_LETTERS",
-    "SIZES", "BASES", "READING_ORDER", "reading_key", "MATRIX_LATEX", "ENTRY_LATEX", "base",
-    "letter_of", "name_of",
-    "matrix_symbol", "entries", "head_entries", "gradient", "is_gradient", "register",
+    "SIZES", "BASES", "reading_order", "reading_key", "MATRIX_LATEX", "ENTRY_LATEX", "base",
+    "letter_of", "name_of", "Letter", "Name", "LETTERS", "register_letter", "role",
+    "matrix_symbol", "entries", "head_entries", "gradient", "is_gradient",
 ]  # fmt: skip
 
 # Sizes.
@@ -91,60 +92,88 @@ nu = Symbol("nu", integer=True, positive=True)
 #: The constant added to every score of a row (shift invariance of the softmax).
 lam = Symbol("lambda", real=True)
 
-#: Entry name -> (matrix letter, LaTeX of one entry's letter, LaTeX of the matrix). The entry
-#: names are internal; readers see the LaTeX: x_{m,i}, (W_q)_{i,j}, ω_{m,p}, z_{m,j} (an entry of
-#: C), ... The variants of the later chapters (RoPE, QK-norm, latent keys and values, softcapping)
-#: follow the book's own letters.
-_TABLE = {
-    "x": ("X", "x", "X"),
-    "y": ("Y", "y", "Y"),
-    "wq": ("W_q", "(W_q)", "W_q"),
-    "wk": ("W_k", "(W_k)", "W_k"),
-    "wv": ("W_v", "(W_v)", "W_v"),
-    "wo": ("W_o", "(W_o)", "W_o"),
-    "q": ("Q", "q", "Q"),
-    "k": ("K", "k", "K"),
-    "v": ("V", "v", "V"),
-    "omega": ("Omega", r"\omega", r"\Omega"),
-    "omegatilde": ("Omega_scaled", r"\tilde{\omega}", r"\tilde{\Omega}"),
-    "omegacap": ("Omega_capped", r"\breve{\omega}", r"\breve{\Omega}"),
-    "omegabias": ("Omega_biased", r"\dot{\omega}", r"\dot{\Omega}"),
-    "mu": ("Mu", r"\mu", r"\mu"),
-    "gap": ("Delta", r"\Delta", r"\Delta"),
-    "sink": ("Zeta", r"\zeta", r"\zeta"),
-    "mask": ("M", "M", "M"),
-    "omegahat": ("Omega_masked", r"\hat{\omega}", r"\hat{\Omega}"),
-    "a": ("A", "a", "A"),
-    "ctx": ("C", "z", "C"),
-    "ctxcat": ("C_concat", r"\hat{z}", r"\hat{C}"),
-    "wg": ("W_g", "(W_g)", "W_g"),
-    "gamma": ("Gamma", r"\gamma", r"\Gamma"),
-    "ctxgated": ("C_gated", r"\tilde{z}", r"\tilde{C}"),
-    "phi": ("Phi", r"\phi", r"\Phi"),
-    "rot": ("R", "R", "R"),
-    "qrot": ("Q_rot", r"\mathring{q}", r"\mathring{Q}"),
-    "krot": ("K_rot", r"\mathring{k}", r"\mathring{K}"),
-    "qnorm": ("Q_norm", r"\check{q}", r"\check{Q}"),
-    "knorm": ("K_norm", r"\check{k}", r"\check{K}"),
-    "gq": ("G_q", r"(\gamma_q)", r"\gamma_q"),
-    "gk": ("G_k", r"(\gamma_k)", r"\gamma_k"),
-    "u": ("U", "u", "U"),
-    "wdkv": ("W_dkv", "(W_{dkv})", "W_{dkv}"),
-    "wuk": ("W_uk", "(W_{uk})", "W_{uk}"),
-    "wuv": ("W_uv", "(W_{uv})", "W_{uv}"),
-    # FlashAttention's state after block t (derive.proofs.online_softmax): μ^{(t)}_{m,1},
-    # ℓ^{(t)}_{m,1}, o^{(t)}_{m,j}, indexed (t, m, j) as a head's entries are
-    "mustate": ("Mu_state", r"\mu", r"\mu"),
-    "ellstate": ("Ell_state", r"\ell", r"\ell"),
-    "ostate": ("O_state", "o", "O"),
-}  # fmt: skip
-_FORWARD = {name: row[0] for name, row in _TABLE.items()}
+
+@dataclass(frozen=True)
+class Letter:
+    r"""One matrix of the notation, declared once: how code, documents, the plain printer and the
+    glossary name it and its entries. The built-in entries of the registry declare theirs with
+    this record, as a user's file does (`derive.declare.matrix` makes one); `register_letter`
+    puts it into the tables every printer reads.
+
+    Attributes:
+        matrix: the matrix's letter in code (``"Omega_capped"``; a Python identifier).
+        entry: the name of its entries (``"omegacap"``: ``base("omegacap")[m, p]``).
+        latex: LaTeX of the matrix (``\breve{\Omega}``; default: `matrix`).
+        entry_latex: LaTeX of one entry's letter (``\breve{\omega}``; default: `entry`).
+        meaning: what one entry is, for the glossary (LaTeX allowed: ``$\kappa$``).
+        indices: the indices the book gives an entry (``(m, p)``; default: read off `shape`).
+        shape: its shape, where the letter states it (a user's matrix; the built-ins' shapes
+            come from their steps).
+        constant: numbers fixed by the sizes (a mask, RoPE's angles): no gradient flows into it.
+        after: the entry name it reads after in a product or a sum (``"omegatilde"``: ω̃ then
+            ω̆), the book's order (x W, q k, a v, ẑ W_o); None: after every letter before it.
+        gradient_after: the same for its gradient's entries (``"domegatilde"``).
+        role: what the matrix is, for a document's table of shapes (default: none).
+        plain: the entry's letter in plain text (default: read off `entry_latex`, ``ω̆``).
+    """
+
+    matrix: str
+    entry: str
+    latex: str = ""
+    entry_latex: str = ""
+    meaning: str = ""
+    indices: tuple = ()
+    shape: tuple = ()
+    constant: bool = False
+    after: str | None = None
+    gradient_after: str | None = None
+    role: str = ""
+    plain: str = ""
+
+    @property
+    def matrix_latex(self) -> str:
+        return self.latex or self.matrix
+
+    @property
+    def letter_latex(self) -> str:
+        return self.entry_latex or self.entry
+
+
+@dataclass(frozen=True)
+class Name:
+    """A symbol of the notation that is not a matrix, and what it means, for the glossary: a
+    size the book has (n, d, c), an index (m, p, j), or another symbol (λ, δ_{p,t}, J). The
+    entries of the registry that use it declare it (`derive.graph.Variant.notation`); the sizes
+    and parameters a variant adds say theirs in their own records (`Size`, `Parameter`).
+
+    Attributes:
+        symbol: the SymPy symbol, or the LaTeX of a symbol that is none (``r"\\delta_{p,t}"``).
+        meaning: what it is (LaTeX allowed).
+        kind: ``"size"``, ``"index"`` or ``"other"``.
+    """
+
+    symbol: sp.Symbol | str
+    meaning: str
+    kind: str = "other"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("size", "index", "other"):
+            raise ValueError(f"a name's kind is size, index or other, got {self.kind!r}")
+
+
+#: Entry name -> the `Letter` that declared it (the forward matrices; gradients are derived).
+LETTERS: dict[str, Letter] = {}
+#: Entry name -> matrix letter, for the forward matrices and their gradients ("dq" -> "dQ").
+BASES: dict[str, str] = {}
+#: Entry name -> LaTeX of the entry's letter (gradients with a bar: "dq" -> \bar{q}).
+ENTRY_LATEX: dict[str, str] = {}
+#: Matrix letter -> LaTeX; gradients ("dQ" -> \bar{Q}); per head ("Q_l" -> Q^{(\ell)}).
+MATRIX_LATEX: dict[str, str] = {}
 #: Letters whose entries are numbers fixed by the sizes (no gradient flows into them).
-CONSTANT_LETTERS = frozenset({"M", "Phi", "R", "Delta"})
-_CONSTANT_NAMES = frozenset({"mask", "phi", "rot", "gap"})
-_ENTRY = {name: row[1] for name, row in _TABLE.items()}
-#: LaTeX of each matrix letter.
-_MATRIX = {row[0]: row[2] for row in _TABLE.values()}
+CONSTANT_LETTERS: frozenset[str] = frozenset()
+_LETTERS: dict[str, str] = {}
+#: Entry name -> (the entry it reads after, the order it was registered in), for `reading_key`.
+_AFTER: dict[str, tuple[str | None, int]] = {}
 
 
 def _bar(tex: str) -> str:
@@ -157,71 +186,84 @@ def _bar(tex: str) -> str:
     return rf"\bar{{{tex}}}"
 
 
-#: Entry name -> matrix letter, for the forward matrices and their gradients ("dq" -> "dQ").
-BASES: dict[str, str] = _FORWARD | {
-    "d" + k: "d" + v for k, v in _FORWARD.items() if k not in _CONSTANT_NAMES
-}
-#: Entry name -> LaTeX of the entry's letter (gradients with a bar: "dq" -> \bar{q}).
-ENTRY_LATEX: dict[str, str] = _ENTRY | {
-    "d" + k: _bar(v) for k, v in _ENTRY.items() if k not in _CONSTANT_NAMES
-}
-#: Matrix letter -> LaTeX; gradients ("dQ" -> \bar{Q}); per head ("Q_l" -> Q^{(\ell)}).
-MATRIX_LATEX: dict[str, str] = _MATRIX | {
-    "d" + k: _bar(v) for k, v in _MATRIX.items() if k not in CONSTANT_LETTERS
-}
-MATRIX_LATEX |= {f"{k}_l": f"{v}^{{(\\ell)}}" for k, v in list(MATRIX_LATEX.items())}
-_LETTERS = {letter: name for name, letter in BASES.items()}
-
-
-#: The order of entries in a product and of terms in a sum (and of a step's inputs): the book
-#: writes x W, q k, a v, \hat{z} W_o; the gradients in the order of their matrix forms.
-READING_ORDER = (
-    "x", "y", "u", "ctxgated", "ctxcat", "a", "dctxgated", "dctx", "ctx", "dgamma", "domega",
-    "domegatilde", "domegacap", "domegabias", "domegahat", "da",
-    "dqrot", "dkrot", "dqnorm", "dknorm", "dq", "dk", "dv", "du", "qrot", "qnorm", "q", "gq",
-    "wq", "wdkv", "wk", "wv", "wuk", "wuv", "wg", "wo", "krot", "knorm", "k", "gk", "v", "omega",
-    "omegatilde", "omegacap", "omegabias", "omegahat", "mask", "rot", "phi", "mu", "gap", "sink",
-    "gamma",
-    "dx", "dy", "dgq", "dgk", "dmu", "dsink", "dwq", "dwdkv", "dwk", "dwv", "dwuk", "dwuv", "dwg",
-    "dwo", "dctxcat",
-)  # fmt: skip
-_RANK = {name: rank for rank, name in enumerate(READING_ORDER)}
-
-
-def register(name: str, letter: str, *, entry: str, matrix: str, constant: bool = False) -> None:
-    """A new letter (a user's matrix): its entry name (``"g"``), matrix letter (``"G"``), and the
-    LaTeX of its entries and of the matrix (``"g"``, ``"G"``); its gradient and per-head forms
-    come with it, and it reads after the book's letters. Registering the same letter again with
-    the same meaning does nothing; with another, a ValueError."""
-    if not (name.isidentifier() and letter.isidentifier()):
-        raise ValueError(f"a letter is named like a Python identifier, got {name!r}, {letter!r}")
-    if name in BASES or letter in _LETTERS:
-        same = BASES.get(name) == letter and ENTRY_LATEX.get(name) == entry
-        if same and MATRIX_LATEX.get(letter) == matrix:
-            return
-        raise ValueError(f"the letter {letter!r} (entries {name!r}) is taken: "
-                         f"{BASES.get(name) or _LETTERS.get(letter)}")  # fmt: skip
+def register_letter(letter: Letter) -> Letter:
+    """Put a letter into the tables every printer reads: its entries' name, its matrix letter,
+    their LaTeX, and, unless it is constant, its gradient's (``dq`` -> ``dQ``, \\bar{q}); its
+    per-head form comes with it (``Q_l`` -> Q^{(\\ell)}). Registering the same letter again
+    with the same meaning does nothing; with another, a ValueError (so is a name that reads as
+    another letter's gradient). Returns `letter`."""
+    name, matrix = letter.entry, letter.matrix
+    if not (name.isidentifier() and matrix.isidentifier()):
+        raise ValueError(f"a letter is named like a Python identifier, got {name!r}, {matrix!r}")
+    if name in BASES or matrix in _LETTERS:
+        if LETTERS.get(name) == letter:
+            return letter
+        same = BASES.get(name) == matrix and ENTRY_LATEX.get(name) == letter.letter_latex
+        if same and MATRIX_LATEX.get(matrix) == letter.matrix_latex and name in LETTERS:
+            LETTERS[name] = letter  # the same letter, said again with more words
+            return letter
+        raise ValueError(f"the letter {matrix!r} (entries {name!r}) is taken: "
+                         f"{BASES.get(name) or _LETTERS.get(matrix)}")  # fmt: skip
     if name.startswith("d") and name[1:] in BASES:
         raise ValueError(f"{name!r} reads as the gradient of {BASES[name[1:]]}; choose another")
-    BASES[name], _LETTERS[letter] = letter, name
-    ENTRY_LATEX[name], MATRIX_LATEX[letter] = entry, matrix
-    MATRIX_LATEX[letter + "_l"] = f"{matrix}^{{(\\ell)}}"
-    _RANK.setdefault(name, len(_RANK))
-    if constant:
+    LETTERS[name] = letter
+    BASES[name], _LETTERS[matrix] = matrix, name
+    ENTRY_LATEX[name], MATRIX_LATEX[matrix] = letter.letter_latex, letter.matrix_latex
+    MATRIX_LATEX[matrix + "_l"] = f"{letter.matrix_latex}^{{(\\ell)}}"
+    _AFTER[name] = (letter.after, len(_AFTER))
+    if letter.constant:
         global CONSTANT_LETTERS
-        CONSTANT_LETTERS = CONSTANT_LETTERS | {letter}
-        return
-    BASES["d" + name], _LETTERS["d" + letter] = "d" + letter, "d" + name
-    ENTRY_LATEX["d" + name], MATRIX_LATEX["d" + letter] = _bar(entry), _bar(matrix)
-    MATRIX_LATEX["d" + letter + "_l"] = f"{_bar(matrix)}^{{(\\ell)}}"
-    _RANK.setdefault("d" + name, len(_RANK))
+        CONSTANT_LETTERS = CONSTANT_LETTERS | {matrix}
+    else:
+        gradient = "d" + name
+        BASES[gradient], _LETTERS["d" + matrix] = "d" + matrix, gradient
+        ENTRY_LATEX[gradient] = _bar(letter.letter_latex)
+        MATRIX_LATEX["d" + matrix] = _bar(letter.matrix_latex)
+        MATRIX_LATEX["d" + matrix + "_l"] = f"{_bar(letter.matrix_latex)}^{{(\\ell)}}"
+        _AFTER[gradient] = (letter.gradient_after, len(_AFTER))
+    _order.cache_clear()
+    return letter
+
+
+@functools.cache
+def _order() -> dict[str, int]:
+    """Each entry name's place in the reading order: the letters that read after none in the
+    order they were registered, each followed by those that read after it (the latest
+    registered first among several after one letter, so that each goes right after its own)."""
+    followers: dict[str | None, list[str]] = {}
+    for name, (after, _) in sorted(_AFTER.items(), key=lambda item: item[1][1]):
+        anchor = after if after in _AFTER else None
+        followers.setdefault(anchor, []).append(name)
+    placed: list[str] = []
+
+    def place(name: str) -> None:
+        placed.append(name)
+        for follower in reversed(followers.get(name, [])):
+            place(follower)
+
+    for name in followers.get(None, []):
+        place(name)
+    return {name: rank for rank, name in enumerate(placed)}
+
+
+def role(letter: str) -> str:
+    """What a matrix is, as its `Letter` says (``"queries, one row per token"``), or ""."""
+    found = LETTERS.get(_LETTERS.get(letter.removesuffix("_l"), ""))
+    return found.role if found is not None else ""
+
+
+def reading_order() -> tuple[str, ...]:
+    """Every entry name in the reading order (see `Letter.after`): the order of entries in a
+    product and of terms in a sum (and of a step's inputs)."""
+    return tuple(_order())
 
 
 def reading_key(entry: sp.Indexed) -> tuple:
-    """Where an entry goes in a product or a sum: its letter's place in `READING_ORDER`, then
+    """Where an entry goes in a product or a sum: its letter's place in `reading_order`, then
     its indices (numbers numerically, so x_{1,2} comes before x_{1,10}; symbols by name)."""
     indices = tuple((0, int(k), "") if k.is_Integer else (1, 0, str(k)) for k in entry.indices)
-    return (_RANK.get(entry.base.label.name, len(_RANK)), indices)
+    rank = _order()
+    return (rank.get(entry.base.label.name, len(rank)), indices)
 
 
 def is_gradient(letter: str) -> bool:

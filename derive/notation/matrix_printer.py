@@ -13,8 +13,15 @@ from .matexpr import Concat, Diag, Entries, GroupConcat, RMSNorm, Softmax
 
 __all__ = ["MatrixPrinting"]
 
-#: The order of the matrices in a sum of matrix products (\bar{Q} W_q^T + \bar{K} W_k^T + ...).
-_MATRIX_RANK = {L.BASES[name]: rank for rank, name in enumerate(L.READING_ORDER)}
+
+def _matrix_rank(letter: str) -> int:
+    """The order of the matrices in a sum of matrix products (\\bar{Q} W_q^T + \\bar{K} W_k^T
+    + ...): their entries' reading order; a matrix no letter declares, last."""
+    name = {matrix: entry for entry, matrix in L.BASES.items()}.get(letter)
+    order = L.reading_order()
+    return order.index(name) if name in order else len(order)
+
+
 _ACCENTS = (r"\mathring", r"\check", r"\tilde", r"\hat", r"\bar")
 
 
@@ -60,7 +67,7 @@ class MatrixPrinting(LatexPrinter):
 
         def key(term: sp.MatrixExpr) -> tuple:
             names = [str(s.name).removesuffix("_l") for s in _symbols_in_order(term)]
-            ranks = [_MATRIX_RANK.get(x, 99) for x in names]
+            ranks = [_matrix_rank(x) for x in names]
             return (term.could_extract_minus_sign(), term.has(sp.MatMul), ranks)
 
         text = ""

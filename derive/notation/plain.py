@@ -14,6 +14,8 @@ prints ``Ω/√c``, ``Softmax(Z)`` ``softmax(Z)``, ``Concat(C_l, h)`` ``[C⁽¹�
 
 from __future__ import annotations
 
+import re
+
 import sympy as sp
 from sympy import Indexed, MatrixSymbol
 from sympy.printing.precedence import PRECEDENCE
@@ -25,46 +27,63 @@ from .printer import ordered_terms
 
 __all__ = ["PlainPrinter", "plain"]
 
-_ENTRY = {
-    "x": "x",
-    "y": "y",
-    "wq": "W_q",
-    "wk": "W_k",
-    "wv": "W_v",
-    "wo": "W_o",
-    "q": "q",
-    "k": "k",
-    "v": "v",
-    "omega": "ω",
-    "omegatilde": "ω̃",
-    "mask": "M",
-    "omegahat": "ω̂",
-    "a": "a",
-    "ctx": "z",
-    "ctxcat": "ẑ",
-    # the variants' (LaTeX's accents as combining characters)
-    "omegacap": "ω̆",
-    "omegabias": "ω̇",
-    "mu": "μ",
-    "gap": "Δ",
-    "sink": "ζ",
-    "phi": "φ",
-    "rot": "R",
-    "qrot": "q̊",
-    "krot": "k̊",
-    "qnorm": "q̌",
-    "knorm": "ǩ",
-    "gq": "γ_q",
-    "gk": "γ_k",
-    "wg": "W_g",
-    "gamma": "γ",
-}
-_MATRIX = {"Omega": "Ω", "Omega_scaled": "Ω̃", "Omega_masked": "Ω̂", "C_concat": "Ĉ"}
 #: The adjoint's bar, as a combining character: q̄, Ω̄.
 _BAR = "\u0304"
 _SUPERSCRIPT = str.maketrans("0123456789hℓ()", "⁰¹²³⁴⁵⁶⁷⁸⁹ʰˡ⁽⁾")
-_SYMBOLS = {"l": "ℓ", "rho": "ρ", "lambda": "λ", "epsilon": "ε", "beta": "β", "eta": "η",
-            "alpha_l": "α_l", "alpha_h": "α_h", "kappa": "κ", "nu": "ν"}  # fmt: skip
+#: LaTeX's accents, as combining characters (ω̃, ω̂, ω̆, ω̇, q̌, q̊, x̄).
+_ACCENTS = {"tilde": "\u0303", "hat": "\u0302", "breve": "\u0306", "dot": "\u0307",
+            "check": "\u030c", "mathring": "\u030a", "bar": "\u0304"}  # fmt: skip
+#: Greek letters by their names (LaTeX's, and SymPy's symbol names): the same table.
+_GREEK = dict(zip(
+    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi pi rho sigma tau "
+    "upsilon phi chi psi omega Gamma Delta Theta Lambda Xi Pi Sigma Upsilon Phi Psi Omega ell "
+    "varepsilon varphi".split(),
+    "αβγδεζηθικλμνξπρστυφχψωΓΔΘΛΞΠΣΥΦΨΩℓεφ", strict=True,
+))  # fmt: skip
+
+
+def unicode_of(tex: str) -> str:
+    """A letter's LaTeX in plain text: ``\\breve{\\omega}`` -> ``ω̆``, ``(W_q)`` -> ``W_q``,
+    ``W_{dkv}`` -> ``W_dkv``, ``(\\gamma_q)`` -> ``γ_q``, ``q^{(2)}`` -> ``q⁽²⁾``."""
+    text = tex.strip()
+    if text.startswith("(") and text.endswith(")"):
+        text = text[1:-1]
+
+    def accent(match: re.Match) -> str:
+        inner = unicode_of(match.group(2))
+        return inner[:1] + _ACCENTS[match.group(1)] + inner[1:]
+
+    names = "|".join(_ACCENTS)
+    while re.search(rf"\\({names})\{{", text):
+        text = re.sub(rf"\\({names})\{{([^{{}}]*)\}}", accent, text)
+    text = re.sub(r"\\([A-Za-z]+)", lambda m: _GREEK.get(m.group(1), m.group(1)), text)
+    text = re.sub(r"\^\{\(([^{}]*)\)\}", lambda m: f"({m.group(1)})".translate(_SUPERSCRIPT),
+                  text)  # fmt: skip
+    return text.replace("{", "").replace("}", "").replace(" ", "")
+
+
+def _entry_letter(name: str) -> str:
+    """An entry's letter in plain text: its `Letter`'s `plain`, else read off its LaTeX; a
+    name no letter declares, as it is."""
+    letter = L.LETTERS.get(name)
+    if letter is None:
+        return name
+    return letter.plain or unicode_of(letter.letter_latex)
+
+
+def _matrix_letter(matrix: str) -> str:
+    """A matrix in plain text: Ω̃ for Omega_scaled, W_q for W_q; one no letter declares, as it
+    is."""
+    return unicode_of(L.MATRIX_LATEX[matrix]) if matrix in L.MATRIX_LATEX else matrix
+
+
+def _symbol(name: str) -> str:
+    """A symbol's name in plain text: a Greek name as its letter (κ, α_l), ℓ for l."""
+    head, underscore, tail = name.partition("_")
+    head = "ℓ" if name == "l" else _GREEK.get(head, head)
+    return head + underscore + tail
+
+
 _RELATIONS = {"<=": "≤", ">=": "≥", "<": "<", ">": ">", "==": "=", "!=": "≠"}
 
 
@@ -88,16 +107,15 @@ class PlainPrinter(StrPrinter):
 
     def _print_Indexed(self, expr: Indexed) -> str:
         name: str = expr.base.label.name
-        gradient = name.startswith("d") and name[1:] in _ENTRY
-        letter = _bar(_ENTRY[name[1:]]) if gradient else _ENTRY.get(name, name)
+        gradient = name.startswith("d") and name[1:] in L.LETTERS
+        letter = _bar(_entry_letter(name[1:])) if gradient else _entry_letter(name)
         indices = list(expr.indices)
         head = indices.pop(0) if len(indices) == 3 else None
         text = letter if head is None else letter + _head(self._print(head))
         return f"{text}[{','.join(self._print(index) for index in indices)}]"
 
     def _print_Symbol(self, expr: sp.Symbol) -> str:
-        name: str = expr.name
-        return _SYMBOLS.get(name, name)
+        return _symbol(expr.name)
 
     def _print_MatrixSymbol(self, expr: MatrixSymbol) -> str:
         name = str(expr.name)
@@ -105,7 +123,7 @@ class PlainPrinter(StrPrinter):
         base = name[1:] if gradient else name
         head = base.endswith("_l")
         base = base.removesuffix("_l")
-        text = _MATRIX.get(base, base)
+        text = _matrix_letter(base)
         text = _bar(text) if gradient else text
         return text + "⁽ˡ⁾" if head else text
 

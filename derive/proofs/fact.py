@@ -31,6 +31,11 @@ class Fact:
         claim: what the fact says (Σ_p a_{m,p} = 1); `holds` when the derivation reaches it.
         sources: the outputs of the declarations the derivation reads (for provenance).
         how: a few words on how SymPy derived it.
+        stated: the claim as it was stated (lhs = rhs, smaller ≤ larger), for a fact that does
+            not hold: what a document marks unproved, and a message names.
+        counterexample: where the claim does not hold, values at which it is false, each
+            (what, value) as text (``("n", "3")``, ``("x_{1,1}", "-0.5")``, ``("lhs", "0.25")``);
+            empty where none was found (SymPy could not prove it, which does not make it false).
     """
 
     name: str
@@ -39,6 +44,16 @@ class Fact:
     claim: sp.Eq
     sources: tuple[str, ...]
     how: str
+    stated: sp.Basic | None = None
+    counterexample: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def verdict(self) -> str:
+        """``"proved"``, ``"false"`` (a counter-example was found) or ``"unproved"`` (SymPy
+        could not prove it, and no counter-example was found)."""
+        if self.holds:
+            return "proved"
+        return "false" if self.counterexample else "unproved"
 
     @property
     def statement(self) -> sp.Eq:

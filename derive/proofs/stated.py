@@ -8,49 +8,121 @@ from __future__ import annotations
 import sympy as sp
 from sympy import Eq
 
-from ..calculus import inline
+from ..calculus import canonical_sums, inline, readable_sums
 from ..graph import Graph
 from ..graph.claims import Bound, Equality
 from ..notation import letters as L
 from .fact import Fact, chain
+from .refute import counterexample
 
 __all__ = ["equality", "bound", "per_head"]
+
+
+def _simplified(expr: sp.Expr) -> sp.Expr:
+    """`sympy.simplify`, or, where SymPy's simplification fails on the expression (its
+    sum_combine raises StopIteration on some sums of sums), what cancelling gives."""
+    try:
+        return sp.simplify(expr)
+    except Exception:  # noqa: BLE001 - SymPy's own failure: a weaker simplification instead
+        try:
+            return sp.cancel(sp.expand(expr))
+        except Exception:  # noqa: BLE001
+            return expr
+
+
+def _vanishes(difference: sp.Expr) -> bool:
+    """True where SymPy shows the difference to be 0: simplified, and again with each sum put in
+    its canonical form (sums equal up to the name of their index cancel)."""
+    if _simplified(difference) == 0:
+        return True
+    return _simplified(canonical_sums(_simplified(canonical_sums(difference)))) == 0
+
+
+def _evaluated(side: sp.Expr) -> sp.Expr:
+    """A side with its limits and derivatives evaluated, simplified, its sums canonical where
+    that is simpler."""
+    value = _simplified(side.doit())
+    canonical = readable_sums(_simplified(canonical_sums(value)))
+    return value if sp.count_ops(canonical) >= sp.count_ops(value) else canonical
+
+
+def _inputs(expr: sp.Expr, graph: Graph) -> sp.Expr:
+    """`expr` written in the graph's inputs: every entry of a step replaced by its formula."""
+    return inline(sp.sympify(expr), graph, {step.output for step in graph.declarations})
 
 
 def equality(graph: Graph, claim: Equality) -> Fact:
     """lhs = rhs: each side with the formulas of the steps it names put in (and, where the
     difference does not vanish, every step's, down to the graph's inputs; never the entries a
-    derivative is taken by), then evaluated (limits, derivatives) and simplified by SymPy."""
+    derivative is taken by), then evaluated (limits, derivatives) and simplified by SymPy. Where
+    SymPy cannot show it, both sides written in the inputs are tried at numbers
+    (`derive.proofs.refute`): a counter-example makes the fact false, none leaves it unproved."""
     sides = [sp.sympify(side) for side in (claim.lhs, claim.rhs)]
     held = {L.letter_of(v) for side in sides for d in side.atoms(sp.Derivative, sp.Subs)
             for v in d.variables if isinstance(v, sp.Indexed)}  # what is differentiated by, or
     produced = {step.output for step in graph.declarations} - held  # substituted for
     named = {L.letter_of(e) for side in sides for e in side.atoms(sp.Indexed)} & produced
+    holds = False
     for letters in (_outermost(graph, named), named, produced):
         lhs, rhs = (inline(sp.sympify(side), graph, letters) for side in (claim.lhs, claim.rhs))
-        value, target = sp.simplify(lhs.doit()), sp.simplify(rhs.doit())
-        if sp.simplify(value - target) == 0:
+        value, target = _evaluated(lhs), _evaluated(rhs)
+        holds = _vanishes(value - target)
+        if holds:
             break
-    holds = sp.simplify(value - target) == 0
     how = claim.how or "the declared formulas put in, evaluated and simplified by SymPy"
+    stated = Eq(claim.lhs, claim.rhs, evaluate=False)
+    found = () if holds else counterexample(*(_inputs(x, graph) for x in (claim.lhs, claim.rhs)),
+                                            equal=True)  # fmt: skip
     last = (claim.rhs,) if holds else ()  # which is the claimed side, its formulas put in
     return Fact("equality", claim.title, chain(claim.lhs, lhs, value, *last),
                 Eq(claim.lhs, claim.rhs if holds else sp.nan, evaluate=False),
-                tuple(sorted(letters)), how)  # fmt: skip
+                tuple(sorted(letters)), how, stated, found)  # fmt: skip
+
+
+def _nonnegative(value: sp.Expr) -> bool:
+    """True where SymPy's assumptions show `value` ≥ 0: as it is, factored, or a Piecewise whose
+    every branch is (each read under its own condition)."""
+    if value.is_nonnegative:
+        return True
+    if sp.factor(value).is_nonnegative:  # a product of signs SymPy knows
+        return True
+    if isinstance(value, sp.Piecewise):
+        return all(_nonnegative(_under(branch, condition)) for branch, condition in value.args)
+    folded = sp.piecewise_fold(value)
+    return isinstance(folded, sp.Piecewise) and folded != value and _nonnegative(folded)
+
+
+def _under(expr: sp.Expr, condition: sp.Basic) -> sp.Expr:
+    """`expr` where `condition` holds: for a condition e > 0 (or e ≥ 0, or e < 0 …) on one
+    entry or symbol e, e replaced by a symbol of that sign."""
+    if condition is sp.true or not isinstance(condition, sp.core.relational.Relational):
+        return expr
+    if isinstance(condition, sp.Eq | sp.Ne):
+        return expr
+    small, large = condition.lts, condition.gts  # small ≤ large (or <)
+    strict = isinstance(condition, sp.StrictLessThan | sp.StrictGreaterThan)
+    gap = sp.Dummy("gap", positive=True) if strict else sp.Dummy("gap", nonnegative=True)
+    for target, value in ((large, small + gap), (small, large - gap)):
+        if isinstance(target, sp.Indexed | sp.Symbol) and not (large - small).has(gap):
+            others = (small if target == large else large).free_symbols
+            if target not in others:
+                return expr.xreplace({target: value})
+    return expr
 
 
 def bound(graph: Graph, claim: Bound) -> Fact:
     """smaller ≤ larger: the difference with the formulas of the steps it names put in, written
-    with exponentials and simplified, non-negative by SymPy's assumptions on its symbols."""
+    with exponentials and simplified, non-negative by SymPy's assumptions on its symbols (a
+    Piecewise branch by branch). Where SymPy cannot show it, it is tried at numbers, as
+    `equality` is."""
     difference = sp.sympify(claim.larger) - sp.sympify(claim.smaller)
     produced = {step.output for step in graph.declarations}
     named = {L.letter_of(e) for e in difference.atoms(sp.Indexed)} & produced
+    holds = False
     for letters in (_outermost(graph, named), named):
         put = inline(difference, graph, letters)
-        value = sp.simplify(put.doit().rewrite(sp.exp))
-        if not value.is_nonnegative:  # a product of signs SymPy knows, where simplify left a sum
-            value = sp.factor(value) if sp.factor(value).is_nonnegative else value
-        holds = bool(value.is_nonnegative)
+        value = readable_sums(_simplified(canonical_sums(put.doit().rewrite(sp.exp))))
+        holds = _nonnegative(value)
         if holds:
             break
     named = letters
@@ -58,9 +130,11 @@ def bound(graph: Graph, claim: Bound) -> Fact:
     statement = sp.Le(claim.smaller, claim.larger, evaluate=False)
     lines = (Eq(lhs, put, evaluate=False), Eq(lhs, value, evaluate=False), statement)
     claimed = statement if holds else sp.Le(claim.smaller, sp.nan, evaluate=False)
+    found = () if holds else counterexample(
+        *(_inputs(x, graph) for x in (claim.smaller, claim.larger)), equal=False)
     return Fact("bound", claim.title, lines, claimed, tuple(sorted(named)),
                 "the declared formulas put into the difference, simplified by SymPy and found "
-                "non-negative from what is known of its symbols")  # fmt: skip
+                "non-negative from what is known of its symbols", statement, found)  # fmt: skip
 
 
 def _outermost(graph: Graph, letters: set[str]) -> set[str]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 __all__ = [
     "Heading", "Prose", "Provenance", "Display", "Table", "Figure", "Entry", "Matrix", "Matrices",
     "Block", "to_latex", "to_markdown", "markdown_block", "matrix_display", "declared",
-    "derived", "numeric",
+    "derived", "numeric", "unproved", "KINDS",
 ]  # fmt: skip
 
 
@@ -44,12 +44,18 @@ class Prose:
     text: str
 
 
+#: The kinds of provenance, in the order a reader trusts them.
+KINDS = ("declared", "derived", "numeric", "unproved")
+
+
 @dataclass(frozen=True)
 class Provenance:
     """Where a display comes from.
 
     Attributes:
-        kind: ``"declared"``, ``"derived"`` or ``"numeric"``.
+        kind: ``"declared"``, ``"derived"``, ``"numeric"`` or ``"unproved"`` (a claim of a
+            user's variant that SymPy could not prove and no counter-example refutes: shown as
+            stated, never as derived).
         how: for derived and numeric displays, a few words on how (or by what).
         sources: the outputs of the declarations the display depends on (not printed; a test
             changes each declaration and checks that the displays citing it change).
@@ -60,8 +66,8 @@ class Provenance:
     sources: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.kind not in ("declared", "derived", "numeric"):
-            raise ValueError(f"provenance must be declared, derived or numeric, got {self.kind!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"provenance must be one of {', '.join(KINDS)}, got {self.kind!r}")
         if self.kind != "declared" and not self.how:
             raise ValueError(f"a {self.kind} display must say how it was obtained")
 
@@ -72,6 +78,11 @@ class Provenance:
     def said(self) -> str:
         """What the reader sees beside the display: ``derived — matrix_form of …``."""
         return self.comment().removeprefix("provenance: ")
+
+
+def unproved(why: str, *sources: str) -> Provenance:
+    """A claim shown as stated: SymPy could not prove it, and why."""
+    return Provenance("unproved", why, sources)
 
 
 def declared(*sources: str) -> Provenance:

@@ -1,7 +1,10 @@
 """docs/glossary.md: the notation, once, printed from `derive.notation` by the same printer.
 
-The letters and shapes come from the notation and the declarations; the words from the tables
-below (prose only).
+Every symbol and its words come from the registry: the letters each built-in entry declares
+(`derive.notation.letters.Letter`, with their meaning and the indices of their entries), the
+other symbols it names (`Name`), and the sizes and parameters it adds (`Size`, `Parameter`),
+entry by entry in the registry's order; the shapes from the declarations. The one table here is
+the jaxtyping dimensions of `attention`, the other package's notation.
 """
 
 from __future__ import annotations
@@ -12,94 +15,9 @@ from .. import calculus
 from ..graph import self_attention, variant
 from ..notation import latex
 from ..notation import letters as L
+from ..notation.letters import Letter, Name
 
 __all__ = ["glossary_markdown"]
-
-_SIZES = (
-    (L.n, "tokens in the sequence (rows of $X$)"),
-    (L.d, "width of an input embedding (columns of $X$)"),
-    (L.c, "width of the query, key, value and context vectors"),
-    (L.h, "number of heads (multi-head attention)"),
-    (L.c_h, "width of one head"),
-    (L.s, "keys read from another sequence $Y$ (cross-attention)"),
-    (L.d_y, "width of an entry of $Y$ (cross-attention)"),
-    (L.w, "the window of sliding-window attention: a query sees its last $w$ keys"),
-    (L.g, "groups of keys and values (grouped-query attention): $h/g$ heads share one"),
-    (L.d_u, "width of the latent $U$ of keys and values (multi-head latent attention)"),
-    (L.c_r, "the rotated width of each head (partial RoPE: its first $c_r$ features)"),
-    (L.beta, "base of the rotary angles (RoPE; the book's `theta_base`, 10 000)"),
-    (L.eps, "the constant under the root of an RMS normalisation (QK-norm; $10^{-6}$)"),
-    (L.kappa, "the cap of logit softcapping (Gemma 2: 50)"),
-    (L.eta, "the factor of RoPE's slow frequencies (Llama 3.1's `factor`; Llama 3.2: 32)"),
-    (L.alpha_l, "Llama 3.1's `low_freq_factor` (1): slow pairs' wavelengths pass $L_0/\\alpha_l$"),
-    (L.alpha_h, "Llama 3.1's `high_freq_factor` (4): fast pairs' are below $L_0/\\alpha_h$"),
-    (L.L_0, "the context length a Llama 3.1 model was first trained at (8192)"),
-)
-
-_INDICES = (
-    (L.m, "a token, as the one that attends (a query; rows of $\\Omega$, $A$, $C$)"),
-    (L.p, "a token, as the one attended to (a key; columns of $\\Omega$, $A$)"),
-    (L.r, "the token summed over in the softmax's denominator"),
-    (L.t, "a second key (the Jacobian of the softmax, the chain rule)"),
-    (L.i, "an input feature (columns of $X$, rows of the weights)"),
-    (L.j, "a context feature (columns of $Q$, $K$, $V$, $C$)"),
-    (L.j2, "a second context feature (the variance of a score)"),
-    (L.f, "a feature of the latent $U$ (multi-head latent attention)"),
-    (L.ell, "a head (multi-head attention)"),
-    (L.nu, "a group of keys and values (grouped-query attention)"),
-    (L.b, "a sequence in a batch"),
-)
-
-_ENTRIES = {
-    "x": "input embedding of token m, feature i",
-    "y": "entry p of the sequence the keys and values come from (cross-attention)",
-    "wq": "query weight from input feature i to query feature j",
-    "wk": "key weight",
-    "wv": "value weight",
-    "wo": "output weight (multi-head attention)",
-    "q": "query of token m, feature j",
-    "k": "key of token p, feature j",
-    "v": "value of token p, feature j",
-    "omega": "attention score of token m for token p",
-    "omegatilde": "scaled score",
-    "omegacap": "capped score, $\\kappa \\tanh(\\tilde\\omega_{m,p} / \\kappa)$ (softcapping)",
-    "gap": "distance of key p before query m, $m - p$ (ALiBi)",
-    "mu": "slope of head $\\ell$'s linear bias (ALiBi)",
-    "omegabias": "score with ALiBi's bias, $\\tilde\\omega_{m,p} - \\mu_{1,\\ell} (m - p)$",
-    "sink": "logit of head $\\ell$'s attention sink, in each row's denominator (GPT-OSS)",
-    "mask": "mask: 0 where token m may attend to p, minus infinity where not",
-    "omegahat": "masked score",
-    "a": "attention weight of token m on token p",
-    "ctx": "context vector of token m (the book's z), feature j",
-    "ctxcat": "the heads' context vectors side by side (multi-head attention)",
-    "wg": "gate weight from input feature i to the gate logit of feature j (output gate)",
-    "gamma": "gate logit of token m, feature j, $\\gamma = X W_g$ (output gate)",
-    "ctxgated": "the heads' context vectors gated, $\\hat z_{m,j} \\sigma(\\gamma_{m,j})$ "
-    "(Qwen 3.5's output gate)",
-    "phi": "rotary angle of token m, feature j: its position times the pair's frequency",
-    "rot": "the rotation of RoPE's pairs: $x R$ is $[-x_2\\ x_1]$ (the book's rotate half)",
-    "qrot": "query rotated by its position (RoPE)",
-    "krot": "key rotated by its position (RoPE)",
-    "qnorm": "query divided by its root mean square, times the gains (QK-norm)",
-    "knorm": "key divided by its root mean square, times the gains (QK-norm)",
-    "gq": "gain of query feature j (QK-norm; the book's `q_norm.scale`)",
-    "gk": "gain of key feature j (QK-norm; the book's `k_norm.scale`)",
-    "u": "latent of token m, feature f: what the cache keeps (latent attention)",
-    "wdkv": "down-projection weight to the latent (the book's `W_DKV`)",
-    "wuk": "up-projection weight from the latent to the keys (the book's `W_UK`)",
-    "wuv": "up-projection weight from the latent to the values (the book's `W_UV`)",
-}
-
-_OTHER = (
-    (r"\lambda", "a constant added to every score of a row (shift invariance)"),
-    (r"\mathbb{E}, \operatorname{Var}", "expectation and variance (the stated assumptions)"),
-    (r"\mu_q, \sigma_q^{2}", "mean and variance of a query's components (likewise for keys)"),
-    (r"\delta_{p,t}", "the Kronecker delta: 1 when p = t, else 0"),
-    ("J", "the all-ones matrix"),
-    ("D_m", "the softmax's denominator of row m, in the explicit sections"),
-    (r"\circ", "the entry-wise (Hadamard) product"),
-    (r"\bar{Y}", "the gradient of the loss L with respect to Y, shaped like Y"),
-)
 
 #: The dimension strings of `attention`'s jaxtyping annotations: what each holds, and where.
 _JAXTYPING = (
@@ -151,21 +69,23 @@ _JAXTYPING = (
 )  # fmt: skip
 
 
+def _built_in() -> tuple:
+    from ..graph.entries import BUILT_IN
+
+    return BUILT_IN
+
+
 def _variant_graphs() -> list:
     """The graphs of the built-in entries after self-attention's causal and multi-head forms
     (the glossary lists the book's letters, not a user's)."""
-    from ..graph.entries import BUILT_IN
-
-    return [variant(found.name).graph for found in BUILT_IN]
+    return [variant(found.name).graph for found in _built_in()]
 
 
 def _per_head_rows() -> dict[str, tuple[sp.Expr, sp.Expr]]:
     """The rows of one number per head (ALiBi's slopes): 1 × h, as a combination with
     multi-head attention declares them (an entry alone has one head, 1 × 1)."""
-    from ..graph.entries import BUILT_IN
-
     found = {}
-    for entry in BUILT_IN:
+    for entry in _built_in():
         if entry.combines and entry.name != "multi-head":
             graph = variant(f"multi-head+{entry.name}").graph
             found |= {letter: shape for letter, shape in graph.shapes.items()
@@ -182,29 +102,53 @@ def _index(name: str) -> tuple[sp.Expr, sp.Expr]:
     return calculus.book_indices(L.BASES[name.removeprefix("d")])
 
 
+def _declared() -> tuple[list[Name], list[tuple[sp.Symbol, str]], list[Letter]]:
+    """What the built-in entries declare, in the registry's order, each once: the names, the
+    sizes and parameters (symbol, meaning) and the letters."""
+    names: dict[object, Name] = {}
+    sized: dict[sp.Symbol, str] = {}
+    letters: dict[str, Letter] = {}
+    for found in _built_in():
+        for item in found.notation:
+            if isinstance(item, Name):
+                names.setdefault(item.symbol, item)
+            elif item.meaning:
+                letters.setdefault(item.entry, item)
+        for record in (*found.sizes, *found.parameters):
+            sized.setdefault(record.symbol, record.meaning or record.text)
+    return list(names.values()), list(sized.items()), list(letters.values())
+
+
+def _symbol(symbol: sp.Symbol | str) -> str:
+    return symbol if isinstance(symbol, str) else latex(symbol)
+
+
 def glossary_markdown() -> str:
     """The glossary as GitHub Markdown (inline ``$…$`` math)."""
+    names, sized, letters = _declared()
+    sizes = [(n.symbol, n.meaning) for n in names if n.kind == "size"] + sized
     lines = [
         "# Notation",
         "",
-        "*Generated by `derive docs` from `derive/notation/letters.py`: the letters of section "
+        "*Generated by `derive docs` from the letters each entry of the registry declares: the "
+        "letters of section "
         "3.4 of *Build a Large Language Model (from Scratch)*, used alike by the SymPy symbols, "
         'the LaTeX documents and the jaxtyping shapes of `attention` (`"n d"`, `"d c"`, '
         '`"n n"`, `"n c"`, `"*batch"`, `"h"`). One letter, one meaning: the entries of $C$ are '
         "$z_{m,j}$, so that $c$ is only a width; a gradient carries a bar, so that $d$ is only "
         "a width.*",
         "",
-        "## Sizes",
+        "## Sizes and parameters",
         "",
         _row("symbol", "meaning"),
         _row("---", "---"),
-        *(_row(f"${latex(symbol)}$", text) for symbol, text in _SIZES),
+        *(_row(f"${_symbol(symbol)}$", text) for symbol, text in sizes),
         "",
         "## Indices (1-based)",
         "",
         _row("symbol", "runs over"),
         _row("---", "---"),
-        *(_row(f"${latex(symbol)}$", text) for symbol, text in _INDICES),
+        *(_row(f"${_symbol(n.symbol)}$", n.meaning) for n in names if n.kind == "index"),
         "",
         "## Matrices and their entries",
         "",
@@ -215,16 +159,16 @@ def glossary_markdown() -> str:
     for graph in (self_attention(causal=True), self_attention(heads=True), *_variant_graphs()):
         shapes |= {letter: shape for letter, shape in graph.shapes.items() if letter not in shapes}
     shapes |= _per_head_rows()
-    for name, text in _ENTRIES.items():
-        letter = L.BASES[name]
+    for record in letters:
+        letter = record.matrix
         matrix = latex(L.matrix_symbol(letter, *shapes[letter]))
-        entry = latex(L.base(name)[_index(name)])
+        entry = latex(L.base(record.entry)[_index(record.entry)])
         lines.append(
             _row(
                 f"${matrix}$",
                 f"${latex(shapes[letter][0])} \\times {latex(shapes[letter][1])}$",
                 f"${entry}$",
-                text,
+                record.meaning,
             )
         )
     lines += _gradient_rows()
@@ -234,7 +178,7 @@ def glossary_markdown() -> str:
         "",
         _row("symbol", "meaning"),
         _row("---", "---"),
-        *(_row(f"${symbol}$", text) for symbol, text in _OTHER),
+        *(_row(f"${_symbol(n.symbol)}$", n.meaning) for n in names if n.kind == "other"),
         "",
         "## Shapes in `attention` (jaxtyping)",
         "",

@@ -81,7 +81,8 @@ def _tex(block: Display) -> str:
 def _tag(provenance: Provenance) -> str:
     """The provenance as the reader sees it: a small tag in the margin, the how on hover."""
     how = f' title="{escape(provenance.how)}"' if provenance.how else ""
-    return f'<span class="provenance"{how}>{provenance.kind}</span>'
+    kind = provenance.kind
+    return f'<span class="provenance {kind}"{how}>{kind}</span>'
 
 
 def _display(block: Display) -> str:

@@ -17,19 +17,6 @@ AUTHORSHIP = (
 
 SHAPES = "The matrices and their shapes (rows by columns):"
 
-ROLES = {
-    "X": "input embeddings, one row per token",
-    "W_q": "query weights (learnable)",
-    "W_k": "key weights (learnable)",
-    "W_v": "value weights (learnable)",
-    "Q": "queries, one row per token",
-    "K": "keys, one row per token",
-    "V": "values, one row per token",
-    "Omega": "attention scores",
-    "Omega_scaled": "scaled scores",
-    "A": "attention weights",
-    "C": "context vectors, one row per token (the book's $z$)",
-}
 
 SATURATION_TEXT = (
     "The step-function behaviour, measured: for random queries and keys with independent "

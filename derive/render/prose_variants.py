@@ -47,6 +47,12 @@ VARIANT_COUNT = "Counted on the whole mechanism composed from its matrix forms:"
 
 FACTS_HEADING = "What SymPy derives"
 
+#: Before a claim of a user's variant that SymPy could not prove (and no draw refutes).
+UNPROVED_TEXT = (
+    "\\emph{Unproved.} SymPy could not prove this claim, and no counter-example was found at "
+    "the numbers it was tried at: it is shown as stated, not as derived."
+)
+
 COUNTS_HEADING = "What it costs"
 
 BATCH_TEXT = (

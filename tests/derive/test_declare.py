@@ -154,8 +154,8 @@ def test_a_mistake_in_a_declaration_is_one_line_naming_the_step(tmp_path, capsys
     ('"attention.functional.softmax_of_nothing"',
      r"step A \(odd_weights\): twin 'attention.functional.softmax_of_nothing' does not exist"),
     ("lambda s: s[..., :1]",
-     r"step A \(odd_weights\): twin <lambda> returned shape \(\d, 1\), the declaration says "
-     r"\(\d, \d\)"),
+     r"step A \(odd_weights\): twin <lambda>\(Omega_scaled: \d×\d\) returned shape \(\d, 1\), "
+     r"the declaration says \(\d, \d\)"),
 ])  # fmt: skip
 def test_a_twin_that_is_missing_or_misshapen_is_one_line(tmp_path, capsys, twin, message):
     spec = _file(tmp_path, f"""
@@ -193,13 +193,17 @@ def test_a_file_or_attribute_that_is_not_there(tmp_path, capsys):
     assert "write `from helper import V`" in err
 
 
-def test_a_claim_that_does_not_hold_stops_the_document(tmp_path, capsys):
+def test_a_claim_a_counter_example_refutes_stops_the_document(tmp_path, capsys):
     spec = _file(tmp_path, """
         V = declare.variant("liar", title="Liar", claims=[
             declare.claim(a[m, p], 2, title="Every weight is 2")])
     """) + ":V"
-    status, _, err = _run(capsys, "latex", "--variant", spec)
-    assert status == 2 and "fact equality does not hold" in err and err.count("\n") == 1
+    status, out, err = _run(capsys, "latex", "--variant", spec)
+    assert status == 2 and out == "" and err.count("\n") == 1, err
+    said = re.search(r"claim 'Every weight is 2' \(a\[m,p\] = 2\) is false: at (.*), left side "
+                     r"= ([\d.]+), right side = 2$", err.strip())
+    assert said is not None, err
+    assert "n = 3" in said.group(1) and 0 < float(said.group(2)) < 1  # a weight, at those values
 
 
 def test_parameters_take_defaults_in_the_sizes_and_values_from_the_command_line():

@@ -6,7 +6,8 @@ the softmax with the masked scores above the line and the unmasked ones below), 
 the output gets an axis of a grid (the head ℓ, the row m, the column p), every summation index a
 further axis that is summed away, and every entry x_{a,b} is gathered from its matrix at the
 grid's values of a and b. Sums, products, powers, exp, log, tanh, sin, cos, the sigmoid, ⌊·⌋,
-mod, Kronecker's δ, comparisons and Piecewise act on the whole grid at once (torch, float64,
+mod, Kronecker's δ, max, min, |·|, the step θ, sign, comparisons and Piecewise act on the
+whole grid at once (torch, float64,
 IEEE arithmetic: exp(−∞) = 0, and 0/0 is NaN).
 
 Beside each value it carries a first-order bound on the rounding error of an implementation in
@@ -145,6 +146,8 @@ class _Grid:
             (a, _), (b, _) = (self(arg, env) for arg in expr.args)
             return (_tensor(torch, a) == _tensor(torch, b)).double(), 0.0
         pairs = [self(arg, env) for arg in expr.args]
+        if isinstance(expr, sp.Max | sp.Min | sp.Abs | sp.Heaviside | sp.sign):
+            return self._piecewise_linear(expr, pairs)
         args = [value for value, _ in pairs]
         if isinstance(expr, sp.Add):  # k terms: (k − 1) roundings, each within u of Σ|x_i|
             value = _fold(args, lambda a, b: a + b)
@@ -162,6 +165,23 @@ class _Grid:
             (x, error), = pairs  # fmt: skip
             return apply(type(expr), _tensor(torch, x), _tensor(torch, error), u)
         return self._exact_operation(expr, args)
+
+    def _piecewise_linear(self, expr: sp.Basic, pairs: list) -> tuple[Any, Any]:
+        """max, min and |·| (each 1-Lipschitz: the operands' largest error carries over, and
+        nothing is rounded); the step θ and sign, exact (their value at a rounded operand is
+        taken as theirs at the exact one: an operand within its error of 0 is not told apart)."""
+        torch = self.torch
+        values = [_tensor(torch, value) for value, _ in pairs]
+        errors = [_tensor(torch, error) for _, error in pairs]
+        if isinstance(expr, sp.Heaviside):  # θ(0) as SymPy's, 1/2 unless a second argument says
+            at_zero = values[1] if len(values) > 1 else 0.5
+            return torch.heaviside(values[0], _tensor(torch, at_zero).to(values[0].dtype)), 0.0
+        if isinstance(expr, sp.sign):
+            return torch.sign(values[0]), 0.0
+        if isinstance(expr, sp.Abs):
+            return values[0].abs(), errors[0]
+        pick = torch.maximum if isinstance(expr, sp.Max) else torch.minimum
+        return _fold(values, pick), _fold(errors, torch.maximum)
 
     def _exact_operation(self, expr: sp.Basic, args: list) -> tuple[Any, Any]:
         """Operations on indices and conditions: exact."""

@@ -2,9 +2,12 @@
 twins and words), registered by one line here: the order of `derive.variants()`; and the titles
 of the combinations that have a name of their own."""
 
+# self-attention's letters first (X, W_q, …, C), then the masks' and the heads': the others'
+# declarations read them when they are imported
+from . import self_attention  # isort: skip
+from . import causal, multi_head  # isort: skip
 from . import (
     alibi,
-    causal,
     cross_attention,
     flash,
     gate,
@@ -14,11 +17,9 @@ from . import (
     llama3_rope,
     masked,
     mla,
-    multi_head,
     partial_rope,
     qk_norm,
     rope,
-    self_attention,
     sinks,
     sliding_window,
     softcap,
@@ -49,12 +50,15 @@ BUILT_IN = (
 )
 
 #: Combinations whose title names the model that uses them (parts in their order).
-MODELS = {("gqa", "rope"): "Llama 3", ("gqa", "qk-norm", "rope"): "Qwen 3",
-          ("gqa", "qk-norm", "partial-rope", "gate"): "Qwen 3.5 (its full-attention layers)",
-          ("gqa", "sliding-window", "sinks"): "GPT-OSS (its sliding layers, without RoPE)",
-          ("gqa", "sliding-window", "qk-norm", "rope"): "Gemma 3 (its local layers)",
-          ("gqa", "whole-qk-norm", "rope"): "OLMo 3 (its full-attention layers)",
-          ("gqa", "sliding-window", "whole-qk-norm", "rope"): "OLMo 3 (its sliding layers)"}
+MODELS = {
+    ("gqa", "rope"): "Llama 3",
+    ("gqa", "qk-norm", "rope"): "Qwen 3",
+    ("gqa", "qk-norm", "partial-rope", "gate"): "Qwen 3.5 (its full-attention layers)",
+    ("gqa", "sliding-window", "sinks"): "GPT-OSS (its sliding layers, without RoPE)",
+    ("gqa", "sliding-window", "qk-norm", "rope"): "Gemma 3 (its local layers)",
+    ("gqa", "whole-qk-norm", "rope"): "OLMo 3 (its full-attention layers)",
+    ("gqa", "sliding-window", "whole-qk-norm", "rope"): "OLMo 3 (its sliding layers)",
+}
 #: Combinations with a title of their own.
 TITLES: dict[tuple[str, ...], str] = {
     ("multi-head", "causal"): "Causal multi-head attention",

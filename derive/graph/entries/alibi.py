@@ -17,10 +17,49 @@ import sympy as sp
 from sympy import Eq
 
 from ...notation import letters as L
+from ...notation.letters import Letter, register_letter
 from ..claims import Equality, RowsSumToOne, ShiftInvariance
 from ..declaration import Declaration, Graph
 from ..twins import StepTwin
 from ..variant import Variant
+
+#: The distances, the slopes and the biased scores.
+GAP = register_letter(
+    Letter(
+        "Delta",
+        "gap",
+        r"\Delta",
+        r"\Delta",
+        meaning="distance of key p before query m, $m - p$ (ALiBi)",
+        indices=(L.m, L.p),
+        constant=True,
+        after="mu",
+    )
+)
+MU = register_letter(
+    Letter(
+        "Mu",
+        "mu",
+        r"\mu",
+        r"\mu",
+        meaning="slope of head $\\ell$'s linear bias (ALiBi)",
+        indices=(sp.S.One, L.ell),
+        after="phi",
+        gradient_after="dgk",
+    )
+)
+OMEGA_BIASED = register_letter(
+    Letter(
+        "Omega_biased",
+        "omegabias",
+        r"\dot{\Omega}",
+        r"\dot{\omega}",
+        meaning="score with ALiBi's bias, $\\tilde\\omega_{m,p} - \\mu_{1,\\ell} (m - p)$",
+        indices=(L.m, L.p),
+        after="omegacap",
+        gradient_after="domegacap",
+    )
+)
 
 __all__ = ["VARIANT", "alibi_scores", "with_alibi"]
 
@@ -98,21 +137,29 @@ VARIANT = Variant(
     base="causal",
     build=with_alibi,
     claims=(
-        Equality(_bias(L.m + L.t, L.p + L.t), _bias(L.m, L.p),
-                 "The bias depends on the distance only",
-                 text="Moving a query and a key by the same number of tokens $t$ leaves their "
-                 "bias as it was: it depends on the positions only through $m - p$."),
-        Equality(sp.Subs(_BIASED[L.m, L.p], _SLOPE, 0), _SCALED[L.m, L.p],
-                 "With zero slopes, no bias",
-                 text="A head whose slope is 0 scores as the attention ALiBi modifies:"),
+        Equality(
+            _bias(L.m + L.t, L.p + L.t),
+            _bias(L.m, L.p),
+            "The bias depends on the distance only",
+            text="Moving a query and a key by the same number of tokens $t$ leaves their "
+            "bias as it was: it depends on the positions only through $m - p$.",
+        ),
+        Equality(
+            sp.Subs(_BIASED[L.m, L.p], _SLOPE, 0),
+            _SCALED[L.m, L.p],
+            "With zero slopes, no bias",
+            text="A head whose slope is 0 scores as the attention ALiBi modifies:",
+        ),
         ShiftInvariance(
             text="BLOOM adds $\\mu_\\ell\\, p$ to the scores instead of $-\\mu_\\ell (m - p)$: "
             "the two differ by $\\mu_\\ell\\, m$, the same for every key of row $m$, and a "
             "constant added to a row leaves its weights unchanged, so both give the same "
-            "attention:"),
+            "attention:"
+        ),
         RowsSumToOne(),
     ),  # fmt: skip
     options=(("alibi", "Mu"),),
     rank=46,
     short="ALiBi",
+    notation=(GAP, MU, OMEGA_BIASED),
 )

@@ -9,11 +9,38 @@ variants it joins.
 from __future__ import annotations
 
 from ...notation import letters as L
+from ...notation.letters import Letter, register_letter
 from .. import attention as S
 from ..claims import RowsSumToOne
 from ..declaration import Declaration, Graph
 from ..twins import ModuleTwin
 from ..variant import Document, Variant
+
+#: The mask, 0 or −∞, and the scores it masks (causal and masked attention).
+MASK = register_letter(
+    Letter(
+        "M",
+        "mask",
+        "M",
+        "M",
+        meaning="mask: 0 where token m may attend to p, minus infinity where not",
+        indices=(L.m, L.p),
+        constant=True,
+        after="omegahat",
+    )
+)
+OMEGA_MASKED = register_letter(
+    Letter(
+        "Omega_masked",
+        "omegahat",
+        r"\hat{\Omega}",
+        r"\hat{\omega}",
+        meaning="masked score",
+        indices=(L.m, L.p),
+        after="omegabias",
+        gradient_after="domegabias",
+    )
+)
 
 __all__ = ["VARIANT", "with_mask"]
 
@@ -59,9 +86,11 @@ VARIANT = Variant(
     build=lambda graph: with_mask(graph, S.causal_mask(), "causal"),
     claims=(RowsSumToOne(),),
     options=(("causal", True),),
-    also=(ModuleTwin("attention.CausalAttention", (L.d, L.c, L.n, 0.0), _LINEAR,
-                     implies=("causal",)),),  # fmt: skip
+    also=(
+        ModuleTwin("attention.CausalAttention", (L.d, L.c, L.n, 0.0), _LINEAR, implies=("causal",)),
+    ),  # fmt: skip
     rank=30,
     short="causal attention",
     document=Document(sections=(*Document().sections, "example")),
+    notation=(MASK, OMEGA_MASKED),
 )

@@ -5,12 +5,25 @@ and s keys instead of n. Its twin: `attention.functional.cross_attention`."""
 from __future__ import annotations
 
 from ...notation import letters as L
+from ...notation.letters import Letter, register_letter
 from .. import attention as S
 from ..claims import BEFORE, RowsSumToOne, SameAs
 from ..declaration import Graph
 from ..sizes import AtLeast, Size
 from ..twins import Twin
 from ..variant import Variant
+
+#: The sequence the keys and values are read from.
+Y = register_letter(
+    Letter(
+        "Y",
+        "y",
+        meaning="entry p of the sequence the keys and values come from (cross-attention)",
+        indices=(L.p, L.i),
+        after="x",
+        gradient_after="dx",
+    )
+)
 
 __all__ = ["VARIANT", "CROSS", "cross_attention"]
 
@@ -37,9 +50,12 @@ VARIANT = Variant(
     build=cross_attention,
     claims=(RowsSumToOne(),
             SameAs(BEFORE, substitute=((L.base("y"), L.base("x")), (L.s, L.n), (L.d_y, L.d)))),
-    sizes=(Size(L.s, 4, "keys read from Y"), Size(L.d_y, 5, "the width of Y")),
+    sizes=(Size(L.s, 4, "keys read from Y",
+                meaning="keys read from another sequence $Y$ (cross-attention)"),
+           Size(L.d_y, 5, "the width of Y", meaning="width of an entry of $Y$ (cross-attention)")),
     draws=(AtLeast(L.s, 2, "with one key every weight is 1"),),
     twin=Twin("attention.functional.cross_attention", ("X", "Y", "W_q", "W_k", "W_v")),
     rank=10,
     combines=False,
+    notation=(Y,),
 )  # fmt: skip

@@ -12,6 +12,7 @@ fast path and the explicit path of self-attention.
 from __future__ import annotations
 
 from ...notation import letters as L
+from ...notation.letters import Letter, register_letter
 from ..claims import (
     BlockedBackward,
     BlockedCost,
@@ -23,6 +24,12 @@ from ..claims import (
 from ..sizes import AtLeast, Size
 from ..twins import GradientTwin, StateTwin, Twin
 from ..variant import Document, Variant
+
+#: FlashAttention's state after block t (`derive.proofs.online_softmax`): μ^{(t)}_{m,1},
+#: ℓ^{(t)}_{m,1}, o^{(t)}_{m,j}, indexed (t, m, j) as a head's entries are.
+MU_STATE = register_letter(Letter("Mu_state", "mustate", r"\mu", r"\mu", indices=(L.m, 1)))
+ELL_STATE = register_letter(Letter("Ell_state", "ellstate", r"\ell", r"\ell", indices=(L.m, 1)))
+O_STATE = register_letter(Letter("O_state", "ostate", "O", "o", indices=(L.m, L.j)))
 
 __all__ = ["VARIANT"]
 
@@ -216,8 +223,20 @@ VARIANT = Variant(
         ),
     ),  # fmt: skip
     sizes=(
-        Size(L.B_r, 2, "the queries of a block", option="block-rows"),
-        Size(L.B_c, 2, "the keys of a block", option="block-keys"),
+        Size(
+            L.B_r,
+            2,
+            "the queries of a block",
+            option="block-rows",
+            meaning="the queries of a block (FlashAttention's $B_r$)",
+        ),
+        Size(
+            L.B_c,
+            2,
+            "the keys of a block",
+            option="block-keys",
+            meaning="the keys of a block (FlashAttention's $B_c$)",
+        ),
     ),
     requires=(
         AtLeast(L.B_r, 1, "a block holds at least one query"),
@@ -258,4 +277,5 @@ VARIANT = Variant(
         figures=("flash-rounding",),
         states="derive.proofs.online_softmax.block_states",
     ),  # fmt: skip
+    notation=(MU_STATE, ELL_STATE, O_STATE),
 )

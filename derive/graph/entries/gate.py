@@ -18,10 +18,50 @@ from sympy import Eq, Sum
 
 from ...notation import letters as L
 from ...notation.functions import Sigmoid
+from ...notation.letters import Letter, register_letter
 from ..claims import Bound, Equality, RowsSumToOne
 from ..declaration import Declaration, Graph
 from ..twins import StepTwin
 from ..variant import Variant
+
+#: The gate's weights, its logits and the gated context.
+W_G = register_letter(
+    Letter(
+        "W_g",
+        "wg",
+        "W_g",
+        "(W_g)",
+        meaning="gate weight from input feature i to the gate logit of feature j (output gate)",
+        indices=(L.i, L.j),
+        after="wuv",
+        gradient_after="dwuv",
+    )
+)
+GAMMA = register_letter(
+    Letter(
+        "Gamma",
+        "gamma",
+        r"\Gamma",
+        r"\gamma",
+        meaning="gate logit of token m, feature j, $\\gamma = X W_g$ (output gate)",
+        indices=(L.m, L.j),
+        after="sink",
+        gradient_after="ctx",
+    )
+)
+C_GATED = register_letter(
+    Letter(
+        "C_gated",
+        "ctxgated",
+        r"\tilde{C}",
+        r"\tilde{z}",
+        meaning="the heads' context vectors gated, $\\hat z_{m,j} \\sigma(\\gamma_{m,j})$ "
+        "(Qwen 3.5's output gate)",
+        indices=(L.m, L.j),
+        after="u",
+        gradient_after="a",
+    )
+)
 
 __all__ = ["VARIANT", "gate_logits", "output_gate", "with_gate"]
 
@@ -83,16 +123,24 @@ VARIANT = Variant(
     base="multi-head",
     build=with_gate,
     claims=(
-        Equality(sp.Subs(_GATED[L.m, L.j], _GAMMA[L.m, L.j], sp.oo), _MERGED[L.m, L.j],
-                 "A gate wide open is no gate",
-                 text="As a logit grows, its sigmoid tends to 1 and the gated feature to the "
-                 "feature itself: with every gate open the attention is the one it gates."),
-        Bound(_GATED[L.m, L.j] ** 2, _MERGED[L.m, L.j] ** 2, "The gate never amplifies",
-              text="A gated feature is never larger in magnitude than the feature: "
-              "$0 < \\sigma < 1$."),
+        Equality(
+            sp.Subs(_GATED[L.m, L.j], _GAMMA[L.m, L.j], sp.oo),
+            _MERGED[L.m, L.j],
+            "A gate wide open is no gate",
+            text="As a logit grows, its sigmoid tends to 1 and the gated feature to the "
+            "feature itself: with every gate open the attention is the one it gates.",
+        ),
+        Bound(
+            _GATED[L.m, L.j] ** 2,
+            _MERGED[L.m, L.j] ** 2,
+            "The gate never amplifies",
+            text="A gated feature is never larger in magnitude than the feature: "
+            "$0 < \\sigma < 1$.",
+        ),
         RowsSumToOne(),
     ),  # fmt: skip
     options=(("w_g", "W_g"),),
     rank=60,
     short="output gate",
+    notation=(W_G, GAMMA, C_GATED),
 )

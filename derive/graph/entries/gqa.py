@@ -16,12 +16,15 @@ import sympy as sp
 from sympy import Eq, floor
 
 from ...notation import letters as L
+from ...notation.letters import Name
 from .. import attention as S
 from ..claims import BEFORE, CacheAgainst, RowsSumToOne, SameAs, SameForEveryHead, WeightCount
 from ..declaration import Declaration, Graph
 from ..sizes import Divides, Size
 from ..twins import Twin
 from ..variant import Variant
+
+NAMES = (Name(L.nu, "a group of keys and values (grouped-query attention)", "index"),)
 
 __all__ = ["VARIANT", "GROUPED", "group_of", "split_groups", "grouped"]
 
@@ -78,8 +81,16 @@ VARIANT = Variant(
         CacheAgainst(("K", "V")),
         WeightCount(("W_k", "W_v")),
     ),
-    sizes=(Size(L.g, 1, "groups of keys and values"),),
+    sizes=(
+        Size(
+            L.g,
+            1,
+            "groups of keys and values",
+            meaning="groups of keys and values (grouped-query attention): $h/g$ heads share one",
+        ),
+    ),
     twin=Twin("attention.grouped.grouped_query_attention", ("X", "W_q", "W_k", "W_v", "W_o?")),
     options=(("groups", L.g),),
     rank=20,
+    notation=NAMES,
 )

@@ -75,10 +75,31 @@ VARIANT = Variant(
     build=with_llama3_rope,
     claims=(RowsSumToOne(), RelativePosition()),
     parameters=(
-        Parameter(L.eta, sp.Integer(32), "the factor of the slow frequencies (Llama 3.2's)"),
-        Parameter(L.alpha_l, sp.Integer(1), "the low frequency factor"),
-        Parameter(L.alpha_h, sp.Integer(4), "the high frequency factor"),
-        Parameter(L.L_0, sp.Integer(8192), "the context length first trained at"),
+        Parameter(
+            L.eta,
+            sp.Integer(32),
+            "the factor of the slow frequencies (Llama 3.2's)",
+            meaning="the factor of RoPE's slow frequencies (Llama 3.1's `factor`; Llama 3.2: 32)",
+        ),
+        Parameter(
+            L.alpha_l,
+            sp.Integer(1),
+            "the low frequency factor",
+            meaning="Llama 3.1's `low_freq_factor` (1): slow pairs' wavelengths pass "
+            "$L_0/\\alpha_l$",
+        ),
+        Parameter(
+            L.alpha_h,
+            sp.Integer(4),
+            "the high frequency factor",
+            meaning="Llama 3.1's `high_freq_factor` (4): fast pairs' are below $L_0/\\alpha_h$",
+        ),
+        Parameter(
+            L.L_0,
+            sp.Integer(8192),
+            "the context length first trained at",
+            meaning="the context length a Llama 3.1 model was first trained at (8192)",
+        ),
     ),
     draws=(AtLeast(L.c, 8, "a frequency in the blended band (at β = 10 000)"),),
     options=(("freq_config", FREQ_CONFIG),),

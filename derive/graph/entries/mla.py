@@ -15,12 +15,62 @@ from __future__ import annotations
 from sympy import Eq, Sum
 
 from ...notation import letters as L
+from ...notation.letters import Letter, Name, register_letter
 from .. import attention as S
 from ..claims import Absorption, CacheAgainst, RowsSumToOne
 from ..declaration import Declaration, Graph
 from ..sizes import Size
 from ..twins import Twin
 from ..variant import Variant
+
+#: The shared latent of keys and values, and its projections.
+U = register_letter(
+    Letter(
+        "U",
+        "u",
+        meaning="latent of token m, feature f: what the cache keeps (latent attention)",
+        indices=(L.m, L.f),
+        after="y",
+        gradient_after="dv",
+    )
+)
+W_DKV = register_letter(
+    Letter(
+        "W_dkv",
+        "wdkv",
+        "W_{dkv}",
+        "(W_{dkv})",
+        meaning="down-projection weight to the latent (the book's `W_DKV`)",
+        indices=(L.i, L.f),
+        after="wq",
+        gradient_after="dwq",
+    )
+)
+W_UK = register_letter(
+    Letter(
+        "W_uk",
+        "wuk",
+        "W_{uk}",
+        "(W_{uk})",
+        meaning="up-projection weight from the latent to the keys (the book's `W_UK`)",
+        indices=(L.f, L.j),
+        after="wv",
+        gradient_after="dwv",
+    )
+)
+W_UV = register_letter(
+    Letter(
+        "W_uv",
+        "wuv",
+        "W_{uv}",
+        "(W_{uv})",
+        meaning="up-projection weight from the latent to the values (the book's `W_UV`)",
+        indices=(L.f, L.j),
+        after="wuk",
+        gradient_after="dwuk",
+    )
+)
+NAMES = (Name(L.f, "a feature of the latent $U$ (multi-head latent attention)", "index"),)
 
 __all__ = ["VARIANT", "latent", "from_latent", "with_latent"]
 
@@ -51,7 +101,6 @@ def from_latent(which: str) -> Declaration:
     )
 
 
-
 def with_latent(graph: Graph) -> Graph:
     """`graph` with its keys and values up-projected from the latent U (inserted before them)."""
     steps = graph.with_step(from_latent("k")).with_step(from_latent("v"))
@@ -70,8 +119,16 @@ VARIANT = Variant(
     base="causal+multi-head",
     build=with_latent,
     claims=(RowsSumToOne(), Absorption(), CacheAgainst(("U",))),
-    sizes=(Size(L.d_u, 2, "the width of the latent"),),
+    sizes=(
+        Size(
+            L.d_u,
+            2,
+            "the width of the latent",
+            meaning="width of the latent $U$ of keys and values (multi-head latent attention)",
+        ),
+    ),
     twin=Twin("attention.latent.latent_attention", ("X", "W_q", "W_dkv", "W_uk", "W_uv", "W_o")),
     rank=20,
     combines=False,
+    notation=(U, W_DKV, W_UK, W_UV, *NAMES),
 )

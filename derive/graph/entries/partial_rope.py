@@ -90,7 +90,14 @@ VARIANT = Variant(
     base="rope",
     build=with_partial_rope,
     claims=(RowsSumToOne(), RelativePosition()),
-    sizes=(Size(L.c_r, 2, "the rotated width of each head (partial RoPE)"),),
+    sizes=(
+        Size(
+            L.c_r,
+            2,
+            "the rotated width of each head (partial RoPE)",
+            meaning="the rotated width of each head (partial RoPE: its first $c_r$ features)",
+        ),
+    ),
     draws=(AtLeast(L.c, L.c_r + 2, "features left unrotated, or it is RoPE"),),
     options=(("rope_width", L.c_r),),
     rank=51,

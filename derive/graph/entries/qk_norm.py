@@ -16,11 +16,62 @@ import sympy as sp
 from sympy import Eq, Sum, sqrt
 
 from ...notation import letters as L
+from ...notation.letters import Letter, register_letter
 from ..claims import RowsSumToOne, ScoreBound
 from ..declaration import Declaration, Graph
 from ..sizes import Parameter
 from ..twins import StepTwin, Twin
 from ..variant import Document, Variant
+
+#: The normalised queries and keys, and their gains.
+Q_NORM = register_letter(
+    Letter(
+        "Q_norm",
+        "qnorm",
+        r"\check{Q}",
+        r"\check{q}",
+        meaning="query divided by its root mean square, times the gains (QK-norm)",
+        indices=(L.m, L.j),
+        after="qrot",
+        gradient_after="dkrot",
+    )
+)
+K_NORM = register_letter(
+    Letter(
+        "K_norm",
+        "knorm",
+        r"\check{K}",
+        r"\check{k}",
+        meaning="key divided by its root mean square, times the gains (QK-norm)",
+        indices=(L.p, L.j),
+        after="krot",
+        gradient_after="dqnorm",
+    )
+)
+G_Q = register_letter(
+    Letter(
+        "G_q",
+        "gq",
+        r"\gamma_q",
+        r"(\gamma_q)",
+        meaning="gain of query feature j (QK-norm; the book's `q_norm.scale`)",
+        indices=(sp.S.One, L.j),
+        after="q",
+        gradient_after="dy",
+    )
+)
+G_K = register_letter(
+    Letter(
+        "G_k",
+        "gk",
+        r"\gamma_k",
+        r"(\gamma_k)",
+        meaning="gain of key feature j (QK-norm; the book's `k_norm.scale`)",
+        indices=(sp.S.One, L.j),
+        after="k",
+        gradient_after="dgq",
+    )
+)
 
 __all__ = ["EPS", "NORMED", "VARIANT", "rms_norm", "with_qk_norm"]
 
@@ -56,7 +107,12 @@ def rms_norm(which: str, head: bool, rows: sp.Expr, *, width: sp.Expr | None = N
 
 
 #: The ε of the RMS norm (the book's Qwen 3 and OLMo 3: 10⁻⁶).
-EPS = Parameter(L.eps, sp.Rational(1, 10**6), "the ε of the RMS norm")
+EPS = Parameter(
+    L.eps,
+    sp.Rational(1, 10**6),
+    "the ε of the RMS norm",
+    meaning="the constant under the root of an RMS normalisation (QK-norm; $10^{-6}$)",
+)
 
 
 def with_qk_norm(graph: Graph) -> Graph:
@@ -94,4 +150,5 @@ VARIANT = Variant(
     options=(("q_gain", "G_q"), ("k_gain", "G_k"), ("eps", L.eps)),
     rank=40,
     document=Document(figures=("softmax-saturation-qk-norm",)),
+    notation=(Q_NORM, K_NORM, G_Q, G_K),
 )

@@ -26,11 +26,62 @@ import sympy as sp
 from sympy import Eq, KroneckerDelta, Piecewise, Sum, cos, sin
 
 from ...notation import letters as L
+from ...notation.letters import Letter, register_letter
 from ..claims import BEFORE, RelativePosition, RowsSumToOne, ZeroAngles
 from ..declaration import Declaration, Graph
 from ..sizes import Even, Parameter
 from ..twins import StepTwin, Twin
 from ..variant import Variant
+
+#: The angles, the rotation of the pairs, and the rotated queries and keys.
+PHI = register_letter(
+    Letter(
+        "Phi",
+        "phi",
+        r"\Phi",
+        r"\phi",
+        meaning="rotary angle of token m, feature j: its position times the pair's frequency",
+        indices=(L.m, L.j),
+        constant=True,
+        after="rot",
+    )
+)
+ROT = register_letter(
+    Letter(
+        "R",
+        "rot",
+        "R",
+        "R",
+        meaning="the rotation of RoPE's pairs: $x R$ is $[-x_2\\ x_1]$ (the book's rotate half)",
+        indices=(L.j2, L.j),
+        constant=True,
+        after="mask",
+    )
+)
+Q_ROT = register_letter(
+    Letter(
+        "Q_rot",
+        "qrot",
+        r"\mathring{Q}",
+        r"\mathring{q}",
+        meaning="query rotated by its position (RoPE)",
+        indices=(L.m, L.j),
+        after="du",
+        gradient_after="da",
+    )
+)
+K_ROT = register_letter(
+    Letter(
+        "K_rot",
+        "krot",
+        r"\mathring{K}",
+        r"\mathring{k}",
+        meaning="key rotated by its position (RoPE)",
+        indices=(L.p, L.j),
+        after="wo",
+        gradient_after="dqrot",
+    )
+)
 
 __all__ = ["VARIANT", "rope_angles", "rotate_half", "apply_rope", "with_rope", "rotations_told"]
 
@@ -158,9 +209,17 @@ VARIANT = Variant(
     base="causal",
     build=with_rope,
     claims=(RowsSumToOne(), RelativePosition(), ZeroAngles(BEFORE)),
-    parameters=(Parameter(L.beta, sp.Integer(10_000), "the base of the rotary angles"),),
+    parameters=(
+        Parameter(
+            L.beta,
+            sp.Integer(10_000),
+            "the base of the rotary angles",
+            meaning="base of the rotary angles (RoPE; the book's `theta_base`, 10 000)",
+        ),
+    ),
     twin=Twin("attention.grouped.grouped_query_attention", ("X", "W_q", "W_k", "W_v", "W_o?")),
     options=(("theta_base", L.beta),),
     rank=50,
     short="RoPE",
+    notation=(PHI, ROT, Q_ROT, K_ROT),
 )

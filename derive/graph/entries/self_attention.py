@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...notation import letters as L
+from ...notation.letters import Letter, Name, register_letter
 from .. import attention as S
 from ..claims import (
     RowsSumToOne,
@@ -27,6 +28,161 @@ from ..sizes import AtLeast
 from ..twins import GradientTwin, ModuleTwin, Twin
 from ..variant import Document, Group, Show, Variant
 from . import self_attention_words as W
+
+#: The book's letters (section 3.4), in the order a product reads them (x W, q k, a v).
+X = register_letter(
+    Letter(
+        "X",
+        "x",
+        meaning="input embedding of token m, feature i",
+        indices=(L.m, L.i),
+        role="input embeddings, one row per token",
+    )
+)
+W_Q = register_letter(
+    Letter(
+        "W_q",
+        "wq",
+        "W_q",
+        "(W_q)",
+        meaning="query weight from input feature i to query feature j",
+        indices=(L.i, L.j),
+        after="gq",
+        gradient_after="dsink",
+        role="query weights (learnable)",
+    )
+)
+W_K = register_letter(
+    Letter(
+        "W_k",
+        "wk",
+        "W_k",
+        "(W_k)",
+        meaning="key weight",
+        indices=(L.i, L.j),
+        after="wdkv",
+        gradient_after="dwdkv",
+        role="key weights (learnable)",
+    )
+)
+W_V = register_letter(
+    Letter(
+        "W_v",
+        "wv",
+        "W_v",
+        "(W_v)",
+        meaning="value weight",
+        indices=(L.i, L.j),
+        after="wk",
+        gradient_after="dwk",
+        role="value weights (learnable)",
+    )
+)
+Q = register_letter(
+    Letter(
+        "Q",
+        "q",
+        meaning="query of token m, feature j",
+        indices=(L.m, L.j),
+        after="qnorm",
+        gradient_after="dknorm",
+        role="queries, one row per token",
+    )
+)
+K = register_letter(
+    Letter(
+        "K",
+        "k",
+        meaning="key of token p, feature j",
+        indices=(L.p, L.j),
+        after="knorm",
+        gradient_after="dq",
+        role="keys, one row per token",
+    )
+)
+V = register_letter(
+    Letter(
+        "V",
+        "v",
+        meaning="value of token p, feature j",
+        indices=(L.p, L.j),
+        after="gk",
+        gradient_after="dk",
+        role="values, one row per token",
+    )
+)
+OMEGA = register_letter(
+    Letter(
+        "Omega",
+        "omega",
+        r"\Omega",
+        r"\omega",
+        meaning="attention score of token m for token p",
+        indices=(L.m, L.p),
+        after="v",
+        gradient_after="dgamma",
+        role="attention scores",
+    )
+)
+OMEGA_SCALED = register_letter(
+    Letter(
+        "Omega_scaled",
+        "omegatilde",
+        r"\tilde{\Omega}",
+        r"\tilde{\omega}",
+        meaning="scaled score",
+        indices=(L.m, L.p),
+        after="omega",
+        gradient_after="domega",
+        role="scaled scores",
+    )
+)
+A = register_letter(
+    Letter(
+        "A",
+        "a",
+        meaning="attention weight of token m on token p",
+        indices=(L.m, L.p),
+        after="ctxcat",
+        gradient_after="domegahat",
+        role="attention weights",
+    )
+)
+C = register_letter(
+    Letter(
+        "C",
+        "ctx",
+        "C",
+        "z",
+        meaning="context vector of token m (the book's z), feature j",
+        indices=(L.m, L.j),
+        after="dctx",
+        gradient_after="dctxgated",
+        role="context vectors, one row per token (the book's $z$)",
+    )
+)
+#: The sizes, indices and other symbols of the book's section 3.4.
+NAMES = (
+    Name(L.n, "tokens in the sequence (rows of $X$)", "size"),
+    Name(L.d, "width of an input embedding (columns of $X$)", "size"),
+    Name(L.c, "width of the query, key, value and context vectors", "size"),
+    Name(L.m, "a token, as the one that attends (a query; rows of $\\Omega$, $A$, $C$)", "index"),
+    Name(L.p, "a token, as the one attended to (a key; columns of $\\Omega$, $A$)", "index"),
+    Name(L.r, "the token summed over in the softmax's denominator", "index"),
+    Name(L.t, "a second key (the Jacobian of the softmax, the chain rule)", "index"),
+    Name(L.i, "an input feature (columns of $X$, rows of the weights)", "index"),
+    Name(L.j, "a context feature (columns of $Q$, $K$, $V$, $C$)", "index"),
+    Name(L.j2, "a second context feature (the variance of a score)", "index"),
+    Name(L.b, "a sequence in a batch", "index"),
+    Name(r"\lambda", "a constant added to every score of a row (shift invariance)"),
+    Name(r"\mathbb{E}, \operatorname{Var}", "expectation and variance (the stated assumptions)"),
+    Name(r"\mu_q, \sigma_q^{2}", "mean and variance of a query's components (likewise for keys)"),
+    Name(r"\delta_{p,t}", "the Kronecker delta: 1 when p = t, else 0"),
+    Name("J", "the all-ones matrix"),
+    Name("D_m", "the softmax's denominator of row m, in the explicit sections"),
+    Name(r"\circ", "the entry-wise (Hadamard) product"),
+    Name(r"\bar{Y}", "the gradient of the loss L with respect to Y, shaped like Y"),
+)
 
 __all__ = ["VARIANT", "graph"]
 
@@ -100,4 +256,5 @@ VARIANT = Variant(
         figures=("softmax-saturation",),
         backward=_BACKWARD,
     ),
+    notation=(X, W_Q, W_K, W_V, Q, K, V, OMEGA, OMEGA_SCALED, A, C, *NAMES),
 )  # fmt: skip

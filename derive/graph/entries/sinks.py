@@ -16,10 +16,25 @@ import sympy as sp
 from sympy import Eq, exp
 
 from ...notation import letters as L
+from ...notation.letters import Letter, register_letter
 from ..claims import BEFORE, RowsSumWithSink, SameAs
 from ..declaration import Declaration, Graph
 from ..twins import StepTwin
 from ..variant import Variant
+
+#: The sinks' logits, one per head.
+ZETA = register_letter(
+    Letter(
+        "Zeta",
+        "sink",
+        r"\zeta",
+        r"\zeta",
+        meaning="logit of head $\\ell$'s attention sink, in each row's denominator (GPT-OSS)",
+        indices=(sp.S.One, L.ell),
+        after="gap",
+        gradient_after="dmu",
+    )
+)
 
 __all__ = ["VARIANT", "with_sinks", "sink_weights"]
 
@@ -64,13 +79,18 @@ VARIANT = Variant(
     claims=(
         RowsSumWithSink(
             text="Summed over the keys, a row's weights leave out what the sink takes, "
-            "$e^{\\zeta}$ over the row's denominator: they sum to less than 1."),
-        SameAs(BEFORE, substitute=((L.base("sink")[1, 1], -sp.oo),),
-               heading="A sink at minus infinity is no sink",
-               text="With $\\zeta \\to -\\infty$ its exponential vanishes from every "
-               "denominator, and the weights are those of the attention the sink joins:"),
+            "$e^{\\zeta}$ over the row's denominator: they sum to less than 1."
+        ),
+        SameAs(
+            BEFORE,
+            substitute=((L.base("sink")[1, 1], -sp.oo),),
+            heading="A sink at minus infinity is no sink",
+            text="With $\\zeta \\to -\\infty$ its exponential vanishes from every "
+            "denominator, and the weights are those of the attention the sink joins:",
+        ),
     ),  # fmt: skip
     options=(("sinks", "Zeta"),),
     rank=47,
     short="sinks",
+    notation=(ZETA,),
 )

@@ -45,9 +45,19 @@ VARIANT = Variant(
     "square, and a cache of keys and values needs to keep only the last $w$ of them.",
     base="causal",
     build=_windowed,
-    claims=(RowsSumToOne(), SameAs(BEFORE, assume=((L.w, L.n),)),
-            AllowedPairs(assume=((L.n, L.w),))),  # fmt: skip
-    sizes=(Size(L.w, 2, "the window"),),
+    claims=(
+        RowsSumToOne(),
+        SameAs(BEFORE, assume=((L.w, L.n),)),
+        AllowedPairs(assume=((L.n, L.w),)),
+    ),  # fmt: skip
+    sizes=(
+        Size(
+            L.w,
+            2,
+            "the window",
+            meaning="the window of sliding-window attention: a query sees its last $w$ keys",
+        ),
+    ),
     draws=(
         AtLeast(L.n, L.w + 1, "a window narrower than the sequence, or it is the causal mask"),
         AtLeast(L.w, 2, "a window of one key makes every weight 1"),

@@ -15,11 +15,26 @@ import sympy as sp
 from sympy import Eq, tanh
 
 from ...notation import letters as L
+from ...notation.letters import Letter, register_letter
 from ..claims import Bound, Equality, RowsSumToOne
 from ..declaration import Declaration, Graph
 from ..sizes import Parameter
 from ..twins import StepTwin
 from ..variant import Variant
+
+#: The capped scores.
+OMEGA_CAPPED = register_letter(
+    Letter(
+        "Omega_capped",
+        "omegacap",
+        r"\breve{\Omega}",
+        r"\breve{\omega}",
+        meaning="capped score, $\\kappa \\tanh(\\tilde\\omega_{m,p} / \\kappa)$ (softcapping)",
+        indices=(L.m, L.p),
+        after="omegatilde",
+        gradient_after="domegatilde",
+    )
+)
 
 __all__ = ["VARIANT", "softcapped_scores", "with_softcap"]
 
@@ -72,17 +87,33 @@ VARIANT = Variant(
     base="self-attention",
     build=with_softcap,
     claims=(
-        Bound(_CAPPED, L.kappa, "No score exceeds the cap",
-              text="However large a scaled score, its capped value stays below $\\kappa$ (and, "
-              "the same way, above $-\\kappa$):"),
+        Bound(
+            _CAPPED,
+            L.kappa,
+            "No score exceeds the cap",
+            text="However large a scaled score, its capped value stays below $\\kappa$ (and, "
+            "the same way, above $-\\kappa$):",
+        ),
         Bound(-L.kappa, _CAPPED, "No score falls below minus the cap", heading=""),
-        Equality(sp.Limit(_CAPPED, L.kappa, sp.oo), _SCALED, "An infinite cap is no cap",
-                 text="As the cap grows, the capped score tends to the scaled score: "
-                 "softcapping with $\\kappa \\to \\infty$ is the attention it modifies."),
+        Equality(
+            sp.Limit(_CAPPED, L.kappa, sp.oo),
+            _SCALED,
+            "An infinite cap is no cap",
+            text="As the cap grows, the capped score tends to the scaled score: "
+            "softcapping with $\\kappa \\to \\infty$ is the attention it modifies.",
+        ),
         RowsSumToOne(),
     ),  # fmt: skip
-    parameters=(Parameter(L.kappa, sp.Integer(50), "the cap (Gemma 2's attention cap)"),),
+    parameters=(
+        Parameter(
+            L.kappa,
+            sp.Integer(50),
+            "the cap (Gemma 2's attention cap)",
+            meaning="the cap of logit softcapping (Gemma 2: 50)",
+        ),
+    ),
     options=(("softcap", L.kappa),),
     rank=45,
     short="softcapping",
+    notation=(OMEGA_CAPPED,),
 )

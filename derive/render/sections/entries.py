@@ -74,13 +74,13 @@ def matrices(ea: ExplicitGraph, numbers: Numbers | None = None) -> Matrices:
     these sizes."""
     numbers = _fits(ea, numbers)
     found = [
-        _matrix(L.MATRIX_LATEX[letter], P.ROLES.get(letter, P.INPUT_ROLE), letter, entries, None,
+        _matrix(L.MATRIX_LATEX[letter], L.role(letter) or P.INPUT_ROLE, letter, entries, None,
                 numbers)
         for letter, entries in ea.inputs.items()
     ]  # fmt: skip
     for step in ea.steps:
         key = step.step.output.removesuffix("_l")
-        letter, role = L.MATRIX_LATEX[key], P.ROLES.get(key) or step.step.title or key
+        letter, role = L.MATRIX_LATEX[key], L.role(key) or step.step.title or key
         if step.head is not None:
             letter += f"^{{({step.head})}}"
             role += f" (head {step.head})"

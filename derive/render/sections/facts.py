@@ -16,7 +16,7 @@ from .. import prose_variants as PV
 from ..blocks import Block, Display, Heading, Prose, derived
 from .common import claim_blocks
 
-__all__ = ["facts", "counts", "batches", "batched", "PER_SEQUENCE"]
+__all__ = ["facts", "counts", "batches", "batched"]
 
 _WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
           "eleven", "twelve")  # fmt: skip
@@ -66,19 +66,20 @@ def counts(entry: Entry) -> list[Block]:
             Display(lines, derived(how, *sources))]  # fmt: skip
 
 
-#: The entries that belong to one sequence of a batch (the weights are shared by all).
-PER_SEQUENCE = ("x", "y", "q", "k", "v", "omega", "omegatilde", "omegahat", "mask", "a", "ctx",
-                "ctxcat")  # fmt: skip
+def _per_sequence(entry: sp.Basic) -> bool:
+    """An entry of a matrix that belongs to one sequence of a batch: one whose rows are tokens
+    (X, Q, Ω, A, C; the weights are shared by all)."""
+    if not isinstance(entry, Indexed):
+        return False
+    record = L.LETTERS.get(entry.base.label.name)
+    rows = record.indices[0] if record is not None and record.indices else None
+    return rows in (L.m, L.p)
 
 
 def batched(eq: sp.Eq) -> sp.Eq:
     """An equation for sequence b of a batch: each per-sequence entry gains the index b first
     (x_{b,m,i}, q_{b,m,j}, …); the weights keep their two indices."""
-
-    def per_sequence(expr: sp.Basic) -> bool:
-        return isinstance(expr, Indexed) and expr.base.label.name in PER_SEQUENCE
-
-    return eq.replace(per_sequence, lambda e: e.base[(L.b, *e.indices)])
+    return eq.replace(_per_sequence, lambda e: e.base[(L.b, *e.indices)])
 
 
 def batches(entry: Entry) -> list[Block]:

@@ -10,6 +10,7 @@ import sympy as sp
 from ... import calculus, proofs
 from ...graph import Entry, Graph
 from ...notation import latex
+from ...notation import letters as L
 from ...notation.lines import equation
 from .. import prose as P
 from .. import prose_variants as PV
@@ -54,7 +55,7 @@ def _composed(graph: Graph, step: calculus.Step) -> list[Block]:
     matrix = step.matrix.rhs.xreplace(forms)
     lines = (f"{latex(step.element.lhs)} &= {latex(element)}",
              f"{latex(step.matrix.lhs)} &= {latex(matrix)}")  # fmt: skip
-    named = " and ".join(P.ROLES.get(s.output, s.title.lower()) for s in graph.declarations
+    named = " and ".join((L.role(s.output) or s.title.lower()) for s in graph.declarations
                          if s.output in letters)  # fmt: skip
     how = f"the {named}' declaration put in"
     return [Prose(step.declaration.composed_text),

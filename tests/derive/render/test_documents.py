@@ -166,7 +166,7 @@ def test_blocks_render_in_both_formats():
 def test_a_derived_display_must_say_how():
     with pytest.raises(ValueError, match="a derived display must say how"):
         derived("")
-    with pytest.raises(ValueError, match="provenance must be declared, derived or numeric"):
+    with pytest.raises(ValueError, match="provenance must be one of declared, derived, numeric"):
         derive.Provenance("guessed")
 
 
