@@ -2,10 +2,16 @@
 ValueError (TypeError for a flag) that names the function, the argument and the value."""
 
 __all__ = [
-    "check_positive", "check_float_dtype", "check_window", "check_probability", "check_flag",
+    "check_positive",
+    "check_float_dtype",
+    "check_window",
+    "check_probability",
+    "check_flag",
     "check_heads",
-    "check_cap", "check_alibi", "check_per_head",
-]  # fmt: skip
+    "check_cap",
+    "check_alibi",
+    "check_per_head",
+]
 
 import math
 
@@ -19,8 +25,10 @@ def check_positive(where: str, **sizes: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{where}: {name} must be a positive integer, got {name}={value!r}")
         if value > _LARGEST:  # no tensor has that many entries, and 1/√c would overflow
-            raise ValueError(f"{where}: {name} is too large, a number of {len(str(value))} "
-                             f"digits (at most 2**62)")  # fmt: skip
+            raise ValueError(
+                f"{where}: {name} is too large, a number of {len(str(value))} "
+                f"digits (at most 2**62)"
+            )
 
 
 def check_float_dtype(where: str, dtype: object) -> None:
@@ -47,8 +55,7 @@ def check_window(where: str, name: str, window: object, causal: bool = True) -> 
         )
     if not causal:
         raise ValueError(
-            f"{where}: {name}={window} needs causal=True (query m attends key p iff "
-            f"0 ≤ m − p < w)"
+            f"{where}: {name}={window} needs causal=True (query m attends key p iff 0 ≤ m − p < w)"
         )
 
 
@@ -82,8 +89,10 @@ def check_cap(where: str, name: str, value: object) -> None:
     finite number (not a bool); ValueError."""
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not (
-        math.isfinite(value) and value > 0
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (math.isfinite(value) and value > 0)
     ):
         raise ValueError(f"{where}: {name} must be a positive number or None, got {name}={value!r}")
 
@@ -98,8 +107,9 @@ def check_per_head(where: str, name: str, value: object, heads: int, what: str) 
     if value is None:
         return
     if not isinstance(value, Tensor):
-        raise TypeError(f"{where}: {name} must be a tensor of one {what} per head, got "
-                        f"{type(value).__name__}")  # fmt: skip
+        raise TypeError(
+            f"{where}: {name} must be a tensor of one {what} per head, got {type(value).__name__}"
+        )
     if value.shape != (heads,):
         raise ShapeError(
             f"{where}: {name} has shape {tuple(value.shape)} but there are heads={heads}; "

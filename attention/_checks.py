@@ -46,6 +46,7 @@ __all__ = ["check_arguments", "check_returned", "checked", "checked_forward"]
 # ---------------------------------------------------------------------------------------------
 # Checking a call: arguments before, result after
 
+
 @functools.cache
 def _beartype() -> tuple[Any, Any, Any]:
     """beartype's `is_bearable` and `die_if_unbearable`, and its configuration with PEP 484's
@@ -56,6 +57,7 @@ def _beartype() -> tuple[Any, Any, Any]:
     from beartype.door import die_if_unbearable, is_bearable
 
     return is_bearable, die_if_unbearable, BeartypeConf(is_pep484_tower=True)
+
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -123,9 +125,10 @@ class _CallChecker:
                 self.other_hints[name] = parameter.annotation
         #: What a tensor argument left out stands for (`alibi=False`: not a tensor to check).
         self.defaults = {
-            name: p.default for name, p in self.signature.parameters.items()
+            name: p.default
+            for name, p in self.signature.parameters.items()
             if name in self.tensor_hints and p.default is not inspect.Parameter.empty
-        }  # fmt: skip
+        }
         self.returns = self.signature.return_annotation
         self.where = fn.__qualname__
         self.weights = weights
@@ -193,8 +196,10 @@ def _check_call(checker: _CallChecker, args: tuple, kwargs: dict, weights: Weigh
         arguments = checker.signature.bind(*args, **kwargs).arguments
     except TypeError as error:
         raise TypeError(f"{checker.where}: {error}") from None
-    tensors = {name: (arguments.get(name, checker.defaults.get(name)), h)
-               for name, h in checker.tensor_hints.items()}  # fmt: skip
+    tensors = {
+        name: (arguments.get(name, checker.defaults.get(name)), h)
+        for name, h in checker.tensor_hints.items()
+    }
     for name, hint in checker.pair_hints.items():
         tensors |= pair_parts(checker.where, name, arguments.get(name), hint)
     if weights is not None:
@@ -204,8 +209,14 @@ def _check_call(checker: _CallChecker, args: tuple, kwargs: dict, weights: Weigh
     return check_arguments(checker.where, tensors, others)
 
 
-def _first_call(checker: _CallChecker, key: Any, fn: Callable, args: tuple, kwargs: dict,
-                weights: Weights | None) -> Any:  # fmt: skip
+def _first_call(
+    checker: _CallChecker,
+    key: Any,
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    weights: Weights | None,
+) -> Any:
     """A signature not seen before: check the arguments, call, check the result, remember."""
     bindings = _check_call(checker, args, kwargs, weights)
     result = fn(*args, **kwargs)

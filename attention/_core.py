@@ -158,18 +158,40 @@ def attend_explicitly(
 # What `attend` returns follows `return_weights`: C alone, or (C, A).
 @overload
 def attend(
-    q: Tensor, k: Tensor, v: Tensor, *, scale: float, heads: bool, causal: bool = ...,
-    window: int | None = ..., offset: int = ..., allowed: Tensor | None = ...,
-    dropout_p: float = ..., return_weights: Literal[False] = ..., softcap: float | None = ...,
-    slopes: Tensor | None = ..., sinks: Tensor | None = ...,
-) -> Tensor: ...  # fmt: skip
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    scale: float,
+    heads: bool,
+    causal: bool = ...,
+    window: int | None = ...,
+    offset: int = ...,
+    allowed: Tensor | None = ...,
+    dropout_p: float = ...,
+    return_weights: Literal[False] = ...,
+    softcap: float | None = ...,
+    slopes: Tensor | None = ...,
+    sinks: Tensor | None = ...,
+) -> Tensor: ...
 @overload
 def attend(
-    q: Tensor, k: Tensor, v: Tensor, *, scale: float, heads: bool, causal: bool = ...,
-    window: int | None = ..., offset: int = ..., allowed: Tensor | None = ...,
-    dropout_p: float = ..., return_weights: bool, softcap: float | None = ...,
-    slopes: Tensor | None = ..., sinks: Tensor | None = ...,
-) -> Tensor | tuple[Tensor, Tensor]: ...  # fmt: skip
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    scale: float,
+    heads: bool,
+    causal: bool = ...,
+    window: int | None = ...,
+    offset: int = ...,
+    allowed: Tensor | None = ...,
+    dropout_p: float = ...,
+    return_weights: bool,
+    softcap: float | None = ...,
+    slopes: Tensor | None = ...,
+    sinks: Tensor | None = ...,
+) -> Tensor | tuple[Tensor, Tensor]: ...
 def attend(
     q: Tensor,
     k: Tensor,
@@ -219,9 +241,16 @@ def attend(
         if sinks is not None:  # (h,) -> (h, 1, 1) per head, or (1, 1) for one head
             sinks = sinks[:, None, None] if heads else sinks.reshape(1, 1)
         c, a = attend_explicitly(
-            q, k, v, scale=scale, allowed=full, dropout_p=dropout_p, softcap=softcap, bias=bias,
+            q,
+            k,
+            v,
+            scale=scale,
+            allowed=full,
+            dropout_p=dropout_p,
+            softcap=softcap,
+            bias=bias,
             sinks=sinks,
-        )  # fmt: skip
+        )
         return (c, a) if return_weights else c
     if not heads:
         q, k, v = q.unsqueeze(-3), k.unsqueeze(-3), v.unsqueeze(-3)  # (*b, n, c) -> (*b, 1, n, c)
@@ -273,18 +302,38 @@ def merge_heads(t: Tensor) -> Tensor:
 
 
 def attend_new_rows(
-    q: Tensor, k: Tensor, v: Tensor, *, scale: float, window: int | None, dropout_p: float,
-    heads: bool, softcap: float | None = None, slopes: Tensor | None = None,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    scale: float,
+    window: int | None,
+    dropout_p: float,
+    heads: bool,
+    softcap: float | None = None,
+    slopes: Tensor | None = None,
     sinks: Tensor | None = None,
-) -> Tensor:  # fmt: skip
+) -> Tensor:
     """The context rows of t new tokens during generation: their queries q (..., t, c) against
     the keys k and values v (..., s, c) of every token so far, whose last t rows are the new
     tokens' own. New token i sits at position s − t + i and attends key p iff p ≤ s − t + i
     (and s − t + i − p < w with a window): causal attention at offset s − t, whose blocks read
     the window's keys only."""
     offset = k.shape[-2] - q.shape[-2]
-    return attend(q, k, v, scale=scale, heads=heads, causal=True, window=window, offset=offset,
-                  dropout_p=dropout_p, softcap=softcap, slopes=slopes, sinks=sinks)  # fmt: skip
+    return attend(
+        q,
+        k,
+        v,
+        scale=scale,
+        heads=heads,
+        causal=True,
+        window=window,
+        offset=offset,
+        dropout_p=dropout_p,
+        softcap=softcap,
+        slopes=slopes,
+        sinks=sinks,
+    )
 
 
 def kept_rows(cache: Tensor, window: int | None, dim: int = -2) -> Tensor:

@@ -135,8 +135,9 @@ def attention(
     leaves = [t for t in (q, k, v, sinks, scores.slopes) if t is not None]
     if torch.is_grad_enabled() and any(t.requires_grad for t in leaves):
         s = scores
-        return _Attention.apply(q, k, v, sinks, s.allowed, s.slopes, s.scale, s.causal, s.window,
-                                s.offset, s.softcap)  # fmt: skip
+        return _Attention.apply(
+            q, k, v, sinks, s.allowed, s.slopes, s.scale, s.causal, s.window, s.offset, s.softcap
+        )
     return _forward(q, k, v, scores, sinks)
 
 
@@ -204,9 +205,13 @@ def _banded_forward(q: Tensor, k: Tensor, v: Tensor, scores: Scores) -> Tensor:
             dead = fully_masked_rows(given).unsqueeze(-1)  # (B, 1, b) -> (B, 1, b, 1)
             block = _additive(given | dead, q.dtype)
         part = F.scaled_dot_product_attention(
-            q[:, :, r0:r1] * scores.scale, k[:, :, low:high], v[:, :, low:high],
-            attn_mask=block, scale=1.0, enable_gqa=heads != groups,
-        )  # (B, h, b, c_h)  # fmt: skip
+            q[:, :, r0:r1] * scores.scale,
+            k[:, :, low:high],
+            v[:, :, low:high],
+            attn_mask=block,
+            scale=1.0,
+            enable_gqa=heads != groups,
+        )  # (B, h, b, c_h)
         out[:, :, r0:r1] = part if dead is None else part.masked_fill(dead, 0.0)
     return out
 
@@ -242,9 +247,14 @@ class _Attention(torch.autograd.Function):
 
 
 def gradients(
-    q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, scores: Scores,
-    sinks: Tensor | None = None, learned: tuple[bool, bool] = (True, True),
-) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:  # fmt: skip
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    grad_out: Tensor,
+    scores: Scores,
+    sinks: Tensor | None = None,
+    learned: tuple[bool, bool] = (True, True),
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
     """(dQ, dK, dV, dσ, dμ) for the upstream gradient dC (B, h, n, c_h); dσ is None without
     sinks, dμ (ALiBi's slopes) without slopes, and each is None where `learned` (sinks, slopes)
     says it is not wanted."""
@@ -284,8 +294,12 @@ def _packs(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor | None, pack: int) 
     groups, total = k.shape[1], k.shape[2]
     r = heads // groups
     tensors = (q, k, v) if grad_out is None else (q, k, v, grad_out)
-    shapes = [(groups, r, n, width), (groups, total, width), (groups, total, width),
-              (groups, r, n, width)]  # fmt: skip
+    shapes = [
+        (groups, r, n, width),
+        (groups, total, width),
+        (groups, total, width),
+        (groups, r, n, width),
+    ]
     if all(t.is_contiguous() for t in tensors):
         flat = tuple(t.view(-1, *shape[1:]) for t, shape in zip(tensors, shapes, strict=False))
         slices = batch * groups
@@ -331,12 +345,16 @@ def _sweep(
         dk, dv = torch.zeros_like(k).view(k_all.shape), torch.zeros_like(v).view(v_all.shape)
         per_head_grad = (batch, groups, r)
         wanted_of = zip((sinks, scores.slopes), learned, strict=True)
-        d_sinks, d_slopes = (None if t is None or not wanted else q.new_zeros(per_head_grad)
-                             for t, wanted in wanted_of)  # fmt: skip
+        d_sinks, d_slopes = (
+            None if t is None or not wanted else q.new_zeros(per_head_grad)
+            for t, wanted in wanted_of
+        )
     else:
         out = torch.empty_like(q).view(q_all.shape)
-    per_head = [None if t is None else t.to(q.dtype).view(groups, r)[..., None, None]
-                for t in (sinks, scores.slopes)]  # (g, h/g, 1, 1)  # fmt: skip
+    per_head = [
+        None if t is None else t.to(q.dtype).view(groups, r)[..., None, None]
+        for t in (sinks, scores.slopes)
+    ]  # (g, h/g, 1, 1)
     allowed = scores.allowed
 
     def one_pack(item: tuple) -> None:
@@ -358,8 +376,9 @@ def _sweep(
             q_b = q_s[:, :, r0:r1].reshape(shape[0], -1, width) * scores.scale  # (G, r·b, c_h)
             k_b, v_b = k_s[:, low:high], v_s[:, low:high]
             s = torch.bmm(q_b, k_b.transpose(1, 2)).view(shape)  # (G, r·b, c_h) @ (G, c_h, K)
-            a, capped, sink_weight = _weights(s, scores, sink, slope, given, first, last,
-                                              (low, high), r0)  # fmt: skip
+            a, capped, sink_weight = _weights(
+                s, scores, sink, slope, given, first, last, (low, high), r0
+            )
             a_b = a.view(shape[0], -1, shape[3])  # (G, h/g, b, K) -> (G, r·b, K)
             if not backward:
                 target[:, :, r0:r1] = torch.bmm(a_b, v_b).view(*shape[:3], width)
@@ -413,8 +432,11 @@ def _each(work, packs: list, device: torch.device) -> None:
     the calling thread's own."""
     threads = torch.get_num_threads() if PACK_THREADS is None else PACK_THREADS
     threads = min(threads, len(packs))
-    serial = (device.type != "cpu" or torch.compiler.is_compiling()
-              or _get_current_dispatch_mode() is not None)  # fmt: skip
+    serial = (
+        device.type != "cpu"
+        or torch.compiler.is_compiling()
+        or _get_current_dispatch_mode() is not None
+    )
     if threads <= 1 or serial:
         for pack in packs:
             work(pack)
@@ -444,20 +466,20 @@ def distance(first: int, last: int, low: int, high: int, like: Tensor) -> Tensor
     return queries[:, None] - torch.arange(low, high, device=like.device, dtype=like.dtype)
 
 
-def _cut_to_band(
-    s: Tensor, first: int, last: int, low: int, high: int, window: int | None
-) -> None:
+def _cut_to_band(s: Tensor, first: int, last: int, low: int, high: int, window: int | None) -> None:
     """−∞ in place where the band cuts the block (queries first … last − 1, keys low … high − 1):
     the keys after a query's position (only those after `first` may be), and with a window w
     those at w or more before it (only those before last − w may be)."""
     ahead = max(low, first + 1)
     if ahead < high:  # p > m for some query of the block
-        s[..., ahead - low :].masked_fill_(~band(first, last, ahead, high, None, s.device),
-                                           float("-inf"))  # fmt: skip
+        s[..., ahead - low :].masked_fill_(
+            ~band(first, last, ahead, high, None, s.device), float("-inf")
+        )
     behind = min(high, last - window) if window is not None else low
     if behind > low:  # m − p ≥ w for some query
-        s[..., : behind - low].masked_fill_(~band(first, last, low, behind, window, s.device),
-                                            float("-inf"))  # fmt: skip
+        s[..., : behind - low].masked_fill_(
+            ~band(first, last, low, behind, window, s.device), float("-inf")
+        )
 
 
 def _weights(

@@ -113,12 +113,20 @@ def multi_head_attention(
             f"multi_head_attention: c={c} (the width of w_q) is not divisible by heads={heads}"
         )
     slopes = alibi if isinstance(alibi, Tensor) else None
-    weights = LayerWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, w_g=w_g, b_g=b_g, sinks=sinks,
-                           slopes=slopes)  # fmt: skip
-    options = ScoreOptions(softcap=softcap, alibi=alibi is True,
-                           query_pre_attn_scalar=query_pre_attn_scalar)  # fmt: skip
+    weights = LayerWeights(
+        w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, w_g=w_g, b_g=b_g, sinks=sinks, slopes=slopes
+    )
+    options = ScoreOptions(
+        softcap=softcap, alibi=alibi is True, query_pre_attn_scalar=query_pre_attn_scalar
+    )
     return attention_layer(
-        x, weights, heads=heads, causal=causal, window=window,
-        allowed=given_masks(mask, key_padding_mask), dropout_p=dropout_p,
-        return_weights=return_weights, options=options,
-    )  # fmt: skip
+        x,
+        weights,
+        heads=heads,
+        causal=causal,
+        window=window,
+        allowed=given_masks(mask, key_padding_mask),
+        dropout_p=dropout_p,
+        return_weights=return_weights,
+        options=options,
+    )

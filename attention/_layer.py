@@ -23,8 +23,13 @@ from ._masks import silence_isolated
 from .rope import rotate
 
 __all__ = [
-    "LayerWeights", "ScoreOptions", "alibi_slopes", "slopes_of", "attention_layer", "split_gate",
-]  # fmt: skip
+    "LayerWeights",
+    "ScoreOptions",
+    "alibi_slopes",
+    "slopes_of",
+    "attention_layer",
+    "split_gate",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,18 +114,36 @@ def split_gate(projected: Tensor, heads: int) -> tuple[Tensor, Tensor]:
 # What `attention_layer` returns follows `return_weights`: C alone, or (C, A).
 @overload
 def attention_layer(
-    x: Tensor, weights: LayerWeights, *, heads: int, groups: int | None = ...,
-    y: Tensor | None = ..., causal: bool = ..., window: int | None = ...,
-    allowed: Tensor | None = ..., dropout_p: float = ..., return_weights: Literal[False] = ...,
-    options: ScoreOptions = ..., rope: tuple[Tensor, Tensor] | None = ...,
-) -> Tensor: ...  # fmt: skip
+    x: Tensor,
+    weights: LayerWeights,
+    *,
+    heads: int,
+    groups: int | None = ...,
+    y: Tensor | None = ...,
+    causal: bool = ...,
+    window: int | None = ...,
+    allowed: Tensor | None = ...,
+    dropout_p: float = ...,
+    return_weights: Literal[False] = ...,
+    options: ScoreOptions = ...,
+    rope: tuple[Tensor, Tensor] | None = ...,
+) -> Tensor: ...
 @overload
 def attention_layer(
-    x: Tensor, weights: LayerWeights, *, heads: int, groups: int | None = ...,
-    y: Tensor | None = ..., causal: bool = ..., window: int | None = ...,
-    allowed: Tensor | None = ..., dropout_p: float = ..., return_weights: bool,
-    options: ScoreOptions = ..., rope: tuple[Tensor, Tensor] | None = ...,
-) -> Tensor | tuple[Tensor, Tensor]: ...  # fmt: skip
+    x: Tensor,
+    weights: LayerWeights,
+    *,
+    heads: int,
+    groups: int | None = ...,
+    y: Tensor | None = ...,
+    causal: bool = ...,
+    window: int | None = ...,
+    allowed: Tensor | None = ...,
+    dropout_p: float = ...,
+    return_weights: bool,
+    options: ScoreOptions = ...,
+    rope: tuple[Tensor, Tensor] | None = ...,
+) -> Tensor | tuple[Tensor, Tensor]: ...
 def attention_layer(
     x: Tensor,
     weights: LayerWeights,
@@ -150,11 +173,20 @@ def attention_layer(
     q, k = normalise_and_rotate(q, k, weights, rope)
     width = q.shape[-1]
     result = _core.attend(
-        q, k, v, scale=options.scale(width), heads=True, causal=causal, window=window,
-        allowed=allowed, dropout_p=dropout_p, return_weights=return_weights,
-        softcap=options.softcap, sinks=weights.sinks,
+        q,
+        k,
+        v,
+        scale=options.scale(width),
+        heads=True,
+        causal=causal,
+        window=window,
+        allowed=allowed,
+        dropout_p=dropout_p,
+        return_weights=return_weights,
+        softcap=options.softcap,
+        sinks=weights.sinks,
         slopes=slopes_of(weights, options, heads, q),
-    )  # fmt: skip
+    )
     if isinstance(result, tuple):  # (C, A): return_weights
         per_head, a = result
         return finish(per_head, gate, weights), a
@@ -180,9 +212,12 @@ def project_heads(
 
 
 def normalise_and_rotate(
-    q: Tensor, k: Tensor, weights: LayerWeights, rope: tuple[Tensor, Tensor] | None,
+    q: Tensor,
+    k: Tensor,
+    weights: LayerWeights,
+    rope: tuple[Tensor, Tensor] | None,
     offset: int = 0,
-) -> tuple[Tensor, Tensor]:  # fmt: skip
+) -> tuple[Tensor, Tensor]:
     """QK-norm of each head's queries and keys (the same tokens), then RoPE at their positions
     offset, offset + 1, …"""
     if weights.q_norm is not None:

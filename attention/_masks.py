@@ -42,9 +42,7 @@ def causal_allowed(n: int, device: torch.device) -> Tensor:
     return torch.ones(n, n, dtype=torch.bool, device=device).tril()
 
 
-def band_allowed(
-    rows: range, keys: range, window: int | None, device: torch.device
-) -> Tensor:
+def band_allowed(rows: range, keys: range, window: int | None, device: torch.device) -> Tensor:
     """(len(rows), len(keys)): True where 0 ≤ m − p < w for query m in `rows` and key p in
     `keys` (absolute positions); without a window, where p ≤ m."""
     return band(rows.start, rows.stop, keys.start, keys.stop, window, device)
@@ -77,14 +75,26 @@ def given_masks(mask: Mask, key_padding_mask: Mask) -> Tensor | None:
 # Given masks, there is always a tensor of them (causal or not): None only where all may attend.
 @overload
 def allowed_positions(
-    n: int, device: torch.device, causal: bool, allowed: Tensor, window: int | None = ...,
-    *, keys: int | None = ..., offset: int = ...,
-) -> Tensor: ...  # fmt: skip
+    n: int,
+    device: torch.device,
+    causal: bool,
+    allowed: Tensor,
+    window: int | None = ...,
+    *,
+    keys: int | None = ...,
+    offset: int = ...,
+) -> Tensor: ...
 @overload
 def allowed_positions(
-    n: int, device: torch.device, causal: bool, allowed: Mask, window: int | None = ...,
-    *, keys: int | None = ..., offset: int = ...,
-) -> Tensor | None: ...  # fmt: skip
+    n: int,
+    device: torch.device,
+    causal: bool,
+    allowed: Mask,
+    window: int | None = ...,
+    *,
+    keys: int | None = ...,
+    offset: int = ...,
+) -> Tensor | None: ...
 def allowed_positions(
     n: int,
     device: torch.device,

@@ -62,9 +62,15 @@ def cross_attention(
     k = _core.projection(y, w_k, None)  # (*batch, s, d_y) -> (*batch, s, c)
     v = _core.projection(y, w_v, None)
     return _core.attend(
-        q, k, v, scale=_core.scale(w_q.shape[-1]), heads=False, allowed=allowed,
-        dropout_p=dropout_p, return_weights=return_weights,
-    )  # fmt: skip
+        q,
+        k,
+        v,
+        scale=_core.scale(w_q.shape[-1]),
+        heads=False,
+        allowed=allowed,
+        dropout_p=dropout_p,
+        return_weights=return_weights,
+    )
 
 
 @checked

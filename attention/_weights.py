@@ -167,8 +167,11 @@ _V2_NAMES = _qkv_names()
 _MHA_NAMES = (*_V2_NAMES, ("out_proj.weight", OutWeight), ("out_proj.bias", OutBias))
 #: With the output gate, W_query carries each head's queries and its gate's logits (2c × d).
 GatedBias = Float[Tensor, " c2"] | None
-_GATED_MHA_NAMES = (("W_query.weight", Float[Tensor, "c2 d"]),
-                    ("W_query.bias", GatedBias), *_MHA_NAMES[2:])  # fmt: skip
+_GATED_MHA_NAMES = (
+    ("W_query.weight", Float[Tensor, "c2 d"]),
+    ("W_query.bias", GatedBias),
+    *_MHA_NAMES[2:],
+)
 
 
 def _qkv_tensors(module: nn.Module) -> tuple[Tensor | None, ...]:
@@ -206,11 +209,15 @@ def multi_head_weights(module: nn.Module) -> Weights:
 
 
 _CROSS_NAMES = (
-    ("W_query.weight", LinearWeight), ("W_query.bias", LinearBias),
-    ("W_key.weight", Float[Tensor, "c d_y"]), ("W_key.bias", LinearBias),
-    ("W_value.weight", Float[Tensor, "c d_y"]), ("W_value.bias", LinearBias),
-    ("out_proj.weight", OutWeight), ("out_proj.bias", OutBias),
-)  # fmt: skip
+    ("W_query.weight", LinearWeight),
+    ("W_query.bias", LinearBias),
+    ("W_key.weight", Float[Tensor, "c d_y"]),
+    ("W_key.bias", LinearBias),
+    ("W_value.weight", Float[Tensor, "c d_y"]),
+    ("W_value.bias", LinearBias),
+    ("out_proj.weight", OutWeight),
+    ("out_proj.bias", OutBias),
+)
 
 
 def cross_weights(module: nn.Module) -> Weights:

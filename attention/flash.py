@@ -54,8 +54,16 @@ from ._arguments import check_cap, check_positive, check_window
 from ._checks import checked
 from ._masks import band
 
-__all__ = ["OnlineState", "BlockedGradients", "Modifications", "online_softmax",
-           "blocked_backward", "flash_attention", "flash_gradients", "skipped"]  # fmt: skip
+__all__ = [
+    "OnlineState",
+    "BlockedGradients",
+    "Modifications",
+    "online_softmax",
+    "blocked_backward",
+    "flash_attention",
+    "flash_gradients",
+    "skipped",
+]
 
 
 class OnlineState(NamedTuple):
@@ -94,13 +102,19 @@ class Modifications(NamedTuple):
         check_cap(where, "softcap", self.softcap)
         for name in ("slope", "sink"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                      or not math.isfinite(value)):  # fmt: skip
-                raise ValueError(f"{where}: {name} must be a finite number or None, got "
-                                 f"{name}={value!r}")  # fmt: skip
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+            ):
+                raise ValueError(
+                    f"{where}: {name} must be a finite number or None, got {name}={value!r}"
+                )
         if self.slope is not None and not self.causal:
-            raise ValueError(f"{where}: slope={self.slope} needs causal=True (ALiBi's bias "
-                             "−μ (m − p) is for the keys p ≤ m)")  # fmt: skip
+            raise ValueError(
+                f"{where}: slope={self.slope} needs causal=True (ALiBi's bias "
+                "−μ (m − p) is for the keys p ≤ m)"
+            )
 
 
 def skipped(rows: slice, keys: slice, modified: Modifications) -> bool:
@@ -115,8 +129,9 @@ def skipped(rows: slice, keys: slice, modified: Modifications) -> bool:
     return first_key > last_row or too_old
 
 
-def _scores(q: Tensor, k: Tensor, rows: slice, keys: slice, factor: float,
-            modified: Modifications) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+def _scores(
+    q: Tensor, k: Tensor, rows: slice, keys: slice, factor: float, modified: Modifications
+) -> tuple[Tensor, Tensor | None]:
     """A block's scores, modified (capped, biased, masked), and under a softcap the factor
     1 − tanh²(ω̃ / κ) its gradient takes."""
     omega = factor * q[..., rows, :] @ k[..., keys, :].transpose(-2, -1)
@@ -199,14 +214,22 @@ def online_softmax(
     return OnlineState(mu, ell, o, o[-1] / ell[-1, ..., None], mu[-1] + torch.log(ell[-1]))
 
 
-def _modifications(where: str, q: Tensor, k: Tensor, causal: bool, window: int | None,
-                   softcap: float | None, slope: float | None,
-                   sink: float | None) -> Modifications:  # fmt: skip
+def _modifications(
+    where: str,
+    q: Tensor,
+    k: Tensor,
+    causal: bool,
+    window: int | None,
+    softcap: float | None,
+    slope: float | None,
+    sink: float | None,
+) -> Modifications:
     modified = Modifications(causal, window, softcap, slope, sink)
     modified.check(where)
     if causal and q.shape[-2] != k.shape[-2]:
-        raise ValueError(f"{where}: causal needs as many queries as keys, got n={q.shape[-2]}, "
-                         f"s={k.shape[-2]}")  # fmt: skip
+        raise ValueError(
+            f"{where}: causal needs as many queries as keys, got n={q.shape[-2]}, s={k.shape[-2]}"
+        )
     return modified
 
 
@@ -253,8 +276,9 @@ def blocked_backward(
                 domega = domega * squashed
             dq_blocks[t, ..., rows, :] += factor * domega @ k[..., block, :]
             dk_blocks[i, ..., block, :] += factor * domega.transpose(-2, -1) @ q[..., rows, :]
-    return BlockedGradients(dq_blocks.sum(0), dk_blocks.sum(0), dv_blocks.sum(0),
-                            dq_blocks, dk_blocks, dv_blocks)  # fmt: skip
+    return BlockedGradients(
+        dq_blocks.sum(0), dk_blocks.sum(0), dv_blocks.sum(0), dq_blocks, dk_blocks, dv_blocks
+    )
 
 
 @checked
@@ -275,9 +299,20 @@ def flash_attention(
 ) -> Float[Tensor, "*batch n c_v"]:
     """The context C = softmax(scale · Q Kᵀ) V by the online softmax (`online_softmax`), with
     its score modifications."""
-    return online_softmax(q, k, v, block_rows=block_rows, block_keys=block_keys, scale=scale,
-                          rescale=rescale, causal=causal, window=window, softcap=softcap,
-                          slope=slope, sink=sink).c  # fmt: skip
+    return online_softmax(
+        q,
+        k,
+        v,
+        block_rows=block_rows,
+        block_keys=block_keys,
+        scale=scale,
+        rescale=rescale,
+        causal=causal,
+        window=window,
+        softcap=softcap,
+        slope=slope,
+        sink=sink,
+    ).c
 
 
 @checked
@@ -298,8 +333,15 @@ def flash_gradients(
 ) -> BlockedGradients:
     """dQ, dK, dV for the upstream gradient dC: the forward pass, then the backward pass from
     its C and log-sum-exp, with the same modifications."""
-    options: dict[str, Any] = dict(block_rows=block_rows, block_keys=block_keys, scale=scale,
-                                   causal=causal, window=window, softcap=softcap, slope=slope,
-                                   sink=sink)  # fmt: skip
+    options: dict[str, Any] = dict(
+        block_rows=block_rows,
+        block_keys=block_keys,
+        scale=scale,
+        causal=causal,
+        window=window,
+        softcap=softcap,
+        slope=slope,
+        sink=sink,
+    )
     state = online_softmax(q, k, v, **options)
     return blocked_backward(q, k, v, state.c, state.lse, dc, **options)

@@ -317,10 +317,20 @@ def self_attention(
     k = _core.projection(x, w_k, b_k)
     v = _core.projection(x, w_v, b_v)
     return _core.attend(
-        q, k, v, scale=_core.scale(_scaling_width(w_q)), heads=False, causal=causal,
-        window=window, allowed=allowed, dropout_p=dropout_p, return_weights=return_weights,
-        softcap=softcap, slopes=_slopes(alibi, 1, x), sinks=sinks,
-    )  # fmt: skip
+        q,
+        k,
+        v,
+        scale=_core.scale(_scaling_width(w_q)),
+        heads=False,
+        causal=causal,
+        window=window,
+        allowed=allowed,
+        dropout_p=dropout_p,
+        return_weights=return_weights,
+        softcap=softcap,
+        slopes=_slopes(alibi, 1, x),
+        sinks=sinks,
+    )
 
 
 def _slopes(alibi: bool | Tensor, heads: int, like: Tensor) -> Tensor | None:

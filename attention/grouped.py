@@ -179,8 +179,13 @@ def grouped_query_attention(
     if theta_base is not None:
         rotated = check_rotated(where, width, rope_width, "rope_width", "c_h")
     elif rope_width is not None or rope_interleaved or freq_config is not None:
-        given = ("rope_width=" + str(rope_width) if rope_width is not None else
-                 "rope_interleaved=True" if rope_interleaved else "freq_config")  # fmt: skip
+        given = (
+            "rope_width=" + str(rope_width)
+            if rope_width is not None
+            else "rope_interleaved=True"
+            if rope_interleaved
+            else "freq_config"
+        )
         raise ValueError(f"{where}: {given} without theta_base: no RoPE to change")
     if rope_interleaved:
         order = interleaved_order(width, rotated)
@@ -209,11 +214,28 @@ def grouped_query_attention(
         )  # over all heads at once
 
     slopes = alibi if isinstance(alibi, Tensor) else None
-    weights = LayerWeights(w_q, w_k, w_v, w_o, w_g=w_g, q_norm=norm(q_gain), k_norm=norm(k_gain),
-                           sinks=sinks, slopes=slopes)  # fmt: skip
-    options = ScoreOptions(softcap=softcap, alibi=alibi is True,
-                           query_pre_attn_scalar=query_pre_attn_scalar)  # fmt: skip
+    weights = LayerWeights(
+        w_q,
+        w_k,
+        w_v,
+        w_o,
+        w_g=w_g,
+        q_norm=norm(q_gain),
+        k_norm=norm(k_gain),
+        sinks=sinks,
+        slopes=slopes,
+    )
+    options = ScoreOptions(
+        softcap=softcap, alibi=alibi is True, query_pre_attn_scalar=query_pre_attn_scalar
+    )
     return attention_layer(
-        x, weights, heads=heads, groups=groups, causal=causal, window=window, allowed=mask,
-        rope=rope, options=options,
-    )  # fmt: skip
+        x,
+        weights,
+        heads=heads,
+        groups=groups,
+        causal=causal,
+        window=window,
+        allowed=mask,
+        rope=rope,
+        options=options,
+    )

@@ -85,10 +85,19 @@ def attention_forward(
     else:
         window = sliding_window if causal else None
     out = _core.attend(
-        query, key, value, scale=scale, heads=True, causal=causal, window=window, offset=s - n,
-        allowed=allowed, dropout_p=float(dropout), softcap=softcap,
+        query,
+        key,
+        value,
+        scale=scale,
+        heads=True,
+        causal=causal,
+        window=window,
+        offset=s - n,
+        allowed=allowed,
+        dropout_p=float(dropout),
+        softcap=softcap,
         sinks=None if s_aux is None else s_aux.to(query.dtype),
-    )  # fmt: skip
+    )
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -116,8 +125,15 @@ def from_bloom(layer: "BloomAttention", *, context_length: int = 2048) -> MultiH
     fused = layer.query_key_value
     d = fused.in_features
     c = heads * width
-    module = MultiHeadAttention(d, c, context_length, float(layer.attention_dropout.p), heads,
-                                qkv_bias=fused.bias is not None, alibi=True)  # fmt: skip
+    module = MultiHeadAttention(
+        d,
+        c,
+        context_length,
+        float(layer.attention_dropout.p),
+        heads,
+        qkv_bias=fused.bias is not None,
+        alibi=True,
+    )
     module = module.to(dtype=fused.weight.dtype, device=fused.weight.device)
     weight = fused.weight.view(heads, 3, width, d)  # (h, q|k|v, c_h, d)
     for part, linear in enumerate((module.W_query, module.W_key, module.W_value)):
@@ -127,4 +143,3 @@ def from_bloom(layer: "BloomAttention", *, context_length: int = 2048) -> MultiH
     module.out_proj.weight.copy_(layer.dense.weight)
     module.out_proj.bias.copy_(layer.dense.bias)
     return module
-

@@ -56,9 +56,14 @@ def to_torch_multihead(module: MultiHeadAttention) -> nn.MultiheadAttention:
         )
     reference = module.W_query.weight
     twin = nn.MultiheadAttention(
-        d_out, module.num_heads, dropout=module.dropout.p, bias=True, batch_first=True,
-        device=reference.device, dtype=reference.dtype,
-    )  # fmt: skip
+        d_out,
+        module.num_heads,
+        dropout=module.dropout.p,
+        bias=True,
+        batch_first=True,
+        device=reference.device,
+        dtype=reference.dtype,
+    )
     linears = (module.W_query, module.W_key, module.W_value)
     twin.in_proj_weight.copy_(torch.cat([linear.weight for linear in linears]))  # -> (3c, d)
     biases = [

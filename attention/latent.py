@@ -58,5 +58,3 @@ def latent_attention(
     out = _core.attend(q, k, v, scale=_core.scale(c // heads), heads=True, causal=causal)
     out = _core.merge_heads(out)  # (*batch, h, n, c_h) -> (*batch, n, c)
     return out if w_o is None else _core.projection(out, w_o, None)
-
-

@@ -65,21 +65,72 @@ from .render import DocumentOptions, Provenance
 from .render import documents as _documents
 
 __all__ = [
-    "MAX_GRADIENT_SIZE", "MAX_SIZE", "STEP_NAMES", "AttentionPrinter", "Comparison", "Concat",
-    "Contribution", "Declaration", "DocumentOptions", "ExplicitAttention", "ExplicitGradients",
-    "ExplicitStep", "Fact", "Gradient", "GradientStep", "Graph", "NoMatrixForm", "Provenance",
-    "Softmax", "Step", "Values", "WorkedExample", "backward_steps", "check_against_torch",
-    "check_gradients_against_torch", "compare", "composed_expression", "dyadic_inputs",
-    "explicit_attention", "explicit_gradients", "facts", "flop_count", "gradient_inputs",
-    "graph", "html_document", "latex", "latex_document", "markdown_document", "matrix_form",
+    "MAX_GRADIENT_SIZE",
+    "MAX_SIZE",
+    "STEP_NAMES",
+    "AttentionPrinter",
+    "Comparison",
+    "Concat",
+    "Contribution",
+    "Declaration",
+    "DocumentOptions",
+    "ExplicitAttention",
+    "ExplicitGradients",
+    "ExplicitStep",
+    "Fact",
+    "Gradient",
+    "GradientStep",
+    "Graph",
+    "NoMatrixForm",
+    "Provenance",
+    "Softmax",
+    "Step",
+    "Values",
+    "WorkedExample",
+    "backward_steps",
+    "check_against_torch",
+    "check_gradients_against_torch",
+    "compare",
+    "composed_expression",
+    "dyadic_inputs",
+    "explicit_attention",
+    "explicit_gradients",
+    "facts",
+    "flop_count",
+    "gradient_inputs",
+    "graph",
+    "html_document",
+    "latex",
+    "latex_document",
+    "markdown_document",
+    "matrix_form",
     "operation_count",
-    "rows_sum_to_one", "rowsum_identity", "scaled_score_variance", "score_variance",
-    "shift_invariance", "softmax_jacobian", "steps", "torch_gradient_steps", "torch_steps",
-    "Variant", "variant", "variants", "worked_example",
-    "conform", "ConformError", "Report", "Weights", "register_adapter",
-    "Entry", "DeclarationError", "register_variant", "load_variant", "ExplicitGraph",
-    "declare", "explicit_variant",
-]  # fmt: skip
+    "rows_sum_to_one",
+    "rowsum_identity",
+    "scaled_score_variance",
+    "score_variance",
+    "shift_invariance",
+    "softmax_jacobian",
+    "steps",
+    "torch_gradient_steps",
+    "torch_steps",
+    "Variant",
+    "variant",
+    "variants",
+    "worked_example",
+    "conform",
+    "ConformError",
+    "Report",
+    "Weights",
+    "register_adapter",
+    "Entry",
+    "DeclarationError",
+    "register_variant",
+    "load_variant",
+    "ExplicitGraph",
+    "declare",
+    "explicit_variant",
+]
 
 
 def _graph(given: Graph | str | None, **form: bool) -> Graph:
@@ -94,8 +145,9 @@ def _named(name: str | None, causal: bool, masked: bool, heads: bool) -> Graph:
     if name is None:
         return graph(causal=causal, masked=masked, heads=heads)
     if causal or masked or heads:
-        raise ValueError(f"give a variant's name or causal=, masked=, heads=, not both "
-                         f"(got {name!r})")  # fmt: skip
+        raise ValueError(
+            f"give a variant's name or causal=, masked=, heads=, not both (got {name!r})"
+        )
     return variant(name).graph
 
 
@@ -215,8 +267,9 @@ def latex_document(
         >>> tex.count("% provenance: declared")
         8
     """
-    return _documents.latex_document(options, fragment=fragment,
-                                     example=_example(options, example), graph=graph)  # fmt: skip
+    return _documents.latex_document(
+        options, fragment=fragment, example=_example(options, example), graph=graph
+    )
 
 
 def markdown_document(options: DocumentOptions, *, example=None, graph: Graph | None = None) -> str:

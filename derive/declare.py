@@ -73,13 +73,60 @@ from .notation.functions import Sigmoid
 from .notation.letters import Letter, Name
 
 __all__ = [
-    "n", "d", "c", "h", "c_h", "m", "p", "r", "t", "i", "j", "x", "w_q", "w_k", "w_v", "q", "k",
-    "v", "omega", "omega_tilde", "mask", "omega_hat", "a", "z", "w_o", "sigmoid", "RANGES",
-    "matrix", "Letter", "Name", "letter_base",
-    "base_step", "step", "variant", "claim", "bound", "Step", "DeclarationError", "Variant", "Size",
-    "Parameter", "AtLeast", "Divides", "Even", "Twin", "StepTwin", "SameAs", "ReadsRows",
-    "RowsSumToOne", "ShiftInvariance", "WeightsJacobian", "RowsumIdentity", "BEFORE",
-]  # fmt: skip
+    "n",
+    "d",
+    "c",
+    "h",
+    "c_h",
+    "m",
+    "p",
+    "r",
+    "t",
+    "i",
+    "j",
+    "x",
+    "w_q",
+    "w_k",
+    "w_v",
+    "q",
+    "k",
+    "v",
+    "omega",
+    "omega_tilde",
+    "mask",
+    "omega_hat",
+    "a",
+    "z",
+    "w_o",
+    "sigmoid",
+    "RANGES",
+    "matrix",
+    "Letter",
+    "Name",
+    "letter_base",
+    "base_step",
+    "step",
+    "variant",
+    "claim",
+    "bound",
+    "Step",
+    "DeclarationError",
+    "Variant",
+    "Size",
+    "Parameter",
+    "AtLeast",
+    "Divides",
+    "Even",
+    "Twin",
+    "StepTwin",
+    "SameAs",
+    "ReadsRows",
+    "RowsSumToOne",
+    "ShiftInvariance",
+    "WeightsJacobian",
+    "RowsumIdentity",
+    "BEFORE",
+]
 
 # -- the book's letters ----------------------------------------------------------------------------
 
@@ -87,8 +134,9 @@ n, d, c, h, c_h = L.n, L.d, L.c, L.h, L.c_h
 m, p, r, t, i, j = L.m, L.p, L.r, L.t, L.i, L.j
 x, w_q, w_k, w_v, w_o = (L.base(name) for name in ("x", "wq", "wk", "wv", "wo"))
 q, k, v = (L.base(name) for name in "qkv")
-omega, omega_tilde, mask, omega_hat = (L.base(name) for name in
-                                       ("omega", "omegatilde", "mask", "omegahat"))  # fmt: skip
+omega, omega_tilde, mask, omega_hat = (
+    L.base(name) for name in ("omega", "omegatilde", "mask", "omegahat")
+)
 a, z = L.base("a"), L.base("ctx")
 #: The logistic sigmoid σ(x) = 1 / (1 + e^{−x}), one SymPy function: σ'(x) = σ(x)(1 − σ(x)).
 sigmoid = Sigmoid
@@ -100,9 +148,17 @@ sigmoid = Sigmoid
 RANGES = {m: (1, n), p: (1, n), r: (1, n), t: (1, n), i: (1, d), j: (1, c)}
 
 
-def matrix(letter: str, *, entry: str, shape: tuple, latex: str | None = None,
-           entry_latex: str | None = None, meaning: str = "", indices: tuple = (),
-           role: str = "") -> IndexedBase:  # fmt: skip
+def matrix(
+    letter: str,
+    *,
+    entry: str,
+    shape: tuple,
+    latex: str | None = None,
+    entry_latex: str | None = None,
+    meaning: str = "",
+    indices: tuple = (),
+    role: str = "",
+) -> IndexedBase:
     """A matrix of yours: its letter (``"W_g"``), the name of its entries (``"wg"``), its shape
     (``(d, c)``), how documents print the matrix and its entries (default: the letter, the
     name), what an entry is (`meaning`, for the glossary), the indices documents give its
@@ -134,8 +190,9 @@ def letter_base(record: Letter) -> IndexedBase:
         raise DeclarationError(f"matrix {record.matrix}: {error}") from None
     if record.shape:
         if len(record.shape) != 2:
-            raise DeclarationError(f"matrix {record.matrix}: shape is (rows, columns), got "
-                                   f"{record.shape!r}")  # fmt: skip
+            raise DeclarationError(
+                f"matrix {record.matrix}: shape is (rows, columns), got {record.shape!r}"
+            )
         SHAPES[record.matrix] = tuple(sp.sympify(size) for size in record.shape)
     return L.base(record.entry)
 
@@ -161,9 +218,17 @@ def _twin(twin: Callee | StepTwin | None, options: Mapping | None) -> StepTwin |
     return StepTwin(twin, options=pairs)
 
 
-def step(name: str, element: sp.Eq, *, shape: tuple, title: str,
-         twin: Callee | StepTwin | None = None, options: Mapping | None = None,
-         requires: Iterable = (), text: str = "") -> Step:  # fmt: skip
+def step(
+    name: str,
+    element: sp.Eq,
+    *,
+    shape: tuple,
+    title: str,
+    twin: Callee | StepTwin | None = None,
+    options: Mapping | None = None,
+    requires: Iterable = (),
+    text: str = "",
+) -> Step:
     """A step declared by the formula of one entry of its output.
 
     Args:
@@ -182,24 +247,36 @@ def step(name: str, element: sp.Eq, *, shape: tuple, title: str,
     """
     where = f"step {name}"
     if not isinstance(element, sp.Eq):
-        raise DeclarationError(f"{where}: the formula is sympy.Eq(entry, formula), got "
-                               f"{type(element).__name__}")  # fmt: skip
+        raise DeclarationError(
+            f"{where}: the formula is sympy.Eq(entry, formula), got {type(element).__name__}"
+        )
     lhs = element.lhs
     if not isinstance(lhs, Indexed) or lhs.base.label.name not in L.BASES:
-        raise DeclarationError(f"{where}: the left-hand side must be an entry of its output, "
-                               f"such as a[m, p]; got {lhs}")  # fmt: skip
+        raise DeclarationError(
+            f"{where}: the left-hand side must be an entry of its output, "
+            f"such as a[m, p]; got {lhs}"
+        )
     if len(lhs.indices) != 2 or not all(isinstance(k_, sp.Symbol) for k_ in lhs.indices):
-        raise DeclarationError(f"{where}: the left-hand side {lhs} must have two index symbols, "
-                               "the row and the column of its entry")  # fmt: skip
+        raise DeclarationError(
+            f"{where}: the left-hand side {lhs} must have two index symbols, "
+            "the row and the column of its entry"
+        )
     if len(tuple(shape)) != 2:
         raise DeclarationError(f"{where}: shape is (rows, columns), got {shape!r}")
-    return Step(name, sp.Eq(lhs, element.rhs, evaluate=False),
-                tuple(sp.sympify(size) for size in shape), title, _twin(twin, options),
-                tuple(requires), text)  # fmt: skip
+    return Step(
+        name,
+        sp.Eq(lhs, element.rhs, evaluate=False),
+        tuple(sp.sympify(size) for size in shape),
+        title,
+        _twin(twin, options),
+        tuple(requires),
+        text,
+    )
 
 
-def claim(lhs: sp.Expr, rhs: sp.Expr, *, title: str, text: str | None = None,
-          how: str = "") -> Equality:  # fmt: skip
+def claim(
+    lhs: sp.Expr, rhs: sp.Expr, *, title: str, text: str | None = None, how: str = ""
+) -> Equality:
     """An equality SymPy is to prove on your variant's graph: each side with the formulas of
     the steps it names put in (down to the inputs where needed), limits and derivatives
     evaluated, the difference simplified to 0 (``claim(sympy.Limit(a[m, p], b, -sympy.oo), 0,
@@ -253,20 +330,31 @@ def variant(
     replaces, inserts = tuple(replaces), tuple(inserts)
     for item in (*replaces, *(spec for _, spec in inserts)):
         if not isinstance(item, Step):
-            raise DeclarationError(f"variant {name}: replaces and inserts take steps made by "
-                                   f"derive.declare.step, got {item!r}")  # fmt: skip
-    sizes = tuple(Size(symbol, default) for symbol, default in sizes.items()) if isinstance(
-        sizes, Mapping) else tuple(sizes)  # fmt: skip
-    own = tuple(Parameter(symbol, sp.sympify(value))
-                for symbol, value in dict(parameters).items())  # fmt: skip
+            raise DeclarationError(
+                f"variant {name}: replaces and inserts take steps made by "
+                f"derive.declare.step, got {item!r}"
+            )
+    sizes = (
+        tuple(Size(symbol, default) for symbol, default in sizes.items())
+        if isinstance(sizes, Mapping)
+        else tuple(sizes)
+    )
+    own = tuple(Parameter(symbol, sp.sympify(value)) for symbol, value in dict(parameters).items())
     if twin is not None and not isinstance(twin, Twin):
         options = tuple((str(p_.symbol), p_.symbol) for p_ in own)
         twin = Twin(twin, tuple(arguments), options)
     graph_name = title[:1].lower() + title[1:]
     found = Variant(
-        name, title, text if isinstance(text, str) else tuple(text), base=base,
+        name,
+        title,
+        text if isinstance(text, str) else tuple(text),
+        base=base,
         build=build(name, base, replaces, inserts, graph_name),
-        claims=tuple(claims), sizes=sizes, parameters=own, requires=tuple(requires),
-        twin=twin, rank=rank,
-    )  # fmt: skip
+        claims=tuple(claims),
+        sizes=sizes,
+        parameters=own,
+        requires=tuple(requires),
+        twin=twin,
+        rank=rank,
+    )
     return register_variant(found) if register else found

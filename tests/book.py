@@ -74,9 +74,11 @@ class BookMultiHeadAttentionWrapper(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
         super().__init__()
         self.heads = nn.ModuleList(
-            [BookCausalAttention(d_in, d_out, context_length, dropout, qkv_bias)
-             for _ in range(num_heads)]
-        )  # fmt: skip
+            [
+                BookCausalAttention(d_in, d_out, context_length, dropout, qkv_bias)
+                for _ in range(num_heads)
+            ]
+        )
 
     def forward(self, x):
         return torch.cat([head(x) for head in self.heads], dim=-1)

@@ -90,7 +90,10 @@ class BookMultiHeadAttentionWithSWA(nn.Module):
             every = keys.size(1)
             if w is not None:  # attend to w − 1 older keys and the chunk; keep the last w
                 self.cache_k, self.cache_v = keys[:, -min(every, w) :], values[:, -min(every, w) :]
-                keys, values = keys[:, -min(every, w + n - 1) :], values[:, -min(every, w + n - 1) :]
+                keys, values = (
+                    keys[:, -min(every, w + n - 1) :],
+                    values[:, -min(every, w + n - 1) :],
+                )
             else:
                 self.cache_k, self.cache_v = keys, values
             q_start = self.ptr_current_pos
@@ -100,8 +103,10 @@ class BookMultiHeadAttentionWithSWA(nn.Module):
             self.ptr_current_pos = 0
         keys, values = keys.transpose(1, 2), values.transpose(1, 2)
         scores = queries @ keys.transpose(2, 3)
-        behind = (torch.arange(q_start, q_start + n)[:, None]
-                  - torch.arange(k_start, k_start + keys.shape[-2])[None, :])  # fmt: skip
+        behind = (
+            torch.arange(q_start, q_start + n)[:, None]
+            - torch.arange(k_start, k_start + keys.shape[-2])[None, :]
+        )
         width = keys.shape[-2] + 1 if w is None else w
         scores.masked_fill_((behind < 0) | (behind >= width), -torch.inf)
         weights = self.dropout(torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1))
@@ -152,14 +157,22 @@ class TransformerBlock(nn.Module):
         e = cfg["emb_dim"]
         if "sliding_window_size" in cfg:
             self.att = MultiHeadAttentionWithSWA(
-                d_in=e, d_out=e, num_heads=cfg["n_heads"], dropout=cfg["drop_rate"],
-                qkv_bias=cfg["qkv_bias"], sliding_window_size=cfg["sliding_window_size"],
-            )  # fmt: skip
+                d_in=e,
+                d_out=e,
+                num_heads=cfg["n_heads"],
+                dropout=cfg["drop_rate"],
+                qkv_bias=cfg["qkv_bias"],
+                sliding_window_size=cfg["sliding_window_size"],
+            )
         else:
             self.att = MultiHeadAttention(
-                d_in=e, d_out=e, context_length=cfg["context_length"], num_heads=cfg["n_heads"],
-                dropout=cfg["drop_rate"], qkv_bias=cfg["qkv_bias"],
-            )  # fmt: skip
+                d_in=e,
+                d_out=e,
+                context_length=cfg["context_length"],
+                num_heads=cfg["n_heads"],
+                dropout=cfg["drop_rate"],
+                qkv_bias=cfg["qkv_bias"],
+            )
         self.ff = FeedForward(cfg)
         self.norm1, self.norm2 = LayerNorm(e), LayerNorm(e)
         self.drop_shortcut = nn.Dropout(cfg["drop_rate"])

@@ -373,8 +373,13 @@ def walk_grouped(tensors, upstream, options, fl: Rounding) -> list[Bounded]:
     r = heads // groups
     if _fused._plan(batch * groups, n, keys, options.get("window"), r)[1] < n:
         raise ValueError(f"walk_grouped: n={n} takes more than one block of rows")
-    band = band_matrix(n, keys, causal=bool(options.get("causal")), window=options.get("window"),
-                       offset=options.get("offset", 0))  # fmt: skip
+    band = band_matrix(
+        n,
+        keys,
+        causal=bool(options.get("causal")),
+        window=options.get("window"),
+        offset=options.get("offset", 0),
+    )
     allowed = torch.from_numpy(band).expand(batch, heads, n, keys)
     if options.get("allowed") is not None:
         allowed = allowed & options["allowed"].unsqueeze(1)  # (B, 1 or n, s) -> (B, 1, ·, s)
@@ -400,8 +405,9 @@ def walk_grouped(tensors, upstream, options, fl: Rounding) -> list[Bounded]:
     sinks = options.get("sinks")
     if sinks is not None:
         column = sinks.double()[:, None, None].expand(batch, heads, n, 1)
-        s = Bounded(torch.cat([s.value, column], -1),
-                    torch.cat([s.radius, torch.zeros_like(column)], -1))  # fmt: skip
+        s = Bounded(
+            torch.cat([s.value, column], -1), torch.cat([s.radius, torch.zeros_like(column)], -1)
+        )
         allowed = torch.cat([allowed, torch.ones(batch, heads, n, 1, dtype=torch.bool)], -1)
     a_all, tau = softmax(s, allowed.expand(s.value.shape), EXP_ULPS, fl)
     a = Bounded(a_all.value[..., :keys], a_all.radius[..., :keys])
@@ -424,8 +430,10 @@ def walk_grouped(tensors, upstream, options, fl: Rounding) -> list[Bounded]:
         found.append(Bounded(-d_sink.value.reshape(heads), d_sink.radius.reshape(heads)))
     if slopes is not None:
         entries = batch * n * keys
-        flat = Bounded(d_s.value.transpose(0, 1).reshape(heads, 1, entries),
-                       d_s.radius.transpose(0, 1).reshape(heads, 1, entries))  # fmt: skip
+        flat = Bounded(
+            d_s.value.transpose(0, 1).reshape(heads, 1, entries),
+            d_s.radius.transpose(0, 1).reshape(heads, 1, entries),
+        )
         distance = exact(gaps.expand(batch, n, keys).reshape(1, entries, 1))
         d_slope = product(flat, distance, fl)
         found.append(Bounded(-d_slope.value.reshape(heads), d_slope.radius.reshape(heads)))

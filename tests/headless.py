@@ -23,9 +23,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 #: Headless, as root, and quiet on the network: no background fetches, no updates, no sync.
 FLAGS = [
-    "--no-sandbox", "--headless", "--disable-gpu", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def chromium() -> str | None:
@@ -66,8 +71,12 @@ class Visit:
         self.page = self.context.new_page()
         self.page.on("request", lambda request: self.requests.append(request.url))
         self.page.on("pageerror", lambda error: self.errors.append(str(error)))
-        self.page.on("console", lambda message: self.errors.append(message.text)
-                     if message.type in ("error", "warning") else None)  # fmt: skip
+        self.page.on(
+            "console",
+            lambda message: (
+                self.errors.append(message.text) if message.type in ("error", "warning") else None
+            ),
+        )
         self.page.goto(Path(path).resolve().as_uri())
 
     def close(self) -> None:
@@ -78,8 +87,12 @@ def screenshot(target: Path) -> None:
     """docs/derivation.html with the pointer on a_{2,3}: its formula in the panel, the row of
     Ω̃ it reads lit up."""
     with launched(require_chromium()) as browser:
-        visit = Visit(browser, ROOT / "docs" / "derivation.html",
-                      viewport={"width": 1000, "height": 720}, device_scale_factor=1)  # fmt: skip
+        visit = Visit(
+            browser,
+            ROOT / "docs" / "derivation.html",
+            viewport={"width": 1000, "height": 720},
+            device_scale_factor=1,
+        )
         page = visit.page
         page.locator(".matrices").evaluate("element => element.scrollIntoView()")
         page.mouse.wheel(0, -60)
@@ -89,4 +102,6 @@ def screenshot(target: Path) -> None:
 
 
 if __name__ == "__main__":
-    screenshot(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs/figures/derivation-html.png")
+    screenshot(
+        Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs/figures/derivation-html.png"
+    )

@@ -72,24 +72,35 @@ _ORIGINAL = {"attend_explicitly": _core.attend_explicitly, "attend_fused": _core
 MUTANTS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
     "no_sqrt_c": ("softmax(Ω) instead of softmax(Ω/√c)", [(_core, "scale", _no_scale)]),
     "sqrt_d": ("Ω/√d instead of Ω/√c", [(F, "_scaling_width", _scale_by_d)]),
-    "wrong_axis": ("softmax over the queries (columns), not the keys (rows)",
-                   [(_core, "softmax_rows", _columns_softmax)]),
-    "k_for_v": ("C = A K instead of C = A V",
-                [(_core, "attend_explicitly", _explicit_with_k_for_v),
-                 (_core, "attend_fused", _fused_with_k_for_v)]),
+    "wrong_axis": (
+        "softmax over the queries (columns), not the keys (rows)",
+        [(_core, "softmax_rows", _columns_softmax)],
+    ),
+    "k_for_v": (
+        "C = A K instead of C = A V",
+        [
+            (_core, "attend_explicitly", _explicit_with_k_for_v),
+            (_core, "attend_fused", _fused_with_k_for_v),
+        ],
+    ),
     "k_not_transposed": ("Ω = Q K instead of Q Kᵀ", [(_core, "scores", _scores_untransposed)]),
-    "mask_shifted": ("causal mask shifted by one: p ≤ m + 1",
-                     [(_masks, "causal_allowed", _causal_leaking_one)]),
-    "dropout_first": ("dropout on the scores, before the softmax",
-                      [(_core, "attend_explicitly", _explicit_dropout_first)]),
-}  # fmt: skip
+    "mask_shifted": (
+        "causal mask shifted by one: p ≤ m + 1",
+        [(_masks, "causal_allowed", _causal_leaking_one)],
+    ),
+    "dropout_first": (
+        "dropout on the scores, before the softmax",
+        [(_core, "attend_explicitly", _explicit_dropout_first)],
+    ),
+}
 
 
 @contextlib.contextmanager
 def mutant(name: str) -> Iterator[None]:
     """Swap the mutant's functions in, and back out on exit."""
-    saved = [(module, attribute, getattr(module, attribute)) for module, attribute, _ in
-             MUTANTS[name][1]]  # fmt: skip
+    saved = [
+        (module, attribute, getattr(module, attribute)) for module, attribute, _ in MUTANTS[name][1]
+    ]
     try:
         for module, attribute, replacement in MUTANTS[name][1]:
             setattr(module, attribute, replacement)
@@ -114,16 +125,24 @@ def _end_to_end_agrees(causal: bool, return_weights: bool) -> bool:
     ea = derive.explicit_attention(5, 3, 2, causal=causal)
     inputs = dyadic_inputs(ea, seed=3)
     expected = torch.tensor(ea.evaluate(**inputs).floats("C"), dtype=torch.float64)
-    out = F.self_attention(inputs["X"], inputs["W_q"], inputs["W_k"], inputs["W_v"],
-                           causal=causal, return_weights=return_weights)  # fmt: skip
+    out = F.self_attention(
+        inputs["X"],
+        inputs["W_q"],
+        inputs["W_k"],
+        inputs["W_v"],
+        causal=causal,
+        return_weights=return_weights,
+    )
     got = out[0] if return_weights else out
     return bool(torch.allclose(got, expected, rtol=0, atol=TOLERANCE))
 
 
 def _dropout_scales_kept_weights() -> bool:
     g = torch.Generator().manual_seed(5)
-    x, w = torch.randn(6, 3, generator=g, dtype=torch.float64), torch.randn(3, 2, generator=g,
-                                                                           dtype=torch.float64)
+    x, w = (
+        torch.randn(6, 3, generator=g, dtype=torch.float64),
+        torch.randn(3, 2, generator=g, dtype=torch.float64),
+    )
     _, clean = F.self_attention(x, w, w, w, return_weights=True)
     torch.manual_seed(0)
     _, dropped = F.self_attention(x, w, w, w, dropout_p=0.5, return_weights=True)
@@ -171,11 +190,19 @@ def report() -> str:
 def full_suite_failures(name: str) -> str:
     """Run the pytest suite with the mutant applied; return pytest's closing counts."""
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "tests/attention", "tests/consistency",
-         "--ignore=tests/consistency/test_mutants.py"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "tests/attention",
+            "tests/consistency",
+            "--ignore=tests/consistency/test_mutants.py",
+        ],
         env={**os.environ, "ATTENTION_MUTANT": name, "HYPOTHESIS_PROFILE": "mutants"},
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     counts = re.findall(r"(\d+ (?:failed|passed|error|errors))", done.stdout)
     return ", ".join(counts) or done.stdout.strip().splitlines()[-1]
 

@@ -15,7 +15,9 @@ def attention_reference(x, w_q, w_k, w_v, *, allowed=None):
     x, w_q, w_k, w_v = (np.asarray(t, dtype=np.float64) for t in (x, w_q, w_k, w_v))
     n, c = x.shape[0], w_q.shape[1]
     q, k, v = x @ w_q, x @ w_k, x @ w_v
-    omega = np.array([[sum(q[m, j] * k[p, j] for j in range(c)) for p in range(n)] for m in range(n)])
+    omega = np.array(
+        [[sum(q[m, j] * k[p, j] for j in range(c)) for p in range(n)] for m in range(n)]
+    )
     allowed = np.ones((n, n), dtype=bool) if allowed is None else np.asarray(allowed, dtype=bool)
     a = np.zeros((n, n))
     for m in range(n):
@@ -26,7 +28,9 @@ def attention_reference(x, w_q, w_k, w_v, *, allowed=None):
         total = sum(math.exp(omega[m, r] / math.sqrt(c) - top) for r in keys)
         for p in keys:
             a[m, p] = math.exp(omega[m, p] / math.sqrt(c) - top) / total
-    context = np.array([[sum(a[m, p] * v[p, j] for p in range(n)) for j in range(c)] for m in range(n)])
+    context = np.array(
+        [[sum(a[m, p] * v[p, j] for p in range(n)) for j in range(c)] for m in range(n)]
+    )
     return context, a
 
 
@@ -69,5 +73,7 @@ def cross_reference(x, y, w_q, w_k, w_v, *, allowed=None):
         total = sum(math.exp(omega[m][r] / math.sqrt(c) - top) for r in keys)
         for p in keys:
             a[m, p] = math.exp(omega[m][p] / math.sqrt(c) - top) / total
-    context = np.array([[sum(a[m, p] * v[p, j] for p in range(s)) for j in range(c)] for m in range(n)])
+    context = np.array(
+        [[sum(a[m, p] * v[p, j] for p in range(s)) for j in range(c)] for m in range(n)]
+    )
     return context, a

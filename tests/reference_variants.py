@@ -59,8 +59,22 @@ def allowed_matrix(n, causal=False, mask=None, keys=None):
     return allowed
 
 
-def gqa_reference(x, w_q, w_k, w_v, w_o=None, *, heads, groups, causal=False, theta_base=None,
-                  q_gain=None, k_gain=None, eps=1e-6, mask=None):  # fmt: skip
+def gqa_reference(
+    x,
+    w_q,
+    w_k,
+    w_v,
+    w_o=None,
+    *,
+    heads,
+    groups,
+    causal=False,
+    theta_base=None,
+    q_gain=None,
+    k_gain=None,
+    eps=1e-6,
+    mask=None,
+):
     """Head ℓ (1-based) on its columns of Q and on key/value group γ = ⌊(ℓ−1)·g/h⌋ + 1;
     QK-norm, then RoPE, then attention; heads side by side, times W_o. Gains as wide as Q's
     and K's rows: QK-norm of the whole rows, before the heads are taken (OLMo)."""
@@ -95,16 +109,16 @@ def latent_reference(x, w_q, w_dkv, w_uk, w_uv, w_o=None, *, heads, causal=True)
     width = q_all.shape[1] // heads
     allowed = allowed_matrix(x.shape[0], causal)
     columns = [
-        softmax_attention(*(t[:, i * width : (i + 1) * width] for t in (q_all, k_all, v_all)),
-                          allowed)
+        softmax_attention(
+            *(t[:, i * width : (i + 1) * width] for t in (q_all, k_all, v_all)), allowed
+        )
         for i in range(heads)
-    ]  # fmt: skip
+    ]
     out = np.concatenate(columns, axis=1)
     return out if w_o is None else out @ np.asarray(w_o, dtype=np.float64)
 
 
-def modified_attention(q, k, v, *, scale, allowed, softcap=None, slope=None, offset=0,
-                       sink=None):  # fmt: skip
+def modified_attention(q, k, v, *, scale, allowed, softcap=None, slope=None, offset=0, sink=None):
     """One head of attention with every score modification, entry by entry: ω̃ = scale · q·k,
     then cap · tanh(ω̃/cap), then − μ (m + offset − p) (ALiBi), over the allowed keys, and a
     sink logit σ in each row's denominator (its weight carries no value). q (n, c_h), k and v

@@ -27,7 +27,9 @@ def test_both_packages_are_marked_typed():
 def test_the_metadata_a_packager_expects():
     assert PROJECT["authors"] and PROJECT["keywords"] and PROJECT["description"]
     assert any(c.startswith("Development Status") for c in PROJECT["classifiers"])
-    python = [c for c in PROJECT["classifiers"] if c.startswith("Programming Language :: Python :: 3.")]
+    python = [
+        c for c in PROJECT["classifiers"] if c.startswith("Programming Language :: Python :: 3.")
+    ]
     assert "Programming Language :: Python :: 3.11" in python  # requires-python's floor
     assert PROJECT["requires-python"] == ">=3.11"
 
@@ -49,9 +51,18 @@ def test_the_sdist_carries_what_a_user_needs_and_nothing_of_the_repository_s_own
     (built,) = SdistBuilder(str(ROOT)).build(directory=str(tmp_path), versions=["standard"])
     with tarfile.open(built) as archive:
         names = {name.partition("/")[2] for name in archive.getnames()}
-    for needed in ("attention/__init__.py", "attention/py.typed", "derive/render/assets/page.js",
-                   "derive/render/assets/katex/LICENSE", "docs/examples/sigmoid_attention.py",
-                   "docs/glossary.md", "README.md", "LICENSE", "CHANGELOG.md", "pyproject.toml"):
+    for needed in (
+        "attention/__init__.py",
+        "attention/py.typed",
+        "derive/render/assets/page.js",
+        "derive/render/assets/katex/LICENSE",
+        "docs/examples/sigmoid_attention.py",
+        "docs/glossary.md",
+        "README.md",
+        "LICENSE",
+        "CHANGELOG.md",
+        "pyproject.toml",
+    ):
         assert needed in names, needed
     left_out = ("tests/", "docs/derivation", "docs/figures/", ".ci/", "docs/benchmarks.md")
     assert [n for n in names if n.startswith(left_out)] == []

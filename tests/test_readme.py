@@ -40,6 +40,7 @@ def test_the_declared_variant_is_the_example_files():
     steps = [(s.name, s.title, s.element) for s in mine.build(root).declarations]
     assert steps == [(s.name, s.title, s.element) for s in theirs.build(root).declarations]
     assert mine.parameters == theirs.parameters and mine.name == theirs.name
+
     def stated(claim):
         return {k: v for k, v in vars(claim).items() if k not in ("text", "heading", "then")}
 

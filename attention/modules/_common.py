@@ -25,10 +25,16 @@ from .._layer import NO_OPTIONS, LayerWeights, ScoreOptions, attention_layer
 from .._shapes import ShapeError
 
 __all__ = [
-    "MultiHeadModule", "build_heads", "add_head_layers", "set_score_options", "layer_weights",
-    "forward_layer", "dropout_rate",
-    "within_context", "OutputProjection",
-]  # fmt: skip
+    "MultiHeadModule",
+    "build_heads",
+    "add_head_layers",
+    "set_score_options",
+    "layer_weights",
+    "forward_layer",
+    "dropout_rate",
+    "within_context",
+    "OutputProjection",
+]
 
 
 class MultiHeadModule(nn.Module):
@@ -51,18 +57,35 @@ class MultiHeadModule(nn.Module):
 
 
 def build_heads(
-    module: MultiHeadModule, where: str, *, d_in: int, d_out: int, num_heads: int, dropout: float,
-    qkv_bias: bool, d_kv: int | None = None, softcap: float | None = None,
-    alibi: bool | Tensor = False, sinks: bool | Tensor = False, gate: bool = False,
-    query_pre_attn_scalar: float | None = None, **sizes: int,
-) -> None:  # fmt: skip
+    module: MultiHeadModule,
+    where: str,
+    *,
+    d_in: int,
+    d_out: int,
+    num_heads: int,
+    dropout: float,
+    qkv_bias: bool,
+    d_kv: int | None = None,
+    softcap: float | None = None,
+    alibi: bool | Tensor = False,
+    sinks: bool | Tensor = False,
+    gate: bool = False,
+    query_pre_attn_scalar: float | None = None,
+    **sizes: int,
+) -> None:
     """The prologue of the book's multi-head constructors: every size (`sizes` too) a positive
     int, dropout a rate, qkv_bias a bool, num_heads dividing d_out; then the layers
     (`add_head_layers`, keys and values reading d_kv, d_in if None) and the score options
     (`set_score_options`)."""
     d_kv = d_in if d_kv is None else d_kv
-    check_positive(where, d_in=d_in, **({"d_kv": d_kv} if d_kv != d_in else {}), d_out=d_out,
-                   **sizes, num_heads=num_heads)  # fmt: skip
+    check_positive(
+        where,
+        d_in=d_in,
+        **({"d_kv": d_kv} if d_kv != d_in else {}),
+        d_out=d_out,
+        **sizes,
+        num_heads=num_heads,
+    )
     check_probability(where, dropout=dropout)
     check_flag(where, qkv_bias=qkv_bias)
     check_heads(where, num_heads, d_out=d_out)
@@ -71,8 +94,15 @@ def build_heads(
     check_sinks(where, sinks, num_heads)
     nn.Module.__init__(module)
     add_head_layers(module, d_in, d_kv, d_out, num_heads, dropout, qkv_bias)
-    set_score_options(module, where, softcap=softcap, alibi=alibi, sinks=sinks, gate=gate,
-                      query_pre_attn_scalar=query_pre_attn_scalar)  # fmt: skip
+    set_score_options(
+        module,
+        where,
+        softcap=softcap,
+        alibi=alibi,
+        sinks=sinks,
+        gate=gate,
+        query_pre_attn_scalar=query_pre_attn_scalar,
+    )
 
 
 def check_sinks(where: str, sinks: object, heads: int) -> None:
@@ -82,10 +112,15 @@ def check_sinks(where: str, sinks: object, heads: int) -> None:
 
 
 def set_score_options(
-    module: MultiHeadModule, where: str, *, softcap: float | None = None,
-    alibi: bool | Tensor = False, sinks: bool | Tensor = False, gate: bool = False,
+    module: MultiHeadModule,
+    where: str,
+    *,
+    softcap: float | None = None,
+    alibi: bool | Tensor = False,
+    sinks: bool | Tensor = False,
+    gate: bool = False,
     query_pre_attn_scalar: float | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """The modifications of the scores a module was built with, checked, kept as
     `module.score_options` (every forward reads them) and each as an attribute of its own
     (`module.softcap`, as Hugging Face's configurations name it; `module.alibi`). Slopes given
@@ -114,8 +149,9 @@ def set_score_options(
     if isinstance(alibi, Tensor):
         module.register_buffer("alibi_slopes", alibi.detach().clone(), persistent=False)
     module.query_pre_attn_scalar = query_pre_attn_scalar
-    module.score_options = ScoreOptions(softcap=softcap, alibi=alibi is True,
-                                        query_pre_attn_scalar=query_pre_attn_scalar)  # fmt: skip
+    module.score_options = ScoreOptions(
+        softcap=softcap, alibi=alibi is True, query_pre_attn_scalar=query_pre_attn_scalar
+    )
 
 
 def add_gate(module: MultiHeadModule) -> None:
@@ -123,14 +159,24 @@ def add_gate(module: MultiHeadModule) -> None:
     wide, each head's 2·head_dim outputs its queries then its gate's logits (`_layer.split_gate`).
     The merged heads are multiplied by σ(logits) before `out_proj`."""
     old = module.W_query
-    module.W_query = nn.Linear(old.in_features, 2 * old.out_features, bias=old.bias is not None,
-                               dtype=old.weight.dtype, device=old.weight.device)  # fmt: skip
+    module.W_query = nn.Linear(
+        old.in_features,
+        2 * old.out_features,
+        bias=old.bias is not None,
+        dtype=old.weight.dtype,
+        device=old.weight.device,
+    )
 
 
 def add_head_layers(
-    module: MultiHeadModule, d_in: int, d_kv: int, d_out: int, num_heads: int, dropout: float,
+    module: MultiHeadModule,
+    d_in: int,
+    d_kv: int,
+    d_out: int,
+    num_heads: int,
+    dropout: float,
     qkv_bias: bool,
-) -> None:  # fmt: skip
+) -> None:
     """The layers of the book's `MultiHeadAttention`, created in its order (the same seed gives
     the same weights): W_query (d_in), W_key and W_value (d_kv), out_proj, dropout."""
     module.d_out = d_out
@@ -171,27 +217,47 @@ def layer_weights(module: nn.Module) -> LayerWeights:
     # W_query, W_key and W_value are there, each with a weight, in every multi-head module
     w_q, w_k, w_v = typing.cast("tuple[Tensor, Tensor, Tensor]", (w_q, w_k, w_v))
     return LayerWeights(
-        w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o,
+        w_q,
+        w_k,
+        w_v,
+        w_o,
+        b_q,
+        b_k,
+        b_v,
+        b_o,
         gate_in_query=getattr(module, "gate", False),
         q_norm=_per_head(layers.get("q_norm"), module),
         k_norm=_per_head(layers.get("k_norm"), module),
-        sinks=module._parameters.get("sinks"), slopes=module._buffers.get("alibi_slopes"),
-    )  # fmt: skip
+        sinks=module._parameters.get("sinks"),
+        slopes=module._buffers.get("alibi_slopes"),
+    )
 
 
 # What `forward_layer` returns follows `return_weights`: C alone, or (C, A).
 @overload
 def forward_layer(
-    module: MultiHeadModule, x: Tensor, *, y: Tensor | None = ..., causal: bool = ...,
-    window: int | None = ..., allowed: Tensor | None = ..., return_weights: Literal[False] = ...,
+    module: MultiHeadModule,
+    x: Tensor,
+    *,
+    y: Tensor | None = ...,
+    causal: bool = ...,
+    window: int | None = ...,
+    allowed: Tensor | None = ...,
+    return_weights: Literal[False] = ...,
     rope: tuple[Tensor, Tensor] | None = ...,
-) -> Tensor: ...  # fmt: skip
+) -> Tensor: ...
 @overload
 def forward_layer(
-    module: MultiHeadModule, x: Tensor, *, y: Tensor | None = ..., causal: bool = ...,
-    window: int | None = ..., allowed: Tensor | None = ..., return_weights: bool,
+    module: MultiHeadModule,
+    x: Tensor,
+    *,
+    y: Tensor | None = ...,
+    causal: bool = ...,
+    window: int | None = ...,
+    allowed: Tensor | None = ...,
+    return_weights: bool,
     rope: tuple[Tensor, Tensor] | None = ...,
-) -> Tensor | tuple[Tensor, Tensor]: ...  # fmt: skip
+) -> Tensor | tuple[Tensor, Tensor]: ...
 def forward_layer(
     module: MultiHeadModule,
     x: Tensor,
@@ -207,11 +273,19 @@ def forward_layer(
     weights, heads (`num_heads`, and `num_kv_groups` where it groups them), dropout rate and
     score options (`score_options`)."""
     return attention_layer(
-        x, layer_weights(module), heads=module.num_heads,
-        groups=getattr(module, "num_kv_groups", None), y=y, causal=causal, window=window,
-        allowed=allowed, dropout_p=dropout_rate(module), return_weights=return_weights,
-        options=getattr(module, "score_options", NO_OPTIONS), rope=rope,
-    )  # fmt: skip
+        x,
+        layer_weights(module),
+        heads=module.num_heads,
+        groups=getattr(module, "num_kv_groups", None),
+        y=y,
+        causal=causal,
+        window=window,
+        allowed=allowed,
+        dropout_p=dropout_rate(module),
+        return_weights=return_weights,
+        options=getattr(module, "score_options", NO_OPTIONS),
+        rope=rope,
+    )
 
 
 def dropout_rate(module: nn.Module) -> float:

@@ -44,8 +44,16 @@ class CrossAttention(OutputProjection, BookWeights, MultiHeadModule):
         num_heads: int = 1,
         qkv_bias: bool = False,
     ):
-        build_heads(self, "CrossAttention", d_in=d_in, d_kv=d_kv, d_out=d_out,
-                    num_heads=num_heads, dropout=dropout, qkv_bias=qkv_bias)  # fmt: skip
+        build_heads(
+            self,
+            "CrossAttention",
+            d_in=d_in,
+            d_kv=d_kv,
+            d_out=d_out,
+            num_heads=num_heads,
+            dropout=dropout,
+            qkv_bias=qkv_bias,
+        )
 
     @checked_forward(cross_weights)
     def forward(

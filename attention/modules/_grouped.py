@@ -44,8 +44,9 @@ class RMSNorm(nn.Module):
     $$y = x / \\sqrt{\\operatorname{mean}(x^2) + \\varepsilon} \\circ g \\;(+\\, b)$$
     """
 
-    def __init__(self, emb_dim: int, eps: float = 1e-6, bias: bool = False,
-                 qwen3_compatible: bool = True):  # fmt: skip
+    def __init__(
+        self, emb_dim: int, eps: float = 1e-6, bias: bool = False, qwen3_compatible: bool = True
+    ):
         check_positive("RMSNorm", emb_dim=emb_dim)
         super().__init__()
         self.eps = eps
@@ -126,12 +127,23 @@ class GroupedQueryAttention(MultiHeadModule):
     `query_pre_attn_scalar` (Gemma 2's and 3's query scale 1/√query_pre_attn_scalar).
     """
 
-    def __init__(self, d_in: int, *, num_heads: int, num_kv_groups: int, d_out: int | None = None,
-                 head_dim: int | None = None, qk_norm: bool | Literal["whole"] = False,
-                 dtype: torch.dtype | None = None, sliding_window: int | None = None,
-                 softcap: float | None = None, alibi: bool | Tensor = False,
-                 sinks: bool | Tensor = False, gate: bool = False,
-                 query_pre_attn_scalar: float | None = None):  # fmt: skip
+    def __init__(
+        self,
+        d_in: int,
+        *,
+        num_heads: int,
+        num_kv_groups: int,
+        d_out: int | None = None,
+        head_dim: int | None = None,
+        qk_norm: bool | Literal["whole"] = False,
+        dtype: torch.dtype | None = None,
+        sliding_window: int | None = None,
+        softcap: float | None = None,
+        alibi: bool | Tensor = False,
+        sinks: bool | Tensor = False,
+        gate: bool = False,
+        query_pre_attn_scalar: float | None = None,
+    ):
         where = "GroupedQueryAttention"
         check_positive(where, d_in=d_in, num_heads=num_heads, num_kv_groups=num_kv_groups)
         check_float_dtype(where, dtype)
@@ -176,8 +188,15 @@ class GroupedQueryAttention(MultiHeadModule):
         else:
             self.q_norm = self.k_norm = None
         self.sliding_window = sliding_window
-        set_score_options(self, where, softcap=softcap, alibi=alibi, sinks=sinks, gate=gate,
-                          query_pre_attn_scalar=query_pre_attn_scalar)  # fmt: skip
+        set_score_options(
+            self,
+            where,
+            softcap=softcap,
+            alibi=alibi,
+            sinks=sinks,
+            gate=gate,
+            query_pre_attn_scalar=query_pre_attn_scalar,
+        )
 
     @checked_forward(_gqa_weights)
     def forward(

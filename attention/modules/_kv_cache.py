@@ -45,9 +45,13 @@ class KVCache:
         self.ptr_current_pos = 0
 
     def _cached_forward(
-        self, where: str, x: Tensor, window: int | None, context_length: int | None,
+        self,
+        where: str,
+        x: Tensor,
+        window: int | None,
+        context_length: int | None,
         rope: tuple[Tensor, Tensor] | None = None,
-    ) -> Tensor:  # fmt: skip
+    ) -> Tensor:
         """(*batch, t, d) -> (*batch, t, d_out): the new rows against the cache, which grows
         (with `rope`, the new queries and keys rotated at their positions)."""
         module: MultiHeadModule = self  # type: ignore[assignment]  # a mixin of multi-head modules
@@ -73,11 +77,17 @@ class KVCache:
             values = torch.cat([cached_v, values], dim=-3)
         options = getattr(module, "score_options", NO_OPTIONS)
         per_head = _core.attend_new_rows(
-            q, keys.transpose(-3, -2), values.transpose(-3, -2),  # -> (*batch, g, m + t, c_h)
-            scale=options.scale(q.shape[-1]), window=window, dropout_p=dropout_rate(module),
-            heads=True, softcap=options.softcap, sinks=weights.sinks,
+            q,
+            keys.transpose(-3, -2),
+            values.transpose(-3, -2),  # -> (*batch, g, m + t, c_h)
+            scale=options.scale(q.shape[-1]),
+            window=window,
+            dropout_p=dropout_rate(module),
+            heads=True,
+            softcap=options.softcap,
+            sinks=weights.sinks,
             slopes=slopes_of(weights, options, heads, q),
-        )  # fmt: skip
+        )
         out = finish(per_head, gate, weights)  # (*batch, h, t, c_h) -> (*batch, t, c_out)
         self.cache_k = _core.kept_rows(keys, window, dim=-3)
         self.cache_v = _core.kept_rows(values, window, dim=-3)

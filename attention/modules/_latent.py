@@ -127,6 +127,12 @@ class MultiHeadLatentAttention(nn.Module):
         """Query m (at position start + m) attends the keys p ≤ start + m (the book's semantics:
         start need not be the number of cached latents, see the class docstring)."""
         return _core.attend(
-            q, k, v, scale=_core.scale(self.head_dim), heads=True, causal=True, offset=start,
+            q,
+            k,
+            v,
+            scale=_core.scale(self.head_dim),
+            heads=True,
+            causal=True,
+            offset=start,
             dropout_p=dropout_rate(self),
-        )  # fmt: skip
+        )

@@ -123,10 +123,21 @@ class MultiHeadAttention(KVCache, OutputProjection, BookWeights, MultiHeadModule
         gate: bool = False,
         query_pre_attn_scalar: float | None = None,
     ):
-        build_heads(self, "MultiHeadAttention", d_in=d_in, d_out=d_out, num_heads=num_heads,
-                    dropout=dropout, qkv_bias=qkv_bias, context_length=context_length,
-                    softcap=softcap, alibi=alibi, sinks=sinks, gate=gate,
-                    query_pre_attn_scalar=query_pre_attn_scalar)  # fmt: skip
+        build_heads(
+            self,
+            "MultiHeadAttention",
+            d_in=d_in,
+            d_out=d_out,
+            num_heads=num_heads,
+            dropout=dropout,
+            qkv_bias=qkv_bias,
+            context_length=context_length,
+            softcap=softcap,
+            alibi=alibi,
+            sinks=sinks,
+            gate=gate,
+            query_pre_attn_scalar=query_pre_attn_scalar,
+        )
         self.register_buffer(
             "mask", torch.triu(torch.ones(context_length, context_length), diagonal=1)
         )
@@ -155,9 +166,15 @@ class MultiHeadAttention(KVCache, OutputProjection, BookWeights, MultiHeadModule
         With `use_cache`, x holds the new tokens only (see the class docstring)."""
         where = "MultiHeadAttention.forward"
         if use_cache:
-            refuse_masks_with_cache(where, mask=mask, key_padding_mask=key_padding_mask,
-                                    return_weights=return_weights)  # fmt: skip
+            refuse_masks_with_cache(
+                where, mask=mask, key_padding_mask=key_padding_mask, return_weights=return_weights
+            )
             return self._cached_forward(where, x, None, self.mask.shape[-1])
         within_context(where, x.shape[-2], self.mask.shape[-1])
-        return forward_layer(self, x, causal=True, allowed=given_masks(mask, key_padding_mask),
-                             return_weights=return_weights)  # fmt: skip
+        return forward_layer(
+            self,
+            x,
+            causal=True,
+            allowed=given_masks(mask, key_padding_mask),
+            return_weights=return_weights,
+        )

@@ -47,9 +47,16 @@ def _linear_attend(
     x = silence_isolated(x, causal, allowed)
     q, k, v = module.W_query(x), module.W_key(x), module.W_value(x)
     return _core.attend(
-        q, k, v, scale=_core.scale(_scaling_width(module.w_q)), heads=False, causal=causal,
-        allowed=allowed, dropout_p=dropout_rate(module), return_weights=return_weights,
-    )  # fmt: skip
+        q,
+        k,
+        v,
+        scale=_core.scale(_scaling_width(module.w_q)),
+        heads=False,
+        causal=causal,
+        allowed=allowed,
+        dropout_p=dropout_rate(module),
+        return_weights=return_weights,
+    )
 
 
 class SelfAttentionV1(BookWeights, nn.Module):
@@ -81,9 +88,13 @@ class SelfAttentionV1(BookWeights, nn.Module):
         """C (*batch, n, c) from X (*batch, n, d); with `return_weights`, (C, A)."""
         q, k, v = x @ self.W_query, x @ self.W_key, x @ self.W_value
         return _core.attend(
-            q, k, v, scale=_core.scale(_scaling_width(self.W_query)), heads=False,
+            q,
+            k,
+            v,
+            scale=_core.scale(_scaling_width(self.W_query)),
+            heads=False,
             return_weights=return_weights,
-        )  # fmt: skip
+        )
 
 
 class SelfAttentionV2(BookWeights, nn.Module):
@@ -154,6 +165,10 @@ class CausalAttention(BookWeights, nn.Module):
         (C, A)."""
         within_context("CausalAttention.forward", x.shape[-2], self.mask.shape[-1])
         return _linear_attend(
-            self, x, causal=True, mask=mask, key_padding_mask=key_padding_mask,
+            self,
+            x,
+            causal=True,
+            mask=mask,
+            key_padding_mask=key_padding_mask,
             return_weights=return_weights,
-        )  # fmt: skip
+        )

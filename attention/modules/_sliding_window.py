@@ -62,10 +62,20 @@ class MultiHeadAttentionWithSWA(KVCache, OutputProjection, BookWeights, MultiHea
         query_pre_attn_scalar: float | None = None,
     ):
         check_window("MultiHeadAttentionWithSWA", "sliding_window_size", sliding_window_size)
-        build_heads(self, "MultiHeadAttentionWithSWA", d_in=d_in, d_out=d_out,
-                    num_heads=num_heads, dropout=dropout, qkv_bias=qkv_bias,
-                    softcap=softcap, alibi=alibi, sinks=sinks, gate=gate,
-                    query_pre_attn_scalar=query_pre_attn_scalar)  # fmt: skip
+        build_heads(
+            self,
+            "MultiHeadAttentionWithSWA",
+            d_in=d_in,
+            d_out=d_out,
+            num_heads=num_heads,
+            dropout=dropout,
+            qkv_bias=qkv_bias,
+            softcap=softcap,
+            alibi=alibi,
+            sinks=sinks,
+            gate=gate,
+            query_pre_attn_scalar=query_pre_attn_scalar,
+        )
         self.sliding_window_size = sliding_window_size
         self._init_cache()
 
@@ -88,9 +98,15 @@ class MultiHeadAttentionWithSWA(KVCache, OutputProjection, BookWeights, MultiHea
         window = self.sliding_window_size
         check_window(where, "sliding_window_size", window)
         if use_cache:
-            refuse_masks_with_cache(where, mask=mask, key_padding_mask=key_padding_mask,
-                                    return_weights=return_weights)  # fmt: skip
+            refuse_masks_with_cache(
+                where, mask=mask, key_padding_mask=key_padding_mask, return_weights=return_weights
+            )
             return self._cached_forward(where, x, window, None)
-        return forward_layer(self, x, causal=True, window=window,
-                             allowed=given_masks(mask, key_padding_mask),
-                             return_weights=return_weights)  # fmt: skip
+        return forward_layer(
+            self,
+            x,
+            causal=True,
+            window=window,
+            allowed=given_masks(mask, key_padding_mask),
+            return_weights=return_weights,
+        )

@@ -36,9 +36,15 @@ from .evaluate import Reader, dyadic, mask_of, resolve, torch_values
 from .steps import compare
 
 __all__ = [
-    "TOLERANCE", "GRADIENT_TOLERANCE", "RANDOM_MAX", "Row", "draw_sizes", "explicit_of",
-    "trial_rows", "format_table",
-]  # fmt: skip
+    "TOLERANCE",
+    "GRADIENT_TOLERANCE",
+    "RANDOM_MAX",
+    "Row",
+    "draw_sizes",
+    "explicit_of",
+    "trial_rows",
+    "format_table",
+]
 
 #: The largest absolute difference allowed where the values are not exact rationals.
 TOLERANCE = 1e-12
@@ -77,8 +83,11 @@ def _mask(shape: tuple[int, int], generator: Any) -> dict:
 
     rows, cols = shape
     allowed = torch.rand(rows, cols, generator=generator) < 0.7
-    return {L.base("mask")[m + 1, p + 1]: sp.S.Zero if allowed[m, p] else -sp.oo
-            for m in range(rows) for p in range(cols)}  # fmt: skip
+    return {
+        L.base("mask")[m + 1, p + 1]: sp.S.Zero if allowed[m, p] else -sp.oo
+        for m in range(rows)
+        for p in range(cols)
+    }
 
 
 def explicit_of(entry: Entry, sizes: dict[str, int], seed: int) -> ExplicitGraph:
@@ -129,8 +138,7 @@ def _gradient_rows(entry: Entry, explicit: ExplicitGraph, inputs: dict, seed: in
         if not (isinstance(twin, GradientTwin) and twins.applies(twin, entry.options)):
             continue
         function = resolve(twin.function, f"{entry.name}: twin")
-        got = function(*twins.arguments(twin, explicit, read),
-                       **twins.options(twin, entry, read))  # fmt: skip
+        got = function(*twins.arguments(twin, explicit, read), **twins.options(twin, entry, read))
         picked = [getattr(got, n) for n in twin.returns] if hasattr(got, "_fields") else got
         for name, tensor in zip(twin.returns, picked, strict=True):
             expected = torch.tensor(values.floats(name), dtype=torch.float64)
@@ -161,8 +169,16 @@ def _state_rows(found: list[tuple[str, Any, Any]], limit: float = TOLERANCE) -> 
             continue
         expected = torch.tensor(want, dtype=torch.float64)
         if tensor.numel() != expected.numel():
-            rows.append(Row(f"{label} (shape {tuple(tensor.shape)})", (int(expected.shape[0]), -1),
-                            float("inf"), False, False, limit))  # fmt: skip
+            rows.append(
+                Row(
+                    f"{label} (shape {tuple(tensor.shape)})",
+                    (int(expected.shape[0]), -1),
+                    float("inf"),
+                    False,
+                    False,
+                    limit,
+                )
+            )
             continue
         rows.append(_row(label, expected, tensor.reshape(expected.shape), limit))
     return rows
@@ -170,8 +186,12 @@ def _state_rows(found: list[tuple[str, Any, Any]], limit: float = TOLERANCE) -> 
 
 def _shaped(explicit: ExplicitGraph) -> set:
     """The sizes the graph's matrices have (a block's size is none of them)."""
-    return {s for shape in explicit.graph.shapes.values() for x in shape
-            for s in sp.sympify(x).free_symbols}  # fmt: skip
+    return {
+        s
+        for shape in explicit.graph.shapes.values()
+        for x in shape
+        for s in sp.sympify(x).free_symbols
+    }
 
 
 def _mask_rows(explicit: ExplicitGraph, computed: dict[str, Any]) -> list[Row]:
@@ -181,13 +201,17 @@ def _mask_rows(explicit: ExplicitGraph, computed: dict[str, Any]) -> list[Row]:
         if declaration.constant and declaration.output in computed:
             derived = mask_of(explicit, declaration.output)
             differing = int((computed[declaration.output] != derived).sum())
-            rows.append(Row(declaration.output, tuple(derived.shape), float(differing), True,
-                            differing == 0))  # fmt: skip
+            rows.append(
+                Row(
+                    declaration.output, tuple(derived.shape), float(differing), True, differing == 0
+                )
+            )
     return rows
 
 
-def trial_rows(entry: Entry, sizes: dict[str, int], *, seed: int,
-               forward_only: bool = False) -> tuple[list[Row], str]:  # fmt: skip
+def trial_rows(
+    entry: Entry, sizes: dict[str, int], *, seed: int, forward_only: bool = False
+) -> tuple[list[Row], str]:
     """Every row of one trial of `derive check` at these sizes, and a note on what was not
     checked (or "")."""
     import torch
@@ -203,8 +227,10 @@ def trial_rows(entry: Entry, sizes: dict[str, int], *, seed: int,
         shape = values.matrices[item.output].shape
         rows.append(Row(item.output, shape, item.max_abs_error, item.output in exact, passed))
     expected = torch.tensor(values.floats(explicit.graph.output), dtype=torch.float64)
-    rows += [_row(f"C · {name}", expected, got, TOLERANCE)
-             for name, got in twins.outputs(entry, explicit, inputs)]  # fmt: skip
+    rows += [
+        _row(f"C · {name}", expected, got, TOLERANCE)
+        for name, got in twins.outputs(entry, explicit, inputs)
+    ]
     read = Reader(explicit, dict(inputs))
     rows += _state_rows(twins.states(entry, explicit, read, values.matrices, backward=False))
     notes = [twins.unfit(entry)]
@@ -221,10 +247,15 @@ def format_table(rows: list[Row]) -> str:
     """A plain-text table: step, shape, max |difference|, tolerance, result."""
     header = ("step", "shape", "max |difference|", "tolerance", "result")
     lines = [
-        (row.step, f"{row.shape[0]}×{row.shape[1]}", f"{row.difference:.3g}", row.tolerance,
-         "pass" if row.passed else "FAIL")
+        (
+            row.step,
+            f"{row.shape[0]}×{row.shape[1]}",
+            f"{row.difference:.3g}",
+            row.tolerance,
+            "pass" if row.passed else "FAIL",
+        )
         for row in rows
-    ]  # fmt: skip
+    ]
     widths = [max(len(cell) for cell in column) for column in zip(header, *lines, strict=True)]
     return "\n".join(
         ("  " + "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True))).rstrip()

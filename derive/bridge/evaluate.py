@@ -26,9 +26,16 @@ from ..graph.twins import Callee, StepTwin
 from ..notation import letters as L
 
 __all__ = [
-    "resolve", "torch_values", "number", "Reader", "mask_of", "callee_name", "dyadic", "twin_of",
+    "resolve",
+    "torch_values",
+    "number",
+    "Reader",
+    "mask_of",
+    "callee_name",
+    "dyadic",
+    "twin_of",
     "called",
-]  # fmt: skip
+]
 
 
 def callee_name(callee: Callee) -> str:
@@ -156,20 +163,26 @@ def _call(declaration, head: int | None, read: Reader, expected: tuple) -> Any:
     try:
         value = function(*arguments, **options)
     except Exception as error:  # noqa: BLE001 - the twin's own failure, named
-        raise DeclarationError(f"{where}: twin {called(twin.function, letters, arguments)} "
-                               f"failed: {type(error).__name__}: {error}") from None  # fmt: skip
+        raise DeclarationError(
+            f"{where}: twin {called(twin.function, letters, arguments)} "
+            f"failed: {type(error).__name__}: {error}"
+        ) from None
     got = tuple(getattr(value, "shape", ()))
     if got != expected:
-        raise DeclarationError(f"{where}: twin {called(twin.function, letters, arguments)} "
-                               f"returned shape {got}, the declaration says "
-                               f"{expected}")  # fmt: skip
+        raise DeclarationError(
+            f"{where}: twin {called(twin.function, letters, arguments)} "
+            f"returned shape {got}, the declaration says "
+            f"{expected}"
+        )
     return value
 
 
 def called(function: Callee, letters: tuple[str, ...], arguments: list) -> str:
     """How a message shows a twin's call: ``ctx(V: 5×4, A_diff: 5×5)``."""
-    shown = [f"{letter}: {'×'.join(str(k) for k in getattr(value, 'shape', ())) or 'scalar'}"
-             for letter, value in zip(letters, arguments, strict=False)]  # fmt: skip
+    shown = [
+        f"{letter}: {'×'.join(str(k) for k in getattr(value, 'shape', ())) or 'scalar'}"
+        for letter, value in zip(letters, arguments, strict=False)
+    ]
     return f"{callee_name(function).rpartition('.')[2]}({', '.join(shown)})"
 
 

@@ -48,7 +48,12 @@ class WorkedExample:
 
 
 def worked_example(
-    *, n: int = len(TOKENS), d: int = 4, c: int = 3, causal: bool = False, seed: int = SEED,
+    *,
+    n: int = len(TOKENS),
+    d: int = 4,
+    c: int = 3,
+    causal: bool = False,
+    seed: int = SEED,
     variant_name: str | None = None,
 ) -> WorkedExample:
     """The first `n` tokens of the sentence at widths d and c, through torch and through the
@@ -78,10 +83,17 @@ def worked_example(
     explicit = ExplicitGraph(entry.graph, sizes)
     inputs = {"X": x} | {
         letter: torch.rand(*symbols.shape, generator=generator, dtype=torch.float64)
-        for letter, symbols in explicit.inputs.items() if letter != "X"
-    }  # fmt: skip
-    twin = next((t for t in entry.twins if isinstance(t, Twin) and not t.incremental
-                 and applies(t, entry.options)), None)  # fmt: skip
+        for letter, symbols in explicit.inputs.items()
+        if letter != "X"
+    }
+    twin = next(
+        (
+            t
+            for t in entry.twins
+            if isinstance(t, Twin) and not t.incremental and applies(t, entry.options)
+        ),
+        None,
+    )
     if twin is None:
         raise ValueError(f"{entry.name}: no twin computes the worked example")
     context = twin_output(twin, entry, explicit, Reader(explicit, dict(inputs)))

@@ -16,8 +16,11 @@ from ..explicit import ExplicitGradients, Values, explicit_gradients
 from .steps import Comparison, compare, dyadic_inputs
 
 __all__ = [
-    "gradient_inputs", "gradients_only", "torch_gradient_steps", "check_gradients_against_torch",
-]  # fmt: skip
+    "gradient_inputs",
+    "gradients_only",
+    "torch_gradient_steps",
+    "check_gradients_against_torch",
+]
 
 
 def gradient_inputs(g: ExplicitGradients, *, seed: int = 0) -> dict[str, Any]:

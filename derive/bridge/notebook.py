@@ -81,16 +81,23 @@ def run_cells(cells: list) -> list[list[dict]]:
         def display(*values: object, flush=flush, produced=produced) -> None:
             for value in values:
                 flush()
-                produced.append({"data": mimebundle(value), "metadata": {},
-                                 "output_type": "display_data"})  # fmt: skip
+                produced.append(
+                    {"data": mimebundle(value), "metadata": {}, "output_type": "display_data"}
+                )
 
         namespace["display"] = display
         with contextlib.redirect_stdout(stream):
             value = _run(cell.source, namespace, count)
         flush()
         if value is not None:
-            produced.append({"data": mimebundle(value), "execution_count": count,
-                             "metadata": {}, "output_type": "execute_result"})  # fmt: skip
+            produced.append(
+                {
+                    "data": mimebundle(value),
+                    "execution_count": count,
+                    "metadata": {},
+                    "output_type": "execute_result",
+                }
+            )
         outputs.append(produced)
     return outputs
 

@@ -70,13 +70,22 @@ def compare(values: Values, tensors: dict[str, Any]) -> list[Comparison]:
 
 
 def check_against_torch(
-    n: int, d: int, c: int, *, causal: bool = False, heads: int = 1, mask: Any = None,
-    key_padding_mask: Any = None, seed: int = 0, digits: int = 30,
-) -> list[Comparison]:  # fmt: skip
+    n: int,
+    d: int,
+    c: int,
+    *,
+    causal: bool = False,
+    heads: int = 1,
+    mask: Any = None,
+    key_padding_mask: Any = None,
+    seed: int = 0,
+    digits: int = 30,
+) -> list[Comparison]:
     """Build `explicit_attention(n, d, c, ...)`, evaluate it and its twins on the same seeded
     dyadic float64 inputs, and compare every step (see `compare`)."""
-    ea = explicit_attention(n, d, c, causal=causal, heads=heads, mask=mask,
-                            key_padding_mask=key_padding_mask)  # fmt: skip
+    ea = explicit_attention(
+        n, d, c, causal=causal, heads=heads, mask=mask, key_padding_mask=key_padding_mask
+    )
     inputs = dyadic_inputs(ea, seed=seed)
     values = ea.evaluate(**inputs, digits=digits)
     return compare(values, torch_steps(ea, **inputs))

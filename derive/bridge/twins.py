@@ -14,12 +14,23 @@ from ..graph import Entry
 from ..graph.twins import GradientTwin, ModuleTwin, StateTwin, Twin
 from .evaluate import Reader, callee_name, number, resolve
 
-__all__ = ["applies", "lacks", "unfit", "arguments", "options", "module_output", "twin_output",
-           "label", "outputs", "states"]  # fmt: skip
+__all__ = [
+    "applies",
+    "lacks",
+    "unfit",
+    "arguments",
+    "options",
+    "module_output",
+    "twin_output",
+    "label",
+    "outputs",
+    "states",
+]
 
 
-def lacks(twin: Twin | ModuleTwin | GradientTwin | StateTwin,
-          options: dict[str, object]) -> list[str]:  # fmt: skip
+def lacks(
+    twin: Twin | ModuleTwin | GradientTwin | StateTwin, options: dict[str, object]
+) -> list[str]:
     """The options of the entry the twin neither takes (its signature) nor implies."""
     wanted = [key for key in options if key not in twin.implies]
     callee = twin.cls if isinstance(twin, ModuleTwin) else twin.function
@@ -45,8 +56,7 @@ def unfit(entry: Entry) -> str:
         return "no entry point compared: no twin of the whole is declared"
     if any(applies(t, entry.options) for t in functions):
         return ""
-    said = "; ".join(f"{label(t)} takes no {', '.join(lacks(t, entry.options))}"
-                     for t in functions)  # fmt: skip
+    said = "; ".join(f"{label(t)} takes no {', '.join(lacks(t, entry.options))}" for t in functions)
     return f"no entry point computes it: {said}"
 
 
@@ -117,8 +127,9 @@ def outputs(entry: Entry, explicit: ExplicitGraph, inputs: dict) -> list[tuple[s
     return found
 
 
-def states(entry: Entry, explicit: ExplicitGraph, read: Reader, matrices: dict, *,
-           backward: bool) -> list[tuple[str, Any, Any]]:  # fmt: skip
+def states(
+    entry: Entry, explicit: ExplicitGraph, read: Reader, matrices: dict, *, backward: bool
+) -> list[tuple[str, Any, Any]]:
     """What each state twin that applies holds block by block (those that read dC where
     `backward`, the others where not) beside the values `derive` computes for it from the
     check's explicit `matrices`: (row label, derived rows of numbers, the twin's tensor) for
@@ -126,8 +137,11 @@ def states(entry: Entry, explicit: ExplicitGraph, read: Reader, matrices: dict, 
     sizes = {str(symbol): number(value) for symbol, value in explicit.sizes.items()}
     found: list[tuple[str, Any, Any]] = []
     for twin in entry.twins:
-        if not (isinstance(twin, StateTwin) and ("dC" in twin.arguments) == backward
-                and applies(twin, entry.options)):  # fmt: skip
+        if not (
+            isinstance(twin, StateTwin)
+            and ("dC" in twin.arguments) == backward
+            and applies(twin, entry.options)
+        ):
             continue
         function = resolve(twin.function, f"{entry.name}: twin")
         got = function(*arguments(twin, explicit, read), **options(twin, entry, read))

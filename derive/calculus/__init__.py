@@ -11,8 +11,22 @@ from .naming import book_indices
 from .reverse import Contribution, Gradient, backward
 
 __all__ = [
-    "Contribution", "Gradient", "NoMatrixForm", "Step", "backward", "book_indices",
-    "canonical_sums", "readable_sums", "composed_expression",
-    "element_of", "flop_count", "inline", "matrix_form", "operation_count", "step_flops", "steps",
-    "under_ranges", "zero_based",
-]  # fmt: skip
+    "Contribution",
+    "Gradient",
+    "NoMatrixForm",
+    "Step",
+    "backward",
+    "book_indices",
+    "canonical_sums",
+    "readable_sums",
+    "composed_expression",
+    "element_of",
+    "flop_count",
+    "inline",
+    "matrix_form",
+    "operation_count",
+    "step_flops",
+    "steps",
+    "under_ranges",
+    "zero_based",
+]

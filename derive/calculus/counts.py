@@ -76,8 +76,9 @@ def _entry_products(step: Step) -> list[Product]:
             continue
         ((k, low, high),) = total.limits
         entries = [f for f in sp.Mul.make_args(total.function) if isinstance(f, Indexed)]
-        read = [e for e in entries if k in e.indices[-2:]
-                and L.letter_of(e) not in L.CONSTANT_LETTERS]  # fmt: skip
+        read = [
+            e for e in entries if k in e.indices[-2:] and L.letter_of(e) not in L.CONSTANT_LETTERS
+        ]
         if len(read) != 2:
             continue
         orientation = tuple((L.letter_of(e), list(e.indices[-2:]).index(k)) for e in read)
@@ -107,8 +108,10 @@ def _relations(graph: Graph, expr: sp.Expr) -> sp.Expr:
 def operation_count(graph: Graph) -> dict[str, int | sp.Expr]:
     """Matrix products and transposes of the graph's steps."""
     found = [product for step in steps(graph) for product in _products(step)]
-    counts = {"matrix products": sp.Add(*[count for count, _, _ in found]),
-              "transposes": sp.Add(*[transposes for _, _, transposes in found])}  # fmt: skip
+    counts = {
+        "matrix products": sp.Add(*[count for count, _, _ in found]),
+        "transposes": sp.Add(*[transposes for _, _, transposes in found]),
+    }
     return {key: int(value) if value.is_Integer else value for key, value in counts.items()}
 
 

@@ -23,17 +23,28 @@ from sympy.matrices.expressions.matexpr import MatrixElement
 from ..notation import letters as L
 
 __all__ = [
-    "Ranges", "zero_based", "zero_index", "element_of", "under_ranges", "decide", "fresh_index",
-    "canonical_sums", "readable_sums",
-]  # fmt: skip
+    "Ranges",
+    "zero_based",
+    "zero_index",
+    "element_of",
+    "under_ranges",
+    "decide",
+    "fresh_index",
+    "canonical_sums",
+    "readable_sums",
+]
 
 Ranges = Mapping[sp.Symbol, tuple[sp.Expr, sp.Expr]]
 
 #: The summation index for a sum over each size, in order of preference.
 _NAMES = {
-    L.n: (L.m, L.p, L.r, L.t), L.s: (L.p, L.r, L.t), L.c: (L.j, L.j2), L.c_h: (L.j, L.j2),
-    L.d: (L.i,), L.d_y: (L.i,),
-}  # fmt: skip
+    L.n: (L.m, L.p, L.r, L.t),
+    L.s: (L.p, L.r, L.t),
+    L.c: (L.j, L.j2),
+    L.c_h: (L.j, L.j2),
+    L.d: (L.i,),
+    L.d_y: (L.i,),
+}
 
 
 def _shift_sum(total: Sum, by: int) -> Sum:
@@ -236,8 +247,11 @@ def _limits(
     parts = condition.args if isinstance(condition, sp.And) else (condition,)
     for part in parts:
         if not isinstance(part, sp.core.relational.Relational) or part.rel_op not in (
-            "<=", ">=", "<", ">"
-        ):  # fmt: skip
+            "<=",
+            ">=",
+            "<",
+            ">",
+        ):
             return None
         strict = part.rel_op in ("<", ">")
         small, large = part.lts, part.gts

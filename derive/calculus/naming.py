@@ -15,8 +15,11 @@ def compact_roots(expr: sp.Expr) -> sp.Expr:
     """Each root of a row's statistic (√(Σ_j' q_{m,j'}²/c + ε)) held as one symbol while SymPy
     puts the terms over one denominator, then put back."""
     free = expr.free_symbols  # a root that reads a summation index stays inside its sum
-    roots = [e for e in expr.atoms(sp.Pow) if e.exp.is_Rational and not e.exp.is_Integer
-             and e.base.has(Sum) and e.free_symbols <= free]  # fmt: skip
+    roots = [
+        e
+        for e in expr.atoms(sp.Pow)
+        if e.exp.is_Rational and not e.exp.is_Integer and e.base.has(Sum) and e.free_symbols <= free
+    ]
     if not roots:
         return expr
     bases = {e.base for e in roots}
@@ -28,8 +31,17 @@ def compact_roots(expr: sp.Expr) -> sp.Expr:
 
 #: The index the book gives a row or a column over each size, where a letter does not say.
 _ROW = {L.n: L.m, L.s: L.p, L.d: L.i, L.d_y: L.i, L.c: L.j, L.c_h: L.j, L.d_u: L.f, L.h: L.ell}
-_COLUMN = {L.n: L.p, L.s: L.p, L.d: L.i, L.d_y: L.i, L.c: L.j, L.c_h: L.j, L.c_r: L.j,
-           L.d_u: L.f, L.h: L.ell}  # fmt: skip
+_COLUMN = {
+    L.n: L.p,
+    L.s: L.p,
+    L.d: L.i,
+    L.d_y: L.i,
+    L.c: L.j,
+    L.c_h: L.j,
+    L.c_r: L.j,
+    L.d_u: L.f,
+    L.h: L.ell,
+}
 
 
 def book_indices(letter: str, shape: tuple | None = None) -> tuple[sp.Expr, sp.Expr]:

@@ -97,9 +97,16 @@ def _is_linear(form: sp.MatrixExpr) -> bool:
     and no entry at fixed indices (ALiBi's slope μ[0, 0] is a number of μ to the trace's
     derivative, which sees only whole matrices)."""
     return not form.has(
-        Softmax, Concat, sp.MatrixSlice, sp.HadamardProduct, sp.HadamardPower, RMSNorm,
-        ElementwiseApplyFunction, Entries, sp.matrices.expressions.matexpr.MatrixElement,
-    )  # fmt: skip
+        Softmax,
+        Concat,
+        sp.MatrixSlice,
+        sp.HadamardProduct,
+        sp.HadamardPower,
+        RMSNorm,
+        ElementwiseApplyFunction,
+        Entries,
+        sp.matrices.expressions.matexpr.MatrixElement,
+    )
 
 
 def _linear(step: Declaration, form: sp.MatrixExpr, letter: str, shapes: dict) -> Contribution:
@@ -142,10 +149,17 @@ def in_outputs(expr: sp.Expr, step: Declaration, indices: set[sp.Symbol]) -> sp.
     is a)."""
     row, col = step.free
     if isinstance(step.element.rhs, sp.Function):
-        return sp.factor_terms(expr.xreplace({
-            step.element.rhs.xreplace({row: first, col: second}): _entry(step.output, first, second)
-            for first in indices for second in indices
-        }))  # fmt: skip
+        return sp.factor_terms(
+            expr.xreplace(
+                {
+                    step.element.rhs.xreplace({row: first, col: second}): _entry(
+                        step.output, first, second
+                    )
+                    for first in indices
+                    for second in indices
+                }
+            )
+        )
     numerator, denominator = _quotient(step.element.rhs)
     if denominator == 1 or numerator.is_number:
         return expr
@@ -202,8 +216,11 @@ def _element_route(step: Declaration, letter: str, shapes: dict) -> Contribution
     derivative = sp.Derivative(_entry(step.output, _ROW, _COL), target)
     chain = Sum(upstream * derivative, (_COL, 1, cols), (_ROW, 1, rows))
     differentiated = Sum(sp.expand(upstream * sp.diff(y, target)), (_COL, 1, cols), (_ROW, 1, rows))
-    ranges = {index: (1, size) for index, size in zip((m, p), step.shapes[letter], strict=True)
-              if index.is_Symbol}  # fmt: skip
+    ranges = {
+        index: (1, size)
+        for index, size in zip((m, p), step.shapes[letter], strict=True)
+        if index.is_Symbol
+    }
     summed = under_ranges(differentiated, ranges)
     written = in_outputs(summed, step, {m, p, _ROW, _COL} - {sp.S.One})
     column = fresh_index(cols, written.free_symbols | {m, p} - {_COL})  # r over n, j' over c
@@ -255,8 +272,9 @@ def _gradient(letter: str, parts: list[Contribution], shapes: dict) -> Gradient:
             row, col = total.indices
         at = dict(zip(total.indices, (row, col), strict=True))
         lhs = _entry(L.gradient(letter), row, col)
-        element = Eq(lhs, total.entry.xreplace({k: v for k, v in at.items() if k.is_Symbol}),
-                     evaluate=False)  # fmt: skip
+        element = Eq(
+            lhs, total.entry.xreplace({k: v for k, v in at.items() if k.is_Symbol}), evaluate=False
+        )
     elif isinstance(total, GroupConcat):  # k̄_{m,(ν−1)c_h+j} = Σ_ℓ k̄^{(ℓ)}_{m,j}, ℓ in group ν
         width = total.block.shape[1]
         lhs = _entry(L.gradient(letter), L.m, (L.nu - 1) * width + L.j)
@@ -296,8 +314,10 @@ def backward(graph: Graph) -> tuple[Gradient, ...]:
         for letter in declaration.inputs:
             if letter in L.CONSTANT_LETTERS:  # a mask, RoPE's angles: not trained
                 continue
-            doing = f"derive the gradient of {letter} through step {declaration.name} " \
-                    f"({declaration.output})"  # fmt: skip
+            doing = (
+                f"derive the gradient of {letter} through step {declaration.name} "
+                f"({declaration.output})"
+            )
             with deriving(doing, _hint(declaration, letter, shapes)):
                 part = _contribution(declaration, letter, shapes, graph.relations)
             pending.setdefault(letter, []).insert(0, part)

@@ -33,8 +33,12 @@ from .parsing import PROG, Parser, Progress, load_user_variants, users_mistakes
 __all__ = ["main", "COMMANDS"]
 
 #: The subcommands, each a module with `add` and `run`.
-COMMANDS = {**dict.fromkeys(documents.COMMANDS, documents), "docs": docs, "check": check,
-            "conform": conform}  # fmt: skip
+COMMANDS = {
+    **dict.fromkeys(documents.COMMANDS, documents),
+    "docs": docs,
+    "check": check,
+    "conform": conform,
+}
 
 
 def _parser() -> Parser:
@@ -77,4 +81,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
-

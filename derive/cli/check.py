@@ -35,19 +35,25 @@ exit status: 0 when every step agrees, 1 when one does not, 2 for bad input"""
 def add(commands, argparse) -> None:
     text = "compare every step of the derivation with the torch implementation (needs torch)"
     sub = commands.add_parser(
-        "check", help=text, epilog=EPILOG,
+        "check",
+        help=text,
+        epilog=EPILOG,
         description=text + ": a table of step, shape, largest difference, tolerance, result",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+    )
     add_sizes(sub, "{meaning} (default: drawn at random with the seed)")
     sub.add_argument(
-        "--seed", type=integer(minimum=0, limit=SEED_LIMIT), metavar="S",
+        "--seed",
+        type=integer(minimum=0, limit=SEED_LIMIT),
+        metavar="S",
         help="seed of sizes and inputs (default: a fresh one each run, printed)",
-    )  # fmt: skip
-    sub.add_argument("--trials", type=integer(limit=10_000), default=1, metavar="K",
-                     help="how many draws")  # fmt: skip
-    sub.add_argument("--forward-only", action="store_true",
-                     help="skip the backward pass (the gradients)")  # fmt: skip
+    )
+    sub.add_argument(
+        "--trials", type=integer(limit=10_000), default=1, metavar="K", help="how many draws"
+    )
+    sub.add_argument(
+        "--forward-only", action="store_true", help="skip the backward pass (the gradients)"
+    )
     add_variant(sub, "the check")
 
 
@@ -86,14 +92,15 @@ def run_check(args, out: TextIO | None = None) -> int:
         sizes = draw_sizes(entry, rng, given)
         inputs_seed = (seed + trial - 1) % (SEED_LIMIT + 1)
         try:
-            rows, note = trial_rows(entry, sizes, seed=inputs_seed,
-                                    forward_only=args.forward_only)  # fmt: skip
+            rows, note = trial_rows(entry, sizes, seed=inputs_seed, forward_only=args.forward_only)
         except DeclarationError as error:
             raise UsageError(f"{PROG} check: {error}") from None
         shown = " ".join(f"{k}={sizes[k]}" for k in "ndc")
         more = "".join(f", {k}={v}" for k, v in sizes.items() if k not in "ndc")
-        print(f"trial {trial}/{args.trials}: {entry.name}, {shown}{more}, "
-              f"inputs seed {inputs_seed}", file=out)  # fmt: skip
+        print(
+            f"trial {trial}/{args.trials}: {entry.name}, {shown}{more}, inputs seed {inputs_seed}",
+            file=out,
+        )
         print(format_table(rows), file=out)
         if note:
             print(f"  ({note})", file=out)

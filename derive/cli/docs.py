@@ -29,10 +29,14 @@ def _quiet(message: str, *, always: bool = False) -> None:
 
 def add(commands, argparse) -> None:
     text = "regenerate the derivation files under docs/"
-    sub = commands.add_parser("docs", help=text, description=text,
-                              epilog="example:\n  derive docs   # rewrites docs/derivation."
-                              "{tex,pdf,md,html,ipynb} and docs/figures",
-                              formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    sub = commands.add_parser(
+        "docs",
+        help=text,
+        description=text,
+        epilog="example:\n  derive docs   # rewrites docs/derivation."
+        "{tex,pdf,md,html,ipynb} and docs/figures",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     sub.add_argument("--out", default="docs", help="the docs folder, created if missing")
     sub.add_argument("--no-pdf", action="store_true", help="skip docs/derivation.pdf")

@@ -16,32 +16,50 @@ from .errors import EnvironmentProblem, UsageError
 from .files import check_folder, check_output, write, write_files, write_stdout
 from .parsing import DEFAULT_SIZES, PROG, add_sizes, add_variant, entry_of, given_sizes
 
-__all__ = ["COMMANDS", "add", "run", "render", "figure_files", "compile_pdf", "example_for",
-           "notebook"]  # fmt: skip
+__all__ = [
+    "COMMANDS",
+    "add",
+    "run",
+    "render",
+    "figure_files",
+    "compile_pdf",
+    "example_for",
+    "notebook",
+]
 
 #: The commands whose figures are inline SVG: their --figures takes no folder.
 INLINE_FIGURES = ("html", "notebook")
 
 #: Each document command: its help, and its examples.
 COMMANDS = {
-    "latex": ("the derivation as LaTeX (standalone document, or --fragment)",
-              "examples:\n  derive latex -o derivation.tex\n"
-              "  derive latex --fragment --n 3 --d 4 --c 2 > body.tex\n"
-              "  derive latex -o d.tex --variant rope --n 3 --d 4 --c 4 --figures figures"),
-    "markdown": ("the derivation as GitHub Markdown with $$ math",
-                 "examples:\n  derive markdown -o derivation.md\n"
-                 "  derive markdown --n 3 --d 4 --c 2 --example --figures figures "
-                 "-o derivation.md"),
-    "pdf": ("the derivation compiled to PDF with pdflatex",
-            "examples:\n  derive pdf -o derivation.pdf\n"
-            "  derive pdf -o derivation.pdf --n 3 --d 4 --c 2 --example --figures figures"),
-    "html": ("the derivation as one self-contained HTML page (KaTeX inlined, no network)",
-             "examples:\n  derive html -o derivation.html\n"
-             "  derive html -o derivation.html --n 3 --d 4 --c 2 --example --figures"),
-    "notebook": ("the derivation as a Jupyter notebook, saved with its outputs (needs torch)",
-                 "examples:\n  derive notebook -o derivation.ipynb\n"
-                 "  derive notebook -o derivation.ipynb --n 3 --d 4 --c 2 --example --figures"),
-}  # fmt: skip
+    "latex": (
+        "the derivation as LaTeX (standalone document, or --fragment)",
+        "examples:\n  derive latex -o derivation.tex\n"
+        "  derive latex --fragment --n 3 --d 4 --c 2 > body.tex\n"
+        "  derive latex -o d.tex --variant rope --n 3 --d 4 --c 4 --figures figures",
+    ),
+    "markdown": (
+        "the derivation as GitHub Markdown with $$ math",
+        "examples:\n  derive markdown -o derivation.md\n"
+        "  derive markdown --n 3 --d 4 --c 2 --example --figures figures "
+        "-o derivation.md",
+    ),
+    "pdf": (
+        "the derivation compiled to PDF with pdflatex",
+        "examples:\n  derive pdf -o derivation.pdf\n"
+        "  derive pdf -o derivation.pdf --n 3 --d 4 --c 2 --example --figures figures",
+    ),
+    "html": (
+        "the derivation as one self-contained HTML page (KaTeX inlined, no network)",
+        "examples:\n  derive html -o derivation.html\n"
+        "  derive html -o derivation.html --n 3 --d 4 --c 2 --example --figures",
+    ),
+    "notebook": (
+        "the derivation as a Jupyter notebook, saved with its outputs (needs torch)",
+        "examples:\n  derive notebook -o derivation.ipynb\n"
+        "  derive notebook -o derivation.ipynb --n 3 --d 4 --c 2 --example --figures",
+    ),
+}
 
 Progress = Callable[..., None]
 
@@ -53,29 +71,45 @@ def _quiet(message: str, *, always: bool = False) -> None:
 def add(commands, argparse) -> None:
     """The five document commands, built alike."""
     for name, (text, epilog) in COMMANDS.items():
-        sub = commands.add_parser(name, help=text, description=text, epilog=epilog,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+        sub = commands.add_parser(
+            name,
+            help=text,
+            description=text,
+            epilog=epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         sub.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
         sub.add_argument("-o", "--output", metavar="FILE", help="write here, not to stdout")
-        sub.add_argument("--strict", action="store_true",
-                         help="refuse a claim SymPy could not prove (exit 2, nothing written) "
-                         "instead of marking it unproved in the document")  # fmt: skip
+        sub.add_argument(
+            "--strict",
+            action="store_true",
+            help="refuse a claim SymPy could not prove (exit 2, nothing written) "
+            "instead of marking it unproved in the document",
+        )
         if name == "latex":
             sub.add_argument("--fragment", action="store_true", help="the body only, to \\input")
-        add_sizes(sub, "explicit mode: {meaning} ({letter} = {default} when only other sizes "
-                  "are given)")  # fmt: skip
+        add_sizes(
+            sub, "explicit mode: {meaning} ({letter} = {default} when only other sizes are given)"
+        )
         sub.add_argument(
-            "--example", action="store_true",
+            "--example",
+            action="store_true",
             help="the worked example 'the fat cat sat on the mat' (needs torch): its first N "
             "tokens at widths D and C when sizes are given, else all 7 at D=4, C=3",
-        )  # fmt: skip
+        )
         if name in INLINE_FIGURES:
-            sub.add_argument("--figures", action="store_const", const=".",
-                             help="include the figures, drawn inline as SVG (no files, no "
-                             "matplotlib)")  # fmt: skip
+            sub.add_argument(
+                "--figures",
+                action="store_const",
+                const=".",
+                help="include the figures, drawn inline as SVG (no files, no matplotlib)",
+            )
         else:
-            sub.add_argument("--figures", metavar="DIR",
-                             help="draw the figures into DIR and include them (needs matplotlib)")
+            sub.add_argument(
+                "--figures",
+                metavar="DIR",
+                help="draw the figures into DIR and include them (needs matplotlib)",
+            )
         add_variant(sub, "the derivation")
 
 
@@ -152,8 +186,9 @@ def render(
     if kind == "markdown":
         text = markdown_document(options, example=example, progress=progress)
         return text.encode("utf-8"), figures
-    tex = latex_document(options, fragment=fragment and kind == "latex", example=example,
-                         progress=progress)  # fmt: skip
+    tex = latex_document(
+        options, fragment=fragment and kind == "latex", example=example, progress=progress
+    )
     progress("printed the document")
     if kind == "latex":
         return tex.encode("utf-8"), figures
@@ -182,9 +217,13 @@ def _options(args) -> DocumentOptions:
         figures = Path(os.path.relpath(Path(args.figures), base)).as_posix()
     try:
         return DocumentOptions(
-            sizes=sizes, heads=args.heads, example=args.example, figures=figures, variant=name,
+            sizes=sizes,
+            heads=args.heads,
+            example=args.example,
+            figures=figures,
+            variant=name,
             extra=tuple(given_sizes(args).items()),
-        )  # fmt: skip
+        )
     except ValueError as error:
         raise UsageError(f"{PROG} {args.command}: {error}") from None
 
@@ -205,8 +244,9 @@ def run(args, progress: Progress) -> int:
             pdf.require_engine()
         except pdf.EngineMissing as error:
             raise EnvironmentProblem(str(error)) from None
-    data, figures = render(args.command, options, fragment=getattr(args, "fragment", False),
-                           progress=progress)  # fmt: skip
+    data, figures = render(
+        args.command, options, fragment=getattr(args, "fragment", False), progress=progress
+    )
     if figures:
         write_files(Path(args.output).parent if args.output else Path("."), figures)
     if args.output is None:

@@ -25,9 +25,19 @@ from ..render.sections.common import UnprovedClaim
 from .errors import EnvironmentProblem, InternalFailure, UsageError
 
 __all__ = [
-    "PROG", "Parser", "Progress", "integer", "number", "add_sizes", "add_variant",
-    "load_user_variants", "entry_of", "given_sizes", "DEFAULT_SIZES", "users_mistakes",
-]  # fmt: skip
+    "PROG",
+    "Parser",
+    "Progress",
+    "integer",
+    "number",
+    "add_sizes",
+    "add_variant",
+    "load_user_variants",
+    "entry_of",
+    "given_sizes",
+    "DEFAULT_SIZES",
+    "users_mistakes",
+]
 
 PROG = "derive"
 #: The sizes of the explicit mode when only some of --n/--d/--c are given.
@@ -86,15 +96,18 @@ def add_sizes(sub: argparse.ArgumentParser, help_text: str) -> None:
     """--n, --d, --c, --heads and --causal."""
     for letter, meaning in (("n", "tokens"), ("d", "input width"), ("c", "context width")):
         sub.add_argument(
-            f"--{letter}", type=integer(limit=MAX_SIZE, what=" for explicit sizes"),
+            f"--{letter}",
+            type=integer(limit=MAX_SIZE, what=" for explicit sizes"),
             metavar=letter.upper(),
             help=help_text.format(meaning=meaning, letter=letter, default=DEFAULT_SIZES[letter]),
-        )  # fmt: skip
+        )
     sub.add_argument(
-        "--heads", type=integer(limit=MAX_SIZE, what=" (heads divide c, at most 16)"),
-        default=1, metavar="H",
+        "--heads",
+        type=integer(limit=MAX_SIZE, what=" (heads divide c, at most 16)"),
+        default=1,
+        metavar="H",
         help="H heads: multi-head attention, or the heads of a variant that has them",
-    )  # fmt: skip
+    )
     sub.add_argument(
         "--causal",
         action="store_true",
@@ -107,11 +120,13 @@ def add_variant(sub: argparse.ArgumentParser, what: str) -> None:
     --s, --d-y, --g, --d-u; --beta, --epsilon), read off the registry: a new variant's become
     options with no edit here."""
     sub.add_argument(
-        "--variant", metavar="NAME", action="append",
+        "--variant",
+        metavar="NAME",
+        action="append",
         help=f"{what} of a variant: {', '.join(variants())}, or your own "
         "(path/to/file.py:NAME, module:NAME); repeat it to combine (--variant gqa --variant "
         "rope); --heads gives the heads of one that has them",
-    )  # fmt: skip
+    )
     seen: dict[str, list[str]] = {}
     kinds: dict[str, str] = {}
     flags: dict[str, str] = {}
@@ -133,9 +148,13 @@ def add_variant(sub: argparse.ArgumentParser, what: str) -> None:
             kind = integer(limit=MAX_SIZE, what=" for explicit sizes")
         else:
             kind = number
-        sub.add_argument(f"--{flags.get(name, name.replace('_', '-'))}", dest=f"size_{name}",
-                         metavar=name.upper(), type=kind,
-                         help=f"{kinds[name]} {name} of " + ", ".join(users))  # fmt: skip
+        sub.add_argument(
+            f"--{flags.get(name, name.replace('_', '-'))}",
+            dest=f"size_{name}",
+            metavar=name.upper(),
+            type=kind,
+            help=f"{kinds[name]} {name} of " + ", ".join(users),
+        )
 
 
 def load_user_variants(argv: list[str]) -> None:
@@ -154,8 +173,11 @@ def load_user_variants(argv: list[str]) -> None:
 
 def given_sizes(args) -> dict[str, object]:
     """The variant sizes and parameters given on the command line, by name."""
-    return {key.removeprefix("size_"): value for key, value in sorted(vars(args).items())
-            if key.startswith("size_") and value is not None}  # fmt: skip
+    return {
+        key.removeprefix("size_"): value
+        for key, value in sorted(vars(args).items())
+        if key.startswith("size_") and value is not None
+    }
 
 
 def entry_of(args) -> str:
@@ -184,8 +206,9 @@ def users_mistakes(args) -> Iterator[None]:
         except DeclarationError as error:
             raise UsageError(f"{PROG} {args.command}: {error}") from None
         except UnprovedClaim as error:
-            raise UsageError(f"{PROG} {args.command}: {error} (--strict: nothing "
-                             "written)") from None  # fmt: skip
+            raise UsageError(
+                f"{PROG} {args.command}: {error} (--strict: nothing written)"
+            ) from None
         except (UsageError, EnvironmentProblem, KeyboardInterrupt):
             raise
         except DerivationError as error:
@@ -201,5 +224,8 @@ def users_mistakes(args) -> Iterator[None]:
         finally:
             for warning in caught:
                 if issubclass(warning.category, UnprovedClaim):
-                    print(f"{PROG} {args.command}: warning: {warning.message}; the document "
-                          "marks it unproved (--strict refuses it)", file=sys.stderr)  # fmt: skip
+                    print(
+                        f"{PROG} {args.command}: warning: {warning.message}; the document "
+                        "marks it unproved (--strict refuses it)",
+                        file=sys.stderr,
+                    )

@@ -8,7 +8,14 @@ from .sizes import MAX_SIZE
 from .values import Values
 
 __all__ = [
-    "MAX_GRADIENT_SIZE", "MAX_SIZE", "ExplicitAttention", "ExplicitGradients", "ExplicitGraph",
+    "MAX_GRADIENT_SIZE",
+    "MAX_SIZE",
+    "ExplicitAttention",
+    "ExplicitGradients",
+    "ExplicitGraph",
     "ExplicitStep",
-    "GradientStep", "Values", "explicit_attention", "explicit_gradients",
-]  # fmt: skip
+    "GradientStep",
+    "Values",
+    "explicit_attention",
+    "explicit_gradients",
+]

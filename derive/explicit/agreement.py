@@ -39,10 +39,13 @@ def residual(g, step) -> ImmutableMatrix:
     for _ in range(3):  # a weight's formula may read another such step's entries
         difference = difference.xreplace(formulas)
     inside = {e for power in difference.atoms(sp.exp) for e in power.atoms(sp.Indexed)}
-    logs = {e: sp.log(sp.Symbol(f"e_{k}", positive=True))  # exp(s) = e: a rational function
-            for k, e in enumerate(sorted(inside, key=str))}  # fmt: skip
-    return ImmutableMatrix(difference.xreplace(logs).applyfunc(
-        lambda value: sp.expand(sp.cancel(value))))  # fmt: skip
+    logs = {
+        e: sp.log(sp.Symbol(f"e_{k}", positive=True))  # exp(s) = e: a rational function
+        for k, e in enumerate(sorted(inside, key=str))
+    }
+    return ImmutableMatrix(
+        difference.xreplace(logs).applyfunc(lambda value: sp.expand(sp.cancel(value)))
+    )
 
 
 def _polynomial_or_root(value: sp.Expr) -> sp.Expr:

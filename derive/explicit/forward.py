@@ -22,8 +22,7 @@ from .instantiate import instantiate
 from .sizes import check_sizes
 from .values import Values, compose, evaluate_steps, exact_numbers, size_values, to_rows
 
-__all__ = ["ExplicitGraph", "ExplicitAttention", "explicit_attention", "allowed_keys",
-           "entry_name"]  # fmt: skip
+__all__ = ["ExplicitGraph", "ExplicitAttention", "explicit_attention", "allowed_keys", "entry_name"]
 
 
 def allowed_keys(n: int, causal: bool, mask: object, key_padding_mask: object) -> list[list[bool]]:
@@ -76,11 +75,13 @@ class ExplicitGraph:
         self.steps = self.instance.steps
         shapes = graph.shapes
         self.inputs = {
-            letter: L.entries(L.name_of(letter), *(int(sp.sympify(x).xreplace(self.sizes))
-                                                   for x in shapes[letter]))
+            letter: L.entries(
+                L.name_of(letter),
+                *(int(sp.sympify(x).xreplace(self.sizes)) for x in shapes[letter]),
+            )
             for letter in graph.inputs
             if letter not in L.CONSTANT_LETTERS  # a mask is given as numbers, not as an input
-        }  # fmt: skip
+        }
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{symbol}={value}" for symbol, value in self.sizes.items())
@@ -108,26 +109,31 @@ class ExplicitGraph:
         """The value of every step for concrete inputs: by letter (``X=…, Y=…, W_q=…``), or
         positionally in the order of `inputs`."""
         if len(positional) > len(self.inputs):
-            raise TypeError(f"evaluate takes at most {len(self.inputs)} inputs "
-                            f"({', '.join(self.inputs)}), got {len(positional)}")  # fmt: skip
+            raise TypeError(
+                f"evaluate takes at most {len(self.inputs)} inputs "
+                f"({', '.join(self.inputs)}), got {len(positional)}"
+            )
         given = dict(zip(self.inputs, positional, strict=False)) | given
         missing = sorted(set(self.inputs) - set(given))
         unknown = sorted(set(given) - set(self.inputs))
         if missing or unknown:
-            raise TypeError(f"evaluate needs exactly {list(self.inputs)}: missing {missing}, "
-                            f"unknown {unknown}")  # fmt: skip
+            raise TypeError(
+                f"evaluate needs exactly {list(self.inputs)}: missing {missing}, unknown {unknown}"
+            )
         exact = exact_numbers(self.inputs, self.sizes, 1, given, None, digits)
         return evaluate_steps(self.steps, exact, digits, self.heads)
 
-    def evaluate_batch(self, X: object, *rest: object, digits: int | None = 30,
-                       **given: object) -> list[Values]:  # fmt: skip
+    def evaluate_batch(
+        self, X: object, *rest: object, digits: int | None = 30, **given: object
+    ) -> list[Values]:
         """`evaluate` for each sequence of a batch X of shape (batch, n, d); the other inputs
         are shared, as in `attention`. Returns one `Values` per sequence, in order."""
         rows = to_rows("X", X)
         if not rows or not isinstance(rows[0], list) or not isinstance(rows[0][0], list):
             shape = self.inputs["X"].shape
-            raise ValueError(f"X must have shape (batch, {shape[0]}, {shape[1]}) for "
-                             "evaluate_batch")  # fmt: skip
+            raise ValueError(
+                f"X must have shape (batch, {shape[0]}, {shape[1]}) for evaluate_batch"
+            )
         return [self.evaluate(x, *rest, digits=digits, **given) for x in rows]
 
     def _repr_latex_(self) -> str:
@@ -141,8 +147,15 @@ class ExplicitGraph:
 
 def entry_name(*, causal: bool, masked: bool, heads: int) -> str:
     """The registry's name for self-attention in this form (``"multi-head+causal"``)."""
-    parts = [name for name, on in (("multi-head", heads > 1), ("causal", causal and not masked),
-                                   ("masked", masked)) if on]  # fmt: skip
+    parts = [
+        name
+        for name, on in (
+            ("multi-head", heads > 1),
+            ("causal", causal and not masked),
+            ("masked", masked),
+        )
+        if on
+    ]
     return "+".join(parts) or "self-attention"
 
 
@@ -193,9 +206,15 @@ class ExplicitAttention(ExplicitGraph):
 
     # self-attention's inputs by name (and W_o), narrower than any graph's on purpose
     def evaluate(  # pyright: ignore[reportIncompatibleMethodOverride]
-        self, X: object, W_q: object, W_k: object, W_v: object, W_o: object = None, *,
+        self,
+        X: object,
+        W_q: object,
+        W_k: object,
+        W_v: object,
+        W_o: object = None,
+        *,
         digits: int | None = 30,
-    ) -> Values:  # fmt: skip
+    ) -> Values:
         """The value of every step for concrete inputs, substituted step by step.
 
         Inputs may be torch tensors, NumPy arrays, nested lists or SymPy matrices of ints,

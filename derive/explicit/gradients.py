@@ -91,8 +91,13 @@ class ExplicitGradients:
 
     def __init__(self, n: int, d: int, c: int, *, causal: bool, heads: int) -> None:
         for name, value in (("n", n), ("d", d), ("c", c)):
-            check_size(name, value, limit=MAX_GRADIENT_SIZE, what="derive.MAX_GRADIENT_SIZE",
-                       generic="derive.backward_steps()")  # fmt: skip
+            check_size(
+                name,
+                value,
+                limit=MAX_GRADIENT_SIZE,
+                what="derive.MAX_GRADIENT_SIZE",
+                generic="derive.backward_steps()",
+            )
         self._build(ExplicitAttention(n, d, c, causal=causal, heads=heads))
 
     @classmethod
@@ -102,8 +107,13 @@ class ExplicitGradients:
         for symbol, value in forward.sizes.items():
             if symbol not in L.SIZES:  # a parameter (RoPE's β, QK-norm's ε), not a size
                 continue
-            check_size(str(symbol), value, limit=MAX_GRADIENT_SIZE, what="derive.MAX_GRADIENT_SIZE",
-                       generic="derive.backward_steps()")  # fmt: skip
+            check_size(
+                str(symbol),
+                value,
+                limit=MAX_GRADIENT_SIZE,
+                what="derive.MAX_GRADIENT_SIZE",
+                generic="derive.backward_steps()",
+            )
         built = cls.__new__(cls)
         built._build(forward)
         return built
@@ -238,9 +248,16 @@ class ExplicitGradients:
     # -- numbers -----------------------------------------------------------------------------------
 
     def evaluate(
-        self, X: object, W_q: object, W_k: object, W_v: object, dC: object, W_o: object = None,
-        *, digits: int | None = 30,
-    ) -> Values:  # fmt: skip
+        self,
+        X: object,
+        W_q: object,
+        W_k: object,
+        W_v: object,
+        dC: object,
+        W_o: object = None,
+        *,
+        digits: int | None = 30,
+    ) -> Values:
         """The forward steps, then each gradient step, on numbers (`xreplace`, step by step).
 
         Returns a `Values` holding the forward values (``Q`` … ``C``) and the gradients (``dA``,

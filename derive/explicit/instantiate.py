@@ -204,8 +204,10 @@ def instantiate(
     last = graph.output
     for step in steps(graph):
         table: dict[int | None, dict[Indexed, sp.Expr]] = {}
-        reads_folded = any(graph.producer(x) is None and x == "M" or x in folded_letters
-                           for x in step.declaration.inputs)  # fmt: skip
+        reads_folded = any(
+            graph.producer(x) is None and x == "M" or x in folded_letters
+            for x in step.declaration.inputs
+        )
         for head, entry, formula in _cells(step, sizes, heads, folded if reads_folded else None):
             table.setdefault(head, {})[entry] = _fixed(formula)
         every = [value for cell in table.values() for value in cell.values()]

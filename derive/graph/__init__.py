@@ -28,7 +28,21 @@ from . import entries as _entries  # noqa: E402, F401
 from .registry import variant
 
 __all__ = [
-    "Declaration", "Graph", "STEP_NAMES", "self_attention", "Variant", "Entry", "Document",
-    "Group", "Show", "variant", "variants", "register_variant", "load_variant",
-    "explicit_sizes", "DeclarationError", "entry_name", "declared",
-]  # fmt: skip
+    "Declaration",
+    "Graph",
+    "STEP_NAMES",
+    "self_attention",
+    "Variant",
+    "Entry",
+    "Document",
+    "Group",
+    "Show",
+    "variant",
+    "variants",
+    "register_variant",
+    "load_variant",
+    "explicit_sizes",
+    "DeclarationError",
+    "entry_name",
+    "declared",
+]

@@ -58,6 +58,10 @@ class Assumptions:
 #: The book's assumptions: independent components with mean 0 and variance 1.
 ASSUMPTIONS = Assumptions(
     families=("q", "k"),
-    values=((mu("q"), sp.S.Zero), (mu("k"), sp.S.Zero), (sigma2("q"), sp.S.One),
-            (sigma2("k"), sp.S.One)),
-)  # fmt: skip
+    values=(
+        (mu("q"), sp.S.Zero),
+        (mu("k"), sp.S.Zero),
+        (sigma2("q"), sp.S.One),
+        (sigma2("k"), sp.S.One),
+    ),
+)

@@ -33,16 +33,34 @@ from .sizes import Divides
 from .twins import StepTwin
 
 __all__ = [
-    "projection", "scores", "scaled_scores", "causal_mask", "masked_scores", "weights",
-    "context", "split_heads", "merge_heads", "output_projection", "STEP_NAMES", "Dims", "SELF",
+    "projection",
+    "scores",
+    "scaled_scores",
+    "causal_mask",
+    "masked_scores",
+    "weights",
+    "context",
+    "split_heads",
+    "merge_heads",
+    "output_projection",
+    "STEP_NAMES",
+    "Dims",
+    "SELF",
     "HEADS_DIVIDE",
-]  # fmt: skip
+]
 
 #: The names of `attention.functional` that the steps mirror, in derivation order.
 STEP_NAMES = (
-    "projection", "split_heads", "scores", "scaled_scores", "causal_mask", "masked_scores",
-    "weights", "context", "merge_heads",
-)  # fmt: skip
+    "projection",
+    "split_heads",
+    "scores",
+    "scaled_scores",
+    "causal_mask",
+    "masked_scores",
+    "weights",
+    "context",
+    "merge_heads",
+)
 
 #: Heads split the columns: h divides c.
 HEADS_DIVIDE = Divides(L.h, L.c, "each head gets c / h columns")
@@ -70,13 +88,27 @@ class Dims:
             return rows, L.c_h if cols in (L.c, self.kv_width) else cols
         n, s, c, kv = self.queries, self.keys, L.c, self.kv_width
         table = {
-            "X": (n, self.width), "Y": (s, self.source_width), "U": (s, L.d_u),
-            "W_dkv": (self.width, L.d_u), "W_q": (self.width, c), "W_k": (self.source_width, kv),
-            "W_v": (self.source_width, kv), "W_uk": (L.d_u, kv), "W_uv": (L.d_u, kv),
-            "Q": (n, c), "K": (s, kv), "V": (s, kv), "Omega": (n, s), "Omega_scaled": (n, s),
-            "M": (n, s), "Omega_masked": (n, s), "A": (n, s), "C": (n, c), "C_concat": (n, c),
+            "X": (n, self.width),
+            "Y": (s, self.source_width),
+            "U": (s, L.d_u),
+            "W_dkv": (self.width, L.d_u),
+            "W_q": (self.width, c),
+            "W_k": (self.source_width, kv),
+            "W_v": (self.source_width, kv),
+            "W_uk": (L.d_u, kv),
+            "W_uv": (L.d_u, kv),
+            "Q": (n, c),
+            "K": (s, kv),
+            "V": (s, kv),
+            "Omega": (n, s),
+            "Omega_scaled": (n, s),
+            "M": (n, s),
+            "Omega_masked": (n, s),
+            "A": (n, s),
+            "C": (n, c),
+            "C_concat": (n, c),
             "W_o": (c, c),
-        }  # fmt: skip
+        }
         return table[letter]
 
     def shapes(self, *letters: str) -> dict[str, tuple[sp.Expr, sp.Expr]]:
@@ -247,4 +279,3 @@ def output_projection() -> Declaration:
         Eq(_entry("ctx", False, m, j), rhs, evaluate=False),
         SELF.shapes("C_concat", "W_o", "C"),
     )
-

@@ -22,14 +22,36 @@ from .assumptions import ASSUMPTIONS, Assumptions
 from .declaration import Graph
 
 __all__ = [
-    "Claim", "BEFORE", "Presented", "SameAs", "ReadsRows", "CacheSize", "DecodeCost",
-    "AllowedPairs", "RelativePosition", "ZeroAngles", "SameForEveryHead", "CacheAgainst",
-    "WeightCount", "ScoreBound", "OnlineSoftmax", "BlockedBackward", "BlockedCost", "Rounding",
+    "Claim",
+    "BEFORE",
+    "Presented",
+    "SameAs",
+    "ReadsRows",
+    "CacheSize",
+    "DecodeCost",
+    "AllowedPairs",
+    "RelativePosition",
+    "ZeroAngles",
+    "SameForEveryHead",
+    "CacheAgainst",
+    "WeightCount",
+    "ScoreBound",
+    "OnlineSoftmax",
+    "BlockedBackward",
+    "BlockedCost",
+    "Rounding",
     "Streamed",
-    "Absorption", "RowsSumToOne", "RowsSumWithSink", "ShiftInvariance",
-    "ScoreVariance", "ScaledScoreVariance", "WeightsJacobian", "RowsumIdentity", "Equality",
+    "Absorption",
+    "RowsSumToOne",
+    "RowsSumWithSink",
+    "ShiftInvariance",
+    "ScoreVariance",
+    "ScaledScoreVariance",
+    "WeightsJacobian",
+    "RowsumIdentity",
+    "Equality",
     "Bound",
-]  # fmt: skip
+]
 
 #: The graph a variant's declarations were put into (its base, or the stage before it).
 BEFORE = "before"
@@ -256,8 +278,31 @@ class Bound(Presented):
     title: str
 
 
-Claim = (Bound | SameAs | ReadsRows | CacheSize | DecodeCost | AllowedPairs | RelativePosition
-         | ZeroAngles | SameForEveryHead | CacheAgainst | WeightCount | ScoreBound | Absorption
-         | RowsSumToOne | RowsSumWithSink | ShiftInvariance | ScoreVariance | ScaledScoreVariance
-         | WeightsJacobian | RowsumIdentity | Equality | OnlineSoftmax | BlockedBackward
-         | BlockedCost | Rounding | Streamed)  # fmt: skip
+Claim = (
+    Bound
+    | SameAs
+    | ReadsRows
+    | CacheSize
+    | DecodeCost
+    | AllowedPairs
+    | RelativePosition
+    | ZeroAngles
+    | SameForEveryHead
+    | CacheAgainst
+    | WeightCount
+    | ScoreBound
+    | Absorption
+    | RowsSumToOne
+    | RowsSumWithSink
+    | ShiftInvariance
+    | ScoreVariance
+    | ScaledScoreVariance
+    | WeightsJacobian
+    | RowsumIdentity
+    | Equality
+    | OnlineSoftmax
+    | BlockedBackward
+    | BlockedCost
+    | Rounding
+    | Streamed
+)

@@ -61,11 +61,14 @@ def _ranges(element: sp.Eq, shape: tuple) -> dict:
 #: key p; r and t in sums) over n (or s, the keys of another sequence; w, a window), an input
 #: feature i over d (or d_y), a context feature j over c (or a head's c_h, a rotated c_r).
 _KINDS = {
-    L.m: ("a token", (L.n, L.s, L.w)), L.p: ("a token", (L.n, L.s, L.w)),
-    L.r: ("a token", (L.n, L.s, L.w)), L.t: ("a token", (L.n, L.s, L.w)),
-    L.i: ("an input feature", (L.d, L.d_y)), L.j: ("a context feature", (L.c, L.c_h, L.c_r)),
+    L.m: ("a token", (L.n, L.s, L.w)),
+    L.p: ("a token", (L.n, L.s, L.w)),
+    L.r: ("a token", (L.n, L.s, L.w)),
+    L.t: ("a token", (L.n, L.s, L.w)),
+    L.i: ("an input feature", (L.d, L.d_y)),
+    L.j: ("a context feature", (L.c, L.c_h, L.c_r)),
     L.j2: ("a context feature", (L.c, L.c_h, L.c_r)),
-}  # fmt: skip
+}
 #: The index the book gives an axis of each size.
 _NATURAL = {L.n: "m or p", L.s: "p", L.d: "i", L.d_y: "i", L.c: "j", L.c_h: "j", L.c_r: "j"}
 
@@ -86,8 +89,10 @@ def _kind_of_index(where: str, index: sp.Symbol, size: sp.Expr, what: str) -> No
 def _known_letter(where: str, entry: Indexed) -> str:
     name = entry.base.label.name
     if name not in L.BASES:
-        raise DeclarationError(f"{where} reads {entry}, whose letter {name!r} is neither one of "
-                               "the book's nor a matrix declared with derive.declare.matrix")
+        raise DeclarationError(
+            f"{where} reads {entry}, whose letter {name!r} is neither one of "
+            "the book's nor a matrix declared with derive.declare.matrix"
+        )
     return L.letter_of(entry)
 
 
@@ -111,25 +116,36 @@ def _declaration(spec: Step, graph: Graph) -> Declaration:
             if not isinstance(index, sp.Symbol):
                 continue
             if index not in ranges:
-                raise DeclarationError(f"{where}: the index {index} of {plain(entry)} is "
-                                       "neither an index of the output nor one a sum runs "
-                                       "over")  # fmt: skip
+                raise DeclarationError(
+                    f"{where}: the index {index} of {plain(entry)} is "
+                    "neither an index of the output nor one a sum runs "
+                    "over"
+                )
             if sp.simplify(ranges[index][1] - size) != 0 or ranges[index][0] != 1:
                 low, high = ranges[index]
                 raise DeclarationError(
                     f"{where}: {plain(entry)} reads {axis} {index} = {low} … {high} of {letter}, "
                     f"whose {axis}s run 1 … {size}"
                 )
-    for index, size, axis in zip(spec.element.lhs.indices[-2:], spec.shape, ("rows", "columns"),
-                                 strict=True):  # fmt: skip
+    for index, size, axis in zip(
+        spec.element.lhs.indices[-2:], spec.shape, ("rows", "columns"), strict=True
+    ):
         _kind_of_index(where, index, size, f"the {axis} of {spec.output} run")
     for total in spec.element.rhs.atoms(sp.Sum):
         for variable, low, high in total.limits:
             if low == 1:
                 _kind_of_index(where, variable, high, "a sum runs")
     twin = _bound_twin(where, spec.twin, shapes, spec.output)
-    return Declaration(spec.name, spec.output, spec.title, spec.element, shapes,
-                       twin=twin, requires=spec.requires, text=spec.text)  # fmt: skip
+    return Declaration(
+        spec.name,
+        spec.output,
+        spec.title,
+        spec.element,
+        shapes,
+        twin=twin,
+        requires=spec.requires,
+        text=spec.text,
+    )
 
 
 def _bound_twin(where: str, twin: StepTwin | None, shapes: dict, output: str) -> StepTwin | None:
@@ -192,9 +208,11 @@ def _put(graph: Graph, spec: Step, base: Graph) -> Declaration:
 def _replace(graph: Graph, spec: Step, base: Graph, name: str) -> Graph:
     old = base.producer(spec.output)
     if old is None:
-        raise DeclarationError(f"variant {name} replaces {spec.output}, which {base.name} does "
-                               f"not compute (it computes "
-                               f"{', '.join(s.output for s in base.declarations)})")  # fmt: skip
+        raise DeclarationError(
+            f"variant {name} replaces {spec.output}, which {base.name} does "
+            f"not compute (it computes "
+            f"{', '.join(s.output for s in base.declarations)})"
+        )
     if spec.twin is None and spec.name == old.name and spec.element != old.element:
         raise DeclarationError(
             f"step {spec.name} ({spec.output}) of variant {name} changes the formula of "
@@ -206,13 +224,18 @@ def _replace(graph: Graph, spec: Step, base: Graph, name: str) -> Graph:
     here = graph.producer(new.output)
     expected = old if not new.head else per_head(old, _heads_of(graph))
     if here is None or here.element != expected.element:
-        raise DeclarationError(f"variant {name} replaces {spec.output}, which another variant "
-                               f"it is combined with changed ({graph.name})")  # fmt: skip
+        raise DeclarationError(
+            f"variant {name} replaces {spec.output}, which another variant "
+            f"it is combined with changed ({graph.name})"
+        )
     return graph.with_step(new)
 
 
 def build(
-    name: str, base: str, replaces: tuple[Step, ...], inserts: tuple[tuple[str, Step], ...],
+    name: str,
+    base: str,
+    replaces: tuple[Step, ...],
+    inserts: tuple[tuple[str, Step], ...],
     graph_name: str,
 ) -> Callable[[Graph], Graph]:
     """A variant's `build` from the steps it replaces and inserts, each read against the graph
@@ -225,8 +248,10 @@ def build(
         for after, spec in inserts:
             at = after if graph.producer(after) is not None else after + "_l"
             if graph.producer(at) is None:
-                raise DeclarationError(f"variant {name} inserts step {spec.name} after {after}, "
-                                       f"which {graph.name} does not compute")  # fmt: skip
+                raise DeclarationError(
+                    f"variant {name} inserts step {spec.name} after {after}, "
+                    f"which {graph.name} does not compute"
+                )
             graph = graph.inserted(at, _put(graph, spec, before))
         _in_order(graph, name)
         for declaration in graph.declarations:

@@ -103,6 +103,8 @@ class Entry:
         """The entry with other declarations in place of its graph's (a test changes one
         declaration this way and checks that every display derived from it changes): the
         claims proved on its graph are proved on `graph`."""
-        claims = tuple((claim, replace(stage, graph=graph) if stage.graph == self.graph else stage)
-                       for claim, stage in self.claims)  # fmt: skip
+        claims = tuple(
+            (claim, replace(stage, graph=graph) if stage.graph == self.graph else stage)
+            for claim, stage in self.claims
+        )
         return replace(self, graph=graph, claims=claims)

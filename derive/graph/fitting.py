@@ -40,8 +40,9 @@ def _fits(entry: Entry, sizes: dict) -> bool:
     return all(c.holds(known) is not False for c in (*entry.requires, *entry.draws))
 
 
-def drawn_sizes(entry: Entry, rng: random.Random, given: Mapping[str, object], *,
-                limits: tuple[int, int]) -> dict[str, int]:  # fmt: skip
+def drawn_sizes(
+    entry: Entry, rng: random.Random, given: Mapping[str, object], *, limits: tuple[int, int]
+) -> dict[str, int]:
     """n, d, c and the entry's own sizes: those given; the others drawn, pairwise distinct where
     that is possible (so that a swapped axis cannot pass by coincidence), from 1 … limits[0]
     (then up to limits[1]) where every condition of the entry holds; an entry's own size not
@@ -88,16 +89,23 @@ def explicit_sizes(entry: Entry, n: int, d: int, c: int, given: Mapping[str, obj
             if condition.holds(known) is False:
                 raise ValueError(condition.message(known))
     sizes = with_relations(entry, sizes)
-    parameters = {p.symbol: sp.sympify(given.get(str(p.symbol), p.default)).xreplace(sizes)
-                  for p in entry.parameters}  # fmt: skip
+    parameters = {
+        p.symbol: sp.sympify(given.get(str(p.symbol), p.default)).xreplace(sizes)
+        for p in entry.parameters
+    }
     return sizes | parameters
 
 
 def not_its_own(entry: Entry, name: str) -> str:
     """The message for a size or parameter the entry does not have: its own, and whose it is."""
     own = [str(s.symbol) for s in (*entry.sizes, *entry.parameters)]
-    owners = [v for v in variants() if name in {str(s.symbol) for s in
-                                                (*declared(v).sizes, *declared(v).parameters)}]
+    owners = [
+        v
+        for v in variants()
+        if name in {str(s.symbol) for s in (*declared(v).sizes, *declared(v).parameters)}
+    ]
     whose = f" ({name} is a size of {' and '.join(owners)})" if owners else ""
-    return (f"{entry.name} has no size {name!r}{whose}; its own: "
-            f"{', '.join(own) or 'none beyond n, d, c'}")  # fmt: skip
+    return (
+        f"{entry.name} has no size {name!r}{whose}; its own: "
+        f"{', '.join(own) or 'none beyond n, d, c'}"
+    )

@@ -25,9 +25,18 @@ from .declaration import Declaration, Graph
 from .registry import self_attention, variant
 
 __all__ = [
-    "RHO", "Form", "reference", "replaced", "entry", "suffix", "softmax_input", "softmax_of",
-    "dropout_on_weights", "own_mask", "reads_positions",
-]  # fmt: skip
+    "RHO",
+    "Form",
+    "reference",
+    "replaced",
+    "entry",
+    "suffix",
+    "softmax_input",
+    "softmax_of",
+    "dropout_on_weights",
+    "own_mask",
+    "reads_positions",
+]
 
 #: The dropout rate ρ (0 where no dropout is observed).
 RHO = sp.Symbol("rho", positive=True)

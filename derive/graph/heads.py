@@ -36,8 +36,10 @@ def _twin(twin: StepTwin | None, letters: set[str]) -> StepTwin | None:
     arguments = twin.arguments
     if arguments is not None:
         arguments = tuple(x + "_l" if x in letters else x for x in arguments)
-    options = tuple((k, sp.sympify(v).xreplace({L.c: L.c_h}) if isinstance(v, sp.Basic) else v)
-                    for k, v in twin.options)  # fmt: skip
+    options = tuple(
+        (k, sp.sympify(v).xreplace({L.c: L.c_h}) if isinstance(v, sp.Basic) else v)
+        for k, v in twin.options
+    )
     return StepTwin(twin.function, arguments, options)
 
 
@@ -57,8 +59,15 @@ def per_head(step: Declaration, letters: set[str]) -> Declaration:
             shapes[letter + "_l"] = (rows, L.c_h if cols == L.c else cols)
         else:
             shapes[letter] = (rows, cols)
-    return replace(step, output=step.output + "_l", element=element, shapes=shapes,
-                   twin=_twin(step.twin, letters), text="", composed=())  # fmt: skip
+    return replace(
+        step,
+        output=step.output + "_l",
+        element=element,
+        shapes=shapes,
+        twin=_twin(step.twin, letters),
+        text="",
+        composed=(),
+    )
 
 
 def with_heads(graph: Graph) -> Graph:

@@ -28,17 +28,20 @@ def load_variant(spec: str) -> Entry:
     if not colon:
         return variant(spec)
     if not where or not attribute:
-        raise DeclarationError(f"a variant is NAME, path/to/file.py:NAME or module:NAME, "
-                               f"got {spec!r}")  # fmt: skip
+        raise DeclarationError(
+            f"a variant is NAME, path/to/file.py:NAME or module:NAME, got {spec!r}"
+        )
     module = _from_file(Path(where)) if where.endswith(".py") or "/" in where else _module(where)
     found = getattr(module, attribute, None)
     if found is None:
         known = [k for k, v in vars(module).items() if isinstance(v, Variant)]
-        raise DeclarationError(f"{where} has no variant {attribute!r} (its variants: "
-                               f"{', '.join(known) or 'none'})")  # fmt: skip
+        raise DeclarationError(
+            f"{where} has no variant {attribute!r} (its variants: {', '.join(known) or 'none'})"
+        )
     if not isinstance(found, Variant):
-        raise DeclarationError(f"{where}:{attribute} is a {type(found).__name__}, not a "
-                               "derive.Variant")  # fmt: skip
+        raise DeclarationError(
+            f"{where}:{attribute} is a {type(found).__name__}, not a derive.Variant"
+        )
     if registered(found.name) is not found:
         register_variant(found)
     _SPECS[found.name] = spec

@@ -38,10 +38,17 @@ from .declaration import Graph
 from .forms import Form, entry, replaced, suffix
 
 __all__ = [
-    "heads_split_without_transpose", "mask_filled_with_zero", "gqa_repeat_order",
-    "rope_pairing", "rope_not_on_keys", "window_off_by_one", "softcap_missing", "sink_missing",
-    "qk_norm_per_head", "rope_offset",
-]  # fmt: skip
+    "heads_split_without_transpose",
+    "mask_filled_with_zero",
+    "gqa_repeat_order",
+    "rope_pairing",
+    "rope_not_on_keys",
+    "window_off_by_one",
+    "softcap_missing",
+    "sink_missing",
+    "qk_norm_per_head",
+    "rope_offset",
+]
 
 
 def _has(form: Form, name: str) -> bool:
@@ -138,8 +145,10 @@ def sink_missing(graph: Graph, form: Form) -> Graph:
     if not _has(form, "sinks"):
         return graph
     step = graph.step("A" + suffix(form))
-    without = step.element.rhs.replace(lambda e: isinstance(e, exp) and any(
-        L.letter_of(i) == "Zeta" for i in e.atoms(sp.Indexed)), lambda e: sp.S.Zero)  # fmt: skip
+    without = step.element.rhs.replace(
+        lambda e: isinstance(e, exp) and any(L.letter_of(i) == "Zeta" for i in e.atoms(sp.Indexed)),
+        lambda e: sp.S.Zero,
+    )
     return replaced(graph, step.output, without)
 
 

@@ -29,9 +29,20 @@ from .errors import DeclarationError, DerivationError
 from .variant import Document, Variant
 
 __all__ = [
-    "DeclarationError", "DerivationError", "Entry", "Stage", "register_variant", "variants",
-    "variant", "self_attention", "ROOT", "entry_name", "declared", "registered", "unregister_variant",
-]  # fmt: skip
+    "DeclarationError",
+    "DerivationError",
+    "Entry",
+    "Stage",
+    "register_variant",
+    "variants",
+    "variant",
+    "self_attention",
+    "ROOT",
+    "entry_name",
+    "declared",
+    "registered",
+    "unregister_variant",
+]
 
 #: The entry every other builds on.
 ROOT = "self-attention"
@@ -76,13 +87,15 @@ def register_variant(found: Variant) -> Variant:
         raise DeclarationError(f"register_variant takes a derive.Variant, got {found!r}")
     name = found.name
     if not isinstance(name, str) or not name or "+" in name or ":" in name or " " in name:
-        raise DeclarationError(f"a variant's name is one word without '+', ':' or spaces, "
-                               f"got {name!r}")  # fmt: skip
+        raise DeclarationError(
+            f"a variant's name is one word without '+', ':' or spaces, got {name!r}"
+        )
     if name in _built_in():
         raise DeclarationError(f"variant {name!r} is built in; give yours another name")
     if found.base is None:
-        raise DeclarationError(f"variant {name!r}: base must name the entry it changes "
-                               f"(for example {ROOT!r})")  # fmt: skip
+        raise DeclarationError(
+            f"variant {name!r}: base must name the entry it changes (for example {ROOT!r})"
+        )
     previous = _USER.get(name)
     _USER[name] = found
     _forget()
@@ -116,8 +129,10 @@ def _forget() -> None:
 def _lookup(name: str) -> Variant:
     found = _registry().get(name)
     if found is None:
-        raise ValueError(f"unknown variant {name!r}; known: {', '.join(variants())} "
-                         "(they combine with +: gqa+rope)")  # fmt: skip
+        raise ValueError(
+            f"unknown variant {name!r}; known: {', '.join(variants())} "
+            "(they combine with +: gqa+rope)"
+        )
     return found
 
 
@@ -127,8 +142,9 @@ def _chain(name: str, seen: tuple[str, ...] = ()) -> frozenset[str]:
     for part in name.split("+"):
         found = _lookup(part)
         if found.name in seen:
-            raise DeclarationError(f"variant {found.name!r} builds on itself: "
-                                   f"{' -> '.join((*seen, found.name))}")  # fmt: skip
+            raise DeclarationError(
+                f"variant {found.name!r} builds on itself: {' -> '.join((*seen, found.name))}"
+            )
         names.add(found.name)
         if found.base is not None:
             names |= _chain(found.base, (*seen, found.name))
@@ -156,11 +172,11 @@ def graph_of(names: frozenset[str]) -> Graph:
         except (ValueError, KeyError, TypeError) as error:
             others = sorted(names - {found.name, ROOT})
             with_what = f" with {', '.join(others)}" if others else ""
-            raise DeclarationError(f"variant {found.name!r} cannot be put into the graph"
-                                   f"{with_what}: {_said(error)}") from None  # fmt: skip
+            raise DeclarationError(
+                f"variant {found.name!r} cannot be put into the graph{with_what}: {_said(error)}"
+            ) from None
         if not isinstance(graph, Graph):
-            raise DeclarationError(f"variant {found.name!r}: build returned {graph!r}, "
-                                   "not a graph")  # fmt: skip
+            raise DeclarationError(f"variant {found.name!r}: build returned {graph!r}, not a graph")
     assert graph is not None
     return graph
 
@@ -218,8 +234,9 @@ def _resolve(name: str) -> Entry:
         alone = [p.name for p in parts if not p.combines]
         if alone:
             joining = sorted(v for v in variants() if _lookup(v).combines)
-            raise ValueError(f"{name}: {', '.join(alone)} does not combine; only "
-                             f"{', '.join(joining)} combine")  # fmt: skip
+            raise ValueError(
+                f"{name}: {', '.join(alone)} does not combine; only {', '.join(joining)} combine"
+            )
     names = frozenset().union(*(_chain(p.name) for p in parts))
     chain = _ranked(names)
     graph = graph_of(names)
@@ -256,6 +273,7 @@ def self_attention(*, causal: bool = False, masked: bool = False, heads: bool = 
     entries ``self-attention``, ``causal``, ``masked``, ``multi-head`` and their combinations)."""
     if causal and masked:
         raise ValueError("choose causal=True or masked=True: the causal mask is one mask M")
-    parts = [name for name, on in (("causal", causal), ("masked", masked), ("multi-head", heads))
-             if on]  # fmt: skip
+    parts = [
+        name for name, on in (("causal", causal), ("masked", masked), ("multi-head", heads)) if on
+    ]
     return variant("+".join(parts) or ROOT).graph

@@ -27,8 +27,15 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["StepTwin", "Twin", "ModuleTwin", "GradientTwin", "StateTwin", "Callee",
-           "argument_order"]  # fmt: skip
+__all__ = [
+    "StepTwin",
+    "Twin",
+    "ModuleTwin",
+    "GradientTwin",
+    "StateTwin",
+    "Callee",
+    "argument_order",
+]
 
 #: A dotted name (imported when the check runs) or a callable.
 Callee = str | Callable
@@ -189,14 +196,15 @@ def argument_order(twin: StepTwin, letters: tuple[str, ...]) -> tuple[str, ...]:
     called = f"{_name(twin.function)}({', '.join(letters)})"
     if len(required) > len(letters) or (len(positional) < len(letters) and not spread):
         takes = ", ".join(p.name for p in positional) or "none"
-        raise TypeError(f"twin {called}: it is called with the {len(letters)} matrices the "
-                        f"step reads, and its positional parameters are ({takes}); give "
-                        "arguments=(...) to say which it takes")  # fmt: skip
+        raise TypeError(
+            f"twin {called}: it is called with the {len(letters)} matrices the "
+            f"step reads, and its positional parameters are ({takes}); give "
+            "arguments=(...) to say which it takes"
+        )
     names = {p.name for p in parameters}
     for option, _ in twin.options:
         if option not in names and not keywords:
-            raise TypeError(f"twin {called} takes no keyword {option!r}, an option of the "
-                            "step")  # fmt: skip
+            raise TypeError(f"twin {called} takes no keyword {option!r}, an option of the step")
     by_name = {_spelled(letter): letter for letter in letters}
     named = [by_name.get(_spelled(p.name)) for p in positional[: len(letters)]]
     if len(named) == len(letters) and None not in named and len(set(named)) == len(letters):

@@ -32,9 +32,7 @@ def import_named(where: str) -> ModuleType:
         raise UserCodeError(f"cannot import module {where!r}: {_why(error)}") from None
 
 
-def import_file(
-    path: Path, name: str, *, keep: tuple[type[Exception], ...] = ()
-) -> ModuleType:
+def import_file(path: Path, name: str, *, keep: tuple[type[Exception], ...] = ()) -> ModuleType:
     """The file at `path`, run as the module `name`: put in `sys.modules` first (dataclasses and
     pickling look a module up by name), its folder on the import path while it runs. Errors of
     the types in `keep` (the caller's own, raised by its API inside the file) pass unchanged."""

@@ -7,6 +7,13 @@ from .matexpr import Concat, Diag, Entries, GroupConcat, RMSNorm, Softmax
 from .printer import AttentionPrinter, latex
 
 __all__ = [
-    "letters", "Concat", "GroupConcat", "Softmax", "RMSNorm", "Diag", "Entries",
-    "AttentionPrinter", "latex",
-]  # fmt: skip
+    "letters",
+    "Concat",
+    "GroupConcat",
+    "Softmax",
+    "RMSNorm",
+    "Diag",
+    "Entries",
+    "AttentionPrinter",
+    "latex",
+]

@@ -45,13 +45,59 @@ import sympy as sp
 from sympy import IndexedBase, MatrixSymbol, Symbol
 
 __all__ = [
-    "n", "d", "c", "h", "c_h", "s", "d_y", "w", "g", "d_u", "c_r", "B_r", "B_c", "beta", "eta",
-    "alpha_l", "alpha_h", "L_0", "eps", "kappa", "m", "p",
-    "r", "t", "i", "j", "j2", "f", "ell", "nu", "b", "lam", "CONSTANT_LETTERS",
-    "SIZES", "BASES", "reading_order", "reading_key", "MATRIX_LATEX", "ENTRY_LATEX", "base",
-    "letter_of", "name_of", "Letter", "Name", "LETTERS", "register_letter", "role",
-    "matrix_symbol", "entries", "head_entries", "gradient", "is_gradient",
-]  # fmt: skip
+    "n",
+    "d",
+    "c",
+    "h",
+    "c_h",
+    "s",
+    "d_y",
+    "w",
+    "g",
+    "d_u",
+    "c_r",
+    "B_r",
+    "B_c",
+    "beta",
+    "eta",
+    "alpha_l",
+    "alpha_h",
+    "L_0",
+    "eps",
+    "kappa",
+    "m",
+    "p",
+    "r",
+    "t",
+    "i",
+    "j",
+    "j2",
+    "f",
+    "ell",
+    "nu",
+    "b",
+    "lam",
+    "CONSTANT_LETTERS",
+    "SIZES",
+    "BASES",
+    "reading_order",
+    "reading_key",
+    "MATRIX_LATEX",
+    "ENTRY_LATEX",
+    "base",
+    "letter_of",
+    "name_of",
+    "Letter",
+    "Name",
+    "LETTERS",
+    "register_letter",
+    "role",
+    "matrix_symbol",
+    "entries",
+    "head_entries",
+    "gradient",
+    "is_gradient",
+]
 
 # Sizes.
 n, d, c, h = sp.symbols("n d c h", integer=True, positive=True)
@@ -202,8 +248,10 @@ def register_letter(letter: Letter) -> Letter:
         if same and MATRIX_LATEX.get(matrix) == letter.matrix_latex and name in LETTERS:
             LETTERS[name] = letter  # the same letter, said again with more words
             return letter
-        raise ValueError(f"the letter {matrix!r} (entries {name!r}) is taken: "
-                         f"{BASES.get(name) or _LETTERS.get(matrix)}")  # fmt: skip
+        raise ValueError(
+            f"the letter {matrix!r} (entries {name!r}) is taken: "
+            f"{BASES.get(name) or _LETTERS.get(matrix)}"
+        )
     if name.startswith("d") and name[1:] in BASES:
         raise ValueError(f"{name!r} reads as the gradient of {BASES[name[1:]]}; choose another")
     LETTERS[name] = letter

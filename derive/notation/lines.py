@@ -23,8 +23,14 @@ import sympy as sp
 from .printer import latex, ordered_terms, term_key
 
 __all__ = [
-    "visible_width", "packed", "equation", "chain", "sum_lines", "WIDEST_LINE", "EXPLICIT_WIDTH",
-]  # fmt: skip
+    "visible_width",
+    "packed",
+    "equation",
+    "chain",
+    "sum_lines",
+    "WIDEST_LINE",
+    "EXPLICIT_WIDTH",
+]
 
 _RELATION = {"==": "=", "<=": r"\le", "<": "<", ">=": r"\ge", ">": ">"}
 

@@ -109,8 +109,9 @@ class Entries(MatrixExpr):
     r"""A matrix given by its entry: $[\,e_{m,p}\,]_{m,p}$, where no matrix form was found."""
 
     def __new__(cls, entry: sp.Expr, indices: tuple, rows: sp.Expr, cols: sp.Expr) -> Entries:
-        return sp.Basic.__new__(cls, sp.sympify(entry), sp.Tuple(*indices), sp.sympify(rows),
-                                sp.sympify(cols))  # fmt: skip
+        return sp.Basic.__new__(
+            cls, sp.sympify(entry), sp.Tuple(*indices), sp.sympify(rows), sp.sympify(cols)
+        )
 
     @property
     def entry(self) -> sp.Expr:

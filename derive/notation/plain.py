@@ -15,6 +15,7 @@ prints ``Ω/√c``, ``Softmax(Z)`` ``softmax(Z)``, ``Concat(C_l, h)`` ``[C⁽¹�
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import sympy as sp
 from sympy import Indexed, MatrixSymbol
@@ -31,15 +32,25 @@ __all__ = ["PlainPrinter", "plain"]
 _BAR = "\u0304"
 _SUPERSCRIPT = str.maketrans("0123456789hℓ()", "⁰¹²³⁴⁵⁶⁷⁸⁹ʰˡ⁽⁾")
 #: LaTeX's accents, as combining characters (ω̃, ω̂, ω̆, ω̇, q̌, q̊, x̄).
-_ACCENTS = {"tilde": "\u0303", "hat": "\u0302", "breve": "\u0306", "dot": "\u0307",
-            "check": "\u030c", "mathring": "\u030a", "bar": "\u0304"}  # fmt: skip
+_ACCENTS = {
+    "tilde": "\u0303",
+    "hat": "\u0302",
+    "breve": "\u0306",
+    "dot": "\u0307",
+    "check": "\u030c",
+    "mathring": "\u030a",
+    "bar": "\u0304",
+}
 #: Greek letters by their names (LaTeX's, and SymPy's symbol names): the same table.
-_GREEK = dict(zip(
-    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi pi rho sigma tau "
-    "upsilon phi chi psi omega Gamma Delta Theta Lambda Xi Pi Sigma Upsilon Phi Psi Omega ell "
-    "varepsilon varphi".split(),
-    "αβγδεζηθικλμνξπρστυφχψωΓΔΘΛΞΠΣΥΦΨΩℓεφ", strict=True,
-))  # fmt: skip
+_GREEK: dict[str, str] = dict(
+    zip(
+        "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi pi rho sigma tau "
+        "upsilon phi chi psi omega Gamma Delta Theta Lambda Xi Pi Sigma Upsilon Phi Psi Omega ell "
+        "varepsilon varphi".split(),
+        "αβγδεζηθικλμνξπρστυφχψωΓΔΘΛΞΠΣΥΦΨΩℓεφ",
+        strict=True,
+    )
+)
 
 
 def unicode_of(tex: str) -> str:
@@ -57,9 +68,8 @@ def unicode_of(tex: str) -> str:
     while re.search(rf"\\({names})\{{", text):
         text = re.sub(rf"\\({names})\{{([^{{}}]*)\}}", accent, text)
     text = re.sub(r"\\([A-Za-z]+)", lambda m: _GREEK.get(m.group(1), m.group(1)), text)
-    text = re.sub(r"\^\{\(([^{}]*)\)\}", lambda m: f"({m.group(1)})".translate(_SUPERSCRIPT),
-                  text)  # fmt: skip
-    return text.replace("{", "").replace("}", "").replace(" ", "")
+    text = re.sub(r"\^\{\(([^{}]*)\)\}", lambda m: f"({m.group(1)})".translate(_SUPERSCRIPT), text)
+    return unicodedata.normalize("NFC", text.replace("{", "").replace("}", "").replace(" ", ""))
 
 
 def _entry_letter(name: str) -> str:

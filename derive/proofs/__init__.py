@@ -7,9 +7,16 @@ from .softmax import rows_sum_to_one, shift_invariance, softmax_jacobian, weight
 from .variance import scaled_score_variance, score_variance
 
 __all__ = [
-    "Fact", "rows_sum_to_one", "rowsum_identity", "scaled_score_variance", "score_variance",
-    "shift_invariance", "softmax_jacobian", "weights_element", "facts",
-]  # fmt: skip
+    "Fact",
+    "rows_sum_to_one",
+    "rowsum_identity",
+    "scaled_score_variance",
+    "score_variance",
+    "shift_invariance",
+    "softmax_jacobian",
+    "weights_element",
+    "facts",
+]
 
 
 def facts(graph) -> tuple[Fact, ...]:

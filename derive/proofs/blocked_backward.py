@@ -33,8 +33,15 @@ from .fact import Fact
 from .rowsum import rowsum_identity
 from .softmax import one_head_without_mask, same_dummy, weights_element
 
-__all__ = ["B_R", "recomputed_weights", "gradient_with_rowsum", "accumulated", "block_of",
-           "cost", "shares"]  # fmt: skip
+__all__ = [
+    "B_R",
+    "recomputed_weights",
+    "gradient_with_rowsum",
+    "accumulated",
+    "block_of",
+    "cost",
+    "shares",
+]
 
 #: B_r, the queries of a block (B_c, the keys of one: `online_softmax.BLOCK`).
 B_R, _B_C = L.B_r, L.B_c
@@ -110,8 +117,11 @@ def _reference_share(letter: str) -> sp.Expr:
     m, p, j = L.m, L.p, L.j
     weight = exp(L.base("omegatilde")[m, p] - LSE_M)
     score = weight * (L.base("da")[m, p] - D) / sp.sqrt(L.c)
-    return {"V": weight * L.base("dctx")[m, j], "K": score * L.base("q")[m, j],
-            "Q": score * L.base("k")[p, j]}[letter]  # fmt: skip
+    return {
+        "V": weight * L.base("dctx")[m, j],
+        "K": score * L.base("q")[m, j],
+        "Q": score * L.base("k")[p, j],
+    }[letter]
 
 
 def _inlined(expr: sp.Expr, gradients: dict) -> sp.Expr:
@@ -122,8 +132,9 @@ def _inlined(expr: sp.Expr, gradients: dict) -> sp.Expr:
         expr = expr.replace(
             lambda e, rule=rule: isinstance(e, sp.Indexed) and e.base in rule,
             lambda e, rule=rule: rule[e.base].element.rhs.xreplace(
-                dict(zip(rule[e.base].element.lhs.indices, e.indices, strict=True))),
-        )  # fmt: skip
+                dict(zip(rule[e.base].element.lhs.indices, e.indices, strict=True))
+            ),
+        )
     return expr
 
 
@@ -139,8 +150,9 @@ def accumulated(graph: Graph, letter: str, *, share: sp.Expr | None = None) -> F
     ((variable, _, _),) = gradient.element.rhs.limits
     size = _B_C if variable == L.p else B_R
     term = _reference_share(letter) if share is None else share
-    added = Sum(term, (variable, 1, _t * size)) + Sum(term, (variable, _t * size + 1,
-                                                             (_t + 1) * size))  # fmt: skip
+    added = Sum(term, (variable, 1, _t * size)) + Sum(
+        term, (variable, _t * size + 1, (_t + 1) * size)
+    )
     facts = (recomputed_weights(graph), gradient_with_rowsum(graph))
     weight = exp(L.base("omegatilde")[L.m, L.p] - LSE_M)
     rowsum = Sum(L.base("a")[L.m, L.r] * L.base("da")[L.m, L.r], (L.r, 1, L.n))
@@ -199,12 +211,18 @@ def cost(graph: Graph) -> Fact:
         Eq(ENTRIES(*MU_L_O), sp.expand(rows * (width + 2)), evaluate=False),
         Eq(ENTRIES(sp.Symbol("A")), shapes["A"][0] * shapes["A"][1], evaluate=False),
         Eq(FLOPS(name("forward")), sp.expand(flops("Omega") + flops("C")), evaluate=False),
-        Eq(FLOPS(name("rescaling")), rows * (width + 1) * (sp.ceiling(L.n / _B_C) - 1),
-           evaluate=False),
-        Eq(FLOPS(name("backward")),
-           sp.expand(sum(flops(x) for x in ("dV", "dA", "dQ", "dK")) + d_flops), evaluate=False),
+        Eq(
+            FLOPS(name("rescaling")),
+            rows * (width + 1) * (sp.ceiling(L.n / _B_C) - 1),
+            evaluate=False,
+        ),
+        Eq(
+            FLOPS(name("backward")),
+            sp.expand(sum(flops(x) for x in ("dV", "dA", "dQ", "dK")) + d_flops),
+            evaluate=False,
+        ),
         Eq(FLOPS(name("recomputed")), sp.expand(flops("Omega")), evaluate=False),
-    )  # fmt: skip
+    )
     return Fact(
         "blocked_cost",
         "What the blocks cost",
@@ -219,8 +237,10 @@ def cost(graph: Graph) -> Fact:
 def _entry(expr: sp.Expr, at: dict, matrices: dict) -> float:
     """`expr` at the indices `at`, its sums done, each entry read off `matrices`."""
     done = expr.xreplace(at).doit()
-    entries = {e: matrices[L.letter_of(e)][e.indices[0] - 1, e.indices[1] - 1]
-               for e in done.atoms(sp.Indexed)}  # fmt: skip
+    entries = {
+        e: matrices[L.letter_of(e)][e.indices[0] - 1, e.indices[1] - 1]
+        for e in done.atoms(sp.Indexed)
+    }
     return float(done.xreplace(entries).evalf(30))
 
 
@@ -241,9 +261,17 @@ def shares(graph: Graph, matrices: dict, sizes: dict) -> dict[str, list]:
         rows, cols = matrices[gradient.of].shape
         row, col = gradient.element.lhs.indices
         found[f"{gradient.output}_blocks"] = [
-            [[_entry(block_of(total, first, min(first + size - 1, last)),
-                     {row: r + 1, col: k + 1}, matrices) for k in range(cols)]
-             for r in range(rows)]
+            [
+                [
+                    _entry(
+                        block_of(total, first, min(first + size - 1, last)),
+                        {row: r + 1, col: k + 1},
+                        matrices,
+                    )
+                    for k in range(cols)
+                ]
+                for r in range(rows)
+            ]
             for first in range(1, last + 1, size)
-        ]  # fmt: skip
+        ]
     return found

@@ -59,7 +59,7 @@ from ..graph.claims import (
     WeightCount,
     WeightsJacobian,
     ZeroAngles,
-)  # fmt: skip
+)
 from ..notation import letters as L
 from . import blocked_backward, online_softmax, rounding_facts, streamed
 from .fact import Fact, chain
@@ -121,13 +121,21 @@ def _same_as(graph: Graph, claim: SameAs) -> Fact:
             lines.append(Eq(step.element.lhs, step.element.rhs, evaluate=False))
             lines.append(Eq(step.element.lhs, decided, evaluate=False))
         residual.append(_canonical(decided.xreplace(rename)) == _canonical(theirs))
-    statement = Eq(sp.Symbol(r"\text{" + graph.name + "}"),
-                   sp.Symbol(r"\text{" + other.name + "}"), evaluate=False)  # fmt: skip
+    statement = Eq(
+        sp.Symbol(r"\text{" + graph.name + "}"),
+        sp.Symbol(r"\text{" + other.name + "}"),
+        evaluate=False,
+    )
     reached = statement if all(residual) else Eq(statement.lhs, sp.nan, evaluate=False)
-    return Fact("same_as", f"When it is {other.name}", (*lines, reached), statement,
-                tuple(s.output for s in graph.declarations),
-                "each declaration with the substitution made, its conditions decided under the "
-                "index ranges and the assumed sizes")  # fmt: skip
+    return Fact(
+        "same_as",
+        f"When it is {other.name}",
+        (*lines, reached),
+        statement,
+        tuple(s.output for s in graph.declarations),
+        "each declaration with the substitution made, its conditions decided under the "
+        "index ranges and the assumed sizes",
+    )
 
 
 def _reads_rows(graph: Graph, claim: ReadsRows) -> Fact:
@@ -143,20 +151,28 @@ def _reads_rows(graph: Graph, claim: ReadsRows) -> Fact:
     keys = [high for variable, _, high in limits if variable in (L.p, L.r)]
     bound = sp.S.One if keys and all(high == L.m for high in keys) else sp.nan
     lhs = context.element.lhs
-    return Fact("reads_rows", "Row m reads the rows before it", chain(lhs, composed, decided),
-                Eq(lhs, decided if bound == 1 else sp.nan, evaluate=False),
-                (claim.letter, *sources),
-                "the derived causal weights put into the context, the sums stopped where they "
-                "vanish")  # fmt: skip
+    return Fact(
+        "reads_rows",
+        "Row m reads the rows before it",
+        chain(lhs, composed, decided),
+        Eq(lhs, decided if bound == 1 else sp.nan, evaluate=False),
+        (claim.letter, *sources),
+        "the derived causal weights put into the context, the sums stopped where they vanish",
+    )
 
 
 def _cache_size(graph: Graph, claim: CacheSize) -> Fact:
     shapes = graph.shapes
     counted = sp.Add(*[shapes[letter][0] * shapes[letter][1] for letter in claim.letters])
     lhs = ENTRIES(*[sp.Symbol(L.MATRIX_LATEX[letter]) for letter in claim.letters])
-    return Fact("cache_size", "What the cache holds", (Eq(lhs, counted, evaluate=False),),
-                Eq(lhs, counted, evaluate=False), claim.letters,
-                "the entries of the cached matrices, from their declared shapes")  # fmt: skip
+    return Fact(
+        "cache_size",
+        "What the cache holds",
+        (Eq(lhs, counted, evaluate=False),),
+        Eq(lhs, counted, evaluate=False),
+        claim.letters,
+        "the entries of the cached matrices, from their declared shapes",
+    )
 
 
 def _decode_cost(graph: Graph, claim: DecodeCost) -> Fact:
@@ -164,10 +180,14 @@ def _decode_cost(graph: Graph, claim: DecodeCost) -> Fact:
     full = flop_count(graph).xreplace({L.n: L.m})
     token, whole = FLOPS(sp.Symbol(r"\text{one token}")), FLOPS(sp.Symbol(r"\text{recomputed}"))
     lines = (Eq(token, sp.expand(one), evaluate=False), Eq(whole, full, evaluate=False))
-    return Fact("decode_cost", "What one token costs", lines, lines[-1],
-                tuple(s.output for s in graph.declarations),
-                "counted on the matrix forms of one decoding step and of the whole graph at "
-                "length m")  # fmt: skip
+    return Fact(
+        "decode_cost",
+        "What one token costs",
+        lines,
+        lines[-1],
+        tuple(s.output for s in graph.declarations),
+        "counted on the matrix forms of one decoding step and of the whole graph at length m",
+    )
 
 
 def _split(total: Sum, ranges: dict) -> sp.Expr:
@@ -193,30 +213,45 @@ def _allowed_pairs(graph: Graph, claim: AllowedPairs) -> Fact:
     total = Sum(Sum(indicator, (L.p, 1, L.n)), (L.m, 1, L.n))
     per_row = under_ranges(Sum(indicator, (L.p, 1, L.n)), _RANGES).doit()
     forward, back = _assumed(claim.assume)
-    ranges = {variable: (low.xreplace(forward), high.xreplace(forward))
-              for variable, (low, high) in _RANGES.items()}  # fmt: skip
+    ranges = {
+        variable: (low.xreplace(forward), high.xreplace(forward))
+        for variable, (low, high) in _RANGES.items()
+    }
     split = _split(Sum(per_row.xreplace(forward), (L.m, 1, L.n.xreplace(forward))), ranges)
     split = split.xreplace(back)
     counted = sp.Add(*[sp.factor_terms(part.doit()) for part in split.args], evaluate=False)
     pairs = PAIRS(sp.Symbol("M"))
     products = sp.expand(4 * L.c * counted)  # 2c a score, 2c a term of a context entry
-    lines = (Eq(pairs, total, evaluate=False), Eq(pairs, Sum(per_row, (L.m, 1, L.n)),
-             evaluate=False), Eq(pairs, split, evaluate=False), Eq(pairs, counted, evaluate=False),
-             Eq(FLOPS(sp.Symbol(r"\Omega, C")), products, evaluate=False))  # fmt: skip
-    return Fact("allowed_pairs", "What the window costs", lines, lines[-1], (mask.output,),
-                "the mask's allowed pairs summed under the index ranges, split where the max "
-                "changes")  # fmt: skip
+    lines = (
+        Eq(pairs, total, evaluate=False),
+        Eq(pairs, Sum(per_row, (L.m, 1, L.n)), evaluate=False),
+        Eq(pairs, split, evaluate=False),
+        Eq(pairs, counted, evaluate=False),
+        Eq(FLOPS(sp.Symbol(r"\Omega, C")), products, evaluate=False),
+    )
+    return Fact(
+        "allowed_pairs",
+        "What the window costs",
+        lines,
+        lines[-1],
+        (mask.output,),
+        "the mask's allowed pairs summed under the index ranges, split where the max changes",
+    )
 
 
 def _online_softmax(graph: Graph, claim: OnlineSoftmax) -> Fact:
-    found = {"sum": lambda: online_softmax.step(),
-             "output": lambda: online_softmax.step(online_softmax.output_update,
-                                                   online_softmax.seen_output),
-             "context": lambda: online_softmax.context(graph),
-             "log-sum-exp": lambda: online_softmax.log_sum_exp(graph)}  # fmt: skip
+    found = {
+        "sum": lambda: online_softmax.step(),
+        "output": lambda: online_softmax.step(
+            online_softmax.output_update, online_softmax.seen_output
+        ),
+        "context": lambda: online_softmax.context(graph),
+        "log-sum-exp": lambda: online_softmax.log_sum_exp(graph),
+    }
     if claim.part not in found:
-        raise ValueError(f"OnlineSoftmax: part must be one of {', '.join(found)}, got "
-                         f"part={claim.part!r}")  # fmt: skip
+        raise ValueError(
+            f"OnlineSoftmax: part must be one of {', '.join(found)}, got part={claim.part!r}"
+        )
     return found[claim.part]()
 
 
@@ -227,14 +262,20 @@ def _blocked_backward(graph: Graph, claim: BlockedBackward) -> Fact:
         return blocked_backward.gradient_with_rowsum(graph)
     if claim.part in ("V", "K", "Q"):
         return blocked_backward.accumulated(graph, claim.part)
-    raise ValueError("BlockedBackward: part must be weights, rowsum, V, K or Q, got "
-                     f"part={claim.part!r}")  # fmt: skip
+    raise ValueError(
+        f"BlockedBackward: part must be weights, rowsum, V, K or Q, got part={claim.part!r}"
+    )
 
 
 _PROVERS = {
-    SameAs: _same_as, ReadsRows: _reads_rows, CacheSize: _cache_size, DecodeCost: _decode_cost,
-    AllowedPairs: _allowed_pairs, SameForEveryHead: same_for_every_head,
-    CacheAgainst: cache_against, WeightCount: weight_count,
+    SameAs: _same_as,
+    ReadsRows: _reads_rows,
+    CacheSize: _cache_size,
+    DecodeCost: _decode_cost,
+    AllowedPairs: _allowed_pairs,
+    SameForEveryHead: same_for_every_head,
+    CacheAgainst: cache_against,
+    WeightCount: weight_count,
     RelativePosition: lambda graph, claim: relative_position(graph),
     ZeroAngles: lambda graph, claim: zero_angles(graph, claim.other),
     ScoreBound: lambda graph, claim: score_bound(graph),
@@ -246,12 +287,14 @@ _PROVERS = {
     ScaledScoreVariance: lambda graph, claim: scaled_score_variance(graph, claim.assumptions),
     WeightsJacobian: lambda graph, claim: softmax_jacobian(graph),
     RowsumIdentity: lambda graph, claim: rowsum_identity(graph),
-    OnlineSoftmax: _online_softmax, BlockedBackward: _blocked_backward,
-    BlockedCost: lambda graph, claim: blocked_backward.cost(graph), Rounding: rounding_facts.prove,
+    OnlineSoftmax: _online_softmax,
+    BlockedBackward: _blocked_backward,
+    BlockedCost: lambda graph, claim: blocked_backward.cost(graph),
+    Rounding: rounding_facts.prove,
     Streamed: streamed.prove,
     Equality: equality,
     Bound: bound,
-}  # fmt: skip
+}
 
 
 def _resolved(claim: Claim, before: Graph | None) -> Claim:
@@ -261,8 +304,9 @@ def _resolved(claim: Claim, before: Graph | None) -> Claim:
         return claim
     if other == BEFORE:
         if before is None:
-            raise ValueError(f"{type(claim).__name__} compares with the graph before the "
-                             "variant: give before=")  # fmt: skip
+            raise ValueError(
+                f"{type(claim).__name__} compares with the graph before the variant: give before="
+            )
         return replace(claim, other=before)
     return replace(claim, other=variant(other).graph)
 
@@ -274,9 +318,11 @@ def prove(graph: Graph, claim: Claim, before: Graph | None = None) -> Fact:
     if isinstance(claim, Equality):
         claim = replace(claim, lhs=per_head(claim.lhs, graph), rhs=per_head(claim.rhs, graph))
     elif isinstance(claim, Bound):
-        claim = replace(claim, smaller=per_head(claim.smaller, graph),
-                        larger=per_head(claim.larger, graph))  # fmt: skip
+        claim = replace(
+            claim, smaller=per_head(claim.smaller, graph), larger=per_head(claim.larger, graph)
+        )
     elif isinstance(claim, SameAs):
-        claim = replace(claim, substitute=tuple((per_head(old, graph), new)
-                                                for old, new in claim.substitute))  # fmt: skip
+        claim = replace(
+            claim, substitute=tuple((per_head(old, graph), new) for old, new in claim.substitute)
+        )
     return _PROVERS[type(claim)](graph, _resolved(claim, before))

@@ -34,14 +34,21 @@ def same_for_every_head(graph: Graph, claim: SameForEveryHead) -> Fact:
         step = graph.step(letter)
         put = step.element.rhs.xreplace(substitute)
         decided = under_ranges(put, _HEADS)
-        lines += [Eq(step.element.lhs, put, evaluate=False),
-                  Eq(step.element.lhs, decided, evaluate=False)]  # fmt: skip
+        lines += [
+            Eq(step.element.lhs, put, evaluate=False),
+            Eq(step.element.lhs, decided, evaluate=False),
+        ]
         reached.append(L.ell not in decided.free_symbols)
     last = lines[-1]
     claim_eq = Eq(last.lhs, last.rhs if all(reached) else sp.nan, evaluate=False)
-    return Fact("same_for_every_head", "One group: every head reads the same keys",
-                tuple(lines), claim_eq, claim.letters,
-                "the substitution made, the floor decided under ℓ = 1 … h")  # fmt: skip
+    return Fact(
+        "same_for_every_head",
+        "One group: every head reads the same keys",
+        tuple(lines),
+        claim_eq,
+        claim.letters,
+        "the substitution made, the floor decided under ℓ = 1 … h",
+    )
 
 
 def _entries(shapes: dict, letters: tuple[str, ...]) -> sp.Expr:
@@ -63,18 +70,28 @@ def cache_against(graph: Graph, claim: CacheAgainst) -> Fact:
     theirs = _entries(compared.shapes, claim.theirs)
     ratio = sp.simplify((mine / theirs).subs([(L.c, L.h * L.c_h)]).subs(relations))
     lhs, other = _label(claim.letters), _label(claim.theirs, compared)
-    lines = (Eq(lhs, mine, evaluate=False), Eq(other, theirs, evaluate=False),
-             Eq(lhs / other, ratio, evaluate=False))  # fmt: skip
-    return Fact("cache_against", "What the cache holds", lines, lines[-1],
-                claim.letters + claim.theirs,
-                "the entries of the cached matrices, from their declared shapes, and their "
-                "ratio with c = h c_h")  # fmt: skip
+    lines = (
+        Eq(lhs, mine, evaluate=False),
+        Eq(other, theirs, evaluate=False),
+        Eq(lhs / other, ratio, evaluate=False),
+    )
+    return Fact(
+        "cache_against",
+        "What the cache holds",
+        lines,
+        lines[-1],
+        claim.letters + claim.theirs,
+        "the entries of the cached matrices, from their declared shapes, and their "
+        "ratio with c = h c_h",
+    )
 
 
 def weight_count(graph: Graph, claim: WeightCount) -> Fact:
     """entries(W_k) = d g c_h, …: each weight's entries from its declared shape."""
-    lines = tuple(Eq(_label((letter,)), _entries(graph.shapes, (letter,)), evaluate=False)
-                  for letter in claim.letters)  # fmt: skip
+    lines = tuple(
+        Eq(_label((letter,)), _entries(graph.shapes, (letter,)), evaluate=False)
+        for letter in claim.letters
+    )
     return Fact(
         "weight_count",
         "How many weights",

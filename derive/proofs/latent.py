@@ -46,16 +46,17 @@ def absorption(graph: Graph) -> Fact:
     named = _blocks(composed, L.c_h)
     whole = graph.shapes  # each block W^{(ℓ)} has c_h of its matrix's columns
     letters = {L.letter_of(e) for e in named.atoms(Indexed)}
-    shapes = {x: (whole[x.removesuffix("_l")][0], L.c_h) if x.endswith("_l") else whole[x]
-              for x in letters}  # fmt: skip
+    shapes = {
+        x: (whole[x.removesuffix("_l")][0], L.c_h) if x.endswith("_l") else whole[x]
+        for x in letters
+    }
     symbols = symbols_of(shapes)
     row, col = step.free
     zero = zero_based(sp.expand(named), (row, col), symbols)
     form = matrix_form(zero, (zero_index(row), zero_index(col)))
     omega = L.matrix_symbol("Omega_l", L.n, L.n)
     factors = form.args if isinstance(form, MatMul) else (form,)
-    read = [str(f.arg.name) + "^T" if isinstance(f, sp.Transpose) else str(f.name)
-            for f in factors]  # fmt: skip
+    read = [str(f.arg.name) + "^T" if isinstance(f, sp.Transpose) else str(f.name) for f in factors]
     expected = form if read == ["X", "W_q_l", "W_uk_l^T", "U^T"] else sp.nan
     lines = (
         Eq(lhs, step.element.rhs, evaluate=False),
@@ -64,7 +65,12 @@ def absorption(graph: Graph) -> Fact:
         Eq(omega, form, evaluate=False),
     )
     claim = Eq(omega, expected, evaluate=False)  # X, the absorbed blocks, then the latent
-    return Fact("absorption", "Scores from the latent", lines, claim,
-                (step.output, "Q_l", "K_l", "Q", "K"),
-                "the split and the projections put into the score, head ℓ's columns named as "
-                "its blocks, and the matrix form found by matrix_form")  # fmt: skip
+    return Fact(
+        "absorption",
+        "Scores from the latent",
+        lines,
+        claim,
+        (step.output, "Q_l", "K_l", "Q", "K"),
+        "the split and the projections put into the score, head ℓ's columns named as "
+        "its blocks, and the matrix form found by matrix_form",
+    )

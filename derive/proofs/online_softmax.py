@@ -41,10 +41,26 @@ from .fact import Fact
 from .softmax import one_head_without_mask, same_dummy, weights_element
 
 __all__ = [
-    "BLOCK", "T", "MU", "MU_T", "LSE", "sum_update", "output_update", "seen_sum", "seen_output",
-    "step", "context", "log_sum_exp", "every_split", "states", "BlockState", "block_states",
-    "normal", "Update", "composed_context",
-]  # fmt: skip
+    "BLOCK",
+    "T",
+    "MU",
+    "MU_T",
+    "LSE",
+    "sum_update",
+    "output_update",
+    "seen_sum",
+    "seen_output",
+    "step",
+    "context",
+    "log_sum_exp",
+    "every_split",
+    "states",
+    "BlockState",
+    "block_states",
+    "normal",
+    "Update",
+    "composed_context",
+]
 
 #: B_c, the keys of a block; t, a block; T, the blocks of a row (n = T B_c).
 BLOCK = L.B_c
@@ -71,15 +87,17 @@ def _value(p: sp.Expr) -> sp.Expr:
     return L.base("v")[p, L.j]
 
 
-def sum_update(previous: sp.Expr, mu: sp.Expr, mu_next: sp.Expr, first: sp.Expr,
-               last: sp.Expr, p: sp.Expr = _p) -> sp.Expr:  # fmt: skip
+def sum_update(
+    previous: sp.Expr, mu: sp.Expr, mu_next: sp.Expr, first: sp.Expr, last: sp.Expr, p: sp.Expr = _p
+) -> sp.Expr:
     """ℓ^{(t+1)} = e^{μ^{(t)} − μ^{(t+1)}} ℓ^{(t)} + Σ_{p = first … last} e^{ω̃_{m,p} −
     μ^{(t+1)}}."""
     return exp(mu - mu_next) * previous + Sum(exp(_score(p) - mu_next), (p, first, last))
 
 
-def output_update(previous: sp.Expr, mu: sp.Expr, mu_next: sp.Expr, first: sp.Expr,
-                  last: sp.Expr, p: sp.Expr = _p) -> sp.Expr:  # fmt: skip
+def output_update(
+    previous: sp.Expr, mu: sp.Expr, mu_next: sp.Expr, first: sp.Expr, last: sp.Expr, p: sp.Expr = _p
+) -> sp.Expr:
     """o^{(t+1)}_j = e^{μ^{(t)} − μ^{(t+1)}} o^{(t)}_j + Σ_p e^{ω̃_{m,p} − μ^{(t+1)}} v_{p,j}."""
     block = Sum(exp(_score(p) - mu_next) * _value(p), (p, first, last))
     return exp(mu - mu_next) * previous + block
@@ -106,8 +124,9 @@ def normal(expr: sp.Expr) -> sp.Expr:
     return expanded.replace(lambda e: isinstance(e, Sum), pulled)
 
 
-def step(update: Update = sum_update, seen: Callable = seen_sum, *,
-         name: str | None = None) -> Fact:  # fmt: skip
+def step(
+    update: Update = sum_update, seen: Callable = seen_sum, *, name: str | None = None
+) -> Fact:
     """The invariant carried from block t to block t + 1 (`update` and `seen`: the sum's, by
     default, or the output's; `name`, another invariant of ℓ's, such as a sink's)."""
     mu, mu_next = MU
@@ -235,18 +254,24 @@ def states(graph: Graph, matrices: dict, sizes: dict) -> dict[str, list]:
     omega, values = matrices["Omega_scaled"], matrices["V"]
     n, keys = omega.shape
     table = {L.base("omegatilde")[m + 1, p + 1]: omega[m, p] for m in range(n) for p in range(keys)}
-    table |= {L.base("v")[p + 1, j + 1]: values[p, j]
-              for p in range(keys) for j in range(values.shape[1])}  # fmt: skip
+    table |= {
+        L.base("v")[p + 1, j + 1]: values[p, j] for p in range(keys) for j in range(values.shape[1])
+    }
     found: dict[str, list] = {"mu": [], "ell": [], "o": []}
     for stop in range(sizes["B_c"], keys + sizes["B_c"], sizes["B_c"]):
         seen = min(stop, keys)
         mu = [sp.Max(*omega[m, :seen]) for m in range(n)]
         found["mu"].append([[float(value)] for value in mu])
-        found["ell"].append([[_evaluated(seen_sum(mu[m], seen), m + 1, table)]
-                             for m in range(n)])  # fmt: skip
-        found["o"].append([[_evaluated(seen_output(mu[m], seen).xreplace({L.j: j + 1}), m + 1,
-                                       table) for j in range(values.shape[1])]
-                           for m in range(n)])  # fmt: skip
+        found["ell"].append([[_evaluated(seen_sum(mu[m], seen), m + 1, table)] for m in range(n)])
+        found["o"].append(
+            [
+                [
+                    _evaluated(seen_output(mu[m], seen).xreplace({L.j: j + 1}), m + 1, table)
+                    for j in range(values.shape[1])
+                ]
+                for m in range(n)
+            ]
+        )
     return found
 
 
@@ -284,14 +309,16 @@ def block_states(graph: Graph, sizes: dict[sp.Symbol, int]) -> list[BlockState]:
         rows = range(1, n + 1)
         maxima = sp.Matrix([[sp.Max(*(omega[m, p] for p in keys), evaluate=False)] for m in rows])
         sums = sp.Matrix([[written(seen_sum(MU_T, keys[-1]), m)] for m in rows])
-        outputs = sp.Matrix([[written(seen_output(MU_T, keys[-1]), m, j)
-                              for j in range(1, c + 1)] for m in rows])  # fmt: skip
+        outputs = sp.Matrix(
+            [[written(seen_output(MU_T, keys[-1]), m, j) for j in range(1, c + 1)] for m in rows]
+        )
         for base, letter, role, formulas in (
             (mu, rf"\mu^{{({t})}}", f"running maximum {where}", maxima),
             (ell, rf"\ell^{{({t})}}", f"running sum {where}", sums),
             (out, rf"O^{{({t})}}", f"running output {where}", outputs),
         ):
-            entries = sp.Matrix(formulas.rows, formulas.cols,
-                                lambda m, j, base=base, t=t: base[t, m + 1, j + 1])  # fmt: skip
+            entries = sp.Matrix(
+                formulas.rows, formulas.cols, lambda m, j, base=base, t=t: base[t, m + 1, j + 1]
+            )
             found.append(BlockState(letter, role, entries, formulas, seen))
     return found

@@ -24,12 +24,36 @@ from ..notation.plain import plain
 __all__ = ["counterexample", "SIZES", "DRAWS"]
 
 #: The sizes a claim is tried at (c_h = c / h), and the value of any other size.
-SIZES = {L.n: 3, L.d: 2, L.c: 4, L.h: 2, L.c_h: 2, L.s: 3, L.d_y: 2, L.w: 2, L.g: 1, L.d_u: 2,
-         L.c_r: 2, L.B_r: 2, L.B_c: 2}  # fmt: skip
+SIZES = {
+    L.n: 3,
+    L.d: 2,
+    L.c: 4,
+    L.h: 2,
+    L.c_h: 2,
+    L.s: 3,
+    L.d_y: 2,
+    L.w: 2,
+    L.g: 1,
+    L.d_u: 2,
+    L.c_r: 2,
+    L.B_r: 2,
+    L.B_c: 2,
+}
 _OTHER_SIZE = 2
 #: How far each index runs at those sizes.
-_INDICES = {L.m: 3, L.p: 3, L.r: 3, L.t: 3, L.i: 2, L.j: 2, L.j2: 2, L.f: 2, L.ell: 2, L.nu: 1,
-            L.b: 1}  # fmt: skip
+_INDICES = {
+    L.m: 3,
+    L.p: 3,
+    L.r: 3,
+    L.t: 3,
+    L.i: 2,
+    L.j: 2,
+    L.j2: 2,
+    L.f: 2,
+    L.ell: 2,
+    L.nu: 1,
+    L.b: 1,
+}
 #: How many draws a claim is tried at.
 DRAWS = 4
 _TOLERANCE = sp.Rational(1, 10**9)
@@ -66,8 +90,9 @@ def _draw(sides: tuple[sp.Expr, ...], rng: random.Random) -> tuple[dict, list[sp
     return scalars | drawn, numbers
 
 
-def counterexample(smaller: sp.Expr, larger: sp.Expr, *, equal: bool,
-                   seed: int = 0) -> tuple[tuple[str, str], ...]:  # fmt: skip
+def counterexample(
+    smaller: sp.Expr, larger: sp.Expr, *, equal: bool, seed: int = 0
+) -> tuple[tuple[str, str], ...]:
     """Values at which ``smaller = larger`` (`equal`) or ``smaller ≤ larger`` fails, as (what,
     value) pairs (the sizes, indices and parameters, up to six entries, then both sides), or ()
     where every draw satisfies it or none evaluates. Both sides are written in the inputs."""
@@ -83,8 +108,13 @@ def counterexample(smaller: sp.Expr, larger: sp.Expr, *, equal: bool,
         if fails:
             scalars = [(plain(k), str(v)) for k, v in values.items() if not isinstance(k, Indexed)]
             entries = [(plain(k), str(v)) for k, v in values.items() if isinstance(k, Indexed)]
-            shown = entries[:6] + ([("…", f"{len(entries) - 6} more entries")]
-                                   if len(entries) > 6 else [])  # fmt: skip
-            return (*scalars, *shown, ("left side", f"{float(left):.6g}"),
-                    ("right side", f"{float(right):.6g}"))
+            shown = entries[:6] + (
+                [("…", f"{len(entries) - 6} more entries")] if len(entries) > 6 else []
+            )
+            return (
+                *scalars,
+                *shown,
+                ("left side", f"{float(left):.6g}"),
+                ("right side", f"{float(right):.6g}"),
+            )
     return ()

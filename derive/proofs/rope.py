@@ -157,8 +157,9 @@ def relative_position(graph: Graph) -> Fact:
     decided = {L.m: (1, L.n), L.p: (1, L.n), L.j: (sp.S.One, rotated / 2)}
     first = {L.j: 2 * L.j - 1} if interleaved else {}  # the pair's first feature
     phi = graph.step("Phi").element.rhs.xreplace(first).xreplace({L.m: 2})
-    angles = _theta(under_ranges(inline(halves, graph, {"Phi"}), decided),
-                    under_ranges(phi, decided))  # fmt: skip
+    angles = _theta(
+        under_ranges(inline(halves, graph, {"Phi"}), decided), under_ranges(phi, decided)
+    )
     paired = _pairs(angles)
     unrotated = {L.m: (1, L.n), L.p: (1, L.n), L.j: (rotated + 1, width)}
     plain = sp.factor(under_ranges(inline(rest, graph, {"Phi"}), unrotated))
@@ -175,8 +176,11 @@ def relative_position(graph: Graph) -> Fact:
     shown = inline(step.element.rhs, graph, rotations - {"R"}) if by_letter else composed
     past = Sum(rest, (j, rotated + 1, width)) if partial else 0
     split = Sum(halves, (j, 1, rotated / 2)) + past
-    lines = (Eq(lhs, shown, evaluate=False), Eq(lhs, split, evaluate=False),
-             Eq(lhs, last, evaluate=False))  # fmt: skip
+    lines = (
+        Eq(lhs, shown, evaluate=False),
+        Eq(lhs, split, evaluate=False),
+        Eq(lhs, last, evaluate=False),
+    )
     claim = Eq(lhs, last if holds else sp.nan, evaluate=False)
     sources = (step.output, *sorted(rotations), "Phi")
     name = "relative_position"

@@ -38,9 +38,24 @@ from sympy import Abs, exp, log
 from ..notation import letters as L
 
 __all__ = [
-    "U", "ETA", "GAMMA_C", "GAMMA_N", "SCALE", "Roundings", "Row", "Route", "stored_lse",
-    "row_maximum", "bounds", "evaluate", "UNITS", "signs", "weight", "spread_row", "offset_row",
-]  # fmt: skip
+    "U",
+    "ETA",
+    "GAMMA_C",
+    "GAMMA_N",
+    "SCALE",
+    "Roundings",
+    "Row",
+    "Route",
+    "stored_lse",
+    "row_maximum",
+    "bounds",
+    "evaluate",
+    "UNITS",
+    "signs",
+    "weight",
+    "spread_row",
+    "offset_row",
+]
 
 #: u, η, γ_c (a dot product of c terms), γ_n (a sum of n terms, or a dot product of n): the
 #: units of the roundings; s, the scale of a row of scores.
@@ -147,8 +162,9 @@ def row_maximum(fl: Roundings, row: Row) -> tuple[list[sp.Expr], list[sp.Expr]]:
     inverse = fl.rounded(1 / total)
     weights = [fl.rounded(e * inverse) for e in exps]
     upstream = [a + b * fl.error(GAMMA_C) for a, b in zip(row.upstream, row.beta, strict=True)]
-    rowsum = sp.Add(*(w * a * (1 + fl.error(GAMMA_N))
-                      for w, a in zip(weights, upstream, strict=True)))  # fmt: skip
+    rowsum = sp.Add(
+        *(w * a * (1 + fl.error(GAMMA_N)) for w, a in zip(weights, upstream, strict=True))
+    )
     return weights, [_gradient(fl, w, a, rowsum) for w, a in zip(weights, upstream, strict=True)]
 
 
@@ -178,8 +194,11 @@ def spread_row(n: int) -> tuple[Row, dict]:
     scores = (SCALE, *(SCALE * (1 - g) for g in gaps))
     symbolic = Row.symbolic(n)
     lse = SCALE + log(1 + sp.Add(*(exp(-SCALE * g) for g in gaps)))  # log Σ_r e^{s z_r}
-    at = {**dict(zip(symbolic.scores, scores, strict=True)), symbolic.maximum: SCALE,
-          symbolic.lse: lse}  # fmt: skip
+    at = {
+        **dict(zip(symbolic.scores, scores, strict=True)),
+        symbolic.maximum: SCALE,
+        symbolic.lse: lse,
+    }
     return symbolic, at
 
 
@@ -188,9 +207,11 @@ def offset_row(n: int) -> tuple[Row, dict]:
     (the row does not saturate); its maximum s + z_1 and its log-sum-exp s + log Σ_r e^{z_r}."""
     spread = sp.symbols(f"z_1:{n + 1}", real=True)
     symbolic = Row.symbolic(n)
-    at = {**{w: SCALE + z for w, z in zip(symbolic.scores, spread, strict=True)},
-          symbolic.maximum: SCALE + spread[0],
-          symbolic.lse: SCALE + log(sp.Add(*(exp(z) for z in spread)))}  # fmt: skip
+    at = {
+        **{w: SCALE + z for w, z in zip(symbolic.scores, spread, strict=True)},
+        symbolic.maximum: SCALE + spread[0],
+        symbolic.lse: SCALE + log(sp.Add(*(exp(z) for z in spread))),
+    }
     return symbolic, at
 
 
@@ -200,8 +221,17 @@ def bounds(n: int) -> dict[str, Callable]:
     f(scores (…, n), μ (…,), L (…,), ā (…, n), β (…, n), D (…,), β_C (…,)) -> (…, n), each
     key's bound. γ_c and γ_n are taken at `c` and n by `evaluate`."""
     row = Row.symbolic(n)
-    arguments = (*row.scores, row.maximum, row.lse, *row.upstream, *row.beta, row.rowsum,
-                 row.beta_c, GAMMA_C, GAMMA_N)  # fmt: skip
+    arguments = (
+        *row.scores,
+        row.maximum,
+        row.lse,
+        *row.upstream,
+        *row.beta,
+        row.rowsum,
+        row.beta_c,
+        GAMMA_C,
+        GAMMA_N,
+    )
     found = {}
     for name, route in (("stored", stored_lse), ("maximum", row_maximum)):
         fl = Roundings()
@@ -212,13 +242,20 @@ def bounds(n: int) -> dict[str, Callable]:
     return found
 
 
-def evaluate(function: Callable, scores: np.ndarray, *, upstream: np.ndarray, beta: np.ndarray,
-             rowsum: np.ndarray, beta_c: np.ndarray, width: int) -> np.ndarray:  # fmt: skip
+def evaluate(
+    function: Callable,
+    scores: np.ndarray,
+    *,
+    upstream: np.ndarray,
+    beta: np.ndarray,
+    rowsum: np.ndarray,
+    beta_c: np.ndarray,
+    width: int,
+) -> np.ndarray:
     """One of `bounds`' functions on rows of numbers (float64): scores, ā and β (rows, n); D
     and β_C (rows,); μ and L from the scores; γ_c at `width`, γ_n at n."""
     n = scores.shape[-1]
     top = scores.max(axis=-1)
     lse = top + np.log(np.exp(scores - top[:, None]).sum(axis=-1))
-    columns = (*scores.T, top, lse, *upstream.T, *beta.T, rowsum, beta_c, _gamma(width),
-               _gamma(n))  # fmt: skip
+    columns = (*scores.T, top, lse, *upstream.T, *beta.T, rowsum, beta_c, _gamma(width), _gamma(n))
     return np.stack([np.broadcast_to(t, top.shape) for t in function(*columns)], axis=-1)

@@ -44,9 +44,15 @@ from .rounding import weight as weight_of
 from .softmax import one_head_without_mask
 
 __all__ = [
-    "stored_weights", "maximum_weights", "bounded_product", "scale_stored", "scale_maximum",
-    "cancellation_stored", "cancellation_maximum", "prove",
-]  # fmt: skip
+    "stored_weights",
+    "maximum_weights",
+    "bounded_product",
+    "scale_stored",
+    "scale_maximum",
+    "cancellation_stored",
+    "cancellation_maximum",
+    "prove",
+]
 
 A_HAT, A_M = sp.Symbol(r"\hat{a}_{m,p}"), L.base("a")[L.m, L.p]
 
@@ -71,7 +77,7 @@ def stored_weights(route: Route = stored_lse) -> Fact:
             Eq(A_HAT, computed, evaluate=False),
             Eq(A_HAT / A_M - 1, error, evaluate=False),
             Le(lhs, derived, evaluate=False),
-        ),  # fmt: skip
+        ),
         Le(lhs, claim, evaluate=False),
         ("A",),
         "each rounding a symbol, the error's coefficients by differentiation at 0 (first order), "
@@ -83,8 +89,13 @@ def _general_maximum(row: Row, key: int, weights: list[sp.Expr]) -> sp.Expr:
     """The recomputed maximum's first-order bound on |â_key − a_key| / a_key, written with the
     `weights`: (1 − a_p)(u(μ − ω̃_p) + η) + Σ_{r≠p} a_r (u(μ − ω̃_r) + η) + γ_n + 2u."""
     own = (1 - weights[key]) * (U * (row.maximum - row.scores[key]) + ETA)
-    others = sp.Add(*(weights[r] * (U * (row.maximum - row.scores[r]) + ETA)
-                      for r in range(len(row.scores)) if r != key))  # fmt: skip
+    others = sp.Add(
+        *(
+            weights[r] * (U * (row.maximum - row.scores[r]) + ETA)
+            for r in range(len(row.scores))
+            if r != key
+        )
+    )
     return own + others + GAMMA_N + 2 * U
 
 
@@ -98,8 +109,14 @@ def maximum_weights(route: Route = row_maximum, *, n: int = 3) -> Fact:
     exact = [weight_of(row, r, row.maximum) for r in range(n)]
     a, w = L.base("a"), L.base("omegatilde")
     m, p, r = L.m, L.p, L.r
-    claim = sp.Sum(Abs(sp.KroneckerDelta(p, r) - a[m, r]) * (U * (row.maximum - w[m, r]) + ETA),
-                   (r, 1, L.n)) + GAMMA_N + 2 * U  # fmt: skip
+    claim = (
+        sp.Sum(
+            Abs(sp.KroneckerDelta(p, r) - a[m, r]) * (U * (row.maximum - w[m, r]) + ETA),
+            (r, 1, L.n),
+        )
+        + GAMMA_N
+        + 2 * U
+    )
     values = {a[m, k + 1]: exact[k] for k in range(n)}
     values |= {w[m, k + 1]: row.scores[k] for k in range(n)}
     same = True
@@ -118,7 +135,7 @@ def maximum_weights(route: Route = row_maximum, *, n: int = 3) -> Fact:
         (
             Le(at_one, named if same else derived, evaluate=False),
             Le(lhs, claim if same else sp.nan, evaluate=False),
-        ),  # fmt: skip
+        ),
         Le(lhs, claim, evaluate=False),
         ("A",),
         f"each rounding a symbol, at n = {n} keys; the coefficients by differentiation at 0, "
@@ -145,7 +162,7 @@ def bounded_product() -> Fact:
             Eq(sp.Derivative(f, x), sp.factor(slope), evaluate=False),
             Eq(sp.Symbol("x^*"), top, evaluate=False),
             Le(f, highest, evaluate=False),
-        ),  # fmt: skip
+        ),
         Le(f, exp(-1), evaluate=False),
         (),
         "the derivative's zero, a maximum (the second derivative is negative there, and the "
@@ -192,8 +209,15 @@ def scale_maximum(route: Route = row_maximum, *, n: int = 3) -> Fact:
     """The same for the recomputed maximum: its bound does not depend on s (the maximum takes
     the size away before any rounding that counts)."""
     bound, row, at = _offset_bound(route, n)
-    spread = Row(tuple(at[w] - SCALE for w in row.scores), at[row.maximum] - SCALE, row.lse,
-                 row.upstream, row.beta, row.rowsum, row.beta_c)  # fmt: skip
+    spread = Row(
+        tuple(at[w] - SCALE for w in row.scores),
+        at[row.maximum] - SCALE,
+        row.lse,
+        row.upstream,
+        row.beta,
+        row.rowsum,
+        row.beta_c,
+    )
     exact = [weight_of(row, r, row.maximum).xreplace(at) for r in range(n)]
     named = [L.base("a")[L.m, r] for r in range(1, n + 1)]
     same = sp.simplify(bound - exact[0] * _general_maximum(spread, 0, exact)) == 0
@@ -205,7 +229,7 @@ def scale_maximum(route: Route = row_maximum, *, n: int = 3) -> Fact:
         (
             Eq(_B, shown, evaluate=False),
             Eq(lhs, sp.simplify(sp.diff(bound, SCALE)), evaluate=False),
-        ),  # fmt: skip
+        ),
         Eq(lhs, 0, evaluate=False),
         ("A",),
         "the first-order bound on a row of scores s + z_r (the weights a_{m,r} = e^{z_r} / "
@@ -258,7 +282,7 @@ def _cancellation(name: str, title: str, route: Route, n: int, claim) -> Fact:
             ),
             Eq(_B, GAMMA_C * sp.Add(*sizes), evaluate=False),
             Eq(lhs, value, evaluate=False),
-        ),  # fmt: skip
+        ),
         Eq(lhs, claim(row), evaluate=False),
         ("dA", "dOmega_scaled"),
         "the coefficients of the dot products' roundings θ (|θ| ≤ γ_c) by differentiation at "
@@ -289,12 +313,18 @@ def cancellation_maximum(route: Route = row_maximum, *, n: int = 3) -> Fact:
 
 def prove(graph: Graph, claim: Rounding) -> Fact:
     """The fact a `Rounding` claim names, for a graph of one head without a mask."""
-    found = {"stored-weights": stored_weights, "maximum-weights": maximum_weights,
-             "bounded-product": bounded_product, "scale-stored": scale_stored,
-             "scale-maximum": scale_maximum, "cancellation-stored": cancellation_stored,
-             "cancellation-maximum": cancellation_maximum}  # fmt: skip
+    found = {
+        "stored-weights": stored_weights,
+        "maximum-weights": maximum_weights,
+        "bounded-product": bounded_product,
+        "scale-stored": scale_stored,
+        "scale-maximum": scale_maximum,
+        "cancellation-stored": cancellation_stored,
+        "cancellation-maximum": cancellation_maximum,
+    }
     if claim.part not in found:
-        raise ValueError(f"Rounding: part must be one of {', '.join(found)}, got "
-                         f"part={claim.part!r}")  # fmt: skip
+        raise ValueError(
+            f"Rounding: part must be one of {', '.join(found)}, got part={claim.part!r}"
+        )
     one_head_without_mask(graph, "the rounding analysis of the backward pass")
     return found[claim.part]()

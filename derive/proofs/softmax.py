@@ -19,8 +19,14 @@ from ..graph import Declaration, Graph
 from ..notation import letters as L
 from .fact import Fact, chain
 
-__all__ = ["weights_element", "same_dummy", "one_head_without_mask", "rows_sum_to_one",
-           "shift_invariance", "softmax_jacobian"]  # fmt: skip
+__all__ = [
+    "weights_element",
+    "same_dummy",
+    "one_head_without_mask",
+    "rows_sum_to_one",
+    "shift_invariance",
+    "softmax_jacobian",
+]
 
 _RANGES = {L.m: (sp.S.One, L.n), L.p: (sp.S.One, L.n), L.t: (sp.S.One, L.n)}
 

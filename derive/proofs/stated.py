@@ -58,8 +58,13 @@ def equality(graph: Graph, claim: Equality) -> Fact:
     SymPy cannot show it, both sides written in the inputs are tried at numbers
     (`derive.proofs.refute`): a counter-example makes the fact false, none leaves it unproved."""
     sides = [sp.sympify(side) for side in (claim.lhs, claim.rhs)]
-    held = {L.letter_of(v) for side in sides for d in side.atoms(sp.Derivative, sp.Subs)
-            for v in d.variables if isinstance(v, sp.Indexed)}  # what is differentiated by, or
+    held = {
+        L.letter_of(v)
+        for side in sides
+        for d in side.atoms(sp.Derivative, sp.Subs)
+        for v in d.variables
+        if isinstance(v, sp.Indexed)
+    }  # what is differentiated by, or
     produced = {step.output for step in graph.declarations} - held  # substituted for
     named = {L.letter_of(e) for side in sides for e in side.atoms(sp.Indexed)} & produced
     holds = False
@@ -71,12 +76,22 @@ def equality(graph: Graph, claim: Equality) -> Fact:
             break
     how = claim.how or "the declared formulas put in, evaluated and simplified by SymPy"
     stated = Eq(claim.lhs, claim.rhs, evaluate=False)
-    found = () if holds else counterexample(*(_inputs(x, graph) for x in (claim.lhs, claim.rhs)),
-                                            equal=True)  # fmt: skip
+    found = (
+        ()
+        if holds
+        else counterexample(*(_inputs(x, graph) for x in (claim.lhs, claim.rhs)), equal=True)
+    )
     last = (claim.rhs,) if holds else ()  # which is the claimed side, its formulas put in
-    return Fact("equality", claim.title, chain(claim.lhs, lhs, value, *last),
-                Eq(claim.lhs, claim.rhs if holds else sp.nan, evaluate=False),
-                tuple(sorted(letters)), how, stated, found)  # fmt: skip
+    return Fact(
+        "equality",
+        claim.title,
+        chain(claim.lhs, lhs, value, *last),
+        Eq(claim.lhs, claim.rhs if holds else sp.nan, evaluate=False),
+        tuple(sorted(letters)),
+        how,
+        stated,
+        found,
+    )
 
 
 def _nonnegative(value: sp.Expr) -> bool:
@@ -130,11 +145,24 @@ def bound(graph: Graph, claim: Bound) -> Fact:
     statement = sp.Le(claim.smaller, claim.larger, evaluate=False)
     lines = (Eq(lhs, put, evaluate=False), Eq(lhs, value, evaluate=False), statement)
     claimed = statement if holds else sp.Le(claim.smaller, sp.nan, evaluate=False)
-    found = () if holds else counterexample(
-        *(_inputs(x, graph) for x in (claim.smaller, claim.larger)), equal=False)
-    return Fact("bound", claim.title, lines, claimed, tuple(sorted(named)),
-                "the declared formulas put into the difference, simplified by SymPy and found "
-                "non-negative from what is known of its symbols", statement, found)  # fmt: skip
+    found = (
+        ()
+        if holds
+        else counterexample(
+            *(_inputs(x, graph) for x in (claim.smaller, claim.larger)), equal=False
+        )
+    )
+    return Fact(
+        "bound",
+        claim.title,
+        lines,
+        claimed,
+        tuple(sorted(named)),
+        "the declared formulas put into the difference, simplified by SymPy and found "
+        "non-negative from what is known of its symbols",
+        statement,
+        found,
+    )
 
 
 def _outermost(graph: Graph, letters: set[str]) -> set[str]:

@@ -43,8 +43,15 @@ from .online_softmax import (
 )
 from .softmax import same_dummy
 
-__all__ = ["ZETA", "streamed", "sink_step", "modified_context", "skipped_update",
-           "skipped_blocks", "prove"]  # fmt: skip
+__all__ = [
+    "ZETA",
+    "streamed",
+    "sink_step",
+    "modified_context",
+    "skipped_update",
+    "skipped_blocks",
+    "prove",
+]
 
 _p = L.p
 _t = sp.Symbol("t", integer=True, nonnegative=True)
@@ -113,8 +120,9 @@ def skipped_update(update: Update = sum_update) -> Fact:
     mu = MU[0]
     before = sp.Symbol("ell^(t)")
     updated = update(before, mu, mu, _t * BLOCK + 1, (_t + 1) * BLOCK)
-    masked = updated.replace(lambda e: isinstance(e, sp.Indexed)
-                             and e.base == L.base("omegatilde"), lambda e: -sp.oo)  # fmt: skip
+    masked = updated.replace(
+        lambda e: isinstance(e, sp.Indexed) and e.base == L.base("omegatilde"), lambda e: -sp.oo
+    )
     lhs = sp.Symbol("ell^(t+1)")
     return Fact(
         "skipped_update",
@@ -137,8 +145,9 @@ def _allowed(graph: Graph) -> sp.Expr:
     return allowed
 
 
-def skipped_blocks(graph: Graph, *, check: tuple[int, ...] = (8, 9), rule: sp.Expr | None = None
-                   ) -> Fact:  # fmt: skip
+def skipped_blocks(
+    graph: Graph, *, check: tuple[int, ...] = (8, 9), rule: sp.Expr | None = None
+) -> Fact:
     """Which blocks a mask lets the blocked algorithm skip: the keys row m may read, solved for
     p from the declared mask, (L(m), U(m)]; both ends grow with m, so the rows of query block i
     read keys in (L((i − 1)B_r + 1), U(i B_r)] only, and key block j is skipped when it lies
@@ -155,8 +164,9 @@ def skipped_blocks(graph: Graph, *, check: tuple[int, ...] = (8, 9), rule: sp.Ex
     rising = all(sp.diff(end, m).is_nonnegative for end in (top, bottom))
     first_row, last_row = (_i - 1) * L.B_r + 1, _i * L.B_r
     first_key, last_key = (_j - 1) * L.B_c + 1, _j * L.B_c
-    derived = sp.Or(first_key > top.xreplace({m: last_row}),
-                    last_key <= bottom.xreplace({m: first_row}))  # fmt: skip
+    derived = sp.Or(
+        first_key > top.xreplace({m: last_row}), last_key <= bottom.xreplace({m: first_row})
+    )
     rule = derived if rule is None else rule
     agrees = rising and _rule_agrees(allowed, rule, check)
     skipped = sp.Symbol(r"\text{skipped}(i, j)")
@@ -167,7 +177,7 @@ def skipped_blocks(graph: Graph, *, check: tuple[int, ...] = (8, 9), rule: sp.Ex
         (
             Eq(keys_of, sp.Interval.Lopen(bottom, top), evaluate=False),
             Eq(skipped, rule if agrees else sp.false, evaluate=False),
-        ),  # fmt: skip
+        ),
         Eq(skipped, rule, evaluate=False),
         ("M",),
         "the mask's condition solved for p; its ends grow with m, so a block of rows reads "
@@ -189,9 +199,11 @@ def _rule_agrees(allowed: sp.Expr, rule: sp.Expr, check: tuple[int, ...]) -> boo
                 for block in range(1, n + 1):
                     for i in range(1, -(-n // rows) + 1):
                         for j in range(1, -(-n // block) + 1):
-                            pairs = [(q, k) for q in range((i - 1) * rows + 1, min(i * rows, n) + 1)
-                                     for k in range((j - 1) * block + 1,
-                                                    min(j * block, n) + 1)]  # fmt: skip
+                            pairs = [
+                                (q, k)
+                                for q in range((i - 1) * rows + 1, min(i * rows, n) + 1)
+                                for k in range((j - 1) * block + 1, min(j * block, n) + 1)
+                            ]
                             none = not any(allow(q, k, *extra) for q, k in pairs)
                             if bool(skip(i, j, rows, block, *extra)) != none:
                                 return False
@@ -208,9 +220,11 @@ def prove(graph: Graph, claim: Streamed) -> Fact:
         "skipped-blocks": lambda: skipped_blocks(other),
     }
     if claim.part not in found:
-        raise ValueError(f"Streamed: part must be one of {', '.join(found)}, got "
-                         f"part={claim.part!r}")  # fmt: skip
+        raise ValueError(
+            f"Streamed: part must be one of {', '.join(found)}, got part={claim.part!r}"
+        )
     if claim.part in ("context", "skipped-blocks") and claim.other is None:
-        raise ValueError(f"Streamed({claim.part!r}) names the variant it streams: other=, got "
-                         "other=None")  # fmt: skip
+        raise ValueError(
+            f"Streamed({claim.part!r}) names the variant it streams: other=, got other=None"
+        )
     return found[claim.part]()

@@ -133,8 +133,10 @@ def scaled_score_variance(graph: Graph, assumptions: Assumptions = ASSUMPTIONS) 
     (score,) = [e for e in formula.atoms(Indexed)]
     definition = E(scaled**2) - E(scaled) ** 2
     written = E(formula**2) - E(formula) ** 2
-    linear = sp.factor_terms(_linear(formula**2, (score.base.label.name,))
-                             - _linear(formula, (score.base.label.name,)) ** 2)  # fmt: skip
+    linear = sp.factor_terms(
+        _linear(formula**2, (score.base.label.name,))
+        - _linear(formula, (score.base.label.name,)) ** 2
+    )
     inner = E(score**2) - E(score) ** 2
     as_variance = linear.xreplace({inner: Var(score)})
     value = sp.simplify(as_variance.xreplace({Var(score): scores.derivation[-1].rhs}))

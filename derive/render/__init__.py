@@ -10,5 +10,12 @@ from .documents import (
     markdown_document,
 )
 
-__all__ = ["Display", "DocumentOptions", "Provenance", "document_blocks", "html_document",
-           "latex_document", "markdown_document"]  # fmt: skip
+__all__ = [
+    "Display",
+    "DocumentOptions",
+    "Provenance",
+    "document_blocks",
+    "html_document",
+    "latex_document",
+    "markdown_document",
+]

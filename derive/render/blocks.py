@@ -25,10 +25,26 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
-    "Heading", "Prose", "Provenance", "Display", "Table", "Figure", "Entry", "Matrix", "Matrices",
-    "Block", "to_latex", "to_markdown", "markdown_block", "matrix_display", "declared",
-    "derived", "numeric", "unproved", "KINDS",
-]  # fmt: skip
+    "Heading",
+    "Prose",
+    "Provenance",
+    "Display",
+    "Table",
+    "Figure",
+    "Entry",
+    "Matrix",
+    "Matrices",
+    "Block",
+    "to_latex",
+    "to_markdown",
+    "markdown_block",
+    "matrix_display",
+    "declared",
+    "derived",
+    "numeric",
+    "unproved",
+    "KINDS",
+]
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,16 @@ from .sections import facts as F
 from .sections import introduction as I
 from .sections import steps as S
 
-__all__ = ["DocumentOptions", "document_blocks", "latex_document", "markdown_document",
-           "html_document", "document_title", "HEATMAP", "FIGURES"]  # fmt: skip
+__all__ = [
+    "DocumentOptions",
+    "document_blocks",
+    "latex_document",
+    "markdown_document",
+    "html_document",
+    "document_title",
+    "HEATMAP",
+    "FIGURES",
+]
 
 HEATMAP = "attention-heatmap"
 #: The figures an entry may show after its facts: id -> (the words before it, its caption).
@@ -127,8 +135,9 @@ def _explicit(entry: Entry, options: DocumentOptions, example, progress) -> list
     sizes = options.variant_sizes()
     ea = ExplicitGraph(entry.graph, sizes, heads=int(sizes.get(L.h, 1)))
     if progress is not None:
-        shown = ", ".join(f"{symbol}={value}" for symbol, value in sizes.items()
-                          if symbol in L.SIZES)  # fmt: skip
+        shown = ", ".join(
+            f"{symbol}={value}" for symbol, value in sizes.items() if symbol in L.SIZES
+        )
         progress(f"instantiated the steps at {shown}")
     numbers = E.example_numbers(example) if options.example and example is not None else None
     kept = None

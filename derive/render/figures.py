@@ -162,8 +162,14 @@ def qk_norm_figure() -> dict[str, bytes]:
     fig, ax = plt.subplots(figsize=(5.2, 3.2))
     ax.plot(scales, [row[1] for row in data], "s-", label=r"softmax$(q \cdot k / \sqrt{c})$")
     ax.plot(scales, [row[2] for row in data], "^-", label=r"QK-norm, then $/ \sqrt{c}$")
-    ax.plot(scales, [row[3] for row in data], "--", color="black", linewidth=1,
-            label=r"the most $|\tilde\omega| \leq \sqrt{c}$ allows")  # fmt: skip
+    ax.plot(
+        scales,
+        [row[3] for row in data],
+        "--",
+        color="black",
+        linewidth=1,
+        label=r"the most $|\tilde\omega| \leq \sqrt{c}$ allows",
+    )
     ax.axhline(1 / KEYS, color="grey", linewidth=0.8, linestyle=":", label="uniform (1/16)")
     ax.set_xscale("log", base=2)
     ax.set_xticks(scales, [f"{scale:g}" for scale in scales])
@@ -214,10 +220,20 @@ def rounding_figure() -> dict[str, bytes]:
     for panel, (ax, title) in enumerate(zip(axes, titles, strict=True)):
         for k, (label, colour) in enumerate(ROUTES):
             column = bound_column(panel, k)
-            ax.plot(scales, [row[column] for row in data], "--", color=colour,
-                    label=f"{label}: derived bound")  # fmt: skip
-            ax.plot(scales, [max(row[column + 1], FLOOR) for row in data], "o", color=colour,
-                    label=f"{label}: measured")  # fmt: skip
+            ax.plot(
+                scales,
+                [row[column] for row in data],
+                "--",
+                color=colour,
+                label=f"{label}: derived bound",
+            )
+            ax.plot(
+                scales,
+                [max(row[column + 1], FLOOR) for row in data],
+                "o",
+                color=colour,
+                label=f"{label}: measured",
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title(title, fontsize=10)
@@ -227,12 +243,18 @@ def rounding_figure() -> dict[str, bytes]:
     fig.tight_layout()
     png = _png(fig)
     plt.close(fig)
-    header = "s," + ",".join(f"{name.replace(' ', '_')}_{kind}" for name in ROUNDING_SERIES
-                             for kind in ("bound", "measured"))  # fmt: skip
+    header = "s," + ",".join(
+        f"{name.replace(' ', '_')}_{kind}"
+        for name in ROUNDING_SERIES
+        for kind in ("bound", "measured")
+    )
     rows = [tuple(f"{value:.6g}" for value in row) for row in data]
     return {f"{FLASH_ROUNDING}.png": png, f"{FLASH_ROUNDING}.csv": _csv(header, rows)}
 
 
 #: The figures an entry may show after its facts, by id, as PNG and CSV files.
-FIGURES = {SATURATION: saturation_figure, SATURATION_QK_NORM: qk_norm_figure,
-           FLASH_ROUNDING: rounding_figure}  # fmt: skip
+FIGURES = {
+    SATURATION: saturation_figure,
+    SATURATION_QK_NORM: qk_norm_figure,
+    FLASH_ROUNDING: rounding_figure,
+}

@@ -22,51 +22,101 @@ __all__ = ["glossary_markdown"]
 #: The dimension strings of `attention`'s jaxtyping annotations: what each holds, and where.
 _JAXTYPING = (
     ("*batch n d", "$X$", "the input of every function and `forward`"),
-    ("d c", "$W_q$, $W_k$, $W_v$", "the book's orientation ($Q = X W_q$): `attention.functional`, "
-     "`SelfAttentionV1`, and `w_q`, `w_k`, `w_v` of every module"),
-    ("c d", "$W_q^\\top$, …", "`nn.Linear` weights (`W_query.weight`) of `SelfAttentionV2`, "
-     "`CausalAttention`, `MultiHeadAttention`"),
+    (
+        "d c",
+        "$W_q$, $W_k$, $W_v$",
+        "the book's orientation ($Q = X W_q$): `attention.functional`, "
+        "`SelfAttentionV1`, and `w_q`, `w_k`, `w_v` of every module",
+    ),
+    (
+        "c d",
+        "$W_q^\\top$, …",
+        "`nn.Linear` weights (`W_query.weight`) of `SelfAttentionV2`, "
+        "`CausalAttention`, `MultiHeadAttention`",
+    ),
     ("c", "$b_q$, …", "biases of the projections"),
     ("*batch n c", "$Q$, $K$, $V$, $C$", "projections and context vectors"),
     ("*batch n n", "$\\Omega$, $A$", "scores, weights"),
-    ("*#batch n n", "a full mask", "True = may attend; its leading dimensions broadcast against "
-     "x's as torch's do (one (n, n) mask for a whole batch)"),
+    (
+        "*#batch n n",
+        "a full mask",
+        "True = may attend; its leading dimensions broadcast against "
+        "x's as torch's do (one (n, n) mask for a whole batch)",
+    ),
     ("*#batch n", "key-padding mask", "True for the keys that exist; broadcasts as a mask does"),
     ("*batch h n c_h", "per-head $Q$, $K$, $V$, $C$", "`split_heads`, `merge_heads`"),
     ("*batch h n n", "per-head $A$", "`multi_head_attention(..., return_weights=True)`"),
     ("c c_out", "$W_o$", "the output projection (`out_proj.weight` is its transpose)"),
     ("c_out", "$b_o$", "bias of the output projection"),
-    ("*batch n c_out", "the output", "of multi-head attention ($c_{out}$ = d_out), and of the "
-     "wrapper of heads ($c_{out}$ = h · d_out)"),
-    ("*batch s d_y", "$Y$", "the sequence cross-attention reads its keys and values from "
-     "(`cross_attention`, `CrossAttention.forward`)"),
+    (
+        "*batch n c_out",
+        "the output",
+        "of multi-head attention ($c_{out}$ = d_out), and of the "
+        "wrapper of heads ($c_{out}$ = h · d_out)",
+    ),
+    (
+        "*batch s d_y",
+        "$Y$",
+        "the sequence cross-attention reads its keys and values from "
+        "(`cross_attention`, `CrossAttention.forward`)",
+    ),
     ("d_y c", "$W_k$, $W_v$", "cross-attention's key and value weights ($K = Y W_k$)"),
     ("c d_y", "$W_k^\\top$, $W_v^\\top$", "`CrossAttention`'s `W_key.weight`, `W_value.weight`"),
-    ("*batch s c", "$K$, $V$", "s keys and values: the steps `scores` and `context` (s = n in "
-     "self-attention)"),
-    ("*batch n s", "$\\Omega$, $A$, masks", "n queries against s keys: the steps `scores`, "
-     "`scaled_scores`, `weights`, `context`, and cross-attention's weights and `mask`"),
+    (
+        "*batch s c",
+        "$K$, $V$",
+        "s keys and values: the steps `scores` and `context` (s = n in self-attention)",
+    ),
+    (
+        "*batch n s",
+        "$\\Omega$, $A$, masks",
+        "n queries against s keys: the steps `scores`, "
+        "`scaled_scores`, `weights`, `context`, and cross-attention's weights and `mask`",
+    ),
     ("*#batch n s", "masks of s keys", "cross-attention's and the steps' `mask`, broadcasting"),
-    ("*#batch s", "key-padding mask", "True for the keys that exist, of s keys (the steps, "
-     "cross-attention), broadcasting"),
+    (
+        "*#batch s",
+        "key-padding mask",
+        "True for the keys that exist, of s keys (the steps, cross-attention), broadcasting",
+    ),
     ("*batch h n s", "per-head $A$", "`CrossAttention.forward(..., return_weights=True)`"),
     ("*batch t d", "the new rows of $X$", "`decode_step`: t new tokens"),
     ("*batch t c", "their rows of $C$", "`decode_step`: the new tokens' context vectors"),
-    ("*batch m c", "the cache: $K$, $V$", "`decode_step`'s `cache`: the keys and values of the m "
-     "tokens before the new ones"),
-    ("*batch m_next c", "the grown cache", "what `decode_step` returns: m + t rows (the last w "
-     "with a window)"),
-    ("h", "ALiBi's slopes $\\mu$, the sinks $\\zeta$", "one per head: `alibi=`, `sinks=` of "
-     "`multi_head_attention`, `grouped_query_attention`, the modules; `alibi_slopes(h)`"),
+    (
+        "*batch m c",
+        "the cache: $K$, $V$",
+        "`decode_step`'s `cache`: the keys and values of the m tokens before the new ones",
+    ),
+    (
+        "*batch m_next c",
+        "the grown cache",
+        "what `decode_step` returns: m + t rows (the last w with a window)",
+    ),
+    (
+        "h",
+        "ALiBi's slopes $\\mu$, the sinks $\\zeta$",
+        "one per head: `alibi=`, `sinks=` of "
+        "`multi_head_attention`, `grouped_query_attention`, the modules; `alibi_slopes(h)`",
+    ),
     ("1", "ALiBi's slope, a sink", "`self_attention(..., alibi=, sinks=)`: one head's"),
-    ("", "one number", "a head's slope or sink, `alibi_scores(omega_scaled, slope)`, "
-     "`weights(..., sink=)`"),
-    ("c2 d", "W_query.weight with the gate", "the modules' `gate=True`: each head's queries, "
-     "then its gate logits (Qwen 3.5's `q_proj`)"),
-    ("n_ctx c_r", "RoPE's $\\cos\\Phi$, $\\sin\\Phi$", "`compute_rope_params`' tables "
-     "(context_length × the rotated width: head_dim, or fewer for partial RoPE), as "
-     "`apply_rope` and `GroupedQueryAttention.forward` take them"),
-)  # fmt: skip
+    (
+        "",
+        "one number",
+        "a head's slope or sink, `alibi_scores(omega_scaled, slope)`, `weights(..., sink=)`",
+    ),
+    (
+        "c2 d",
+        "W_query.weight with the gate",
+        "the modules' `gate=True`: each head's queries, then its gate logits (Qwen 3.5's `q_proj`)",
+    ),
+    (
+        "n_ctx c_r",
+        "RoPE's $\\cos\\Phi$, $\\sin\\Phi$",
+        "`compute_rope_params`' tables "
+        "(context_length × the rotated width: head_dim, or fewer for partial RoPE), as "
+        "`apply_rope` and `GroupedQueryAttention.forward` take them",
+    ),
+)
 
 
 def _built_in() -> tuple:
@@ -88,8 +138,7 @@ def _per_head_rows() -> dict[str, tuple[sp.Expr, sp.Expr]]:
     for entry in _built_in():
         if entry.combines and entry.name != "multi-head":
             graph = variant(f"multi-head+{entry.name}").graph
-            found |= {letter: shape for letter, shape in graph.shapes.items()
-                      if shape == (1, L.h)}  # fmt: skip
+            found |= {letter: shape for letter, shape in graph.shapes.items() if shape == (1, L.h)}
     return found
 
 
@@ -213,8 +262,12 @@ def _gradient_rows() -> list[str]:
         _row("gradient", "shape", "entry", "gradient of $L$ with respect to"),
         _row("---", "---", "---", "---"),
     ]
-    graphs = (self_attention(), self_attention(causal=True), self_attention(heads=True),
-              *_variant_graphs())  # fmt: skip
+    graphs = (
+        self_attention(),
+        self_attention(causal=True),
+        self_attention(heads=True),
+        *_variant_graphs(),
+    )
     seen: dict[str, tuple] = {"C": self_attention().shapes["C"]}
     for graph in graphs:
         for gradient in calculus.backward(graph):
@@ -225,6 +278,12 @@ def _gradient_rows() -> list[str]:
         name = "d" + L.name_of(letter)
         entry = latex(L.base(name)[_index(name)])
         matrix = latex(L.matrix_symbol("d" + letter, rows, cols))
-        lines.append(_row(f"${matrix}$", f"${latex(rows)} \\times {latex(cols)}$", f"${entry}$",
-                          f"${L.MATRIX_LATEX[letter]}$"))  # fmt: skip
+        lines.append(
+            _row(
+                f"${matrix}$",
+                f"${latex(rows)} \\times {latex(cols)}$",
+                f"${entry}$",
+                f"${L.MATRIX_LATEX[letter]}$",
+            )
+        )
     return lines

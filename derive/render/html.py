@@ -112,15 +112,18 @@ def _td(cell: str) -> str:
 def _table(block: Table) -> str:
     head = "".join(f"<th>{inline(cell)}</th>" for cell in block.header)
     rows = "".join("<tr>" + "".join(_td(cell) for cell in row) + "</tr>\n" for row in block.rows)
-    return f'<table class="data">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{rows}</tbody>\n' \
-        "</table>"
+    return (
+        f'<table class="data">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{rows}</tbody>\n</table>'
+    )
 
 
 def _figure(block: Figure, figures: dict[str, str]) -> str:
     if block.path not in figures:
         raise ValueError(f"no SVG for the figure {block.path}; known: {sorted(figures)}")
-    return f'<figure class="plot">\n{figures[block.path]}\n<figcaption>{inline(block.caption)}' \
+    return (
+        f'<figure class="plot">\n{figures[block.path]}\n<figcaption>{inline(block.caption)}'
         "</figcaption>\n</figure>"
+    )
 
 
 def _number(value: float) -> str:
@@ -146,11 +149,15 @@ def _matrix(matrix: Matrix, index: int) -> str:
         for r, row in enumerate(matrix.rows)
     )
     size = f"{len(matrix.rows)} × {len(matrix.rows[0])}"
-    caption = (f'<figcaption id="matrix-{index}"><span class="math">'
-               f'{escape(matrix.letter, quote=False)}</span> <span class="role">'
-               f"{inline(matrix.role)}, {size}</span></figcaption>")  # fmt: skip
-    return (f'<figure class="matrix">{caption}\n<table role="grid" '
-            f'aria-labelledby="matrix-{index}">\n<tbody>\n{rows}</tbody>\n</table>\n</figure>')
+    caption = (
+        f'<figcaption id="matrix-{index}"><span class="math">'
+        f'{escape(matrix.letter, quote=False)}</span> <span class="role">'
+        f"{inline(matrix.role)}, {size}</span></figcaption>"
+    )
+    return (
+        f'<figure class="matrix">{caption}\n<table role="grid" '
+        f'aria-labelledby="matrix-{index}">\n<tbody>\n{rows}</tbody>\n</table>\n</figure>'
+    )
 
 
 def _matrices(block: Matrices) -> str:
@@ -192,7 +199,7 @@ def to_html(blocks: list[Block], *, title: str, note: str, figures: dict[str, st
     body = "\n\n".join(_block(block, figures) for block in blocks)
     panel = _PANEL + "\n" if any(isinstance(block, Matrices) for block in blocks) else ""
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         '<meta name="color-scheme" content="light dark">\n'
         f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">\n'

@@ -39,8 +39,12 @@ def to_ipynb(cells: list[Cell], outputs: list[list[dict]]) -> str:
     Markdown cells), each output as nbformat has it (``output_type``, ``data``, …)."""
     written, count = [], 0
     for index, (cell, produced) in enumerate(zip(cells, outputs, strict=True), 1):
-        entry = {"cell_type": cell.kind, "id": f"cell-{index:03d}", "metadata": {},
-                 "source": _lines(cell.source)}  # fmt: skip
+        entry = {
+            "cell_type": cell.kind,
+            "id": f"cell-{index:03d}",
+            "metadata": {},
+            "source": _lines(cell.source),
+        }
         if cell.kind == "code":
             count += 1
             entry |= {"execution_count": count, "outputs": [_output(o) for o in produced]}
@@ -48,12 +52,17 @@ def to_ipynb(cells: list[Cell], outputs: list[list[dict]]) -> str:
     notebook = {
         "cells": written,
         "metadata": {
-            "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python",
-                           "name": "python3"},
+            "kernelspec": {
+                "display_name": "Python 3 (ipykernel)",
+                "language": "python",
+                "name": "python3",
+            },
             "language_info": {"name": "python"},
         },
         "nbformat": 4,
         "nbformat_minor": 5,
-    }  # fmt: skip
-    return json.dumps(notebook, indent=1, sort_keys=True, separators=(",", ": "),
-                      ensure_ascii=False) + "\n"  # fmt: skip
+    }
+    return (
+        json.dumps(notebook, indent=1, sort_keys=True, separators=(",", ": "), ensure_ascii=False)
+        + "\n"
+    )

@@ -53,7 +53,6 @@ class _Code:
     lines: tuple[str, ...]
 
 
-
 def _command(options: DocumentOptions) -> str:
     words = ["derive notebook"]
     if options.sizes is not None:
@@ -74,8 +73,11 @@ def _name(entry) -> str:
 def _definitions(options: DocumentOptions) -> dict[str, tuple[str, ...]]:
     """What defines each name the code cells use: imports first, then assignments."""
     entry, name = options.entry, _name(options.entry)
-    loads = tuple(f"derive.load_variant({spec!r})" for spec in
-                  (spec_of(part.name) for part in entry.chain) if spec)  # fmt: skip
+    loads = tuple(
+        f"derive.load_variant({spec!r})"
+        for spec in (spec_of(part.name) for part in entry.chain)
+        if spec
+    )
     sizes = "" if options.sizes is None else "n={}, d={}, c={}, ".format(*options.sizes)
     given = "".join(f", {k}={v}" for k, v in options.given.items())
     explicit = f"derive.explicit_variant({entry.name!r}, {sizes.removesuffix(', ')}{given})"
@@ -117,11 +119,19 @@ def _symbolic(options: DocumentOptions, blocks: list[Block]) -> list[tuple[int, 
         lines = fact_lines(prove(stage.graph, claim, stage.before))
         shown.append((lines.__eq__, _Code(("derive", "facts"), (f"facts[{k}]",))))
     flops = latex(flop_count(graph))
-    shown.append((lambda lines: any(line.endswith(flops) for line in lines),
-                  _Code(("derive",), (f"derive.flop_count({_name(entry)})",))))  # fmt: skip
+    shown.append(
+        (
+            lambda lines: any(line.endswith(flops) for line in lines),
+            _Code(("derive",), (f"derive.flop_count({_name(entry)})",)),
+        )
+    )
     for k, gradient in enumerate(backward(graph)):
-        shown.append((_holding(equation(gradient.matrix)),
-                       _Code(("derive", "gradients"), (f"gradients[{k}]",))))  # fmt: skip
+        shown.append(
+            (
+                _holding(equation(gradient.matrix)),
+                _Code(("derive", "gradients"), (f"gradients[{k}]",)),
+            )
+        )
     placed = [(_first(blocks, _display(test)), code) for test, code in shown]
     return [(index, code) for index, code in placed if index is not None]
 
@@ -139,12 +149,15 @@ def _explicit(blocks: list[Block]) -> list[tuple[int, _Code]]:
         return []
     end = _section_end(blocks, intro)
     parts = [i for i in range(intro, end) if isinstance(blocks[i], Heading)] + [end]
-    return [(after - 1, _Code(("derive", "explicit"), (f"explicit.steps[{k}]",)))
-            for k, after in enumerate(parts[1:])]  # fmt: skip
+    return [
+        (after - 1, _Code(("derive", "explicit"), (f"explicit.steps[{k}]",)))
+        for k, after in enumerate(parts[1:])
+    ]
 
 
-def _example(options: DocumentOptions, blocks: list[Block],
-             example) -> list[tuple[int, Cell | _Code]]:  # fmt: skip
+def _example(
+    options: DocumentOptions, blocks: list[Block], example
+) -> list[tuple[int, Cell | _Code]]:
     """The worked example computed, its C by PyTorch, the two compared: after the tables of A,
     after the display of C, after the words on their agreement."""
     if example is None:
@@ -161,30 +174,59 @@ def _example(options: DocumentOptions, blocks: list[Block],
     entry = options.entry
     twin = next(t for t in entry.twins if isinstance(t, Twin) and not t.incremental)
     module, _, function = str(twin.function).rpartition(".")
-    keywords = "".join(f", {k}={v!r}" for k, v in entry.options.items()
-                       if not isinstance(v, str))  # fmt: skip
+    keywords = "".join(f", {k}={v!r}" for k, v in entry.options.items() if not isinstance(v, str))
     arguments = ", ".join(f"inputs[{a!r}]" for a in twin.arguments)
     return [
-        (last(Table), _Code(("derive", "example"),
-                            ("example.values.A.evalf(4)  # every step's value: example.values",))),
-        (last(Display), Cell("markdown", "The context vectors again, by the PyTorch "
-                             f"implementation (`{twin.function}`), from the same inputs:")),
-        (last(Display), _Code(("example",), (
-            "import torch", "", f"from {module} import {function}", "",
-            "inputs = {name: torch.tensor(rows, dtype=torch.float64)",
-            "          for name, rows in example.inputs.items()}",
-            f"C = {function}({arguments}{keywords})", "C"))),
-        (last(Prose), _Code(("example",), (
-            'symbolic = torch.tensor(example.values.floats("C"), dtype=torch.float64)',
-            "torch.allclose(C, symbolic, rtol=0, atol=1e-12)"))),
-    ]  # fmt: skip
+        (
+            last(Table),
+            _Code(
+                ("derive", "example"),
+                ("example.values.A.evalf(4)  # every step's value: example.values",),
+            ),
+        ),
+        (
+            last(Display),
+            Cell(
+                "markdown",
+                "The context vectors again, by the PyTorch "
+                f"implementation (`{twin.function}`), from the same inputs:",
+            ),
+        ),
+        (
+            last(Display),
+            _Code(
+                ("example",),
+                (
+                    "import torch",
+                    "",
+                    f"from {module} import {function}",
+                    "",
+                    "inputs = {name: torch.tensor(rows, dtype=torch.float64)",
+                    "          for name, rows in example.inputs.items()}",
+                    f"C = {function}({arguments}{keywords})",
+                    "C",
+                ),
+            ),
+        ),
+        (
+            last(Prose),
+            _Code(
+                ("example",),
+                (
+                    'symbolic = torch.tensor(example.values.floats("C"), dtype=torch.float64)',
+                    "torch.allclose(C, symbolic, rtol=0, atol=1e-12)",
+                ),
+            ),
+        ),
+    ]
 
 
 def _together(first: _Code, then: _Code) -> _Code:
     """One cell for two objects shown by one display: the first shown by ``display``."""
     *lines, last = first.lines
-    return _Code(tuple(dict.fromkeys(first.uses + then.uses)),
-                 (*lines, f"display({last})", *then.lines))  # fmt: skip
+    return _Code(
+        tuple(dict.fromkeys(first.uses + then.uses)), (*lines, f"display({last})", *then.lines)
+    )
 
 
 def _figure(figure: Figure) -> _Code:
@@ -200,19 +242,33 @@ def _check(options: DocumentOptions) -> list[Cell | _Code]:
     n, d, c = options.sizes or (3, 4, 2)
     argv = ["check", "--seed", str(CHECK_SEED), "--n", str(n), "--d", str(d), "--c", str(c)]
     argv += ["--variant", options.entry.name]
-    argv += [f"--{k.replace('_', '-')} {v}" for k, v in options.given.items()
-             if k != "h"] + (["--heads", str(options.heads)] if options.heads > 1 else [])
+    argv += [f"--{k.replace('_', '-')} {v}" for k, v in options.given.items() if k != "h"] + (
+        ["--heads", str(options.heads)] if options.heads > 1 else []
+    )
     return [
-        Cell("markdown", "## Checking the derivation against PyTorch\n\n"
-             + markdown_block(Prose(P.NOTEBOOK_CHECK_TABLE))),
-        _Code((), ("import contextlib", "import io", "", "import derive.cli",
-                   "from derive.bridge.notebook import without_column", "",
-                   f"argv = {' '.join(argv)!r}.split()", "output = io.StringIO()",
-                   "with contextlib.redirect_stdout(output):",
-                   "    status = derive.cli.main(argv)",
-                   f"print(without_column(output.getvalue(), {MACHINE_COLUMN!r}), end='')",
-                   "status")),
-    ]  # fmt: skip
+        Cell(
+            "markdown",
+            "## Checking the derivation against PyTorch\n\n"
+            + markdown_block(Prose(P.NOTEBOOK_CHECK_TABLE)),
+        ),
+        _Code(
+            (),
+            (
+                "import contextlib",
+                "import io",
+                "",
+                "import derive.cli",
+                "from derive.bridge.notebook import without_column",
+                "",
+                f"argv = {' '.join(argv)!r}.split()",
+                "output = io.StringIO()",
+                "with contextlib.redirect_stdout(output):",
+                "    status = derive.cli.main(argv)",
+                f"print(without_column(output.getvalue(), {MACHINE_COLUMN!r}), end='')",
+                "status",
+            ),
+        ),
+    ]
 
 
 class _Cells:
@@ -249,21 +305,27 @@ def notebook_cells(options: DocumentOptions, *, example: object = None) -> list[
     """The cells of the notebook for `options` (as `derive notebook` takes them): the same for
     every entry of the registry. `example` is the worked example (`derive.worked_example`),
     which the options may ask for (as `document_blocks` needs it)."""
-    blocks: list[Block] = [b for b in document_blocks(options, example=example)
-                           if not isinstance(b, Matrices)]  # fmt: skip
+    blocks: list[Block] = [
+        b for b in document_blocks(options, example=example) if not isinstance(b, Matrices)
+    ]
     after: dict[int, list[Cell | _Code]] = defaultdict(list)
-    for index, item in [*_symbolic(options, blocks), *_explicit(blocks),
-                        *_example(options, blocks, example)]:  # fmt: skip
+    for index, item in [
+        *_symbolic(options, blocks),
+        *_explicit(blocks),
+        *_example(options, blocks, example),
+    ]:
         shown = after[index]
         if shown and isinstance(shown[-1], _Code) and isinstance(item, _Code):
             shown[-1] = _together(shown[-1], item)  # one display, one cell
         else:
             shown.append(item)
-    how = (f"Generated by `{_command(options)}`. The Markdown cells are the document that "
-           "`derive markdown` prints with the same options (its figures drawn by code cells); "
-           "each code cell builds the objects above it with `derive` (and `attention`, the "
-           "PyTorch implementation) and shows them. The outputs are saved; edit a cell and run "
-           "it again.")  # fmt: skip
+    how = (
+        f"Generated by `{_command(options)}`. The Markdown cells are the document that "
+        "`derive markdown` prints with the same options (its figures drawn by code cells); "
+        "each code cell builds the objects above it with `derive` (and `attention`, the "
+        "PyTorch implementation) and shows them. The outputs are saved; edit a cell and run "
+        "it again."
+    )
     cells = _Cells(options)
     note = markdown_block(Prose(P.AUTHORSHIP))
     cells.add(Cell("markdown", f"# {document_title(options)}\n\n> {note}\n\n{how}"))

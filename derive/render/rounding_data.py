@@ -9,10 +9,21 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
-    "ROUNDING_SCALES", "ROUNDING_ROWS", "ROUNDING_KEYS", "ROUNDING_WIDTH", "ROUNDING_SEEDS",
-    "ROUNDING_SERIES", "MEASURED", "FLOOR", "ROUTES", "rounding_inputs", "rounding_exact",
-    "rounding_data", "measured", "bound_column",
-]  # fmt: skip
+    "ROUNDING_SCALES",
+    "ROUNDING_ROWS",
+    "ROUNDING_KEYS",
+    "ROUNDING_WIDTH",
+    "ROUNDING_SEEDS",
+    "ROUNDING_SERIES",
+    "MEASURED",
+    "FLOOR",
+    "ROUTES",
+    "rounding_inputs",
+    "rounding_exact",
+    "rounding_data",
+    "measured",
+    "bound_column",
+]
 
 #: The rounding figure: rows of ROUNDING_KEYS keys (ROUNDING_ROWS rows, values and upstream
 #: gradient of width ROUNDING_WIDTH), scores s + z with z standard normal (a common size s, a
@@ -50,12 +61,15 @@ def rounding_exact(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     d_a = upstream @ values.T
     rowsum = (upstream * context).sum(axis=-1)
     return {
-        "A": weights, "C": context, "dA": d_a, "D": rowsum,
+        "A": weights,
+        "C": context,
+        "dA": d_a,
+        "D": rowsum,
         "dS": weights * (d_a - rowsum[:, None]),
         "L": (top[:, 0] + np.log(exps.sum(axis=-1))),
         "beta": np.abs(upstream) @ np.abs(values).T,
         "beta_C": (np.abs(upstream) * np.abs(context)).sum(axis=-1),
-    }  # fmt: skip
+    }
 
 
 def _rounding_bounds(inputs: dict[str, np.ndarray], functions: dict) -> dict[str, float]:
@@ -114,8 +128,9 @@ def rounding_data() -> list[tuple[float, ...]]:
     found = measured()
     data = []
     for s in ROUNDING_SCALES:
-        draws = [_rounding_bounds(rounding_inputs(seed, s), functions)
-                 for seed in range(ROUNDING_SEEDS)]  # fmt: skip
+        draws = [
+            _rounding_bounds(rounding_inputs(seed, s), functions) for seed in range(ROUNDING_SEEDS)
+        ]
         row: list[float] = [float(s)]
         for name in ROUNDING_SERIES:
             row += [max(d[name] for d in draws), found[float(s)][name.replace(" ", "_")]]

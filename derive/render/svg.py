@@ -18,13 +18,23 @@ from .figures import KEYS, QK_WIDTH, qk_norm_data, saturation_data
 from .rounding_data import FLOOR, ROUTES, bound_column, rounding_data
 
 __all__ = [
-    "Svg", "heatmap", "saturation_plot", "heatmap_svg", "saturation_svg", "qk_norm_svg",
+    "Svg",
+    "heatmap",
+    "saturation_plot",
+    "heatmap_svg",
+    "saturation_svg",
+    "qk_norm_svg",
     "rounding_svg",
-]  # fmt: skip
+]
 
 #: viridis at 0, 1/4, 1/2, 3/4, 1 (the colour map of the PNG heatmap).
-RAMP = ((0x44, 0x01, 0x54), (0x3B, 0x52, 0x8B), (0x21, 0x91, 0x8C), (0x5E, 0xC9, 0x62),
-        (0xFD, 0xE7, 0x25))  # fmt: skip
+RAMP = (
+    (0x44, 0x01, 0x54),
+    (0x3B, 0x52, 0x8B),
+    (0x21, 0x91, 0x8C),
+    (0x5E, 0xC9, 0x62),
+    (0xFD, 0xE7, 0x25),
+)
 FONT = 'font-family="sans-serif" font-size="11" fill="currentColor"'
 
 
@@ -49,8 +59,9 @@ def _n(value: float) -> str:
 
 
 def _text(x: float, y: float, words: str, anchor: str = "middle", extra: str = "") -> str:
-    return (f'<text x="{_n(x)}" y="{_n(y)}" text-anchor="{anchor}"{extra}>'
-            f"{html.escape(words)}</text>")  # fmt: skip
+    return (
+        f'<text x="{_n(x)}" y="{_n(y)}" text-anchor="{anchor}"{extra}>{html.escape(words)}</text>'
+    )
 
 
 def colour(value: float) -> str:
@@ -82,12 +93,20 @@ def heatmap_svg(tokens: tuple[str, ...], weights: list[list[float]]) -> str:
     for m in range(n):
         for p in range(n):
             value, x, y = weights[m][p], left + p * size, top + m * size
-            body.append(f'<rect x="{x}" y="{y}" width="{size}" height="{size}" '
-                        f'fill="{colour(value)}"><title>{labels[m]} → {labels[p]}: '
-                        f"{value:.4f}</title></rect>")  # fmt: skip
+            body.append(
+                f'<rect x="{x}" y="{y}" width="{size}" height="{size}" '
+                f'fill="{colour(value)}"><title>{labels[m]} → {labels[p]}: '
+                f"{value:.4f}</title></rect>"
+            )
             ink = "#000000" if value > 0.6 else "#ffffff"
-            body.append(_text(x + size / 2, y + size / 2 + 4, f"{value:.2f}",
-                              extra=f' fill="{ink}" font-size="10"'))  # fmt: skip
+            body.append(
+                _text(
+                    x + size / 2,
+                    y + size / 2 + 4,
+                    f"{value:.2f}",
+                    extra=f' fill="{ink}" font-size="10"',
+                )
+            )
         body.append(_text(left - 6, top + m * size + size / 2 + 4, labels[m], "end"))
     for p in range(n):
         x, y = left + p * size + size / 2, top + grid + 10
@@ -96,15 +115,21 @@ def heatmap_svg(tokens: tuple[str, ...], weights: list[list[float]]) -> str:
     y = top + grid / 2
     body.append(_text(14, y, "query token m", extra=f' transform="rotate(-90 14 {_n(y)})"'))
     bar = left + grid + 16
-    stops = "".join(f'<stop offset="{_n(k / (len(RAMP) - 1))}" stop-color="{colour(1 - k / 4)}"/>'
-                    for k in range(len(RAMP)))  # fmt: skip
-    body.append(f'<defs><linearGradient id="derive-ramp" x1="0" y1="0" x2="0" y2="1">{stops}'
-                "</linearGradient></defs>")  # fmt: skip
+    stops = "".join(
+        f'<stop offset="{_n(k / (len(RAMP) - 1))}" stop-color="{colour(1 - k / 4)}"/>'
+        for k in range(len(RAMP))
+    )
+    body.append(
+        f'<defs><linearGradient id="derive-ramp" x1="0" y1="0" x2="0" y2="1">{stops}'
+        "</linearGradient></defs>"
+    )
     body.append(f'<rect x="{bar}" y="{top}" width="12" height="{grid}" fill="url(#derive-ramp)"/>')
     for tick in (0.0, 0.5, 1.0):
         y = top + grid * (1 - tick)
-        body.append(f'<line x1="{bar + 12}" y1="{_n(y)}" x2="{bar + 16}" y2="{_n(y)}" '
-                    'stroke="currentColor"/>')  # fmt: skip
+        body.append(
+            f'<line x1="{bar + 12}" y1="{_n(y)}" x2="{bar + 16}" y2="{_n(y)}" '
+            'stroke="currentColor"/>'
+        )
         body.append(_text(bar + 19, y + 4, f"{tick:.1f}", "start"))
     body.append("</g>")
     return _svg("Attention weights of the worked example", bar + 44, top + grid + 96, body)
@@ -114,17 +139,21 @@ def saturation_svg(data: list[tuple[int, float, float]] | None = None) -> str:
     """The mean largest softmax weight of a row against the width c (a log axis), unscaled and
     scaled by 1/√c, with the uniform weight 1/KEYS dotted (`saturation_data` by default)."""
     data = saturation_data() if data is None else data
-    series = (("softmax(q·k)", 1, "#1f77b4", "circle"),
-              ("softmax(q·k / √c)", 2, "#e8710a", "square"))  # fmt: skip
+    series = (
+        ("softmax(q·k)", 1, "#1f77b4", "circle"),
+        ("softmax(q·k / √c)", 2, "#e8710a", "square"),
+    )
     return _curves("Softmax saturation", data, series, 4, "width c of queries and keys")
 
 
 def qk_norm_svg() -> str:
     """`qk_norm_data` as SVG: the largest weight against the scale of the inputs, without and
     with QK-norm, and the most the derived bound allows (dashed)."""
-    series = (("softmax(q·k / √c)", 1, "#e8710a", "square"),
-              ("QK-norm, then / √c", 2, "#2ca02c", "circle"),
-              ("the most |ω̃| ≤ √c allows", 3, "currentColor", "dashed"))  # fmt: skip
+    series = (
+        ("softmax(q·k / √c)", 1, "#e8710a", "square"),
+        ("QK-norm, then / √c", 2, "#2ca02c", "circle"),
+        ("the most |ω̃| ≤ √c allows", 3, "currentColor", "dashed"),
+    )
     label = f"scale s of the queries and keys (c = {QK_WIDTH})"
     return _curves("Softmax saturation with QK-norm", qk_norm_data(), series, 2, label)
 
@@ -142,19 +171,27 @@ def _curves(title: str, data: list[tuple], series: tuple, base: int, label: str)
     def y(value: float) -> float:
         return bottom - (bottom - top) * value / 1.02
 
-    body = [f"<g {FONT}>",
-            f'<path d="M{left} {top}V{bottom}H{right}" fill="none" stroke="currentColor"/>']
+    body = [
+        f"<g {FONT}>",
+        f'<path d="M{left} {top}V{bottom}H{right}" fill="none" stroke="currentColor"/>',
+    ]
     for c, *_ in data:
-        body.append(f'<line x1="{_n(x(c))}" y1="{bottom}" x2="{_n(x(c))}" y2="{bottom + 4}" '
-                    'stroke="currentColor"/>')  # fmt: skip
+        body.append(
+            f'<line x1="{_n(x(c))}" y1="{bottom}" x2="{_n(x(c))}" y2="{bottom + 4}" '
+            'stroke="currentColor"/>'
+        )
         body.append(_text(x(c), bottom + 17, f"{c:g}"))
     for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
-        body.append(f'<line x1="{left - 4}" y1="{_n(y(tick))}" x2="{left}" y2="{_n(y(tick))}" '
-                    'stroke="currentColor"/>')  # fmt: skip
+        body.append(
+            f'<line x1="{left - 4}" y1="{_n(y(tick))}" x2="{left}" y2="{_n(y(tick))}" '
+            'stroke="currentColor"/>'
+        )
         body.append(_text(left - 7, y(tick) + 4, f"{tick:.2f}", "end"))
     uniform = y(1 / KEYS)
-    body.append(f'<line x1="{left}" y1="{_n(uniform)}" x2="{right}" y2="{_n(uniform)}" '
-                'stroke="currentColor" stroke-dasharray="2 3" opacity="0.6"/>')  # fmt: skip
+    body.append(
+        f'<line x1="{left}" y1="{_n(uniform)}" x2="{right}" y2="{_n(uniform)}" '
+        'stroke="currentColor" stroke-dasharray="2 3" opacity="0.6"/>'
+    )
     for _, column, ink, mark in series:
         points = [(x(row[0]), y(row[column])) for row in data]
         path = "M" + "L".join(f"{_n(px)} {_n(py)}" for px, py in points)
@@ -164,18 +201,28 @@ def _curves(title: str, data: list[tuple], series: tuple, base: int, label: str)
     legend = [*series, (f"uniform (1/{KEYS})", 0, "currentColor", "dotted")]
     for row, (name, _, ink, mark) in enumerate(legend):  # the legend, clear of the curves
         ly = y(0.62) + 18 * row
-        dash = {"dashed": ' stroke-dasharray="6 4"',
-                "dotted": ' stroke-dasharray="2 3" opacity="0.6"'}.get(mark, "")  # fmt: skip
+        dash = {
+            "dashed": ' stroke-dasharray="6 4"',
+            "dotted": ' stroke-dasharray="2 3" opacity="0.6"',
+        }.get(mark, "")
         stroke = "" if mark == "dotted" else ' stroke-width="1.8"'
-        body.append(f'<line x1="{right - 170}" y1="{_n(ly)}" x2="{right - 146}" y2="{_n(ly)}" '
-                    f'stroke="{ink}"{stroke}{dash}/>')
+        body.append(
+            f'<line x1="{right - 170}" y1="{_n(ly)}" x2="{right - 146}" y2="{_n(ly)}" '
+            f'stroke="{ink}"{stroke}{dash}/>'
+        )
         if mark in ("circle", "square"):
             body.append(_mark(mark, right - 158, ly, ink))
         body.append(_text(right - 140, ly + 4, name, "start"))
     body.append(_text((left + right) / 2, bottom + 40, label))
     middle = (top + bottom) / 2
-    body.append(_text(16, middle, "mean largest weight in a row",
-                      extra=f' transform="rotate(-90 16 {_n(middle)})"'))  # fmt: skip
+    body.append(
+        _text(
+            16,
+            middle,
+            "mean largest weight in a row",
+            extra=f' transform="rotate(-90 16 {_n(middle)})"',
+        )
+    )
     body.append("</g>")
     return _svg(title, width, height, body)
 
@@ -201,40 +248,54 @@ def rounding_svg(data: list[tuple[float, ...]] | None = None) -> str:
         def y(value: float) -> float:
             return bottom - (bottom - top) * (math.log10(max(value, FLOOR)) - low) / (high - low)
 
-        body.append(f'<path d="M{x0} {top}V{bottom}H{x0 + panel}" fill="none" '
-                    'stroke="currentColor"/>')  # fmt: skip
+        body.append(
+            f'<path d="M{x0} {top}V{bottom}H{x0 + panel}" fill="none" stroke="currentColor"/>'
+        )
         body.append(_text(x0 + panel / 2, top - 10, title))
         for power in range(round(first), round(last) + 1):
             px = x(10.0**power)
-            body.append(f'<line x1="{_n(px)}" y1="{bottom}" x2="{_n(px)}" y2="{bottom + 4}" '
-                        'stroke="currentColor"/>')  # fmt: skip
+            body.append(
+                f'<line x1="{_n(px)}" y1="{bottom}" x2="{_n(px)}" y2="{bottom + 4}" '
+                'stroke="currentColor"/>'
+            )
             body.append(_text(px, bottom + 17, f"1e{power}"))
         for power in range(low, high + 1, 2):
             py = y(10.0**power)
-            body.append(f'<line x1="{x0 - 4}" y1="{_n(py)}" x2="{x0}" y2="{_n(py)}" '
-                        'stroke="currentColor"/>')  # fmt: skip
+            body.append(
+                f'<line x1="{x0 - 4}" y1="{_n(py)}" x2="{x0}" y2="{_n(py)}" stroke="currentColor"/>'
+            )
             body.append(_text(x0 - 7, py + 4, f"1e{power}", "end"))
         body.append(_text(x0 + panel / 2, bottom + 38, "scale s of the scores"))
         for route, (name, ink) in enumerate(ROUTES):
             column = bound_column(index, route)
             path = "M" + "L".join(f"{_n(x(row[0]))} {_n(y(row[column]))}" for row in data)
-            body.append(f'<path d="{path}" fill="none" stroke="{ink}" stroke-width="1.6" '
-                        'stroke-dasharray="6 4"/>')  # fmt: skip
+            body.append(
+                f'<path d="{path}" fill="none" stroke="{ink}" stroke-width="1.6" '
+                'stroke-dasharray="6 4"/>'
+            )
             for row in data:
-                body.append(f'<circle cx="{_n(x(row[0]))}" cy="{_n(y(row[column + 1]))}" '
-                            f'r="3.2" fill="{ink}"><title>{html.escape(name)}, s = '
-                            f"{row[0]:g}: measured {row[column + 1]:.2e}, bound "
-                            f"{row[column]:.2e}</title></circle>")  # fmt: skip
+                body.append(
+                    f'<circle cx="{_n(x(row[0]))}" cy="{_n(y(row[column + 1]))}" '
+                    f'r="3.2" fill="{ink}"><title>{html.escape(name)}, s = '
+                    f"{row[0]:g}: measured {row[column + 1]:.2e}, bound "
+                    f"{row[column]:.2e}</title></circle>"
+                )
     middle = (top + bottom) / 2
-    body.append(_text(16, middle, "largest error (float32)",
-                      extra=f' transform="rotate(-90 16 {_n(middle)})"'))  # fmt: skip
+    body.append(
+        _text(
+            16, middle, "largest error (float32)", extra=f' transform="rotate(-90 16 {_n(middle)})"'
+        )
+    )
     for row, (name, ink) in enumerate(ROUTES):
         ly = bottom + 62 + 16 * row
-        body.append(f'<line x1="{left}" y1="{ly}" x2="{left + 24}" y2="{ly}" stroke="{ink}" '
-                    'stroke-width="1.6" stroke-dasharray="6 4"/>')  # fmt: skip
+        body.append(
+            f'<line x1="{left}" y1="{ly}" x2="{left + 24}" y2="{ly}" stroke="{ink}" '
+            'stroke-width="1.6" stroke-dasharray="6 4"/>'
+        )
         body.append(f'<circle cx="{left + 36}" cy="{ly}" r="3.2" fill="{ink}"/>')
-        body.append(_text(left + 46, ly + 4, f"{name}: derived bound (dashed), measured (dots)",
-                          "start"))  # fmt: skip
+        body.append(
+            _text(left + 46, ly + 4, f"{name}: derived bound (dashed), measured (dots)", "start")
+        )
     body.append("</g>")
     width = left + 2 * panel + gap + 20
     return _svg("Rounding of the two backward routes", width, bottom + 62 + 16 * 2, body)
@@ -257,8 +318,11 @@ def saturation_plot() -> Svg:
 
 
 #: The figures an entry may show after its facts, by id, as SVG (`derive.render.documents`).
-FIGURES = {"softmax-saturation": saturation_svg, "softmax-saturation-qk-norm": qk_norm_svg,
-           "flash-rounding": rounding_svg}  # fmt: skip
+FIGURES = {
+    "softmax-saturation": saturation_svg,
+    "softmax-saturation-qk-norm": qk_norm_svg,
+    "flash-rounding": rounding_svg,
+}
 
 
 def figure(name: str) -> Svg:

@@ -65,13 +65,15 @@ SIGMOID = declare.variant(
     parameters={b: -sp.log(n)},
     claims=[
         declare.claim(
-            sp.Limit(a[m, p], b, -sp.oo), 0,
+            sp.Limit(a[m, p], b, -sp.oo),
+            0,
             title="A large negative bias silences every key",
             text="With the bias going to minus infinity every weight goes to 0, whatever the "
             "scores: $b$ sets how much attention a query pays in all.",
         ),
         declare.bound(
-            a[m, p], 1,
+            a[m, p],
+            1,
             title="No weight exceeds 1",
             text="No weight exceeds 1, as with the softmax, though a row no longer sums to 1:",
         ),

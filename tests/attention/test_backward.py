@@ -81,7 +81,9 @@ def test_gradcheck_functional_core():
 
 def test_grad_c_must_have_the_shape_of_c():
     x, weights, _ = make((), 5, 3, 2)
-    with pytest.raises(ShapeError, match=r"self_attention_backward: grad_c has c=3 but w_q has c=2"):
+    with pytest.raises(
+        ShapeError, match=r"self_attention_backward: grad_c has c=3 but w_q has c=2"
+    ):
         F.self_attention_backward(x, *weights, torch.ones(5, 3, dtype=torch.float64))
     with pytest.raises(ShapeError, match=r"grad_c has n=4 but x has n=5"):
         F.self_attention_backward(x, *weights, torch.ones(4, 2, dtype=torch.float64))

@@ -35,8 +35,9 @@ def reference(x, y, w_q, w_k, w_v, allowed=None):
     out, weights = np.zeros((*lead, n, w_q.shape[1])), np.zeros((*lead, n, s))
     for index in np.ndindex(*lead):
         mask = None if allowed is None else np.broadcast_to(allowed, (*lead, n, s))[index]
-        out[index], weights[index] = cross_reference(x[index], y[index], w_q, w_k, w_v,
-                                                     allowed=mask)  # fmt: skip
+        out[index], weights[index] = cross_reference(
+            x[index], y[index], w_q, w_k, w_v, allowed=mask
+        )
     return out, weights
 
 
@@ -63,8 +64,9 @@ def test_masks_of_n_queries_and_s_keys(return_weights):
     exists = torch.tensor([[True, True, True, True], [True, False, True, False], [False] * 4])
     allowed = mask.numpy() & exists.numpy()[:, None, :]
     expected_c, expected_a = reference(x, y, w_q, w_k, w_v, allowed)
-    out = F.cross_attention(x, y, w_q, w_k, w_v, mask=mask, key_padding_mask=exists,
-                            return_weights=return_weights)  # fmt: skip
+    out = F.cross_attention(
+        x, y, w_q, w_k, w_v, mask=mask, key_padding_mask=exists, return_weights=return_weights
+    )
     got_c = out[0] if return_weights else out
     np.testing.assert_allclose(got_c.numpy(), expected_c, rtol=0, atol=1e-12)
     assert torch.equal(got_c[0, 2], torch.zeros(2, dtype=torch.float64))
@@ -89,7 +91,9 @@ def test_the_steps_take_n_queries_and_s_keys():
     np.testing.assert_allclose(F.scaled_scores(omega, 2).numpy(), omega.numpy() / math.sqrt(2))
     np.testing.assert_allclose(a.numpy(), expected_a, rtol=0, atol=1e-12)
     np.testing.assert_allclose(c.numpy(), expected_c, rtol=0, atol=1e-12)
-    padded = F.weights(omega, 2, key_padding_mask=torch.tensor([True, False, True, True]).expand(2, 4))
+    padded = F.weights(
+        omega, 2, key_padding_mask=torch.tensor([True, False, True, True]).expand(2, 4)
+    )
     assert torch.equal(padded[..., 1], torch.zeros(2, 5, dtype=torch.float64))
 
 
@@ -120,11 +124,13 @@ def test_a_nan_in_a_masked_key_or_a_blind_query_changes_nothing_else():
     x_bad[3], y_bad[2] = math.nan, math.inf
     for explicit in (False, True):
         leaves = [t.clone().requires_grad_() for t in (x_bad, y_bad, w_q, w_k, w_v)]
-        out = F.cross_attention(*leaves, mask=mask, key_padding_mask=exists,
-                                return_weights=explicit)  # fmt: skip
+        out = F.cross_attention(
+            *leaves, mask=mask, key_padding_mask=exists, return_weights=explicit
+        )
         out = out[0] if explicit else out
-        clean = F.cross_attention(x, y, w_q, w_k, w_v, mask=mask, key_padding_mask=exists,
-                                  return_weights=explicit)  # fmt: skip
+        clean = F.cross_attention(
+            x, y, w_q, w_k, w_v, mask=mask, key_padding_mask=exists, return_weights=explicit
+        )
         assert torch.equal(out.detach(), clean[0] if explicit else clean)
         grads = torch.autograd.grad(out.sum(), leaves)
         assert all(torch.isfinite(g).all() for g in grads)
@@ -136,32 +142,69 @@ def test_a_nan_in_a_masked_key_or_a_blind_query_changes_nothing_else():
         # y of the wrong width: d_y is bound by y, the key weight disagrees
         ({"y": torch.randn(4, 5)}, ShapeError, r"^cross_attention: w_k has d_y=6 but y has d_y=5"),
         # w_v with the input width of X instead of Y's
-        ({"w_v": torch.randn(3, 2)}, ShapeError, r"^cross_attention: w_v has d_y=3 but y has d_y=6"),
+        (
+            {"w_v": torch.randn(3, 2)},
+            ShapeError,
+            r"^cross_attention: w_v has d_y=3 but y has d_y=6",
+        ),
         # y as a vector
-        ({"y": torch.randn(6)}, ShapeError, r"^cross_attention: y must have shape \(\*batch, s, d_y\)"),
+        (
+            {"y": torch.randn(6)},
+            ShapeError,
+            r"^cross_attention: y must have shape \(\*batch, s, d_y\)",
+        ),
         # batch dimensions of x and y disagree
-        ({"y": torch.randn(2, 4, 6)}, ShapeError, r"^cross_attention: y has batch=\(2,\) but x has batch=\(\)"),
+        (
+            {"y": torch.randn(2, 4, 6)},
+            ShapeError,
+            r"^cross_attention: y has batch=\(2,\) but x has batch=\(\)",
+        ),
         # a mask over the queries' own sequence (n × n), not n × s
-        ({"mask": torch.ones(5, 5, dtype=torch.bool)}, ShapeError,
-         r"^cross_attention: mask has s=5 but y has s=4"),
+        (
+            {"mask": torch.ones(5, 5, dtype=torch.bool)},
+            ShapeError,
+            r"^cross_attention: mask has s=5 but y has s=4",
+        ),
         # key padding over the queries (n) instead of the keys (s)
-        ({"key_padding_mask": torch.ones(5, dtype=torch.bool)}, ShapeError,
-         r"^cross_attention: key_padding_mask has s=5 but y has s=4"),
+        (
+            {"key_padding_mask": torch.ones(5, dtype=torch.bool)},
+            ShapeError,
+            r"^cross_attention: key_padding_mask has s=5 but y has s=4",
+        ),
         # an integer Y
-        ({"y": torch.ones(4, 6, dtype=torch.int64)}, DtypeError, r"^cross_attention: y must be a floating-point"),
+        (
+            {"y": torch.ones(4, 6, dtype=torch.int64)},
+            DtypeError,
+            r"^cross_attention: y must be a floating-point",
+        ),
         # float64 Y with float32 X
-        ({"y": torch.randn(4, 6, dtype=torch.float64)}, DtypeError,
-         r"^cross_attention: y has dtype torch.float64 but x has torch.float32"),
+        (
+            {"y": torch.randn(4, 6, dtype=torch.float64)},
+            DtypeError,
+            r"^cross_attention: y has dtype torch.float64 but x has torch.float32",
+        ),
         # Y on another device
-        ({"y": torch.randn(4, 6, device="meta")}, ValueError, r"^cross_attention: y is on meta but x is on cpu"),
+        (
+            {"y": torch.randn(4, 6, device="meta")},
+            ValueError,
+            r"^cross_attention: y is on meta but x is on cpu",
+        ),
         # Y missing
-        ({"y": None}, TypeError, r"^cross_attention: y must be a torch.Tensor of shape \(\*batch, s, d_y\), got None"),
+        (
+            {"y": None},
+            TypeError,
+            r"^cross_attention: y must be a torch.Tensor of shape \(\*batch, s, d_y\), got None",
+        ),
         # a zero-length Y
-        ({"y": torch.randn(0, 6)}, ShapeError, r"^cross_attention: y has s=0; every dimension must be at least 1"),
+        (
+            {"y": torch.randn(0, 6)},
+            ShapeError,
+            r"^cross_attention: y has s=0; every dimension must be at least 1",
+        ),
         # dropout of 1
         ({"dropout_p": 1.0}, ValueError, r"^cross_attention: dropout_p must be in \[0, 1\)"),
     ],
-)  # fmt: skip
+)
 def test_bad_input_names_the_argument_and_the_letter(changes, error, message):
     x, y, w_q, w_k, w_v = make((), 5, 4, 3, 6, 2, dtype=torch.float32)
     arguments = {"x": x, "y": y, "w_q": w_q, "w_k": w_k, "w_v": w_v, **changes}
@@ -194,8 +237,9 @@ def test_the_module_is_its_heads_and_out_proj(heads):
     torch.manual_seed(0)
     module = CrossAttention(d_in=3, d_kv=5, d_out=4, num_heads=heads).double()
     x, y = torch.randn(2, 6, 3, dtype=torch.float64), torch.randn(2, 7, 5, dtype=torch.float64)
-    np.testing.assert_allclose(module(x, y).detach().numpy(), module_reference(module, x, y),
-                               rtol=0, atol=1e-12)  # fmt: skip
+    np.testing.assert_allclose(
+        module(x, y).detach().numpy(), module_reference(module, x, y), rtol=0, atol=1e-12
+    )
     c, a = module(x, y, return_weights=True)
     assert a.shape == (2, heads, 6, 7)
     torch.testing.assert_close(a.sum(-1), torch.ones(2, heads, 6, dtype=torch.float64))
@@ -207,16 +251,28 @@ def test_the_module_is_its_heads_and_out_proj(heads):
 def test_the_module_layout_and_checks():
     module = CrossAttention(3, 5, 4, dropout=0.1, num_heads=2, qkv_bias=True)
     assert list(module.state_dict()) == [
-        "W_query.weight", "W_query.bias", "W_key.weight", "W_key.bias", "W_value.weight",
-        "W_value.bias", "out_proj.weight", "out_proj.bias",
-    ]  # fmt: skip
+        "W_query.weight",
+        "W_query.bias",
+        "W_key.weight",
+        "W_key.bias",
+        "W_value.weight",
+        "W_value.bias",
+        "out_proj.weight",
+        "out_proj.bias",
+    ]
     assert module.W_key.weight.shape == (4, 5) and module.w_k.shape == (5, 4)
     x, y = torch.randn(6, 3), torch.randn(7, 5)
-    with pytest.raises(ShapeError, match=r"^CrossAttention.forward: W_key.weight has d_y=5 but y has d_y=3"):
+    with pytest.raises(
+        ShapeError, match=r"^CrossAttention.forward: W_key.weight has d_y=5 but y has d_y=3"
+    ):
         module(x, torch.randn(7, 3))
-    with pytest.raises(ShapeError, match=r"^CrossAttention.forward: W_query.weight has d=3 but x has d=5"):
+    with pytest.raises(
+        ShapeError, match=r"^CrossAttention.forward: W_query.weight has d=3 but x has d=5"
+    ):
         module(torch.randn(6, 5), y)
-    with pytest.raises(ShapeError, match=r"^CrossAttention.forward: key_padding_mask has s=6 but y has s=7"):
+    with pytest.raises(
+        ShapeError, match=r"^CrossAttention.forward: key_padding_mask has s=6 but y has s=7"
+    ):
         module(x, y, key_padding_mask=torch.ones(6, dtype=torch.bool))
     module.eval()
     torch.manual_seed(1)
@@ -228,12 +284,28 @@ def test_the_module_layout_and_checks():
 @pytest.mark.parametrize(
     ("build", "error", "message"),
     [
-        (lambda: CrossAttention(3, 0, 4), ValueError, r"^CrossAttention: d_kv must be a positive integer, got d_kv=0"),
-        (lambda: CrossAttention(3, 5, 5, num_heads=2), ValueError, r"^CrossAttention: d_out=5 is not divisible by num_heads=2"),
-        (lambda: CrossAttention(3, 5, 4, dropout=1.0), ValueError, r"^CrossAttention: dropout must be in \[0, 1\)"),
-        (lambda: CrossAttention(3, 5, 4, qkv_bias=1), TypeError, r"^CrossAttention: qkv_bias must be a bool, got qkv_bias=1"),
+        (
+            lambda: CrossAttention(3, 0, 4),
+            ValueError,
+            r"^CrossAttention: d_kv must be a positive integer, got d_kv=0",
+        ),
+        (
+            lambda: CrossAttention(3, 5, 5, num_heads=2),
+            ValueError,
+            r"^CrossAttention: d_out=5 is not divisible by num_heads=2",
+        ),
+        (
+            lambda: CrossAttention(3, 5, 4, dropout=1.0),
+            ValueError,
+            r"^CrossAttention: dropout must be in \[0, 1\)",
+        ),
+        (
+            lambda: CrossAttention(3, 5, 4, qkv_bias=1),
+            TypeError,
+            r"^CrossAttention: qkv_bias must be a bool, got qkv_bias=1",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_constructor_arguments(build, error, message):
     with pytest.raises(error, match=message):
         build()

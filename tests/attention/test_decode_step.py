@@ -76,34 +76,79 @@ def test_the_cache_is_what_it_returned_and_gradients_flow():
     ("cache", "error", "message"),
     [
         # a cache of another width c
-        (lambda: (torch.randn(4, 3), torch.randn(4, 3)), ShapeError,
-         r"^decode_step: cache\[0\] has c=3 but w_q has c=2"),
+        (
+            lambda: (torch.randn(4, 3), torch.randn(4, 3)),
+            ShapeError,
+            r"^decode_step: cache\[0\] has c=3 but w_q has c=2",
+        ),
         # keys and values of different lengths
-        (lambda: (torch.randn(4, 2), torch.randn(3, 2)), ShapeError,
-         r"^decode_step: cache\[1\] has m=3 but cache\[0\] has m=4"),
+        (
+            lambda: (torch.randn(4, 2), torch.randn(3, 2)),
+            ShapeError,
+            r"^decode_step: cache\[1\] has m=3 but cache\[0\] has m=4",
+        ),
         # a cache for another batch
-        (lambda: (torch.randn(2, 4, 2), torch.randn(2, 4, 2)), ShapeError,
-         r"^decode_step: cache\[0\] has batch=\(2,\) but x_new has batch=\(\)"),
+        (
+            lambda: (torch.randn(2, 4, 2), torch.randn(2, 4, 2)),
+            ShapeError,
+            r"^decode_step: cache\[0\] has batch=\(2,\) but x_new has batch=\(\)",
+        ),
         # K alone, not (K, V)
-        (lambda: torch.randn(4, 2), TypeError,
-         r"^decode_step: cache must be None or a tuple of 2 tensors of shapes \(\*batch, m, c\), \(\*batch, m, c\), got Tensor"),
+        (
+            lambda: torch.randn(4, 2),
+            TypeError,
+            r"^decode_step: cache must be None or a tuple of 2 tensors of shapes \(\*batch, m, c\), \(\*batch, m, c\), got Tensor",
+        ),
         # a list where a tuple is returned
-        (lambda: [torch.randn(4, 2), torch.randn(4, 2)], TypeError, r"cache must be None or a tuple of 2 tensors.*got list"),
+        (
+            lambda: [torch.randn(4, 2), torch.randn(4, 2)],
+            TypeError,
+            r"cache must be None or a tuple of 2 tensors.*got list",
+        ),
         # three tensors
-        (lambda: (torch.randn(4, 2),) * 3, TypeError, r"cache must be None or a tuple of 2 tensors.*got a tuple of 3"),
+        (
+            lambda: (torch.randn(4, 2),) * 3,
+            TypeError,
+            r"cache must be None or a tuple of 2 tensors.*got a tuple of 3",
+        ),
         # None inside the tuple
-        (lambda: (torch.randn(4, 2), None), TypeError,
-         r"^decode_step: cache\[1\] must be a torch.Tensor of shape \(\*batch, m, c\), got None"),
+        (
+            lambda: (torch.randn(4, 2), None),
+            TypeError,
+            r"^decode_step: cache\[1\] must be a torch.Tensor of shape \(\*batch, m, c\), got None",
+        ),
         # an integer cache
-        (lambda: (torch.ones(4, 2, dtype=torch.int64),) * 2, DtypeError, r"^decode_step: cache\[0\] must be a floating-point"),
+        (
+            lambda: (torch.ones(4, 2, dtype=torch.int64),) * 2,
+            DtypeError,
+            r"^decode_step: cache\[0\] must be a floating-point",
+        ),
         # float64 cache, float32 tensors
-        (lambda: (torch.randn(4, 2, dtype=torch.float64),) * 2, DtypeError,
-         r"^decode_step: cache\[0\] has dtype torch.float64 but x_new has torch.float32"),
+        (
+            lambda: (torch.randn(4, 2, dtype=torch.float64),) * 2,
+            DtypeError,
+            r"^decode_step: cache\[0\] has dtype torch.float64 but x_new has torch.float32",
+        ),
         # a cache on another device
-        (lambda: (torch.randn(4, 2, device="meta"),) * 2, ValueError, r"^decode_step: cache\[0\] is on meta but x_new is on cpu"),
+        (
+            lambda: (torch.randn(4, 2, device="meta"),) * 2,
+            ValueError,
+            r"^decode_step: cache\[0\] is on meta but x_new is on cpu",
+        ),
     ],
-    ids=["width", "lengths", "batch", "tensor", "list", "three", "none-inside", "integer", "dtype", "device"],
-)  # fmt: skip
+    ids=[
+        "width",
+        "lengths",
+        "batch",
+        "tensor",
+        "list",
+        "three",
+        "none-inside",
+        "integer",
+        "dtype",
+        "device",
+    ],
+)
 def test_a_bad_cache_is_named(cache, error, message):
     x, *weights = make((), 1, 3, 2, dtype=torch.float32)
     F.decode_step(x, *weights, (torch.randn(4, 2), torch.randn(4, 2)))  # a good call first
@@ -115,13 +160,29 @@ def test_a_bad_cache_is_named(cache, error, message):
     ("changes", "error", "message"),
     [
         ({"x_new": torch.randn(1, 4)}, ShapeError, r"^decode_step: w_q has d=3 but x_new has d=4"),
-        ({"x_new": torch.randn(3)}, ShapeError, r"^decode_step: x_new must have shape \(\*batch, t, d\)"),
-        ({"x_new": torch.randn(0, 3)}, ShapeError, r"^decode_step: x_new has t=0; every dimension must be at least 1"),
+        (
+            {"x_new": torch.randn(3)},
+            ShapeError,
+            r"^decode_step: x_new must have shape \(\*batch, t, d\)",
+        ),
+        (
+            {"x_new": torch.randn(0, 3)},
+            ShapeError,
+            r"^decode_step: x_new has t=0; every dimension must be at least 1",
+        ),
         ({"w_v": torch.randn(3, 5)}, ShapeError, r"^decode_step: w_v has c=5 but w_q has c=2"),
-        ({"window": 0}, ValueError, r"^decode_step: window must be a positive integer or None, got window=0"),
-        ({"window": True}, ValueError, r"^decode_step: window must be a positive integer or None, got window=True"),
+        (
+            {"window": 0},
+            ValueError,
+            r"^decode_step: window must be a positive integer or None, got window=0",
+        ),
+        (
+            {"window": True},
+            ValueError,
+            r"^decode_step: window must be a positive integer or None, got window=True",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_input_is_named(changes, error, message):
     x, w_q, w_k, w_v = make((), 1, 3, 2, dtype=torch.float32)
     arguments = {"x_new": x, "w_q": w_q, "w_k": w_k, "w_v": w_v, **changes}

@@ -43,15 +43,31 @@ from attention import GroupedQueryAttention, MultiHeadAttention
 
 WORLD, PER_RANK, N, STEPS = 2, 3, 11, 3  # 2 ranks × 3 sequences of 11 tokens, 3 steps
 GPT = {
-    "vocab_size": 37, "context_length": 13, "emb_dim": 12, "n_heads": 3, "n_layers": 2,
-    "drop_rate": 0.0, "qkv_bias": True,
-}  # fmt: skip
+    "vocab_size": 37,
+    "context_length": 13,
+    "emb_dim": 12,
+    "n_heads": 3,
+    "n_layers": 2,
+    "drop_rate": 0.0,
+    "qkv_bias": True,
+}
 LLAMA = {
-    "vocab_size": 37, "context_length": 13, "emb_dim": 12, "n_heads": 2, "n_layers": 2,
-    "hidden_dim": 20, "n_kv_groups": 1, "rope_base": 500_000.0, "dtype": torch.float64,
-    "rope_freq": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                  "original_context_length": 8},
-}  # fmt: skip
+    "vocab_size": 37,
+    "context_length": 13,
+    "emb_dim": 12,
+    "n_heads": 2,
+    "n_layers": 2,
+    "hidden_dim": 20,
+    "n_kv_groups": 1,
+    "rope_base": 500_000.0,
+    "dtype": torch.float64,
+    "rope_freq": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_context_length": 8,
+    },
+}
 KINDS = ["gpt", "llama3"]  # ch. 4's GPTModel (MultiHeadAttention), Llama3Model (GQA, RoPE)
 #: rounding of a reordered float64 reduction (see the module docstring); what any difference
 #: between the batches or a wrong sync must exceed (it is 1e-2 or more)
@@ -107,8 +123,10 @@ def train(model, tokens, *, named=None):
         logits = model(tokens[:, :-1])  # (b, n) -> (b, n, vocab)
         F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).backward()
         if grads is None:
-            grads = {name: None if p.grad is None else full(p.grad).clone()
-                     for name, p in named.named_parameters()}  # fmt: skip
+            grads = {
+                name: None if p.grad is None else full(p.grad).clone()
+                for name, p in named.named_parameters()
+            }
         optimizer.step()
     weights = {name: full(p.detach()).clone() for name, p in named.named_parameters()}
     buffers = {name: b.clone() for name, b in named.named_buffers()}
@@ -174,8 +192,9 @@ def _rank(rank, root):
     into its shards, and saves its trained shards for one process to load."""
     torch.set_num_threads(1)  # two processes on two cores
     store = dist.FileStore(str(Path(root) / "store"), WORLD)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD, store=store,
-                            timeout=datetime.timedelta(seconds=120))  # fmt: skip
+    dist.init_process_group(
+        "gloo", rank=rank, world_size=WORLD, store=store, timeout=datetime.timedelta(seconds=120)
+    )
     try:
         mesh = init_device_mesh("cpu", (WORLD,))
         for kind in KINDS:

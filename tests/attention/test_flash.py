@@ -16,8 +16,11 @@ def _drawn(*shape, scale=3.0, seed=0):
 
 
 def _qkv(batch=(2,), n=7, s=7, c=4, seed=0):
-    return (_drawn(*batch, n, c, seed=seed), _drawn(*batch, s, c, seed=seed + 1),
-            _drawn(*batch, s, 3, seed=seed + 2))  # fmt: skip
+    return (
+        _drawn(*batch, n, c, seed=seed),
+        _drawn(*batch, s, c, seed=seed + 1),
+        _drawn(*batch, s, 3, seed=seed + 2),
+    )
 
 
 def _scores(q, k):
@@ -37,8 +40,9 @@ def test_every_block_state_is_the_softmax_of_the_keys_seen(block_rows, block_key
         weights = torch.exp(seen - mu[..., None])
         torch.testing.assert_close(state.mu[t], mu, rtol=0, atol=1e-13)
         torch.testing.assert_close(state.ell[t], weights.sum(-1), rtol=1e-13, atol=1e-13)
-        torch.testing.assert_close(state.o[t], weights @ v[..., : seen.shape[-1], :],
-                                   rtol=1e-13, atol=1e-13)  # fmt: skip
+        torch.testing.assert_close(
+            state.o[t], weights @ v[..., : seen.shape[-1], :], rtol=1e-13, atol=1e-13
+        )
     torch.testing.assert_close(state.c, torch.softmax(omega, -1) @ v, rtol=1e-13, atol=1e-13)
     torch.testing.assert_close(state.lse, torch.logsumexp(omega, -1), rtol=1e-13, atol=1e-13)
 
@@ -95,21 +99,23 @@ def test_the_backward_pass_from_a_wrong_log_sum_exp_is_wrong():
     dc = _drawn(2, 4, 3, seed=5)
     state = F.online_softmax(q, k, v, block_rows=2, block_keys=2)
     right = F.blocked_backward(q, k, v, state.c, state.lse, dc, block_rows=2, block_keys=2)
-    at_maximum = F.blocked_backward(q, k, v, state.c, state.mu[-1], dc, block_rows=2,
-                                    block_keys=2)  # fmt: skip
+    at_maximum = F.blocked_backward(q, k, v, state.c, state.mu[-1], dc, block_rows=2, block_keys=2)
     assert (right.dQ - at_maximum.dQ).abs().max() > 1e-3
 
 
 @pytest.mark.parametrize(
     ("keywords", "message"),
     [
-        ({"block_rows": 0}, r"online_softmax: block_rows must be a positive integer, got "
-                            r"block_rows=0"),
+        (
+            {"block_rows": 0},
+            r"online_softmax: block_rows must be a positive integer, got "
+            r"block_rows=0",
+        ),
         ({"block_keys": True}, r"block_keys must be a positive integer, got block_keys=True"),
         ({"scale": -1.0}, r"scale must be a positive finite number, got scale=-1.0"),
         ({"scale": math.inf}, r"scale must be a positive finite number, got scale=inf"),
     ],
-)  # fmt: skip
+)
 def test_bad_options_are_named(keywords, message):
     q, k, v = _qkv()
     with pytest.raises((ValueError, TypeError), match=message):
@@ -126,8 +132,7 @@ def test_shapes_that_do_not_fit_are_named():
         F.blocked_backward(q, k, v, v, v[..., :5, 0], v, block_rows=2, block_keys=2)
 
 
-def _modified_reference(q, k, v, *, causal=False, window=None, softcap=None, slope=None,
-                        sink=None):  # fmt: skip
+def _modified_reference(q, k, v, *, causal=False, window=None, softcap=None, slope=None, sink=None):
     """The context with the modifications written out whole: scores, cap, bias, mask, softmax
     with the sink's column, C = A V."""
     n, s = q.shape[-2], k.shape[-2]
@@ -162,12 +167,10 @@ def test_the_modifications_stream_as_the_whole_softmax(options, block_rows, bloc
     g = torch.Generator().manual_seed(block_rows * 7 + block_keys)
     q, k, v, dc = (torch.randn(2, 7, 3, generator=g, dtype=torch.float64) for _ in range(4))
     got = F.flash_attention(q, k, v, block_rows=block_rows, block_keys=block_keys, **options)
-    torch.testing.assert_close(got, _modified_reference(q, k, v, **options), rtol=1e-12,
-                               atol=1e-12)  # fmt: skip
+    torch.testing.assert_close(got, _modified_reference(q, k, v, **options), rtol=1e-12, atol=1e-12)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     expected = torch.autograd.grad(_modified_reference(*leaves, **options), leaves, dc)
-    found = F.flash_gradients(q, k, v, dc, block_rows=block_rows, block_keys=block_keys,
-                              **options)  # fmt: skip
+    found = F.flash_gradients(q, k, v, dc, block_rows=block_rows, block_keys=block_keys, **options)
     for mine, theirs in zip((found.dQ, found.dK, found.dV), expected, strict=True):
         torch.testing.assert_close(mine, theirs, rtol=1e-10, atol=1e-12)
 
@@ -204,8 +207,11 @@ def test_skipping_the_masked_blocks_changes_no_state(options, monkeypatch):
     q, k, v = (torch.randn(9, 2, generator=g, dtype=torch.float64) for _ in range(3))
     sizes = dict(block_rows=2, block_keys=3)
     skipping = F.online_softmax(q, k, v, **sizes, **options)
-    count = [F.skipped(r, b, F.Modifications(**options)) for r in F._blocks(9, 2)
-             for b in F._blocks(9, 3)]  # fmt: skip
+    count = [
+        F.skipped(r, b, F.Modifications(**options))
+        for r in F._blocks(9, 2)
+        for b in F._blocks(9, 3)
+    ]
     monkeypatch.setattr(F, "skipped", lambda rows, keys, modified: False)
     every = F.online_softmax(q, k, v, **sizes, **options)
     assert any(count) == options.get("causal", False)  # a mask skips blocks; no mask, none

@@ -98,9 +98,7 @@ def test_gradcheck_both_paths():
     x, w_q, w_k, w_v = make((2,), 4, 3, 2)
     inputs = tuple(t.requires_grad_() for t in (x, w_q, w_k, w_v))
     assert torch.autograd.gradcheck(lambda *t: F.self_attention(*t), inputs)
-    assert torch.autograd.gradcheck(
-        lambda *t: F.self_attention(*t, return_weights=True)[0], inputs
-    )
+    assert torch.autograd.gradcheck(lambda *t: F.self_attention(*t, return_weights=True)[0], inputs)
 
 
 def test_causal_matches_reference_with_distinct_sizes():

@@ -136,8 +136,12 @@ def test_the_bound_catches_the_kernels_own_backward(scale):
     reference = gradients(tensors, upstream, options, torch.float64, explicit=True)
     _, radii = rounding_bound(tensors, upstream, options)
     for explicit in (True, False):
-        assert worst_ratio(gradients(tensors, upstream, options, torch.float32, explicit),
-                           reference, radii) <= 1.0  # fmt: skip
+        assert (
+            worst_ratio(
+                gradients(tensors, upstream, options, torch.float32, explicit), reference, radii
+            )
+            <= 1.0
+        )
     leaves = [t.requires_grad_() for t in tensors]
     q, k, v = (leaves[0] @ w for w in leaves[1:])  # (2, 5, 4) each
     out = torch_F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None])[:, 0]
@@ -160,8 +164,10 @@ def test_the_bound_catches_a_small_change_of_the_fast_backward(change, scale, mo
     tensors, upstream, options = issue_example(scale, heads=2)
     reference = gradients(tensors, upstream, options, torch.float64, explicit=True)
     _, radii = rounding_bound(tensors, upstream, options)
-    assert worst_ratio(gradients(tensors, upstream, options, torch.float32, False),
-                       reference, radii) <= 1.0  # fmt: skip
+    assert (
+        worst_ratio(gradients(tensors, upstream, options, torch.float32, False), reference, radii)
+        <= 1.0
+    )
     if change == "no rowsum":
         monkeypatch.setattr(torch, "_softmax_backward_data", lambda d_a, a, dim, dtype: a * d_a)
     else:
@@ -187,8 +193,11 @@ class Record(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        sizes = [t.numel() for t in (out if isinstance(out, tuple) else (out,)) if
-                 isinstance(t, torch.Tensor)]  # fmt: skip
+        sizes = [
+            t.numel()
+            for t in (out if isinstance(out, tuple) else (out,))
+            if isinstance(t, torch.Tensor)
+        ]
         self.ops.append((str(func.overloadpacket), max(sizes, default=0)))
         return out
 

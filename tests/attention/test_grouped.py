@@ -49,8 +49,9 @@ CASES = [
 
 def call_both(heads, groups, batch, options, dtype=torch.float64):
     whole = options.get("qk_norm") == "whole"
-    x, w_q, w_k, w_v, w_o, q_gain, k_gain, mask = make(heads, groups, batch, dtype=dtype,
-                                                       whole=whole)  # fmt: skip
+    x, w_q, w_k, w_v, w_o, q_gain, k_gain, mask = make(
+        heads, groups, batch, dtype=dtype, whole=whole
+    )
     kwargs = {
         "causal": options.get("causal", False),
         "theta_base": options.get("theta_base"),
@@ -65,9 +66,16 @@ def call_both(heads, groups, batch, options, dtype=torch.float64):
     expected = np.zeros(got.shape)
     for index in np.ndindex(*batch):
         expected[index] = gqa_reference(
-            x[index], w_q, w_k, w_v, w_o, heads=heads, groups=groups,
-            mask=None if mask is None else mask[index], **kwargs,
-        )  # fmt: skip
+            x[index],
+            w_q,
+            w_k,
+            w_v,
+            w_o,
+            heads=heads,
+            groups=groups,
+            mask=None if mask is None else mask[index],
+            **kwargs,
+        )
     return got, expected
 
 
@@ -120,8 +128,12 @@ class Log(TorchDispatchMode):
         self.calls = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.calls.append((str(func.overloadpacket), [tuple(a.shape) for a in args
-                                                      if isinstance(a, torch.Tensor)]))  # fmt: skip
+        self.calls.append(
+            (
+                str(func.overloadpacket),
+                [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)],
+            )
+        )
         return func(*args, **(kwargs or {}))
 
 
@@ -143,8 +155,7 @@ def _kernel_takes_groups() -> bool:
     runs grouped queries through its math fallback, which expands K and V itself)."""
     q, kv = torch.zeros(1, 2, 3, 4), torch.zeros(1, 1, 3, 4)
     with Log() as log:
-        torch.nn.functional.scaled_dot_product_attention(q, kv, kv, is_causal=True,
-                                                         enable_gqa=True)  # fmt: skip
+        torch.nn.functional.scaled_dot_product_attention(q, kv, kv, is_causal=True, enable_gqa=True)
     return any("scaled_dot_product" in name for name, _ in log.calls)
 
 
@@ -154,7 +165,9 @@ def test_fast_path_never_repeats_keys_and_values():
         grouped_query_attention(x, w_q, w_k, w_v, w_o, heads=6, groups=2, causal=True)
     names = [name for name, *_ in ours.calls]
     assert not any("repeat" in name or name in ("expand", "softmax") for name in names), names
-    sdpa = [(shapes, kw) for name, shapes, kw in ours.calls if name == "scaled_dot_product_attention"]
+    sdpa = [
+        (shapes, kw) for name, shapes, kw in ours.calls if name == "scaled_dot_product_attention"
+    ]
     assert len(sdpa) == 1 and sdpa[0][1].get("enable_gqa") is True  # K, V handed over as they are
     assert sdpa[0][0][:3] == [(2, 6, N, C_H), (2, 2, N, C_H), (2, 2, N, C_H)]
     if _kernel_takes_groups():  # and nothing below repeats them either, down to torch's kernel
@@ -190,17 +203,25 @@ def test_fast_path_gradients_against_float64(scale, monkeypatch):
     inputs[5] = inputs[5] * scale  # q_gain: QK-norm undoes any scale of x, the gain does not
     *tensors, mask = inputs
     exact = [t.clone().requires_grad_() for t in tensors]
-    expected = torch.autograd.grad(
-        reference_torch(*exact, mask, 6, 2, 100.0).square().sum(), exact
-    )
+    expected = torch.autograd.grad(reference_torch(*exact, mask, 6, 2, 100.0).square().sum(), exact)
     calls = []
     monkeypatch.setattr(_fused, "gradients", lambda *a: calls.append(1) or GRADIENTS(*a))
     fast = [t.float().requires_grad_() for t in tensors]
     x, w_q, w_k, w_v, w_o, q_gain, k_gain = fast
     out = grouped_query_attention(
-        x, w_q, w_k, w_v, w_o, heads=6, groups=2, causal=True, theta_base=100.0,
-        q_gain=q_gain, k_gain=k_gain, mask=mask,
-    )  # fmt: skip
+        x,
+        w_q,
+        w_k,
+        w_v,
+        w_o,
+        heads=6,
+        groups=2,
+        causal=True,
+        theta_base=100.0,
+        q_gain=q_gain,
+        k_gain=k_gain,
+        mask=mask,
+    )
     got = torch.autograd.grad(out.square().sum(), fast)
     assert calls  # through our backward, not the kernel's
     explicit = [t.float().requires_grad_() for t in tensors]  # the book's way, in float32
@@ -217,24 +238,91 @@ def test_fast_path_gradients_against_float64(scale, monkeypatch):
 GRADIENTS = _fused.gradients
 
 
-
 @pytest.mark.parametrize(
     ("change", "error", "message"),
     [
-        ({"groups": 4}, ValueError, r"grouped_query_attention: heads=6 is not divisible by groups=4; each key/value group serves heads / groups query heads"),
-        ({"heads": 5, "groups": 1}, ShapeError, r"grouped_query_attention: c=24 \(the width of w_q\) is not divisible by heads=5"),
-        ({"groups": 3}, ShapeError, r"grouped_query_attention: w_k has c_kv=8 but groups · c_h = 3 · 4 = 12 \(c_h = c / heads = 24 / 6\)"),
-        ({"w_v": torch.ones(D, 12, dtype=torch.float64)}, ShapeError, r"grouped_query_attention: w_v has c_kv=12 but w_k has c_kv=8"),
-        ({"q_gain": torch.ones(3, dtype=torch.float64)}, ShapeError, r"grouped_query_attention: q_gain has 3 gains, but QK-norm takes one head's c_h = c / heads = 4 \(per head\) or the whole row's 24 \(over all heads\)"),
-        ({"q_gain": torch.ones(4, dtype=torch.float64), "k_gain": torch.ones(5, dtype=torch.float64)}, ShapeError, r"grouped_query_attention: k_gain has 5 gains, but QK-norm takes one head's c_h = c / heads = 4 \(per head\) or the whole row's 8 \(over all heads\)"),
-        ({"q_gain": torch.ones(24, dtype=torch.float64), "k_gain": torch.ones(4, dtype=torch.float64)}, ShapeError, r"grouped_query_attention: q_gain has 24 gains and k_gain 4: one normalises per head \(c_h = 4\), the other over all heads \(c = 24, c_kv = 8\)"),
-        ({"x": torch.ones(N, 6, dtype=torch.float64)}, ShapeError, r"grouped_query_attention: w_q has d=7 but x has d=6"),
-        ({"mask": torch.ones(4, 4, dtype=torch.bool)}, ShapeError, r"grouped_query_attention: mask has n=4 but x has n=5"),
-        ({"w_q": torch.ones(D, 18, dtype=torch.float64), "w_k": torch.ones(D, 6, dtype=torch.float64), "w_v": torch.ones(D, 6, dtype=torch.float64), "w_o": None, "theta_base": 10.0}, ShapeError, r"grouped_query_attention: c_h=3 is odd; RoPE rotates pairs"),
-        ({"theta_base": 10.0, "rope_width": 3}, ShapeError, r"grouped_query_attention: rope_width=3 is odd; RoPE rotates pairs"),
-        ({"theta_base": 10.0, "rope_width": 64}, ShapeError, r"grouped_query_attention: rope_width must be an int from 1 to the width c_h = \d+, got rope_width=64"),
-        ({"rope_width": 2}, ValueError, r"grouped_query_attention: rope_width=2 without theta_base: no RoPE to change"),
-        ({"eps": -1.0}, ValueError, r"grouped_query_attention: eps must be non-negative, got eps=-1.0"),
+        (
+            {"groups": 4},
+            ValueError,
+            r"grouped_query_attention: heads=6 is not divisible by groups=4; each key/value group serves heads / groups query heads",
+        ),
+        (
+            {"heads": 5, "groups": 1},
+            ShapeError,
+            r"grouped_query_attention: c=24 \(the width of w_q\) is not divisible by heads=5",
+        ),
+        (
+            {"groups": 3},
+            ShapeError,
+            r"grouped_query_attention: w_k has c_kv=8 but groups · c_h = 3 · 4 = 12 \(c_h = c / heads = 24 / 6\)",
+        ),
+        (
+            {"w_v": torch.ones(D, 12, dtype=torch.float64)},
+            ShapeError,
+            r"grouped_query_attention: w_v has c_kv=12 but w_k has c_kv=8",
+        ),
+        (
+            {"q_gain": torch.ones(3, dtype=torch.float64)},
+            ShapeError,
+            r"grouped_query_attention: q_gain has 3 gains, but QK-norm takes one head's c_h = c / heads = 4 \(per head\) or the whole row's 24 \(over all heads\)",
+        ),
+        (
+            {
+                "q_gain": torch.ones(4, dtype=torch.float64),
+                "k_gain": torch.ones(5, dtype=torch.float64),
+            },
+            ShapeError,
+            r"grouped_query_attention: k_gain has 5 gains, but QK-norm takes one head's c_h = c / heads = 4 \(per head\) or the whole row's 8 \(over all heads\)",
+        ),
+        (
+            {
+                "q_gain": torch.ones(24, dtype=torch.float64),
+                "k_gain": torch.ones(4, dtype=torch.float64),
+            },
+            ShapeError,
+            r"grouped_query_attention: q_gain has 24 gains and k_gain 4: one normalises per head \(c_h = 4\), the other over all heads \(c = 24, c_kv = 8\)",
+        ),
+        (
+            {"x": torch.ones(N, 6, dtype=torch.float64)},
+            ShapeError,
+            r"grouped_query_attention: w_q has d=7 but x has d=6",
+        ),
+        (
+            {"mask": torch.ones(4, 4, dtype=torch.bool)},
+            ShapeError,
+            r"grouped_query_attention: mask has n=4 but x has n=5",
+        ),
+        (
+            {
+                "w_q": torch.ones(D, 18, dtype=torch.float64),
+                "w_k": torch.ones(D, 6, dtype=torch.float64),
+                "w_v": torch.ones(D, 6, dtype=torch.float64),
+                "w_o": None,
+                "theta_base": 10.0,
+            },
+            ShapeError,
+            r"grouped_query_attention: c_h=3 is odd; RoPE rotates pairs",
+        ),
+        (
+            {"theta_base": 10.0, "rope_width": 3},
+            ShapeError,
+            r"grouped_query_attention: rope_width=3 is odd; RoPE rotates pairs",
+        ),
+        (
+            {"theta_base": 10.0, "rope_width": 64},
+            ShapeError,
+            r"grouped_query_attention: rope_width must be an int from 1 to the width c_h = \d+, got rope_width=64",
+        ),
+        (
+            {"rope_width": 2},
+            ValueError,
+            r"grouped_query_attention: rope_width=2 without theta_base: no RoPE to change",
+        ),
+        (
+            {"eps": -1.0},
+            ValueError,
+            r"grouped_query_attention: eps must be non-negative, got eps=-1.0",
+        ),
     ],
 )
 def test_bad_input_names_the_argument_and_both_sizes(change, error, message):
@@ -247,12 +335,20 @@ def test_bad_input_names_the_argument_and_both_sizes(change, error, message):
 
 def test_checks_off_gives_the_same_numbers_and_skips_the_checks():
     x, w_q, w_k, w_v, w_o, q_gain, k_gain, _ = make(6, 2, (2,))
-    kwargs = {"heads": 6, "groups": 2, "causal": True, "theta_base": 10.0, "q_gain": q_gain,
-              "k_gain": k_gain}  # fmt: skip
+    kwargs = {
+        "heads": 6,
+        "groups": 2,
+        "causal": True,
+        "theta_base": 10.0,
+        "q_gain": q_gain,
+        "k_gain": k_gain,
+    }
     checked = grouped_query_attention(x, w_q, w_k, w_v, w_o, **kwargs)
     jaxtyping.config.update("jaxtyping_disable", True)
     try:
-        torch.testing.assert_close(grouped_query_attention(x, w_q, w_k, w_v, w_o, **kwargs), checked, rtol=0, atol=0)
+        torch.testing.assert_close(
+            grouped_query_attention(x, w_q, w_k, w_v, w_o, **kwargs), checked, rtol=0, atol=0
+        )
         wrong = torch.ones(4, 4, dtype=torch.bool)  # n = 4 for n = 5 tokens: not our check now
         with pytest.raises(RuntimeError):
             grouped_query_attention(x, w_q, w_k, w_v, w_o, mask=wrong, **kwargs)
@@ -294,7 +390,9 @@ def test_bfloat16_x_with_float32_gains_rotates_and_normalises_in_float32():
     low = [t.to(torch.bfloat16) for t in (x, w_q, w_k, w_v, w_o)]
     got = grouped_query_attention(*low, q_gain=q_gain, k_gain=k_gain, **kwargs)  # gains: float32
     assert got.dtype == torch.bfloat16
-    expected = grouped_query_attention(*(t.float() for t in low), q_gain=q_gain, k_gain=k_gain, **kwargs)
+    expected = grouped_query_attention(
+        *(t.float() for t in low), q_gain=q_gain, k_gain=k_gain, **kwargs
+    )
     torch.testing.assert_close(got.float(), expected, rtol=0.05, atol=0.05)
 
 
@@ -309,21 +407,43 @@ def test_interleaved_rope_is_the_rotation_of_neighbouring_pairs_per_head():
     w_q, w_k, w_v = (torch.randn(8, 12, dtype=torch.float64) for _ in range(3))
     gain = torch.rand(6, dtype=torch.float64) + 0.5
     for rotated in (None, 4):
-        got = grouped_query_attention(x, w_q, w_k, w_v, heads=2, causal=True, theta_base=50,
-                                      rope_width=rotated, rope_interleaved=True,
-                                      q_gain=gain, k_gain=gain)  # fmt: skip
+        got = grouped_query_attention(
+            x,
+            w_q,
+            w_k,
+            w_v,
+            heads=2,
+            causal=True,
+            theta_base=50,
+            rope_width=rotated,
+            rope_interleaved=True,
+            q_gain=gain,
+            k_gain=gain,
+        )
         heads = []
         for h in range(2):
             cols = slice(6 * h, 6 * h + 6)
             q, k = (rms_norm_reference(x @ w[:, cols], gain) for w in (w_q, w_k))
-            q, k = (rope_rotation(t, theta_base=50, rotated=rotated, interleaved=True)
-                    for t in (q, k))  # fmt: skip
+            q, k = (
+                rope_rotation(t, theta_base=50, rotated=rotated, interleaved=True) for t in (q, k)
+            )
             scores = (q @ k.T / 6**0.5).masked_fill(
-                torch.ones(5, 5, dtype=torch.bool).triu(1), -torch.inf)
+                torch.ones(5, 5, dtype=torch.bool).triu(1), -torch.inf
+            )
             heads.append(torch.softmax(scores, dim=-1) @ (x @ w_v[:, cols]))
         torch.testing.assert_close(got, torch.cat(heads, dim=-1), rtol=0, atol=1e-12)
-        book = grouped_query_attention(x, w_q, w_k, w_v, heads=2, causal=True, theta_base=50,
-                                       rope_width=rotated, q_gain=gain, k_gain=gain)  # fmt: skip
+        book = grouped_query_attention(
+            x,
+            w_q,
+            w_k,
+            w_v,
+            heads=2,
+            causal=True,
+            theta_base=50,
+            rope_width=rotated,
+            q_gain=gain,
+            k_gain=gain,
+        )
         assert (book - got).abs().max() > 1e-3
 
 

@@ -10,16 +10,35 @@ from attention import DtypeError, GroupedQueryAttention, RMSNorm, ShapeError, co
 from attention.grouped import grouped_query_attention
 
 LLAMA = {
-    "vocab_size": 100, "context_length": 32, "emb_dim": 64, "n_heads": 4, "n_layers": 2,
-    "hidden_dim": 96, "n_kv_groups": 2, "rope_base": 500_000.0, "dtype": torch.float32,
-    "rope_freq": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                  "original_context_length": 16},
-}  # fmt: skip
-QWEN = {
-    "vocab_size": 100, "context_length": 32, "emb_dim": 64, "n_heads": 4, "n_layers": 2,
-    "hidden_dim": 96, "head_dim": 24, "qk_norm": True, "n_kv_groups": 2, "rope_base": 1e6,
+    "vocab_size": 100,
+    "context_length": 32,
+    "emb_dim": 64,
+    "n_heads": 4,
+    "n_layers": 2,
+    "hidden_dim": 96,
+    "n_kv_groups": 2,
+    "rope_base": 500_000.0,
     "dtype": torch.float32,
-}  # fmt: skip
+    "rope_freq": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_context_length": 16,
+    },
+}
+QWEN = {
+    "vocab_size": 100,
+    "context_length": 32,
+    "emb_dim": 64,
+    "n_heads": 4,
+    "n_layers": 2,
+    "hidden_dim": 96,
+    "head_dim": 24,
+    "qk_norm": True,
+    "n_kv_groups": 2,
+    "rope_base": 1e6,
+    "dtype": torch.float32,
+}
 
 
 def build(book, cfg, ours, seed=0):
@@ -86,8 +105,9 @@ def pair(book_kwargs, seed=0):
 
 
 def test_any_book_mask():
-    theirs, ours = pair({"d_in": 12, "num_heads": 6, "num_kv_groups": 3, "head_dim": 4,
-                         "qk_norm": True})  # fmt: skip
+    theirs, ours = pair(
+        {"d_in": 12, "num_heads": 6, "num_kv_groups": 3, "head_dim": 4, "qk_norm": True}
+    )
     x = torch.randn(2, 9, 12)
     cos, sin = compute_rope_params(4, context_length=16)
     blocked = torch.rand(9, 9, generator=torch.Generator().manual_seed(0)) > 0.6
@@ -139,19 +159,40 @@ def test_the_books_bfloat16_configurations_run_unchanged(book, cfg):
 
 def test_weights_and_x_still_share_one_dtype():
     module = GroupedQueryAttention(12, num_heads=4, num_kv_groups=2, head_dim=6)
-    with pytest.raises(DtypeError, match=r"GroupedQueryAttention.forward: W_query.weight has dtype torch.float32 but x has torch.bfloat16"):
+    with pytest.raises(
+        DtypeError,
+        match=r"GroupedQueryAttention.forward: W_query.weight has dtype torch.float32 but x has torch.bfloat16",
+    ):
         module(torch.randn(2, 7, 12, dtype=torch.bfloat16))
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"d_in": 8, "num_heads": 6, "num_kv_groups": 4, "head_dim": 2}, r"GroupedQueryAttention: num_heads=6 is not divisible by num_kv_groups=4"),
-        ({"d_in": 8, "d_out": 10, "num_heads": 4, "num_kv_groups": 2}, r"GroupedQueryAttention: d_out=10 is not divisible by num_heads=4; each head needs width d_out / num_heads"),
-        ({"d_in": 10, "num_heads": 4, "num_kv_groups": 2}, r"GroupedQueryAttention: d_in=10 is not divisible by num_heads=4"),
-        ({"d_in": 8, "d_out": 8, "head_dim": 2, "num_heads": 4, "num_kv_groups": 2}, r"give d_out \(the book's llama3\) or head_dim \(its qwen3\), not both; got d_out=8, head_dim=2"),
-        ({"d_in": 8, "num_heads": 4, "num_kv_groups": 0}, r"GroupedQueryAttention: num_kv_groups must be a positive integer, got num_kv_groups=0"),
-        ({"d_in": 8, "num_heads": 4, "num_kv_groups": 2, "qk_norm": 1}, r"GroupedQueryAttention: qk_norm must be a bool or 'whole', got qk_norm=1"),
+        (
+            {"d_in": 8, "num_heads": 6, "num_kv_groups": 4, "head_dim": 2},
+            r"GroupedQueryAttention: num_heads=6 is not divisible by num_kv_groups=4",
+        ),
+        (
+            {"d_in": 8, "d_out": 10, "num_heads": 4, "num_kv_groups": 2},
+            r"GroupedQueryAttention: d_out=10 is not divisible by num_heads=4; each head needs width d_out / num_heads",
+        ),
+        (
+            {"d_in": 10, "num_heads": 4, "num_kv_groups": 2},
+            r"GroupedQueryAttention: d_in=10 is not divisible by num_heads=4",
+        ),
+        (
+            {"d_in": 8, "d_out": 8, "head_dim": 2, "num_heads": 4, "num_kv_groups": 2},
+            r"give d_out \(the book's llama3\) or head_dim \(its qwen3\), not both; got d_out=8, head_dim=2",
+        ),
+        (
+            {"d_in": 8, "num_heads": 4, "num_kv_groups": 0},
+            r"GroupedQueryAttention: num_kv_groups must be a positive integer, got num_kv_groups=0",
+        ),
+        (
+            {"d_in": 8, "num_heads": 4, "num_kv_groups": 2, "qk_norm": 1},
+            r"GroupedQueryAttention: qk_norm must be a bool or 'whole', got qk_norm=1",
+        ),
     ],
 )
 def test_construction_errors_name_the_arguments(kwargs, message):
@@ -167,12 +208,36 @@ def test_positional_arguments_after_d_in_are_refused():
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
-        (lambda m, x, c, s: m(x, None, torch.cat([c, c[:, :2]], 1), torch.cat([s, s[:, :2]], 1)), ShapeError, r"GroupedQueryAttention.forward: cos and sin have c_r=8 columns but head_dim=6; they rotate at most"),
-        (lambda m, x, c, s: m(x, None, c[:5], s[:5]), ShapeError, r"GroupedQueryAttention.forward: cos and sin have n_ctx=5 positions but x has n=7 tokens"),
-        (lambda m, x, c, s: m(x, torch.ones(5, 5, dtype=torch.bool), c, s), ShapeError, r"GroupedQueryAttention.forward: blocked has n=5 but x has n=7"),
-        (lambda m, x, c, s: m(x, None, c, None), ValueError, r"GroupedQueryAttention.forward: give cos and sin together"),
-        (lambda m, x, c, s: m(x[..., :5], None, c, s), ShapeError, r"GroupedQueryAttention.forward: W_query.weight has d=12 but x has d=5"),
-        (lambda m, x, c, s: m(x, None, c, s[:, :4]), ShapeError, r"GroupedQueryAttention.forward: sin has c_r=4 but cos has c_r=6"),
+        (
+            lambda m, x, c, s: m(x, None, torch.cat([c, c[:, :2]], 1), torch.cat([s, s[:, :2]], 1)),
+            ShapeError,
+            r"GroupedQueryAttention.forward: cos and sin have c_r=8 columns but head_dim=6; they rotate at most",
+        ),
+        (
+            lambda m, x, c, s: m(x, None, c[:5], s[:5]),
+            ShapeError,
+            r"GroupedQueryAttention.forward: cos and sin have n_ctx=5 positions but x has n=7 tokens",
+        ),
+        (
+            lambda m, x, c, s: m(x, torch.ones(5, 5, dtype=torch.bool), c, s),
+            ShapeError,
+            r"GroupedQueryAttention.forward: blocked has n=5 but x has n=7",
+        ),
+        (
+            lambda m, x, c, s: m(x, None, c, None),
+            ValueError,
+            r"GroupedQueryAttention.forward: give cos and sin together",
+        ),
+        (
+            lambda m, x, c, s: m(x[..., :5], None, c, s),
+            ShapeError,
+            r"GroupedQueryAttention.forward: W_query.weight has d=12 but x has d=5",
+        ),
+        (
+            lambda m, x, c, s: m(x, None, c, s[:, :4]),
+            ShapeError,
+            r"GroupedQueryAttention.forward: sin has c_r=4 but cos has c_r=6",
+        ),
     ],
 )
 def test_forward_errors_name_both_sizes(call, error, message):
@@ -186,7 +251,10 @@ def test_odd_head_dim_is_refused_with_rope_only():
     module = GroupedQueryAttention(9, num_heads=3, num_kv_groups=1)  # head_dim 3
     x = torch.randn(4, 9)
     assert module(x).shape == (4, 9)  # no RoPE: an odd head width is fine
-    with pytest.raises(ShapeError, match=r"GroupedQueryAttention.forward: c_r \(the columns of cos and sin\)=3 is odd; RoPE rotates pairs"):
+    with pytest.raises(
+        ShapeError,
+        match=r"GroupedQueryAttention.forward: c_r \(the columns of cos and sin\)=3 is odd; RoPE rotates pairs",
+    ):
         module(x, None, torch.ones(4, 3), torch.zeros(4, 3))
 
 
@@ -197,9 +265,21 @@ def test_narrower_tables_rotate_each_heads_first_features_only():
     module = GroupedQueryAttention(12, num_heads=2, num_kv_groups=1, head_dim=6).double()
     x = torch.randn(2, 5, 12, dtype=torch.float64)
     cos, sin = compute_rope_params(4, theta_base=100, context_length=5, dtype=torch.float64)
-    w = {name: getattr(module, name).weight.mT for name in ("W_query", "W_key", "W_value", "out_proj")}
-    expected = grouped_query_attention(x, w["W_query"], w["W_key"], w["W_value"], w["out_proj"], heads=2,
-                                       groups=1, theta_base=100, rope_width=4)
+    w = {
+        name: getattr(module, name).weight.mT
+        for name in ("W_query", "W_key", "W_value", "out_proj")
+    }
+    expected = grouped_query_attention(
+        x,
+        w["W_query"],
+        w["W_key"],
+        w["W_value"],
+        w["out_proj"],
+        heads=2,
+        groups=1,
+        theta_base=100,
+        rope_width=4,
+    )
     torch.testing.assert_close(module(x, None, cos, sin), expected, rtol=0, atol=1e-12)
     whole = compute_rope_params(6, theta_base=100, context_length=5, dtype=torch.float64)
     assert (module(x, None, *whole) - expected).abs().max() > 1e-3
@@ -228,7 +308,9 @@ def test_compiled_modules_give_the_same_numbers_and_still_check():
     compiled = torch.compile(module, backend="eager")
     assert torch.equal(compiled(x, blocked, cos, sin), module(x, blocked, cos, sin))
     assert torch.equal(torch.compile(latent, backend="eager")(x), latent(x))
-    with pytest.raises(ShapeError, match=r"GroupedQueryAttention.forward: W_query.weight has d=12 but x has d=5"):
+    with pytest.raises(
+        ShapeError, match=r"GroupedQueryAttention.forward: W_query.weight has d=12 but x has d=5"
+    ):
         compiled(torch.randn(2, 7, 5), blocked, cos, sin)
 
 
@@ -250,8 +332,12 @@ def test_freq_config_is_the_books_llama_3_2_rope():
     """grouped_query_attention(freq_config=) is the module called with Llama 3.2's tables
     (compute_rope_params with the book's freq_config, in float64; the book's own rounds the
     frequencies to float32, within 1e-6 of these), and differs from plain RoPE."""
-    config = {"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-              "original_context_length": 64}  # fmt: skip
+    config = {
+        "factor": 32.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_context_length": 64,
+    }
     torch.manual_seed(0)
     module = GroupedQueryAttention(32, num_heads=2, num_kv_groups=1, head_dim=16).double()
     x = torch.randn(2, 6, 32, dtype=torch.float64)
@@ -277,8 +363,9 @@ def test_qk_norm_whole_is_the_book_s_olmo_3():
     from reference_variants import gqa_reference
 
     torch.manual_seed(0)
-    module = GroupedQueryAttention(12, num_heads=4, num_kv_groups=2, head_dim=4, qk_norm="whole",
-                                   dtype=torch.float64)  # fmt: skip
+    module = GroupedQueryAttention(
+        12, num_heads=4, num_kv_groups=2, head_dim=4, qk_norm="whole", dtype=torch.float64
+    )
     assert (module.q_norm.scale.shape, module.k_norm.scale.shape) == ((16,), (8,))
     with torch.no_grad():
         module.q_norm.scale.uniform_(0.5, 2.0)
@@ -286,16 +373,29 @@ def test_qk_norm_whole_is_the_book_s_olmo_3():
     x = torch.randn(5, 12, dtype=torch.float64)
     cos, sin = compute_rope_params(4, theta_base=100, context_length=5, dtype=torch.float64)
     blocked = torch.ones(5, 5, dtype=torch.bool).triu(1)
-    w = {name: getattr(module, name).weight.mT for name in ("W_query", "W_key", "W_value", "out_proj")}
-    expected = gqa_reference(x.detach(), *(w[k].detach() for k in ("W_query", "W_key", "W_value")),
-                             w["out_proj"].detach(), heads=4, groups=2, causal=True, theta_base=100,
-                             q_gain=module.q_norm.scale.detach(), k_gain=module.k_norm.scale.detach())  # fmt: skip
+    w = {
+        name: getattr(module, name).weight.mT
+        for name in ("W_query", "W_key", "W_value", "out_proj")
+    }
+    expected = gqa_reference(
+        x.detach(),
+        *(w[k].detach() for k in ("W_query", "W_key", "W_value")),
+        w["out_proj"].detach(),
+        heads=4,
+        groups=2,
+        causal=True,
+        theta_base=100,
+        q_gain=module.q_norm.scale.detach(),
+        k_gain=module.k_norm.scale.detach(),
+    )
     got = module(x, blocked, cos, sin).detach().numpy()
     assert abs(got - expected).max() < 1e-12
-    per_head = GroupedQueryAttention(12, num_heads=4, num_kv_groups=2, head_dim=4, qk_norm=True,
-                                     dtype=torch.float64)  # fmt: skip
-    per_head.load_state_dict({k: v for k, v in module.state_dict().items() if "norm" not in k},
-                             strict=False)  # fmt: skip
+    per_head = GroupedQueryAttention(
+        12, num_heads=4, num_kv_groups=2, head_dim=4, qk_norm=True, dtype=torch.float64
+    )
+    per_head.load_state_dict(
+        {k: v for k, v in module.state_dict().items() if "norm" not in k}, strict=False
+    )
     with torch.no_grad():  # gains of ones on both: what differs is which features are normalised
         module.q_norm.scale.fill_(1.0)
         module.k_norm.scale.fill_(1.0)

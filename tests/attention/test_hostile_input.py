@@ -40,8 +40,11 @@ CALLS = {
 @pytest.mark.parametrize("name", sorted(CALLS))
 @pytest.mark.parametrize(("make", "kind"), [(_sparse, "sparse_coo"), (_nested, "nested")])
 def test_sparse_and_nested_tensors_are_refused_by_name(name, make, kind):
-    with pytest.raises(TypeError, match=rf": x must be a dense tensor, got a {kind} one; "
-                       r"convert it first"):  # fmt: skip
+    with pytest.raises(
+        TypeError,
+        match=rf": x must be a dense tensor, got a {kind} one; "
+        r"convert it first",
+    ):
         CALLS[name](make(X))
     CALLS[name](X)  # the same values, dense: computed
 
@@ -54,8 +57,11 @@ def test_a_width_too_large_for_a_float_is_named(step):
 
 
 def test_copying_a_multi_head_module_into_a_single_head_one_is_refused():
-    with pytest.raises(ValueError, match=r"^copy_weights\(MultiHeadAttention -> SelfAttentionV2\): "
-                       r"source has num_heads=2 but target has one head, no out_proj"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"^copy_weights\(MultiHeadAttention -> SelfAttentionV2\): "
+        r"source has num_heads=2 but target has one head, no out_proj",
+    ):
         copy_weights(MultiHeadAttention(3, 4, 8, 0.0, 2), SelfAttentionV2(3, 4))
     with pytest.raises(ValueError, match=r"source has num_heads=2 but target has num_heads=1"):
         copy_weights(MultiHeadAttention(3, 4, 8, 0.0, 2), MultiHeadAttention(3, 4, 8, 0.0, 1))
@@ -99,8 +105,11 @@ def test_qk_norm_s_gradient_is_exact_at_large_inputs(size):
     from attention import _core
 
     g = torch.Generator().manual_seed(3)
-    x, gain, upstream = torch.randn(4, 8, generator=g) * size, torch.randn(8, generator=g), \
-        torch.randn(4, 8, generator=g)  # fmt: skip
+    x, gain, upstream = (
+        torch.randn(4, 8, generator=g) * size,
+        torch.randn(8, generator=g),
+        torch.randn(4, 8, generator=g),
+    )
     leaves = [x.clone().requires_grad_(), gain.clone().requires_grad_()]
     out = _core.rms_norm(*leaves, 1e-6)
     got = torch.autograd.grad(out, leaves, upstream)
@@ -128,11 +137,16 @@ def test_bfloat16_rope_tables_round_only_the_result():
     (half a bfloat16 ulp of 1 at most, 2⁻⁹), not θ before m·θ (which was off by 0.227)."""
     from attention import compute_rope_params
 
-    config = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-              "original_context_length": 8192}  # fmt: skip
+    config = {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_context_length": 8192,
+    }
     exact = compute_rope_params(64, 5e5, 256, config, torch.float64)
-    for got, expected in zip(compute_rope_params(64, 5e5, 256, config, torch.bfloat16), exact,
-                             strict=True):  # fmt: skip
+    for got, expected in zip(
+        compute_rope_params(64, 5e5, 256, config, torch.bfloat16), exact, strict=True
+    ):
         assert float((got.double() - expected).abs().max()) <= 2.0**-9 + 2e-5
 
 

@@ -34,22 +34,58 @@ from attention import GroupedQueryAttention
 from attention import functional as F
 
 F32, F64 = 2.0**-18, 2.0**-40
-SIZES = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
-             initializer_range=0.3)  # fmt: skip
+SIZES = dict(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=64,
+    initializer_range=0.3,
+)
 LOCAL_GLOBAL = ["sliding_attention", "full_attention"]
 
 CONFIGS = {
-    "gemma2": (Gemma2Config(**SIZES, sliding_window=4, attn_logit_softcapping=5.0,
-                            query_pre_attn_scalar=12, layer_types=LOCAL_GLOBAL), F32),
-    "gemma3": (Gemma3TextConfig(**SIZES, sliding_window=4, query_pre_attn_scalar=12,
-                                layer_types=LOCAL_GLOBAL), F32),
-    "gpt_oss": (GptOssConfig(**SIZES, sliding_window=4, num_local_experts=2,
-                             num_experts_per_tok=1, layer_types=LOCAL_GLOBAL), F64),
-    "qwen3_5": (Qwen3_5TextConfig(**SIZES, layer_types=["linear_attention", "full_attention"],
-                                  linear_num_key_heads=2, linear_num_value_heads=2,
-                                  linear_key_head_dim=8, linear_value_head_dim=8), F32),
-}  # fmt: skip
+    "gemma2": (
+        Gemma2Config(
+            **SIZES,
+            sliding_window=4,
+            attn_logit_softcapping=5.0,
+            query_pre_attn_scalar=12,
+            layer_types=LOCAL_GLOBAL,
+        ),
+        F32,
+    ),
+    "gemma3": (
+        Gemma3TextConfig(
+            **SIZES, sliding_window=4, query_pre_attn_scalar=12, layer_types=LOCAL_GLOBAL
+        ),
+        F32,
+    ),
+    "gpt_oss": (
+        GptOssConfig(
+            **SIZES,
+            sliding_window=4,
+            num_local_experts=2,
+            num_experts_per_tok=1,
+            layer_types=LOCAL_GLOBAL,
+        ),
+        F64,
+    ),
+    "qwen3_5": (
+        Qwen3_5TextConfig(
+            **SIZES,
+            layer_types=["linear_attention", "full_attention"],
+            linear_num_key_heads=2,
+            linear_num_value_heads=2,
+            linear_key_head_dim=8,
+            linear_value_head_dim=8,
+        ),
+        F32,
+    ),
+}
 
 
 def models(name, implementation=hf.NAME):
@@ -70,8 +106,11 @@ def models(name, implementation=hf.NAME):
 def attention_outputs(model, ids):
     """The output of every attention layer (before its output projection's residual)."""
     found = []
-    hooks = [layer.self_attn.register_forward_hook(lambda m, i, out: found.append(out[0]))
-             for layer in model.model.layers if hasattr(layer, "self_attn")]  # fmt: skip
+    hooks = [
+        layer.self_attn.register_forward_hook(lambda m, i, out: found.append(out[0]))
+        for layer in model.model.layers
+        if hasattr(layer, "self_attn")
+    ]
     with torch.no_grad():
         logits = model(ids).logits
     for hook in hooks:
@@ -158,12 +197,17 @@ def test_a_qwen_3_5_attention_layer_is_our_gated_module():
     with torch.no_grad():
         layer.q_norm.weight.normal_()
         layer.k_norm.weight.normal_()
-    ours = GroupedQueryAttention(32, num_heads=4, num_kv_groups=2, head_dim=8, qk_norm=True,
-                                 gate=True).double()  # fmt: skip
+    ours = GroupedQueryAttention(
+        32, num_heads=4, num_kv_groups=2, head_dim=8, qk_norm=True, gate=True
+    ).double()
     ours.q_norm.eps = ours.k_norm.eps = config.rms_norm_eps
     with torch.no_grad():
-        for mine, theirs in (("W_query", "q_proj"), ("W_key", "k_proj"), ("W_value", "v_proj"),
-                             ("out_proj", "o_proj")):  # fmt: skip
+        for mine, theirs in (
+            ("W_query", "q_proj"),
+            ("W_key", "k_proj"),
+            ("W_value", "v_proj"),
+            ("out_proj", "o_proj"),
+        ):
             getattr(ours, mine).weight.copy_(getattr(layer, theirs).weight)
         ours.q_norm.scale.copy_(1 + layer.q_norm.weight)
         ours.k_norm.scale.copy_(1 + layer.k_norm.weight)
@@ -180,16 +224,18 @@ def test_a_qwen_3_5_attention_layer_is_our_gated_module():
 
 
 def test_bloom_s_attention_is_our_alibi_module():
-    config = BloomConfig(vocab_size=64, hidden_size=32, n_layer=1, n_head=4,
-                         initializer_range=0.3)  # fmt: skip
+    config = BloomConfig(vocab_size=64, hidden_size=32, n_layer=1, n_head=4, initializer_range=0.3)
     torch.manual_seed(6)
     model = BloomModel(config).double().eval()
     layer = model.h[0].self_attention
     seen = {}
 
     def keep(module, args, kwargs, out):
-        seen.update(hidden=args[0] if args else kwargs["hidden_states"],
-                    residual=args[1] if len(args) > 1 else kwargs["residual"], out=out[0])
+        seen.update(
+            hidden=args[0] if args else kwargs["hidden_states"],
+            residual=args[1] if len(args) > 1 else kwargs["residual"],
+            out=out[0],
+        )
 
     layer.register_forward_hook(keep, with_kwargs=True)
     with torch.no_grad():

@@ -22,20 +22,30 @@ from attention import (
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: copy_weights(None, SelfAttentionV1(3, 2)),
-         r"^copy_weights: source must be an attention module with the book's Wq, Wk, Wv .*got NoneType"),
-        (lambda: copy_weights(SelfAttentionV1(3, 2), nn.Linear(3, 2)),
-         r"^copy_weights: target must be .*got Linear"),
-        (lambda: to_torch_multihead(SelfAttentionV2(4, 4)),
-         r"^to_torch_multihead: module must be an attention.MultiHeadAttention, got SelfAttentionV2"),
+        (
+            lambda: copy_weights(None, SelfAttentionV1(3, 2)),
+            r"^copy_weights: source must be an attention module with the book's Wq, Wk, Wv .*got NoneType",
+        ),
+        (
+            lambda: copy_weights(SelfAttentionV1(3, 2), nn.Linear(3, 2)),
+            r"^copy_weights: target must be .*got Linear",
+        ),
+        (
+            lambda: to_torch_multihead(SelfAttentionV2(4, 4)),
+            r"^to_torch_multihead: module must be an attention.MultiHeadAttention, got SelfAttentionV2",
+        ),
         (lambda: to_torch_multihead(None), r"^to_torch_multihead: module must be .*got NoneType"),
-        (lambda: from_torch_multihead(None, 6),
-         r"^from_torch_multihead: twin must be a torch.nn.MultiheadAttention, got NoneType"),
-        (lambda: from_torch_multihead(MultiHeadAttention(4, 4, 6, 0.0, 2), 6),
-         r"^from_torch_multihead: twin must be a torch.nn.MultiheadAttention, got MultiHeadAttention"),
+        (
+            lambda: from_torch_multihead(None, 6),
+            r"^from_torch_multihead: twin must be a torch.nn.MultiheadAttention, got NoneType",
+        ),
+        (
+            lambda: from_torch_multihead(MultiHeadAttention(4, 4, 6, 0.0, 2), 6),
+            r"^from_torch_multihead: twin must be a torch.nn.MultiheadAttention, got MultiHeadAttention",
+        ),
     ],
     ids=["copy-none", "copy-linear", "to-v2", "to-none", "from-none", "from-ours"],
-)  # fmt: skip
+)
 def test_interop_arguments_are_type_checked(call, message):
     with pytest.raises(TypeError, match=message):
         call()
@@ -44,14 +54,20 @@ def test_interop_arguments_are_type_checked(call, message):
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: nn.MultiheadAttention(6, 2, batch_first=True, add_bias_kv=True),
-         r"twin has add_bias_kv=True, add_zero_attn=False; MultiHeadAttention has no extra keys"),
-        (lambda: nn.MultiheadAttention(6, 2, batch_first=True, add_zero_attn=True),
-         r"add_zero_attn=True"),
-        (lambda: nn.MultiheadAttention(6, 2, batch_first=True, kdim=4, vdim=4),
-         r"packed in_proj_weight \(kdim = vdim = embed_dim\), got kdim=4, vdim=4, embed_dim=6"),
+        (
+            lambda: nn.MultiheadAttention(6, 2, batch_first=True, add_bias_kv=True),
+            r"twin has add_bias_kv=True, add_zero_attn=False; MultiHeadAttention has no extra keys",
+        ),
+        (
+            lambda: nn.MultiheadAttention(6, 2, batch_first=True, add_zero_attn=True),
+            r"add_zero_attn=True",
+        ),
+        (
+            lambda: nn.MultiheadAttention(6, 2, batch_first=True, kdim=4, vdim=4),
+            r"packed in_proj_weight \(kdim = vdim = embed_dim\), got kdim=4, vdim=4, embed_dim=6",
+        ),
     ],
-)  # fmt: skip
+)
 def test_from_torch_refuses_what_ours_cannot_compute(build, message):
     with pytest.raises(ValueError, match=message):
         from_torch_multihead(build(), 8)
@@ -94,20 +110,36 @@ def test_torch_masks_checks_n():
     ("change", "x", "error", "message"),
     [
         # x of the wrong width: the first head is named
-        (lambda w: None, torch.rand(2, 6, 4),
-         ShapeError, r"^MultiHeadAttentionWrapper.forward: heads\[0\].W_query.weight has d=3 but x has d=4"),
+        (
+            lambda w: None,
+            torch.rand(2, 6, 4),
+            ShapeError,
+            r"^MultiHeadAttentionWrapper.forward: heads\[0\].W_query.weight has d=3 but x has d=4",
+        ),
         # only head 2 differs from x
-        (lambda w: setattr(w.heads[2], "W_key", nn.Linear(5, 2, bias=False)), torch.rand(2, 6, 3),
-         ShapeError, r"^MultiHeadAttentionWrapper.forward: heads\[2\].W_key.weight has d=5 but x has d=3"),
+        (
+            lambda w: setattr(w.heads[2], "W_key", nn.Linear(5, 2, bias=False)),
+            torch.rand(2, 6, 3),
+            ShapeError,
+            r"^MultiHeadAttentionWrapper.forward: heads\[2\].W_key.weight has d=5 but x has d=3",
+        ),
         # head 1 in float64
-        (lambda w: w.heads[1].double(), torch.rand(2, 6, 3),
-         DtypeError, r"^MultiHeadAttentionWrapper.forward: heads\[1\].W_query.weight has dtype torch.float64"),
+        (
+            lambda w: w.heads[1].double(),
+            torch.rand(2, 6, 3),
+            DtypeError,
+            r"^MultiHeadAttentionWrapper.forward: heads\[1\].W_query.weight has dtype torch.float64",
+        ),
         # longer than the heads' context
-        (lambda w: None, torch.rand(2, 7, 3),
-         ShapeError, r"^MultiHeadAttentionWrapper.forward: x has n=7 tokens but heads\[0\] has context_length=6"),
+        (
+            lambda w: None,
+            torch.rand(2, 7, 3),
+            ShapeError,
+            r"^MultiHeadAttentionWrapper.forward: x has n=7 tokens but heads\[0\] has context_length=6",
+        ),
     ],
     ids=["x", "head-2", "head-1-dtype", "context"],
-)  # fmt: skip
+)
 def test_wrapper_errors_name_the_wrapper_and_the_head(change, x, error, message):
     wrapper = MultiHeadAttentionWrapper(3, 2, 6, 0.0, num_heads=3)
     wrapper(torch.rand(2, 6, 3))  # a good call first

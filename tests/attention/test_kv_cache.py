@@ -61,8 +61,9 @@ def test_the_cache_and_every_output_match_the_books_class(ours, book, args):
     x = torch.randn(2, 11, D)
     for chunk in ([0, 5], [5, 6], [6, 7], [7, 10], [10, 11]):  # a prompt, tokens, a chunk
         part = x[:, chunk[0] : chunk[1]]
-        torch.testing.assert_close(module(part, use_cache=True), reference(part, use_cache=True),
-                                   rtol=0, atol=1e-6)  # fmt: skip
+        torch.testing.assert_close(
+            module(part, use_cache=True), reference(part, use_cache=True), rtol=0, atol=1e-6
+        )
         torch.testing.assert_close(module.cache_k, reference.cache_k, rtol=0, atol=1e-6)
         torch.testing.assert_close(module.cache_v, reference.cache_v, rtol=0, atol=1e-6)
         assert module.ptr_current_pos == reference.ptr_current_pos == chunk[1]
@@ -79,10 +80,20 @@ def test_token_by_token_equals_full_causal_attention(ours, book, args):
     x = torch.randn(3, 20, D)
     full = module(x)  # the whole sequence, no cache: causal (within the window)
     window = window_of(module)
-    expected = F.multi_head_attention(x, module.w_q, module.w_k, module.w_v, module.w_o,
-                                      b_o=module.out_proj.bias, heads=HEADS, causal=True,
-                                      window=window, b_q=module.W_query.bias,
-                                      b_k=module.W_key.bias, b_v=module.W_value.bias)  # fmt: skip
+    expected = F.multi_head_attention(
+        x,
+        module.w_q,
+        module.w_k,
+        module.w_v,
+        module.w_o,
+        b_o=module.out_proj.bias,
+        heads=HEADS,
+        causal=True,
+        window=window,
+        b_q=module.W_query.bias,
+        b_k=module.W_key.bias,
+        b_v=module.W_value.bias,
+    )
     torch.testing.assert_close(full, expected, rtol=0, atol=1e-6)
     module.reset_cache()
     rows = [module(x[:, t : t + 1], use_cache=True) for t in range(20)]
@@ -119,8 +130,16 @@ def test_state_dicts_of_both_book_classes_load():
 
 
 def gpt_config(**changes):
-    return {"vocab_size": 97, "context_length": 40, "emb_dim": 12, "n_heads": 3, "n_layers": 2,
-            "drop_rate": 0.0, "qkv_bias": False, **changes}  # fmt: skip
+    return {
+        "vocab_size": 97,
+        "context_length": 40,
+        "emb_dim": 12,
+        "n_heads": 3,
+        "n_layers": 2,
+        "drop_rate": 0.0,
+        "qkv_bias": False,
+        **changes,
+    }
 
 
 @pytest.fixture
@@ -142,7 +161,9 @@ def ours_in_the_gpt(monkeypatch):
 def test_the_books_gpt_generates_the_same_tokens_with_our_class(config, monkeypatch):
     torch.manual_seed(123)
     book_model = GPTModel(config)
-    prompt = torch.randint(0, config["vocab_size"], (2, 4), generator=torch.Generator().manual_seed(0))
+    prompt = torch.randint(
+        0, config["vocab_size"], (2, 4), generator=torch.Generator().manual_seed(0)
+    )
     book_cached = generate_text_simple_cached(book_model, prompt, 30)
     book_uncached = generate_text_simple_cached(book_model, prompt, 30, use_cache=False)
     monkeypatch.setattr(book_generation, "MultiHeadAttention", MultiHeadAttention)
@@ -159,10 +180,16 @@ def test_the_books_gpt_generates_the_same_tokens_with_our_class(config, monkeypa
     assert torch.equal(uncached, book_uncached)
     assert torch.equal(cached, uncached)
     assert cached.shape == (2, 34) and len(set(cached[0, 4:].tolist())) > 1  # it did generate
-    windows = [block.att.sliding_window_size for block in model.trf_blocks
-               if isinstance(block.att, MultiHeadAttentionWithSWA)]  # fmt: skip
-    assert windows == [block.att.sliding_window_size for block in book_model.trf_blocks
-                       if hasattr(block.att, "sliding_window_size")]  # fmt: skip
+    windows = [
+        block.att.sliding_window_size
+        for block in model.trf_blocks
+        if isinstance(block.att, MultiHeadAttentionWithSWA)
+    ]
+    assert windows == [
+        block.att.sliding_window_size
+        for block in book_model.trf_blocks
+        if hasattr(block.att, "sliding_window_size")
+    ]
 
 
 def test_past_context_length_says_so_and_keeps_the_cache():
@@ -170,8 +197,11 @@ def test_past_context_length_says_so_and_keeps_the_cache():
     module = MultiHeadAttention(D, D_OUT, 6, 0.0, HEADS).eval()
     module(torch.randn(1, 4, D), use_cache=True)
     before = module.cache_k.clone(), module.ptr_current_pos
-    with pytest.raises(ShapeError, match=r"^MultiHeadAttention.forward: use_cache=True past context_length=6: "
-                       r"the cache holds 4 tokens and x adds n=3; call reset_cache\(\)"):  # fmt: skip
+    with pytest.raises(
+        ShapeError,
+        match=r"^MultiHeadAttention.forward: use_cache=True past context_length=6: "
+        r"the cache holds 4 tokens and x adds n=3; call reset_cache\(\)",
+    ):
         module(torch.randn(1, 3, D), use_cache=True)
     assert torch.equal(module.cache_k, before[0]) and module.ptr_current_pos == before[1]
     module(torch.randn(1, 2, D), use_cache=True)  # exactly up to context_length: fine
@@ -187,12 +217,27 @@ def test_bad_calls_with_the_cache_are_named_and_change_nothing(cls):
     where = cls.__name__ + ".forward"
     module(torch.randn(2, 3, D), use_cache=True)
     before = module.cache_k.clone()
-    with pytest.raises(ShapeError, match=rf"^{where}: x has batch=\(3,\) but cache_k has batch=\(2,\); call reset_cache\(\)"):
+    with pytest.raises(
+        ShapeError,
+        match=rf"^{where}: x has batch=\(3,\) but cache_k has batch=\(2,\); call reset_cache\(\)",
+    ):
         module(torch.randn(3, 1, D), use_cache=True)
-    with pytest.raises(ValueError, match=rf"^{where}: use_cache=True takes no mask, key_padding_mask or return_weights, got key_padding_mask"):
-        module(torch.randn(2, 1, D), use_cache=True, key_padding_mask=torch.ones(2, 1, dtype=torch.bool))
+    with pytest.raises(
+        ValueError,
+        match=rf"^{where}: use_cache=True takes no mask, key_padding_mask or return_weights, got key_padding_mask",
+    ):
+        module(
+            torch.randn(2, 1, D),
+            use_cache=True,
+            key_padding_mask=torch.ones(2, 1, dtype=torch.bool),
+        )
     with pytest.raises(ValueError, match=r"got mask, return_weights$"):
-        module(torch.randn(2, 1, D), use_cache=True, mask=torch.ones(2, 1, 1, dtype=torch.bool), return_weights=True)
+        module(
+            torch.randn(2, 1, D),
+            use_cache=True,
+            mask=torch.ones(2, 1, 1, dtype=torch.bool),
+            return_weights=True,
+        )
     with pytest.raises(ShapeError, match=rf"^{where}: W_query.weight has d=6 but x has d=5"):
         module(torch.randn(2, 1, 5), use_cache=True)
     with pytest.raises(TypeError, match=rf"^{where}: use_cache must be bool, got 1"):
@@ -211,7 +256,7 @@ def test_bad_calls_with_the_cache_are_named_and_change_nothing(cls):
         (2.0, ValueError, r"got sliding_window_size=2.0"),
         ("4", ValueError, r"got sliding_window_size='4'"),
     ],
-)  # fmt: skip
+)
 def test_a_bad_window_is_refused_at_construction_and_at_forward(size, error, message):
     expected = "sliding_window_size must be a positive integer or None, " + message
     with pytest.raises(error, match=r"^MultiHeadAttentionWithSWA: " + expected):
@@ -234,8 +279,9 @@ def test_torch_compile_with_and_without_the_cache(ours, book, args):
     torch.testing.assert_close(compiled(x), twin(x), rtol=0, atol=1e-6)
     for chunk in ((0, 4), (4, 5), (5, 6), (6, 9)):
         part = x[:, chunk[0] : chunk[1]]
-        torch.testing.assert_close(compiled(part, use_cache=True), twin(part, use_cache=True),
-                                   rtol=0, atol=1e-6)  # fmt: skip
+        torch.testing.assert_close(
+            compiled(part, use_cache=True), twin(part, use_cache=True), rtol=0, atol=1e-6
+        )
     assert module.ptr_current_pos == twin.ptr_current_pos == 9
     torch.testing.assert_close(module.cache_k, twin.cache_k)
     with pytest.raises(ShapeError, match=r"has d=6 but x has d=5"):

@@ -107,7 +107,10 @@ def test_cache_memory_against_multi_head_attention():
 def test_functional_matches_decompressing_by_the_formulas(causal, with_w_o):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(B, N, D, generator=g, dtype=torch.float64)
-    w_q, w_dkv = torch.randn(D, C, generator=g, dtype=torch.float64), torch.randn(D, R, generator=g, dtype=torch.float64)
+    w_q, w_dkv = (
+        torch.randn(D, C, generator=g, dtype=torch.float64),
+        torch.randn(D, R, generator=g, dtype=torch.float64),
+    )
     w_uk, w_uv = (torch.randn(R, C, generator=g, dtype=torch.float64) for _ in "kv")
     w_o = torch.randn(C, 4, generator=g, dtype=torch.float64) if with_w_o else None
     got = latent_attention(x, w_q, w_dkv, w_uk, w_uv, w_o, heads=HEADS, causal=causal)
@@ -116,7 +119,9 @@ def test_functional_matches_decompressing_by_the_formulas(causal, with_w_o):
         expected = latent_reference(x[b], w_q, w_dkv, w_uk, w_uv, w_o, heads=HEADS, causal=causal)
         np.testing.assert_allclose(got[b].numpy(), expected, rtol=0, atol=1e-12)
     if with_w_o:  # absorbed: multi-head attention with W_k = W_dkv W_uk, W_v = W_dkv W_uv
-        mha = F.multi_head_attention(x, w_q, w_dkv @ w_uk, w_dkv @ w_uv, w_o, heads=HEADS, causal=causal)
+        mha = F.multi_head_attention(
+            x, w_q, w_dkv @ w_uk, w_dkv @ w_uv, w_o, heads=HEADS, causal=causal
+        )
         torch.testing.assert_close(got, mha, rtol=0, atol=1e-12)
 
 
@@ -141,18 +146,39 @@ def test_fast_path_gradients_against_the_books_in_float64(monkeypatch):
     expected = dict(book.named_parameters())
     scale = max(float(p.grad.abs().max()) for p in expected.values())
     for name, parameter in ours.named_parameters():  # W_UK.bias: exactly 0 (softmax's shift)
-        torch.testing.assert_close(parameter.grad.double(), expected[name].grad, rtol=1e-5,
-                                   atol=1e-6 * scale, msg=name)  # fmt: skip
+        torch.testing.assert_close(
+            parameter.grad.double(), expected[name].grad, rtol=1e-5, atol=1e-6 * scale, msg=name
+        )
 
 
 @pytest.mark.parametrize(
     ("args", "error", "message"),
     [
-        ((D, C, 0.0, HEADS, False, 0), ValueError, r"MultiHeadLatentAttention: latent_dim must be a positive integer, got latent_dim=0"),
-        ((D, C, 0.0, HEADS, False, -3), ValueError, r"MultiHeadLatentAttention: latent_dim must be a positive integer, got latent_dim=-3"),
-        ((D, 20, 0.0, HEADS), ValueError, r"MultiHeadLatentAttention: d_out=20 is not divisible by num_heads=3"),
-        ((D, C, 1.5, HEADS), ValueError, r"MultiHeadLatentAttention: dropout must be in \[0, 1\), got dropout=1.5"),
-        ((D, C, 0.0, HEADS, "no"), TypeError, r"MultiHeadLatentAttention: qkv_bias must be a bool, got qkv_bias='no'"),
+        (
+            (D, C, 0.0, HEADS, False, 0),
+            ValueError,
+            r"MultiHeadLatentAttention: latent_dim must be a positive integer, got latent_dim=0",
+        ),
+        (
+            (D, C, 0.0, HEADS, False, -3),
+            ValueError,
+            r"MultiHeadLatentAttention: latent_dim must be a positive integer, got latent_dim=-3",
+        ),
+        (
+            (D, 20, 0.0, HEADS),
+            ValueError,
+            r"MultiHeadLatentAttention: d_out=20 is not divisible by num_heads=3",
+        ),
+        (
+            (D, C, 1.5, HEADS),
+            ValueError,
+            r"MultiHeadLatentAttention: dropout must be in \[0, 1\), got dropout=1.5",
+        ),
+        (
+            (D, C, 0.0, HEADS, "no"),
+            TypeError,
+            r"MultiHeadLatentAttention: qkv_bias must be a bool, got qkv_bias='no'",
+        ),
     ],
 )
 def test_construction_errors_name_the_argument(args, error, message):
@@ -162,10 +188,16 @@ def test_construction_errors_name_the_argument(args, error, message):
 
 def test_forward_errors_name_both_sizes():
     _, ours = pair(ARGS[1])
-    with pytest.raises(ShapeError, match=r"MultiHeadLatentAttention.forward: W_query.weight has d=12 but x has d=11"):
+    with pytest.raises(
+        ShapeError,
+        match=r"MultiHeadLatentAttention.forward: W_query.weight has d=12 but x has d=11",
+    ):
         ours(torch.randn(B, N, 11))
     ours(torch.randn(B, 3, D), use_cache=True)
-    with pytest.raises(ShapeError, match=r"MultiHeadLatentAttention.forward: x has batch \(3,\) but cache_c_kv holds batch \(2,\); call reset_cache\(\) before a new batch"):
+    with pytest.raises(
+        ShapeError,
+        match=r"MultiHeadLatentAttention.forward: x has batch \(3,\) but cache_c_kv holds batch \(2,\); call reset_cache\(\) before a new batch",
+    ):
         ours(torch.randn(3, 1, D), use_cache=True)
 
 
@@ -178,8 +210,14 @@ def test_forward_errors_name_both_sizes():
     ],
 )
 def test_functional_errors(change, message):
-    arguments = {"x": torch.ones(N, D), "w_q": torch.ones(D, C), "w_dkv": torch.ones(D, R),
-                 "w_uk": torch.ones(R, C), "w_uv": torch.ones(R, C), "heads": HEADS}  # fmt: skip
+    arguments = {
+        "x": torch.ones(N, D),
+        "w_q": torch.ones(D, C),
+        "w_dkv": torch.ones(D, R),
+        "w_uk": torch.ones(R, C),
+        "w_uv": torch.ones(R, C),
+        "heads": HEADS,
+    }
     arguments.update(change)
     with pytest.raises(ShapeError, match=message):
         latent_attention(**arguments)

@@ -51,26 +51,38 @@ def _calls():
     return {
         "self_attention": lambda x, m, p: F.self_attention(x, *W, mask=m, key_padding_mask=p),
         "self_attention explicit": lambda x, m, p: F.self_attention(
-            x, *W, mask=m, key_padding_mask=p, return_weights=True)[0],
+            x, *W, mask=m, key_padding_mask=p, return_weights=True
+        )[0],
         "multi_head_attention": lambda x, m, p: F.multi_head_attention(
-            x, *W, W_O, heads=2, causal=True, mask=m, key_padding_mask=p),
+            x, *W, W_O, heads=2, causal=True, mask=m, key_padding_mask=p
+        ),
         "multi_head_attention explicit": lambda x, m, p: F.multi_head_attention(
-            x, *W, W_O, heads=2, mask=m, key_padding_mask=p, return_weights=True)[0],
+            x, *W, W_O, heads=2, mask=m, key_padding_mask=p, return_weights=True
+        )[0],
         "grouped_query_attention": lambda x, m, p: grouped_query_attention(
-            x, W[0], W[1][:, :2], W[2][:, :2], W_O, heads=2, groups=1, mask=_full(m, p)),
+            x, W[0], W[1][:, :2], W[2][:, :2], W_O, heads=2, groups=1, mask=_full(m, p)
+        ),
         "cross_attention": lambda x, m, p: F.cross_attention(
-            x, Y[: x.shape[0]] if x.dim() == 3 else Y[0], *W, mask=None if m is None
-            else m[..., :S], key_padding_mask=None if p is None else p[..., :S]),
+            x,
+            Y[: x.shape[0]] if x.dim() == 3 else Y[0],
+            *W,
+            mask=None if m is None else m[..., :S],
+            key_padding_mask=None if p is None else p[..., :S],
+        ),
         "weights": lambda x, m, p: F.weights(
-            x @ W[0] @ (x @ W[1]).mT, C, mask=m, key_padding_mask=p),
+            x @ W[0] @ (x @ W[1]).mT, C, mask=m, key_padding_mask=p
+        ),
         "CausalAttention": lambda x, m, p: causal(x, mask=m, key_padding_mask=p),
         "MultiHeadAttentionWrapper": lambda x, m, p: wrapper(x, mask=m, key_padding_mask=p),
         "MultiHeadAttention": lambda x, m, p: mha(x, mask=m, key_padding_mask=p),
         "MultiHeadAttentionWithSWA": lambda x, m, p: swa(x, mask=m, key_padding_mask=p),
         "CrossAttention": lambda x, m, p: cross(
-            x, Y[: x.shape[0]], mask=None if m is None else m[..., :S],
-            key_padding_mask=None if p is None else p[..., :S]),
-    }  # fmt: skip
+            x,
+            Y[: x.shape[0]],
+            mask=None if m is None else m[..., :S],
+            key_padding_mask=None if p is None else p[..., :S],
+        ),
+    }
 
 
 CALLS = _calls()
@@ -101,12 +113,23 @@ def test_a_mask_per_inner_batch_entry_broadcasts_over_the_outer_one(name):
             torch.testing.assert_close(got[outer, inner], expected, rtol=0, atol=1e-15)
 
 
-@pytest.mark.parametrize("name", ["self_attention", "multi_head_attention", "MultiHeadAttention",
-                                  "CrossAttention", "grouped_query_attention"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    [
+        "self_attention",
+        "multi_head_attention",
+        "MultiHeadAttention",
+        "CrossAttention",
+        "grouped_query_attention",
+    ],
+)
 def test_a_mask_that_cannot_broadcast_is_named(name):
     bad = MASK.expand(2, N, N)  # batch 2 against x's 3
-    with pytest.raises(ShapeError, match=r"mask has batch=\(2,\), which does not broadcast to "
-                       r"x's batch=\(3,\)"):  # fmt: skip
+    with pytest.raises(
+        ShapeError,
+        match=r"mask has batch=\(2,\), which does not broadcast to "
+        r"x's batch=\(3,\)",
+    ):
         CALLS[name](X, bad, None)
     with pytest.raises(ShapeError, match=r"does not broadcast"):  # more dimensions than x's
         CALLS[name](X, MASK.expand(4, B, N, N), None)

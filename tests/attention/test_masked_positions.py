@@ -112,9 +112,16 @@ def run_grouped(x, weights, options):
     heads, width = options["heads"], w_q.shape[-1] // options["heads"]
     mask = allowed({**options, "causal": False}, x.shape[-2])
     return grouped_query_attention(
-        x, w_q, w_k[:, :width], w_v[:, :width], w_o, heads=heads, groups=1,
-        causal=options["causal"], mask=mask,
-    )  # fmt: skip
+        x,
+        w_q,
+        w_k[:, :width],
+        w_v[:, :width],
+        w_o,
+        heads=heads,
+        groups=1,
+        causal=options["causal"],
+        mask=mask,
+    )
 
 
 @given(masked_calls(isolate=False))

@@ -39,24 +39,41 @@ def full_mask(seed=9):
         # key padding: sequences of 6, 4 and 1 tokens
         (False, None, padding([6, 4, 1]), padding([6, 4, 1])[:, None, :].numpy()),
         # key padding combined with causal
-        (True, None, padding([6, 4, 1]), padding([6, 4, 1])[:, None, :].numpy() & causal_allowed(N)),
+        (
+            True,
+            None,
+            padding([6, 4, 1]),
+            padding([6, 4, 1])[:, None, :].numpy() & causal_allowed(N),
+        ),
         # a sequence with no key at all: every row of it is zero
         (False, None, padding([6, 0, 2]), padding([6, 0, 2])[:, None, :].numpy()),
         # a full (batch, n, n) mask, with a fully masked row
         (False, full_mask(), None, full_mask().numpy()),
         # a full mask, key padding and causal, all three at once
-        (True, full_mask(), padding([6, 4, 1]),
-         full_mask().numpy() & padding([6, 4, 1])[:, None, :].numpy() & causal_allowed(N)),
+        (
+            True,
+            full_mask(),
+            padding([6, 4, 1]),
+            full_mask().numpy() & padding([6, 4, 1])[:, None, :].numpy() & causal_allowed(N),
+        ),
     ],
     ids=["causal", "padding", "padding+causal", "empty-sequence", "full-mask", "all-three"],
-)  # fmt: skip
-def test_masked_attention_matches_reference(causal, mask, key_padding_mask, allowed, return_weights):
+)
+def test_masked_attention_matches_reference(
+    causal, mask, key_padding_mask, allowed, return_weights
+):
     x, w_q, w_k, w_v = make()
     expected_c, expected_a = batched_reference(x, w_q, w_k, w_v, allowed=allowed)
     out = F.self_attention(
-        x, w_q, w_k, w_v, causal=causal, mask=mask, key_padding_mask=key_padding_mask,
+        x,
+        w_q,
+        w_k,
+        w_v,
+        causal=causal,
+        mask=mask,
+        key_padding_mask=key_padding_mask,
         return_weights=return_weights,
-    )  # fmt: skip
+    )
     got_c = out[0] if return_weights else out
     np.testing.assert_allclose(got_c.numpy(), expected_c, rtol=0, atol=1e-12)
     if return_weights:
@@ -156,28 +173,59 @@ def test_multi_head_dropout_only_in_training():
         # a float mask
         ("mask", torch.ones(BATCH, N, N), DtypeError, r"mask must be a bool tensor"),
         # an integer key-padding mask
-        ("key_padding_mask", torch.ones(BATCH, N, dtype=torch.int64), DtypeError,
-         r"key_padding_mask must be a bool tensor"),
+        (
+            "key_padding_mask",
+            torch.ones(BATCH, N, dtype=torch.int64),
+            DtypeError,
+            r"key_padding_mask must be a bool tensor",
+        ),
         # a full mask for 5 tokens: the message says that n = 6 came from x
-        ("mask", torch.ones(BATCH, N - 1, N - 1, dtype=torch.bool), ShapeError,
-         r"mask has n=5 but x has n=6 \(mask: shape \(3, 5, 5\)"),
+        (
+            "mask",
+            torch.ones(BATCH, N - 1, N - 1, dtype=torch.bool),
+            ShapeError,
+            r"mask has n=5 but x has n=6 \(mask: shape \(3, 5, 5\)",
+        ),
         # key padding for 5 tokens
-        ("key_padding_mask", torch.ones(BATCH, N - 1, dtype=torch.bool), ShapeError,
-         r"key_padding_mask has n=5 but x has n=6"),
+        (
+            "key_padding_mask",
+            torch.ones(BATCH, N - 1, dtype=torch.bool),
+            ShapeError,
+            r"key_padding_mask has n=5 but x has n=6",
+        ),
         # a full mask for another batch
-        ("mask", torch.ones(2, N, N, dtype=torch.bool), ShapeError,
-         r"mask has batch=\(2,\), which does not broadcast to x's batch=\(3,\)"),
+        (
+            "mask",
+            torch.ones(2, N, N, dtype=torch.bool),
+            ShapeError,
+            r"mask has batch=\(2,\), which does not broadcast to x's batch=\(3,\)",
+        ),
         # key padding given as `mask`: never silently read as key padding, and the hint says so
-        ("mask", torch.ones(BATCH, N, dtype=torch.bool), ShapeError,
-         r"mask has n=3 but x has n=6.*fits key_padding_mask \(\*batch, n\)"),
+        (
+            "mask",
+            torch.ones(BATCH, N, dtype=torch.bool),
+            ShapeError,
+            r"mask has n=3 but x has n=6.*fits key_padding_mask \(\*batch, n\)",
+        ),
         # a full mask given as key padding
-        ("key_padding_mask", torch.ones(BATCH, N, N, dtype=torch.bool), ShapeError,
-         r"key_padding_mask has batch=\(3, 6\), which does not broadcast to x's batch=\(3,\)"
-         r".*fits mask \(\*batch, n, n\)"),
+        (
+            "key_padding_mask",
+            torch.ones(BATCH, N, N, dtype=torch.bool),
+            ShapeError,
+            r"key_padding_mask has batch=\(3, 6\), which does not broadcast to x's batch=\(3,\)"
+            r".*fits mask \(\*batch, n, n\)",
+        ),
     ],
-    ids=["float", "int-padding", "short-mask", "short-padding", "wrong-batch", "padding-as-mask",
-         "mask-as-padding"],
-)  # fmt: skip
+    ids=[
+        "float",
+        "int-padding",
+        "short-mask",
+        "short-padding",
+        "wrong-batch",
+        "padding-as-mask",
+        "mask-as-padding",
+    ],
+)
 def test_bad_masks_are_named(argument, mask, error, message):
     x, w_q, w_k, w_v = make()
     with pytest.raises(error, match=rf"^self_attention: {message}"):

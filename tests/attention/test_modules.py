@@ -60,19 +60,63 @@ def test_book_state_dict_loads_unchanged(ours, book, args, x):
 
 # Printed in the book (ch. 3) for these seeds and INPUTS, to 4 decimals.
 BOOK_PRINTED = [
-    (SelfAttentionV1, (3, 2), 789 - 666, INPUTS,  # seed 123
-     [[0.2996, 0.8053], [0.3061, 0.8210], [0.3058, 0.8203],
-      [0.2948, 0.7939], [0.2927, 0.7891], [0.2990, 0.8040]]),
-    (SelfAttentionV2, (3, 2), 789, INPUTS,
-     [[-0.0739, 0.0713], [-0.0748, 0.0703], [-0.0749, 0.0702],
-      [-0.0760, 0.0685], [-0.0763, 0.0679], [-0.0754, 0.0693]]),
-    (CausalAttention, (3, 2, 6, 0.0), 123, BATCH,
-     [[-0.4519, 0.2216], [-0.5874, 0.0058], [-0.6300, -0.0632],
-      [-0.5675, -0.0843], [-0.5526, -0.0981], [-0.5299, -0.1081]]),
-    (MultiHeadAttention, (3, 2, 6, 0.0, 2), 123, BATCH,
-     [[0.3190, 0.4858], [0.2943, 0.3897], [0.2856, 0.3593],
-      [0.2693, 0.3873], [0.2639, 0.3928], [0.2575, 0.4028]]),
-]  # fmt: skip
+    (
+        SelfAttentionV1,
+        (3, 2),
+        789 - 666,
+        INPUTS,  # seed 123
+        [
+            [0.2996, 0.8053],
+            [0.3061, 0.8210],
+            [0.3058, 0.8203],
+            [0.2948, 0.7939],
+            [0.2927, 0.7891],
+            [0.2990, 0.8040],
+        ],
+    ),
+    (
+        SelfAttentionV2,
+        (3, 2),
+        789,
+        INPUTS,
+        [
+            [-0.0739, 0.0713],
+            [-0.0748, 0.0703],
+            [-0.0749, 0.0702],
+            [-0.0760, 0.0685],
+            [-0.0763, 0.0679],
+            [-0.0754, 0.0693],
+        ],
+    ),
+    (
+        CausalAttention,
+        (3, 2, 6, 0.0),
+        123,
+        BATCH,
+        [
+            [-0.4519, 0.2216],
+            [-0.5874, 0.0058],
+            [-0.6300, -0.0632],
+            [-0.5675, -0.0843],
+            [-0.5526, -0.0981],
+            [-0.5299, -0.1081],
+        ],
+    ),
+    (
+        MultiHeadAttention,
+        (3, 2, 6, 0.0, 2),
+        123,
+        BATCH,
+        [
+            [0.3190, 0.4858],
+            [0.2943, 0.3897],
+            [0.2856, 0.3593],
+            [0.2693, 0.3873],
+            [0.2639, 0.3928],
+            [0.2575, 0.4028],
+        ],
+    ),
+]
 
 
 @pytest.mark.parametrize(("cls", "args", "seed", "x", "printed"), BOOK_PRINTED)
@@ -109,7 +153,9 @@ def test_copy_weights_refuses_to_drop_a_bias_and_mismatched_sizes():
     biased = SelfAttentionV2(3, 2, qkv_bias=True)
     with pytest.raises(ValueError, match=r"source has a W_query bias but the target has none"):
         copy_weights(biased, SelfAttentionV1(3, 2))
-    with pytest.raises(ShapeError, match=r"source has \(d, c\)=\(3, 2\) but target has \(d, c\)=\(4, 2\)"):
+    with pytest.raises(
+        ShapeError, match=r"source has \(d, c\)=\(3, 2\) but target has \(d, c\)=\(4, 2\)"
+    ):
         copy_weights(SelfAttentionV1(3, 2), SelfAttentionV1(4, 2))
     copy_weights(SelfAttentionV1(3, 2), biased)  # no bias into a bias: zeros, the same function
     assert torch.equal(biased.W_query.bias, torch.zeros(2))
@@ -119,18 +165,31 @@ def test_copy_weights_refuses_to_drop_a_bias_and_mismatched_sizes():
     ("module", "x", "message"),
     [
         # input width differs from the weights'
-        (SelfAttentionV1(3, 2), torch.rand(6, 4), r"SelfAttentionV1.forward: W_query has d=3 but x has d=4"),
-        (SelfAttentionV2(3, 2), torch.rand(2, 6, 5),
-         r"SelfAttentionV2.forward: W_query.weight has d=3 but x has d=5"),
+        (
+            SelfAttentionV1(3, 2),
+            torch.rand(6, 4),
+            r"SelfAttentionV1.forward: W_query has d=3 but x has d=4",
+        ),
+        (
+            SelfAttentionV2(3, 2),
+            torch.rand(2, 6, 5),
+            r"SelfAttentionV2.forward: W_query.weight has d=3 but x has d=5",
+        ),
         # a 1-D input
         (SelfAttentionV2(3, 2), torch.rand(3), r"x must have shape \(\*batch, n, d\)"),
         # longer than the context
-        (CausalAttention(3, 2, 6, 0.0), torch.rand(2, 7, 3),
-         r"CausalAttention.forward: x has n=7 tokens but context_length=6"),
-        (MultiHeadAttention(3, 4, 5, 0.0, 2), torch.rand(1, 6, 3),
-         r"MultiHeadAttention.forward: x has n=6 tokens but context_length=5"),
+        (
+            CausalAttention(3, 2, 6, 0.0),
+            torch.rand(2, 7, 3),
+            r"CausalAttention.forward: x has n=7 tokens but context_length=6",
+        ),
+        (
+            MultiHeadAttention(3, 4, 5, 0.0, 2),
+            torch.rand(1, 6, 3),
+            r"MultiHeadAttention.forward: x has n=6 tokens but context_length=5",
+        ),
     ],
-)  # fmt: skip
+)
 def test_forward_names_the_offending_argument(module, x, message):
     with pytest.raises(ShapeError, match=message):
         module(x)
@@ -154,11 +213,17 @@ def test_weights_are_checked_against_the_input():
         (lambda: MultiHeadAttention(3, 5, 6, 0.0, 2), r"d_out=5 is not divisible by num_heads=2"),
         (lambda: CausalAttention(3, 2, 6, 1.0), r"dropout must be in \[0, 1\), got dropout=1.0"),
         (lambda: CausalAttention(3, 2, 6, -0.5), r"dropout must be in \[0, 1\), got dropout=-0.5"),
-        (lambda: MultiHeadAttention(3, 4, 6, 0.1, 0), r"num_heads must be a positive integer, got num_heads=0"),
-        (lambda: SelfAttentionV1(0, 2), r"SelfAttentionV1: d_in must be a positive integer, got d_in=0"),
+        (
+            lambda: MultiHeadAttention(3, 4, 6, 0.1, 0),
+            r"num_heads must be a positive integer, got num_heads=0",
+        ),
+        (
+            lambda: SelfAttentionV1(0, 2),
+            r"SelfAttentionV1: d_in must be a positive integer, got d_in=0",
+        ),
         (lambda: CausalAttention(3, 2, 2.5, 0.0), r"context_length must be a positive integer"),
     ],
-)  # fmt: skip
+)
 def test_bad_constructor_arguments(build, message):
     with pytest.raises(ValueError, match=message):
         build()

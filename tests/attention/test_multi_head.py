@@ -28,10 +28,11 @@ def make(seed=0, dtype=torch.float64):
 def reference(x, w_q, w_k, w_v, w_o, allowed=None):
     """Each head on its own columns, concatenated, projected: built from the 1-head reference."""
     per_head = [
-        batched_reference(x, *(w[:, i * C_H : (i + 1) * C_H] for w in (w_q, w_k, w_v)),
-                          allowed=allowed)
+        batched_reference(
+            x, *(w[:, i * C_H : (i + 1) * C_H] for w in (w_q, w_k, w_v)), allowed=allowed
+        )
         for i in range(HEADS)
-    ]  # fmt: skip
+    ]
     concatenated = np.concatenate([c for c, _ in per_head], axis=-1)
     return concatenated @ w_o.numpy(), np.stack([a for _, a in per_head], axis=-3)
 

@@ -47,11 +47,15 @@ def cases(draw):
     elif masking == "full":
         allowed = torch.rand(batch, n, keys, generator=g) > 0.3
     options = {
-        "scale": width**-0.5, "causal": causal, "window": window, "offset": offset,
-        "allowed": allowed, "softcap": softcap,
+        "scale": width**-0.5,
+        "causal": causal,
+        "window": window,
+        "offset": offset,
+        "allowed": allowed,
+        "softcap": softcap,
         "slopes": torch.rand(heads, generator=g, dtype=torch.float64) if alibi else None,
         "sinks": torch.randn(heads, generator=g, dtype=torch.float64) * 2 if sinks else None,
-    }  # fmt: skip
+    }
     upstream = torch.randn(batch, heads, n, width, generator=g, dtype=torch.float64)
     return (q, k, v), options, upstream
 
@@ -60,9 +64,12 @@ def attend(tensors, options, *, explicit, dtype=torch.float64, grad=None):
     """C (and with `grad`, the gradients of q, k, v, the sinks and ALiBi's slopes) through the
     fast or the explicit path, in `dtype`."""
     leaves = [t.to(dtype).requires_grad_(grad is not None) for t in tensors]
-    learned = {name: None if options[name] is None
-               else options[name].to(dtype).requires_grad_(grad is not None)
-               for name in ("sinks", "slopes")}  # fmt: skip
+    learned = {
+        name: None
+        if options[name] is None
+        else options[name].to(dtype).requires_grad_(grad is not None)
+        for name in ("sinks", "slopes")
+    }
     out = _core.attend(*leaves, heads=True, return_weights=explicit, **{**options, **learned})
     out = out[0] if explicit else out
     if grad is None:
@@ -76,8 +83,9 @@ def reference(tensors, options):
     q, k, v = (t.numpy() for t in tensors)
     batch, heads, n, _ = q.shape
     groups, keys = k.shape[1], k.shape[2]
-    band = band_matrix(n, keys, causal=options["causal"], window=options["window"],
-                       offset=options["offset"])  # fmt: skip
+    band = band_matrix(
+        n, keys, causal=options["causal"], window=options["window"], offset=options["offset"]
+    )
     out = np.zeros(q.shape)
     for b in range(batch):
         allowed = band.copy()
@@ -87,11 +95,16 @@ def reference(tensors, options):
             group = head // (heads // groups)
             slopes, sinks = options["slopes"], options["sinks"]
             out[b, head] = modified_attention(
-                q[b, head], k[b, group], v[b, group], scale=options["scale"], allowed=allowed,
-                softcap=options["softcap"], offset=options["offset"],
+                q[b, head],
+                k[b, group],
+                v[b, group],
+                scale=options["scale"],
+                allowed=allowed,
+                softcap=options["softcap"],
+                offset=options["offset"],
                 slope=None if slopes is None else float(slopes[head]),
                 sink=None if sinks is None else float(sinks[head]),
-            )[0]  # fmt: skip
+            )[0]
     return out
 
 
@@ -149,9 +162,16 @@ def test_the_rounding_bound_catches_a_gradient_off_by_a_ten_thousandth():
     g = torch.Generator().manual_seed(7)
     q = torch.randn(2, 4, 5, 3, generator=g, dtype=torch.float64)
     k, v = (torch.randn(2, 2, 7, 3, generator=g, dtype=torch.float64) for _ in "kv")
-    options = {"scale": 3**-0.5, "causal": True, "window": 3, "offset": 2, "allowed": None,
-               "softcap": 5.0, "slopes": torch.rand(4, generator=g, dtype=torch.float64),
-               "sinks": torch.randn(4, generator=g, dtype=torch.float64)}  # fmt: skip
+    options = {
+        "scale": 3**-0.5,
+        "causal": True,
+        "window": 3,
+        "offset": 2,
+        "allowed": None,
+        "softcap": 5.0,
+        "slopes": torch.rand(4, generator=g, dtype=torch.float64),
+        "sinks": torch.randn(4, generator=g, dtype=torch.float64),
+    }
     upstream = torch.randn(2, 4, 5, 3, generator=g, dtype=torch.float64)
     tensors, options, upstream = rounded(((q, k, v), options, upstream))
     exact = attend(tensors, options, explicit=True, grad=upstream)
@@ -205,9 +225,18 @@ def test_the_backward_never_holds_an_n_by_n_matrix(options, groups):
     k, v = (torch.randn(1, groups, n, width, generator=g, requires_grad=True) for _ in "kv")
     sinks = torch.randn(heads, generator=g, requires_grad=True) if options.get("sinks") else None
     slopes = torch.rand(heads, generator=g) if options.get("alibi") else None
-    out = _core.attend(q, k, v, scale=width**-0.5, heads=True, causal=True,
-                       window=options.get("window"), softcap=options.get("softcap"),
-                       slopes=slopes, sinks=sinks)  # fmt: skip
+    out = _core.attend(
+        q,
+        k,
+        v,
+        scale=width**-0.5,
+        heads=True,
+        causal=True,
+        window=options.get("window"),
+        softcap=options.get("softcap"),
+        slopes=slopes,
+        sinks=sinks,
+    )
     leaves = [q, k, v] + ([sinks] if sinks is not None else [])
     with Record() as record:
         torch.autograd.grad(out, leaves, torch.randn(out.shape, generator=g))

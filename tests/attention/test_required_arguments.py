@@ -56,7 +56,10 @@ def good_calls():
         ("CausalAttention.forward", CausalAttention(D, C, N, 0.0)),
         ("MultiHeadAttentionWrapper.forward", MultiHeadAttentionWrapper(D, C, N, 0.0, HEADS)),
         ("MultiHeadAttention.forward", MultiHeadAttention(D, C, N, 0.0, HEADS)),
-        ("MultiHeadAttentionWithSWA.forward", MultiHeadAttentionWithSWA(D, C, 0.0, HEADS, False, 2)),
+        (
+            "MultiHeadAttentionWithSWA.forward",
+            MultiHeadAttentionWithSWA(D, C, 0.0, HEADS, False, 2),
+        ),
     ]
     cross = {"x": x, "y": t["y"], "w_q": w, "w_k": t["w_y"], "w_v": t["w_y"]}
     masks = ("mask", "key_padding_mask")
@@ -64,40 +67,91 @@ def good_calls():
         ("projection", F.projection, {"x": x, "w": w}, ["x", "w"], ["b"]),
         ("scores", F.scores, {"q": q, "k": q}, ["q", "k"], []),
         ("scaled_scores", F.scaled_scores, {"omega": t["omega"], "c": C}, ["omega"], []),
-        ("masked_scores", F.masked_scores, {"omega": t["omega"], "mask": t["omega"] > 0},
-         ["omega", "mask"], []),
-        ("softcapped_scores", F.softcapped_scores, {"omega_scaled": t["omega"], "cap": 5.0},
-         ["omega_scaled"], []),
-        ("alibi_scores", F.alibi_scores, {"omega_scaled": t["omega"], "slope": 0.5},
-         ["omega_scaled"], []),
+        (
+            "masked_scores",
+            F.masked_scores,
+            {"omega": t["omega"], "mask": t["omega"] > 0},
+            ["omega", "mask"],
+            [],
+        ),
+        (
+            "softcapped_scores",
+            F.softcapped_scores,
+            {"omega_scaled": t["omega"], "cap": 5.0},
+            ["omega_scaled"],
+            [],
+        ),
+        (
+            "alibi_scores",
+            F.alibi_scores,
+            {"omega_scaled": t["omega"], "slope": 0.5},
+            ["omega_scaled"],
+            [],
+        ),
         ("weights", F.weights, {"omega": t["omega"], "c": C}, ["omega"], list(masks)),
         ("context", F.context, {"a": t["a"], "v": q}, ["a", "v"], []),
         ("output_gate", F.output_gate, {"c": q, "gamma": q}, ["c", "gamma"], []),
         ("self_attention", F.self_attention, qkv, list(qkv), ["b_q", "b_k", "b_v", *masks]),
         ("split_heads", F.split_heads, {"t": q, "heads": HEADS}, ["t"], []),
         ("merge_heads", F.merge_heads, {"t": t["heads"]}, ["t"], []),
-        ("multi_head_attention", F.multi_head_attention,
-         {**qkv, "w_o": torch.randn(C, C), "heads": HEADS}, [*qkv, "w_o"],
-         ["b_q", "b_k", "b_v", "b_o", *masks]),
-        ("self_attention_backward", F.self_attention_backward, {**qkv, "grad_c": q},
-         [*qkv, "grad_c"], []),
-        ("self_attention_gradients", F.self_attention_gradients, {**qkv, "grad_c": q},
-         [*qkv, "grad_c"], []),
-        *[(where, module, {"x": x}, ["x"], [] if "V" in where else list(masks))
-          for where, module in modules],
+        (
+            "multi_head_attention",
+            F.multi_head_attention,
+            {**qkv, "w_o": torch.randn(C, C), "heads": HEADS},
+            [*qkv, "w_o"],
+            ["b_q", "b_k", "b_v", "b_o", *masks],
+        ),
+        (
+            "self_attention_backward",
+            F.self_attention_backward,
+            {**qkv, "grad_c": q},
+            [*qkv, "grad_c"],
+            [],
+        ),
+        (
+            "self_attention_gradients",
+            F.self_attention_gradients,
+            {**qkv, "grad_c": q},
+            [*qkv, "grad_c"],
+            [],
+        ),
+        *[
+            (where, module, {"x": x}, ["x"], [] if "V" in where else list(masks))
+            for where, module in modules
+        ],
         # the variants: n queries against s keys, a cache (a tuple: see test_decode_step.py)
         ("scores", F.scores, {"q": q, "k": t["k"]}, ["q", "k"], []),
         ("cross_attention", F.cross_attention, cross, list(cross), list(masks)),
-        ("CrossAttention.forward", CrossAttention(D, D_Y, C, num_heads=HEADS), {"x": x, "y": t["y"]},
-         ["x", "y"], list(masks)),
-        ("decode_step", F.decode_step, {"x_new": x[:2], "w_q": w, "w_k": w, "w_v": w},
-         ["x_new", "w_q", "w_k", "w_v"], ["cache"]),
-        ("MultiHeadAttention.forward", generating(MultiHeadAttention(D, C, N, 0.0, HEADS)),
-         {"x": x}, ["x"], []),
-        ("MultiHeadAttentionWithSWA.forward", generating(MultiHeadAttentionWithSWA(D, C, 0.0, HEADS)),
-         {"x": x}, ["x"], []),
+        (
+            "CrossAttention.forward",
+            CrossAttention(D, D_Y, C, num_heads=HEADS),
+            {"x": x, "y": t["y"]},
+            ["x", "y"],
+            list(masks),
+        ),
+        (
+            "decode_step",
+            F.decode_step,
+            {"x_new": x[:2], "w_q": w, "w_k": w, "w_v": w},
+            ["x_new", "w_q", "w_k", "w_v"],
+            ["cache"],
+        ),
+        (
+            "MultiHeadAttention.forward",
+            generating(MultiHeadAttention(D, C, N, 0.0, HEADS)),
+            {"x": x},
+            ["x"],
+            [],
+        ),
+        (
+            "MultiHeadAttentionWithSWA.forward",
+            generating(MultiHeadAttentionWithSWA(D, C, 0.0, HEADS)),
+            {"x": x},
+            ["x"],
+            [],
+        ),
         *variant_calls(x),
-    ]  # fmt: skip
+    ]
 
 
 def variant_calls(x):
@@ -108,9 +162,14 @@ def variant_calls(x):
     return [
         ("GroupedQueryAttention.forward", gqa, {"x": x}, ["x"], ["blocked", "cos", "sin"]),
         ("RMSNorm.forward", RMSNorm(D), {"x": x}, ["x"], []),
-        ("MultiHeadLatentAttention.forward", MultiHeadLatentAttention(D, C, 0.0, HEADS),
-         {"x": x}, ["x"], []),
-    ]  # fmt: skip
+        (
+            "MultiHeadLatentAttention.forward",
+            MultiHeadLatentAttention(D, C, 0.0, HEADS),
+            {"x": x},
+            ["x"],
+            [],
+        ),
+    ]
 
 
 CASES = [

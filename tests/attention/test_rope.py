@@ -98,7 +98,10 @@ def test_offset_continues_the_positions():
 @given(shift=st.integers(0, 40), m=st.integers(0, 20), p=st.integers(0, 20))
 def test_scores_depend_on_the_distance_only(shift, m, p):
     g = torch.Generator().manual_seed(3)
-    q, k = torch.randn(1, 8, dtype=torch.float64, generator=g), torch.randn(1, 8, generator=g, dtype=torch.float64)
+    q, k = (
+        torch.randn(1, 8, dtype=torch.float64, generator=g),
+        torch.randn(1, 8, generator=g, dtype=torch.float64),
+    )
     cos, sin = compute_rope_params(8, 10_000, 64, dtype=torch.float64)
     before = apply_rope(q, cos, sin, offset=m) @ apply_rope(k, cos, sin, offset=p).T
     after = apply_rope(q, cos, sin, offset=m + shift) @ apply_rope(k, cos, sin, offset=p + shift).T
@@ -124,14 +127,23 @@ def test_rotate_half_is_x_times_r():
 
 
 def test_odd_head_dim_names_the_argument_and_size():
-    with pytest.raises(ShapeError, match=r"compute_rope_params: head_dim=7 is odd; RoPE rotates pairs"):
+    with pytest.raises(
+        ShapeError, match=r"compute_rope_params: head_dim=7 is odd; RoPE rotates pairs"
+    ):
         compute_rope_params(7)
     cos, sin = torch.ones(4, 5), torch.ones(4, 5)
-    with pytest.raises(ShapeError, match=r"apply_rope: c_r \(the columns of cos and sin\)=5 is odd"):
+    with pytest.raises(
+        ShapeError, match=r"apply_rope: c_r \(the columns of cos and sin\)=5 is odd"
+    ):
         apply_rope(torch.ones(3, 5), cos, sin)
-    with pytest.raises(ShapeError, match=r"apply_rope: cos and sin have c_r=6 columns but x has c=4"):
+    with pytest.raises(
+        ShapeError, match=r"apply_rope: cos and sin have c_r=6 columns but x has c=4"
+    ):
         apply_rope(torch.ones(3, 4), torch.ones(4, 6), torch.ones(4, 6))
-    with pytest.raises(ShapeError, match=r"rope_rotation: rotated must be an int from 1 to the width c = 4, got rotated=6"):
+    with pytest.raises(
+        ShapeError,
+        match=r"rope_rotation: rotated must be an int from 1 to the width c = 4, got rotated=6",
+    ):
         rope_rotation(torch.ones(3, 4), rotated=6)
 
 
@@ -143,20 +155,27 @@ def test_narrower_tables_rotate_the_first_features_only():
     turned = apply_rope(x, cos, sin)
     assert torch.equal(turned[..., 4:], x[..., 4:])
     torch.testing.assert_close(turned[..., :4], apply_rope(x[..., :4], cos, sin), rtol=0, atol=0)
-    torch.testing.assert_close(rope_rotation(x, theta_base=100, rotated=4), turned, rtol=0, atol=1e-15)
+    torch.testing.assert_close(
+        rope_rotation(x, theta_base=100, rotated=4), turned, rtol=0, atol=1e-15
+    )
     assert (turned[..., :4] - x[..., :4]).abs().max() > 0.1
 
 
 def test_short_tables_name_both_sizes():
     cos, sin = compute_rope_params(4, context_length=6)
-    with pytest.raises(ShapeError, match=r"apply_rope: cos and sin have n_ctx=6 positions but x needs offset \+ n = 2 \+ 5 = 7"):
+    with pytest.raises(
+        ShapeError,
+        match=r"apply_rope: cos and sin have n_ctx=6 positions but x needs offset \+ n = 2 \+ 5 = 7",
+    ):
         apply_rope(torch.ones(5, 4), cos, sin, offset=2)
     apply_rope(torch.ones(4, 4), cos, sin, offset=2)  # 2 + 4 = 6 positions: enough
 
 
 def test_shape_mismatches_name_the_letter_and_both_sizes():
     cos, sin = compute_rope_params(6, context_length=8)
-    with pytest.raises(ShapeError, match=r"apply_rope: cos and sin have c_r=6 columns but x has c=4"):
+    with pytest.raises(
+        ShapeError, match=r"apply_rope: cos and sin have c_r=6 columns but x has c=4"
+    ):
         apply_rope(torch.ones(5, 4), cos, sin)
     with pytest.raises(ShapeError, match=r"apply_rope: sin has c_r=4 but cos has c_r=6"):
         apply_rope(torch.ones(5, 6), cos, sin[:, :4])
@@ -180,7 +199,10 @@ def test_bad_offsets(kwargs, message):
 def test_bad_freq_config_names_what_is_missing():
     with pytest.raises(ValueError, match=r"freq_config needs the keys .*; missing factor"):
         compute_rope_params(8, freq_config={k: v for k, v in LLAMA_31.items() if k != "factor"})
-    with pytest.raises(ValueError, match=r"high_freq_factor > low_freq_factor, got high_freq_factor=1.0, low_freq_factor=1.0"):
+    with pytest.raises(
+        ValueError,
+        match=r"high_freq_factor > low_freq_factor, got high_freq_factor=1.0, low_freq_factor=1.0",
+    ):
         compute_rope_params(8, freq_config={**LLAMA_31, "high_freq_factor": 1.0})
 
 

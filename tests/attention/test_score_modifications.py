@@ -34,8 +34,16 @@ def per_head_reference(x, w_q, w_k, w_v, *, heads, allowed, **options):
     parts = []
     for head in range(heads):
         columns = slice(head * width, (head + 1) * width)
-        parts.append(modified_attention(q[:, columns], k[:, columns], v[:, columns],
-                                        scale=width**-0.5, allowed=allowed, **options)[0])
+        parts.append(
+            modified_attention(
+                q[:, columns],
+                k[:, columns],
+                v[:, columns],
+                scale=width**-0.5,
+                allowed=allowed,
+                **options,
+            )[0]
+        )
     return np.concatenate(parts, axis=-1)
 
 
@@ -63,8 +71,15 @@ def test_self_attention_with_a_cap(options, explicit):
     got = got[0] if explicit else got
     allowed = band_matrix(N, N, causal=options.get("causal", False), window=options.get("window"))
     for b in range(2):
-        expected = per_head_reference(x[b].numpy(), w_q.numpy(), w_k.numpy(), w_v.numpy(),
-                                      heads=1, allowed=allowed, softcap=1.5)  # fmt: skip
+        expected = per_head_reference(
+            x[b].numpy(),
+            w_q.numpy(),
+            w_k.numpy(),
+            w_v.numpy(),
+            heads=1,
+            allowed=allowed,
+            softcap=1.5,
+        )
         np.testing.assert_allclose(got[b].numpy(), expected, rtol=0, atol=1e-12)
 
 
@@ -72,13 +87,21 @@ def test_self_attention_with_a_cap(options, explicit):
 def test_multi_head_and_grouped_with_a_cap(explicit):
     x, (w_q, w_k, w_v) = inputs(1)
     w_o = torch.eye(C, dtype=torch.float64)
-    got = F.multi_head_attention(x, w_q, w_k, w_v, w_o, heads=2, causal=True, softcap=0.7,
-                                 return_weights=explicit)  # fmt: skip
+    got = F.multi_head_attention(
+        x, w_q, w_k, w_v, w_o, heads=2, causal=True, softcap=0.7, return_weights=explicit
+    )
     got = got[0] if explicit else got
     allowed = band_matrix(N, N, causal=True)
     for b in range(2):
-        expected = per_head_reference(x[b].numpy(), w_q.numpy(), w_k.numpy(), w_v.numpy(),
-                                      heads=2, allowed=allowed, softcap=0.7)  # fmt: skip
+        expected = per_head_reference(
+            x[b].numpy(),
+            w_q.numpy(),
+            w_k.numpy(),
+            w_v.numpy(),
+            heads=2,
+            allowed=allowed,
+            softcap=0.7,
+        )
         np.testing.assert_allclose(got[b].numpy(), expected, rtol=0, atol=1e-12)
     grouped = grouped_query_attention(x, w_q, w_k, w_v, w_o, heads=2, causal=True, softcap=0.7)
     torch.testing.assert_close(grouped, got, rtol=0, atol=1e-12)
@@ -89,8 +112,9 @@ def test_an_infinite_cap_is_no_cap():
     plain = F.self_attention(x, w_q, w_k, w_v, causal=True)
     capped = F.self_attention(x, w_q, w_k, w_v, causal=True, softcap=1e9)
     torch.testing.assert_close(capped, plain, rtol=0, atol=1e-12)
-    assert not torch.allclose(F.self_attention(x, w_q, w_k, w_v, causal=True, softcap=1.0),
-                              plain, atol=1e-3)  # a small cap changes it  # fmt: skip
+    assert not torch.allclose(
+        F.self_attention(x, w_q, w_k, w_v, causal=True, softcap=1.0), plain, atol=1e-3
+    )  # a small cap changes it
 
 
 def test_the_modules_take_a_cap_and_compute_the_functional_one():
@@ -102,24 +126,39 @@ def test_the_modules_take_a_cap_and_compute_the_functional_one():
     ):
         module = module.double().eval()
         expected = F.multi_head_attention(
-            x, module.w_q if hasattr(module, "w_q") else module.W_query.weight.mT,
-            module.W_key.weight.mT, module.W_value.weight.mT, module.out_proj.weight.mT,
-            heads=2, b_o=module.out_proj.bias, causal=True, softcap=2.0,
+            x,
+            module.w_q if hasattr(module, "w_q") else module.W_query.weight.mT,
+            module.W_key.weight.mT,
+            module.W_value.weight.mT,
+            module.out_proj.weight.mT,
+            heads=2,
+            b_o=module.out_proj.bias,
+            causal=True,
+            softcap=2.0,
             window=getattr(module, "sliding_window_size", None),
-        )  # fmt: skip
+        )
         torch.testing.assert_close(module(x), expected, rtol=0, atol=1e-12)
         assert module.softcap == 2.0
 
 
 def test_grouped_query_attention_module_with_a_window_and_a_cap():
     torch.manual_seed(1)
-    module = GroupedQueryAttention(8, num_heads=4, num_kv_groups=2, head_dim=2, sliding_window=3,
-                                   softcap=1.0).double()  # fmt: skip
+    module = GroupedQueryAttention(
+        8, num_heads=4, num_kv_groups=2, head_dim=2, sliding_window=3, softcap=1.0
+    ).double()
     x = torch.randn(2, N, 8, dtype=torch.float64) * 4
     expected = grouped_query_attention(
-        x, module.W_query.weight.mT, module.W_key.weight.mT, module.W_value.weight.mT,
-        module.out_proj.weight.mT, heads=4, groups=2, causal=True, window=3, softcap=1.0,
-    )  # fmt: skip
+        x,
+        module.W_query.weight.mT,
+        module.W_key.weight.mT,
+        module.W_value.weight.mT,
+        module.out_proj.weight.mT,
+        heads=4,
+        groups=2,
+        causal=True,
+        window=3,
+        softcap=1.0,
+    )
     torch.testing.assert_close(module(x), expected, rtol=0, atol=1e-12)
 
 
@@ -139,7 +178,9 @@ def test_a_bad_cap_is_named(cap):
 
 def test_a_cap_that_is_no_number_is_a_type_error():
     x, (w_q, w_k, w_v) = inputs()
-    with pytest.raises(TypeError, match=r"^self_attention: softcap must be float \| None, got '50'"):
+    with pytest.raises(
+        TypeError, match=r"^self_attention: softcap must be float \| None, got '50'"
+    ):
         F.self_attention(x, w_q, w_k, w_v, softcap="50")
     with pytest.raises(ValueError, match=r"^MultiHeadAttention: softcap must be a positive number"):
         MultiHeadAttention(8, 8, N, 0.0, 2, softcap="50")
@@ -175,8 +216,17 @@ def test_multi_head_attention_with_alibi(explicit, given):
     x, (w_q, w_k, w_v) = inputs(3)
     slopes = torch.tensor([0.7, 0.2], dtype=torch.float64) if given else None
     alibi = slopes if given else True
-    got = F.multi_head_attention(x, w_q, w_k, w_v, torch.eye(C, dtype=torch.float64), heads=2,
-                                 causal=True, alibi=alibi, return_weights=explicit)  # fmt: skip
+    got = F.multi_head_attention(
+        x,
+        w_q,
+        w_k,
+        w_v,
+        torch.eye(C, dtype=torch.float64),
+        heads=2,
+        causal=True,
+        alibi=alibi,
+        return_weights=explicit,
+    )
     got = got[0] if explicit else got
     used = slopes.tolist() if given else F.alibi_slopes(2).tolist()
     allowed = band_matrix(N, N, causal=True)
@@ -184,8 +234,14 @@ def test_multi_head_attention_with_alibi(explicit, given):
         q, k, v = (x[b].numpy() @ w.numpy() for w in (w_q, w_k, w_v))
         for head, slope in enumerate(used):
             columns = slice(2 * head, 2 * head + 2)
-            expected = modified_attention(q[:, columns], k[:, columns], v[:, columns],
-                                          scale=2**-0.5, allowed=allowed, slope=slope)[0]
+            expected = modified_attention(
+                q[:, columns],
+                k[:, columns],
+                v[:, columns],
+                scale=2**-0.5,
+                allowed=allowed,
+                slope=slope,
+            )[0]
             np.testing.assert_allclose(got[b, :, columns].numpy(), expected, rtol=0, atol=1e-12)
 
 
@@ -194,8 +250,15 @@ def test_bloom_s_bias_gives_the_same_weights():
     # μ m per row, which the softmax does not see
     x, (w_q, w_k, w_v) = inputs(4, batch=())
     slope = 0.3
-    _, ours = F.self_attention(x, w_q, w_k, w_v, causal=True, return_weights=True,
-                               alibi=torch.tensor([slope], dtype=torch.float64))  # fmt: skip
+    _, ours = F.self_attention(
+        x,
+        w_q,
+        w_k,
+        w_v,
+        causal=True,
+        return_weights=True,
+        alibi=torch.tensor([slope], dtype=torch.float64),
+    )
     scores = (x @ w_q) @ (x @ w_k).T / C**0.5 + slope * torch.arange(N, dtype=torch.float64)
     bloom = scores.masked_fill(~F.causal_mask(N), float("-inf")).softmax(dim=-1)
     torch.testing.assert_close(ours, bloom, rtol=0, atol=1e-14)
@@ -206,8 +269,9 @@ def test_zero_slopes_are_plain_attention_and_steep_ones_attend_to_the_last_token
     plain = F.self_attention(x, w_q, w_k, w_v, causal=True)
     zero = F.self_attention(x, w_q, w_k, w_v, causal=True, alibi=torch.zeros(1, dtype=x.dtype))
     torch.testing.assert_close(zero, plain, rtol=0, atol=1e-13)  # the fused kernel's rounding
-    steep = F.self_attention(x, w_q, w_k, w_v, causal=True,
-                             alibi=torch.full((1,), 1e3, dtype=x.dtype))  # fmt: skip
+    steep = F.self_attention(
+        x, w_q, w_k, w_v, causal=True, alibi=torch.full((1,), 1e3, dtype=x.dtype)
+    )
     torch.testing.assert_close(steep, x @ w_v, rtol=0, atol=1e-12)  # each token its own value
 
 
@@ -217,8 +281,9 @@ def test_learned_slopes_get_the_gradient_of_the_explicit_path():
     w_o = torch.eye(C, dtype=torch.float64)
     grads = []
     for explicit in (False, True):
-        out = F.multi_head_attention(x, w_q, w_k, w_v, w_o, heads=2, causal=True, alibi=slopes,
-                                     return_weights=explicit)  # fmt: skip
+        out = F.multi_head_attention(
+            x, w_q, w_k, w_v, w_o, heads=2, causal=True, alibi=slopes, return_weights=explicit
+        )
         out = out[0] if explicit else out
         grads.append(torch.autograd.grad(out.square().sum(), slopes)[0])
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-10, atol=1e-12)
@@ -239,33 +304,57 @@ def test_the_modules_take_alibi():
     for alibi in (True, slopes):
         module = MultiHeadAttention(8, 8, N, 0.0, 2, alibi=alibi).double().eval()
         expected = F.multi_head_attention(
-            x, module.W_query.weight.mT, module.W_key.weight.mT, module.W_value.weight.mT,
-            module.out_proj.weight.mT, heads=2, b_o=module.out_proj.bias, causal=True,
+            x,
+            module.W_query.weight.mT,
+            module.W_key.weight.mT,
+            module.W_value.weight.mT,
+            module.out_proj.weight.mT,
+            heads=2,
+            b_o=module.out_proj.bias,
+            causal=True,
             alibi=alibi,
-        )  # fmt: skip
+        )
         torch.testing.assert_close(module(x), expected, rtol=0, atol=1e-12)
         assert "alibi_slopes" not in module.state_dict()  # the constructor makes them
-        gqa = GroupedQueryAttention(8, num_heads=2, num_kv_groups=1, head_dim=4,
-                                    alibi=alibi).double()  # fmt: skip
+        gqa = GroupedQueryAttention(
+            8, num_heads=2, num_kv_groups=1, head_dim=4, alibi=alibi
+        ).double()
         grouped = grouped_query_attention(
-            x, gqa.W_query.weight.mT, gqa.W_key.weight.mT, gqa.W_value.weight.mT,
-            gqa.out_proj.weight.mT, heads=2, groups=1, causal=True, alibi=alibi,
-        )  # fmt: skip
+            x,
+            gqa.W_query.weight.mT,
+            gqa.W_key.weight.mT,
+            gqa.W_value.weight.mT,
+            gqa.out_proj.weight.mT,
+            heads=2,
+            groups=1,
+            causal=True,
+            alibi=alibi,
+        )
         torch.testing.assert_close(gqa(x), grouped, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
-        (lambda x, w: F.self_attention(x, w, w, w, alibi=True), ValueError,
-         r"^self_attention: alibi needs causal=True \(the bias −μ_ℓ \(m − p\) of ALiBi is for the keys p ≤ m\)$"),
-        (lambda x, w: F.multi_head_attention(x, w, w, w, w, heads=2, causal=True,
-                                             alibi=torch.ones(3, dtype=x.dtype)), ShapeError,
-         r"^multi_head_attention: alibi has shape \(3,\) but there are heads=2; give one slope per head$"),
-        (lambda x, w: MultiHeadAttention(4, 4, N, 0.0, 2, alibi=1), TypeError,
-         r"^MultiHeadAttention: alibi must be a bool or a tensor of slopes, got alibi=1$"),
+        (
+            lambda x, w: F.self_attention(x, w, w, w, alibi=True),
+            ValueError,
+            r"^self_attention: alibi needs causal=True \(the bias −μ_ℓ \(m − p\) of ALiBi is for the keys p ≤ m\)$",
+        ),
+        (
+            lambda x, w: F.multi_head_attention(
+                x, w, w, w, w, heads=2, causal=True, alibi=torch.ones(3, dtype=x.dtype)
+            ),
+            ShapeError,
+            r"^multi_head_attention: alibi has shape \(3,\) but there are heads=2; give one slope per head$",
+        ),
+        (
+            lambda x, w: MultiHeadAttention(4, 4, N, 0.0, 2, alibi=1),
+            TypeError,
+            r"^MultiHeadAttention: alibi must be a bool or a tensor of slopes, got alibi=1$",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_alibi_is_named(call, error, message):
     x, w = torch.randn(2, N, 4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)
     with pytest.raises(error, match=message):
@@ -286,16 +375,32 @@ def test_weights_with_a_sink_is_the_formula():
 def test_multi_head_attention_with_sinks(explicit):
     x, (w_q, w_k, w_v) = inputs(7)
     sinks = torch.tensor([0.5, -1.0], dtype=torch.float64)
-    got = F.multi_head_attention(x, w_q, w_k, w_v, torch.eye(C, dtype=torch.float64), heads=2,
-                                 causal=True, window=3, sinks=sinks, return_weights=explicit)
+    got = F.multi_head_attention(
+        x,
+        w_q,
+        w_k,
+        w_v,
+        torch.eye(C, dtype=torch.float64),
+        heads=2,
+        causal=True,
+        window=3,
+        sinks=sinks,
+        return_weights=explicit,
+    )
     got = got[0] if explicit else got
     allowed = band_matrix(N, N, causal=True, window=3)
     for b in range(2):
         q, k, v = (x[b].numpy() @ w.numpy() for w in (w_q, w_k, w_v))
         for head, sink in enumerate(sinks.tolist()):
             columns = slice(2 * head, 2 * head + 2)
-            expected = modified_attention(q[:, columns], k[:, columns], v[:, columns],
-                                          scale=2**-0.5, allowed=allowed, sink=sink)[0]
+            expected = modified_attention(
+                q[:, columns],
+                k[:, columns],
+                v[:, columns],
+                scale=2**-0.5,
+                allowed=allowed,
+                sink=sink,
+            )[0]
             np.testing.assert_allclose(got[b, :, columns].numpy(), expected, rtol=0, atol=1e-12)
 
 
@@ -323,10 +428,16 @@ def test_the_modules_sinks_are_gpt_oss_s_parameter():
         torch.testing.assert_close(module.state_dict()[name], weight, rtol=0, atol=0)
     x = torch.randn(2, N, 8)
     expected = F.multi_head_attention(
-        x, module.W_query.weight.mT, module.W_key.weight.mT, module.W_value.weight.mT,
-        module.out_proj.weight.mT, heads=4, b_o=module.out_proj.bias, causal=True,
+        x,
+        module.W_query.weight.mT,
+        module.W_key.weight.mT,
+        module.W_value.weight.mT,
+        module.out_proj.weight.mT,
+        heads=4,
+        b_o=module.out_proj.bias,
+        causal=True,
         sinks=module.sinks,
-    )  # fmt: skip
+    )
     torch.testing.assert_close(module(x), expected, rtol=0, atol=1e-6)
     module(x).sum().backward()
     assert module.sinks.grad is not None and module.sinks.grad.abs().max() > 0
@@ -342,11 +453,17 @@ def test_the_cache_with_sinks_and_a_window_gives_the_uncached_rows():
 
 def test_bad_sinks_are_named():
     x, w = torch.randn(2, N, 4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)
-    with pytest.raises(ShapeError, match=r"^multi_head_attention: sinks has shape \(3,\) but "
-                       r"there are heads=2; give one sink per head$"):  # fmt: skip
+    with pytest.raises(
+        ShapeError,
+        match=r"^multi_head_attention: sinks has shape \(3,\) but "
+        r"there are heads=2; give one sink per head$",
+    ):
         F.multi_head_attention(x, w, w, w, w, heads=2, sinks=torch.zeros(3, dtype=x.dtype))
-    with pytest.raises(TypeError, match=r"^MultiHeadAttention: sinks must be a tensor of one sink "
-                       r"per head, got str$"):  # fmt: skip
+    with pytest.raises(
+        TypeError,
+        match=r"^MultiHeadAttention: sinks must be a tensor of one sink "
+        r"per head, got str$",
+    ):
         MultiHeadAttention(4, 4, N, 0.0, 2, sinks="yes")
 
 
@@ -364,19 +481,22 @@ def test_output_gate_is_the_formula():
 def test_multi_head_attention_with_a_gate(explicit):
     x, (w_q, w_k, w_v) = inputs(11)
     g = torch.Generator().manual_seed(12)
-    w_g, b_g = torch.randn(D, C, generator=g, dtype=x.dtype), torch.randn(C, generator=g,
-                                                                           dtype=x.dtype)
+    w_g, b_g = (
+        torch.randn(D, C, generator=g, dtype=x.dtype),
+        torch.randn(C, generator=g, dtype=x.dtype),
+    )
     w_o = torch.randn(C, 3, generator=g, dtype=x.dtype)
-    got = F.multi_head_attention(x, w_q, w_k, w_v, w_o, heads=2, causal=True, w_g=w_g, b_g=b_g,
-                                 return_weights=explicit)  # fmt: skip
+    got = F.multi_head_attention(
+        x, w_q, w_k, w_v, w_o, heads=2, causal=True, w_g=w_g, b_g=b_g, return_weights=explicit
+    )
     got = got[0] if explicit else got
     allowed = band_matrix(N, N, causal=True)
     for b in range(2):
-        heads = per_head_reference(x[b].numpy(), w_q.numpy(), w_k.numpy(), w_v.numpy(), heads=2,
-                                   allowed=allowed)  # fmt: skip
+        heads = per_head_reference(
+            x[b].numpy(), w_q.numpy(), w_k.numpy(), w_v.numpy(), heads=2, allowed=allowed
+        )
         gate = 1 / (1 + np.exp(-(x[b].numpy() @ w_g.numpy() + b_g.numpy())))
-        np.testing.assert_allclose(got[b].numpy(), (heads * gate) @ w_o.numpy(), rtol=0,
-                                   atol=1e-12)  # fmt: skip
+        np.testing.assert_allclose(got[b].numpy(), (heads * gate) @ w_o.numpy(), rtol=0, atol=1e-12)
 
 
 def test_a_gate_wide_open_is_no_gate_and_a_closed_one_silences():
@@ -386,8 +506,9 @@ def test_a_gate_wide_open_is_no_gate_and_a_closed_one_silences():
     zeros = torch.zeros(D, C, dtype=x.dtype)
     for logit, factor in ((1e3, 1.0), (-1e3, 0.0), (0.0, 0.5)):
         b_g = torch.full((C,), logit, dtype=x.dtype)
-        gated = F.multi_head_attention(x, w_q, w_k, w_v, w_o, heads=2, causal=True, w_g=zeros,
-                                       b_g=b_g)  # fmt: skip
+        gated = F.multi_head_attention(
+            x, w_q, w_k, w_v, w_o, heads=2, causal=True, w_g=zeros, b_g=b_g
+        )
         torch.testing.assert_close(gated, plain * factor, rtol=0, atol=1e-14)
 
 
@@ -399,11 +520,13 @@ def test_the_modules_gate_is_qwen_3_5_s_layout(cls):
     if cls == "mha":
         module = MultiHeadAttention(5, heads * width, N, 0.0, heads, qkv_bias=True, gate=True)
     elif cls == "swa":
-        module = MultiHeadAttentionWithSWA(5, heads * width, 0.0, heads, sliding_window_size=2,
-                                           gate=True)  # fmt: skip
+        module = MultiHeadAttentionWithSWA(
+            5, heads * width, 0.0, heads, sliding_window_size=2, gate=True
+        )
     else:
-        module = GroupedQueryAttention(5, num_heads=heads, num_kv_groups=1, head_dim=width,
-                                       gate=True)  # fmt: skip
+        module = GroupedQueryAttention(
+            5, num_heads=heads, num_kv_groups=1, head_dim=width, gate=True
+        )
     module = module.double().eval()
     assert module.gate and module.W_query.weight.shape == (2 * heads * width, 5)
     blocks = module.W_query.weight.detach().view(heads, 2, width, 5)  # (h, query|gate, c_h, d)
@@ -413,16 +536,26 @@ def test_the_modules_gate_is_qwen_3_5_s_layout(cls):
     x = torch.randn(2, N, 5, dtype=torch.float64)
     w_k, w_v = module.W_key.weight.mT, module.W_value.weight.mT
     if cls == "gqa":
-        expected = grouped_query_attention(x, w_q, w_k, w_v, module.out_proj.weight.mT,
-                                           heads=heads, groups=1, causal=True, w_g=w_g)  # fmt: skip
+        expected = grouped_query_attention(
+            x, w_q, w_k, w_v, module.out_proj.weight.mT, heads=heads, groups=1, causal=True, w_g=w_g
+        )
     else:
         expected = F.multi_head_attention(
-            x, w_q, w_k, w_v, module.out_proj.weight.mT, heads=heads,
-            b_q=None if b_q is None else b_q.flatten(), b_k=module.W_key.bias,
-            b_v=module.W_value.bias, b_o=module.out_proj.bias, causal=True,
-            window=2 if cls == "swa" else None, w_g=w_g,
+            x,
+            w_q,
+            w_k,
+            w_v,
+            module.out_proj.weight.mT,
+            heads=heads,
+            b_q=None if b_q is None else b_q.flatten(),
+            b_k=module.W_key.bias,
+            b_v=module.W_value.bias,
+            b_o=module.out_proj.bias,
+            causal=True,
+            window=2 if cls == "swa" else None,
+            w_g=w_g,
             b_g=None if b_g is None else b_g.flatten(),
-        )  # fmt: skip
+        )
     blocked = {"blocked": ~F.causal_mask(N)} if cls == "gqa" else {}  # the books' mask
     torch.testing.assert_close(module(x, **blocked), expected, rtol=0, atol=1e-13)
     if cls != "gqa":  # the cache gives the same rows
@@ -431,12 +564,17 @@ def test_the_modules_gate_is_qwen_3_5_s_layout(cls):
 
 def test_a_gate_s_bias_needs_its_weight():
     x, w = torch.randn(2, N, 4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)
-    with pytest.raises(ValueError, match=r"^multi_head_attention: b_g is the bias of the output "
-                       r"gate; give w_g with it$"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"^multi_head_attention: b_g is the bias of the output "
+        r"gate; give w_g with it$",
+    ):
         F.multi_head_attention(x, w, w, w, w, heads=2, b_g=torch.zeros(4, dtype=x.dtype))
     with pytest.raises(ShapeError, match=r"w_g"):
         F.multi_head_attention(x, w, w, w, w, heads=2, w_g=torch.zeros(4, 2, dtype=x.dtype))
-    with pytest.raises(TypeError, match=r"^MultiHeadAttention: gate must be a bool, got gate=.yes.$"):
+    with pytest.raises(
+        TypeError, match=r"^MultiHeadAttention: gate must be a bool, got gate=.yes.$"
+    ):
         MultiHeadAttention(4, 4, N, 0.0, 2, gate="yes")
 
 
@@ -447,34 +585,60 @@ def test_a_gate_s_bias_needs_its_weight():
 def test_query_pre_attn_scalar_replaces_the_head_width(explicit):
     x, (w_q, w_k, w_v) = inputs(15)
     w_o = torch.eye(C, dtype=x.dtype)
-    got = F.multi_head_attention(x, w_q, w_k, w_v, w_o, heads=2, causal=True,
-                                 query_pre_attn_scalar=7.0, return_weights=explicit)  # fmt: skip
+    got = F.multi_head_attention(
+        x,
+        w_q,
+        w_k,
+        w_v,
+        w_o,
+        heads=2,
+        causal=True,
+        query_pre_attn_scalar=7.0,
+        return_weights=explicit,
+    )
     got = got[0] if explicit else got
     allowed = band_matrix(N, N, causal=True)
     for b in range(2):
         q, k, v = (x[b].numpy() @ w.numpy() for w in (w_q, w_k, w_v))
         for head in range(2):
             columns = slice(2 * head, 2 * head + 2)
-            expected = modified_attention(q[:, columns], k[:, columns], v[:, columns],
-                                          scale=7.0**-0.5, allowed=allowed)[0]  # fmt: skip
+            expected = modified_attention(
+                q[:, columns], k[:, columns], v[:, columns], scale=7.0**-0.5, allowed=allowed
+            )[0]
             np.testing.assert_allclose(got[b, :, columns].numpy(), expected, rtol=0, atol=1e-12)
-    same = F.multi_head_attention(x, w_q, w_k, w_v, w_o, heads=2, causal=True,
-                                  query_pre_attn_scalar=2.0)  # c_h = 2: the book's scale
-    torch.testing.assert_close(same, F.multi_head_attention(x, w_q, w_k, w_v, w_o, heads=2,
-                                                            causal=True), rtol=0, atol=1e-15)
+    same = F.multi_head_attention(
+        x, w_q, w_k, w_v, w_o, heads=2, causal=True, query_pre_attn_scalar=2.0
+    )  # c_h = 2: the book's scale
+    torch.testing.assert_close(
+        same,
+        F.multi_head_attention(x, w_q, w_k, w_v, w_o, heads=2, causal=True),
+        rtol=0,
+        atol=1e-15,
+    )
 
 
 def test_the_modules_take_query_pre_attn_scalar():
     torch.manual_seed(16)
-    module = GroupedQueryAttention(8, num_heads=2, num_kv_groups=1, head_dim=4,
-                                   query_pre_attn_scalar=3.0).double()  # fmt: skip
+    module = GroupedQueryAttention(
+        8, num_heads=2, num_kv_groups=1, head_dim=4, query_pre_attn_scalar=3.0
+    ).double()
     assert module.query_pre_attn_scalar == 3.0
     x = torch.randn(2, N, 8, dtype=torch.float64)
     expected = grouped_query_attention(
-        x, module.W_query.weight.mT, module.W_key.weight.mT, module.W_value.weight.mT,
-        module.out_proj.weight.mT, heads=2, groups=1, causal=True, query_pre_attn_scalar=3.0,
-    )  # fmt: skip
+        x,
+        module.W_query.weight.mT,
+        module.W_key.weight.mT,
+        module.W_value.weight.mT,
+        module.out_proj.weight.mT,
+        heads=2,
+        groups=1,
+        causal=True,
+        query_pre_attn_scalar=3.0,
+    )
     torch.testing.assert_close(module(x, ~F.causal_mask(N)), expected, rtol=0, atol=1e-13)
-    with pytest.raises(ValueError, match=r"^MultiHeadAttention: query_pre_attn_scalar must be a "
-                       r"positive number or None, got query_pre_attn_scalar=0$"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"^MultiHeadAttention: query_pre_attn_scalar must be a "
+        r"positive number or None, got query_pre_attn_scalar=0$",
+    ):
         MultiHeadAttention(4, 4, N, 0.0, 2, query_pre_attn_scalar=0)

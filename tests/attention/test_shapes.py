@@ -24,9 +24,12 @@ def call_with(**changes):
     x, w_q, w_k, w_v = good()
     arguments = {"x": x, "w_q": w_q, "w_k": w_k, "w_v": w_v, **changes}
     return F.self_attention(
-        arguments.pop("x"), arguments.pop("w_q"), arguments.pop("w_k"), arguments.pop("w_v"),
+        arguments.pop("x"),
+        arguments.pop("w_q"),
+        arguments.pop("w_k"),
+        arguments.pop("w_v"),
         **arguments,
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize(
@@ -43,26 +46,51 @@ def call_with(**changes):
         # n = 0: no tokens
         ({"x": torch.randn(0, D)}, ShapeError, r"self_attention: x has n=0; every dimension"),
         # integer X
-        ({"x": torch.ones(N, D, dtype=torch.int64)}, DtypeError, r"x must be a floating-point .*int64"),
+        (
+            {"x": torch.ones(N, D, dtype=torch.int64)},
+            DtypeError,
+            r"x must be a floating-point .*int64",
+        ),
         # bool weights
-        ({"w_q": torch.ones(D, C, dtype=torch.bool)}, DtypeError, r"w_q must be a floating-point .*bool"),
+        (
+            {"w_q": torch.ones(D, C, dtype=torch.bool)},
+            DtypeError,
+            r"w_q must be a floating-point .*bool",
+        ),
         # float64 X with float32 weights: jaxtyping alone would let this reach torch
-        ({"x": torch.randn(N, D, dtype=torch.float64)}, DtypeError,
-         r"w_q has dtype torch.float32 but x has torch.float64"),
+        (
+            {"x": torch.randn(N, D, dtype=torch.float64)},
+            DtypeError,
+            r"w_q has dtype torch.float32 but x has torch.float64",
+        ),
         # a weight on another device ("meta" stands in for a GPU on this CPU-only machine)
         ({"w_v": torch.randn(D, C, device="meta")}, DeviceError, r"w_v is on meta but x is on cpu"),
         # not a tensor at all
-        ({"w_q": [[1.0, 2.0]] * D}, TypeError, r"w_q must be a torch.Tensor of shape \(d, c\), got list"),
+        (
+            {"w_q": [[1.0, 2.0]] * D},
+            TypeError,
+            r"w_q must be a torch.Tensor of shape \(d, c\), got list",
+        ),
         # a bias of the wrong width
         ({"b_q": torch.randn(3)}, ShapeError, r"b_q has c=3 but w_q has c=2"),
         # a float mask
-        ({"mask": torch.ones(N, N)}, DtypeError, r"mask must be a bool tensor \(True = may attend\)"),
+        (
+            {"mask": torch.ones(N, N)},
+            DtypeError,
+            r"mask must be a bool tensor \(True = may attend\)",
+        ),
         # a mask for another sequence length: which n came from which argument
-        ({"mask": torch.ones(N, N + 1, dtype=torch.bool)}, ShapeError,
-         r"self_attention: mask has n=6 but x has n=5 \(mask: shape \(5, 6\), expected \(\*batch, n, n\)\)"),
+        (
+            {"mask": torch.ones(N, N + 1, dtype=torch.bool)},
+            ShapeError,
+            r"self_attention: mask has n=6 but x has n=5 \(mask: shape \(5, 6\), expected \(\*batch, n, n\)\)",
+        ),
         # key padding for another sequence length
-        ({"key_padding_mask": torch.ones(N + 2, dtype=torch.bool)}, ShapeError,
-         r"self_attention: key_padding_mask has n=7 but x has n=5"),
+        (
+            {"key_padding_mask": torch.ones(N + 2, dtype=torch.bool)},
+            ShapeError,
+            r"self_attention: key_padding_mask has n=7 but x has n=5",
+        ),
         # dropout probability of 1 or more
         ({"dropout_p": 1.0}, ValueError, r"dropout_p must be in \[0, 1\), got dropout_p=1.0"),
         # negative dropout
@@ -79,11 +107,17 @@ def test_bad_input_is_named(changes, error, message):
 def test_a_mask_s_batch_must_broadcast_to_x_s():
     x, w_q, w_k, w_v = good()
     xb = x.expand(2, N, D)
-    with pytest.raises(ShapeError, match=r"mask has batch=\(3,\), which does not broadcast to "
-                       r"x's batch=\(2,\)"):  # fmt: skip
+    with pytest.raises(
+        ShapeError,
+        match=r"mask has batch=\(3,\), which does not broadcast to "
+        r"x's batch=\(2,\)",
+    ):
         F.self_attention(xb, w_q, w_k, w_v, mask=torch.ones(3, N, N, dtype=torch.bool))
-    with pytest.raises(ShapeError, match=r"key_padding_mask has batch=\(3,\), which does not "
-                       r"broadcast to x's batch=\(2,\)"):  # fmt: skip
+    with pytest.raises(
+        ShapeError,
+        match=r"key_padding_mask has batch=\(3,\), which does not "
+        r"broadcast to x's batch=\(2,\)",
+    ):
         F.self_attention(xb, w_q, w_k, w_v, key_padding_mask=torch.ones(3, N, dtype=torch.bool))
 
 
@@ -96,7 +130,9 @@ def test_step_functions_are_checked_too():
     with pytest.raises(ShapeError, match=r"weights: omega must have shape \(\*batch, n, s\)"):
         F.weights(torch.randn(N), 2)
     # n queries against s keys is cross-attention's Ω; causal needs a square one
-    with pytest.raises(ShapeError, match=r"weights: causal needs a square omega \(n = s\), got n=5, s=4"):
+    with pytest.raises(
+        ShapeError, match=r"weights: causal needs a square omega \(n = s\), got n=5, s=4"
+    ):
         F.weights(torch.randn(N, 4), 2, causal=True)
     with pytest.raises(ShapeError, match=r"weights: mask has s=5 but omega has s=4"):
         F.weights(torch.randn(N, 4), 2, mask=torch.ones(N, N, dtype=torch.bool))
@@ -164,5 +200,7 @@ def test_a_signature_that_passed_does_not_let_a_different_one_through():
 
 def test_an_unknown_keyword_names_the_function():
     x, w_q, w_k, w_v = good()
-    with pytest.raises(TypeError, match=r"^self_attention: got an unexpected keyword argument 'scale'"):
+    with pytest.raises(
+        TypeError, match=r"^self_attention: got an unexpected keyword argument 'scale'"
+    ):
         F.self_attention(x, w_q, w_k, w_v, scale=2.0)

@@ -75,8 +75,16 @@ def test_multi_head_with_a_window_and_masks_matches_the_reference(return_weights
     w_o = torch.randn(heads * c_h, 5, generator=g, dtype=torch.float64)
     exists = torch.rand(2, n, generator=g) > 0.3
     exists[1, :4] = False  # query 3 of sequence 1: its whole window is missing
-    out = F.multi_head_attention(x, *weights, w_o, heads=heads, causal=True, window=w,
-                                 key_padding_mask=exists, return_weights=return_weights)  # fmt: skip
+    out = F.multi_head_attention(
+        x,
+        *weights,
+        w_o,
+        heads=heads,
+        causal=True,
+        window=w,
+        key_padding_mask=exists,
+        return_weights=return_weights,
+    )
     got = out[0] if return_weights else out
     allowed = window_allowed(n, w) & exists.numpy()[:, None, :]
     expected = np.zeros((2, n, heads * c_h))
@@ -172,28 +180,66 @@ def test_no_operation_holds_an_n_by_n_matrix_forward_or_backward():
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
-        (lambda x, w: F.self_attention(x, w, w, w, window=2), ValueError,
-         r"^self_attention: window=2 needs causal=True \(query m attends key p iff 0 ≤ m − p < w\)"),
-        (lambda x, w: F.self_attention(x, w, w, w, causal=True, window=0), ValueError,
-         r"^self_attention: window must be a positive integer or None, got window=0"),
-        (lambda x, w: F.self_attention(x, w, w, w, causal=True, window=True), ValueError,
-         r"window must be a positive integer or None, got window=True"),
-        (lambda x, w: F.self_attention(x, w, w, w, causal=True, window=2.0), TypeError,
-         r"^self_attention: window must be int \| None, got 2.0"),
-        (lambda x, w: F.multi_head_attention(x, w, w, w, torch.ones(2, 2), heads=2, window=3),
-         ValueError, r"^multi_head_attention: window=3 needs causal=True"),
-        (lambda x, w: F.weights(torch.ones(5, 5), 2, causal=True, window=-1), ValueError,
-         r"^weights: window must be a positive integer or None, got window=-1"),
-        (lambda x, w: F.sliding_window_mask(5, 0), ValueError,
-         r"^sliding_window_mask: w must be a positive integer, got w=0"),
-        (lambda x, w: F.sliding_window_mask(5, False), ValueError,
-         r"^sliding_window_mask: w must be a positive integer, got w=False"),
-        (lambda x, w: F.self_attention(x, w, w, w, causal=True, window=2, mask=torch.ones(5, 4, dtype=torch.bool)),
-         ShapeError, r"^self_attention: mask has n=4 but x has n=5"),
+        (
+            lambda x, w: F.self_attention(x, w, w, w, window=2),
+            ValueError,
+            r"^self_attention: window=2 needs causal=True \(query m attends key p iff 0 ≤ m − p < w\)",
+        ),
+        (
+            lambda x, w: F.self_attention(x, w, w, w, causal=True, window=0),
+            ValueError,
+            r"^self_attention: window must be a positive integer or None, got window=0",
+        ),
+        (
+            lambda x, w: F.self_attention(x, w, w, w, causal=True, window=True),
+            ValueError,
+            r"window must be a positive integer or None, got window=True",
+        ),
+        (
+            lambda x, w: F.self_attention(x, w, w, w, causal=True, window=2.0),
+            TypeError,
+            r"^self_attention: window must be int \| None, got 2.0",
+        ),
+        (
+            lambda x, w: F.multi_head_attention(x, w, w, w, torch.ones(2, 2), heads=2, window=3),
+            ValueError,
+            r"^multi_head_attention: window=3 needs causal=True",
+        ),
+        (
+            lambda x, w: F.weights(torch.ones(5, 5), 2, causal=True, window=-1),
+            ValueError,
+            r"^weights: window must be a positive integer or None, got window=-1",
+        ),
+        (
+            lambda x, w: F.sliding_window_mask(5, 0),
+            ValueError,
+            r"^sliding_window_mask: w must be a positive integer, got w=0",
+        ),
+        (
+            lambda x, w: F.sliding_window_mask(5, False),
+            ValueError,
+            r"^sliding_window_mask: w must be a positive integer, got w=False",
+        ),
+        (
+            lambda x, w: F.self_attention(
+                x, w, w, w, causal=True, window=2, mask=torch.ones(5, 4, dtype=torch.bool)
+            ),
+            ShapeError,
+            r"^self_attention: mask has n=4 but x has n=5",
+        ),
     ],
-    ids=["no-causal", "zero", "bool", "float", "heads-no-causal", "weights-negative",
-         "mask-zero", "mask-bool", "mask-shape"],
-)  # fmt: skip
+    ids=[
+        "no-causal",
+        "zero",
+        "bool",
+        "float",
+        "heads-no-causal",
+        "weights-negative",
+        "mask-zero",
+        "mask-bool",
+        "mask-shape",
+    ],
+)
 def test_bad_windows_are_refused(call, error, message):
     x, w = torch.randn(5, 3), torch.randn(3, 2)
     with pytest.raises(error, match=message):
@@ -209,9 +255,11 @@ def test_a_nan_outside_every_window_changes_nothing():
     poisoned = x.clone()
     poisoned[0] = math.nan
     for explicit in (False, True):
-        clean = F.self_attention(x, w_q, w_k, w_v, causal=True, window=2, mask=mask,
-                                 return_weights=explicit)  # fmt: skip
-        out = F.self_attention(poisoned, w_q, w_k, w_v, causal=True, window=2, mask=mask,
-                               return_weights=explicit)  # fmt: skip
+        clean = F.self_attention(
+            x, w_q, w_k, w_v, causal=True, window=2, mask=mask, return_weights=explicit
+        )
+        out = F.self_attention(
+            poisoned, w_q, w_k, w_v, causal=True, window=2, mask=mask, return_weights=explicit
+        )
         clean, out = (t[0] if explicit else t for t in (clean, out))
         assert torch.equal(out, clean) and torch.isfinite(out).all()

@@ -101,14 +101,18 @@ def import_cost(repeats):
         dynamo.add(loaded)
     print("| `import torch` | then `import attention` | torch._dynamo imported |")
     print("|---|---|---|")
-    print(f"| {statistics.median(torch_alone):.2f} s | +{statistics.median(extra):.3f} s |"
-          f" {', '.join(sorted(dynamo))} |")  # fmt: skip
+    print(
+        f"| {statistics.median(torch_alone):.2f} s | +{statistics.median(extra):.3f} s |"
+        f" {', '.join(sorted(dynamo))} |"
+    )
 
 
 def paths(sizes, d, c, repeats):
     print(f"\n### Fast path, raw fused kernel, explicit path (d = {d}, c = {c}, float32)\n")
-    print("| n | fast path | raw fused SDPA | fast / raw | explicit | explicit / fast |"
-          " fast path GFLOP/s |")  # fmt: skip
+    print(
+        "| n | fast path | raw fused SDPA | fast / raw | explicit | explicit / fast |"
+        " fast path GFLOP/s |"
+    )
     print("|---|---|---|---|---|---|---|")
     return {n: paths_row(n, d, c, max(3, repeats // (1 + n // 1024))) for n in sizes}
 
@@ -132,9 +136,11 @@ def paths_row(n, d, c, repeats):
         fast_time, fused = paired(fast, raw, repeats)
         explicit_time, fast_again = paired(explicit, fast, max(2, repeats // 2))
     flops = 6 * n * d * c + 4 * n * n * c
-    print(f"| {n} | {fmt(fast_time)} | {fmt(fused)} | {fast_time / fused:.3f} |"
-          f" {fmt(explicit_time)} | {explicit_time / fast_again:.2f} |"
-          f" {flops / fast_time / 1e9:.1f} |")  # fmt: skip
+    print(
+        f"| {n} | {fmt(fast_time)} | {fmt(fused)} | {fast_time / fused:.3f} |"
+        f" {fmt(explicit_time)} | {explicit_time / fast_again:.2f} |"
+        f" {flops / fast_time / 1e9:.1f} |"
+    )
     return flops / fast_time
 
 
@@ -175,8 +181,10 @@ def training_row(batch, heads, n, d, c, causal, repeats):
         torch.autograd.grad(out, leaves, upstream)
 
     mine, torchs = paired(ours, theirs, repeats)
-    print(f"| {batch} | {heads} | {n} | {d} | {c} | {'yes' if causal else 'no'} | {fmt(mine)} |"
-          f" {fmt(torchs)} | {mine / torchs:.3f} |")  # fmt: skip
+    print(
+        f"| {batch} | {heads} | {n} | {d} | {c} | {'yes' if causal else 'no'} | {fmt(mine)} |"
+        f" {fmt(torchs)} | {mine / torchs:.3f} |"
+    )
 
 
 def matmul_throughput(repeats):
@@ -244,17 +252,23 @@ def peak_memory(n, d, c, paths, options=()):
         for option in options or ("",):
             done = subprocess.run(
                 [sys.executable, "-c", PEAK_PROGRAM, str(n), str(d), str(c), path, option],
-                capture_output=True, text=True, check=True,
-            )  # fmt: skip
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             mib = float(done.stdout.strip())
             name = f"{path}, {option}" if option else path
-            print(f"| {name} | {mib:.0f} MiB | {n * c * 4 / 2**20:.0f} MiB |"
-                  f" {n * n * 4 / 2**20:.0f} MiB |")  # fmt: skip
+            print(
+                f"| {name} | {mib:.0f} MiB | {n * c * 4 / 2**20:.0f} MiB |"
+                f" {n * n * 4 / 2**20:.0f} MiB |"
+            )
 
 
 def multi_head(batch, n, d, heads, repeats):
-    print(f"\n### Multi-head, causal (batch {batch}, n = {n}, d = {d}, {heads} heads, float32,"
-          " no grad, eval mode)\n")  # fmt: skip
+    print(
+        f"\n### Multi-head, causal (batch {batch}, n = {n}, d = {d}, {heads} heads, float32,"
+        " no grad, eval mode)\n"
+    )
     torch.manual_seed(0)
     ours = MultiHeadAttention(d, d, n, 0.0, heads).eval()
     wrapper = MultiHeadAttentionWrapper(d, d // heads, n, 0.0, heads).eval()
@@ -268,11 +282,15 @@ def multi_head(batch, n, d, heads, repeats):
     with torch.no_grad():
         mine, torchs = paired(lambda: ours(x), theirs, repeats)
         mine_again, wrapped = paired(lambda: ours(x), lambda: wrapper(x), repeats)
-    print("| ours (checks on) | torch.nn.MultiheadAttention | ours / torch | wrapper of heads |"
-          " ours / wrapper |")  # fmt: skip
+    print(
+        "| ours (checks on) | torch.nn.MultiheadAttention | ours / torch | wrapper of heads |"
+        " ours / wrapper |"
+    )
     print("|---|---|---|---|---|")
-    print(f"| {fmt(mine)} | {fmt(torchs)} | {mine / torchs:.3f} | {fmt(wrapped)} |"
-          f" {mine_again / wrapped:.3f} |")  # fmt: skip
+    print(
+        f"| {fmt(mine)} | {fmt(torchs)} | {mine / torchs:.3f} | {fmt(wrapped)} |"
+        f" {mine_again / wrapped:.3f} |"
+    )
 
 
 def fmt(seconds):
@@ -286,8 +304,7 @@ def main():
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"{os.cpu_count()} CPUs")  # fmt: skip
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs")
     if args.quick:
         check_overhead([(6, 3, 2), (128, 64, 64)], 50)
         import_cost(3)
@@ -300,8 +317,10 @@ def main():
     import_cost(9)
     matmul = matmul_throughput(10)
     throughput = paths([1024, 4096, 16384], 768, 64, 20)
-    print(f"\nfloat32 matmul 2048³: {matmul / 1e9:.1f} GFLOP/s; fast path at n = 16384: "
-          f"{throughput[16384] / matmul:.0%} of it.")  # fmt: skip
+    print(
+        f"\nfloat32 matmul 2048³: {matmul / 1e9:.1f} GFLOP/s; fast path at n = 16384: "
+        f"{throughput[16384] / matmul:.0%} of it."
+    )
     training(
         [
             (1, 1, 1024, 768, 64, False),

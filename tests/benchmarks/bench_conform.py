@@ -118,29 +118,42 @@ def main() -> None:
             "conform, empty cache": ([*DERIVE, f"{folder / 'target.py'}:module"], cold, 0),
             "conform, cache kept": ([*DERIVE, f"{folder / 'target.py'}:module"], warm, 0),
             "conform of a broken one, diagnosed": (
-                [*DERIVE, f"{folder / 'broken.py'}:module"], warm, 1,
+                [*DERIVE, f"{folder / 'broken.py'}:module"],
+                warm,
+                1,
             ),
             "a Llama layer built, no check (its floor)": (
-                [sys.executable, str(folder / "llama.py")], base, 0,
+                [sys.executable, str(folder / "llama.py")],
+                base,
+                0,
             ),
             "conform of a Llama layer (gqa+rope), cache kept": (
-                [*DERIVE, f"{folder / 'llama.py'}:module"], warm, 0,
+                [*DERIVE, f"{folder / 'llama.py'}:module"],
+                warm,
+                0,
             ),
-        }  # fmt: skip
+        }
         for name, (command, env, expect) in cases.items():
             runs.setdefault(name, []).append(_timed(command, env, expect))
         for label, file in (("", "target.py"), ("Llama layer, ", "llama.py")):
-            phases = subprocess.run([sys.executable, "-c", PHASES, f"{folder / file}:module"],
-                                    env=warm, cwd=ROOT, capture_output=True, text=True,
-                                    check=True)  # fmt: skip
+            phases = subprocess.run(
+                [sys.executable, "-c", PHASES, f"{folder / file}:module"],
+                env=warm,
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             for name, took in json.loads(phases.stdout).items():
                 runs.setdefault(f"in one process, {label}cache kept: {name}", []).append(took)
     load_after = os.getloadavg()
     shutil.rmtree(folder)
     import torch
 
-    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {args.rounds} rounds, load average "
-          f"{load_before[0]:.1f} before and {load_after[0]:.1f} after\n")  # fmt: skip
+    print(
+        f"torch {torch.__version__}, {os.cpu_count()} CPUs, {args.rounds} rounds, load average "
+        f"{load_before[0]:.1f} before and {load_after[0]:.1f} after\n"
+    )
     print("| what (d = 64, 4 heads, causal) | median | fastest |")
     print("|---|---|---|")
     for name, times in runs.items():

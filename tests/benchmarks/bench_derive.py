@@ -73,6 +73,7 @@ def check_claims() -> None:
     import sympy as sp
 
     import derive
+
     for size in (4, 6, 8):
         ea = derive.explicit_attention(size, size, size)
         _ = ea.C  # build the composed matrices first; time the substitution alone
@@ -99,19 +100,58 @@ EXAMPLE = f"{Path(__file__).resolve().parents[2] / 'docs' / 'examples' / 'sigmoi
 COMMANDS = {
     "python -c 'import derive'": ["-c", "import derive"],
     "derive latex (generic)": ["-m", "derive", "latex", "-o", "d.tex"],
-    "derive latex --n 8 --d 8 --c 8": ["-m", "derive", "latex", "--n", "8", "--d", "8", "--c", "8",
-                                       "-o", "d.tex"],
+    "derive latex --n 8 --d 8 --c 8": [
+        "-m",
+        "derive",
+        "latex",
+        "--n",
+        "8",
+        "--d",
+        "8",
+        "--c",
+        "8",
+        "-o",
+        "d.tex",
+    ],
     "derive markdown (generic)": ["-m", "derive", "markdown", "-o", "d.md"],
     "derive pdf (generic, pdflatex included)": ["-m", "derive", "pdf", "-o", "d.pdf"],
     "derive check --n 5 --d 3 --c 2": ["-m", "derive", "check", "--n", "5", "--d", "3", "--c", "2"],
     "derive latex --variant sigmoid_attention.py:SIGMOID (a user's)": [
-        "-m", "derive", "latex", "--variant", f"{EXAMPLE}:SIGMOID", "-o", "s.tex"],
+        "-m",
+        "derive",
+        "latex",
+        "--variant",
+        f"{EXAMPLE}:SIGMOID",
+        "-o",
+        "s.tex",
+    ],
     "derive html --variant sigmoid_attention.py:SIGMOID --n 3": [
-        "-m", "derive", "html", "--variant", f"{EXAMPLE}:SIGMOID", "--n", "3", "-o", "s.html"],
+        "-m",
+        "derive",
+        "html",
+        "--variant",
+        f"{EXAMPLE}:SIGMOID",
+        "--n",
+        "3",
+        "-o",
+        "s.html",
+    ],
     "derive check --variant sigmoid_attention.py:SIGMOID --n 4 --d 3 --c 2": [
-        "-m", "derive", "check", "--variant", f"{EXAMPLE}:SIGMOID", "--n", "4", "--d", "3",
-        "--c", "2", "--seed", "1"],
-}  # fmt: skip
+        "-m",
+        "derive",
+        "check",
+        "--variant",
+        f"{EXAMPLE}:SIGMOID",
+        "--n",
+        "4",
+        "--d",
+        "3",
+        "--c",
+        "2",
+        "--seed",
+        "1",
+    ],
+}
 
 
 def bench_commands(repeats: int = 5) -> None:
@@ -122,19 +162,26 @@ def bench_commands(repeats: int = 5) -> None:
             times = []
             for _ in range(repeats):
                 start = time.perf_counter()
-                subprocess.run([sys.executable, *argv], cwd=folder, check=True,
-                               capture_output=True)  # fmt: skip
+                subprocess.run([sys.executable, *argv], cwd=folder, check=True, capture_output=True)
                 times.append(time.perf_counter() - start)
             print(f"| `{label}` | {min(times):.2f} |", flush=True)
 
 
 #: The variants timed by --variants: a document each (symbolic, then explicit) and a check.
 VARIANTS = {
-    "causal": [], "masked": [], "multi-head": ["--heads", "2"],
-    "kv-cache": [], "sliding-window": [], "cross-attention": [], "rope": [], "qk-norm": [],
-    "gqa": ["--heads", "4", "--g", "2"], "mla": ["--heads", "2"],
-    "gqa+rope": ["--heads", "4", "--g", "2"], "gqa+qk-norm+rope": ["--heads", "4", "--g", "2"],
-}  # fmt: skip
+    "causal": [],
+    "masked": [],
+    "multi-head": ["--heads", "2"],
+    "kv-cache": [],
+    "sliding-window": [],
+    "cross-attention": [],
+    "rope": [],
+    "qk-norm": [],
+    "gqa": ["--heads", "4", "--g", "2"],
+    "mla": ["--heads", "2"],
+    "gqa+rope": ["--heads", "4", "--g", "2"],
+    "gqa+qk-norm+rope": ["--heads", "4", "--g", "2"],
+}
 
 
 def bench_variants(repeats: int = 3) -> None:
@@ -145,16 +192,22 @@ def bench_variants(repeats: int = 3) -> None:
     with tempfile.TemporaryDirectory() as folder:
         for name, extra in VARIANTS.items():
             flags = [x for part in name.split("+") for x in ("--variant", part)] + extra
-            runs = (["latex", "-o", "v.tex", "-q"], ["latex", "-o", "v.tex", "-q", "--n", "3",
-                    "--d", "4", "--c", "8"], ["check", "--n", "4", "--d", "3", "--c", "8",
-                    "--seed", "1"])  # fmt: skip
+            runs = (
+                ["latex", "-o", "v.tex", "-q"],
+                ["latex", "-o", "v.tex", "-q", "--n", "3", "--d", "4", "--c", "8"],
+                ["check", "--n", "4", "--d", "3", "--c", "8", "--seed", "1"],
+            )
             cells = []
             for argv in runs:
                 times = []
                 for _ in range(repeats):
                     start = time.perf_counter()
-                    subprocess.run([sys.executable, "-m", "derive", *argv, *flags], cwd=folder,
-                                   check=True, capture_output=True)  # fmt: skip
+                    subprocess.run(
+                        [sys.executable, "-m", "derive", *argv, *flags],
+                        cwd=folder,
+                        check=True,
+                        capture_output=True,
+                    )
                     times.append(time.perf_counter() - start)
                 cells.append(f"{min(times):.2f} s")
             print(f"| `{name}` | " + " | ".join(cells) + " |", flush=True)
@@ -180,10 +233,17 @@ print(imported - start, forms - imported, backward - forms, facts - backward)
 def bench_symbolic() -> None:
     """What the derivation at symbolic sizes costs, per graph, in a fresh process."""
     print("| graph | import | matrix forms | backward pass | facts |\n|---|--:|--:|--:|--:|")
-    for label, form in (("self-attention", ""), ("causal", "causal=True"),
-                        ("multi-head", "heads=True")):  # fmt: skip
-        done = subprocess.run([sys.executable, "-c", SYMBOLIC.format(form=form)], check=True,
-                              capture_output=True, text=True)  # fmt: skip
+    for label, form in (
+        ("self-attention", ""),
+        ("causal", "causal=True"),
+        ("multi-head", "heads=True"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", SYMBOLIC.format(form=form)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         times = [float(x) for x in done.stdout.split()]
         print(f"| {label} | " + " | ".join(f"{t:.2f} s" for t in times) + " |", flush=True)
 

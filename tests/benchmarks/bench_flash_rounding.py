@@ -85,8 +85,10 @@ def main():
         print(f"| {s} | " + " | ".join(f"{row[name]:.2e}" for name in ROUNDING_SERIES) + " |")
     if "--write" in sys.argv[1:]:
         lines = ["s," + ",".join(name.replace(" ", "_") for name in ROUNDING_SERIES)]
-        lines += [f"{s}," + ",".join(f"{row[name]:.6g}" for name in ROUNDING_SERIES)
-                  for s, row in table.items()]  # fmt: skip
+        lines += [
+            f"{s}," + ",".join(f"{row[name]:.6g}" for name in ROUNDING_SERIES)
+            for s, row in table.items()
+        ]
         DATA.write_text("\n".join(lines) + "\n", encoding="utf-8")
         print(f"\nwrote {DATA.relative_to(DATA.parents[2])}")
 

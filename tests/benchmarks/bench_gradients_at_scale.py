@@ -76,8 +76,10 @@ def main():
         "ours (blockwise, row max)": lambda *a: by_autograd("fast", *a, torch.float32),
         "explicit path": lambda *a: by_autograd("explicit", *a, torch.float32),
     }
-    print(f"torch {torch.__version__}; median (max) over {len(SEEDS)} seeds of the largest "
-          "weight-gradient error relative to the largest gradient\n")  # fmt: skip
+    print(
+        f"torch {torch.__version__}; median (max) over {len(SEEDS)} seeds of the largest "
+        "weight-gradient error relative to the largest gradient\n"
+    )
     print("| s | " + " | ".join(kinds) + " |")
     print("|---|" + "---|" * len(kinds))
     for s in SCALES:

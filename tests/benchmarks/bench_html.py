@@ -31,12 +31,33 @@ from headless import ROOT, Visit, launched, require_chromium  # noqa: E402
 DERIVE = str(Path(sys.executable).with_name("derive"))
 COMMANDS = {
     "derive html (symbolic)": ["html", "-q", "-o", "{out}/page.html"],
-    "derive html --n 8 --d 8 --c 8": ["html", "-q", "-o", "{out}/page.html", "--n", "8", "--d",
-                                      "8", "--c", "8"],
+    "derive html --n 8 --d 8 --c 8": [
+        "html",
+        "-q",
+        "-o",
+        "{out}/page.html",
+        "--n",
+        "8",
+        "--d",
+        "8",
+        "--c",
+        "8",
+    ],
     "derive notebook --n 3 --d 4 --c 2 --example --figures": [
-        "notebook", "-q", "-o", "{out}/nb.ipynb", "--n", "3", "--d", "4", "--c", "2", "--example",
-        "--figures"],
-}  # fmt: skip
+        "notebook",
+        "-q",
+        "-o",
+        "{out}/nb.ipynb",
+        "--n",
+        "3",
+        "--d",
+        "4",
+        "--c",
+        "2",
+        "--example",
+        "--figures",
+    ],
+}
 
 
 def _wall(argv: list[str]) -> float:
@@ -59,12 +80,16 @@ def bench_page(repeats: int) -> None:
         for _ in range(repeats):
             visit = Visit(browser, ROOT / "docs" / "derivation.html")
             for mark, times in marks.items():
-                times.append(visit.page.evaluate(
-                    f"performance.getEntriesByType('navigation')[0].{mark}") / 1000)  # fmt: skip
+                times.append(
+                    visit.page.evaluate(f"performance.getEntriesByType('navigation')[0].{mark}")
+                    / 1000
+                )
             visit.close()
     print("\n| docs/derivation.html in headless Chromium | median | best |\n|---|---|---|")
-    for mark, label in (("domInteractive", "parsed, script run (typeset)"),
-                        ("loadEventEnd", "load event ends")):  # fmt: skip
+    for mark, label in (
+        ("domInteractive", "parsed, script run (typeset)"),
+        ("loadEventEnd", "load event ends"),
+    ):
         times = marks[mark]
         print(f"| {label} | {statistics.median(times):.2f} s | {min(times):.2f} s |")
 

@@ -50,20 +50,30 @@ def repeat_kv(module, x, cos, sin):
 
 
 def gqa_speed(batch, n, d, heads, groups, repeats):
-    print(f"\n### Grouped-query attention, forward (batch {batch}, n = {n}, d = {d}, {heads} query"
-          f" heads, {groups} groups, causal, RoPE, float32, no grad)\n")  # fmt: skip
+    print(
+        f"\n### Grouped-query attention, forward (batch {batch}, n = {n}, d = {d}, {heads} query"
+        f" heads, {groups} groups, causal, RoPE, float32, no grad)\n"
+    )
     ours, book, cos, sin, blocked = gqa_modules(d, heads, groups, n)
     x = torch.randn(batch, n, d)
     with torch.no_grad():
-        mine, books = paired(lambda: ours(x, blocked, cos, sin), lambda: book(x, blocked, cos, sin),
-                             max(2, repeats // 3))  # fmt: skip
-        again, repeated = paired(lambda: ours(x, blocked, cos, sin),
-                                 lambda: repeat_kv(ours, x, cos, sin), repeats)  # fmt: skip
-    print("| ours (checks on) | the book's `llama3.GroupedQueryAttention` | ours / book |"
-          " repeat-KV + fused kernel | ours / repeat-KV |")  # fmt: skip
+        mine, books = paired(
+            lambda: ours(x, blocked, cos, sin),
+            lambda: book(x, blocked, cos, sin),
+            max(2, repeats // 3),
+        )
+        again, repeated = paired(
+            lambda: ours(x, blocked, cos, sin), lambda: repeat_kv(ours, x, cos, sin), repeats
+        )
+    print(
+        "| ours (checks on) | the book's `llama3.GroupedQueryAttention` | ours / book |"
+        " repeat-KV + fused kernel | ours / repeat-KV |"
+    )
     print("|---|---|---|---|---|")
-    print(f"| {fmt(mine)} | {fmt(books)} | {mine / books:.3f} | {fmt(repeated)} |"
-          f" {again / repeated:.3f} |")  # fmt: skip
+    print(
+        f"| {fmt(mine)} | {fmt(books)} | {mine / books:.3f} | {fmt(repeated)} |"
+        f" {again / repeated:.3f} |"
+    )
 
 
 PEAK_PROGRAM = """
@@ -103,27 +113,41 @@ with torch.set_grad_enabled(backward):
 
 
 def gqa_memory(batch, n, d, heads, groups, paths):
-    print(f"\n### Grouped-query attention, peak extra memory (batch {batch}, n = {n}, d = {d},"
-          f" {heads} heads, {groups} groups, float32)\n")  # fmt: skip
+    print(
+        f"\n### Grouped-query attention, peak extra memory (batch {batch}, n = {n}, d = {d},"
+        f" {heads} heads, {groups} groups, float32)\n"
+    )
     print("| path | peak extra RSS (VmHWM − VmRSS) |")
     print("|---|---|")
     here = os.path.dirname(os.path.abspath(__file__))
     kv = batch * n * d // heads * 4 / 2**20
     for path in paths:
         done = subprocess.run(
-            [sys.executable, "-c", PEAK_PROGRAM, here,
-             *(str(v) for v in (batch, n, d, heads, groups)), path],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-c",
+                PEAK_PROGRAM,
+                here,
+                *(str(v) for v in (batch, n, d, heads, groups)),
+                path,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         print(f"| {path} | {float(done.stdout.strip()):.0f} MiB |")
-    print(f"\nOne head's K (or V) is {kv:.0f} MiB; repeating K and V from {groups} groups to"
-          f" {heads} heads adds {2 * (heads - groups) * kv:.0f} MiB.")  # fmt: skip
+    print(
+        f"\nOne head's K (or V) is {kv:.0f} MiB; repeating K and V from {groups} groups to"
+        f" {heads} heads adds {2 * (heads - groups) * kv:.0f} MiB."
+    )
 
 
 def mla_cache(batch, d, heads, layers, prompt, new, latent_dim):
-    print(f"\n### Latent cache against multi-head attention's KV cache (d = {d}, {heads} heads,"
-          f" {layers} layers, batch {batch}, {prompt} prompt + {new} generated tokens,"
-          f" float32)\n")  # fmt: skip
+    print(
+        f"\n### Latent cache against multi-head attention's KV cache (d = {d}, {heads} heads,"
+        f" {layers} layers, batch {batch}, {prompt} prompt + {new} generated tokens,"
+        f" float32)\n"
+    )
     torch.manual_seed(0)
     mla = MultiHeadLatentAttention(d, d, 0.0, heads, latent_dim=latent_dim).eval()
     mha = book_kv.MultiHeadAttention(d, d, prompt + new, 0.0, heads).eval()
@@ -137,10 +161,14 @@ def mla_cache(batch, d, heads, layers, prompt, new, latent_dim):
     theirs = sum(t.numel() * t.element_size() for t in cache) * layers
     print("| cache | per token and layer | whole cache | / multi-head attention's |")
     print("|---|---|---|---|")
-    print(f"| the book's `kv_cache` MultiHeadAttention (K and V) | {2 * d} floats |"
-          f" {theirs / 2**20:.1f} MiB | 1 |")  # fmt: skip
-    print(f"| MultiHeadLatentAttention (latent_dim = {mla.latent_dim}) | {mla.latent_dim} floats"
-          f" | {ours / 2**20:.1f} MiB | {ours / theirs:.4f} |")  # fmt: skip
+    print(
+        f"| the book's `kv_cache` MultiHeadAttention (K and V) | {2 * d} floats |"
+        f" {theirs / 2**20:.1f} MiB | 1 |"
+    )
+    print(
+        f"| MultiHeadLatentAttention (latent_dim = {mla.latent_dim}) | {mla.latent_dim} floats"
+        f" | {ours / 2**20:.1f} MiB | {ours / theirs:.4f} |"
+    )
 
 
 def check_overhead(sizes, repeats):
@@ -167,8 +195,10 @@ def overhead_rows(batch, n, d, heads, groups, repeats):
     with torch.no_grad():
         for name, call in cases.items():
             on, off = paired(call, call, repeats, number, second_unchecked=True)
-            print(f"| ({batch}, {n}, {d}, {heads}, {groups}) | {name} | {fmt(on)} |"
-                  f" {fmt(off)} | {on / off:.3f} |")  # fmt: skip
+            print(
+                f"| ({batch}, {n}, {d}, {heads}, {groups}) | {name} | {fmt(on)} |"
+                f" {fmt(off)} | {on / off:.3f} |"
+            )
 
 
 SECTIONS = ("speed", "memory", "cache", "checks")
@@ -182,8 +212,7 @@ def main():
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"{os.cpu_count()} CPUs")  # fmt: skip
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs")
     quick = args.quick
     if "speed" in args.only:
         gqa_speed(*((2, 128, 96, 12, 4, 3) if quick else (8, 1024, 768, 12, 4, 10)))

@@ -53,9 +53,18 @@ def ours(q, k, v, heads, options):
     sinks = torch.zeros(heads, requires_grad=True) if options.get("sinks") else None
     _fused.PACK_THREADS = 1 if options.get("serial") else None  # the packs' pool, or not
     try:
-        out = _core.attend(q, k, v, scale=q.shape[-1] ** -0.5, heads=True, causal=True,
-                           window=options.get("window"), softcap=options.get("softcap"),
-                           slopes=slopes, sinks=sinks)  # fmt: skip
+        out = _core.attend(
+            q,
+            k,
+            v,
+            scale=q.shape[-1] ** -0.5,
+            heads=True,
+            causal=True,
+            window=options.get("window"),
+            softcap=options.get("softcap"),
+            slopes=slopes,
+            sinks=sinks,
+        )
         out.sum().backward()
     finally:
         _fused.PACK_THREADS = None
@@ -73,8 +82,9 @@ def timed(call) -> float:
 
 
 def speed(batch: int, heads: int, n: int, width: int, rounds: int) -> None:
-    inputs = {name: tensors(batch, heads, n, width, case.get("groups"))
-              for name, case in CASES.items()}  # fmt: skip
+    inputs = {
+        name: tensors(batch, heads, n, width, case.get("groups")) for name, case in CASES.items()
+    }
     plain_inputs = tensors(batch, heads, n, width)
     times: dict[str, list[float]] = {"torch": [], **{name: [] for name in CASES}}
     for round_ in range(rounds + 1):  # the first round warms up
@@ -85,8 +95,10 @@ def speed(batch: int, heads: int, n: int, width: int, rounds: int) -> None:
             for name, value in spent.items():
                 times[name].append(value)
     load = os.getloadavg()[0]
-    print(f"batch {batch}, {heads} heads, n = {n}, c_h = {width}, causal, float32, "
-          f"{torch.get_num_threads()} threads, load {load:.2f}, median of {rounds} rounds")  # fmt: skip
+    print(
+        f"batch {batch}, {heads} heads, n = {n}, c_h = {width}, causal, float32, "
+        f"{torch.get_num_threads()} threads, load {load:.2f}, median of {rounds} rounds"
+    )
     print("| path | forward + backward | / torch's fused | / our plain |")
     print("|---|---|---|---|")
     base = statistics.median(times["torch"])

@@ -40,12 +40,15 @@ def generation(config, prompt_length, new_tokens, repeats):
     """Tokens per second generating `new_tokens` greedily, with and without the cache, ours and
     the book's class in the same GPT; and whether every run gave the same tokens."""
     name = "sliding window" if "sliding_window_size" in config else "KV cache"
-    print(f"\n### Generation: {config['n_layers']}-layer GPT ({name}), {new_tokens} new tokens"
-          f" after {prompt_length}, emb {config['emb_dim']}, {config['n_heads']} heads,"
-          f" vocab {config['vocab_size']}, batch 1, no grad\n")  # fmt: skip
+    print(
+        f"\n### Generation: {config['n_layers']}-layer GPT ({name}), {new_tokens} new tokens"
+        f" after {prompt_length}, emb {config['emb_dim']}, {config['n_heads']} heads,"
+        f" vocab {config['vocab_size']}, batch 1, no grad\n"
+    )
     models = {"book's class": gpt(BOOK, config), "ours": gpt(OURS, config)}
-    prompt = torch.randint(0, config["vocab_size"], (1, prompt_length),
-                           generator=torch.Generator().manual_seed(0))  # fmt: skip
+    prompt = torch.randint(
+        0, config["vocab_size"], (1, prompt_length), generator=torch.Generator().manual_seed(0)
+    )
     outputs = {}
 
     def run(label, use_cache):
@@ -56,24 +59,33 @@ def generation(config, prompt_length, new_tokens, repeats):
 
         return call
 
-    print("| cache | ours | book's class | ours / book's (time) | ours, tokens/s |"
-          " book's, tokens/s |")  # fmt: skip
+    print(
+        "| cache | ours | book's class | ours / book's (time) | ours, tokens/s | book's, tokens/s |"
+    )
     print("|---|---|---|---|---|---|")
     times = {}
     for use_cache in (True, False):
-        mine, theirs = paired(run("ours", use_cache), run("book's class", use_cache),
-                              repeats if use_cache else max(1, repeats // 5))  # fmt: skip
+        mine, theirs = paired(
+            run("ours", use_cache),
+            run("book's class", use_cache),
+            repeats if use_cache else max(1, repeats // 5),
+        )
         times[use_cache] = mine, theirs
-        print(f"| {'yes' if use_cache else 'no'} | {fmt(mine)} | {fmt(theirs)} |"
-              f" {mine / theirs:.3f} | {new_tokens / mine:.0f} | {new_tokens / theirs:.0f} |")
+        print(
+            f"| {'yes' if use_cache else 'no'} | {fmt(mine)} | {fmt(theirs)} |"
+            f" {mine / theirs:.3f} | {new_tokens / mine:.0f} | {new_tokens / theirs:.0f} |"
+        )
     first = outputs["ours", True]
     same = all(torch.equal(first, tokens) for tokens in outputs.values())
-    print(f"\ncached / uncached, tokens/s: ours {times[False][0] / times[True][0]:.1f}×, the "
-          f"book's {times[False][1] / times[True][1]:.1f}×; every run gave the same "
-          f"{first.shape[1] - prompt_length} tokens: {same}")
+    print(
+        f"\ncached / uncached, tokens/s: ours {times[False][0] / times[True][0]:.1f}×, the "
+        f"book's {times[False][1] / times[True][1]:.1f}×; every run gave the same "
+        f"{first.shape[1] - prompt_length} tokens: {same}"
+    )
     checked, bare = paired(run("ours", True), run("ours", True), repeats, second_unchecked=True)
-    print(f"ours with the cache, checks on / off: {checked / bare:.3f} ({fmt(checked)},"
-          f" {fmt(bare)})")  # fmt: skip
+    print(
+        f"ours with the cache, checks on / off: {checked / bare:.3f} ({fmt(checked)}, {fmt(bare)})"
+    )
 
 
 def window_speed(sizes, d, c, window, repeats):
@@ -118,13 +130,19 @@ def main():
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"{os.cpu_count()} CPUs")  # fmt: skip
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs")
     started = time.perf_counter()
     # GPT-2 small's widths, 2 layers; a vocabulary of 1024, not 50257: the output layer's
     # 50257 × 768 weights (154 MB, read once a token) would make the figures its own
-    gpt2 = {"vocab_size": 1024, "context_length": 1024, "emb_dim": 768, "n_heads": 12,
-            "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False}  # fmt: skip
+    gpt2 = {
+        "vocab_size": 1024,
+        "context_length": 1024,
+        "emb_dim": 768,
+        "n_heads": 12,
+        "n_layers": 2,
+        "drop_rate": 0.0,
+        "qkv_bias": False,
+    }
     if args.quick:
         small = gpt2 | {"vocab_size": 500, "emb_dim": 96}
         generation(small, 4, 32, 3)

@@ -84,8 +84,10 @@ def test_a_convention_that_takes_no_mask_is_no_caveat():
 
 def test_a_missing_dropout_says_what_was_looked_for(registry):
     row = _row(conform(correct.torch_mha()), "dropout")
-    assert row.why == "adapter torch-mha names no dropout module (dropout=, the nn.Dropout on " \
-        "the weights)"  # fmt: skip
+    assert (
+        row.why == "adapter torch-mha names no dropout module (dropout=, the nn.Dropout on "
+        "the weights)"
+    )
     _register(call=_attend, dropout="attn_drop")
     row = _row(conform(Biased()), "dropout")
     assert row.why == "no submodule named 'attn_drop' is an nn.Dropout (adapter biased's dropout=)"

@@ -49,10 +49,14 @@ def test_the_book_s_layer_with_positions_restarted_after_the_cache_is_named(monk
     assert "m - 4 if 4 < m, m - 2 if 2 < m" in report.diagnosis.wrong  # tokens 1–2, 3–4, 5
 
 
-@pytest.mark.parametrize("module", [
-    attention.MultiHeadAttention(16, 16, context_length=8, dropout=0.0, num_heads=4),
-    attention.MultiHeadLatentAttention(16, 16, num_heads=4, dropout=0.0, latent_dim=8),
-], ids=["multi-head", "latent"])  # fmt: skip
+@pytest.mark.parametrize(
+    "module",
+    [
+        attention.MultiHeadAttention(16, 16, context_length=8, dropout=0.0, num_heads=4),
+        attention.MultiHeadLatentAttention(16, 16, num_heads=4, dropout=0.0, latent_dim=8),
+    ],
+    ids=["multi-head", "latent"],
+)
 def test_this_package_s_modules_conform_after_their_cache(module):
     report = conform(module)
     assert report.conforms and _row(report).status == "PASS", report.table()
@@ -91,9 +95,14 @@ def test_a_user_adapter_s_decode_is_used(monkeypatch):
         return torch.cat([module(x[:, part]) for part in parts], dim=1)
 
     def weights(module):
-        return Weights(module.W_query.weight.mT, module.W_key.weight.mT, module.W_value.weight.mT,
-                       W_o=module.out_proj.weight.mT, b_o=module.out_proj.bias,
-                       heads=module.num_heads)  # fmt: skip
+        return Weights(
+            module.W_query.weight.mT,
+            module.W_key.weight.mT,
+            module.W_value.weight.mT,
+            W_o=module.out_proj.weight.mT,
+            b_o=module.out_proj.bias,
+            heads=module.num_heads,
+        )
 
     monkeypatch.setattr(adapters, "_REGISTERED", [])
     register_adapter("two-calls", recognises=lambda m: False, decode=decode)(weights)

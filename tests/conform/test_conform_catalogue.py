@@ -9,18 +9,41 @@ from derive.notation import latex
 from derive.notation.plain import plain
 
 IDS = (
-    "no-scale", "scale-by-c", "scale-by-model-width", "scale-by-head-width",
-    "softmax-over-queries", "values-are-keys", "causal-diagonal-masked", "causal-leaks-future",
-    "mask-inverted", "mask-filled-with-zero", "mask-after-softmax", "dropout-before-softmax",
-    "heads-mixed", "heads-split-without-transpose", "gqa-repeat-order", "rope-pairing",
-    "rope-not-on-keys", "rope-offset", "window-off-by-one", "softcap-missing", "sink-missing",
-    "qk-norm-per-head", "nan-on-empty-rows",
-)  # fmt: skip
+    "no-scale",
+    "scale-by-c",
+    "scale-by-model-width",
+    "scale-by-head-width",
+    "softmax-over-queries",
+    "values-are-keys",
+    "causal-diagonal-masked",
+    "causal-leaks-future",
+    "mask-inverted",
+    "mask-filled-with-zero",
+    "mask-after-softmax",
+    "dropout-before-softmax",
+    "heads-mixed",
+    "heads-split-without-transpose",
+    "gqa-repeat-order",
+    "rope-pairing",
+    "rope-not-on-keys",
+    "rope-offset",
+    "window-off-by-one",
+    "softcap-missing",
+    "sink-missing",
+    "qk-norm-per-head",
+    "nan-on-empty-rows",
+)
 
-FORMS = (Form(), Form(heads=True), Form(causal=True), Form(masked=True), Form(dropout=True),
-         Form(heads=True, causal=True, variant="gqa+rope+sliding-window+softcap+sinks"),
-         Form(heads=True, causal=True, variant="gqa+whole-qk-norm"),
-         Form(heads=True, causal=True, variant="gqa+rope", cached=(2, 4)))  # fmt: skip
+FORMS = (
+    Form(),
+    Form(heads=True),
+    Form(causal=True),
+    Form(masked=True),
+    Form(dropout=True),
+    Form(heads=True, causal=True, variant="gqa+rope+sliding-window+softcap+sinks"),
+    Form(heads=True, causal=True, variant="gqa+whole-qk-norm"),
+    Form(heads=True, causal=True, variant="gqa+rope", cached=(2, 4)),
+)
 
 #: id -> (the step it changes, its mistaken formula) in the first form above that it changes
 WRONG = {
@@ -37,15 +60,21 @@ WRONG = {
     "dropout-before-softmax": ("A", "a[m,p] = exp(ω̃[m,p]/(1 - ρ))/Σ_(r=1…n) exp(ω̃[m,r]/(1 - ρ))"),
     "mask-filled-with-zero": ("Omega_masked", "ω̂[m,p] = (ω̃[m,p] if M[m,p] = 0, 0 otherwise)"),
     "rope-not-on-keys": ("K_rot_l", "k̊⁽ˡ⁾[p,j] = k⁽ˡ⁾[p,j]"),
-    "rope-offset": ("Phi", "φ[m,j] = (β^((2 - 2 j)/c_h) ((m - 4 if 4 < m, m - 2 if 2 < m, m "
-                    "otherwise) - 1) if j ≤ c_h/2, β^((c_h - 2 j + 2)/c_h) ((m - 4 if 4 < m, "
-                    "m - 2 if 2 < m, m otherwise) - 1) otherwise)"),
+    "rope-offset": (
+        "Phi",
+        "φ[m,j] = (β^((2 - 2 j)/c_h) ((m - 4 if 4 < m, m - 2 if 2 < m, m "
+        "otherwise) - 1) if j ≤ c_h/2, β^((c_h - 2 j + 2)/c_h) ((m - 4 if 4 < m, "
+        "m - 2 if 2 < m, m otherwise) - 1) otherwise)",
+    ),
     "window-off-by-one": ("M", "M[m,p] = (0 if p ≤ m and m - w ≤ p, −∞ otherwise)"),
     "softcap-missing": ("Omega_capped_l", "ω̆⁽ˡ⁾[m,p] = ω̃⁽ˡ⁾[m,p]"),
     "sink-missing": ("A_l", "a⁽ˡ⁾[m,p] = exp(ω̂⁽ˡ⁾[m,p])/Σ_(r=1…n) exp(ω̂⁽ˡ⁾[m,r])"),
-    "heads-mixed": ("C_concat", "ẑ[m,i] = z^(⌊(c (m - 1) + i - 1)/(c_h n)⌋ + 1)[(⌊(c (m - 1) + "
-                    "i - 1)/c_h⌋ mod n) + 1,(c (m - 1) + i - 1 mod c_h) + 1]"),
-}  # fmt: skip
+    "heads-mixed": (
+        "C_concat",
+        "ẑ[m,i] = z^(⌊(c (m - 1) + i - 1)/(c_h n)⌋ + 1)[(⌊(c (m - 1) + "
+        "i - 1)/c_h⌋ mod n) + 1,(c (m - 1) + i - 1 mod c_h) + 1]",
+    ),
+}
 
 
 def test_the_ids_are_the_issues():
@@ -89,8 +118,16 @@ def test_a_mistake_of_several_steps_changes_those_and_no_other(id):
 
 
 def test_a_variant_s_mistake_changes_nothing_where_its_variant_is_absent():
-    for id in ("gqa-repeat-order", "rope-pairing", "rope-not-on-keys", "window-off-by-one",
-               "softcap-missing", "sink-missing", "qk-norm-per-head", "rope-offset"):  # fmt: skip
+    for id in (
+        "gqa-repeat-order",
+        "rope-pairing",
+        "rope-not-on-keys",
+        "window-off-by-one",
+        "softcap-missing",
+        "sink-missing",
+        "qk-norm-per-head",
+        "rope-offset",
+    ):
         assert all(mistake(id).graph(form) == reference(form) for form in FORMS[:5]), id
 
 

@@ -84,8 +84,19 @@ def test_colour_only_on_a_terminal(capsys, monkeypatch):
 
 
 def test_options_reach_the_check(capsys):
-    status, out, _ = run(capsys, "torch.nn.functional:scaled_dot_product_attention", "--n", "7",
-                         "--width", "6", "--heads", "2", "--dtype", "float64", "--json")  # fmt: skip
+    status, out, _ = run(
+        capsys,
+        "torch.nn.functional:scaled_dot_product_attention",
+        "--n",
+        "7",
+        "--width",
+        "6",
+        "--heads",
+        "2",
+        "--dtype",
+        "float64",
+        "--json",
+    )
     report = json.loads(out)
     assert status == 0
     assert report["sizes"] == {"batch": 3, "heads": 2, "n": 7, "c": 6}  # batch: no size has 3
@@ -144,17 +155,21 @@ def test_a_target_that_exits_while_imported_exits_2_with_one_line(capsys, tmp_pa
     target.write_text("import sys\n\nsys.exit(3)\n")
     status, out, err = run(capsys, f"{target}:f")
     assert (status, out) == (2, "")
-    assert err == f"derive conform: cannot load {str(target)!r}: it called sys.exit(3) while " \
-        "being imported\n"  # fmt: skip
+    assert (
+        err == f"derive conform: cannot load {str(target)!r}: it called sys.exit(3) while "
+        "being imported\n"
+    )
 
 
 def test_a_target_file_with_postponed_annotations_and_a_dataclass_loads(capsys, tmp_path):
     """The file is a module in sys.modules while it runs, as dataclasses need."""
     target = tmp_path / "annotated.py"
-    target.write_text("from __future__ import annotations\n\n"
-                      "from dataclasses import dataclass\n\n"
-                      "import torch.nn.functional as F\n\n\n"
-                      "@dataclass\nclass Options:\n    causal: bool = False\n\n\n"
-                      "sdpa = F.scaled_dot_product_attention\n")  # fmt: skip
+    target.write_text(
+        "from __future__ import annotations\n\n"
+        "from dataclasses import dataclass\n\n"
+        "import torch.nn.functional as F\n\n\n"
+        "@dataclass\nclass Options:\n    causal: bool = False\n\n\n"
+        "sdpa = F.scaled_dot_product_attention\n"
+    )
     status, out, _ = run(capsys, f"{target}:sdpa")
     assert status == 0 and out.rstrip().endswith("PASS)")

@@ -42,9 +42,14 @@ def test_the_other_rows_of_the_empty_row_scenario_are_compared():
 
 
 def _llama(implementation="eager"):
-    config = transformers.LlamaConfig(vocab_size=64, num_hidden_layers=1, hidden_size=32,
-                                      intermediate_size=64, num_attention_heads=4,
-                                      num_key_value_heads=2)  # fmt: skip
+    config = transformers.LlamaConfig(
+        vocab_size=64,
+        num_hidden_layers=1,
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     config._attn_implementation = implementation
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(config).model.layers[0].self_attn
@@ -85,12 +90,15 @@ class _Float32Inside(torch.nn.Module):
     def __init__(self):
         super().__init__()
         torch.manual_seed(0)
-        self.W_query, self.W_key, self.W_value = (torch.nn.Linear(8, 8, bias=False)
-                                                  for _ in range(3))  # fmt: skip
+        self.W_query, self.W_key, self.W_value = (
+            torch.nn.Linear(8, 8, bias=False) for _ in range(3)
+        )
 
     def forward(self, x):
-        q, k, v = (torch.nn.functional.linear(x.float(), layer.weight.float())
-                   for layer in (self.W_query, self.W_key, self.W_value))  # fmt: skip
+        q, k, v = (
+            torch.nn.functional.linear(x.float(), layer.weight.float())
+            for layer in (self.W_query, self.W_key, self.W_value)
+        )
         return (torch.softmax(q @ k.mT / 8**0.5, dim=-1) @ v).to(x.dtype)
 
 
@@ -109,5 +117,14 @@ def test_a_convention_can_be_told_and_strict_is_a_flag(monkeypatch, capsys):
     assert main(["conform", "tests/conform/corpus/broken.py:nan_on_empty_rows"]) == 0
     assert main(["conform", "tests/conform/corpus/broken.py:nan_on_empty_rows", "--strict"]) == 1
     assert "diagnosis: nan-on-empty-rows" in capsys.readouterr().out
-    assert main(["conform", "tests/conform/corpus/broken.py:nan_on_empty_rows",
-                 "--convention", "empty rows=zero"]) == 1  # fmt: skip
+    assert (
+        main(
+            [
+                "conform",
+                "tests/conform/corpus/broken.py:nan_on_empty_rows",
+                "--convention",
+                "empty rows=zero",
+            ]
+        )
+        == 1
+    )

@@ -148,8 +148,10 @@ def test_a_causal_mask_hiding_the_diagonal_is_named_whatever_fills_it():
 def test_a_decoder_layer_without_its_causal_mask_gets_a_warning():
     report = conform(broken.causal_mask_missing)
     assert not report.causal
-    assert any(n.startswith("warning (causal-mask-missing): _NoCausalMask says is_causal")
-               for n in report.notes)  # fmt: skip
+    assert any(
+        n.startswith("warning (causal-mask-missing): _NoCausalMask says is_causal")
+        for n in report.notes
+    )
     quiet = conform(correct.timm)  # not causal either, and says nothing of it
     assert not quiet.causal and not any("causal-mask-missing" in n for n in quiet.notes)
 

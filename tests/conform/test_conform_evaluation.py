@@ -50,11 +50,14 @@ def _setting(form, graph):
     # explicit sizes are integers: ρ goes into the declarations as a number
     rho = sp.Rational(1, 2)
     steps = tuple(s.with_element(s.element.rhs.xreplace({RHO: rho})) for s in graph.declarations)
-    explicit = ExplicitGraph(type(graph)(graph.name, steps, graph.relations), sizes, heads=heads,
-                             given=given)  # fmt: skip
+    explicit = ExplicitGraph(
+        type(graph)(graph.name, steps, graph.relations), sizes, heads=heads, given=given
+    )
     generator = torch.Generator().manual_seed(3)
-    inputs = {k: torch.randint(-8, 9, v.shape, generator=generator).double() / 8
-              for k, v in explicit.inputs.items()}  # fmt: skip
+    inputs = {
+        k: torch.randint(-8, 9, v.shape, generator=generator).double() / 8
+        for k, v in explicit.inputs.items()
+    }
     evaluation = Evaluation({**sizes, RHO: rho}, empty_rows="zero")
     for letter, tensor in inputs.items():
         evaluation.give(letter, tensor)
@@ -204,8 +207,10 @@ def test_the_rounding_bound_covers_what_float32_does():
     form = Form(heads=True, causal=True)
     generator = torch.Generator().manual_seed(5)
     x = torch.randint(-16, 17, (2, 7, 12), generator=generator).double() / 8
-    w = [torch.randint(-8, 9, shape, generator=generator).double() / 16
-         for shape in ((12, 8), (12, 8), (12, 8), (8, 8))]  # fmt: skip
+    w = [
+        torch.randint(-8, 9, shape, generator=generator).double() / 16
+        for shape in ((12, 8), (12, 8), (12, 8), (8, 8))
+    ]
     sizes = {L.n: 7, L.d: 12, L.c: 8, L.h: 2, L.c_h: 4}
     bounds = {}
     for name, units in (("float32", (2.0**-24, 2.0**-24)), ("float64", (2.0**-53, 2.0**-53))):

@@ -55,12 +55,22 @@ def test_nothing_but_the_target_is_imported(tmp_path):
         "    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)\n"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, "-c", PROBE, f"{target}:attend"], env=env, cwd=ROOT,
-                            capture_output=True, text=True, check=True)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, f"{target}:attend"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     found = json.loads(result.stdout)
     assert found["conforms"]
-    foreign = [m for m in found["new"] if m.split(".")[0] not in ("derive", "sympy", "torch")
-               and not m.startswith("_conform_target_")]  # fmt: skip
+    foreign = [
+        m
+        for m in found["new"]
+        if m.split(".")[0] not in ("derive", "sympy", "torch")
+        and not m.startswith("_conform_target_")
+    ]
     assert "attention" not in found["new"]
     assert foreign == [], foreign
 
@@ -136,8 +146,10 @@ def test_a_mistake_outside_the_catalogue_is_said_so_with_where_values_first_diff
         def forward(self, x):
             b, n, _ = x.shape
             split = (b, n, self.num_heads, self.head_dim)
-            keys, queries = (self.W_key(x).view(split).transpose(1, 2),
-                             self.W_query(x).view(split).transpose(1, 2))  # fmt: skip
+            keys, queries = (
+                self.W_key(x).view(split).transpose(1, 2),
+                self.W_query(x).view(split).transpose(1, 2),
+            )
             values = 2 * self.W_value(x).view(split).transpose(1, 2)  # not in the catalogue
             scores = (queries @ keys.transpose(2, 3)).masked_fill(
                 self.mask.bool()[:n, :n], -torch.inf

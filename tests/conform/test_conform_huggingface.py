@@ -12,8 +12,15 @@ from derive import ConformError, conform
 
 transformers = pytest.importorskip("transformers")
 
-SIZES = {"vocab_size": 64, "num_hidden_layers": 1, "hidden_size": 32, "intermediate_size": 64,
-         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8}  # fmt: skip
+SIZES = {
+    "vocab_size": 64,
+    "num_hidden_layers": 1,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+}
 DEFAULT_ROPE = {"rope_type": "default", "rope_theta": 10_000.0}
 
 #: (config class, model class, config options, the variant the report must name)
@@ -21,49 +28,95 @@ LAYERS = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}, "gqa+rope"),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}, "gqa+rope"),  # with q, k, v biases
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {}, "gqa+rope+qk-norm"),
-    "mistral": ("MistralConfig", "MistralForCausalLM", {"sliding_window": 3},
-                "gqa+rope+sliding-window"),
-    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
-               {"query_pre_attn_scalar": 8, "sliding_window": 4, "attn_logit_softcapping": 20.0},
-               "gqa+rope+sliding-window+softcap"),
-    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM",
-               {"query_pre_attn_scalar": 8, "sliding_window": 4},
-               "gqa+rope+qk-norm+sliding-window"),  # gains 1 + weight
-    "gpt-oss": ("GptOssConfig", "GptOssForCausalLM",
-                {"rope_parameters": DEFAULT_ROPE, "sliding_window": 3},
-                "gqa+rope+sliding-window+sinks"),
+    "mistral": (
+        "MistralConfig",
+        "MistralForCausalLM",
+        {"sliding_window": 3},
+        "gqa+rope+sliding-window",
+    ),
+    "gemma2": (
+        "Gemma2Config",
+        "Gemma2ForCausalLM",
+        {"query_pre_attn_scalar": 8, "sliding_window": 4, "attn_logit_softcapping": 20.0},
+        "gqa+rope+sliding-window+softcap",
+    ),
+    "gemma3": (
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        {"query_pre_attn_scalar": 8, "sliding_window": 4},
+        "gqa+rope+qk-norm+sliding-window",
+    ),  # gains 1 + weight
+    "gpt-oss": (
+        "GptOssConfig",
+        "GptOssForCausalLM",
+        {"rope_parameters": DEFAULT_ROPE, "sliding_window": 3},
+        "gqa+rope+sliding-window+sinks",
+    ),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", {"pad_token_id": 0}, "gqa+rope"),  # qkv_proj
     "bert": ("BertConfig", "BertModel", {}, ""),  # query, key, value; not causal
     "vit": ("ViTConfig", "ViTModel", {"image_size": 8, "patch_size": 4}, ""),
-    "qwen3.5": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM",  # a full-attention layer, gated
-                {"layer_types": ["full_attention"],
-                 "rope_parameters": DEFAULT_ROPE | {"partial_rotary_factor": 1.0}},
-                "gqa+rope+qk-norm+gate"),
-    "qwen3.5-partial": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM",  # its own partial rotation
-                        {"layer_types": ["full_attention"],
-                         "rope_parameters": DEFAULT_ROPE | {"partial_rotary_factor": 0.5}},
-                        "gqa+rope+partial-rope+qk-norm+gate"),
+    "qwen3.5": (
+        "Qwen3_5TextConfig",
+        "Qwen3_5ForCausalLM",  # a full-attention layer, gated
+        {
+            "layer_types": ["full_attention"],
+            "rope_parameters": DEFAULT_ROPE | {"partial_rotary_factor": 1.0},
+        },
+        "gqa+rope+qk-norm+gate",
+    ),
+    "qwen3.5-partial": (
+        "Qwen3_5TextConfig",
+        "Qwen3_5ForCausalLM",  # its own partial rotation
+        {
+            "layer_types": ["full_attention"],
+            "rope_parameters": DEFAULT_ROPE | {"partial_rotary_factor": 0.5},
+        },
+        "gqa+rope+partial-rope+qk-norm+gate",
+    ),
     "gpt-neox": ("GPTNeoXConfig", "GPTNeoXModel", {"rotary_pct": 1.0}, "rope"),  # per head
     "gpt-neox-partial": ("GPTNeoXConfig", "GPTNeoXModel", {}, "rope+partial-rope"),  # 0.25
     "bloom": ("BloomConfig", "BloomModel", {}, "alibi"),  # per head; adds the residual itself
-    "llama3.1": ("LlamaConfig", "LlamaForCausalLM",  # L_0 = 64: at head_dim 8, the pairs'
-                 {"rope_parameters": {"rope_type": "llama3", "rope_theta": 10_000.0,  # fast,
-                                      "factor": 8.0, "low_freq_factor": 1.0,  # blended and
-                                      "high_freq_factor": 4.0,  # slow frequencies all occur
-                                      "original_max_position_embeddings": 64}},
-                 "gqa+rope+llama3-rope"),
+    "llama3.1": (
+        "LlamaConfig",
+        "LlamaForCausalLM",  # L_0 = 64: at head_dim 8, the pairs'
+        {
+            "rope_parameters": {
+                "rope_type": "llama3",
+                "rope_theta": 10_000.0,  # fast,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,  # blended and
+                "high_freq_factor": 4.0,  # slow frequencies all occur
+                "original_max_position_embeddings": 64,
+            }
+        },
+        "gqa+rope+llama3-rope",
+    ),
     "cohere": ("CohereConfig", "CohereForCausalLM", {}, "gqa+rope+interleaved-rope"),
-    "glm4": ("Glm4Config", "Glm4ForCausalLM", {"pad_token_id": 0},  # half of each head, paired
-             "gqa+rope+partial-rope+interleaved-rope"),  # by neighbours
-    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {"pad_token_id": 0},  # QK-norm before the
-              "gqa+rope+whole-qk-norm"),  # heads are split
-    "olmo3": ("Olmo3Config", "Olmo3ForCausalLM",  # a sliding layer
-              {"pad_token_id": 0, "sliding_window": 3, "layer_types": ["sliding_attention"]},
-              "gqa+rope+whole-qk-norm+sliding-window"),
-}  # fmt: skip
+    "glm4": (
+        "Glm4Config",
+        "Glm4ForCausalLM",
+        {"pad_token_id": 0},  # half of each head, paired
+        "gqa+rope+partial-rope+interleaved-rope",
+    ),  # by neighbours
+    "olmo2": (
+        "Olmo2Config",
+        "Olmo2ForCausalLM",
+        {"pad_token_id": 0},  # QK-norm before the
+        "gqa+rope+whole-qk-norm",
+    ),  # heads are split
+    "olmo3": (
+        "Olmo3Config",
+        "Olmo3ForCausalLM",  # a sliding layer
+        {"pad_token_id": 0, "sliding_window": 3, "layer_types": ["sliding_attention"]},
+        "gqa+rope+whole-qk-norm+sliding-window",
+    ),
+}
 ENCODERS = {"bert": "encoder.layer.0.attention.self", "vit": "layers.0.attention"}
-PATHS = ENCODERS | {"gpt-neox": "layers.0.attention", "gpt-neox-partial": "layers.0.attention",
-                    "bloom": "h.0.self_attention"}  # fmt: skip
+PATHS = ENCODERS | {
+    "gpt-neox": "layers.0.attention",
+    "gpt-neox-partial": "layers.0.attention",
+    "bloom": "h.0.self_attention",
+}
 
 
 def _layer(name, implementation="eager"):
@@ -175,9 +228,10 @@ def test_a_layer_that_drops_its_cache_fails_after_a_cache(monkeypatch):
     layer = _layer("llama")
     forward = type(layer).forward
 
-    def forgetting(self, hidden_states, position_embeddings=None, attention_mask=None,
-                   cache=None, **kwargs):  # fmt: skip
-        mask = None if attention_mask is None else attention_mask[..., -hidden_states.shape[1]:]
+    def forgetting(
+        self, hidden_states, position_embeddings=None, attention_mask=None, cache=None, **kwargs
+    ):
+        mask = None if attention_mask is None else attention_mask[..., -hidden_states.shape[1] :]
         return forward(self, hidden_states, position_embeddings, mask, None, **kwargs)
 
     monkeypatch.setattr(type(layer), "forward", forgetting)

@@ -61,9 +61,11 @@ def test_a_partial_binding_is_causal_is_causal_by_itself():
 
 def test_a_partial_of_a_built_in_from_the_command_line(capsys, tmp_path):
     target = tmp_path / "gqa.py"
-    target.write_text("import functools\n\nimport torch.nn.functional as F\n\n"
-                      "attend = functools.partial(F.scaled_dot_product_attention, "
-                      "enable_gqa=True)\n")  # fmt: skip
+    target.write_text(
+        "import functools\n\nimport torch.nn.functional as F\n\n"
+        "attend = functools.partial(F.scaled_dot_product_attention, "
+        "enable_gqa=True)\n"
+    )
     assert main(["conform", f"{target}:attend"]) == 0
     assert re.search(r"^conforms \(9 PASS\)$", capsys.readouterr().out, re.M)
 

@@ -147,9 +147,13 @@ def test_shared_keys_are_compared_as_shared_and_repeating_them_is_a_different_gr
 
     def repeated(module):
         per_group = lambda w: w.reshape(16, 2, 4).repeat_interleave(2, dim=1).reshape(16, 16)  # noqa: E731
-        return Weights(module.W_query.weight.mT, per_group(module.W_key.weight.mT),
-                       per_group(module.W_value.weight.mT), W_o=module.out_proj.weight.mT,
-                       heads=4)  # fmt: skip
+        return Weights(
+            module.W_query.weight.mT,
+            per_group(module.W_key.weight.mT),
+            per_group(module.W_value.weight.mT),
+            W_o=module.out_proj.weight.mT,
+            heads=4,
+        )
 
     register_adapter("repeated", recognises=lambda m: False, call=lambda m, x, a: m(x))(repeated)
     wrong = conform(module, adapter="repeated")
@@ -182,9 +186,14 @@ def test_unknown_variants_and_values_are_refused_with_what_is_known():
 
 def test_an_adapter_missing_a_variant_input_is_told_which(registry):
     def no_gains(module):
-        return Weights(module.W_query.weight.mT, module.W_key.weight.mT,
-                       module.W_value.weight.mT, W_o=module.out_proj.weight.mT, heads=4,
-                       variant="qk-norm")  # fmt: skip
+        return Weights(
+            module.W_query.weight.mT,
+            module.W_key.weight.mT,
+            module.W_value.weight.mT,
+            W_o=module.out_proj.weight.mT,
+            heads=4,
+            variant="qk-norm",
+        )
 
     register_adapter("no-gains", recognises=lambda m: False)(no_gains)
     with pytest.raises(ConformError, match=r"reads G_q, G_k; give them in Weights\(inputs"):
@@ -228,8 +237,18 @@ FORMS = [
     Form(heads=True, causal=True, variant="sliding-window"),
 ]
 N, D, C = 3, 5, 4
-SIZES = {L.n: N, L.d: D, L.c: C, L.h: 2, L.c_h: 2, L.g: 1, L.kappa: 3, L.beta: 100, L.w: 2,
-         L.eps: sp.Rational(1, 1000)}  # fmt: skip
+SIZES = {
+    L.n: N,
+    L.d: D,
+    L.c: C,
+    L.h: 2,
+    L.c_h: 2,
+    L.g: 1,
+    L.kappa: 3,
+    L.beta: 100,
+    L.w: 2,
+    L.eps: sp.Rational(1, 1000),
+}
 #: grouped-query attention with groups shared: 4 heads of c_h = 2 in 2 groups
 GROUPED = SIZES | {L.c: 8, L.h: 4, L.g: 2}
 
@@ -247,8 +266,10 @@ def test_every_step_and_gradient_of_a_variant_equals_the_explicit_values(form):
     sizes = GROUPED if "gqa" in form.variant else SIZES
     explicit = ExplicitGraph(graph, sizes, heads=sizes[L.h])
     generator = torch.Generator().manual_seed(3)
-    inputs = {k: torch.randint(-8, 9, v.shape, generator=generator).double() / 8
-              for k, v in explicit.inputs.items()}  # fmt: skip
+    inputs = {
+        k: torch.randint(-8, 9, v.shape, generator=generator).double() / 8
+        for k, v in explicit.inputs.items()
+    }
     evaluation = Evaluation(sizes, empty_rows="zero")
     for letter, tensor in inputs.items():
         evaluation.give(letter, tensor)

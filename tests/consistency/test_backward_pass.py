@@ -127,9 +127,12 @@ def test_derived_equals_autograd_on_functional_multi_head_without_mask():
 
 @settings(deadline=None)
 @given(
-    n=st.integers(1, 4), d=st.integers(1, 3), c=st.integers(1, 3), causal=st.booleans(),
+    n=st.integers(1, 4),
+    d=st.integers(1, 3),
+    c=st.integers(1, 3),
+    causal=st.booleans(),
     seed=st.integers(0, 2**16),
-)  # fmt: skip
+)
 def test_derived_equals_autograd_on_any_small_shape(n, d, c, causal, seed):
     report = derive.check_gradients_against_torch(n, d, c, causal=causal, seed=seed)
     assert max(item.max_abs_error for item in report) < TOLERANCE

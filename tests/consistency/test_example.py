@@ -53,8 +53,9 @@ def test_the_document_table_is_sympys_and_agrees_with_torch(example):
     printed = [[float(v) for v in cells.split(" & ")] for _, _, cells in rows]
     assert printed == [[round(v, 3) for v in row] for row in example.values.floats("A")]
     inputs = _inputs(example)
-    _, weights = F.self_attention(inputs["X"], inputs["W_q"], inputs["W_k"], inputs["W_v"],
-                                  return_weights=True)  # fmt: skip
+    _, weights = F.self_attention(
+        inputs["X"], inputs["W_q"], inputs["W_k"], inputs["W_v"], return_weights=True
+    )
     assert torch.allclose(torch.tensor(printed, dtype=torch.float64), weights, atol=5e-4, rtol=0)
 
 

@@ -38,8 +38,14 @@ def _polynomial(output):
 def test_every_step_agrees_with_torch(kwargs):
     report = check_against_torch(5, 3, 2, **kwargs)
     assert [item.output for item in report] == [
-        "Q", "K", "V", "Omega", "Omega_scaled", "A", "C",
-    ]  # fmt: skip
+        "Q",
+        "K",
+        "V",
+        "Omega",
+        "Omega_scaled",
+        "A",
+        "C",
+    ]
     for item in report:
         if _polynomial(item.output):
             assert item.exact, f"{item.output}: not exactly equal ({item.max_abs_error})"
@@ -76,9 +82,13 @@ def test_self_attention_end_to_end(causal):
     inputs = dyadic_inputs(ea, seed=7)
     values = ea.evaluate(**inputs)
     c, a = F.self_attention(
-        inputs["X"], inputs["W_q"], inputs["W_k"], inputs["W_v"], causal=causal,
+        inputs["X"],
+        inputs["W_q"],
+        inputs["W_k"],
+        inputs["W_v"],
+        causal=causal,
         return_weights=True,
-    )  # fmt: skip
+    )
     _relative_close(values.C, c)
     _relative_close(values.A, a)
     fused = F.self_attention(
@@ -92,9 +102,14 @@ def test_multi_head_attention_end_to_end():
     inputs = dyadic_inputs(ea, seed=11)
     values = ea.evaluate(**inputs)
     c, a = F.multi_head_attention(
-        inputs["X"], inputs["W_q"], inputs["W_k"], inputs["W_v"], inputs["W_o"], heads=2,
+        inputs["X"],
+        inputs["W_q"],
+        inputs["W_k"],
+        inputs["W_v"],
+        inputs["W_o"],
+        heads=2,
         return_weights=True,
-    )  # fmt: skip
+    )
     _relative_close(values.C, c)
     for head in range(2):
         _relative_close(values.A[head], a[head])

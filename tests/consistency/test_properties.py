@@ -56,23 +56,31 @@ def test_padding_and_full_masks(shape, data, seed):
         assert_agrees(derive.explicit_attention(*shape, mask=mask), seed)
 
 
-@given(st.integers(2, 3).flatmap(lambda h: st.tuples(st.just(h), sizes(heads=h))),
-       st.booleans(), st.integers(0, 2**16))  # fmt: skip
+@given(
+    st.integers(2, 3).flatmap(lambda h: st.tuples(st.just(h), sizes(heads=h))),
+    st.booleans(),
+    st.integers(0, 2**16),
+)
 def test_multi_head(heads_and_shape, causal, seed):
     heads, shape = heads_and_shape
     assert_agrees(derive.explicit_attention(*shape, causal=causal, heads=heads), seed)
 
 
-@given(sizes(), st.lists(st.integers(1, 3), min_size=1, max_size=2), st.booleans(),
-       st.integers(0, 2**16))  # fmt: skip
+@given(
+    sizes(),
+    st.lists(st.integers(1, 3), min_size=1, max_size=2),
+    st.booleans(),
+    st.integers(0, 2**16),
+)
 def test_batches_sequence_by_sequence(shape, batch, causal, seed):
     n, d, c = shape
     ea = derive.explicit_attention(n, d, c, causal=causal)
     weights = dyadic_inputs(ea, seed=seed)
     generator = torch.Generator().manual_seed(seed)
     x = torch.randint(-16, 17, (*batch, n, d), generator=generator).double() / 8
-    out, a = F.self_attention(x, weights["W_q"], weights["W_k"], weights["W_v"],
-                              causal=causal, return_weights=True)  # fmt: skip
+    out, a = F.self_attention(
+        x, weights["W_q"], weights["W_k"], weights["W_v"], causal=causal, return_weights=True
+    )
     flat_x, flat_c, flat_a = x.reshape(-1, n, d), out.reshape(-1, n, c), a.reshape(-1, n, n)
     symbolic = ea.evaluate_batch(flat_x, weights["W_q"], weights["W_k"], weights["W_v"])
     for index, values in enumerate(symbolic):

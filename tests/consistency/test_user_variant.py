@@ -55,7 +55,9 @@ def test_its_page_shows_every_entry_with_its_formula(capsys, tmp_path):
 def test_its_check_passes_every_step_gradient_and_entry_point(capsys):
     status, out, _ = _run(capsys, "check", "--variant", SPEC, "--seed", "11", "--trials", "2")
     assert status == 0, out
-    rows = re.findall(r"^  (\S+(?: · \S+)?)\s+\d+×\d+\s+\S+\s+(?:exact|1e-1[02])\s+pass$", out, re.M)
+    rows = re.findall(
+        r"^  (\S+(?: · \S+)?)\s+\d+×\d+\s+\S+\s+(?:exact|1e-1[02])\s+pass$", out, re.M
+    )
     for row in ("A", "C", "C · sigmoid_attention", "dOmega_scaled", "dW_q", "dX"):
         assert rows.count(row) == 2, row  # in both trials
     assert "FAIL" not in out and out.rstrip().endswith("all pass")
@@ -77,15 +79,18 @@ def test_the_derived_backward_pass_equals_autograd_on_the_twin():
     gradients = ExplicitGradients.of(explicit)
     assert gradients.proven()  # the chain rule at these sizes is the form derived at any size
     generator = torch.Generator().manual_seed(5)
-    draw = {letter: torch.randint(-16, 17, symbols.shape, generator=generator).double() / 8
-            for letter, symbols in explicit.inputs.items()}  # fmt: skip
+    draw = {
+        letter: torch.randint(-16, 17, symbols.shape, generator=generator).double() / 8
+        for letter, symbols in explicit.inputs.items()
+    }
     upstream = torch.randint(-16, 17, gradients.dC.shape, generator=generator).double() / 8
     values = gradients.evaluate_inputs(**draw, dC=upstream)
     leaves = {k: v.clone().requires_grad_() for k, v in draw.items()}
     bias = float(explicit.sizes[sp.Symbol("b", real=True)])
     assert bias == pytest.approx(-torch.log(torch.tensor(4.0)).item())  # b = −log n, n = 4
-    example.sigmoid_attention(leaves["X"], leaves["W_q"], leaves["W_k"], leaves["W_v"],
-                              b=bias).backward(upstream)  # fmt: skip
+    example.sigmoid_attention(
+        leaves["X"], leaves["W_q"], leaves["W_k"], leaves["W_v"], b=bias
+    ).backward(upstream)
     for letter in ("X", "W_q", "W_k", "W_v"):
         derived = torch.tensor(values.floats("d" + letter), dtype=torch.float64)
         torch.testing.assert_close(leaves[letter].grad, derived, rtol=0, atol=1e-12)
@@ -97,10 +102,14 @@ def test_a_changed_formula_is_caught(capsys, tmp_path):
     changed = tmp_path / "sigmoid_changed.py"
     text = EXAMPLE.read_text()
     assert text.count("omega_tilde[m, p] + b") == 1
-    changed.write_text(text.replace("omega_tilde[m, p] + b", "omega_tilde[m, p] - b")
-                       .replace('"sigmoid"', '"sigmoid-changed"'))  # fmt: skip
-    status, out, _ = _run(capsys, "check", "--variant", f"{changed}:SIGMOID", "--seed", "11",
-                          "--forward-only")  # fmt: skip
+    changed.write_text(
+        text.replace("omega_tilde[m, p] + b", "omega_tilde[m, p] - b").replace(
+            '"sigmoid"', '"sigmoid-changed"'
+        )
+    )
+    status, out, _ = _run(
+        capsys, "check", "--variant", f"{changed}:SIGMOID", "--seed", "11", "--forward-only"
+    )
     assert status == 1
     assert re.search(r"^  A\s+\d+×\d+\s+\S+\s+1e-12\s+FAIL$", out, re.M)
     assert re.search(r"^  C · sigmoid_attention\s.*FAIL$", out, re.M)

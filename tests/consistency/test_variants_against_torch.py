@@ -35,8 +35,9 @@ CASES = [(name, 5, 3, 4, {}) for name in derive.variants()] + [
 ]
 
 
-@pytest.mark.parametrize(("name", "n", "d", "c", "given"), CASES,
-                         ids=[f"{case[0]}-{case[3]}" for case in CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "n", "d", "c", "given"), CASES, ids=[f"{case[0]}-{case[3]}" for case in CASES]
+)
 def test_every_step_and_gradient_of_the_variant_agrees_with_torch(name, n, d, c, given):
     rows, note = variant_rows(name, n, d, c, given, seed=7)
     failed = [row for row in rows if not row.passed]

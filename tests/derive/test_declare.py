@@ -38,17 +38,26 @@ def _run(capsys, *argv):
 
 
 def test_a_declared_variant_resolves_like_a_built_in_one(tmp_path):
-    spec = _file(tmp_path, """
+    spec = _file(
+        tmp_path,
+        """
         weights = declare.step("cubed_weights", sp.Eq(a[m, p], omega_tilde[m, p] ** 3),
                                shape=(n, n), title="Cubed scores", twin=lambda s: s ** 3)
         CUBED = declare.variant("cubed", title="Cubed attention", replaces=[weights],
                                 text="Not attention anyone uses: a test's.")
-    """)
+    """,
+    )
     entry = derive.load_variant(spec + ":CUBED")
     assert entry.name == "cubed" and "cubed" in derive.variants()
     assert [s.output for s in entry.graph.declarations] == [
-        "Q", "K", "V", "Omega", "Omega_scaled", "A", "C",
-    ]  # fmt: skip
+        "Q",
+        "K",
+        "V",
+        "Omega",
+        "Omega_scaled",
+        "A",
+        "C",
+    ]
     assert entry.graph.step("A").element.rhs == omega_tilde[m, p] ** 3
     assert entry.base == derive.variant("self-attention").graph
     gradients = {g.output: g for g in derive.backward_steps("cubed")}
@@ -61,14 +70,21 @@ def test_a_declared_variant_resolves_like_a_built_in_one(tmp_path):
 
 
 def test_a_declared_step_runs_per_head_in_a_combination():
-    weights = declare.step("sig_weights", sp.Eq(a[m, p], declare.sigmoid(omega_tilde[m, p])),
-                           shape=(n, n), title="Sigmoid weights")  # fmt: skip
+    weights = declare.step(
+        "sig_weights",
+        sp.Eq(a[m, p], declare.sigmoid(omega_tilde[m, p])),
+        shape=(n, n),
+        title="Sigmoid weights",
+    )
     derive.register_variant(declare.variant("sig", title="Sig", replaces=[weights]))
     heads = derive.variant("sig+multi-head")
     step = heads.graph.step("A_l")
     assert step.element.rhs == declare.sigmoid(L_base("omegatilde")[L_ell(), m, p])
-    with pytest.raises(derive.DeclarationError, match=r"replaces A, which another variant it is "
-                       r"combined with changed \(causal self-attention\)"):  # fmt: skip
+    with pytest.raises(
+        derive.DeclarationError,
+        match=r"replaces A, which another variant it is "
+        r"combined with changed \(causal self-attention\)",
+    ):
         derive.variant("sig+causal")
 
 
@@ -94,53 +110,76 @@ def test_base_steps_and_ranges_are_the_books():
 
 MISTAKES = [
     # a letter no step defines
-    ("""
+    (
+        """
         bad = declare.step("weights_of_u", sp.Eq(a[m, p], sp.IndexedBase("u")[m, p]),
                            shape=(n, n), title="Weights", twin=twin)
         V = declare.variant("bad", title="Bad", replaces=[bad])
-     """, r"step weights_of_u \(A\) reads u\[m,p\], an entry of U, which no step of "
-          r"self-attention computes and which is not declared"),
+     """,
+        r"step weights_of_u \(A\) reads u\[m,p\], an entry of U, which no step of "
+        r"self-attention computes and which is not declared",
+    ),
     # an index outside its range: j runs over d, the columns of Q are c
-    ("""
+    (
+        """
         bad = declare.step("wide_scores", sp.Eq(omega[m, p], sp.Sum(q[m, j] * k[p, j], (j, 1, d))),
                            shape=(n, n), title="Scores")
         V = declare.variant("bad", title="Bad", replaces=[bad])
-     """, r"step wide_scores \(Omega\): q\[m,j\] reads column j = 1 … d of Q, whose columns "
-          r"run 1 … c"),
+     """,
+        r"step wide_scores \(Omega\): q\[m,j\] reads column j = 1 … d of Q, whose columns "
+        r"run 1 … c",
+    ),
     # an index neither free nor summed over
-    ("""
+    (
+        """
         bad = declare.step("stray", sp.Eq(a[m, p], omega_tilde[m, j]), shape=(n, n),
                            title="Weights")
         V = declare.variant("bad", title="Bad", replaces=[bad])
-     """, r"step stray \(A\): the index j of ω̃\[m,j\] is neither an index of the output "
-          r"nor one a sum runs over"),
+     """,
+        r"step stray \(A\): the index j of ω̃\[m,j\] is neither an index of the output "
+        r"nor one a sum runs over",
+    ),
     # shapes that do not chain: A made n × c, the context reads it as n × n
-    ("""
+    (
+        """
         bad = declare.step("narrow", sp.Eq(a[m, j], q[m, j]), shape=(n, c), title="Weights")
         V = declare.variant("bad", title="Bad", replaces=[bad])
-     """, r"step narrow makes A of shape n × c, but step context \(C\) reads it as n × n: the "
-          r"shapes do not chain"),
+     """,
+        r"step narrow makes A of shape n × c, but step context \(C\) reads it as n × n: the "
+        r"shapes do not chain",
+    ),
     # a left-hand side that is no entry
-    ("""
+    (
+        """
         bad = declare.step("nothing", sp.Eq(sp.Symbol("y"), omega_tilde[m, p]), shape=(n, n),
                            title="Weights")
-     """, r"step nothing: the left-hand side must be an entry of its output, such as a\[m, p\]"),
+     """,
+        r"step nothing: the left-hand side must be an entry of its output, such as a\[m, p\]",
+    ),
     # a step replaced that the base does not compute
-    ("""
+    (
+        """
         bad = declare.step("latent", sp.Eq(sp.IndexedBase("u")[m, j], q[m, j]), shape=(n, c),
                            title="Latent")
         V = declare.variant("bad", title="Bad", replaces=[bad])
-     """, r"variant bad replaces U, which self-attention does not compute"),
+     """,
+        r"variant bad replaces U, which self-attention does not compute",
+    ),
     # a name of the registry's own
-    ("""
+    (
+        """
         V = declare.variant("causal", title="Mine")
-     """, r"variant 'causal' is built in; give yours another name"),
-]  # fmt: skip
+     """,
+        r"variant 'causal' is built in; give yours another name",
+    ),
+]
 
 
-@pytest.mark.parametrize(("body", "message"), MISTAKES,
-                         ids=["letter", "range", "stray-index", "shapes", "lhs", "replaces",
-                              "name"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("body", "message"),
+    MISTAKES,
+    ids=["letter", "range", "stray-index", "shapes", "lhs", "replaces", "name"],
+)
 def test_a_mistake_in_a_declaration_is_one_line_naming_the_step(tmp_path, capsys, body, message):
     spec = _file(tmp_path, body) + ":V"
     for command in ("latex", "check"):
@@ -150,19 +189,32 @@ def test_a_mistake_in_a_declaration_is_one_line_naming_the_step(tmp_path, capsys
         assert re.search(message, err), err
 
 
-@pytest.mark.parametrize(("twin", "message"), [
-    ('"attention.functional.softmax_of_nothing"',
-     r"step A \(odd_weights\): twin 'attention.functional.softmax_of_nothing' does not exist"),
-    ("lambda s: s[..., :1]",
-     r"step A \(odd_weights\): twin <lambda>\(Omega_scaled: \d×\d\) returned shape \(\d, 1\), "
-     r"the declaration says \(\d, \d\)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("twin", "message"),
+    [
+        (
+            '"attention.functional.softmax_of_nothing"',
+            r"step A \(odd_weights\): twin 'attention.functional.softmax_of_nothing' does not exist",
+        ),
+        (
+            "lambda s: s[..., :1]",
+            r"step A \(odd_weights\): twin <lambda>\(Omega_scaled: \d×\d\) returned shape \(\d, 1\), "
+            r"the declaration says \(\d, \d\)",
+        ),
+    ],
+)
 def test_a_twin_that_is_missing_or_misshapen_is_one_line(tmp_path, capsys, twin, message):
-    spec = _file(tmp_path, f"""
+    spec = (
+        _file(
+            tmp_path,
+            f"""
         odd = declare.step("odd_weights", sp.Eq(a[m, p], omega_tilde[m, p] ** 2), shape=(n, n),
                            title="Weights", twin={twin})
         V = declare.variant("odd", title="Odd", replaces=[odd])
-    """) + ":V"
+    """,
+        )
+        + ":V"
+    )
     status, out, err = _run(capsys, "check", "--variant", spec, "--forward-only")
     assert status == 2 and err.count("\n") == 1 and "Traceback" not in err
     assert re.search(message, err), err
@@ -194,25 +246,38 @@ def test_a_file_or_attribute_that_is_not_there(tmp_path, capsys):
 
 
 def test_a_claim_a_counter_example_refutes_stops_the_document(tmp_path, capsys):
-    spec = _file(tmp_path, """
+    spec = (
+        _file(
+            tmp_path,
+            """
         V = declare.variant("liar", title="Liar", claims=[
             declare.claim(a[m, p], 2, title="Every weight is 2")])
-    """) + ":V"
+    """,
+        )
+        + ":V"
+    )
     status, out, err = _run(capsys, "latex", "--variant", spec)
     assert status == 2 and out == "" and err.count("\n") == 1, err
-    said = re.search(r"claim 'Every weight is 2' \(a\[m,p\] = 2\) is false: at (.*), left side "
-                     r"= ([\d.]+), right side = 2$", err.strip())
+    said = re.search(
+        r"claim 'Every weight is 2' \(a\[m,p\] = 2\) is false: at (.*), left side "
+        r"= ([\d.]+), right side = 2$",
+        err.strip(),
+    )
     assert said is not None, err
     assert "n = 3" in said.group(1) and 0 < float(said.group(2)) < 1  # a weight, at those values
 
 
 def test_parameters_take_defaults_in_the_sizes_and_values_from_the_command_line():
     bias = sp.Symbol("bias", real=True)
-    weights = declare.step("biased", sp.Eq(a[m, p], sp.exp(omega_tilde[m, p] + bias)),
-                           shape=(n, n), title="Biased weights")  # fmt: skip
-    found = derive.register_variant(declare.variant("biased", title="Biased",
-                                                    replaces=[weights],
-                                                    parameters={bias: -sp.log(n)}))  # fmt: skip
+    weights = declare.step(
+        "biased",
+        sp.Eq(a[m, p], sp.exp(omega_tilde[m, p] + bias)),
+        shape=(n, n),
+        title="Biased weights",
+    )
+    found = derive.register_variant(
+        declare.variant("biased", title="Biased", replaces=[weights], parameters={bias: -sp.log(n)})
+    )
     explicit = derive.explicit_variant(found.name, 3, 2, 2)
     assert explicit.sizes[bias] == -sp.log(3)
     assert derive.explicit_variant(found.name, 3, 2, 2, bias=sp.Rational(1, 2)).sizes[bias] == (
@@ -225,18 +290,18 @@ def test_a_step_inserted_after_the_context_with_a_matrix_of_its_own(capsys):
     matrix and an output of the user's own, a step inserted after C; derived and checked."""
     from derive.declare import d, i, j, x, z
 
-    w_g = declare.matrix("W_g", entry="wg", shape=(d, declare.c), latex="W_g",
-                         entry_latex="(W_g)")  # fmt: skip
-    gated = declare.matrix("C_g", entry="zg", shape=(n, declare.c), latex="C_g",
-                           entry_latex="z^{g}")  # fmt: skip
+    w_g = declare.matrix("W_g", entry="wg", shape=(d, declare.c), latex="W_g", entry_latex="(W_g)")
+    gated = declare.matrix(
+        "C_g", entry="zg", shape=(n, declare.c), latex="C_g", entry_latex="z^{g}"
+    )
     gate = declare.step(
         "output_gate",
         sp.Eq(gated[m, j], z[m, j] * declare.sigmoid(sp.Sum(x[m, i] * w_g[i, j], (i, 1, d)))),
-        shape=(n, declare.c), title="The output gate",
+        shape=(n, declare.c),
+        title="The output gate",
         twin=lambda x_, c_, w: c_ * (x_ @ w).sigmoid(),
-    )  # fmt: skip
-    found = declare.variant("gated", title="Gated attention", inserts=[("C", gate)],
-                            register=True)  # fmt: skip
+    )
+    found = declare.variant("gated", title="Gated attention", inserts=[("C", gate)], register=True)
     entry = derive.variant(found.name)
     assert entry.graph.output == "C_g" and "W_g" in entry.graph.inputs
     assert entry.graph.step("C_g").inputs == ("X", "C", "W_g")  # the twin's arguments, in order

@@ -118,9 +118,10 @@ def _hint(report: Report, coarser: tuple) -> Report:
     """A float64 target that fails, and would conform with its softmax or its RoPE tables taken
     in float32: the failing report, saying so. Only the caller (or the adapter) can say that
     this is the target's convention, not the whole layer computed in float32."""
-    what = " and ".join({"softmax": "its softmax", "tables": "its RoPE tables"}[k]
-                        for k in coarser)  # fmt: skip
+    what = " and ".join({"softmax": "its softmax", "tables": "its RoPE tables"}[k] for k in coarser)
     told = ", ".join(f'"{k}": "float32"' for k in coarser)
-    line = (f"note: with {what} in float32 it would conform; if that is its convention, say "
-            f"conventions={{{told}}} (--convention {coarser[0]}=float32)")  # fmt: skip
+    line = (
+        f"note: with {what} in float32 it would conform; if that is its convention, say "
+        f"conventions={{{told}}} (--convention {coarser[0]}=float32)"
+    )
     return dataclasses.replace(report, notes=(*report.notes, line))

@@ -35,9 +35,15 @@ from typing import Any
 from .target import ConformError
 
 __all__ = [
-    "Weights", "Adapter", "register_adapter", "registered", "Observe", "per_head_parts",
-    "norm_gains", "norm_width",
-]  # fmt: skip
+    "Weights",
+    "Adapter",
+    "register_adapter",
+    "registered",
+    "Observe",
+    "per_head_parts",
+    "norm_gains",
+    "norm_width",
+]
 
 
 @dataclass
@@ -104,11 +110,15 @@ class Weights:
         c_h = c // self.heads
         if self.W_k is None or self.W_v is None:
             if not self.variant:
-                raise ConformError(f"adapter {adapter}: W_k and W_v are None, and no variant "
-                                   "(Weights.variant) gives K and V otherwise")  # fmt: skip
+                raise ConformError(
+                    f"adapter {adapter}: W_k and W_v are None, and no variant "
+                    "(Weights.variant) gives K and V otherwise"
+                )
             if self.W_k is not None or self.W_v is not None:
-                raise ConformError(f"adapter {adapter}: give W_k and W_v, or neither (K and V "
-                                   "from the variant's inputs)")  # fmt: skip
+                raise ConformError(
+                    f"adapter {adapter}: give W_k and W_v, or neither (K and V "
+                    "from the variant's inputs)"
+                )
             return self._check_output(adapter, c)
         for name in ("W_k", "W_v"):
             shape = tuple(getattr(self, name).shape)
@@ -287,8 +297,18 @@ def register_adapter(
 
     def register(weights: Callable[[Any], Weights]) -> Callable[[Any], Weights]:
         _REGISTERED[:] = [a for a in _REGISTERED if a.name != name]
-        adapter = Adapter(name, recognises, weights, call, mask, mask_means, dropout, observe,
-                          conventions=conventions, decode=decode)  # fmt: skip
+        adapter = Adapter(
+            name,
+            recognises,
+            weights,
+            call,
+            mask,
+            mask_means,
+            dropout,
+            observe,
+            conventions=conventions,
+            decode=decode,
+        )
         _REGISTERED.insert(0, adapter)
         return weights
 

@@ -95,8 +95,9 @@ def rope_tables(module: Any, x: Any, variant: str, values: Any) -> tuple:
     smoothing = None
     if "llama3-rope" in parts:  # the book's freq_config, from the variant's values
         smoothing = {key: float(values[str(symbol)]) for key, symbol in FREQ_CONFIG}
-    cos, sin = compute_rope_params(rotated, theta_base=beta, context_length=x.shape[-2],
-                                   freq_config=smoothing, dtype=x.dtype)  # fmt: skip
+    cos, sin = compute_rope_params(
+        rotated, theta_base=beta, context_length=x.shape[-2], freq_config=smoothing, dtype=x.dtype
+    )
     return cos.to(x.device), sin.to(x.device)
 
 
@@ -131,8 +132,9 @@ def after_a_cache(run: Any, form: Any, graph: Any) -> Check:
     formula = composed(graph)
     adapter, name = run.h.adapter, type(run.h.module).__name__
     if adapter.decode is None:
-        return run.missing(_NAME, _WHAT, formula, f"adapter {adapter.name} gives no cached "
-                           "call (decode=)")  # fmt: skip
+        return run.missing(
+            _NAME, _WHAT, formula, f"adapter {adapter.name} gives no cached call (decode=)"
+        )
     parts = _parts(run.n)
     try:
         got = _decoded(run, parts)

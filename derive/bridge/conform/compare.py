@@ -19,9 +19,16 @@ from ...graph.forms import RHO, Form, reference
 from .matrices import Evaluation, Rounding
 
 __all__ = [
-    "Scenario", "Agreement", "predict", "expect", "flipped", "agree", "rounding_for",
-    "dtype_name", "why",
-]  # fmt: skip
+    "Scenario",
+    "Agreement",
+    "predict",
+    "expect",
+    "flipped",
+    "agree",
+    "rounding_for",
+    "dtype_name",
+    "why",
+]
 
 #: (unit roundoff of a stored result, of the sums inside products): torch accumulates float16
 #: and bfloat16 products in float32.
@@ -139,8 +146,9 @@ def flipped(scenario: Scenario) -> Scenario:
             allowed = allowed & torch.ones_like(allowed).tril()
         inputs["M"] = torch.where(allowed, 0.0, -torch.inf).double()
     seen = {k: v for k, v in scenario.observed.items() if k not in ("expected", "evaluation")}
-    return Scenario(scenario.name, form, inputs, scenario.got, scenario.sizes, scenario.b_o,
-                    scenario.rho, seen)  # fmt: skip
+    return Scenario(
+        scenario.name, form, inputs, scenario.got, scenario.sizes, scenario.b_o, scenario.rho, seen
+    )
 
 
 @dataclass(frozen=True)

@@ -147,25 +147,40 @@ def _timm_weights(module: Any) -> Weights:
     blocks, biases = _thirds(*_linear(module.qkv))
     width = blocks[0].shape[1] // heads
     if type(getattr(module, "norm", None)).__name__ not in ("NoneType", "Identity"):
-        raise ConformError(f"{name} with scale_norm (norm={type(module.norm).__name__}): a norm "
-                           "of the merged heads is not in the registered variants")  # fmt: skip
+        raise ConformError(
+            f"{name} with scale_norm (norm={type(module.norm).__name__}): a norm "
+            "of the merged heads is not in the registered variants"
+        )
     parts, values, inputs = [], {}, {}
     norms = [getattr(module, f"{w}_norm", None) for w in "qk"]
     if any(type(norm).__name__ not in ("NoneType", "Identity") for norm in norms):
         (inputs["G_q"], values["epsilon"]), (inputs["G_k"], _) = (
-            norm_gains(norm, width) for norm in norms)  # fmt: skip
+            norm_gains(norm, width) for norm in norms
+        )
         parts.append("qk-norm")
     gate = getattr(module, "gate", None)
     if gate is not None:
         if gate.bias is not None:
-            raise ConformError(f"{name}: a gate with a bias (qkv_bias=True): the gate variant "
-                               "declares no bias of its logits")  # fmt: skip
+            raise ConformError(
+                f"{name}: a gate with a bias (qkv_bias=True): the gate variant "
+                "declares no bias of its logits"
+            )
         parts.append("gate")
         inputs["W_g"] = gate.weight.mT
     w_o, b_o = _linear(module.proj)
     b_q, b_k, b_v = biases
-    return Weights(*blocks, W_o=w_o, b_q=b_q, b_k=b_k, b_v=b_v, b_o=b_o, heads=heads,
-                   variant="+".join(parts), values=values, inputs=inputs)  # fmt: skip
+    return Weights(
+        *blocks,
+        W_o=w_o,
+        b_q=b_q,
+        b_k=b_k,
+        b_v=b_v,
+        b_o=b_o,
+        heads=heads,
+        variant="+".join(parts),
+        values=values,
+        inputs=inputs,
+    )
 
 
 # -- the book's classes (and this package's) -------------------------------------------------

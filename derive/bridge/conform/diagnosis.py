@@ -154,8 +154,17 @@ def diagnose(
         also.append("nan-on-empty-rows")
     wrong, wrong_tex, right, right_tex = _formulas(mistake, failing)
     names = tuple(s.name for s in failing)
-    return Diagnosis(mistake.id, mistake.title, wrong, wrong_tex, right, right_tex, tuple(also),
-                     names, assumed=assumed)  # fmt: skip
+    return Diagnosis(
+        mistake.id,
+        mistake.title,
+        wrong,
+        wrong_tex,
+        right,
+        right_tex,
+        tuple(also),
+        names,
+        assumed=assumed,
+    )
 
 
 def first_difference(scenarios: list[Scenario]) -> str:

@@ -64,8 +64,9 @@ def element_values(
     if not (isinstance(row, sp.Symbol) and isinstance(col, sp.Symbol)):
         raise ValueError(f"step {step.output}: entry {step.element.lhs} is not indexed by symbols")
     shape = step.shapes[step.output]
-    return _on_grid(step.element.rhs, (row, col), shape, step.head, values, sizes, heads,
-                    bounds, unit)  # fmt: skip
+    return _on_grid(
+        step.element.rhs, (row, col), shape, step.head, values, sizes, heads, bounds, unit
+    )
 
 
 def entries_values(
@@ -162,7 +163,7 @@ class _Grid:
             carried = abs(power) * _tensor(torch, base).abs() ** (power - 1) * error
             return value, exact(torch, carried + 2 * u * value.abs())
         if type(expr) in FUNCTIONS:
-            (x, error), = pairs  # fmt: skip
+            ((x, error),) = pairs
             return apply(type(expr), _tensor(torch, x), _tensor(torch, error), u)
         return self._exact_operation(expr, args)
 

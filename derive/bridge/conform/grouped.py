@@ -83,9 +83,16 @@ def _grouped_weights(module: Any) -> Weights:
     if w_g is not None:
         parts.append("gate")
         inputs["W_g"] = w_g
-    return Weights(w_q, module.W_key.weight.mT, module.W_value.weight.mT,
-                   W_o=module.out_proj.weight.mT, heads=module.num_heads,
-                   variant="+".join(parts), values=values, inputs=inputs)  # fmt: skip
+    return Weights(
+        w_q,
+        module.W_key.weight.mT,
+        module.W_value.weight.mT,
+        W_o=module.out_proj.weight.mT,
+        heads=module.num_heads,
+        variant="+".join(parts),
+        values=values,
+        inputs=inputs,
+    )
 
 
 def _grouped_call(module: Any, x: Any, allowed: Any, variant: str = "", values: Any = None) -> Any:
@@ -118,15 +125,26 @@ def _latent_weights(module: Any) -> Weights:
     """The book's multi-head latent attention (ch04/05_mla): K = (X W_dkv) W_uk, V likewise."""
     layers = {"W_dkv": module.W_DKV, "W_uk": module.W_UK, "W_uv": module.W_UV}
     if any(layer.bias is not None for layer in layers.values()):
-        raise ConformError(f"{type(module).__name__} with qkv_bias: the biases of W_DKV, W_UK, "
-                           "W_UV are not in the mla variant's declarations")  # fmt: skip
+        raise ConformError(
+            f"{type(module).__name__} with qkv_bias: the biases of W_DKV, W_UK, "
+            "W_UV are not in the mla variant's declarations"
+        )
     if module.W_query.bias is not None:
-        raise ConformError(f"{type(module).__name__} with qkv_bias: W_query's bias is not in "
-                           "the mla variant's declarations")  # fmt: skip
-    return Weights(module.W_query.weight.mT, None, None, W_o=module.out_proj.weight.mT,
-                   b_o=module.out_proj.bias, heads=module.num_heads, variant="mla",
-                   values={"d_u": module.W_DKV.weight.shape[0]},
-                   inputs={k: layer.weight.mT for k, layer in layers.items()})  # fmt: skip
+        raise ConformError(
+            f"{type(module).__name__} with qkv_bias: W_query's bias is not in "
+            "the mla variant's declarations"
+        )
+    return Weights(
+        module.W_query.weight.mT,
+        None,
+        None,
+        W_o=module.out_proj.weight.mT,
+        b_o=module.out_proj.bias,
+        heads=module.num_heads,
+        variant="mla",
+        values={"d_u": module.W_DKV.weight.shape[0]},
+        inputs={k: layer.weight.mT for k, layer in layers.items()},
+    )
 
 
 LATENT = Adapter(

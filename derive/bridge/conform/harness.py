@@ -211,8 +211,11 @@ class ModuleHarness:
                 width = matrix.shape[1]
                 row = torch.zeros(1, width).double() if bias is None else as64(bias)[None]
                 inputs[letter] = torch.cat([inputs[letter], row])  # (d, c) -> (d + 1, c)
-        extra = self.extra if weights is None else variant_inputs(
-            self.variant, w.inputs, self.adapter.name)  # fmt: skip
+        extra = (
+            self.extra
+            if weights is None
+            else variant_inputs(self.variant, w.inputs, self.adapter.name)
+        )
         inputs.update({letter: as64(matrix) for letter, matrix in extra.items()})
         if any(b is not None for b in biases):
             ones = torch.ones(*x.shape[:-1], 1, dtype=torch.float64)

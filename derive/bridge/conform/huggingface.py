@@ -92,8 +92,10 @@ def _projections(module: Any, heads: int) -> tuple[list, list, Any]:
     w_q, c = ws[0], heads * H.head_width(module)
     if w_q.shape[1] == 2 * c:  # each head's queries, then its gate's logits
         if bs[0] is not None:
-            raise ConformError(f"{type(module).__name__}: a gated q_proj with a bias: the gate "
-                               "variant declares no bias of its logits")  # fmt: skip
+            raise ConformError(
+                f"{type(module).__name__}: a gated q_proj with a bias: the gate "
+                "variant declares no bias of its logits"
+            )
         ws[0], w_g = per_head_parts(w_q, heads, 2)
         return ws, bs, w_g
     return ws, bs, None
@@ -105,8 +107,10 @@ def _layer_weights(module: Any) -> Weights:
     name = type(module).__name__
     heads, width = H.heads(module), H.head_width(module)
     if not math.isclose(H.scaling(module), width**-0.5, rel_tol=1e-9):
-        raise ConformError(f"{name} scales the scores by {H.scaling(module):.6g}, not 1/√c_h = "
-                           f"1/√{width}: no registered variant declares that scale")  # fmt: skip
+        raise ConformError(
+            f"{name} scales the scores by {H.scaling(module):.6g}, not 1/√c_h = "
+            f"1/√{width}: no registered variant declares that scale"
+        )
     (w_q, w_k, w_v), (b_q, b_k, b_v), w_g = _projections(module, heads)
     parts, values, inputs = [], {}, {}
     beta = H.beta(module)
@@ -142,8 +146,20 @@ def _layer_weights(module: Any) -> Weights:
         inputs["W_g"] = w_g
     o_proj = getattr(module, "o_proj", None) or getattr(module, "dense", None)
     w_o, b_o = (None, None) if o_proj is None else (o_proj.weight.mT, o_proj.bias)
-    return Weights(w_q, w_k, w_v, W_o=w_o, b_q=b_q, b_k=b_k, b_v=b_v, b_o=b_o, heads=heads,
-                   variant="+".join(parts), values=values, inputs=inputs)  # fmt: skip
+    return Weights(
+        w_q,
+        w_k,
+        w_v,
+        W_o=w_o,
+        b_q=b_q,
+        b_k=b_k,
+        b_v=b_v,
+        b_o=b_o,
+        heads=heads,
+        variant="+".join(parts),
+        values=values,
+        inputs=inputs,
+    )
 
 
 def _qk_norm(module: Any, widths: tuple[int, int, int], inputs: dict, values: dict) -> str:
@@ -154,15 +170,19 @@ def _qk_norm(module: Any, widths: tuple[int, int, int], inputs: dict, values: di
     width, c, c_kv = widths
     features = module.q_norm.weight.shape[-1]
     if features not in (width, c):
-        raise ConformError(f"{type(module).__name__}: q_norm normalises {features} features, "
-                           f"neither one head's {width} (qk-norm) nor all heads' {c} "
-                           "(whole-qk-norm)")  # fmt: skip
+        raise ConformError(
+            f"{type(module).__name__}: q_norm normalises {features} features, "
+            f"neither one head's {width} (qk-norm) nor all heads' {c} "
+            "(whole-qk-norm)"
+        )
     whole = features != width
     k_width = c_kv if whole else width
     if module.k_norm.weight.shape[-1] != k_width:
-        raise ConformError(f"{type(module).__name__}: k_norm normalises "
-                           f"{module.k_norm.weight.shape[-1]} features, q_norm {features}: "
-                           f"expected {k_width}, the keys normalised as the queries")  # fmt: skip
+        raise ConformError(
+            f"{type(module).__name__}: k_norm normalises "
+            f"{module.k_norm.weight.shape[-1]} features, q_norm {features}: "
+            f"expected {k_width}, the keys normalised as the queries"
+        )
     inputs["G_q"], values["epsilon"] = norm_gains(module.q_norm, features)
     inputs["G_k"], _ = norm_gains(module.k_norm, k_width)
     return "whole-qk-norm" if whole else "qk-norm"

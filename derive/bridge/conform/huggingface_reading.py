@@ -9,8 +9,21 @@ from typing import Any
 
 from .target import ConformError
 
-__all__ = ["head_width", "heads", "scaling", "takes_alibi", "rope", "beta", "llama3", "layer_type",
-           "rotated_width", "interleaved", "window", "alibi", "rotary"]  # fmt: skip
+__all__ = [
+    "head_width",
+    "heads",
+    "scaling",
+    "takes_alibi",
+    "rope",
+    "beta",
+    "llama3",
+    "layer_type",
+    "rotated_width",
+    "interleaved",
+    "window",
+    "alibi",
+    "rotary",
+]
 
 
 def head_width(module: Any) -> int:
@@ -55,9 +68,11 @@ def beta(module: Any) -> float | None:
     kind = found.get("rope_type", "default")
     name = type(module).__name__
     if kind not in ("default", "llama3"):
-        raise ConformError(f"{name}: rope_type {kind!r} scales the angles; the registered RoPE "
-                           "variants declare the default angles and Llama 3.1's "
-                           "(llama3-rope) only")  # fmt: skip
+        raise ConformError(
+            f"{name}: rope_type {kind!r} scales the angles; the registered RoPE "
+            "variants declare the default angles and Llama 3.1's "
+            "(llama3-rope) only"
+        )
     return float(found["rope_theta"])
 
 
@@ -66,8 +81,12 @@ def llama3(module: Any) -> dict | None:
     found = rope(module) or {}
     if found.get("rope_type") != "llama3":
         return None
-    names = {"eta": "factor", "alpha_l": "low_freq_factor", "alpha_h": "high_freq_factor",
-             "L_0": "original_max_position_embeddings"}  # fmt: skip
+    names = {
+        "eta": "factor",
+        "alpha_l": "low_freq_factor",
+        "alpha_h": "high_freq_factor",
+        "L_0": "original_max_position_embeddings",
+    }
     return {symbol: float(found[key]) for symbol, key in names.items()}
 
 
@@ -93,8 +112,10 @@ def interleaved(module: Any) -> bool:
         return False
     found = turn(torch.tensor([1.0, 2.0, 3.0, 4.0])).tolist()
     if found not in ([-2.0, 1.0, -4.0, 3.0], [-3.0, -4.0, 1.0, 2.0]):
-        raise ConformError(f"{type(module).__name__}: its model's rotate_half turns [1, 2, 3, 4] "
-                           f"into {found}, neither pairing of a registered RoPE")  # fmt: skip
+        raise ConformError(
+            f"{type(module).__name__}: its model's rotate_half turns [1, 2, 3, 4] "
+            f"into {found}, neither pairing of a registered RoPE"
+        )
     return found[0] == -2.0
 
 
@@ -112,8 +133,10 @@ def alibi(module: Any, n: int, dtype: Any, batch: int = 1) -> Any:
 
     build = getattr(sys.modules[type(module).__module__], "build_alibi_tensor", None)
     if build is None:
-        raise ConformError(f"{type(module).__name__} takes alibi, and no build_alibi_tensor "
-                           "is beside it to compute it")  # fmt: skip
+        raise ConformError(
+            f"{type(module).__name__} takes alibi, and no build_alibi_tensor "
+            "is beside it to compute it"
+        )
     return build(torch.ones(batch, n), heads(module), dtype)
 
 
@@ -141,5 +164,7 @@ def rotary(module: Any) -> Any:
             embedding = found(config=module.config)
             takes_type = "layer_type" in inspect.signature(embedding.forward).parameters
             return embedding, takes_type
-    raise ConformError(f"{type(module).__name__}: no {name}RotaryEmbedding beside it in "
-                       f"{home.__name__} to compute the tables the model passes")  # fmt: skip
+    raise ConformError(
+        f"{type(module).__name__}: no {name}RotaryEmbedding beside it in "
+        f"{home.__name__} to compute the tables the model passes"
+    )

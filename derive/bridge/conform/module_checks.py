@@ -119,9 +119,14 @@ def _weight_gradients(self: Any, module: Any) -> dict:
     found = {k: (getattr(read, k), getattr(zero, k)) for k in names}
     # a variant's input read off no parameter (ALiBi's slopes, a buffer or computed) reads the
     # same whatever the parameters are: it has no gradient to compare
-    found |= {k: (read.inputs[k], zero.inputs[k]) for k in self.h.extra
-              if not (torch.equal(zero.inputs[k], normal.inputs[k])
-                      and torch.equal(read.inputs[k], zero.inputs[k]))}  # fmt: skip
+    found |= {
+        k: (read.inputs[k], zero.inputs[k])
+        for k in self.h.extra
+        if not (
+            torch.equal(zero.inputs[k], normal.inputs[k])
+            and torch.equal(read.inputs[k], zero.inputs[k])
+        )
+    }
     return {k: None if v is None else (v - z).detach().clone() for k, (v, z) in found.items()}
 
 

@@ -132,9 +132,13 @@ class Run:
         zero = predict(scenario, rounding=self.rounding, empty_rows="zero")
         as_derived = agree(got, *output(zero, scenario)).passed
         nan = bool(got[empty].isnan().any())
-        found = ("zero weights, derive's convention" if as_derived else
-                 "NaN (IEEE 0/0, torch's convention)" if nan else
-                 "finite weights other than derive's zeros (a finite fill's)")  # fmt: skip
+        found = (
+            "zero weights, derive's convention"
+            if as_derived
+            else "NaN (IEEE 0/0, torch's convention)"
+            if nan
+            else "finite weights other than derive's zeros (a finite fill's)"
+        )
         rule = "zero" if self.options.strict else self.conventions.get("empty rows", "any")
         own = as_derived if rule == "zero" else nan if rule == "nan" else True
         if own and not as_derived:

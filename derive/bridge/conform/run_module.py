@@ -31,8 +31,9 @@ __all__ = ["ModuleRun"]
 class ModuleRun(Run):
     def __init__(self, target: Target, options: Options) -> None:
         adapter = find_adapter(target.obj, options.adapter)
-        self.h = ModuleHarness(target, adapter, dtype=options.dtype, variant=options.variant,
-                               values=options.values)  # fmt: skip
+        self.h = ModuleHarness(
+            target, adapter, dtype=options.dtype, variant=options.variant, values=options.values
+        )
         known = {} if adapter.conventions is None else adapter.conventions(self.h.module)
         super().__init__(target, options, self.h.dtype, known=known)
         self.notes += [adapter.note] if adapter.note else []
@@ -58,9 +59,11 @@ class ModuleRun(Run):
         if window is None:
             return 5
         if window + 2 > 64:
-            self.notes.append(f"note: the window w = {window} is wider than the 5 tokens shown, "
-                              "so no query reaches past it: it is not exercised (give the "
-                              "layer a window under 63, or --n)")  # fmt: skip
+            self.notes.append(
+                f"note: the window w = {window} is wider than the 5 tokens shown, "
+                "so no query reaches past it: it is not exercised (give the "
+                "layer a window under 63, or --n)"
+            )
             return 5
         return max(5, int(window) + 2)
 
@@ -146,9 +149,11 @@ class ModuleRun(Run):
         self.causal, self.causal_how = self._probe()
         said = says_causal(self.h.module)
         if said and not self.causal and self.options.causal is None:
-            self.notes.append(f"warning (causal-mask-missing): {said}, but the last token "
-                              "changes row 1: is its causal mask missing? (--causal checks it "
-                              "as causal)")  # fmt: skip
+            self.notes.append(
+                f"warning (causal-mask-missing): {said}, but the last token "
+                "changes row 1: is its causal mask missing? (--causal checks it "
+                "as causal)"
+            )
         form = self.form(causal=self.causal)
         forward = self.scenario("forward", form, self.x, got, observed=observed)
         graph = reference(form)
@@ -259,8 +264,10 @@ class ModuleRun(Run):
         except ValueError as error:  # a variant that takes no given mask (a DeclarationError)
             weights = declared(reference(form), "A" + _s(form))
             reason = f"variant {self.h.variant} takes no given mask ({error})"
-            return [self.missing(name, what, formula, reason),
-                    self.missing(empty, says, weights, reason)]  # fmt: skip
+            return [
+                self.missing(name, what, formula, reason),
+                self.missing(empty, says, weights, reason),
+            ]
         if not self.h.accepts_mask:
             reason, unchecked = _no_mask(self.h.adapter)
             if unchecked:

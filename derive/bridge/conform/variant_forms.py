@@ -44,8 +44,9 @@ def evaluate_variant_form(evaluation: Any, expr: sp.MatrixExpr) -> tuple[Any, An
 
 def coefficient(evaluation: Any, expr: sp.Expr) -> tuple[Any, Any]:
     """A scalar coefficient (−μ_ℓ, 1/√c_h): a tensor (H, 1, 1) per head where it reads ℓ."""
-    return entries_values(expr, (sp.S.One, sp.S.One), (1, 1), *_grid_inputs(evaluation),
-                          **_grid_rounding(evaluation))  # fmt: skip
+    return entries_values(
+        expr, (sp.S.One, sp.S.One), (1, 1), *_grid_inputs(evaluation), **_grid_rounding(evaluation)
+    )
 
 
 def columns(evaluation: Any, expr: sp.MatrixSlice) -> tuple[Any, Any]:
@@ -58,8 +59,10 @@ def columns(evaluation: Any, expr: sp.MatrixSlice) -> tuple[Any, Any]:
 
     def cut(t: Any, head: int | None) -> Any:
         at = {L.ell: head} if head is not None else {}
-        s, e, f, g = (concrete(sp.sympify(x).xreplace(at), evaluation.sizes)
-                      for x in (start, stop, first, last))  # fmt: skip
+        s, e, f, g = (
+            concrete(sp.sympify(x).xreplace(at), evaluation.sizes)
+            for x in (start, stop, first, last)
+        )
         return t[..., s:e, f:g]
 
     if not per_head:
@@ -143,8 +146,10 @@ def _group_concat(evaluation: Any, expr: GroupConcat) -> tuple[Any, Any]:
     groups = concrete(expr.count, evaluation.sizes)
     values, bounds = [], []
     for nu in range(1, groups + 1):
-        first, last = (concrete(sp.sympify(x).xreplace({L.nu: nu}), evaluation.sizes)
-                       for x in (expr.first, expr.last))  # fmt: skip
+        first, last = (
+            concrete(sp.sympify(x).xreplace({L.nu: nu}), evaluation.sizes)
+            for x in (expr.first, expr.last)
+        )
         heads = slice(first - 1, last)
         values.append(value[..., heads, :, :].sum(-3))
         if bound is not None and evaluation.rounding is not None:

@@ -38,8 +38,10 @@ def variant_sizes(name: str, values: dict[str, Any], adapter: str) -> dict:
     unknown = sorted(set(values) - set(known))
     if unknown:
         reads = ", ".join(known) or "no value"
-        raise ConformError(f"values {unknown} (adapter {adapter}'s or given) are not read by "
-                           f"{name} (it reads {reads})")  # fmt: skip
+        raise ConformError(
+            f"values {unknown} (adapter {adapter}'s or given) are not read by "
+            f"{name} (it reads {reads})"
+        )
     return {
         symbol: sp.sympify(values.get(key, default)) for key, (symbol, default) in known.items()
     }
@@ -53,8 +55,10 @@ def at_sizes(values: dict, sizes: dict) -> dict:
     for symbol, value in values.items():
         number = sp.sympify(value).xreplace(at)
         if number.free_symbols:
-            raise ConformError(f"the value of {symbol}, {value}, reads a size the run does not "
-                               f"have ({', '.join(map(str, number.free_symbols))})")  # fmt: skip
+            raise ConformError(
+                f"the value of {symbol}, {value}, reads a size the run does not "
+                f"have ({', '.join(map(str, number.free_symbols))})"
+            )
         found[symbol] = int(number) if number.is_Integer else float(number)
     return found
 
@@ -85,10 +89,14 @@ def variant_inputs(name: str, inputs: dict[str, Any], adapter: str) -> dict[str,
     needed = [x for x in graph.inputs if x not in ("X", "W_q", "W_k", "W_v", "W_o", "M")]
     missing = [x for x in needed if x not in inputs]
     if missing:
-        raise ConformError(f"adapter {adapter}: variant {name} reads {', '.join(missing)}; "
-                           "give them in Weights(inputs={...})")  # fmt: skip
+        raise ConformError(
+            f"adapter {adapter}: variant {name} reads {', '.join(missing)}; "
+            "give them in Weights(inputs={...})"
+        )
     extra = sorted(set(inputs) - set(needed))
     if extra:
-        raise ConformError(f"adapter {adapter}: inputs {extra} are not read by {name} "
-                           f"(it reads {', '.join(needed) or 'none'})")  # fmt: skip
+        raise ConformError(
+            f"adapter {adapter}: inputs {extra} are not read by {name} "
+            f"(it reads {', '.join(needed) or 'none'})"
+        )
     return {letter: inputs[letter] for letter in needed}

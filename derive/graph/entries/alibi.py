@@ -92,10 +92,14 @@ def alibi_scores(source: str, head: bool, rows: sp.Expr, keys: sp.Expr) -> Decla
         biased,
         "Linear biases (ALiBi)",
         Eq(L.base("omegabias")[indices], rhs, evaluate=False),
-        {given: (rows, keys), "Mu": (sp.S.One, L.h if head else sp.S.One), "Delta": (rows, keys),
-         biased: (rows, keys)},
+        {
+            given: (rows, keys),
+            "Mu": (sp.S.One, L.h if head else sp.S.One),
+            "Delta": (rows, keys),
+            biased: (rows, keys),
+        },
         twin=StepTwin("attention.functional.alibi_scores", (given,), (("slope", slope),)),
-    )  # fmt: skip
+    )
 
 
 def with_alibi(graph: Graph) -> Graph:
@@ -157,7 +161,7 @@ VARIANT = Variant(
             "attention:"
         ),
         RowsSumToOne(),
-    ),  # fmt: skip
+    ),
     options=(("alibi", "Mu"),),
     rank=46,
     short="ALiBi",

@@ -64,8 +64,10 @@ def with_mask(graph: Graph, mask: Declaration | None, name: str) -> Graph:
     for step in graph.declarations:
         if step.name == "weights":
             if step.element != S.weights(head=step.head).element:
-                raise ValueError(f"its weights {step.output} are not the softmax of the scaled "
-                                 "scores that a mask is added to")  # fmt: skip
+                raise ValueError(
+                    f"its weights {step.output} are not the softmax of the scaled "
+                    "scores that a mask is added to"
+                )
             step = S.weights(head=step.head, masked=True)
         steps.append(step)
         if step.name == "scaled_scores":
@@ -76,8 +78,11 @@ def with_mask(graph: Graph, mask: Declaration | None, name: str) -> Graph:
     return Graph(named, tuple(steps), graph.relations)
 
 
-_LINEAR = (("W_query.weight", "W_q", True), ("W_key.weight", "W_k", True),
-           ("W_value.weight", "W_v", True))  # fmt: skip
+_LINEAR = (
+    ("W_query.weight", "W_q", True),
+    ("W_key.weight", "W_k", True),
+    ("W_value.weight", "W_v", True),
+)
 
 VARIANT = Variant(
     "causal",
@@ -88,7 +93,7 @@ VARIANT = Variant(
     options=(("causal", True),),
     also=(
         ModuleTwin("attention.CausalAttention", (L.d, L.c, L.n, 0.0), _LINEAR, implies=("causal",)),
-    ),  # fmt: skip
+    ),
     rank=30,
     short="causal attention",
     document=Document(sections=(*Document().sections, "example")),

@@ -33,10 +33,14 @@ CROSS = S.Dims(queries=L.n, keys=L.s, width=L.d, source_width=L.d_y, source="y")
 def cross_attention(_: Graph | None = None) -> Graph:
     """Queries from X (n × d), keys and values from Y (s × d_y)."""
     steps = (
-        S.projection("q", CROSS), S.projection("k", CROSS), S.projection("v", CROSS),
-        S.scores(dims=CROSS), S.scaled_scores(dims=CROSS), S.weights(dims=CROSS),
+        S.projection("q", CROSS),
+        S.projection("k", CROSS),
+        S.projection("v", CROSS),
+        S.scores(dims=CROSS),
+        S.scaled_scores(dims=CROSS),
+        S.weights(dims=CROSS),
         S.context(dims=CROSS),
-    )  # fmt: skip
+    )
     return Graph("cross-attention", steps)
 
 
@@ -48,14 +52,22 @@ VARIANT = Variant(
     "output, or text reading an image. Every step is the one of self-attention, with $Y$ "
     "where $X$ was for the keys and values, and $s$ keys instead of $n$.",
     build=cross_attention,
-    claims=(RowsSumToOne(),
-            SameAs(BEFORE, substitute=((L.base("y"), L.base("x")), (L.s, L.n), (L.d_y, L.d)))),
-    sizes=(Size(L.s, 4, "keys read from Y",
-                meaning="keys read from another sequence $Y$ (cross-attention)"),
-           Size(L.d_y, 5, "the width of Y", meaning="width of an entry of $Y$ (cross-attention)")),
+    claims=(
+        RowsSumToOne(),
+        SameAs(BEFORE, substitute=((L.base("y"), L.base("x")), (L.s, L.n), (L.d_y, L.d))),
+    ),
+    sizes=(
+        Size(
+            L.s,
+            4,
+            "keys read from Y",
+            meaning="keys read from another sequence $Y$ (cross-attention)",
+        ),
+        Size(L.d_y, 5, "the width of Y", meaning="width of an entry of $Y$ (cross-attention)"),
+    ),
     draws=(AtLeast(L.s, 2, "with one key every weight is 1"),),
     twin=Twin("attention.functional.cross_attention", ("X", "Y", "W_q", "W_k", "W_v")),
     rank=10,
     combines=False,
     notation=(Y,),
-)  # fmt: skip
+)

@@ -221,7 +221,7 @@ VARIANT = Variant(
             "where the stored log-sum-exp's grows as $u s$. The figure below evaluates the "
             "whole first-order bounds of both routes on measured draws.",
         ),
-    ),  # fmt: skip
+    ),
     sizes=(
         Size(
             L.B_r,
@@ -270,12 +270,12 @@ VARIANT = Variant(
             (("dQ_blocks", "dQ"), ("dK_blocks", "dK"), ("dV_blocks", "dV")),
             options=_BLOCKS,
         ),
-    ),  # fmt: skip
+    ),
     combines=False,
     document=Document(
         sections=("introduction", "steps", "facts", "figures", "explicit"),
         figures=("flash-rounding",),
         states="derive.proofs.online_softmax.block_states",
-    ),  # fmt: skip
+    ),
     notation=(MU_STATE, ELL_STATE, O_STATE),
 )

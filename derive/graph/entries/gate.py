@@ -138,7 +138,7 @@ VARIANT = Variant(
             "$0 < \\sigma < 1$.",
         ),
         RowsSumToOne(),
-    ),  # fmt: skip
+    ),
     options=(("w_g", "W_g"),),
     rank=60,
     short="output gate",

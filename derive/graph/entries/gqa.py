@@ -57,8 +57,12 @@ def split_groups(which: str) -> Declaration:
 def grouped(graph: Graph) -> Graph:
     """Multi-head `graph` with g groups of keys and values: K, V (and W_k, W_v) g c_h wide,
     head ℓ reading its group's block."""
-    replaced = {"K": S.projection("k", GROUPED), "V": S.projection("v", GROUPED),
-                "K_l": split_groups("k"), "V_l": split_groups("v")}  # fmt: skip
+    replaced = {
+        "K": S.projection("k", GROUPED),
+        "V": S.projection("v", GROUPED),
+        "K_l": split_groups("k"),
+        "V_l": split_groups("v"),
+    }
     for letter in replaced:
         graph.step(letter)  # a KeyError naming what the graph has
     steps = tuple(replaced.get(step.output, step) for step in graph.declarations)

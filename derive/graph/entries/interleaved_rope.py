@@ -60,8 +60,7 @@ def _declared(graph: Graph, output: str, rhs: sp.Expr, title: str) -> Declaratio
     """The graph's step of `output` (its conditions kept: RoPE's, or partial RoPE's) with
     another right-hand side and title."""
     step = graph.step(output)
-    return dataclasses.replace(step, element=Eq(step.element.lhs, rhs, evaluate=False),
-                               title=title)  # fmt: skip
+    return dataclasses.replace(step, element=Eq(step.element.lhs, rhs, evaluate=False), title=title)
 
 
 def with_interleaved_rope(graph: Graph) -> Graph:
@@ -70,10 +69,15 @@ def with_interleaved_rope(graph: Graph) -> Graph:
     rotated = _rotated(graph, L.c_h if head else L.c)
     steps = rotations_told(graph, ("interleaved", True))
     found = Graph(graph.name.replace("RoPE", "interleaved RoPE"), steps, graph.relations)
-    angles = _declared(found, "Phi", interleaved_angles(head, rotated),
-                       "The rotary angles, pair by neighbouring pair")  # fmt: skip
-    rotation = _declared(found, "R", interleaved_rotation(head, rotated),
-                         "Rotating each pair of neighbours")  # fmt: skip
+    angles = _declared(
+        found,
+        "Phi",
+        interleaved_angles(head, rotated),
+        "The rotary angles, pair by neighbouring pair",
+    )
+    rotation = _declared(
+        found, "R", interleaved_rotation(head, rotated), "Rotating each pair of neighbours"
+    )
     return found.with_step(angles).with_step(rotation)
 
 

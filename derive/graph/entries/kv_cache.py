@@ -21,10 +21,16 @@ def decode_step() -> tuple[Graph, Graph]:
     """One new token against a cache of m rows: its query, scores, weights and context (K, V
     the cache), and the projections that append its own key and value to the cache."""
     one = S.Dims(queries=sp.S.One, keys=L.m)
-    attend = Graph("a decoding step", (
-        S.projection("q", one), S.scores(dims=one), S.scaled_scores(dims=one),
-        S.weights(dims=one), S.context(dims=one),
-    ))  # fmt: skip
+    attend = Graph(
+        "a decoding step",
+        (
+            S.projection("q", one),
+            S.scores(dims=one),
+            S.scaled_scores(dims=one),
+            S.weights(dims=one),
+            S.context(dims=one),
+        ),
+    )
     row = S.Dims(queries=sp.S.One, keys=sp.S.One)
     append = Graph("the new row of the cache", (S.projection("k", row), S.projection("v", row)))
     return attend, append

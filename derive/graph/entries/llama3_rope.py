@@ -35,8 +35,12 @@ from .rope import rotations_told
 __all__ = ["VARIANT", "smoothed", "with_llama3_rope", "FREQ_CONFIG"]
 
 #: The book's ``freq_config`` keys, each with its symbol (a twin's option).
-FREQ_CONFIG = (("factor", L.eta), ("low_freq_factor", L.alpha_l),
-               ("high_freq_factor", L.alpha_h), ("original_context_length", L.L_0))  # fmt: skip
+FREQ_CONFIG = (
+    ("factor", L.eta),
+    ("low_freq_factor", L.alpha_l),
+    ("high_freq_factor", L.alpha_h),
+    ("original_context_length", L.L_0),
+)
 
 
 def smoothed(frequency: sp.Expr) -> sp.Expr:
@@ -51,15 +55,19 @@ def smoothed(frequency: sp.Expr) -> sp.Expr:
 
 def _frequencies_smoothed(step: Declaration) -> Declaration:
     rhs = step.element.rhs.replace(lambda e: isinstance(e, sp.Pow) and e.base == L.beta, smoothed)
-    return dataclasses.replace(step, element=Eq(step.element.lhs, rhs, evaluate=False),
-                               title="The rotary angles, at Llama 3.1's frequencies")  # fmt: skip
+    return dataclasses.replace(
+        step,
+        element=Eq(step.element.lhs, rhs, evaluate=False),
+        title="The rotary angles, at Llama 3.1's frequencies",
+    )
 
 
 def with_llama3_rope(graph: Graph) -> Graph:
     """`graph` (with RoPE, perhaps partial or interleaved) at Llama 3.1's frequencies."""
     steps = rotations_told(graph, ("freq_config", FREQ_CONFIG))
-    found = Graph(graph.name.replace("RoPE", "RoPE at Llama 3.1's frequencies"), steps,
-                  graph.relations)  # fmt: skip
+    found = Graph(
+        graph.name.replace("RoPE", "RoPE at Llama 3.1's frequencies"), steps, graph.relations
+    )
     return found.with_step(_frequencies_smoothed(found.step("Phi")))
 
 

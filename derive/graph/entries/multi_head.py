@@ -43,8 +43,12 @@ NAMES = (
 
 __all__ = ["VARIANT"]
 
-_LINEAR = (("W_query.weight", "W_q", True), ("W_key.weight", "W_k", True),
-           ("W_value.weight", "W_v", True), ("out_proj.weight", "W_o", True))  # fmt: skip
+_LINEAR = (
+    ("W_query.weight", "W_q", True),
+    ("W_key.weight", "W_k", True),
+    ("W_value.weight", "W_v", True),
+    ("out_proj.weight", "W_o", True),
+)
 _ARGUMENTS = ("X", "W_q", "W_k", "W_v", "W_o")
 
 VARIANT = Variant(

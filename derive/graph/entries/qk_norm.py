@@ -124,12 +124,17 @@ def with_qk_norm(graph: Graph) -> Graph:
             steps.append(step)
             continue
         if {letter.removesuffix("_l") for letter in step.inputs} != {"Q", "K"}:
-            raise ValueError(f"QK-norm normalises Q and K, and the scores of {graph.name} read "
-                             f"{', '.join(step.inputs)}")  # fmt: skip
+            raise ValueError(
+                f"QK-norm normalises Q and K, and the scores of {graph.name} read "
+                f"{', '.join(step.inputs)}"
+            )
         found = True
         rows = {letter[0].lower(): step.shapes[letter][0] for letter in step.inputs}
-        steps += [rms_norm("q", step.head, rows["q"]), rms_norm("k", step.head, rows["k"]),
-                  step.reading(NORMED)]  # fmt: skip
+        steps += [
+            rms_norm("q", step.head, rows["q"]),
+            rms_norm("k", step.head, rows["k"]),
+            step.reading(NORMED),
+        ]
     if not found:
         raise ValueError(f"{graph.name} has no scores for QK-norm to normalise")
     return Graph(graph.name + " with QK-norm", tuple(steps), graph.relations)

@@ -154,7 +154,7 @@ def apply_rope(source: str, head: bool, rows: sp.Expr) -> Declaration:
             "Phi": (rows, width),
             "R": (width, width),
             letter: (rows, width),
-        },  # fmt: skip
+        },
         twin=twin,
         requires=(Even(width, "RoPE rotates pairs of features"),),
     )
@@ -183,8 +183,10 @@ def with_rope(graph: Graph) -> Graph:
             continue
         sources = [L.name_of(letter) for letter in step.inputs]
         if any(source not in _ROTATED for source in sources):
-            raise ValueError(f"RoPE rotates queries and keys, and the scores of {graph.name} "
-                             f"read {', '.join(step.inputs)}")  # fmt: skip
+            raise ValueError(
+                f"RoPE rotates queries and keys, and the scores of {graph.name} "
+                f"read {', '.join(step.inputs)}"
+            )
         rows = {L.name_of(letter): step.shapes[letter][0] for letter in step.inputs}
         query, key = sources
         steps += [

@@ -193,8 +193,11 @@ def _said(step, key: tuple[str, str]):
 
 def graph(_: Graph | None = None) -> Graph:
     """The seven steps, each with the words its document prints before it."""
-    weights = replace(_said(S.weights(), ("weights", "A")), composed=("Omega_scaled",),
-                      composed_text=W.COMPOSED_WEIGHTS)  # fmt: skip
+    weights = replace(
+        _said(S.weights(), ("weights", "A")),
+        composed=("Omega_scaled",),
+        composed_text=W.COMPOSED_WEIGHTS,
+    )
     steps = (
         _said(S.projection("q"), ("projection", "Q")),
         _said(S.projection("k"), ("projection", "K")),
@@ -209,17 +212,24 @@ def graph(_: Graph | None = None) -> Graph:
 
 _BACKWARD = (
     Group("Through the context", (Show(("dA", "dV"), W.BACKWARD_STEP_TEXT["dA"]),)),
-    Group("Through the softmax", (
-        WeightsJacobian(heading="", text=W.BACKWARD_STEP_TEXT["jacobian"]),
-        Show(("dOmega_scaled",), W.BACKWARD_STEP_TEXT["dOmega_scaled"]),
-        Show(("dOmega",), W.BACKWARD_STEP_TEXT["dOmega"]),
-    )),
+    Group(
+        "Through the softmax",
+        (
+            WeightsJacobian(heading="", text=W.BACKWARD_STEP_TEXT["jacobian"]),
+            Show(("dOmega_scaled",), W.BACKWARD_STEP_TEXT["dOmega_scaled"]),
+            Show(("dOmega",), W.BACKWARD_STEP_TEXT["dOmega"]),
+        ),
+    ),
     Group("Through the scores", (Show(("dQ", "dK"), W.BACKWARD_STEP_TEXT["dQ"]),)),
-    Group("To the weights and the inputs", (
-        Show(("dW_q", "dW_k", "dW_v"), W.BACKWARD_STEP_TEXT["dW_q"]), Show(("dX",)),
-    )),
+    Group(
+        "To the weights and the inputs",
+        (
+            Show(("dW_q", "dW_k", "dW_v"), W.BACKWARD_STEP_TEXT["dW_q"]),
+            Show(("dX",)),
+        ),
+    ),
     Group("The rowsum identity", (RowsumIdentity(heading="", text=W.BACKWARD_ROWSUM),)),
-)  # fmt: skip
+)
 
 _SINGLE = (("W_query", "W_q", False), ("W_key", "W_k", False), ("W_value", "W_v", False))
 
@@ -232,29 +242,54 @@ VARIANT = Variant(
     claims=(
         RowsSumToOne(text=W.FACT_TEXT["rows_sum_to_one"]),
         ShiftInvariance(text=W.FACT_TEXT["shift_invariance"]),
-        ScoreVariance(heading="Why the scores are scaled", text=W.FACT_TEXT["assumptions"],
-                      then=W.FACT_TEXT["score_variance"]),
+        ScoreVariance(
+            heading="Why the scores are scaled",
+            text=W.FACT_TEXT["assumptions"],
+            then=W.FACT_TEXT["score_variance"],
+        ),
         ScaledScoreVariance(heading="", text=W.FACT_TEXT["scaled_score_variance"]),
     ),
     draws=(AtLeast(L.n, 2, "with one token every weight is 1: the softmax would go untested"),),
     twin=Twin("attention.functional.self_attention", label="fused path"),
     also=(
-        Twin("attention.functional.self_attention", options=(("return_weights", True),),
-             label="explicit path", output=0),
+        Twin(
+            "attention.functional.self_attention",
+            options=(("return_weights", True),),
+            label="explicit path",
+            output=0,
+        ),
         ModuleTwin("attention.SelfAttentionV1", (L.d, L.c), _SINGLE),
-        GradientTwin("attention.functional.self_attention_backward",
-                     ("X", "W_q", "W_k", "W_v", "dC"), ("dX", "dW_q", "dW_k", "dW_v")),
+        GradientTwin(
+            "attention.functional.self_attention_backward",
+            ("X", "W_q", "W_k", "W_v", "dC"),
+            ("dX", "dW_q", "dW_k", "dW_v"),
+        ),
     ),
     rank=0,
     document=Document(
         heading="From tokens to the input matrix",
-        sections=("introduction", "shapes", "steps", "facts", "figures", "counts", "batches",
-                  "backward", "explicit", "example"),
-        prose=(("steps", W.STEPS_INTRO), ("facts heading", "What the steps imply"),
-               ("facts", W.FACTS_INTRO), ("counts", W.COUNT_TEXT),
-               ("backward", W.BACKWARD_INTRO), ("backward end", W.BACKWARD_CHECKED)),
+        sections=(
+            "introduction",
+            "shapes",
+            "steps",
+            "facts",
+            "figures",
+            "counts",
+            "batches",
+            "backward",
+            "explicit",
+            "example",
+        ),
+        prose=(
+            ("steps", W.STEPS_INTRO),
+            ("facts heading", "What the steps imply"),
+            ("facts", W.FACTS_INTRO),
+            ("counts", W.COUNT_TEXT),
+            ("backward", W.BACKWARD_INTRO),
+            ("backward end", W.BACKWARD_CHECKED),
+        ),
         figures=("softmax-saturation",),
         backward=_BACKWARD,
     ),
     notation=(X, W_Q, W_K, W_V, Q, K, V, OMEGA, OMEGA_SCALED, A, C, *NAMES),
-)  # fmt: skip
+)

@@ -88,7 +88,7 @@ VARIANT = Variant(
             text="With $\\zeta \\to -\\infty$ its exponential vanishes from every "
             "denominator, and the weights are those of the attention the sink joins:",
         ),
-    ),  # fmt: skip
+    ),
     options=(("sinks", "Zeta"),),
     rank=47,
     short="sinks",

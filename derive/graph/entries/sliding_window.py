@@ -49,7 +49,7 @@ VARIANT = Variant(
         RowsSumToOne(),
         SameAs(BEFORE, assume=((L.w, L.n),)),
         AllowedPairs(assume=((L.n, L.w),)),
-    ),  # fmt: skip
+    ),
     sizes=(
         Size(
             L.w,

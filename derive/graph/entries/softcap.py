@@ -103,7 +103,7 @@ VARIANT = Variant(
             "softcapping with $\\kappa \\to \\infty$ is the attention it modifies.",
         ),
         RowsSumToOne(),
-    ),  # fmt: skip
+    ),
     parameters=(
         Parameter(
             L.kappa,

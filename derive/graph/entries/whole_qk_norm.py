@@ -35,8 +35,9 @@ def _normalised(graph: Graph, which: str) -> Graph:
     letter = L.BASES[which]
     rows, width = graph.step(letter).shapes[letter]
     norm = rms_norm(which, False, rows, width=width)
-    steps = [s.reading({which: NORMED[which]}) if letter in s.inputs else s
-             for s in graph.declarations]  # fmt: skip
+    steps = [
+        s.reading({which: NORMED[which]}) if letter in s.inputs else s for s in graph.declarations
+    ]
     return Graph(graph.name, tuple(steps), graph.relations).inserted(letter, norm)
 
 

@@ -24,8 +24,13 @@ _ELEMENT = "the entry of the matrix form, expanded by SymPy"
 def _table(entry: Entry, gradients: dict[str, Gradient]) -> Table:
     shapes = entry.graph.shapes
     output = entry.graph.output
-    rows = [(f"${L.MATRIX_LATEX[L.gradient(output)]}$", shape(shapes[output]),
-             f"${L.MATRIX_LATEX[output]}$")]  # fmt: skip
+    rows = [
+        (
+            f"${L.MATRIX_LATEX[L.gradient(output)]}$",
+            shape(shapes[output]),
+            f"${L.MATRIX_LATEX[output]}$",
+        )
+    ]
     rows += [
         (f"${L.MATRIX_LATEX[g.output]}$", shape(shapes[g.of]), f"${L.MATRIX_LATEX[g.of]}$")
         for g in gradients.values()
@@ -54,14 +59,16 @@ def _shown(show: Show, gradients: dict[str, Gradient]) -> list[Block]:
     # in the Jacobian; the chain keeps it too, for whoever reads it)
     return blocks + [
         Display(chain((part.chain[0], *part.chain[2:])), derived(part.how, *sources)),
-        Display((equation(found[0].matrix),),
-                derived("matrix_form of the derived entry", *sources)),
-    ]  # fmt: skip
+        Display(
+            (equation(found[0].matrix),), derived("matrix_form of the derived entry", *sources)
+        ),
+    ]
 
 
 def _differing(entry: Entry, gradients: dict[str, Gradient]) -> tuple[str, ...]:
     """The gradients whose matrix form or shape is not the base's."""
     base = {} if entry.base is None else {g.output: g for g in calculus.backward(entry.base)}
+
     def same(g: Gradient) -> bool:
         theirs = base.get(g.output)
         return theirs is not None and (theirs.matrix, theirs.shape) == (g.matrix, g.shape)

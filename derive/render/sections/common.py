@@ -29,8 +29,10 @@ def fact_lines(fact: Fact) -> tuple[str, ...]:
     """A fact's derivation as a chain; a fact whose derivation misses its claim is refused
     (a document never states what SymPy did not derive)."""
     if not fact.holds:
-        raise DerivationError(f"prove the fact '{fact.title}' ({fact.name})",
-                              "SymPy's derivation did not reach its claim")  # fmt: skip
+        raise DerivationError(
+            f"prove the fact '{fact.title}' ({fact.name})",
+            "SymPy's derivation did not reach its claim",
+        )
     return chain(fact.derivation)
 
 
@@ -52,10 +54,14 @@ def _unproved(fact: Fact, owner: str) -> list[Block]:
     if fact.counterexample:
         at = ", ".join(f"{what} = {value}" for what, value in fact.counterexample)
         raise DeclarationError(f"{said} is false: at {at}")
-    warnings.warn(UnprovedClaim(f"{said} could not be proved by SymPy, and no counter-example "
-                                f"was found in {DRAWS} draws"), stacklevel=2)  # fmt: skip
-    why = (f"SymPy could not prove it; no counter-example in {DRAWS} draws at "
-           "n = 3, d = 2, c = 4")
+    warnings.warn(
+        UnprovedClaim(
+            f"{said} could not be proved by SymPy, and no counter-example "
+            f"was found in {DRAWS} draws"
+        ),
+        stacklevel=2,
+    )
+    why = f"SymPy could not prove it; no counter-example in {DRAWS} draws at n = 3, d = 2, c = 4"
     statement = fact.stated if fact.stated is not None else fact.claim
     return [Prose(PV.UNPROVED_TEXT), Display((equation(statement),), unproved(why, *fact.sources))]
 
@@ -73,8 +79,10 @@ def shape(dims: tuple[sp.Expr, sp.Expr]) -> str:
 
 
 def _assumptions(assumptions) -> Display:
-    lines = tuple(rf"{latex(moment)} &= {latex(symbol)} = {latex(value)}"
-                  for moment, symbol, value in assumptions.rows())  # fmt: skip
+    lines = tuple(
+        rf"{latex(moment)} &= {latex(symbol)} = {latex(value)}"
+        for moment, symbol, value in assumptions.rows()
+    )
     return Display(lines, declared("assumptions"))
 
 

@@ -34,8 +34,15 @@ def _value(numbers: Numbers | None, key: str, row: int, col: int) -> float | Non
     return value if math.isfinite(value) else None
 
 
-def _matrix(letter: str, role: str, key: str, entries: sp.MatrixBase, formulas, numbers,
-            seen: tuple[Indexed, ...] = ()):  # fmt: skip
+def _matrix(
+    letter: str,
+    role: str,
+    key: str,
+    entries: sp.MatrixBase,
+    formulas,
+    numbers,
+    seen: tuple[Indexed, ...] = (),
+):
     rows = []
     for row in range(entries.rows):
         cells = []
@@ -74,10 +81,11 @@ def matrices(ea: ExplicitGraph, numbers: Numbers | None = None) -> Matrices:
     these sizes."""
     numbers = _fits(ea, numbers)
     found = [
-        _matrix(L.MATRIX_LATEX[letter], L.role(letter) or P.INPUT_ROLE, letter, entries, None,
-                numbers)
+        _matrix(
+            L.MATRIX_LATEX[letter], L.role(letter) or P.INPUT_ROLE, letter, entries, None, numbers
+        )
         for letter, entries in ea.inputs.items()
-    ]  # fmt: skip
+    ]
     for step in ea.steps:
         key = step.step.output.removesuffix("_l")
         letter, role = L.MATRIX_LATEX[key], L.role(key) or step.step.title or key
@@ -92,5 +100,7 @@ def matrices(ea: ExplicitGraph, numbers: Numbers | None = None) -> Matrices:
 def states(found: list) -> list[Matrix]:
     """An algorithm's state block by block (`derive.proofs.online_softmax.block_states`) as
     matrices of entries: each entry's formula, and what it reads and has seen lit up with it."""
-    return [_matrix(state.letter, state.role, "", state.entries, state.formulas, None,
-                    state.seen) for state in found]  # fmt: skip
+    return [
+        _matrix(state.letter, state.role, "", state.entries, state.formulas, None, state.seen)
+        for state in found
+    ]

@@ -22,8 +22,11 @@ __all__ = ["explicit", "example", "example_numbers"]
 def _sizes(ea: ExplicitGraph) -> str:
     """``$n = 3$, $d = 4$, $c = 2$`` and the graph's other sizes and parameters (heads, a
     window, RoPE's base)."""
-    shown = [f"${latex(symbol)} = {value}$" for symbol, value in ea.sizes.items()
-             if symbol not in (L.h, L.c_h)]  # fmt: skip
+    shown = [
+        f"${latex(symbol)} = {value}$"
+        for symbol, value in ea.sizes.items()
+        if symbol not in (L.h, L.c_h)
+    ]
     text = ", ".join(shown)
     if ea.heads > 1:
         text += f", $h = {ea.heads}$ heads of width $c_h = {ea.sizes[L.c_h]}$"
@@ -48,9 +51,10 @@ def explicit(
         Heading(f"Explicit: {sizes}"),
         Prose(P.EXPLICIT_INTRO + (P.EXPLICIT_STATES if kept else "")),
         grid,
-        Display(inputs, derived("the named entries of the inputs at these sizes"),
-                P.EXPLICIT_DETAIL),
-    ]  # fmt: skip
+        Display(
+            inputs, derived("the named entries of the inputs at these sizes"), P.EXPLICIT_DETAIL
+        ),
+    ]
     how = "the declaration at these sizes and indices, its sums written out"
     for index, step in enumerate(ea.steps, 1):
         head = f" (head {step.head})" if step.head is not None else ""
@@ -86,8 +90,11 @@ def example(worked, figure: str | None) -> list[Block]:
     tokens = worked.tokens
     n = len(tokens)
     sizes = f"$n = {n}$, $d = {worked.d}$, $c = {worked.c}$"
-    shared = "".join(P.EXAMPLE_SHARED.format(token=token) for token in dict.fromkeys(tokens)
-                     if tokens.count(token) == 2)  # fmt: skip
+    shared = "".join(
+        P.EXAMPLE_SHARED.format(token=token)
+        for token in dict.fromkeys(tokens)
+        if tokens.count(token) == 2
+    )
     seeded = tuple(
         f"{L.MATRIX_LATEX[name]} &= {latex(_rounded(worked.inputs[name]), decimals=4)}"
         for name in ("X", "W_q", "W_k", "W_v")
@@ -112,8 +119,9 @@ def example(worked, figure: str | None) -> list[Block]:
     blocks.append(
         Display(
             lines,
-            numeric(f"{worked.twin} (PyTorch), and the declarations evaluated by SymPy to 30 "
-                    "digits"),
+            numeric(
+                f"{worked.twin} (PyTorch), and the declarations evaluated by SymPy to 30 digits"
+            ),
         )
     )
     blocks.append(Prose(P.EXAMPLE_AGREEMENT.format(tolerance="$10^{-12}$")))

@@ -18,8 +18,21 @@ from .common import claim_blocks
 
 __all__ = ["facts", "counts", "batches", "batched"]
 
-_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-          "eleven", "twelve")  # fmt: skip
+_WORDS = (
+    "no",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+)
 
 
 def facts(entry: Entry) -> list[Block]:
@@ -50,8 +63,10 @@ def counts(entry: Entry) -> list[Block]:
     heading = f"{products} and {transposes}" if products and transposes else PV.COUNTS_HEADING
     heading = heading[0].upper() + heading[1:]
     output = graph.output
-    composed = (f"{latex(L.matrix_symbol(output, *graph.shapes[output]))} &= "
-                f"{latex(calculus.composed_expression(graph))}")  # fmt: skip
+    composed = (
+        f"{latex(L.matrix_symbol(output, *graph.shapes[output]))} &= "
+        f"{latex(calculus.composed_expression(graph))}"
+    )
     # a matrix expression has no place to break, and its fractions and brackets print wider
     # than their characters: shown where it takes at most half a line
     lines = (
@@ -62,8 +77,11 @@ def counts(entry: Entry) -> list[Block]:
     )
     how = "each step's matrix form put into the next; products, transposes and FLOPs counted on it"
     sources = tuple(s.output for s in graph.declarations)
-    return [Heading(heading), Prose(entry.document.words("counts", PV.VARIANT_COUNT)),
-            Display(lines, derived(how, *sources))]  # fmt: skip
+    return [
+        Heading(heading),
+        Prose(entry.document.words("counts", PV.VARIANT_COUNT)),
+        Display(lines, derived(how, *sources)),
+    ]
 
 
 def _per_sequence(entry: sp.Basic) -> bool:
@@ -88,5 +106,8 @@ def batches(entry: Entry) -> list[Block]:
     shown = [s for s in calculus.steps(graph) if s.output in ("Q", "Omega", "A", "C")]
     lines = tuple(equation(batched(s.element)) for s in shown)
     how = "each declaration with the batch index b given to every per-sequence entry"
-    return [Heading("Batches"), Prose(entry.document.words("batches", PV.BATCH_TEXT)),
-            Display(lines, derived(how, *(s.output for s in shown)))]  # fmt: skip
+    return [
+        Heading("Batches"),
+        Prose(entry.document.words("batches", PV.BATCH_TEXT)),
+        Display(lines, derived(how, *(s.output for s in shown))),
+    ]

@@ -24,8 +24,11 @@ def shapes(entry: Entry) -> list[Block]:
     known = entry.graph.shapes
     if entry.base is None:
         letters = [*entry.graph.inputs, *(s.output for s in entry.graph.declarations)]
-        rows = tuple((f"${L.MATRIX_LATEX[letter]}$", shape(known[letter]), L.role(letter))
-                     for letter in letters if L.role(letter))  # fmt: skip
+        rows = tuple(
+            (f"${L.MATRIX_LATEX[letter]}$", shape(known[letter]), L.role(letter))
+            for letter in letters
+            if L.role(letter)
+        )
         return [Prose(P.SHAPES), Table(("matrix", "shape", "role"), rows)]
     new = ", ".join(
         f"${L.MATRIX_LATEX[letter]}$ (${latex(known[letter][0])} \\times "

@@ -37,8 +37,9 @@ def _intro(entry: Entry, changed: list[calculus.Step]) -> str:
     if entry.base is None:
         return entry.document.words("steps", "")
     names = {step.output for step in changed}
-    shared = ", ".join(dict.fromkeys(s.title.lower() for s in entry.graph.declarations
-                                     if s.output not in names))  # fmt: skip
+    shared = ", ".join(
+        dict.fromkeys(s.title.lower() for s in entry.graph.declarations if s.output not in names)
+    )
     if not changed:
         return PV.VARIANT_NOTHING_NEW.format(base=entry.base.name)
     return PV.VARIANT_SHARED.format(base=entry.base.name, steps=shared) if shared else ""
@@ -49,17 +50,25 @@ def _composed(graph: Graph, step: calculus.Step) -> list[Block]:
     exp(ω_{m,p}/√c) / Σ_r exp(ω_{m,r}/√c)."""
     letters = set(step.declaration.composed)
     element = calculus.inline(step.element.rhs, graph, letters)
-    forms = {s.matrix.lhs: s.matrix.rhs for s in calculus.steps(graph)
-             if s.output in letters and s.matrix is not None}  # fmt: skip
+    forms = {
+        s.matrix.lhs: s.matrix.rhs
+        for s in calculus.steps(graph)
+        if s.output in letters and s.matrix is not None
+    }
     assert step.matrix is not None, f"{step.output}: a composed step has a matrix form"
     matrix = step.matrix.rhs.xreplace(forms)
-    lines = (f"{latex(step.element.lhs)} &= {latex(element)}",
-             f"{latex(step.matrix.lhs)} &= {latex(matrix)}")  # fmt: skip
-    named = " and ".join((L.role(s.output) or s.title.lower()) for s in graph.declarations
-                         if s.output in letters)  # fmt: skip
+    lines = (
+        f"{latex(step.element.lhs)} &= {latex(element)}",
+        f"{latex(step.matrix.lhs)} &= {latex(matrix)}",
+    )
+    named = " and ".join(
+        (L.role(s.output) or s.title.lower()) for s in graph.declarations if s.output in letters
+    )
     how = f"the {named}' declaration put in"
-    return [Prose(step.declaration.composed_text),
-            Display(lines, derived(how, step.output, *sorted(letters)))]  # fmt: skip
+    return [
+        Prose(step.declaration.composed_text),
+        Display(lines, derived(how, step.output, *sorted(letters))),
+    ]
 
 
 def _masked(graph: Graph) -> list[Block]:

@@ -201,13 +201,23 @@ mask_filled_with_zero = _seeded(lambda: _FilledWithZero(D, 8, CONTEXT, 0.0))
 BROKEN = {
     name.replace("_", "-"): name
     for name in (
-        "no_scale", "scale_by_c", "scale_by_model_width", "scale_by_head_width",
-        "softmax_over_queries", "values_are_keys", "causal_diagonal_masked",
-        "causal_leaks_future", "mask_inverted", "mask_filled_with_zero", "mask_after_softmax",
-        "dropout_before_softmax", "heads_mixed", "heads_split_without_transpose",
+        "no_scale",
+        "scale_by_c",
+        "scale_by_model_width",
+        "scale_by_head_width",
+        "softmax_over_queries",
+        "values_are_keys",
+        "causal_diagonal_masked",
+        "causal_leaks_future",
+        "mask_inverted",
+        "mask_filled_with_zero",
+        "mask_after_softmax",
+        "dropout_before_softmax",
+        "heads_mixed",
+        "heads_split_without_transpose",
         "nan_on_empty_rows",
     )
-} | {id: f"port:{id}" for id in PORTS}  # fmt: skip
+} | {id: f"port:{id}" for id in PORTS}
 #: what conform is told of a broken implementation, by id (RoPE is not the module's)
 OPTIONS = {id: told for id, (_, told) in PORTS.items()}
 
@@ -216,5 +226,3 @@ def implementation(id):
     """The broken implementation of `id`: a module, or a function."""
     name = BROKEN[id]
     return port(name.removeprefix("port:")) if name.startswith("port:") else globals()[name]
-
-

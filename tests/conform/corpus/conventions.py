@@ -113,8 +113,9 @@ class GPT2Attention(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, dim, num_heads=8, qkv_bias=False, attn_drop=0.0, proj_drop=0.0,
-                 fused_attn=True):  # fmt: skip
+    def __init__(
+        self, dim, num_heads=8, qkv_bias=False, attn_drop=0.0, proj_drop=0.0, fused_attn=True
+    ):
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = dim // num_heads

@@ -84,7 +84,21 @@ torch_mha_sequence_first = _seeded(lambda: torch.nn.MultiheadAttention(D, HEADS,
 
 FUNCTIONS = ("sdpa_torch", "sdpa_written", "sdpa_lowest")
 MODULES = (
-    "book_v1", "book_v2", "book_causal", "book_wrapper", "book_mha", "ours_v1", "ours_v2",
-    "ours_causal", "ours_wrapper", "ours_mha", "nanogpt", "nanogpt_written", "gpt2", "timm",
-    "timm_written", "torch_mha", "torch_mha_sequence_first",
-)  # fmt: skip
+    "book_v1",
+    "book_v2",
+    "book_causal",
+    "book_wrapper",
+    "book_mha",
+    "ours_v1",
+    "ours_v2",
+    "ours_causal",
+    "ours_wrapper",
+    "ours_mha",
+    "nanogpt",
+    "nanogpt_written",
+    "gpt2",
+    "timm",
+    "timm_written",
+    "torch_mha",
+    "torch_mha_sequence_first",
+)

@@ -47,8 +47,9 @@ class PortedGrouped(nn.Module):
     OLMo's QK-norm of the whole rows; `cached`: the book's KV-cache layer, ``forward(x, blocked,
     cos, sin, start_pos=0, cache=None)`` returning the output and the keys and values kept."""
 
-    def __init__(self, bug=None, window=None, softcap=None, sinks=False, whole_norm=False,
-                 cached=False):  # fmt: skip
+    def __init__(
+        self, bug=None, window=None, softcap=None, sinks=False, whole_norm=False, cached=False
+    ):
         super().__init__()
         torch.manual_seed(11)
         self.num_heads, self.num_kv_groups, self.head_dim = HEADS, GROUPS, WIDTH

@@ -29,9 +29,14 @@ def test_given_sizes_every_step_passes(capsys):
     assert "(rerun with --seed" not in out  # a given seed is not announced
     assert [s[0] for s in steps] == ["Q", "K", "V", "Omega", "Omega_scaled", "A", "C"]
     assert dict((s[0], s[1]) for s in steps) == {
-        "Q": "5×2", "K": "5×2", "V": "5×2", "Omega": "5×5", "Omega_scaled": "5×5",
-        "A": "5×5", "C": "5×2",
-    }  # fmt: skip
+        "Q": "5×2",
+        "K": "5×2",
+        "V": "5×2",
+        "Omega": "5×5",
+        "Omega_scaled": "5×5",
+        "A": "5×5",
+        "C": "5×2",
+    }
     assert all(s[4] == "pass" for s in steps)
     assert all(float(s[2]) == 0 for s in steps if s[3] == "exact")
     assert "(backward pass not checked (--forward-only))" in out
@@ -47,13 +52,22 @@ def test_the_backward_pass_is_checked_too(capsys):
     assert status == 0
     rows = dict(re.findall(r"^  (d\w+)\s+(\d+×\d+)\s+\S+\s+1e-10\s+pass$", out, re.M))
     assert rows == {
-        "dV": "4×2", "dA": "4×4", "dOmega_scaled": "4×4", "dOmega": "4×4", "dQ": "4×2",
-        "dK": "4×2", "dW_q": "3×2", "dW_k": "3×2", "dW_v": "3×2", "dX": "4×3",
-    }  # fmt: skip
+        "dV": "4×2",
+        "dA": "4×4",
+        "dOmega_scaled": "4×4",
+        "dOmega": "4×4",
+        "dQ": "4×2",
+        "dK": "4×2",
+        "dW_q": "3×2",
+        "dW_k": "3×2",
+        "dW_v": "3×2",
+        "dX": "4×3",
+    }
     assert "C · CausalAttention" in out
     for name, shape in (("dX", "4×3"), ("dW_q", "3×2"), ("dW_k", "3×2"), ("dW_v", "3×2")):
-        assert re.search(rf"^  {name} · self_attention_backward\s+{shape}\s+\S+\s+1e-10\s+pass$",
-                         out, re.M), name  # fmt: skip
+        assert re.search(
+            rf"^  {name} · self_attention_backward\s+{shape}\s+\S+\s+1e-10\s+pass$", out, re.M
+        ), name
     # the declared mask against attention's causal_mask, entry by entry
     assert re.search(r"^  M\s+4×4\s+0\s+exact\s+pass$", out, re.M)
     assert out.rstrip().endswith("derive check: 25 step values compared, all pass")
@@ -69,8 +83,9 @@ def test_sizes_over_the_gradient_limit_check_the_forward_pass_only(capsys):
 def test_causal_heads_and_trials(capsys):
     status, out, _ = run(capsys, "--causal", "--heads", "2", "--trials", "3", "--seed", "1")
     assert status == 0
-    trials = re.findall(r"^trial \d/3: multi-head\+causal, n=\d d=\d c=(\d+), h=2, inputs seed \d$",
-                        out, re.M)  # fmt: skip
+    trials = re.findall(
+        r"^trial \d/3: multi-head\+causal, n=\d d=\d c=(\d+), h=2, inputs seed \d$", out, re.M
+    )
     assert len(trials) == 3
     for c in trials:
         assert int(c) % 2 == 0  # drawn c is a multiple of the heads
@@ -88,11 +103,13 @@ def test_a_broken_entry_point_is_caught_though_the_steps_agree(capsys):
 
 
 def test_multi_head_uses_the_book_class_when_causal(capsys):
-    status, out, _ = run(capsys, "--n", "5", "--d", "3", "--c", "4", "--heads", "2", "--causal",
-                         "--forward-only")  # fmt: skip
+    status, out, _ = run(
+        capsys, "--n", "5", "--d", "3", "--c", "4", "--heads", "2", "--causal", "--forward-only"
+    )
     assert status == 0 and re.search(r"^  C · MultiHeadAttention\s+5×4\s.*pass$", out, re.M)
-    status, out, _ = run(capsys, "--n", "5", "--d", "3", "--c", "4", "--heads", "2",
-                         "--forward-only")  # fmt: skip
+    status, out, _ = run(
+        capsys, "--n", "5", "--d", "3", "--c", "4", "--heads", "2", "--forward-only"
+    )
     assert status == 0 and "C · MultiHeadAttention" not in out  # the book's class is causal
 
 
@@ -111,15 +128,24 @@ def test_a_broken_implementation_exits_one(capsys):
         (["--d", "x"], r"argument --d: must be a positive integer, got 'x'"),
         (["--c", "17"], r"argument --c: 17 is over the limit of 16"),
         (["--c", "5", "--heads", "2"], r"h=2 does not divide c=5 \(each head gets c / h columns\)"),
-        (["--n", "1"], r"n=1 must be at least 2 \(with one token every weight is 1: the softmax "
-                       r"would go untested\)"),
-        (["--variant", "sliding-window", "--w", "4", "--n", "3"],
-         r"n=3 must be at least 5 \(a window narrower than the sequence"),
+        (
+            ["--n", "1"],
+            r"n=1 must be at least 2 \(with one token every weight is 1: the softmax "
+            r"would go untested\)",
+        ),
+        (
+            ["--variant", "sliding-window", "--w", "4", "--n", "3"],
+            r"n=3 must be at least 5 \(a window narrower than the sequence",
+        ),
         (["--seed", "-1"], r"argument --seed: must be a non-negative integer, got -1"),
-        (["--variant", "flash", "--block-keys", "0"],
-         r"argument --block-keys: must be a positive integer, got 0"),
-        (["--variant", "flash", "--block-keys", "3", "--n", "3"],
-         r"n=3 must be at least 4 \(more than one block of keys"),
+        (
+            ["--variant", "flash", "--block-keys", "0"],
+            r"argument --block-keys: must be a positive integer, got 0",
+        ),
+        (
+            ["--variant", "flash", "--block-keys", "3", "--n", "3"],
+            r"n=3 must be at least 4 \(more than one block of keys",
+        ),
         (["--trials", "0"], r"argument --trials: must be a positive integer, got 0"),
         (["--bogus"], r"unrecognized arguments: --bogus"),
     ],
@@ -195,18 +221,24 @@ def test_a_combination_that_no_entry_point_computes_is_said_so(capsys):
     from derive.declare import c, m, n, omega, omega_tilde, p
 
     doubled = declare.step(
-        "doubled_scores", sp.Eq(omega_tilde[m, p], 2 * omega[m, p] / sp.sqrt(c)), shape=(n, n),
-        title="Scaled scores, doubled", twin=lambda o, *, c: 2 * o / c**0.5, options={"c": c},
-    )  # fmt: skip
+        "doubled_scores",
+        sp.Eq(omega_tilde[m, p], 2 * omega[m, p] / sp.sqrt(c)),
+        shape=(n, n),
+        title="Scaled scores, doubled",
+        twin=lambda o, *, c: 2 * o / c**0.5,
+        options={"c": c},
+    )
 
     def doubled_attention(x, w_q, w_k, w_v):
         q, k, v = x @ w_q, x @ w_k, x @ w_v
         return (2 * q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).softmax(dim=-1) @ v
 
-    declare.variant("doubled", title="Doubled scores", replaces=[doubled],
-                    twin=doubled_attention, register=True)  # fmt: skip
-    status, out, _ = run(capsys, "--variant", "doubled", "--causal", "--seed", "2",
-                         "--forward-only")  # fmt: skip
+    declare.variant(
+        "doubled", title="Doubled scores", replaces=[doubled], twin=doubled_attention, register=True
+    )
+    status, out, _ = run(
+        capsys, "--variant", "doubled", "--causal", "--seed", "2", "--forward-only"
+    )
     assert status == 0
     assert "(no entry point computes it: doubled_attention takes no causal; backward " in out
     assert re.search(r"^  M\s+\d+×\d+\s+0\s+exact\s+pass$", out, re.M)  # the mask, checked
@@ -216,20 +248,38 @@ def test_a_combination_that_no_entry_point_computes_is_said_so(capsys):
 def test_a_size_of_another_variant_is_refused_not_ignored(capsys):
     status, out, err = run(capsys, "--variant", "cross-attention", "--w", "3")
     assert status == 2 and out == ""
-    assert err.strip() == ("derive check: cross-attention has no size 'w' (w is a size of "
-                           "sliding-window); its own: s, d_y")  # fmt: skip
+    assert err.strip() == (
+        "derive check: cross-attention has no size 'w' (w is a size of "
+        "sliding-window); its own: s, d_y"
+    )
     with pytest.raises(ValueError, match=r"self-attention has no size 'g'"):
         draw_sizes(derive.variant("self-attention"), random.Random(0), {"g": 2})
 
 
 def _flash(capsys):
-    return run(capsys, "--variant", "flash", "--n", "5", "--d", "3", "--c", "2",
-               "--block-rows", "3", "--block-keys", "2", "--seed", "2")  # fmt: skip
+    return run(
+        capsys,
+        "--variant",
+        "flash",
+        "--n",
+        "5",
+        "--d",
+        "3",
+        "--c",
+        "2",
+        "--block-rows",
+        "3",
+        "--block-keys",
+        "2",
+        "--seed",
+        "2",
+    )
 
 
 def _rows(out):
-    return dict(re.findall(r"^  (\S+(?: · \S+(?: \S+)?)?)\s+\d+×\d+\s+\S+\s+\S+\s+(pass|FAIL)$",
-                           out, re.M))  # fmt: skip
+    return dict(
+        re.findall(r"^  (\S+(?: · \S+(?: \S+)?)?)\s+\d+×\d+\s+\S+\s+\S+\s+(pass|FAIL)$", out, re.M)
+    )
 
 
 def test_flash_every_block_against_the_derivation(capsys):
@@ -243,8 +293,13 @@ def test_flash_every_block_against_the_derivation(capsys):
         for t in range(1, count + 1):
             assert rows.pop(f"{name}^({t}) · {twin}") == "pass"
         assert f"{name}^({count + 1}) · {twin}" not in rows
-    for label in ("C · blocked reference", "C · fused path", "dQ · flash_gradients",
-                  "dK · flash_gradients", "dV · flash_gradients"):
+    for label in (
+        "C · blocked reference",
+        "C · fused path",
+        "dQ · flash_gradients",
+        "dK · flash_gradients",
+        "dV · flash_gradients",
+    ):
         assert rows[label] == "pass", label
 
 
@@ -273,8 +328,9 @@ def test_flash_weights_recomputed_from_the_maximum_fail(capsys, monkeypatch):
     real = attention.flash.blocked_backward
 
     def at_the_maximum(q, k, v, c, lse, dc, **options):
-        state = attention.flash.online_softmax(q, k, v, block_rows=options["block_rows"],
-                                               block_keys=options["block_keys"])  # fmt: skip
+        state = attention.flash.online_softmax(
+            q, k, v, block_rows=options["block_rows"], block_keys=options["block_keys"]
+        )
         return real(q, k, v, c, state.mu[-1], dc, **options)
 
     monkeypatch.setattr(attention.flash, "blocked_backward", at_the_maximum)

@@ -19,7 +19,9 @@ def test_zero_based_shifts_free_and_summed_indices():
     Q, K = sp.MatrixSymbol("Q", n, c), sp.MatrixSymbol("K", n, c)
     one_based = Sum(q[m, j] * k[p, j], (j, 1, c))
     m0, p0 = zero_index(m), zero_index(p)  # the same names, counted from 0
-    assert zero_based(one_based, (m, p), {"Q": Q, "K": K}) == Sum(Q[m0, j] * K[p0, j], (j, 0, c - 1))
+    assert zero_based(one_based, (m, p), {"Q": Q, "K": K}) == Sum(
+        Q[m0, j] * K[p0, j], (j, 0, c - 1)
+    )
     assert (m0.name, m0.is_nonnegative, m0 == m) == ("m", True, False)
 
 

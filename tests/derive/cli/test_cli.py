@@ -93,7 +93,7 @@ def test_html(tmp_path, capsysbinary):
 def test_html_to_stdout_is_the_generic_derivation(capsysbinary):
     status, out, err = _run(capsysbinary, "html")
     assert (status, err) == (0, "")
-    assert out.startswith(b"<!DOCTYPE html>") and b"td class=\"entry\"" not in out
+    assert out.startswith(b"<!DOCTYPE html>") and b'td class="entry"' not in out
 
 
 def test_notebook(tmp_path, capsysbinary):
@@ -130,7 +130,10 @@ BAD = [
     (["latex", "--d", "x"], "argument --d: must be a positive integer, got 'x'"),
     (["latex", "--c", "2.5"], "argument --c: must be a positive integer, got '2.5'"),
     (["latex", "--n", "17"], "argument --n: 17 is over the limit of 16"),
-    (["latex", "--c", "4", "--heads", "3"], "h=3 does not divide c=4 (each head gets c / h columns)"),
+    (
+        ["latex", "--c", "4", "--heads", "3"],
+        "h=3 does not divide c=4 (each head gets c / h columns)",
+    ),
     (["markdown", "--heads", "0"], "argument --heads: must be a positive integer, got 0"),
     (["latex", "--bogus"], "unrecognized arguments: --bogus"),
     (["markdown", "--fragment"], "unrecognized arguments: --fragment"),  # latex only
@@ -163,14 +166,21 @@ BAD = [
     (["notebook", "--variant", "nope"], "unknown variant 'nope'; known: self-attention, causal"),
     (["notebook", "--w", "2"], "self-attention has no size 'w' (w is a size of sliding-window)"),
     (["latex", "--variant", "mla", "--variant", "rope"], "mla does not combine"),
-    (["latex", "--variant", "gqa", "--heads", "3", "--g", "2", "--c", "6"],
-     "g=2 does not divide h=3 (each group serves h / g heads)"),
-    (["latex", "--variant", "gqa", "--variant", "rope", "--heads", "2", "--c", "2"],
-     "RoPE rotates pairs of features: c / h=1 must be even"),
-    (["check", "--variant", "rope", "--c", "3"], "RoPE rotates pairs of features: c=3 must be even"),
+    (
+        ["latex", "--variant", "gqa", "--heads", "3", "--g", "2", "--c", "6"],
+        "g=2 does not divide h=3 (each group serves h / g heads)",
+    ),
+    (
+        ["latex", "--variant", "gqa", "--variant", "rope", "--heads", "2", "--c", "2"],
+        "RoPE rotates pairs of features: c / h=1 must be even",
+    ),
+    (
+        ["check", "--variant", "rope", "--c", "3"],
+        "RoPE rotates pairs of features: c=3 must be even",
+    ),
     (["check", "--variant", "gqa", "--heads", "4", "--g", "3"], "g=3 does not divide h=4"),
     (["check", "--variant", "kv-cache", "--heads", "2"], "kv-cache does not combine"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("argv", "message"), BAD, ids=[" ".join(a) or "none" for a, _ in BAD])
@@ -266,8 +276,20 @@ def test_a_folder_to_write_into_is_checked_before_any_work(tmp_path, capsysbinar
     afile.write_text("x")
     status, _, err = _run(capsysbinary, "docs", "--out", str(afile), "--no-pdf")
     assert status == 2 and err.strip().endswith("file.txt is a file") and len(err.splitlines()) == 1
-    status, _, err = _run(capsysbinary, "latex", "-o", str(tmp_path / "d.tex"), "--figures",
-                          str(afile / "figures"), "--n", "3", "--d", "4", "--c", "2")  # fmt: skip
+    status, _, err = _run(
+        capsysbinary,
+        "latex",
+        "-o",
+        str(tmp_path / "d.tex"),
+        "--figures",
+        str(afile / "figures"),
+        "--n",
+        "3",
+        "--d",
+        "4",
+        "--c",
+        "2",
+    )
     assert status == 2 and "cannot use --figures" in err and len(err.splitlines()) == 1
     assert afile.read_text() == "x" and not (tmp_path / "d.tex").exists()
 
@@ -324,9 +346,12 @@ def test_python_dash_m_derive_is_torch_free(tmp_path):
 def test_a_full_standard_output_is_one_line_and_status_2():
     with open("/dev/full", "wb") as full:  # every write fails with ENOSPC (Linux)
         done = subprocess.run(
-            [sys.executable, "-m", "derive", "latex", "-q"], stdout=full, stderr=subprocess.PIPE,
-            text=True, env=_env(),
-        )  # fmt: skip
+            [sys.executable, "-m", "derive", "latex", "-q"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+        )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "derive: cannot write to standard output: No space left on device"
@@ -335,11 +360,33 @@ def test_a_full_standard_output_is_one_line_and_status_2():
 
 def test_variants_combine_and_take_their_heads_from_heads(tmp_path, capsysbinary):
     target = tmp_path / "qwen.tex"
-    argv = ("latex", "-o", str(target), "--variant", "rope", "--variant", "qk-norm", "--variant",
-            "gqa", "--heads", "2", "--g", "1", "--n", "3", "--d", "4", "--c", "4", "-q")  # fmt: skip
+    argv = (
+        "latex",
+        "-o",
+        str(target),
+        "--variant",
+        "rope",
+        "--variant",
+        "qk-norm",
+        "--variant",
+        "gqa",
+        "--heads",
+        "2",
+        "--g",
+        "1",
+        "--n",
+        "3",
+        "--d",
+        "4",
+        "--c",
+        "4",
+        "-q",
+    )
     assert _run(capsysbinary, *argv)[0] == 0
     tex = target.read_text()
-    assert r"\title{Grouped-query attention with QK-norm and RoPE (the attention of Qwen 3), " in tex
+    assert (
+        r"\title{Grouped-query attention with QK-norm and RoPE (the attention of Qwen 3), " in tex
+    )
     assert r"\section*{Explicit: $n = 4$" not in tex and "$n = 3$" in tex
     assert r"\mathring{q}^{(\ell)}_{m,j}" in tex and r"\check{q}^{(\ell)}_{m,j}" in tex
 

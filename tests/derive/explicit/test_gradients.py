@@ -43,8 +43,11 @@ def test_same_symbols_as_the_forward_derivation():
     g = derive.explicit_gradients(3, 1, 2)
     ea = derive.explicit_attention(3, 1, 2)
     assert (g.forward.X, g.forward.W_q, g.forward.W_k, g.forward.W_v) == (
-        ea.X, ea.W_q, ea.W_k, ea.W_v,
-    )  # fmt: skip
+        ea.X,
+        ea.W_q,
+        ea.W_k,
+        ea.W_v,
+    )
     inputs = set(ea.X) | set(ea.W_q) | set(ea.W_k) | set(ea.W_v) | set(g.dC)
     for name in ("dX", "dW_q", "dW_k", "dW_v", "dQ", "dK", "dV", "dA", "dOmega"):
         matrix = getattr(g, name)

@@ -30,9 +30,18 @@ def test_the_single_head_graph_reads_x_and_the_weights():
 def test_shapes_follow_the_book():
     n, d, c = L.n, L.d, L.c
     assert self_attention().shapes == {
-        "X": (n, d), "W_q": (d, c), "W_k": (d, c), "W_v": (d, c), "Q": (n, c), "K": (n, c),
-        "V": (n, c), "Omega": (n, n), "Omega_scaled": (n, n), "A": (n, n), "C": (n, c),
-    }  # fmt: skip
+        "X": (n, d),
+        "W_q": (d, c),
+        "W_k": (d, c),
+        "W_v": (d, c),
+        "Q": (n, c),
+        "K": (n, c),
+        "V": (n, c),
+        "Omega": (n, n),
+        "Omega_scaled": (n, n),
+        "A": (n, n),
+        "C": (n, c),
+    }
     heads = self_attention(heads=True).shapes
     assert heads["Q_l"] == (n, L.c_h) and heads["W_o"] == (c, c) and heads["A_l"] == (n, n)
 

@@ -219,9 +219,11 @@ def test_latent_attention_scores_read_the_latent_not_the_keys():
     assert latex(fact.claim.rhs) == r"X W_q^{(\ell)} {W_{uk}^{(\ell)}}^\top U^\top"
     graph = latent_attention()
     from_x = projection("k")  # keys from X, not from the latent: no absorption
-    broken = derive.Graph(graph.name, tuple(
-        from_x if s.output == "K" else s for s in graph.declarations
-    ), graph.relations)  # fmt: skip
+    broken = derive.Graph(
+        graph.name,
+        tuple(from_x if s.output == "K" else s for s in graph.declarations),
+        graph.relations,
+    )
     assert not absorption(broken).holds
 
 
@@ -248,11 +250,17 @@ def test_combinations_apply_their_layers_in_the_models_order():
 
 @pytest.mark.parametrize(
     ("name", "message"),
-    [("mla+rope", "mla does not combine; only ([a-z0-9-]+, )*causal, ([a-z0-9-]+, )*gqa, ([a-z0-9-]+, )*masked, "
-                  "multi-head, ([a-z0-9-]+, )*qk-norm, rope, self-attention, ([a-z0-9-]+, )*sliding-window"
-                  "(, [a-z0-9-]+)* combine"),
-     ("gqa+nope", "unknown variant 'nope'"), ("causal+masked", "'masked' cannot be put into the graph with causal: .* has a mask M")],
-)  # fmt: skip
+    [
+        (
+            "mla+rope",
+            "mla does not combine; only ([a-z0-9-]+, )*causal, ([a-z0-9-]+, )*gqa, ([a-z0-9-]+, )*masked, "
+            "multi-head, ([a-z0-9-]+, )*qk-norm, rope, self-attention, ([a-z0-9-]+, )*sliding-window"
+            "(, [a-z0-9-]+)* combine",
+        ),
+        ("gqa+nope", "unknown variant 'nope'"),
+        ("causal+masked", "'masked' cannot be put into the graph with causal: .* has a mask M"),
+    ],
+)
 def test_what_does_not_combine_is_refused(name, message):
     with pytest.raises(ValueError, match=message):
         derive.variant(name)
@@ -262,9 +270,10 @@ def test_the_transforms_keep_the_steps_they_do_not_touch():
     graph = grouped(HEADS)
     before = {s.output: s for s in HEADS.declarations}
     changed = {
-        s.output for s in graph.declarations
+        s.output
+        for s in graph.declarations
         if s != before[s.output] or dict(s.shapes) != dict(before[s.output].shapes)
-    }  # fmt: skip
+    }
     assert changed == {"K", "V", "K_l", "V_l"}
     assert derive.variant("gqa").graph.declarations == graph.declarations
     assert [s.output for s in graph.declarations] == [s.output for s in HEADS.declarations]

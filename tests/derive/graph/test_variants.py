@@ -17,10 +17,27 @@ VARIANTS = derive.variants()
 
 def test_the_registered_names():
     assert VARIANTS == (
-        "self-attention", "causal", "masked", "multi-head", "kv-cache", "sliding-window",
-        "cross-attention", "rope", "partial-rope", "interleaved-rope", "llama3-rope", "gqa",
-        "qk-norm", "whole-qk-norm", "mla", "softcap", "alibi", "sinks", "gate", "flash",
-    )  # fmt: skip
+        "self-attention",
+        "causal",
+        "masked",
+        "multi-head",
+        "kv-cache",
+        "sliding-window",
+        "cross-attention",
+        "rope",
+        "partial-rope",
+        "interleaved-rope",
+        "llama3-rope",
+        "gqa",
+        "qk-norm",
+        "whole-qk-norm",
+        "mla",
+        "softcap",
+        "alibi",
+        "sinks",
+        "gate",
+        "flash",
+    )
     with pytest.raises(ValueError, match=r"unknown variant 'nope'; known: self-attention, causal"):
         derive.variant("nope")
 

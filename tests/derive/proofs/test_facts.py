@@ -61,8 +61,9 @@ def test_the_variance_is_derived_for_symbolic_c_from_the_assumptions():
     fact = derive.score_variance()
     assert fact.holds and fact.claim.rhs == L.c
     general = fact.derivation[-3].rhs  # before the stated values go in
-    expected = L.c * (sigma2("q") * sigma2("k") + sigma2("q") * mu("k") ** 2
-                      + mu("q") ** 2 * sigma2("k"))  # fmt: skip
+    expected = L.c * (
+        sigma2("q") * sigma2("k") + sigma2("q") * mu("k") ** 2 + mu("q") ** 2 * sigma2("k")
+    )
     assert sp.expand(general - expected) == 0
     stated = fact.derivation[-2].rhs  # the values put in, nothing computed yet: c (0²·1 + …)
     assert stated.free_symbols == {L.c} and stated != L.c and sp.simplify(stated) == L.c

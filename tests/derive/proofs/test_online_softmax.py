@@ -54,8 +54,9 @@ def _weights_as(graph, rhs):
     """`graph` with its weights declared as `rhs` (a changed softmax)."""
     step = graph.step("A")
     changed = replace(step, element=sp.Eq(step.element.lhs, rhs, evaluate=False))
-    return Graph(graph.name, tuple(changed if s is step else s for s in graph.declarations),
-                 graph.relations)  # fmt: skip
+    return Graph(
+        graph.name, tuple(changed if s is step else s for s in graph.declarations), graph.relations
+    )
 
 
 def test_the_context_and_the_log_sum_exp_are_the_graphs_own():

@@ -33,8 +33,15 @@ def exact_lse(fl, row):
     return weights, []
 
 
-FACTS = [RF.stored_weights, RF.maximum_weights, RF.bounded_product, RF.scale_stored,
-         RF.scale_maximum, RF.cancellation_stored, RF.cancellation_maximum]  # fmt: skip
+FACTS = [
+    RF.stored_weights,
+    RF.maximum_weights,
+    RF.bounded_product,
+    RF.scale_stored,
+    RF.scale_maximum,
+    RF.cancellation_stored,
+    RF.cancellation_maximum,
+]
 
 
 @pytest.mark.parametrize("fact", FACTS, ids=lambda f: f.__name__)
@@ -129,8 +136,11 @@ def test_the_figures_bounds_are_the_printed_formulas():
     gradient = R.evaluate(functions["gradient stored"], scores, **rest)
     gamma_c = 8 * u / (1 - 8 * u)
     gap = np.abs(d_a - rowsum[:, None])  # |ā − D|: what a weight's error and two roundings scale
-    expected = weights * (gap * (u * np.abs(lse) + u * (lse - scores) + eta + 2 * u)
-                          + gamma_c * beta + (gamma_c + u) * beta_c[:, None])  # fmt: skip
+    expected = weights * (
+        gap * (u * np.abs(lse) + u * (lse - scores) + eta + 2 * u)
+        + gamma_c * beta
+        + (gamma_c + u) * beta_c[:, None]
+    )
     assert gradient == pytest.approx(expected, rel=1e-9)
 
 

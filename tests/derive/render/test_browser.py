@@ -93,7 +93,9 @@ def test_the_keyboard_reaches_every_entry(docs_page):
 def _luminance(css: str) -> float:
     """WCAG's relative luminance of an ``rgb(…)`` colour."""
     channels = [int(v) / 255 for v in re.findall(r"\d+", css)[:3]]
-    red, green, blue = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+    red, green, blue = (
+        c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels
+    )
     return 0.2126 * red + 0.7152 * green + 0.0722 * blue
 
 
@@ -126,8 +128,9 @@ def test_printing_hides_the_panel_and_unfolds_the_sums(docs_page):
     page = docs_page.page
     page.hover("#e-a-2-3")
     page.emulate_media(media="print")
-    assert page.evaluate("getComputedStyle(document.getElementById('entry-panel')).display") \
-        == "none"  # fmt: skip
+    assert (
+        page.evaluate("getComputedStyle(document.getElementById('entry-panel')).display") == "none"
+    )
     page.evaluate("window.dispatchEvent(new Event('beforeprint'))")
     assert page.locator("details.sums:not([open])").count() == 0
     assert page.locator("details.sums .katex-display").count() > 5
@@ -143,8 +146,14 @@ def test_printing_hides_the_panel_and_unfolds_the_sums(docs_page):
         *(DocumentOptions(variant=name) for name in derive.variants()),
         DocumentOptions(variant="gqa+qk-norm+rope", sizes=(3, 2, 4)),  # the widest formulas
     ],
-    ids=["generic", "causal-heads", "cross-attention-explicit", "sliding-window-explicit",
-         *derive.variants(), "gqa+qk-norm+rope"],  # fmt: skip
+    ids=[
+        "generic",
+        "causal-heads",
+        "cross-attention-explicit",
+        "sliding-window-explicit",
+        *derive.variants(),
+        "gqa+qk-norm+rope",
+    ],
 )
 def test_every_page_typesets_without_error(browser, tmp_path, options):
     path = tmp_path / "page.html"
@@ -154,7 +163,9 @@ def test_every_page_typesets_without_error(browser, tmp_path, options):
     page.evaluate("window.dispatchEvent(new Event('beforeprint'))")  # typeset the folded sums
     assert page.locator(".math").count() > 5
     assert page.locator(".math:not(:has(.katex))").count() == 0
-    assert page.locator(".katex-error").count() == 0, page.locator(".katex-error").first.inner_text()
+    assert page.locator(".katex-error").count() == 0, page.locator(
+        ".katex-error"
+    ).first.inner_text()
     entries = page.locator("td.entry").count()
     assert (entries > 0) == (options.sizes is not None)
     assert visit.errors == [] and all(u.startswith(("file:", "data:")) for u in visit.requests)

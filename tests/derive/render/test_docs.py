@@ -64,8 +64,11 @@ def test_figures_match(generated):
     import matplotlib
 
     pngs = [name for name in generated if name.endswith(".png")]
-    assert sorted(pngs) == ["figures/attention-heatmap.png", "figures/flash-rounding.png",
-                            "figures/softmax-saturation.png"]  # fmt: skip
+    assert sorted(pngs) == [
+        "figures/attention-heatmap.png",
+        "figures/flash-rounding.png",
+        "figures/softmax-saturation.png",
+    ]
     for name in pngs:
         committed = (DOCS / name).read_bytes()
         drawn_by = _png_text(committed).get("Software")
@@ -98,7 +101,9 @@ def test_pdf_was_built_from_the_committed_source(generated):
     pdf = (DOCS / "derivation.pdf").read_bytes()
     tex = (DOCS / "derivation.tex").read_text(encoding="utf-8")
     assert tex.encode() == generated["derivation.tex"], HINT
-    assert pdf_source_hash(pdf) == source_hash(tex, _committed_pictures()), f"derivation.pdf: {HINT}"
+    assert pdf_source_hash(pdf) == source_hash(tex, _committed_pictures()), (
+        f"derivation.pdf: {HINT}"
+    )
 
 
 def test_pdf_rebuilds_byte_for_byte():

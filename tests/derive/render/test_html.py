@@ -39,8 +39,11 @@ def _parse(text: str):
 
 def _entries(text: str) -> dict[str, dict[str, str]]:
     """Every entry cell of a page: id -> its attributes."""
-    return {cell.get("id"): dict(cell.attrib) for cell in _parse(text).iter("td")
-            if cell.get("class") == "entry"}  # fmt: skip
+    return {
+        cell.get("id"): dict(cell.attrib)
+        for cell in _parse(text).iter("td")
+        if cell.get("class") == "entry"
+    }
 
 
 def test_pages_parse_as_strict_html5(page, committed):
@@ -72,8 +75,12 @@ def test_katex_is_the_pinned_version_with_its_licence():
 def test_every_display_with_its_provenance_in_the_latex_order(page):
     blocks = document_blocks(OPTIONS)
     displays = [block for block in blocks if isinstance(block, Display)]
-    found = re.findall(r'<!-- provenance: ([^\n]*?) -->\n<div class="math display" '
-                       r'data-provenance="(.*?)"(?: data-sources="[^"]*")?>(.*?)</div>', page, re.S)  # fmt: skip
+    found = re.findall(
+        r'<!-- provenance: ([^\n]*?) -->\n<div class="math display" '
+        r'data-provenance="(.*?)"(?: data-sources="[^"]*")?>(.*?)</div>',
+        page,
+        re.S,
+    )
     assert len(found) == len(displays) > 30
     for display, (comment, attribute, tex) in zip(displays, found, strict=True):
         said = display.provenance.said()

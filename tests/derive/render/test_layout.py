@@ -44,13 +44,19 @@ def visit(request, browser, page_file):
 
 
 def _box(locator) -> dict:
-    return locator.evaluate("e => { const r = e.getBoundingClientRect(); return {left: r.left, "
-                            "right: r.right, top: r.top + scrollY, bottom: r.bottom + scrollY}; }")
+    return locator.evaluate(
+        "e => { const r = e.getBoundingClientRect(); return {left: r.left, "
+        "right: r.right, top: r.top + scrollY, bottom: r.bottom + scrollY}; }"
+    )
 
 
 def _overlap(a: dict, b: dict) -> bool:
-    return a["left"] < b["right"] and b["left"] < a["right"] and a["top"] < b["bottom"] \
-        and b["top"] < a["bottom"]  # fmt: skip
+    return (
+        a["left"] < b["right"]
+        and b["left"] < a["right"]
+        and a["top"] < b["bottom"]
+        and b["top"] < a["bottom"]
+    )
 
 
 def test_every_display_shows_its_provenance_beside_it_without_covering_it(visit):
@@ -137,9 +143,8 @@ def test_no_display_repeats_its_previous_line(example):
 
 def test_the_worked_example_s_inputs_are_kept_on_one_page(example):
     tex = latex_document(DOCS_OPTIONS, example=example)
-    inputs = re.search(r"X &= .*?\\end\{align\*\}", tex[tex.index("seeded embeddings"):], re.S)
+    inputs = re.search(r"X &= .*?\\end\{align\*\}", tex[tex.index("seeded embeddings") :], re.S)
     assert inputs.group(0).count("\\\\*[1.2ex]") == 3  # no page break between the four
-
 
 
 def test_the_pdf_has_a_title_a_subject_and_no_page_holding_only_a_figure(tmp_path):
@@ -152,8 +157,12 @@ def test_the_pdf_has_a_title_a_subject_and_no_page_holding_only_a_figure(tmp_pat
     subject = re.search(rb"/Subject \(([^)]*)\)", pdf).group(1).decode()
     assert subject.startswith("Trainable scaled dot-product self-attention: every formula")
     (tmp_path / "d.pdf").write_bytes(pdf)
-    pages = subprocess.run(["pdftotext", "-layout", str(tmp_path / "d.pdf"), "-"], check=True,
-                           capture_output=True, text=True).stdout.split("\f")  # fmt: skip
+    pages = subprocess.run(
+        ["pdftotext", "-layout", str(tmp_path / "d.pdf"), "-"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split("\f")
     captions = [P.HEATMAP_CAPTION] + [caption for _, caption in FIGURES.values()]
     for page in pages:
         words = set(re.findall(r"[A-Za-z]{3,}", page))

@@ -55,7 +55,9 @@ def test_a_long_left_side_gets_a_line_of_its_own():
 
 def test_no_line_of_the_rope_identity_runs_off_the_page():
     tex = latex_document(DocumentOptions(variant="rope"))
-    block = tex.split(r"\subsection*{The score depends on $p - m$ only}")[1].split(r"\end{align*}")[0]
+    block = tex.split(r"\subsection*{The score depends on $p - m$ only}")[1].split(r"\end{align*}")[
+        0
+    ]
     lines = block.split(r"\begin{align*}")[1].strip().split(" \\\\\n")
     assert len(lines) > 3  # the first two right-hand sides are broken
     assert all(visible_width(line) <= WIDEST_LINE for line in lines)

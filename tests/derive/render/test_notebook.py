@@ -96,8 +96,11 @@ def _missing(markdown: str, items: list[Item]) -> list[str]:
         if part.startswith("!["):
             found = [i for i in range(at, len(items)) if "image/svg+xml" in items[i].shows]
         else:
-            found = [i for i in range(at, len(items))
-                     if items[i].kind == "markdown" and items[i].text == _texttt(part)]  # fmt: skip
+            found = [
+                i
+                for i in range(at, len(items))
+                if items[i].kind == "markdown" and items[i].text == _texttt(part)
+            ]
         if not found:
             missing.append(part[:100])
             continue
@@ -130,7 +133,8 @@ def _annotation(item: Item) -> bool:
 
 def _paragraph(item: Item) -> bool:
     return item.kind == "markdown" and not item.text.startswith(
-        ("#", "$$", "<!--", "|", "![", "- ", "1. "))
+        ("#", "$$", "<!--", "|", "![", "- ", "1. ")
+    )
 
 
 def _unannounced(items: list[Item]) -> list[str]:
@@ -145,12 +149,13 @@ def _unannounced(items: list[Item]) -> list[str]:
         if not _paragraph(item):
             continue
         if item.text.rstrip().endswith(":"):
-            then = next((i for i in items[k + 1:] if not _annotation(i)), Item("markdown", ""))
+            then = next((i for i in items[k + 1 :] if not _annotation(i)), Item("markdown", ""))
             deeper = then.text.startswith("#") and _level(then.text) > section
             if not (_shown(then) or deeper):
                 wrong.append(f"{item.text[-100:]!r} is followed by {then.text[:60]!r}")
         if re.match(r"(From )?These\b", item.text, re.IGNORECASE) and not (
-                k > 0 and _shown(items[k - 1])):  # fmt: skip
+            k > 0 and _shown(items[k - 1])
+        ):
             wrong.append(f"{item.text[:100]!r} follows {items[k - 1].text[:60]!r}")
     return wrong
 
@@ -169,14 +174,16 @@ def test_what_the_issue_found_is_caught():
     built = _built("docs")
     items = _items(built)
     assert _missing(built.markdown, items) == [] and _unannounced(items) == []
-    assumptions = next(k for k, i in enumerate(items) if i.text.startswith("$$") and
-                       "\\mathbb{E}\\left[q_{j}\\right]" in i.text)  # fmt: skip
-    without = items[:assumptions - 1] + items[assumptions + 1:]  # and its provenance
+    assumptions = next(
+        k
+        for k, i in enumerate(items)
+        if i.text.startswith("$$") and "\\mathbb{E}\\left[q_{j}\\right]" in i.text
+    )
+    without = items[: assumptions - 1] + items[assumptions + 1 :]  # and its provenance
     assert len(_unannounced(without)) == 2
     assert len(_missing(built.markdown, without)) == 2  # the display and its provenance
     table = next(k for k, i in enumerate(items) if i.text.startswith("| gradient"))
-    assert _missing(built.markdown, items[:table] + items[table + 1:]) == [
-        items[table].text[:100]]  # fmt: skip
+    assert _missing(built.markdown, items[:table] + items[table + 1 :]) == [items[table].text[:100]]
 
 
 # -- the worked example says what it uses ----------------------------------------------------
@@ -186,24 +193,32 @@ SHARED = "the two occurrences of *the* share one"
 
 def test_the_example_heading_names_the_tokens_used():
     built = _built("docs")
-    parts = [part for cell in built.cells if cell.kind == "markdown"
-             for part in cell.source.split("\n\n")]  # fmt: skip
+    parts = [
+        part
+        for cell in built.cells
+        if cell.kind == "markdown"
+        for part in cell.source.split("\n\n")
+    ]
     assert "## Worked example: the fat cat" in parts
     assert not any("sat on the mat" in part for part in parts if part.startswith("#"))
     assert not any(SHARED in part for part in parts)
 
 
-@pytest.mark.parametrize(("n", "shared"), [
-    (3, False),  # the fat cat
-    (5, False),  # the fat cat sat on
-    (6, True),  # the fat cat sat on the
-    (7, True),  # the whole sentence
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("n", "shared"),
+    [
+        (3, False),  # the fat cat
+        (5, False),  # the fat cat sat on
+        (6, True),  # the fat cat sat on the
+        (7, True),  # the whole sentence
+    ],
+)
 def test_the_shared_embedding_is_mentioned_only_where_the_occurs_twice(n, shared):
     blocks = example_section(worked_example(n=n, d=3, c=2), None)
     assert (SHARED in to_markdown(blocks, title="t", note="")) is shared
-    assert ("the two occurrences of \\emph{the} share one" in
-            to_latex(blocks, title="t", note="")) is shared  # fmt: skip
+    assert (
+        "the two occurrences of \\emph{the} share one" in to_latex(blocks, title="t", note="")
+    ) is shared
 
 
 def test_the_whole_sentence_shares_the_embedding_in_every_document():
@@ -232,17 +247,20 @@ def test_the_check_shows_its_table_without_the_machine_dependent_column():
 
 
 def test_without_column_drops_one_column_of_each_table():
-    table = ("trial 1/2: x\n"
-             "  step  max |difference|  result\n"
-             "  Q     0                 pass\n"
-             "  (a note)\n"
-             "trial 2/2: x\n"
-             "  step   max |difference|  result\n"
-             "  Omega  3.55e-15          pass\n"
-             "done\n")  # fmt: skip
+    table = (
+        "trial 1/2: x\n"
+        "  step  max |difference|  result\n"
+        "  Q     0                 pass\n"
+        "  (a note)\n"
+        "trial 2/2: x\n"
+        "  step   max |difference|  result\n"
+        "  Omega  3.55e-15          pass\n"
+        "done\n"
+    )
     assert without_column(table, "max |difference|") == (
         "trial 1/2: x\n  step  result\n  Q     pass\n  (a note)\n"
-        "trial 2/2: x\n  step   result\n  Omega  pass\ndone\n")  # fmt: skip
+        "trial 2/2: x\n  step   result\n  Omega  pass\ndone\n"
+    )
     assert without_column(table, "result").splitlines()[2] == "  Q     0"
     with pytest.raises(ValueError, match="no column 'tolerance' in the table"):
         without_column(table, "tolerance")
@@ -270,10 +288,13 @@ def test_nothing_of_the_machine_or_the_moment(text):
         f"cell-{k:03d}" for k in range(1, len(notebook["cells"]) + 1)
     ]
     assert notebook["metadata"] == {
-        "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python",
-                       "name": "python3"},
+        "kernelspec": {
+            "display_name": "Python 3 (ipykernel)",
+            "language": "python",
+            "name": "python3",
+        },
         "language_info": {"name": "python"},
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.slow
@@ -282,18 +303,31 @@ def test_every_code_cell_shows_something_and_nothing_failed(text):
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     assert len(code) > 20 and all(cell.outputs for cell in code)
     kinds = {output.output_type for cell in code for output in cell.outputs}
-    assert kinds == {"execute_result", "display_data", "stream"}  # display: one display, two objects
+    assert kinds == {
+        "execute_result",
+        "display_data",
+        "stream",
+    }  # display: one display, two objects
     mimes = {mime for cell in code for o in cell.outputs for mime in o.get("data", {})}
     assert mimes == {"text/plain", "text/latex", "image/svg+xml"}
     sources = "\n".join(cell.source for cell in code)
-    for call in ("derive.steps()", "derive.facts()", "derive.backward_steps()",
-                 "derive.explicit_variant('self-attention', n=3, d=4, c=2)",
-                 "derive.worked_example(", "derive.cli.main(argv)", "self_attention(",
-                 "derive.flop_count()", "svg.figure('softmax-saturation')", "svg.heatmap("):
-        assert call in sources, call  # fmt: skip
+    for call in (
+        "derive.steps()",
+        "derive.facts()",
+        "derive.backward_steps()",
+        "derive.explicit_variant('self-attention', n=3, d=4, c=2)",
+        "derive.worked_example(",
+        "derive.cli.main(argv)",
+        "self_attention(",
+        "derive.flop_count()",
+        "svg.figure('softmax-saturation')",
+        "svg.heatmap(",
+    ):
+        assert call in sources, call
     streams = [o.text for cell in code for o in cell.outputs if o.output_type == "stream"]
     assert [text.splitlines()[-1] for text in streams] == [
-        "derive check: 24 step values compared, all pass"]  # fmt: skip
+        "derive check: 24 step values compared, all pass"
+    ]
 
 
 def test_cells_run_as_ipython_runs_them():
@@ -306,9 +340,13 @@ def test_cells_run_as_ipython_runs_them():
     assert outputs[0] == []
     assert outputs[1] == [
         {"name": "stdout", "output_type": "stream", "text": "printed\n"},
-        {"data": {"text/plain": "42"}, "execution_count": 1, "metadata": {},
-         "output_type": "execute_result"},
-    ]  # fmt: skip
+        {
+            "data": {"text/plain": "42"},
+            "execution_count": 1,
+            "metadata": {},
+            "output_type": "execute_result",
+        },
+    ]
     shown, after = outputs[2]
     assert shown["output_type"] == "display_data"
     assert shown["data"]["text/latex"].startswith("$$Q = X W_q")
@@ -327,8 +365,9 @@ def test_a_variant_notebook_runs():
     options = DocumentOptions(variant="sliding-window", sizes=(4, 2, 3))
     cells = notebook_cells(options)
     outputs = run_cells(cells)
-    latex = [o["data"]["text/latex"] for out in outputs for o in out
-             if "text/latex" in o.get("data", {})]  # fmt: skip
+    latex = [
+        o["data"]["text/latex"] for out in outputs for o in out if "text/latex" in o.get("data", {})
+    ]
     assert len(latex) > 8 and any(r"\tilde{\omega}_{4,3}" in tex for tex in latex)
     assert "derive notebook --n 4 --d 2 --c 3 --variant sliding-window" in cells[0].source
 
@@ -342,10 +381,15 @@ def test_a_real_kernel_shows_the_saved_outputs(text, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     saved = nbformat.reads(text, as_version=4)
     ran = nbformat.reads(text, as_version=4)
-    NotebookClient(ran, timeout=600, kernel_name="python3", resources={
-        "metadata": {"path": str(tmp_path)}}).execute()  # fmt: skip
-    errors = [o for cell in ran.cells for o in cell.get("outputs", [])
-              if o.output_type == "error" or o.get("name") == "stderr"]  # fmt: skip
+    NotebookClient(
+        ran, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    errors = [
+        o
+        for cell in ran.cells
+        for o in cell.get("outputs", [])
+        if o.output_type == "error" or o.get("name") == "stderr"
+    ]
     assert errors == []
     for before, after in zip(saved.cells, ran.cells, strict=True):
         if before.cell_type == "code":

@@ -4,7 +4,6 @@ Where pdflatex is missing these tests skip, except when the environment variable
 then they fail (.ci/run installs TeX Live, so a missing engine there is a broken CI).
 """
 
-
 import pytest
 from programs import require
 

@@ -25,8 +25,9 @@ def test_heatmap_draws_each_weight_in_its_colour():
     assert labels.count("cat (3)") == 2 and "1.00" in labels and "key token p" in labels
 
 
-@pytest.mark.parametrize(("value", "expected"), [(0.0, "#440154"), (0.5, "#21918c"),
-                                                 (1.0, "#fde725"), (1.5, "#fde725")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "expected"), [(0.0, "#440154"), (0.5, "#21918c"), (1.0, "#fde725"), (1.5, "#fde725")]
+)
 def test_the_colour_ramp_passes_through_viridis(value, expected):
     assert svg.colour(value) == expected
 
@@ -35,7 +36,9 @@ def test_saturation_plot_puts_each_point_where_its_number_says():
     data = saturation_data()
     text = svg.saturation_svg(data)
     root = ET.fromstring(text)
-    curves = [p.get("d") for p in root.iterfind(".//svg:path", NS) if p.get("stroke") != "currentColor"]
+    curves = [
+        p.get("d") for p in root.iterfind(".//svg:path", NS) if p.get("stroke") != "currentColor"
+    ]
     assert len(curves) == 2
     top, bottom = 14, 270  # the plot area of saturation_svg
     for column, curve in zip((1, 2), curves, strict=True):
@@ -59,8 +62,10 @@ def test_figures_are_deterministic_and_show_in_notebooks():
 def test_rounding_plot_puts_each_point_where_its_number_says():
     from derive.render.rounding_data import FLOOR
 
-    data = [(1.0, 1e-7, 2e-8, 1e-7, 3e-8, 1e-6, 1e-7, 1e-6, 0.0),
-            (100.0, 1e-5, 3e-6, 1e-7, 3e-8, 1e-4, 2e-5, 1e-6, 4e-8)]  # fmt: skip
+    data = [
+        (1.0, 1e-7, 2e-8, 1e-7, 3e-8, 1e-6, 1e-7, 1e-6, 0.0),
+        (100.0, 1e-5, 3e-6, 1e-7, 3e-8, 1e-4, 2e-5, 1e-6, 4e-8),
+    ]
     text = svg.rounding_svg(data)
     root = ET.fromstring(text)
     dashed = [p for p in root.iterfind(".//svg:path", NS) if p.get("stroke-dasharray")]

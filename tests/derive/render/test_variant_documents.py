@@ -29,9 +29,11 @@ def test_shared_steps_are_referenced_not_repeated():
     tex = latex_document(DocumentOptions(variant="sliding-window"))
     assert "declared as in the derivation of causal self-attention" in tex
     declared = re.findall(r"% provenance: declared\n\\begin\{align\*\}\n(.*)\n", tex)
-    assert declared == [r"M_{m,p} &= \begin{cases} 0 & \text{for}\: p \leq m \wedge m - w < p "
-                        r"\\-\infty & \text{otherwise} \end{cases} "
-                        r"\tag*{\footnotesize\textit{declared}}"]  # fmt: skip
+    assert declared == [
+        r"M_{m,p} &= \begin{cases} 0 & \text{for}\: p \leq m \wedge m - w < p "
+        r"\\-\infty & \text{otherwise} \end{cases} "
+        r"\tag*{\footnotesize\textit{declared}}"
+    ]
     cross = latex_document(DocumentOptions(variant="cross-attention"))
     assert r"k_{p,j} &= \sum_{i=1}^{d_{y}} y_{p,i} (W_k)_{i,j}" in cross
     assert r"\omega_{m,p} &= \sum_{j=1}^{c} q_{m,j} k_{p,j}" not in cross  # shared: referenced
@@ -45,15 +47,22 @@ def test_variant_options_are_checked():
     with pytest.raises(ValueError, match=r"kv-cache has no worked example"):
         DocumentOptions(variant="kv-cache", example=True)
     assert DocumentOptions(variant="kv-cache", causal=True).entry.name == "kv-cache"  # causal
-    with pytest.raises(ValueError, match=r"cross-attention has no size 'w' \(w is a size of "
-                       r"sliding-window\); its own: s, d_y"):
+    with pytest.raises(
+        ValueError,
+        match=r"cross-attention has no size 'w' \(w is a size of "
+        r"sliding-window\); its own: s, d_y",
+    ):
         DocumentOptions(sizes=(3, 4, 2), variant="cross-attention", extra=(("w", 2),))
     with pytest.raises(ValueError, match=r"self-attention has no size 'w'"):
         DocumentOptions(extra=(("w", 2),))
     options = DocumentOptions(sizes=(3, 4, 2), variant="cross-attention", extra=(("s", 5),))
     assert {str(k): v for k, v in options.variant_sizes().items()} == {
-        "n": 3, "d": 4, "c": 2, "s": 5, "d_y": 5,
-    }  # fmt: skip
+        "n": 3,
+        "d": 4,
+        "c": 2,
+        "s": 5,
+        "d_y": 5,
+    }
 
 
 def test_qk_norm_shows_its_bound_on_a_saturation_figure():
