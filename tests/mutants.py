@@ -110,9 +110,9 @@ def mutant(name: str) -> Iterator[None]:
             setattr(module, attribute, original)
 
 
-def _steps_agree(**variant) -> bool:
-    n, d, c = (5, 3, 4) if variant.get("heads", 1) > 1 else (5, 3, 2)
-    for item in check_against_torch(n, d, c, **variant):
+def _steps_agree(name: str = "self-attention", **given) -> bool:
+    n, d, c = (5, 3, 4) if "h" in given else (5, 3, 2)
+    for item in check_against_torch(name, n, d, c, **given):
         polynomial = item.output[0] in "QKV" or (
             item.output.startswith("Omega") and "scaled" not in item.output
         )
@@ -122,7 +122,7 @@ def _steps_agree(**variant) -> bool:
 
 
 def _end_to_end_agrees(causal: bool, return_weights: bool) -> bool:
-    ea = derive.explicit_attention(5, 3, 2, causal=causal)
+    ea = derive.explicit_variant(("causal" if causal else "self-attention"), 5, 3, 2)
     inputs = dyadic_inputs(ea, seed=3)
     expected = torch.tensor(ea.evaluate(**inputs).floats("C"), dtype=torch.float64)
     out = F.self_attention(
@@ -153,9 +153,11 @@ def _dropout_scales_kept_weights() -> bool:
 #: name -> check; each returns True when the implementation agrees with the derivation.
 CHECKS: dict[str, Callable[[], bool]] = {
     "steps (single head)": lambda: _steps_agree(),
-    "steps (causal)": lambda: _steps_agree(causal=True),
-    "steps (padding mask)": lambda: _steps_agree(key_padding_mask=[True, True, True, False, False]),
-    "steps (2 heads)": lambda: _steps_agree(heads=2),
+    "steps (causal)": lambda: _steps_agree("causal"),
+    "steps (padding mask)": lambda: _steps_agree(
+        "masked", key_padding_mask=[True, True, True, False, False]
+    ),
+    "steps (2 heads)": lambda: _steps_agree("multi-head", h=2),
     "C (fused path)": lambda: _end_to_end_agrees(causal=False, return_weights=False),
     "C (explicit path)": lambda: _end_to_end_agrees(causal=False, return_weights=True),
     "C (causal, fused path)": lambda: _end_to_end_agrees(causal=True, return_weights=False),

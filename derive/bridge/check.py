@@ -23,12 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import sympy as sp
+import torch
 
 from ..explicit import MAX_GRADIENT_SIZE, MAX_SIZE
 from ..explicit.forward import ExplicitGraph
 from ..explicit.gradients import ExplicitGradients
 from ..graph import Entry, explicit_sizes
 from ..graph.fitting import drawn_sizes
+from ..graph.registry import ROOT
 from ..graph.twins import GradientTwin
 from ..notation import letters as L
 from . import twins
@@ -44,6 +46,11 @@ __all__ = [
     "explicit_of",
     "trial_rows",
     "format_table",
+    "Trial",
+    "Checked",
+    "check",
+    "run_trials",
+    "SEED_LIMIT",
 ]
 
 #: The largest absolute difference allowed where the values are not exact rationals.
@@ -79,8 +86,6 @@ def draw_sizes(entry: Entry, rng: random.Random, given: Mapping[str, object]) ->
 
 def _mask(shape: tuple[int, int], generator: Any) -> dict:
     """A drawn mask for a graph whose mask M is an input: each entry 0 (may attend) or −∞."""
-    import torch
-
     rows, cols = shape
     allowed = torch.rand(rows, cols, generator=generator) < 0.7
     return {
@@ -92,8 +97,6 @@ def _mask(shape: tuple[int, int], generator: Any) -> dict:
 
 def explicit_of(entry: Entry, sizes: dict[str, int], seed: int) -> ExplicitGraph:
     """The entry's graph at these sizes (a mask that is an input drawn with the seed)."""
-    import torch
-
     n, d, c = sizes["n"], sizes["d"], sizes["c"]
     given = {k: v for k, v in sizes.items() if k not in ("n", "d", "c")}
     at = explicit_sizes(entry, n, d, c, given)
@@ -113,13 +116,11 @@ def _row(label: str, expected: Any, got: Any, limit: float) -> Row:
 def _gradient_rows(entry: Entry, explicit: ExplicitGraph, inputs: dict, seed: int) -> list[Row]:
     """Every gradient by the chain rule at these sizes against autograd through the twins, and
     the entry's written-out backward passes."""
-    import torch
-
-    gradients = ExplicitGradients.of(explicit)
+    gradients = ExplicitGradients(explicit)
     generator = torch.Generator().manual_seed(seed + 1)
     upstream = torch.randint(-16, 17, gradients.dC.shape, generator=generator).double() / 8
     # (the keys are input letters, never `digits`)
-    values = gradients.evaluate_inputs(**inputs, **{gradients.upstream: upstream})  # pyright: ignore[reportArgumentType]
+    values = gradients.evaluate(**inputs, **{gradients.upstream: upstream})  # pyright: ignore[reportArgumentType]
     leaves = {k: v.detach().clone().requires_grad_() for k, v in inputs.items()}
     steps = torch_values(explicit, leaves)
     for tensor in steps.values():
@@ -150,8 +151,6 @@ def _gradient_rows(entry: Entry, explicit: ExplicitGraph, inputs: dict, seed: in
 
 def _state_rows(found: list[tuple[str, Any, Any]], limit: float = TOLERANCE) -> list[Row]:
     """Each block's state against the derived one (a block missing on one side fails)."""
-    import torch
-
     rows = []
     for label, want, tensor in found:
         if want is None or tensor is None:
@@ -214,8 +213,6 @@ def trial_rows(
 ) -> tuple[list[Row], str]:
     """Every row of one trial of `derive check` at these sizes, and a note on what was not
     checked (or "")."""
-    import torch
-
     explicit = explicit_of(entry, sizes, seed)
     inputs = dyadic(explicit, seed)
     values = explicit.evaluate(**inputs)
@@ -261,3 +258,89 @@ def format_table(rows: list[Row]) -> str:
         ("  " + "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True))).rstrip()
         for line in [header, *lines]
     )
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial of `check`: its sizes, the seed of its inputs, its rows, and what it did not
+    check (or "")."""
+
+    sizes: dict[str, int]
+    seed: int
+    rows: list[Row]
+    note: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return all(row.passed for row in self.rows)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What `check` found: the entry's name and each trial."""
+
+    name: str
+    trials: list[Trial]
+
+    @property
+    def passed(self) -> bool:
+        """True when every row of every trial passed."""
+        return all(trial.passed for trial in self.trials)
+
+    def table(self) -> str:
+        """Each trial's sizes and table, as `derive check` prints them."""
+        parts = []
+        for number, trial in enumerate(self.trials, 1):
+            shown = ", ".join(f"{k}={v}" for k, v in trial.sizes.items())
+            parts.append(
+                f"trial {number}/{len(self.trials)}: {self.name}, {shown}, inputs seed "
+                f"{trial.seed}\n{format_table(trial.rows)}"
+                + (f"\n  ({trial.note})" if trial.note else "")
+            )
+        return "\n".join(parts)
+
+
+#: The largest seed `check` takes (torch's generators take 64-bit seeds; each trial, the
+#: upstream gradient and a drawn mask add to it).
+SEED_LIMIT = 2**32 - 1
+
+
+def run_trials(
+    entry: Entry, given: Mapping[str, object], *, seed: int, count: int, forward_only: bool = False
+):
+    """Each trial of a check in turn (its sizes drawn with `seed`, its inputs with seed + its
+    number − 1): what `check` gathers and `derive check` prints as it goes."""
+    rng = random.Random(seed)
+    for number in range(1, count + 1):
+        sizes = draw_sizes(entry, rng, given)
+        inputs_seed = (seed + number - 1) % (SEED_LIMIT + 1)
+        rows, note = trial_rows(entry, sizes, seed=inputs_seed, forward_only=forward_only)
+        yield Trial(sizes, inputs_seed, rows, note)
+
+
+def check(
+    name: str = ROOT,
+    *,
+    seed: int = 0,
+    trials: int = 1,
+    forward_only: bool = False,
+    **sizes: object,
+) -> Checked:
+    """`derive check` from Python: the variant named (``"gqa+rope"``, a loaded user's) at the
+    sizes given (``n=4, h=2``; the others drawn with `seed`, every condition of the variant
+    holding), its every step, entry point and gradient compared with its torch twins.
+
+    Example:
+        >>> import derive
+        >>> derive.check(n=3, d=2, c=2).passed
+        True
+    """
+    from ..graph import variant
+
+    entry = variant(name)
+    count = trials
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ValueError(f"trials must be a positive int, got trials={count!r}")
+    draw_sizes(entry, random.Random(0), sizes)  # the sizes given fit the entry: a ValueError
+    found = list(run_trials(entry, sizes, seed=seed, count=count, forward_only=forward_only))
+    return Checked(entry.name, found)

@@ -18,6 +18,7 @@ import importlib
 from typing import Any
 
 import sympy as sp
+import torch
 
 from ..explicit.forward import ExplicitGraph
 from ..explicit.instantiate import key_of
@@ -65,8 +66,6 @@ def number(value: object) -> object:
 
 def mask_of(explicit: ExplicitGraph, letter: str) -> Any:
     """The numbers of a mask (0 or −∞) as booleans, True where a query may attend."""
-    import torch
-
     base = L.base(L.name_of(letter))
     entries = {e: v for e, v in explicit.instance.folded.items() if e.base == base}
     if not entries:
@@ -102,8 +101,6 @@ class Reader:
         step = self.explicit.graph.step(letter)
         lhs_column, rhs = step.element.lhs.indices[-1], step.element.rhs
         if not letter.endswith("_l") and L.ell in sp.sympify(lhs_column).free_symbols:
-            import torch  # the heads side by side: (ℓ − 1) c_h + j
-
             source = L.letter_of(rhs)
             blocks = [self._tensor(source, h) for h in range(1, self.explicit.heads + 1)]
             return torch.cat(blocks, dim=-1)
@@ -203,8 +200,6 @@ def torch_values(explicit: ExplicitGraph, inputs: dict[str, Any]) -> dict[str, A
 
 def dyadic(explicit: ExplicitGraph, seed: int, dtype: Any = None) -> dict[str, Any]:
     """Seeded inputs, every entry k/8 with -16 ≤ k ≤ 16 (exact in float64, and in float32)."""
-    import torch
-
     generator = torch.Generator().manual_seed(seed)
     dtype = torch.float64 if dtype is None else dtype
     return {

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from ..explicit import Values
 from ..graph import entry_name, explicit_sizes, variant
 from ..graph.registry import ROOT
@@ -60,8 +62,6 @@ def worked_example(
     declarations of an entry (self-attention, or causal attention with `causal`; or the entry
     `variant_name`); raises ValueError for sizes the sentence cannot have or an entry it cannot
     show, RuntimeError if the two computations disagree by more than `TOLERANCE`."""
-    import torch
-
     from .evaluate import Reader, callee_name, torch_values
     from .twins import applies, twin_output
 

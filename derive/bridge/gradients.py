@@ -1,6 +1,6 @@
 """The bridge for the backward pass: derived gradients next to `torch.autograd`, step by step.
 
-Like `derive.bridge.steps`, this module imports torch and `attention` only inside its functions.
+Like `derive.bridge.steps`, this module touches torch and `attention`.
 `torch_gradient_steps` runs the forward pass through the twins of the steps, keeps every
 intermediate (`retain_grad`), and back-propagates the upstream gradient dC with autograd;
 its keys are those of `ExplicitGradients.evaluate` (``dA``, ``dOmega_2``, ``dW_q`` …).
@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..explicit import ExplicitGradients, Values, explicit_gradients
+import torch
+
+from ..explicit import ExplicitGradients, Values
+from ..graph.registry import ROOT
 from .steps import Comparison, compare, dyadic_inputs
 
 __all__ = [
@@ -24,31 +27,27 @@ __all__ = [
 
 
 def gradient_inputs(g: ExplicitGradients, *, seed: int = 0) -> dict[str, Any]:
-    """Seeded float64 X, weights (as `dyadic_inputs`) and an upstream gradient dC, all k/8."""
-    import torch
-
+    """Seeded float64 inputs (as `dyadic_inputs`) and an upstream gradient dC, all k/8."""
     inputs = dyadic_inputs(g.forward, seed=seed)
     generator = torch.Generator().manual_seed(seed + 1)
-    draw = torch.randint(-16, 17, (g.n, g.c), generator=generator)
-    return inputs | {"dC": draw.to(torch.float64) / 8}
+    draw = torch.randint(-16, 17, tuple(g.dC.shape), generator=generator)
+    return inputs | {g.upstream: draw.to(torch.float64) / 8}
 
 
-def torch_gradient_steps(
-    g: ExplicitGradients, X: Any, W_q: Any, W_k: Any, W_v: Any, dC: Any, W_o: Any = None
-) -> dict[str, Any]:
+def torch_gradient_steps(g: ExplicitGradients, **given: Any) -> dict[str, Any]:
     """Every gradient by `torch.autograd` through the twins of the steps
-    (`derive.bridge.evaluate`): each intermediate kept (`retain_grad`), the upstream gradient dC
-    back-propagated. Returns key -> tensor, keyed like `ExplicitGradients.evaluate` (``dA``,
-    ``dOmega_2``, ``dW_q`` …)."""
+    (`derive.bridge.evaluate`): the inputs by letter (``X=…, W_q=…``) and the upstream
+    gradient ``dC``, each intermediate kept (`retain_grad`), dC back-propagated. Returns key
+    -> tensor, keyed like `ExplicitGradients.evaluate` (``dA``, ``dOmega_2``, ``dW_q`` …)."""
     from .evaluate import torch_values
 
-    given = {"X": X, "W_q": W_q, "W_k": W_k, "W_v": W_v, "W_o": W_o}
+    upstream = given.pop(g.upstream)
     leaves = {k: v.detach().clone().requires_grad_() for k, v in given.items() if v is not None}
     values = torch_values(g.forward, leaves)
     for tensor in values.values():
         if not tensor.is_leaf:
             tensor.retain_grad()
-    values[g.forward.graph.output].backward(dC)
+    values[g.forward.graph.output].backward(upstream)
     return {"d" + key: tensor.grad for key, tensor in values.items() if tensor.grad is not None}
 
 
@@ -59,18 +58,21 @@ def gradients_only(values: Values) -> Values:
 
 
 def check_gradients_against_torch(
-    n: int,
-    d: int,
-    c: int,
+    name: str = ROOT,
+    n: int = 3,
+    d: int = 4,
+    c: int = 2,
     *,
-    causal: bool = False,
-    heads: int = 1,
     seed: int = 0,
     digits: int = 30,
+    **sizes: Any,
 ) -> list[Comparison]:
-    """Derive the gradients at (n, d, c), evaluate them and autograd on the same seeded dyadic
-    float64 inputs (`gradient_inputs`), and compare every gradient (see `derive.compare`)."""
-    g = explicit_gradients(n, d, c, causal=causal, heads=heads)
+    """Derive the variant's gradients at (n, d, c) and its own sizes, evaluate them and autograd
+    on the same seeded dyadic float64 inputs (`gradient_inputs`), and compare every gradient
+    (see `compare`)."""
+    from ..explicit.named import explicit_gradients
+
+    g = explicit_gradients(name, n, d, c, **sizes)
     inputs = gradient_inputs(g, seed=seed)
     values = g.evaluate(**inputs, digits=digits)
     return compare(gradients_only(values), torch_gradient_steps(g, **inputs))

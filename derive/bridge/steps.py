@@ -1,6 +1,6 @@
 """The bridge: the derived steps evaluated next to `attention`, step by step.
 
-The only part of `derive` that touches torch and `attention`, and only inside its functions
+The only part of `derive` that touches torch and `attention`
 (``import derive`` stays torch-free). `torch_steps` runs the numeric half, each step by its twin
 (`derive.bridge.evaluate`), keyed like `Values`; `check_against_torch` feeds both halves the same
 dyadic inputs (k/8, exact in float64) and reports, per step, whether the polynomial steps agree
@@ -14,8 +14,9 @@ from typing import Any
 
 import sympy as sp
 
-from ..explicit import Values, explicit_attention
+from ..explicit import Values
 from ..explicit.forward import ExplicitGraph
+from ..graph.registry import ROOT
 
 __all__ = ["Comparison", "torch_steps", "dyadic_inputs", "compare", "check_against_torch"]
 
@@ -70,22 +71,21 @@ def compare(values: Values, tensors: dict[str, Any]) -> list[Comparison]:
 
 
 def check_against_torch(
-    n: int,
-    d: int,
-    c: int,
+    name: str = ROOT,
+    n: int = 3,
+    d: int = 4,
+    c: int = 2,
     *,
-    causal: bool = False,
-    heads: int = 1,
-    mask: Any = None,
-    key_padding_mask: Any = None,
     seed: int = 0,
     digits: int = 30,
+    **sizes: Any,
 ) -> list[Comparison]:
-    """Build `explicit_attention(n, d, c, ...)`, evaluate it and its twins on the same seeded
-    dyadic float64 inputs, and compare every step (see `compare`)."""
-    ea = explicit_attention(
-        n, d, c, causal=causal, heads=heads, mask=mask, key_padding_mask=key_padding_mask
-    )
-    inputs = dyadic_inputs(ea, seed=seed)
-    values = ea.evaluate(**inputs, digits=digits)
-    return compare(values, torch_steps(ea, **inputs))
+    """Build the variant at (n, d, c) and its own sizes (`derive.explicit_variant`; a given
+    mask as ``mask=``), evaluate it and its twins on the same seeded dyadic float64 inputs, and
+    compare every step (see `compare`)."""
+    from ..explicit.named import explicit_variant
+
+    explicit = explicit_variant(name, n, d, c, **sizes)
+    inputs = dyadic_inputs(explicit, seed=seed)
+    values = explicit.evaluate(**inputs, digits=digits)
+    return compare(values, torch_steps(explicit, **inputs))

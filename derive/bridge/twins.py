@@ -8,6 +8,7 @@ import inspect
 from typing import Any
 
 import sympy as sp
+import torch
 
 from ..explicit.forward import ExplicitGraph
 from ..graph import Entry
@@ -78,8 +79,6 @@ def options(twin, entry: Entry, read: Reader) -> dict[str, object]:
 def module_output(twin: ModuleTwin, entry: Entry, explicit: ExplicitGraph, read: Reader) -> Any:
     """The module built at the check's sizes (with the entry's options it takes as keywords:
     ``MultiHeadAttention(..., softcap=κ)``), given the derivation's weights, on X."""
-    import torch
-
     cls = resolve(twin.cls, f"twin {twin.label}")
     init = [number(explicit.sizes[x]) if isinstance(x, sp.Symbol) else x for x in twin.init]
     module = cls(*init, **options(twin, entry, read)).double()
@@ -93,8 +92,6 @@ def module_output(twin: ModuleTwin, entry: Entry, explicit: ExplicitGraph, read:
 
 
 def twin_output(twin: Twin, entry: Entry, explicit: ExplicitGraph, read: Reader) -> Any:
-    import torch
-
     function = resolve(twin.function, f"{entry.name}: twin")
     given = arguments(twin, explicit, read)
     keywords = options(twin, entry, read)

@@ -19,8 +19,8 @@ from .parsing import PROG, add_sizes, add_variant, entry_of, given_sizes, intege
 
 __all__ = ["add", "run", "run_check", "SEED_LIMIT"]
 
-#: Seeds are drawn from and accepted in 0 … SEED_LIMIT (torch's generators take 64-bit seeds;
-#: each trial, the upstream gradient and a drawn mask add to it).
+#: Seeds are drawn from and accepted in 0 … SEED_LIMIT (`derive.bridge.check.SEED_LIMIT`,
+#: repeated here so that the parser does not import torch).
 SEED_LIMIT = 2**32 - 1
 
 EPILOG = """examples:
@@ -73,7 +73,7 @@ def run_check(args, out: TextIO | None = None) -> int:
 
         import attention  # noqa: F401
 
-        from ..bridge.check import draw_sizes, format_table, trial_rows
+        from ..bridge.check import draw_sizes, format_table, run_trials
     except ImportError as error:
         raise EnvironmentProblem(
             f"derive check compares with the torch implementation and needs torch ({error}); "
@@ -86,26 +86,24 @@ def run_check(args, out: TextIO | None = None) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randint(0, SEED_LIMIT)
     if args.seed is None:
         print(f"{PROG} check: seed {seed} (rerun with --seed {seed})", file=out)
-    rng = random.Random(seed)
     failures = compared = 0
-    for trial in range(1, args.trials + 1):
-        sizes = draw_sizes(entry, rng, given)
-        inputs_seed = (seed + trial - 1) % (SEED_LIMIT + 1)
+    found = run_trials(entry, given, seed=seed, count=args.trials, forward_only=args.forward_only)
+    for number in range(1, args.trials + 1):
         try:
-            rows, note = trial_rows(entry, sizes, seed=inputs_seed, forward_only=args.forward_only)
+            trial = next(found)
         except DeclarationError as error:
             raise UsageError(f"{PROG} check: {error}") from None
-        shown = " ".join(f"{k}={sizes[k]}" for k in "ndc")
-        more = "".join(f", {k}={v}" for k, v in sizes.items() if k not in "ndc")
+        shown = " ".join(f"{k}={trial.sizes[k]}" for k in "ndc")
+        more = "".join(f", {k}={v}" for k, v in trial.sizes.items() if k not in "ndc")
         print(
-            f"trial {trial}/{args.trials}: {entry.name}, {shown}{more}, inputs seed {inputs_seed}",
+            f"trial {number}/{args.trials}: {entry.name}, {shown}{more}, inputs seed {trial.seed}",
             file=out,
         )
-        print(format_table(rows), file=out)
-        if note:
-            print(f"  ({note})", file=out)
-        failures += sum(not row.passed for row in rows)
-        compared += len(rows)
+        print(format_table(trial.rows), file=out)
+        if trial.note:
+            print(f"  ({trial.note})", file=out)
+        failures += sum(not row.passed for row in trial.rows)
+        compared += len(trial.rows)
     verdict = "all pass" if failures == 0 else f"{failures} FAIL"
     print(f"{PROG} check: {compared} step values compared, {verdict}", file=out)
     return 0 if failures == 0 else 1

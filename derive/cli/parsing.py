@@ -21,6 +21,7 @@ from fractions import Fraction
 from ..explicit import MAX_SIZE
 from ..graph import DeclarationError, declared, entry_name, load_variant, variants
 from ..graph.errors import DerivationError
+from ..graph.registry import ROOT
 from ..render.sections.common import UnprovedClaim
 from .errors import EnvironmentProblem, InternalFailure, UsageError
 
@@ -218,7 +219,7 @@ def users_mistakes(args) -> Iterator[None]:
         except Exception as error:  # noqa: BLE001 - any other failure is derive's own
             if os.environ.get("DERIVE_TRACEBACK"):
                 raise
-            what = "+".join(args.__dict__.get("variant") or []) or "self-attention"
+            what = "+".join(args.__dict__.get("variant") or []) or ROOT
             failed = DerivationError(f"run {args.command} on {what}", error)
             raise InternalFailure(f"{PROG} {args.command}: {failed}") from None
         finally:

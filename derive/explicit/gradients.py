@@ -25,12 +25,12 @@ from sympy import Add, ImmutableMatrix, Indexed
 
 from .. import calculus
 from ..notation import letters as L
-from .forward import ExplicitAttention, ExplicitGraph
+from .forward import ExplicitGraph
 from .instantiate import cells
 from .sizes import check_size
-from .values import Values, compose, evaluate_steps, exact_numbers, size_values
+from .values import Values, by_letter, compose, evaluate_steps, exact_numbers, size_values
 
-__all__ = ["MAX_GRADIENT_SIZE", "GradientStep", "ExplicitGradients", "explicit_gradients"]
+__all__ = ["MAX_GRADIENT_SIZE", "GradientStep", "ExplicitGradients"]
 
 #: The largest n, d or c that `explicit_gradients` accepts (docs/benchmarks.md: the whole check
 #: against autograd takes about 3 s at n = d = c = 8 on a 2-core machine and grows like n⁴).
@@ -87,23 +87,18 @@ def _partials(formula: sp.Expr) -> list[tuple[Indexed, sp.Expr]]:
 
 
 class ExplicitGradients:
-    """The backward pass at sizes n, d, c: see `explicit_gradients`."""
+    """The backward pass of an explicit graph (a variant's at concrete sizes), entry by entry by
+    the chain rule: `derive.explicit_gradients` builds one for a variant's name.
 
-    def __init__(self, n: int, d: int, c: int, *, causal: bool, heads: int) -> None:
-        for name, value in (("n", n), ("d", d), ("c", c)):
-            check_size(
-                name,
-                value,
-                limit=MAX_GRADIENT_SIZE,
-                what="derive.MAX_GRADIENT_SIZE",
-                generic="derive.backward_steps()",
-            )
-        self._build(ExplicitAttention(n, d, c, causal=causal, heads=heads))
+    Attributes: `dC`, the upstream gradient's fresh entries (\\bar{z}_{m,j}); each gradient by
+    its letter (``dX``, ``dW_q``, ``dA``; a tuple per head), SymPy matrices over the entries of
+    the inputs and of \\bar{C}, the symbols of `forward`; `steps`, each gradient's derived
+    formula in named entries; `evaluate`, numbers put in step by step; `residuals`, the chain
+    rule here against the matrix forms derived at symbolic sizes. Every size is at most
+    `MAX_GRADIENT_SIZE`.
+    """
 
-    @classmethod
-    def of(cls, forward: ExplicitGraph) -> ExplicitGradients:
-        """The backward pass of any explicit graph (a variant's), every size at most
-        `MAX_GRADIENT_SIZE`."""
+    def __init__(self, forward: ExplicitGraph) -> None:
         for symbol, value in forward.sizes.items():
             if symbol not in L.SIZES:  # a parameter (RoPE's β, QK-norm's ε), not a size
                 continue
@@ -111,18 +106,16 @@ class ExplicitGradients:
                 str(symbol),
                 value,
                 limit=MAX_GRADIENT_SIZE,
-                what="derive.MAX_GRADIENT_SIZE",
+                what="derive.explicit.MAX_GRADIENT_SIZE",
                 generic="derive.backward_steps()",
             )
-        built = cls.__new__(cls)
-        built._build(forward)
-        return built
+        self._build(forward)
 
     def _build(self, forward: ExplicitGraph) -> None:
         self.forward = forward
         sizes = {str(symbol): value for symbol, value in forward.sizes.items()}
         self.n, self.d, self.c = sizes["n"], sizes["d"], sizes["c"]
-        self.heads, self.causal = forward.heads, getattr(forward, "causal", False)
+        self.heads = forward.heads
         self.width = self.c // self.heads
         output = forward.graph.output
         rows, cols = (
@@ -144,8 +137,8 @@ class ExplicitGradients:
         return "$$\\begin{aligned}" + " \\\\ ".join(lines) + "\\end{aligned}$$"
 
     def __repr__(self) -> str:
-        causal = ", causal=True" if self.causal else ""
-        return f"explicit_gradients(n={self.n}, d={self.d}, c={self.c}{causal}, heads={self.heads})"
+        sizes = ", ".join(f"{symbol}={value}" for symbol, value in self.forward.sizes.items())
+        return f"ExplicitGradients({self.forward.graph.name!r}, {sizes})"
 
     # -- the derivation ----------------------------------------------------------------------------
 
@@ -204,28 +197,22 @@ class ExplicitGradients:
         compose(self.forward.steps, env)  # the forward entries, in x and the weights
         return compose(self.steps, env)
 
-    def _matrix(self, key: str) -> ImmutableMatrix | tuple[ImmutableMatrix, ...]:
-        if self.heads > 1 and key in ("dOmega", "dOmega_scaled", "dA"):
-            return tuple(self._composed[f"{key}_{h}"] for h in range(1, self.heads + 1))
-        return self._composed[key]
-
-    dX = property(lambda self: self._matrix("dX"), doc="\\bar{X} = \\bar{Q} W_qᵀ + …")
-    dW_q = property(lambda self: self._matrix("dW_q"), doc="\\bar{W}_q = Xᵀ \\bar{Q}.")
-    dW_k = property(lambda self: self._matrix("dW_k"), doc="\\bar{W}_k = Xᵀ \\bar{K}.")
-    dW_v = property(lambda self: self._matrix("dW_v"), doc="\\bar{W}_v = Xᵀ \\bar{V}.")
-    dQ = property(lambda self: self._matrix("dQ"), doc="\\bar{Q} = \\bar{Ω} K (per head).")
-    dK = property(lambda self: self._matrix("dK"), doc="\\bar{K} = \\bar{Ω}ᵀ Q (per head).")
-    dV = property(lambda self: self._matrix("dV"), doc="\\bar{V} = Aᵀ \\bar{C} (per head).")
-    dA = property(lambda self: self._matrix("dA"), doc="\\bar{A} = \\bar{C} Vᵀ (a tuple per head).")
-    dOmega = property(lambda self: self._matrix("dOmega"), doc="\\bar{Ω} = \\bar{Ω̃} / √c.")
-    dOmega_scaled = property(lambda self: self._matrix("dOmega_scaled"), doc="The softmax's.")
-
-    @property
-    def dW_o(self) -> ImmutableMatrix:
-        """\\bar{W}_o = Ĉᵀ \\bar{C} (multi-head only)."""
-        if self.heads == 1:
-            raise AttributeError("dW_o exists only for heads > 1 (the single head has no W_o)")
-        return self._composed["dW_o"]
+    def __getattr__(self, letter: str) -> ImmutableMatrix | tuple[ImmutableMatrix, ...]:
+        """Each gradient by its letter, as a matrix over the entries of the inputs and of
+        \\bar{C} (``dX``, ``dW_q``; a per-head gradient as a tuple of one per head, ``dA``)."""
+        if letter.startswith("_") or "steps" not in self.__dict__:
+            raise AttributeError(letter)
+        composed = self._composed
+        if letter in composed:
+            return composed[letter]
+        per_head = [composed.get(f"{letter}_{head}") for head in range(1, self.heads + 1)]
+        if self.heads > 1 and all(matrix is not None for matrix in per_head):
+            return tuple(per_head)
+        known = sorted({key.rsplit("_", 1)[0] if key[-1].isdigit() else key for key in composed})
+        raise AttributeError(
+            f"{self.forward.graph.name} has no gradient {letter!r}; its "
+            f"gradients: {', '.join(known)}"
+        )
 
     # -- proofs ------------------------------------------------------------------------------------
 
@@ -247,49 +234,14 @@ class ExplicitGradients:
 
     # -- numbers -----------------------------------------------------------------------------------
 
-    def evaluate(
-        self,
-        X: object,
-        W_q: object,
-        W_k: object,
-        W_v: object,
-        dC: object,
-        W_o: object = None,
-        *,
-        digits: int | None = 30,
-    ) -> Values:
-        """The forward steps, then each gradient step, on numbers (`xreplace`, step by step).
+    def evaluate(self, *positional: object, digits: int | None = 30, **given: object) -> Values:
+        """The forward steps, then each gradient step, on numbers (`xreplace`, step by step):
+        every input by its letter (``X=…, W_q=…, dC=…``), or positionally in the order of
+        `inputs` (the forward graph's, then dC).
 
         Returns a `Values` holding the forward values (``Q`` … ``C``) and the gradients (``dA``,
-        ``dV``, …, ``dX``), 30-digit SymPy Floats by default. Shapes: X (n, d); W_q, W_k, W_v
-        (d, c); dC (n, c); W_o (c, c) when heads > 1.
+        ``dV``, …, ``dX``), 30-digit SymPy Floats by default.
         """
-        given = {"X": X, "W_q": W_q, "W_k": W_k, "W_v": W_v, "dC": dC}
-        exact = exact_numbers(self.inputs, self.forward.sizes, self.heads, given, W_o, digits)
+        given = by_letter(self.inputs, positional, given)
+        exact = exact_numbers(self.inputs, self.forward.sizes, given, digits)
         return evaluate_steps(self.forward.steps + self.steps, exact, digits, self.heads)
-
-    def evaluate_inputs(self, *, digits: int | None = 30, **given: object) -> Values:
-        """`evaluate` for any graph: every input by its letter (``X=…, Y=…, dC=…``)."""
-        exact = exact_numbers(self.inputs, self.forward.sizes, 1, given, None, digits)
-        return evaluate_steps(self.forward.steps + self.steps, exact, digits, self.heads)
-
-
-def explicit_gradients(
-    n: int, d: int, c: int, *, causal: bool = False, heads: int = 1
-) -> ExplicitGradients:
-    r"""The backward pass of self-attention at concrete sizes, derived by SymPy.
-
-    Attributes: `dC` (n, c), fresh entries \bar{z}_{m,j}; `dX` (n, d), `dW_q`, `dW_k`, `dW_v`
-    (d, c), `dQ`, `dK`, `dV` (n, c), `dA`, `dOmega`, `dOmega_scaled` (n, n; a tuple per head),
-    and `dW_o` (c, c) for heads > 1: SymPy matrices over the entries of X, the weights and
-    \bar{C}, the same symbols as `explicit_attention(n, d, c, causal=causal, heads=heads)`.
-    `steps` lists each gradient's derived formula in named entries; `evaluate` puts numbers in
-    step by step; `residuals` shows that the chain rule here and the matrix forms derived at
-    symbolic sizes agree. Each of n, d, c is at most `MAX_GRADIENT_SIZE`.
-
-    Example:
-        >>> g = explicit_gradients(2, 3, 2)
-        >>> g.dW_q.shape
-        (3, 2)
-    """
-    return ExplicitGradients(n, d, c, causal=causal, heads=heads)

@@ -23,13 +23,13 @@ def check_size(
     value: object,
     *,
     limit: int = MAX_SIZE,
-    what: str = "derive.MAX_SIZE",
+    what: str = "derive.explicit.MAX_SIZE",
     generic: str = "derive.steps()",
 ) -> int:
     """Return `value` as an int if it is a positive integer no larger than `limit`.
 
     `what` names the limit in the message and `generic` the symbolic alternative
-    (`derive.MAX_GRADIENT_SIZE` and `derive.backward_steps()` for the backward pass).
+    (`derive.explicit.MAX_GRADIENT_SIZE` and `derive.backward_steps()` for the backward pass).
 
     Raises `TypeError` for a bool, a float or anything that is not an integer, and `ValueError`
     for an integer below 1 or above `limit`; the message names the argument and its value.

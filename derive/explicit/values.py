@@ -24,6 +24,7 @@ __all__ = [
     "size_values",
     "compose",
     "exact_numbers",
+    "by_letter",
 ]
 
 
@@ -199,27 +200,38 @@ def compose(steps: Sequence, env: dict[sp.Basic, sp.Basic]) -> dict[str, sp.Immu
     return composed
 
 
+def by_letter(
+    inputs: dict[str, sp.ImmutableMatrix], positional: tuple, given: dict[str, object]
+) -> dict[str, object]:
+    """The inputs of an `evaluate`: given by letter, or positionally in the order of `inputs`;
+    a TypeError names what is missing or unknown."""
+    if len(positional) > len(inputs):
+        raise TypeError(
+            f"evaluate takes at most {len(inputs)} inputs ({', '.join(inputs)}), got "
+            f"{len(positional)}"
+        )
+    found = dict(zip(inputs, positional, strict=False)) | given
+    missing = sorted(set(inputs) - set(found))
+    unknown = sorted(set(found) - set(inputs))
+    if missing or unknown:
+        raise TypeError(
+            f"evaluate needs exactly {list(inputs)}: missing {missing}, unknown {unknown}"
+        )
+    return found
+
+
 def exact_numbers(
     inputs: dict[str, sp.ImmutableMatrix],
     sizes: dict[sp.Symbol, int],
-    heads: int,
     given: dict[str, object],
-    W_o: object,
     digits: int | None,
 ) -> dict[sp.Basic, sp.Basic]:
     """The exact substitution for `evaluate`: the sizes, and each given input's entries read
-    exactly (W_o required exactly when heads > 1); `digits` checked on the way."""
+    exactly; `digits` checked on the way."""
     if digits is not None and (isinstance(digits, bool) or not isinstance(digits, int)):
         raise TypeError(f"digits must be a positive int or None, got {digits!r}")
     if digits is not None and digits < 1:
         raise ValueError(f"digits must be a positive int or None, got digits={digits}")
-    given = dict(given)
-    if heads > 1:
-        if W_o is None:
-            raise ValueError(f"W_o is required when heads={heads} (shape (c, c))")
-        given["W_o"] = W_o
-    elif W_o is not None:
-        raise ValueError("W_o is only used by the multi-head variant (heads > 1)")
     exact = size_values(sizes)
     for name, value in given.items():
         symbols = inputs[name]

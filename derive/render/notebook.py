@@ -88,7 +88,10 @@ def _definitions(options: DocumentOptions) -> dict[str, tuple[str, ...]]:
         "facts": (f"facts = derive.facts({name})",),
         "gradients": (f"gradients = derive.backward_steps({name})",),
         "explicit": (f"explicit = {explicit}",),
-        "example": (f"example = derive.worked_example({sizes}variant_name={entry.name!r})",),
+        "example": (
+            "from derive.bridge.example import worked_example",
+            f"example = worked_example({sizes}variant_name={entry.name!r})",
+        ),
     }
 
 
@@ -122,7 +125,9 @@ def _symbolic(options: DocumentOptions, blocks: list[Block]) -> list[tuple[int, 
     shown.append(
         (
             lambda lines: any(line.endswith(flops) for line in lines),
-            _Code(("derive",), (f"derive.flop_count({_name(entry)})",)),
+            _Code(
+                ("derive",), (f"derive.calculus.flop_count(derive.variant({entry.name!r}).graph)",)
+            ),
         )
     )
     for k, gradient in enumerate(backward(graph)):
@@ -303,8 +308,9 @@ class _Cells:
 
 def notebook_cells(options: DocumentOptions, *, example: object = None) -> list[Cell]:
     """The cells of the notebook for `options` (as `derive notebook` takes them): the same for
-    every entry of the registry. `example` is the worked example (`derive.worked_example`),
-    which the options may ask for (as `document_blocks` needs it)."""
+    every entry of the registry. `example` is the worked example
+    (`derive.bridge.example.worked_example`), which the options may ask for (as
+    `document_blocks` needs it)."""
     blocks: list[Block] = [
         b for b in document_blocks(options, example=example) if not isinstance(b, Matrices)
     ]

@@ -39,19 +39,20 @@ def _timed(call):
 
 def bench_steps(size: int) -> dict[str, float]:
     import derive
+    from derive.bridge.steps import check_against_torch, compare, dyadic_inputs, torch_steps
 
-    ea, build = _timed(lambda: derive.explicit_attention(size, size, size))
-    inputs = derive.dyadic_inputs(ea, seed=0)
+    ea, build = _timed(lambda: derive.explicit_variant("self-attention", size, size, size))
+    inputs = dyadic_inputs(ea, seed=0)
     values, evaluate = _timed(lambda: ea.evaluate(**inputs))
-    tensors, numeric = _timed(lambda: derive.torch_steps(ea, **inputs))
-    report, compare = _timed(lambda: derive.compare(values, tensors))
-    _, whole = _timed(lambda: derive.check_against_torch(size, size, size))
+    tensors, numeric = _timed(lambda: torch_steps(ea, **inputs))
+    report, compare_s = _timed(lambda: compare(values, tensors))
+    _, whole = _timed(lambda: check_against_torch("self-attention", size, size, size))
     worst = max(item.max_abs_error for item in report)
     return {
         "build": build,
         "evaluate": evaluate,
         "torch": numeric,
-        "compare": compare,
+        "compare": compare_s,
         "check": whole,
         "worst": worst,
     }
@@ -62,7 +63,7 @@ def bench_expanded(size: int) -> float:
 
     import derive
 
-    ea = derive.explicit_attention(size, size, size)
+    ea = derive.explicit_variant("self-attention", size, size, size)
     symbols = [*ea.X, *ea.W_q, *ea.W_k, *ea.W_v]
     _, seconds = _timed(lambda: sp.lambdify(symbols, ea.C, modules="math", cse=True))
     return seconds
@@ -75,7 +76,7 @@ def check_claims() -> None:
     import derive
 
     for size in (4, 6, 8):
-        ea = derive.explicit_attention(size, size, size)
+        ea = derive.explicit_variant("self-attention", size, size, size)
         _ = ea.C  # build the composed matrices first; time the substitution alone
         numbers = {s: sp.Rational(k % 7 - 3, 8) for k, s in enumerate([*ea.X, *ea.W_q])}
         _, fast = _timed(lambda ea=ea, numbers=numbers: ea.Q.xreplace(numbers))
@@ -83,7 +84,7 @@ def check_claims() -> None:
         print(f"Q at n=d=c={size}: xreplace {1e3 * fast:.1f} ms, subs {1e3 * slow:.1f} ms")
     import torch
 
-    ea = derive.explicit_attention(3, 3, 2)
+    ea = derive.explicit_variant("self-attention", 3, 3, 2)
     (scaled,) = [step for step in ea.steps if step.name == "scaled_scores"]
     formula = scaled.formula  # an exact sqrt(2) in every entry
     symbols = sorted(formula.free_symbols, key=str)

@@ -27,19 +27,25 @@ def _timed(call):
 
 def bench(size: int, *, heads: int = 1, causal: bool = False) -> dict[str, float]:
     import derive
+    from derive.bridge.gradients import (
+        check_gradients_against_torch,
+        gradient_inputs,
+        gradients_only,
+        torch_gradient_steps,
+    )
+    from derive.bridge.steps import compare
 
-    kwargs = {"heads": heads, "causal": causal}
-    g, derive_s = _timed(lambda: derive.explicit_gradients(size, size, size, **kwargs))
+    name = "+".join(["causal"] * causal + ["multi-head"] * (heads > 1)) or "self-attention"
+    own = {"h": heads} if heads > 1 else {}
+    g, derive_s = _timed(lambda: derive.explicit_gradients(name, size, size, size, **own))
     proven, prove_s = _timed(lambda: g.proven() and g.rowsum_residual().is_zero_matrix)
     if not proven:
         raise RuntimeError(f"the matrix forms are not proved at n=d=c={size}")
-    inputs = derive.gradient_inputs(g, seed=0)
+    inputs = gradient_inputs(g, seed=0)
     values, evaluate_s = _timed(lambda: g.evaluate(**inputs))
-    tensors, torch_s = _timed(lambda: derive.torch_gradient_steps(g, **inputs))
-    from derive.bridge.gradients import gradients_only
-
-    report, compare_s = _timed(lambda: derive.compare(gradients_only(values), tensors))
-    _, check_s = _timed(lambda: derive.check_gradients_against_torch(size, size, size, **kwargs))
+    tensors, torch_s = _timed(lambda: torch_gradient_steps(g, **inputs))
+    report, compare_s = _timed(lambda: compare(gradients_only(values), tensors))
+    _, check_s = _timed(lambda: check_gradients_against_torch(name, size, size, size, **own))
     return {
         "derive": derive_s,
         "prove": prove_s,

@@ -185,10 +185,10 @@ def test_the_backward_pass_equals_the_explicit_gradients(form):
     graph = reference(form)
     explicit, inputs, evaluation = _setting(form, graph)
     evaluation.forward(graph)
-    gradients = ExplicitGradients.of(explicit)
+    gradients = ExplicitGradients(explicit)
     upstream = torch.randint(-8, 9, gradients.dC.shape, generator=torch.Generator().manual_seed(4))
     upstream = upstream.double() / 8
-    values = gradients.evaluate_inputs(**inputs, dC=upstream)
+    values = gradients.evaluate(**inputs, dC=upstream)
     evaluation.backward(graph, upstream)
     compared = 0
     for step in gradients.steps:

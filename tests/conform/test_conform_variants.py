@@ -278,9 +278,9 @@ def test_every_step_and_gradient_of_a_variant_equals_the_explicit_values(form):
     for key in values.matrices:
         expected = torch.tensor(values.floats(key), dtype=torch.float64)
         assert torch.allclose(_per_head(evaluation, key), expected, rtol=0, atol=1e-12), key
-    gradients = ExplicitGradients.of(explicit)
+    gradients = ExplicitGradients(explicit)
     upstream = torch.randint(-8, 9, gradients.dC.shape, generator=generator).double() / 8
-    expected_gradients = gradients.evaluate_inputs(**inputs, dC=upstream)
+    expected_gradients = gradients.evaluate(**inputs, dC=upstream)
     evaluation.backward(graph, upstream)
     for step in gradients.steps:
         expected = torch.tensor(expected_gradients.floats(step.output), dtype=torch.float64)

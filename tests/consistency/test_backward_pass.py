@@ -16,7 +16,13 @@ from hypothesis import strategies as st
 import derive
 from attention import CausalAttention, MultiHeadAttention, SelfAttentionV2
 from attention import functional as F
-from derive.bridge.gradients import gradients_only
+from derive.bridge.gradients import (
+    check_gradients_against_torch,
+    gradient_inputs,
+    gradients_only,
+    torch_gradient_steps,
+)
+from derive.bridge.steps import compare
 from derive.explicit.values import evaluate_steps
 from derive.notation import letters as N
 
@@ -33,24 +39,24 @@ def _close(symbolic, tensor, name=""):
         )
 
 
-def _derived(n, d, c, seed=0, **kwargs):
-    g = derive.explicit_gradients(n, d, c, **kwargs)
-    inputs = derive.gradient_inputs(g, seed=seed)
+def _derived(name, n, d, c, seed=0, **sizes):
+    g = derive.explicit_gradients(name, n, d, c, **sizes)
+    inputs = gradient_inputs(g, seed=seed)
     return g, inputs, g.evaluate(**inputs)
 
 
 @pytest.mark.parametrize(
-    ("sizes", "kwargs"),
+    ("name", "sizes", "heads"),
     [
-        ((5, 3, 2), {}),  # the seed's single head
-        ((4, 6, 3), {"causal": True}),  # the decoder's mask
-        ((3, 2, 6), {"heads": 2}),  # two heads of width 3, then W_o
-        ((5, 2, 6), {"heads": 3, "causal": True}),  # three causal heads of width 2
+        ("self-attention", (5, 3, 2), 1),  # the seed's single head
+        ("causal", (4, 6, 3), 1),  # the decoder's mask
+        ("multi-head", (3, 2, 6), 2),  # two heads of width 3, then W_o
+        ("causal+multi-head", (5, 2, 6), 3),  # three causal heads of width 2
     ],
 )
-def test_every_gradient_equals_autograd_step_by_step(sizes, kwargs):
-    report = derive.check_gradients_against_torch(*sizes, **kwargs, seed=sum(sizes))
-    heads = kwargs.get("heads", 1)
+def test_every_gradient_equals_autograd_step_by_step(name, sizes, heads):
+    own = {"h": heads} if heads > 1 else {}
+    report = check_gradients_against_torch(name, *sizes, **own, seed=sum(sizes))
     expected = {"dA", "dOmega", "dOmega_scaled", "dV", "dK", "dQ", "dW_q", "dW_k", "dW_v", "dX"}
     if heads > 1:
         expected = {"dV", "dK", "dQ", "dW_q", "dW_k", "dW_v", "dX", "dW_o"}  # Ĉ: a copy
@@ -63,7 +69,7 @@ def test_every_gradient_equals_autograd_step_by_step(sizes, kwargs):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_derived_equals_the_written_out_backward_of_attention(causal):
-    g, inputs, values = _derived(6, 4, 3, seed=2, causal=causal)
+    g, inputs, values = _derived("causal" if causal else "self-attention", 6, 4, 3, seed=2)
     ours = F.self_attention_gradients(
         inputs["X"], inputs["W_q"], inputs["W_k"], inputs["W_v"], inputs["dC"], causal=causal
     )
@@ -95,7 +101,7 @@ def _load(module, inputs):
 )
 def test_derived_equals_autograd_on_the_modules(module, causal):
     n, d, c = 5, 4, 3
-    _, inputs, values = _derived(n, d, c, seed=4, causal=causal)
+    _, inputs, values = _derived("causal" if causal else "self-attention", n, d, c, seed=4)
     layer = _load(module(n, d, c).double(), inputs)
     got = _module_gradients(layer, inputs["X"], inputs["dC"])
     for name, tensor in zip(("dX", "dW_q", "dW_k", "dW_v"), got, strict=True):
@@ -104,7 +110,7 @@ def test_derived_equals_autograd_on_the_modules(module, causal):
 
 def test_derived_equals_autograd_on_multi_head_attention():
     n, d, c, heads = 4, 3, 6, 2
-    _, inputs, values = _derived(n, d, c, seed=6, causal=True, heads=heads)
+    _, inputs, values = _derived("causal+multi-head", n, d, c, seed=6, h=heads)
     layer = _load(MultiHeadAttention(d, c, n, 0.0, heads).double(), inputs)
     with torch.no_grad():
         layer.out_proj.weight.copy_(inputs["W_o"].T)  # C = Ĉ W_o: nn.Linear stores W_oᵀ
@@ -117,7 +123,7 @@ def test_derived_equals_autograd_on_multi_head_attention():
 
 def test_derived_equals_autograd_on_functional_multi_head_without_mask():
     n, d, c, heads = 3, 5, 4, 2
-    _, inputs, values = _derived(n, d, c, seed=8, heads=heads)
+    _, inputs, values = _derived("multi-head", n, d, c, seed=8, h=heads)
     leaves = [inputs[k].clone().requires_grad_() for k in ("X", "W_q", "W_k", "W_v", "W_o")]
     out = F.multi_head_attention(*leaves, heads=heads)
     grads = torch.autograd.grad(out, leaves, inputs["dC"])
@@ -134,7 +140,8 @@ def test_derived_equals_autograd_on_functional_multi_head_without_mask():
     seed=st.integers(0, 2**16),
 )
 def test_derived_equals_autograd_on_any_small_shape(n, d, c, causal, seed):
-    report = derive.check_gradients_against_torch(n, d, c, causal=causal, seed=seed)
+    name = "causal" if causal else "self-attention"
+    report = check_gradients_against_torch(name, n, d, c, seed=seed)
     assert max(item.max_abs_error for item in report) < TOLERANCE
 
 
@@ -160,8 +167,8 @@ def _mutated(g, output, formula):
 )
 def test_a_changed_gradient_formula_disagrees_with_autograd(output, wrong):
     n, d, c = 4, 3, 2
-    g, inputs, _ = _derived(n, d, c, seed=1)
-    torch_values = derive.torch_gradient_steps(g, **inputs)
+    g, inputs, _ = _derived("self-attention", n, d, c, seed=1)
+    torch_values = torch_gradient_steps(g, **inputs)
     steps = g.forward.steps + _mutated(g, output, wrong(n, c))
     exact = {s: sp.Integer(v) for s, v in g.forward.sizes.items()}
     for name, symbols in g.inputs.items():
@@ -169,7 +176,7 @@ def test_a_changed_gradient_formula_disagrees_with_autograd(output, wrong):
             zip(symbols, [sp.Rational(v) for v in inputs[name].flatten().tolist()], strict=True)
         )
     values = gradients_only(evaluate_steps(steps, exact, 30, 1))
-    report = {item.output: item.max_abs_error for item in derive.compare(values, torch_values)}
+    report = {item.output: item.max_abs_error for item in compare(values, torch_values)}
     assert report[output] > 1e-3
     assert report["dX"] > 1e-3  # the error reaches the inputs' gradient
 
@@ -178,6 +185,6 @@ def test_a_changed_gradient_formula_disagrees_with_autograd(output, wrong):
 
 
 def test_symbolic_gradient_check_at_size_four_agrees():
-    report = derive.check_gradients_against_torch(4, 4, 4)
+    report = check_gradients_against_torch("self-attention", 4, 4, 4)
     assert len(report) >= 10
     assert max(item.max_abs_error for item in report) < TOLERANCE

@@ -14,6 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import derive
 from attention import functional as F
+from derive import calculus
 
 PRODUCTS = {"aten.mm", "aten.bmm", "aten.matmul", "aten.addmm", "aten.baddbmm"}
 TRANSPOSES = {"aten.t", "aten.transpose", "aten.permute", "aten.numpy_T", "aten.mT"}
@@ -40,7 +41,7 @@ def test_explicit_path_runs_five_products_and_one_transpose(n, d, c):
     w_q, w_k, w_v = (torch.randn(d, c, dtype=torch.float64) for _ in range(3))
     with TraceOps() as trace:
         F.self_attention(x, w_q, w_k, w_v, return_weights=True)
-    counted = derive.operation_count()
+    counted = calculus.operation_count(derive.variant("self-attention").graph)
     assert trace.count(PRODUCTS) == counted["matrix products"] == 5, trace.ops
     assert trace.count(TRANSPOSES) == counted["transposes"] == 1, trace.ops
     assert trace.ops["aten._softmax"] == 1  # one row-wise softmax, nothing else hidden

@@ -8,8 +8,9 @@ import torch
 
 import attention
 from attention import functional as F
-from derive import DocumentOptions, latex_document, worked_example
-from derive.bridge.example import TOKENS, TOLERANCE
+from derive import DocumentOptions
+from derive.bridge.example import TOKENS, TOLERANCE, worked_example
+from derive.render.documents import latex_document
 
 
 @pytest.fixture(scope="module")

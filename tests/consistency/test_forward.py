@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import derive
 from attention import functional as F
 from derive.bridge.steps import check_against_torch, compare, dyadic_inputs, torch_steps
+from derive.calculus import flop_count
 from derive.notation import letters as N
 
 TOLERANCE = 1e-12
@@ -26,17 +27,17 @@ def _polynomial(output):
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("name", "kwargs"),
     [
-        {},  # the seed's single head
-        {"causal": True},  # a_{m,p} = 0 for p > m
-        {"key_padding_mask": [True, True, True, False, False]},  # the last two tokens are padding
-        {"mask": [[p <= m and p != 1 for p in range(5)] for m in range(5)]},  # general mask
-        {"mask": [[m != 2 for _ in range(5)] for m in range(5)]},  # a row with no key at all
+        ("self-attention", {}),  # the seed's single head
+        ("causal", {}),  # a_{m,p} = 0 for p > m
+        ("masked", {"key_padding_mask": [True, True, True, False, False]}),  # two padding tokens
+        ("masked", {"mask": [[p <= m and p != 1 for p in range(5)] for m in range(5)]}),  # general
+        ("masked", {"mask": [[m != 2 for _ in range(5)] for m in range(5)]}),  # a row with no key
     ],
 )
-def test_every_step_agrees_with_torch(kwargs):
-    report = check_against_torch(5, 3, 2, **kwargs)
+def test_every_step_agrees_with_torch(name, kwargs):
+    report = check_against_torch(name, 5, 3, 2, **kwargs)
     assert [item.output for item in report] == [
         "Q",
         "K",
@@ -53,10 +54,9 @@ def test_every_step_agrees_with_torch(kwargs):
             assert item.max_abs_error < TOLERANCE, (item.output, item.max_abs_error)
 
 
-@pytest.mark.parametrize("kwargs", [{"heads": 2}, {"heads": 3, "causal": True}])
-def test_multi_head_steps_agree_with_torch(kwargs):
-    report = check_against_torch(5, 3, 6, **kwargs)
-    heads = kwargs["heads"]
+@pytest.mark.parametrize(("name", "heads"), [("multi-head", 2), ("causal+multi-head", 3)])
+def test_multi_head_steps_agree_with_torch(name, heads):
+    report = check_against_torch(name, 5, 3, 6, h=heads)
     assert sum(item.output.startswith("A_") for item in report) == heads
     for item in report:
         if _polynomial(item.output):
@@ -66,7 +66,7 @@ def test_multi_head_steps_agree_with_torch(kwargs):
 
 
 def test_size_eight_agrees():
-    report = check_against_torch(8, 8, 8, seed=3)
+    report = check_against_torch("self-attention", 8, 8, 8, seed=3)
     assert all(item.exact for item in report if _polynomial(item.output))
     assert max(item.max_abs_error for item in report) < TOLERANCE * 10  # |omega| reaches ~50
 
@@ -78,7 +78,7 @@ def _relative_close(symbolic, tensor, tolerance=TOLERANCE):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_self_attention_end_to_end(causal):
-    ea = derive.explicit_attention(5, 3, 2, causal=causal)
+    ea = derive.explicit_variant(("causal" if causal else "self-attention"), 5, 3, 2)
     inputs = dyadic_inputs(ea, seed=7)
     values = ea.evaluate(**inputs)
     c, a = F.self_attention(
@@ -98,7 +98,7 @@ def test_self_attention_end_to_end(causal):
 
 
 def test_multi_head_attention_end_to_end():
-    ea = derive.explicit_attention(5, 3, 4, heads=2)
+    ea = derive.explicit_variant("multi-head", 5, 3, 4, h=2)
     inputs = dyadic_inputs(ea, seed=11)
     values = ea.evaluate(**inputs)
     c, a = F.multi_head_attention(
@@ -116,7 +116,7 @@ def test_multi_head_attention_end_to_end():
 
 
 def test_batches_agree_sequence_by_sequence():
-    ea = derive.explicit_attention(5, 3, 2)
+    ea = derive.explicit_variant("self-attention", 5, 3, 2)
     inputs = dyadic_inputs(ea, seed=2)
     batch = torch.stack([inputs["X"], inputs["X"].flip(0)])  # (2, 5, 3)
     values = ea.evaluate_batch(batch, inputs["W_q"], inputs["W_k"], inputs["W_v"])
@@ -126,7 +126,7 @@ def test_batches_agree_sequence_by_sequence():
 
 
 def test_float32_inputs_are_read_exactly():
-    ea = derive.explicit_attention(5, 3, 2)
+    ea = derive.explicit_variant("self-attention", 5, 3, 2)
     inputs = dyadic_inputs(ea, seed=4, dtype=torch.float32)
     values = ea.evaluate(**inputs)
     report = compare(values, torch_steps(ea, **inputs))
@@ -165,7 +165,7 @@ MUTANTS = {
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
 def test_a_changed_formula_is_caught(mutant):
     output, formula = MUTANTS[mutant]
-    ea = _mutate(derive.explicit_attention(5, 3, 2), output, formula)
+    ea = _mutate(derive.explicit_variant("self-attention", 5, 3, 2), output, formula)
     inputs = dyadic_inputs(ea, seed=0)
     report = {
         item.output: item for item in compare(ea.evaluate(**inputs), torch_steps(ea, **inputs))
@@ -187,7 +187,7 @@ def test_flop_formula_equals_flop_counter(n, d, c):
     w = [torch.randn(d, c, generator=generator, dtype=torch.float64) for _ in range(3)]
     with FlopCounterMode(display=False) as counter:
         F.self_attention(x, *w, return_weights=True)
-    formula = derive.flop_count().xreplace({N.n: n, N.d: d, N.c: c})
+    formula = flop_count(derive.variant("self-attention").graph).xreplace({N.n: n, N.d: d, N.c: c})
     assert counter.get_total_flops() == int(formula)
 
 
@@ -200,7 +200,9 @@ def test_multi_head_flop_formula_equals_flop_counter():
     w_o = torch.randn(c, c, dtype=torch.float64)
     with FlopCounterMode(display=False) as counter:
         F.multi_head_attention(x, *w, w_o, heads=h, return_weights=True)
-    formula = derive.flop_count(heads=True).xreplace({N.n: n, N.d: d, N.c: c, N.h: h})
+    formula = flop_count(derive.variant("multi-head").graph).xreplace(
+        {N.n: n, N.d: d, N.c: c, N.h: h}
+    )
     assert counter.get_total_flops() == int(formula)
 
 
@@ -216,7 +218,7 @@ def test_multi_head_flop_formula_equals_flop_counter():
     seed=st.integers(0, 2**16),
 )
 def test_agreement_over_sizes(n, d, c, causal, seed):
-    report = check_against_torch(n, d, c, causal=causal, seed=seed)
+    report = check_against_torch("causal" if causal else "self-attention", n, d, c, seed=seed)
     for item in report:
         if _polynomial(item.output):
             assert item.exact, (item.output, n, d, c)

@@ -41,7 +41,7 @@ def assert_agrees(ea, seed, inputs=None):
 
 @given(sizes(), st.booleans(), st.integers(0, 2**16))
 def test_single_head_plain_and_causal(shape, causal, seed):
-    assert_agrees(derive.explicit_attention(*shape, causal=causal), seed)
+    assert_agrees(derive.explicit_variant(("causal" if causal else "self-attention"), *shape), seed)
 
 
 @given(sizes(), st.data(), st.integers(0, 2**16))
@@ -49,11 +49,11 @@ def test_padding_and_full_masks(shape, data, seed):
     n = shape[0]
     if data.draw(st.booleans(), label="key padding"):
         keys = data.draw(st.lists(st.booleans(), min_size=n, max_size=n), label="keys")
-        assert_agrees(derive.explicit_attention(*shape, key_padding_mask=keys), seed)
+        assert_agrees(derive.explicit_variant("masked", *shape, key_padding_mask=keys), seed)
     else:
         row = st.lists(st.booleans(), min_size=n, max_size=n)
         mask = data.draw(st.lists(row, min_size=n, max_size=n), label="mask")
-        assert_agrees(derive.explicit_attention(*shape, mask=mask), seed)
+        assert_agrees(derive.explicit_variant("masked", *shape, mask=mask), seed)
 
 
 @given(
@@ -63,7 +63,10 @@ def test_padding_and_full_masks(shape, data, seed):
 )
 def test_multi_head(heads_and_shape, causal, seed):
     heads, shape = heads_and_shape
-    assert_agrees(derive.explicit_attention(*shape, causal=causal, heads=heads), seed)
+    assert_agrees(
+        derive.explicit_variant(("multi-head+causal" if causal else "multi-head"), *shape, h=heads),
+        seed,
+    )
 
 
 @given(
@@ -74,7 +77,7 @@ def test_multi_head(heads_and_shape, causal, seed):
 )
 def test_batches_sequence_by_sequence(shape, batch, causal, seed):
     n, d, c = shape
-    ea = derive.explicit_attention(n, d, c, causal=causal)
+    ea = derive.explicit_variant(("causal" if causal else "self-attention"), n, d, c)
     weights = dyadic_inputs(ea, seed=seed)
     generator = torch.Generator().manual_seed(seed)
     x = torch.randint(-16, 17, (*batch, n, d), generator=generator).double() / 8

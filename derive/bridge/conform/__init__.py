@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import torch
+
 from .adapters import Adapter, Weights, register_adapter
 from .report import Check, Diagnosis, Report
 from .target import KINDS, ConformError
@@ -74,8 +76,6 @@ def conform(obj: Any, **options: Any) -> Report:
     Raises:
         ConformError: the target cannot be loaded or called, or its weights not found.
     """
-    import torch
-
     from .run import Options
     from .run_function import FunctionRun
     from .run_module import ModuleRun

@@ -32,6 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from .target import ConformError
 
 __all__ = [
@@ -164,8 +166,6 @@ def norm_gains(norm: Any, width: int) -> tuple[Any, float]:
     told apart by a probe (the norm of a row of ones is its gains, up to ε). Any other norm
     (a LayerNorm, which centres the row) is a ConformError."""
     import math
-
-    import torch
 
     gains = getattr(norm, "weight", getattr(norm, "scale", None))  # this package's: scale
     if gains is None:  # no learnable gains (elementwise_affine=False): ones

@@ -30,6 +30,8 @@ import inspect
 import warnings
 from typing import Any
 
+import torch
+
 from ...graph.entries.llama3_rope import FREQ_CONFIG
 from ...graph.forms import reference
 from .formulas import composed
@@ -46,8 +48,6 @@ _WHAT = "tokens given in turn with a cache: C equals the derivation's rows"
 def with_use_cache(module: Any, x: Any, parts: tuple[slice, ...]) -> Any:
     """``reset_cache()``, then ``module(x[..., part, :], use_cache=True)`` for each part; None
     where the module keeps no such cache."""
-    import torch
-
     takes = inspect.signature(module.forward).parameters
     if "use_cache" not in takes or not hasattr(module, "reset_cache"):
         return None
@@ -63,8 +63,6 @@ def with_start_pos(
     """The book's KV-cache layers: ``(out, cache) = module(x[part], mask[part, :end], cos, sin,
     start_pos=part.start, cache=cache)`` for each part, the cache of one call given to the
     next; None where ``forward`` takes no ``start_pos`` and ``cache``, or returns no cache."""
-    import torch
-
     takes = inspect.signature(module.forward).parameters
     if "start_pos" not in takes or "cache" not in takes:
         return None
@@ -112,8 +110,6 @@ def _parts(n: int) -> tuple[slice, ...]:
 def _decoded(run: Any, parts: tuple[slice, ...]) -> Any:
     """The adapter's cached calls on conform's own copy of the module (its cache starts empty
     and is thrown away), in the module's dtype: float64 on the CPU, or why there is none."""
-    import torch
-
     h = run.h
     decode = h.adapter.decode
     told = h.told(decode)

@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from ...graph import Graph
 from ...graph.forms import RHO, Form, reference
 from .matrices import Evaluation, Rounding
@@ -136,8 +138,6 @@ def expect(scenario: Scenario, rounding: Rounding) -> tuple[Any, Any]:
 def flipped(scenario: Scenario) -> Scenario:
     """The same showing compared with the other causality (a given mask refolded from the
     boolean one it was built from)."""
-    import torch
-
     form = dataclasses.replace(scenario.form, causal=not scenario.form.causal)
     inputs = dict(scenario.inputs)
     if form.masked:
@@ -174,8 +174,6 @@ def agree(got: Any, expected: Any, bound: Any, rows: str = "zero") -> Agreement:
     """Entries where `expected` is NaN read a row with no key: there `got` must be finite
     (``rows="zero"``, derive's convention, whatever finite value) or NaN (``rows="nan"``);
     elsewhere |got − expected| ≤ bound."""
-    import torch
-
     got, expected, bound = torch.broadcast_tensors(got, expected, bound)
     empty = expected.isnan()
     empty_ok = bool((got[empty].isfinite() if rows == "zero" else got[empty].isnan()).all())

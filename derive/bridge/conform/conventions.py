@@ -28,6 +28,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+from torch import nn
+
 from .adapters import Adapter, Weights, norm_gains
 from .cached import with_use_cache
 from .grouped import GROUPED, LATENT
@@ -74,7 +77,6 @@ def _heads(module: Any, *names: str) -> int:
 
 
 def _is_mha(module: Any) -> bool:
-    import torch.nn as nn
 
     return isinstance(module, nn.MultiheadAttention)
 
@@ -119,7 +121,6 @@ def _gpt2_weights(module: Any) -> Weights:
 
 
 def _is_nanogpt(module: Any) -> bool:
-    import torch.nn as nn
 
     packed = getattr(module, "c_attn", None)
     return isinstance(packed, nn.Linear) and hasattr(module, "c_proj")
@@ -132,7 +133,6 @@ def _nanogpt_weights(module: Any) -> Weights:
 
 
 def _is_timm(module: Any) -> bool:
-    import torch.nn as nn
 
     return isinstance(getattr(module, "qkv", None), nn.Linear) and hasattr(module, "proj")
 
@@ -194,7 +194,6 @@ def _is_book(module: Any) -> bool:
 
 
 def _book_projection(module: Any, name: str) -> tuple[Any, Any]:
-    import torch.nn as nn
 
     layer = getattr(module, name)
     if isinstance(layer, nn.Parameter):
@@ -203,8 +202,6 @@ def _book_projection(module: Any, name: str) -> tuple[Any, Any]:
 
 
 def _book_weights(module: Any) -> Weights:
-    import torch
-
     if not hasattr(module, "W_query"):  # a list of heads, side by side: W_o = I
         parts = [_book_weights(head) for head in module.heads]
         if any(part.heads != 1 or part.W_o is not None for part in parts):

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from ...graph.forms import reference
 from ...graph.mistakes import Mistake
 from ...notation import latex
@@ -74,8 +76,6 @@ def _tolerance(scenario: Scenario, predicted: Any) -> Any:
     """A mistake's tolerance: the correct output's bound, and nowhere less than its largest bound
     (scaled by how much larger the mistake's values are): where a mistake computes what the
     correct graph does not (a row the correct one masks), its entry's own bound says nothing."""
-    import torch
-
     value, bound = scenario.observed["expected"]
     bound = bound.nan_to_num(0.0)
     largest = max(float(value.nan_to_num(0.0).abs().max()), 1e-300)

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 import sympy as sp
+import torch
 from sympy import Indexed
 from sympy.matrices.expressions.matexpr import MatrixElement
 
@@ -97,8 +98,6 @@ def _on_grid(
     bounds: dict[str, Any] | None,
     unit: float,
 ) -> tuple[Any, Any]:
-    import torch
-
     rows, cols = (concrete(x, sizes) for x in shape)
     count = heads if head else 1
     arange = lambda k: torch.arange(1, k + 1, dtype=torch.float64)  # noqa: E731

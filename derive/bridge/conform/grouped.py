@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from .adapters import Adapter, Weights, norm_gains, norm_width, per_head_parts
 from .cached import rope_tables, with_start_pos, with_use_cache
 from .target import ConformError
@@ -98,8 +100,6 @@ def _grouped_weights(module: Any) -> Weights:
 def _grouped_call(module: Any, x: Any, allowed: Any, variant: str = "", values: Any = None) -> Any:
     """``module(x, blocked, cos, sin)``; with no mask to give, one that blocks nothing (the
     book's layers fill with their mask whatever it is)."""
-    import torch
-
     n = x.shape[-2]
     blocked = torch.zeros(n, n, dtype=torch.bool, device=x.device) if allowed is None else ~allowed
     return module(x, blocked, *rope_tables(module, x, variant, values))

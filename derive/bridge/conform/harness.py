@@ -16,6 +16,8 @@ import warnings
 from typing import Any
 
 import sympy as sp
+import torch
+from torch import nn
 
 from ...notation import letters as L
 from .adapters import Adapter, Weights
@@ -27,8 +29,6 @@ __all__ = ["ModuleHarness", "FunctionHarness", "stand_in_dropout"]
 
 def _first_tensor(result: Any) -> Any:
     """The output, or the first tensor of a tuple (torch's MultiheadAttention, GPT-2)."""
-    import torch
-
     if isinstance(result, tuple | list):
         result = next((r for r in result if isinstance(r, torch.Tensor)), None)
     if not isinstance(result, torch.Tensor):
@@ -95,8 +95,6 @@ class ModuleHarness:
 
     def __call__(self, x: Any, allowed: Any = None, module: Any = None, grad: bool = False) -> Any:
         """C for X (batch, n, d) in the target's dtype; float64, detached unless `grad`."""
-        import torch
-
         module = self.module if module is None else module
         x = x.to(self.dtype).to(self.device) if not grad else x
         mask = None if allowed is None else allowed.to(self.device)
@@ -188,15 +186,11 @@ class ModuleHarness:
 
     def _sequences(self, module: Any, x: Any, mask: Any) -> Any:
         """The module on each sequence (n, d) of x alone, stacked: (batch, n, c_out)."""
-        import torch
-
         return torch.stack([self._once(module, sequence, mask) for sequence in x.unbind(0)])
 
     def graph_inputs(self, x: Any, weights: Weights | None = None) -> tuple[dict, Any]:
         """The graph's inputs in float64 and the output bias b_o (or None). A bias is one more
         row of its W, read by a column of ones appended to X: Q = [X 1] [W_q; b_q]."""
-        import torch
-
         w = self.weights if weights is None else weights
         as64 = lambda t: t.detach().to(torch.float64).cpu()  # noqa: E731
         inputs = {"X": x.to(torch.float64)}
@@ -237,7 +231,6 @@ class ModuleHarness:
 
 def stand_in_dropout(rate: float) -> Any:
     """A dropout that keeps every entry: x -> x / (1 − rate), whatever the mode; counts calls."""
-    import torch.nn as nn
 
     class KeepsEvery(nn.Module):
         def __init__(self) -> None:
@@ -259,8 +252,6 @@ class FunctionHarness:
         self.options = target.options
 
     def __call__(self, q: Any, k: Any, v: Any, *, grad: bool = False, **options: Any) -> Any:
-        import torch
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with torch.set_grad_enabled(grad):

@@ -50,6 +50,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
+
 from . import huggingface_reading as H
 from .adapters import Adapter, Weights, norm_gains, per_head_parts
 from .target import ConformError
@@ -102,8 +104,6 @@ def _projections(module: Any, heads: int) -> tuple[list, list, Any]:
 
 
 def _layer_weights(module: Any) -> Weights:
-    import torch
-
     name = type(module).__name__
     heads, width = H.heads(module), H.head_width(module)
     if not math.isclose(H.scaling(module), width**-0.5, rel_tol=1e-9):
@@ -190,8 +190,6 @@ def _qk_norm(module: Any, widths: tuple[int, int, int], inputs: dict, values: di
 
 def _mask(module: Any, n: int, allowed: Any, like: Any) -> Any:
     """The additive mask the model would give: causal, windowed, and `allowed`."""
-    import torch
-
     m, p = torch.arange(n)[:, None], torch.arange(n)[None, :]
     keep = torch.ones(n, n, dtype=torch.bool)
     if getattr(module, "is_causal", True):
@@ -210,8 +208,6 @@ def _mask(module: Any, n: int, allowed: Any, like: Any) -> Any:
 def _layer_call(module: Any, x: Any, allowed: Any) -> Any:
     """The layer as its model calls it: the rotary tables at positions 0 … n − 1 (the model's
     own embedding, in float32 like the model's, then x's dtype) and the model's mask."""
-    import torch
-
     if x.ndim == 2:
         raise ValueError(f"Hugging Face layers take a batch (batch, n, d), not {tuple(x.shape)}")
     n = x.shape[-2]
@@ -241,8 +237,6 @@ def _layer_decode(module: Any, x: Any, parts: tuple[slice, ...]) -> Any:
     cache, an encoder's, or one that adds its ALiBi and residual itself (BLOOM)."""
     import inspect
     import sys
-
-    import torch
 
     takes = inspect.signature(module.forward).parameters
     keyword = next((k for k in ("cache", "past_key_values", "layer_past") if k in takes), None)

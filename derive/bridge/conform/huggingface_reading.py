@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from .target import ConformError
 
 __all__ = [
@@ -105,8 +107,6 @@ def interleaved(module: Any) -> bool:
     Llama's turns it into [−3, −4, 1, 2]."""
     import sys
 
-    import torch
-
     turn = getattr(sys.modules[type(module).__module__], "rotate_half", None)
     if turn is None:
         return False
@@ -128,8 +128,6 @@ def window(module: Any) -> int | None:
 def alibi(module: Any, n: int, dtype: Any, batch: int = 1) -> Any:
     """BLOOM's bias μ_ℓ p (batch·h, 1, n), from its model's own function beside the layer."""
     import sys
-
-    import torch
 
     build = getattr(sys.modules[type(module).__module__], "build_alibi_tensor", None)
     if build is None:

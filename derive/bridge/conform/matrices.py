@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sympy as sp
+import torch
 from sympy import MatrixSymbol
 from sympy.matrices.expressions.matexpr import MatrixElement
 
@@ -106,8 +107,6 @@ class Evaluation:
     """
 
     def __init__(self, sizes: dict, rounding: Rounding | None = None, empty_rows: str = "nan"):
-        import torch
-
         self.torch = torch
         self.sizes = sizes
         self.heads = int(sizes.get(L.h, 1))

@@ -15,6 +15,9 @@ import copy
 import dataclasses
 from typing import Any
 
+import torch
+from torch import nn
+
 from ...graph.forms import Form, reference
 from ...notation import letters as L
 from .compare import Scenario, agree, predict, why
@@ -97,8 +100,6 @@ def _weight_gradients(self: Any, module: Any) -> dict:
     reads with every parameter replaced by its gradient (zeros where none reached it), less what
     it reads with every one replaced by zeros (an adapter's reading is linear or affine in the
     parameters: a view, a block, Gemma's gains 1 + weight)."""
-    import torch
-
     parameters = list(module.parameters())
     saved = [p.data for p in parameters]
     normal = _copy(self.h.adapter.read(module))
@@ -150,8 +151,6 @@ def large_scores(self: Any, form: Form, graph: Any) -> Check:
 
 
 def heads_separate(self: Any, form: Form) -> Check:
-    import torch
-
     what = "changing one head's queries changes only that head's block of Ĉ"
     formula = declared(reference(Form(heads=True)), "Q_l")
     h = self.h
@@ -203,7 +202,6 @@ def heads_separate(self: Any, form: Form) -> Check:
 
 
 def dropout(self: Any, form: Form) -> Check:
-    import torch.nn as nn
 
     what = "dropout acts on the weights, after the softmax"
     formula = declared(reference(Form(dropout=True)), "A")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sympy as sp
+import torch
 
 from ...notation.functions import Sigmoid
 
@@ -76,8 +77,6 @@ FUNCTIONS = {
 def apply(function: type, x: Any, error: Any, unit: float) -> tuple[Any, Any]:
     """f(x) entry by entry (f one of exp, log, tanh, sin, cos, the sigmoid) and its bound:
     |f'(x)| e carried, the function's own few ulps, and the rounding of its argument (u |x|)."""
-    import torch
-
     if function not in FUNCTIONS:
         raise NotImplementedError(f"no evaluation for the function {function.__name__}")
     value, slope = FUNCTIONS[function](torch, x)

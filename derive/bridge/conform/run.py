@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from ...graph.mistakes import MISTAKES, Mistake
 from .compare import Scenario, agree, expect, output, predict, rounding_for, why
 from .diagnosis import diagnose
@@ -54,8 +56,6 @@ class Run:
     def __init__(
         self, target: Target, options: Options, dtype: Any, *, known: dict | None = None
     ) -> None:
-        import torch
-
         self.target, self.options = target, options
         #: the conventions the tolerances follow: those the adapter knows its modules keep
         #: (`known`; none when strict), under those the caller told
@@ -71,8 +71,6 @@ class Run:
     def dyadic(self, shape: tuple[int, ...], top: int) -> Any:
         """Entries k/8 with |k| ≤ top, from the run's own generator (float64, exact in any
         float dtype for top ≤ 32)."""
-        import torch
-
         return torch.randint(-top, top + 1, shape, generator=self.generator).double() / 8
 
     # -- rows ----------------------------------------------------------------------------------
@@ -122,8 +120,6 @@ class Run:
         convention the derivation leaves open (derive's: zero weights; torch's: NaN; a finite
         fill's: uniform weights), stated, and held to derive's zeros only when strict or told
         (``conventions={"empty rows": "zero"}``, or ``"nan"``)."""
-        import torch
-
         self.scenarios.append(scenario)
         value, bound = self.expected(scenario)  # NaN in the row with no key (IEEE 0/0)
         empty = value.isnan()
@@ -199,7 +195,5 @@ class Run:
 
 def moved(after: Any, before: Any) -> float:
     """The largest change between two outputs, NaN where it was NaN counting as no change."""
-    import torch
-
     both = after.isnan() & before.isnan()
     return float(torch.where(both, 0.0, (after - before).abs()).nan_to_num(torch.inf).max())

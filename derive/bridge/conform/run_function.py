@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from ...graph.forms import Form, reference
 from ...notation import letters as L
 from .compare import Scenario, agree, why
@@ -30,8 +32,6 @@ class FunctionRun(Run):
     kind = "sdpa"
 
     def __init__(self, target: Target, options: Options) -> None:
-        import torch
-
         super().__init__(target, options, options.dtype or torch.float32)
         self.f = FunctionHarness(target, self.dtype)
         self.n, self.c, self.heads = options.n or 5, options.width, options.heads
@@ -157,8 +157,6 @@ class FunctionRun(Run):
         return rows
 
     def _masks(self, accepts: frozenset) -> list[Check]:
-        import torch
-
         name, what = "mask convention", "a boolean attn_mask (True = may attend) masks what it says"
         masked = Form(causal=self.causal, masked=True, projections=False)
         formula = declared(reference(masked), "Omega_masked")
@@ -187,8 +185,6 @@ class FunctionRun(Run):
         ]
 
     def _gradients(self, forward: Scenario) -> Check:
-        import torch
-
         from .compare import predict
 
         what = "the gradients of q, k, v equal the derived backward pass"

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from ...graph.forms import Form, own_mask, reads_positions, reference
 from ...notation import letters as L
 from .cached import after_a_cache
@@ -133,8 +135,6 @@ class ModuleRun(Run):
 
     @staticmethod
     def _stack(parts: list) -> Any:
-        import torch
-
         return torch.stack(parts) if parts[0].ndim == 2 else torch.cat(parts)
 
     def scenario(self, name: str, form: Form, x: Any, got: Any, **extra: Any) -> Scenario:
@@ -235,8 +235,6 @@ class ModuleRun(Run):
     def _allowed(self, empty_row: bool = False) -> Any:
         """True = may attend: (m + p) even, so both the mask and its inverse leave each row a
         key (inside the causal triangle from the second row on); one row empty if asked."""
-        import torch
-
         m, p = torch.arange(self.n)[:, None], torch.arange(self.n)[None, :]
         allowed = (m + p) % 2 == 0
         if empty_row:
@@ -245,16 +243,12 @@ class ModuleRun(Run):
 
     def _own_allowed(self, form: Form) -> Any:
         """Where the form's own mask (causal, a window) lets a query attend: (n, n) booleans."""
-        import torch
-
         step = own_mask(form)
         if step is None:
             return torch.ones(self.n, self.n, dtype=torch.bool)
         return evaluate_element(step, {}, self.h.sizes(self.n), 1)[0] == 0
 
     def _masks(self, form: Form) -> list:
-        import torch
-
         name, what = "mask convention", "a boolean mask (True = may attend) masks what it says"
         formula = declared(reference(Form(masked=True)), "Omega_masked")
         empty, says = "query with no key", "a query with no key leaves every other row as derived"

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from ...graph.user_code import UserCodeError, import_file, import_named
 
 __all__ = ["ConformError", "Target", "load", "recognise", "KINDS", "sdpa_options", "says_causal"]
@@ -196,7 +198,6 @@ def _short(value: Any) -> str:
 
 def recognise(obj: Any, kind: str | None = None, name: str | None = None) -> Target:
     """What `obj` is (or `kind` says it is); a factory is called first."""
-    import torch.nn as nn
 
     if kind is not None and kind not in KINDS:
         raise ConformError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")

@@ -6,7 +6,7 @@ import sympy as sp
 
 import derive
 from derive import calculus
-from derive.graph import self_attention
+from derive.graph import STEP_NAMES, self_attention
 from derive.notation import Concat, Softmax
 from derive.notation import letters as L
 
@@ -48,11 +48,11 @@ def test_the_forms_come_from_the_declarations_not_the_names():
 
 
 def test_causal_and_multi_head_forms():
-    causal = {s.output: s for s in derive.steps(causal=True)}
+    causal = {s.output: s for s in derive.steps("causal")}
     assert causal["M"].matrix is None  # a pattern of numbers, not a product
     masked = causal["Omega_masked"].matrix.rhs
     assert masked == L.matrix_symbol("Omega_scaled", L.n, L.n) + L.matrix_symbol("M", L.n, L.n)
-    heads = {s.output: s for s in derive.steps(heads=True)}
+    heads = {s.output: s for s in derive.steps("multi-head")}
     assert isinstance(heads["C_concat"].matrix.rhs, Concat)
     assert heads["C_concat"].matrix.rhs.count == L.h  # c / c_h with c_h = c / h
     split = heads["Q_l"].matrix.rhs
@@ -84,21 +84,33 @@ def test_element_and_matrix_forms_agree_at_concrete_sizes(output):
 def test_step_names_exist_in_attention_functional():
     from attention import functional
 
-    for name in derive.STEP_NAMES:
+    for name in STEP_NAMES:
         assert callable(getattr(functional, name)), name
-    for step in derive.steps(causal=True, heads=True):
-        assert step.name in derive.STEP_NAMES
+    for step in derive.steps("causal+multi-head"):
+        assert step.name in STEP_NAMES
 
 
 def test_composed_expression_and_counts():
-    expr = derive.composed_expression()
+    expr = calculus.composed_expression(derive.variant("self-attention").graph)
     assert isinstance(expr.args[0], Softmax)
-    assert derive.operation_count() == {"matrix products": 5, "transposes": 1}
+    assert calculus.operation_count(derive.variant("self-attention").graph) == {
+        "matrix products": 5,
+        "transposes": 1,
+    }
     n, d, c, h = L.n, L.d, L.c, L.h
-    assert sp.expand(derive.flop_count() - (6 * n * d * c + 4 * n**2 * c)) == 0
-    counted = derive.operation_count(heads=True)
+    assert (
+        sp.expand(
+            calculus.flop_count(derive.variant("self-attention").graph)
+            - (6 * n * d * c + 4 * n**2 * c)
+        )
+        == 0
+    )
+    counted = calculus.operation_count(derive.variant("multi-head").graph)
     assert counted == {"matrix products": 2 * h + 4, "transposes": h}
     assert (
-        sp.expand(derive.flop_count(heads=True) - (6 * n * d * c + 4 * n**2 * c + 2 * n * c**2))
+        sp.expand(
+            calculus.flop_count(derive.variant("multi-head").graph)
+            - (6 * n * d * c + 4 * n**2 * c + 2 * n * c**2)
+        )
         == 0
     )

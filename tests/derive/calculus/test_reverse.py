@@ -16,8 +16,8 @@ from derive.notation import letters as L
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _gradients(**form):
-    return {g.output: g for g in derive.backward_steps(**form)}
+def _gradients(name="self-attention"):
+    return {g.output: g for g in derive.backward_steps(name)}
 
 
 def _S(letter):
@@ -76,12 +76,12 @@ def test_every_input_and_step_gets_a_gradient_but_the_mask():
 
 
 def test_the_masked_scores_pass_their_gradient_on():
-    gradients = _gradients(causal=True)
+    gradients = _gradients("causal")
     assert gradients["dOmega_scaled"].matrix.rhs == _S("dOmega_masked")
 
 
 def test_multi_head_blocks_are_each_others_adjoints():
-    gradients = _gradients(heads=True)
+    gradients = _gradients("multi-head")
     assert gradients["dC_concat"].matrix.rhs == _S("dC") * _S("W_o").T
     assert gradients["dW_o"].matrix.rhs == _S("C_concat").T * _S("dC")
     per_head = gradients["dC_l"].matrix.rhs

@@ -19,7 +19,7 @@ def _rational_inputs(ea, seed=0):
 
 
 def test_attributes_have_the_seeds_shapes():
-    ea = derive.explicit_attention(5, 3, 2)
+    ea = derive.explicit_variant("self-attention", 5, 3, 2)
     shapes = {name: getattr(ea, name).shape for name in ("X", "W_q", "W_k", "W_v", "Q", "K", "V")}
     assert shapes == {
         "X": (5, 3),
@@ -31,11 +31,12 @@ def test_attributes_have_the_seeds_shapes():
         "V": (5, 2),
     }
     assert (ea.Omega.shape, ea.A.shape, ea.C.shape) == ((5, 5), (5, 5), (5, 2))
-    assert ea.W_o is None
+    with pytest.raises(AttributeError, match=r"ExplicitGraph has no matrix 'W_o'"):
+        _ = ea.W_o
 
 
 def test_composed_matrices_are_in_x_and_the_weights_only():
-    ea = derive.explicit_attention(3, 2, 2)
+    ea = derive.explicit_variant("self-attention", 3, 2, 2)
     inputs = set(ea.X) | set(ea.W_q) | set(ea.W_k) | set(ea.W_v)
     for matrix in (ea.Q, ea.K, ea.V, ea.Omega, ea.A, ea.C):
         assert matrix.atoms(sp.Indexed) <= inputs
@@ -43,20 +44,20 @@ def test_composed_matrices_are_in_x_and_the_weights_only():
 
 
 def test_composed_products_equal_sympy_matrix_algebra():
-    ea = derive.explicit_attention(5, 3, 2)
+    ea = derive.explicit_variant("self-attention", 5, 3, 2)
     assert (ea.Q - ea.X * ea.W_q).expand() == sp.zeros(5, 2)
     assert (ea.Omega - (ea.X * ea.W_q) * (ea.X * ea.W_k).T).expand() == sp.zeros(5, 5)
 
 
 def test_scores_are_dot_products_of_query_and_key_rows():
-    ea = derive.explicit_attention(5, 3, 2)
+    ea = derive.explicit_variant("self-attention", 5, 3, 2)
     for m in range(5):
         for p in range(5):
             assert sp.expand(ea.Omega[m, p] - ea.Q.row(m).dot(ea.K.row(p))) == 0
 
 
 def test_each_step_is_written_in_the_previous_steps_entries():
-    ea = derive.explicit_attention(3, 4, 2)
+    ea = derive.explicit_variant("self-attention", 3, 4, 2)
     by_output = {s.output: s for s in ea.steps}
     omega = by_output["Omega"].formula
     assert {a.base.label.name for a in omega.atoms(sp.Indexed)} == {"q", "k"}
@@ -68,27 +69,30 @@ def test_each_step_is_written_in_the_previous_steps_entries():
 
 
 def test_rows_of_explicit_weights_sum_to_one():
-    for ea in (derive.explicit_attention(4, 3, 2), derive.explicit_attention(4, 3, 2, causal=True)):
+    for ea in (
+        derive.explicit_variant("self-attention", 4, 3, 2),
+        derive.explicit_variant("causal", 4, 3, 2),
+    ):
         (weights,) = [s for s in ea.steps if s.name == "weights"]
         for row in range(4):
             assert sp.simplify(sum(weights.formula.row(row)) - 1) == 0
 
 
 def test_causal_weights_are_lower_triangular():
-    ea = derive.explicit_attention(4, 3, 2, causal=True)
+    ea = derive.explicit_variant("causal", 4, 3, 2)
     assert all(ea.A[m, p] == 0 for m in range(4) for p in range(4) if p > m)
     assert all(ea.A[m, p] != 0 for m in range(4) for p in range(4) if p <= m)
 
 
 def test_padding_mask_zeroes_masked_keys_and_empty_rows():
     mask = [[True, False, True], [False, False, False], [True, True, True]]
-    ea = derive.explicit_attention(3, 2, 2, mask=mask)
+    ea = derive.explicit_variant("masked", 3, 2, 2, mask=mask)
     assert ea.A[0, 1] == 0 and ea.A[0, 0] != 0
     assert list(ea.A.row(1)) == [0, 0, 0]  # no key allowed: a zero row, never 0/0
 
 
 def test_multi_head_has_per_head_weights_and_an_output_projection():
-    ea = derive.explicit_attention(3, 2, 4, heads=2)
+    ea = derive.explicit_variant("multi-head", 3, 2, 4, h=2)
     assert isinstance(ea.A, tuple) and len(ea.A) == 2
     assert ea.W_o.shape == (4, 4)
     assert ea.C.shape == (3, 4)
@@ -103,7 +107,7 @@ def test_multi_head_has_per_head_weights_and_an_output_projection():
 
 
 def test_evaluate_exact_on_rationals():
-    ea = derive.explicit_attention(5, 3, 2)
+    ea = derive.explicit_variant("self-attention", 5, 3, 2)
     inputs = _rational_inputs(ea)
     values = ea.evaluate(**inputs, digits=None)
     X, W_q, W_k = (sp.Matrix(inputs[name]) for name in ("X", "W_q", "W_k"))
@@ -115,7 +119,7 @@ def test_evaluate_exact_on_rationals():
 
 
 def test_evaluate_high_precision_matches_exact_to_thirty_digits():
-    ea = derive.explicit_attention(4, 3, 2)
+    ea = derive.explicit_variant("self-attention", 4, 3, 2)
     inputs = _rational_inputs(ea, seed=1)
     exact = ea.evaluate(**inputs, digits=None)
     fast = ea.evaluate(**inputs, digits=30)
@@ -125,7 +129,7 @@ def test_evaluate_high_precision_matches_exact_to_thirty_digits():
 
 
 def test_evaluate_accepts_arrays_lists_and_floats_exactly():
-    ea = derive.explicit_attention(2, 3, 2)
+    ea = derive.explicit_variant("self-attention", 2, 3, 2)
     X = np.array([[0.1, 0.5, -1.0], [2.0, 0.25, 3.0]])
     W = [[1, 0], [0, 1], [1, 1]]
     values = ea.evaluate(X, W, W, W)
@@ -142,32 +146,32 @@ def test_evaluate_accepts_arrays_lists_and_floats_exactly():
         ({"W_v": [[True, 1]] * 3}, TypeError, r"W_v must hold numbers, got the bool True"),
         ({"X": [[1, float("nan"), 2]] * 2}, ValueError, r"X must hold finite numbers, got nan"),
         ({"X": 3}, TypeError, r"X must be a matrix"),
-        ({"W_o": [[1, 0], [0, 1]]}, ValueError, r"W_o is only used by the multi-head variant"),
+        ({"W_o": [[1, 0], [0, 1]]}, TypeError, r"missing \[\], unknown \['W_o'\]"),
     ],
 )
 def test_evaluate_refuses_bad_inputs(override, error, match):
-    ea = derive.explicit_attention(2, 3, 2)
+    ea = derive.explicit_variant("self-attention", 2, 3, 2)
     inputs = {"X": [[1, 2, 3]] * 2, "W_q": [[1, 2]] * 3, "W_k": [[1, 2]] * 3, "W_v": [[1, 2]] * 3}
     with pytest.raises(error, match=match):
         ea.evaluate(**(inputs | override))
 
 
 def test_evaluate_requires_w_o_for_heads_and_checks_digits():
-    ea = derive.explicit_attention(2, 3, 4, heads=2)
+    ea = derive.explicit_variant("multi-head", 2, 3, 4, h=2)
     inputs = {
         "X": [[1, 2, 3]] * 2,
         "W_q": [[1] * 4] * 3,
         "W_k": [[1] * 4] * 3,
         "W_v": [[1] * 4] * 3,
     }
-    with pytest.raises(ValueError, match=r"W_o is required when heads=2"):
+    with pytest.raises(TypeError, match=r"evaluate needs exactly .*missing \['W_o'\]"):
         ea.evaluate(**inputs)
     with pytest.raises(ValueError, match=r"digits must be a positive int or None, got digits=0"):
         ea.evaluate(**inputs, W_o=[[1] * 4] * 4, digits=0)
 
 
 def test_evaluate_batch_matches_one_by_one():
-    ea = derive.explicit_attention(3, 2, 2)
+    ea = derive.explicit_variant("self-attention", 3, 2, 2)
     inputs = _rational_inputs(ea)
     other = _rational_inputs(ea, seed=5)["X"]
     batch = ea.evaluate_batch([inputs["X"], other], inputs["W_q"], inputs["W_k"], inputs["W_v"])
@@ -180,7 +184,7 @@ def test_evaluate_batch_matches_one_by_one():
 
 
 def test_values_access_by_name_attribute_and_per_head():
-    ea = derive.explicit_attention(3, 2, 4, heads=2)
+    ea = derive.explicit_variant("multi-head", 3, 2, 4, h=2)
     inputs = _rational_inputs(ea)
     values = ea.evaluate(**inputs)
     assert list(values)[:3] == ["Q", "K", "V"]
@@ -193,6 +197,6 @@ def test_values_access_by_name_attribute_and_per_head():
 
 
 def test_repr_names_the_variant():
-    assert repr(derive.explicit_attention(5, 3, 2, causal=True)) == (
-        "explicit_attention(n=5, d=3, c=2, causal=True, heads=1)"
+    assert repr(derive.explicit_variant("causal", 5, 3, 2)) == (
+        "ExplicitGraph('causal self-attention', n=5, d=3, c=2)"
     )

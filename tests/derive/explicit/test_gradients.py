@@ -1,4 +1,4 @@
-"""explicit_gradients: the backward pass derived by the chain rule, proved equal to its matrix forms.
+"""derive.explicit_gradients: the backward pass derived by the chain rule, proved equal to its matrix forms.
 
 Sizes are pairwise distinct (n=5, d=3, c=2 …, never n = d = c), so a transposed or swapped
 matrix changes a shape or an index and cannot pass.
@@ -20,7 +20,7 @@ def _bases(expr) -> set[str]:
 
 
 def test_shapes_of_every_gradient():
-    g = derive.explicit_gradients(5, 3, 2)
+    g = derive.explicit_gradients("self-attention", 5, 3, 2)
     shapes = {
         name: getattr(g, name).shape
         for name in ("dC", "dX", "dW_q", "dW_k", "dW_v", "dQ", "dK", "dV", "dA", "dOmega")
@@ -40,8 +40,8 @@ def test_shapes_of_every_gradient():
 
 
 def test_same_symbols_as_the_forward_derivation():
-    g = derive.explicit_gradients(3, 1, 2)
-    ea = derive.explicit_attention(3, 1, 2)
+    g = derive.explicit_gradients("self-attention", 3, 1, 2)
+    ea = derive.explicit_variant("self-attention", 3, 1, 2)
     assert (g.forward.X, g.forward.W_q, g.forward.W_k, g.forward.W_v) == (
         ea.X,
         ea.W_q,
@@ -71,28 +71,28 @@ def test_same_symbols_as_the_forward_derivation():
     ],
 )
 def test_each_gradient_is_written_in_the_named_entries_before_it(output, bases):
-    g = derive.explicit_gradients(4, 3, 2)
+    g = derive.explicit_gradients("self-attention", 4, 3, 2)
     assert _bases(g.step(output).formula) == bases
 
 
 def test_element_wise_chain_rule_gives_the_transpose_of_a():
-    g = derive.explicit_gradients(3, 2, 4)
+    g = derive.explicit_gradients("self-attention", 3, 2, 4)
     a, dc = N.entries("a", 3, 3), N.entries("dctx", 3, 4)
     # dv_{2,3} = Σ_m dc_{m,3} a_{m,2}: column 2 of A, not row 2
     assert g.step("dV").formula[1, 2] == sum(dc[m, 2] * a[m, 1] for m in range(3))
 
 
 @pytest.mark.parametrize(
-    ("sizes", "kwargs"),
+    ("name", "sizes", "own"),
     [
-        ((5, 3, 2), {}),  # the seed's single head
-        ((4, 2, 3), {"causal": True}),  # masked weights contribute nothing
-        ((3, 2, 4), {"heads": 2}),  # two heads of width 2, then W_o
-        ((3, 4, 6), {"heads": 3, "causal": True}),
+        ("self-attention", (5, 3, 2), {}),  # the seed's single head
+        ("causal", (4, 2, 3), {}),  # masked weights contribute nothing
+        ("multi-head", (3, 2, 4), {"h": 2}),  # two heads of width 2, then W_o
+        ("causal+multi-head", (3, 4, 6), {"h": 3}),
     ],
 )
-def test_derived_gradients_equal_their_matrix_forms(sizes, kwargs):
-    g = derive.explicit_gradients(*sizes, **kwargs)
+def test_derived_gradients_equal_their_matrix_forms(name, sizes, own):
+    g = derive.explicit_gradients(name, *sizes, **own)
     residuals = g.residuals()
     assert set(residuals) == {step.output for step in g.steps}
     for output, matrix in residuals.items():
@@ -101,14 +101,14 @@ def test_derived_gradients_equal_their_matrix_forms(sizes, kwargs):
 
 
 def test_multi_head_has_the_output_projection_and_per_head_gradients():
-    g = derive.explicit_gradients(3, 2, 4, heads=2)
+    g = derive.explicit_gradients("multi-head", 3, 2, 4, h=2)
     outputs = [step.output for step in g.steps]
     assert outputs[:2] == ["dC_2", "dC_1"]  # the heads' contexts first (Ĉ is a copy of them)
     assert {"dA_1", "dA_2", "dOmega_1", "dOmega_scaled_2", "dW_o"} <= set(outputs)
     assert g.dW_o.shape == (4, 4)
     assert len(g.dA) == 2 and g.dA[0].shape == (3, 3)
-    with pytest.raises(AttributeError, match=r"dW_o exists only for heads > 1"):
-        _ = derive.explicit_gradients(3, 2, 4).dW_o
+    with pytest.raises(AttributeError, match=r"self-attention has no gradient 'dW_o'; its "):
+        _ = derive.explicit_gradients("self-attention", 3, 2, 4).dW_o
 
 
 @pytest.mark.parametrize(
@@ -120,7 +120,7 @@ def test_multi_head_has_the_output_projection_and_per_head_gradients():
     ],
 )
 def test_a_wrong_matrix_form_is_not_proved(output, wrong):
-    g = derive.explicit_gradients(2, 3, 2)
+    g = derive.explicit_gradients("self-attention", 2, 3, 2)
     a, dc, v = N.entries("a", 2, 2), N.entries("dctx", 2, 2), N.entries("v", 2, 2)
     dom = N.entries("domegatilde", 2, 2)
     step = dataclasses.replace(g.step(output), compact=sp.ImmutableMatrix(wrong(a, dc, v, dom)))
@@ -128,22 +128,24 @@ def test_a_wrong_matrix_form_is_not_proved(output, wrong):
 
 
 def test_a_wrong_softmax_jacobian_is_not_proved():
-    g = derive.explicit_gradients(3, 2, 4)
+    g = derive.explicit_gradients("self-attention", 3, 2, 4)
     a, da = N.entries("a", 3, 3), N.entries("da", 3, 3)
     diagonal_only = sp.ImmutableMatrix(3, 3, lambda m, p: a[m, p] * da[m, p])  # no row sum
     step = dataclasses.replace(g.step("dOmega_scaled"), compact=diagonal_only)
     assert not residual(g, step).is_zero_matrix
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"causal": True}, {"heads": 2}])
-def test_rowsum_identity_at_explicit_sizes(kwargs):
-    g = derive.explicit_gradients(3, 5, 4, **kwargs)
+@pytest.mark.parametrize(
+    ("name", "own"), [("self-attention", {}), ("causal", {}), ("multi-head", {"h": 2})]
+)
+def test_rowsum_identity_at_explicit_sizes(name, own):
+    g = derive.explicit_gradients(name, 3, 5, 4, **own)
     assert g.rowsum_residual().shape == (3, g.heads)
     assert g.rowsum_residual().is_zero_matrix
 
 
 def test_causal_gradients_vanish_above_the_diagonal():
-    g = derive.explicit_gradients(4, 3, 2, causal=True)
+    g = derive.explicit_gradients("causal", 4, 3, 2)
     formula = g.step("dOmega_scaled").formula
     assert all(formula[m, p] == 0 for m in range(4) for p in range(m + 1, 4))
     assert all(formula[m, p] != 0 for m in range(1, 4) for p in range(m + 1))
@@ -153,7 +155,7 @@ def test_causal_gradients_vanish_above_the_diagonal():
 def test_composed_dx_is_the_derivative_of_the_loss():
     # Independent of the step-by-step chain rule: differentiate L = Σ dc_{m,j} c_{m,j} once, at a
     # size small enough for it, and compare at a random rational point.
-    g = derive.explicit_gradients(3, 1, 2)
+    g = derive.explicit_gradients("self-attention", 3, 1, 2)
     ea = g.forward
     loss = sum(dc * c for dc, c in zip(g.dC, ea.C, strict=True))
     rng = random.Random(5)
@@ -168,7 +170,7 @@ def test_composed_dx_is_the_derivative_of_the_loss():
 
 def test_evaluate_returns_the_forward_and_every_gradient():
     # One token: its only weight is 1 whatever the score, so dΩ = 0 and dW_q = dW_k = 0.
-    g = derive.explicit_gradients(1, 2, 3)
+    g = derive.explicit_gradients("self-attention", 1, 2, 3)
     w = [[1, 2, 3], [-1, 0, 1]]
     values = g.evaluate([[1, 2]], w, w, w, [[1, -1, 2]])
     assert list(values)[:7] == ["Q", "K", "V", "Omega", "Omega_scaled", "A", "C"]
@@ -180,8 +182,8 @@ def test_evaluate_returns_the_forward_and_every_gradient():
 
 
 def test_repr_and_latex_show_the_derived_formulas():
-    g = derive.explicit_gradients(2, 3, 2, causal=True)
-    assert repr(g) == "explicit_gradients(n=2, d=3, c=2, causal=True, heads=1)"
+    g = derive.explicit_gradients("causal", 2, 3, 2)
+    assert repr(g) == "ExplicitGradients('causal self-attention', n=2, d=3, c=2)"
     tex = g._repr_latex_()
     assert tex.startswith("$$\\begin{aligned}\\bar{C} &= ")
     assert r"\bar{v}_{2,1} &= a_{1,2} \bar{z}_{1,1} + a_{2,2} \bar{z}_{2,1}" in tex  # column 2 of A
@@ -196,17 +198,18 @@ def test_repr_and_latex_show_the_derived_formulas():
     ("args", "kwargs", "error", "message"),
     [
         (
-            (9, 3, 2),
+            ("self-attention", 9, 3, 2),
             {},
             ValueError,
-            r"n=9 is over the limit of 8 .*derive\.MAX_GRADIENT_SIZE.*derive\.backward_steps\(\)",
+            r"n=9 is over the limit of 8 .*derive\.explicit\.MAX_GRADIENT_SIZE.*"
+            r"derive\.backward_steps\(\)",
         ),
-        ((5, 3, 12), {}, ValueError, r"c=12 is over the limit of 8"),
-        ((0, 3, 2), {}, ValueError, r"n must be a positive int, got n=0"),
-        ((5, 3.0, 2), {}, TypeError, r"d must be a positive int, got 3\.0 \(float\)"),
-        ((5, 3, True), {}, TypeError, r"c must be a positive int, got True \(bool\)"),
-        ((5, 3, 4), {"heads": 3}, ValueError, r"heads must divide c: got heads=3 and c=4"),
-        ((5, 3, 2), {"causal": "yes"}, TypeError, r"causal must be a bool, got 'yes'"),
+        (("self-attention", 5, 3, 12), {}, ValueError, r"c=12 is over the limit of 8"),
+        (("self-attention", 0, 3, 2), {}, ValueError, r"n must be a positive int, got n=0"),
+        (("self-attention", 5, 3.0, 2), {}, TypeError, r"d must be a positive int, got 3\.0 "),
+        (("self-attention", 5, 3, True), {}, TypeError, r"c must be a positive int, got True "),
+        (("multi-head", 5, 3, 4), {"h": 3}, ValueError, r"h=3 does not divide c=4"),
+        (("causal", 5, 3, 2), {"w": 2}, ValueError, r"causal has no size 'w' \(w is a size of"),
     ],
 )
 def test_bad_sizes_are_refused(args, kwargs, error, message):
@@ -215,13 +218,13 @@ def test_bad_sizes_are_refused(args, kwargs, error, message):
 
 
 def test_bad_evaluate_inputs_name_the_argument():
-    g = derive.explicit_gradients(3, 2, 4)
+    g = derive.explicit_gradients("self-attention", 3, 2, 4)
     x, w = [[1, 0], [0, 1], [1, 1]], [[1] * 4] * 2
     with pytest.raises(ValueError, match=r"dC must have shape \(3, 4\), got shape \(4, 3\)"):
         g.evaluate(x, w, w, w, [[0] * 3] * 4)
-    with pytest.raises(ValueError, match=r"W_o is only used by the multi-head variant"):
+    with pytest.raises(TypeError, match=r"missing \[\], unknown \['W_o'\]"):
         g.evaluate(x, w, w, w, [[0] * 4] * 3, W_o=[[1] * 4] * 4)
-    with pytest.raises(ValueError, match=r"W_o is required when heads=2 \(shape \(c, c\)\)"):
-        derive.explicit_gradients(3, 2, 4, heads=2).evaluate(x, w, w, w, [[0] * 4] * 3)
+    with pytest.raises(TypeError, match=r"missing \['dC'\], unknown \[\]"):
+        derive.explicit_gradients("multi-head", 3, 2, 4, h=2).evaluate(x, w, w, w, [[0] * 4] * 3)
     with pytest.raises(KeyError, match=r"no gradient step 'dZ'"):
         g.step("dZ")

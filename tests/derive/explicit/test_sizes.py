@@ -3,7 +3,7 @@
 import pytest
 
 import derive
-from derive.explicit.sizes import check_size, check_sizes
+from derive.explicit.sizes import MAX_SIZE, check_size, check_sizes
 
 
 @pytest.mark.parametrize(
@@ -15,20 +15,31 @@ from derive.explicit.sizes import check_size, check_sizes
         ({"n": True, "d": 3, "c": 2}, TypeError, r"n must be a positive int, got True \(bool\)"),
         ({"n": "5", "d": 3, "c": 2}, TypeError, r"n must be a positive int, got '5' \(str\)"),
         ({"n": 17, "d": 3, "c": 2}, ValueError, r"n=17 is over the limit of 16"),  # too large
-        ({"n": 5, "d": 3, "c": 4, "heads": 3}, ValueError, r"heads must divide c: got heads=3"),
-        ({"n": 5, "d": 3, "c": 4, "heads": 0}, ValueError, r"heads must be a positive int"),
     ],
 )
-def test_explicit_attention_refuses_bad_sizes(kwargs, error, match):
+def test_explicit_variant_refuses_bad_sizes(kwargs, error, match):
     with pytest.raises(error, match=match):
-        derive.explicit_attention(**kwargs)
+        derive.explicit_variant("self-attention", **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("h", "error", "match"),
+    [
+        (3, ValueError, r"h=3 does not divide c=4"),
+        (0, ValueError, r"h must be a positive int, got h=0"),
+        (2.0, TypeError, r"h must be a positive int, got 2\.0 \(float\)"),
+    ],
+)
+def test_a_variants_own_size_is_checked(h, error, match):
+    with pytest.raises(error, match=match):
+        derive.explicit_variant("multi-head", 5, 3, 4, h=h)
 
 
 def test_limit_is_documented_constant():
-    assert derive.MAX_SIZE == 16
-    assert check_size("n", derive.MAX_SIZE) == 16
-    with pytest.raises(ValueError, match=r"derive\.MAX_SIZE"):
-        check_size("n", derive.MAX_SIZE + 1)
+    assert MAX_SIZE == 16
+    assert check_size("n", MAX_SIZE) == 16
+    with pytest.raises(ValueError, match=r"derive\.explicit\.MAX_SIZE"):
+        check_size("n", MAX_SIZE + 1)
 
 
 def test_numpy_integers_are_accepted():
@@ -37,11 +48,17 @@ def test_numpy_integers_are_accepted():
     assert check_sizes(np.int64(5), 3, np.int32(4), 2) == (5, 3, 4, 2)
 
 
-def test_causal_must_be_bool_and_combines_with_masks():
-    with pytest.raises(TypeError, match=r"causal must be a bool, got 1"):
-        derive.explicit_attention(3, 2, 2, causal=1)
-    ea = derive.explicit_attention(3, 2, 2, causal=True, key_padding_mask=[True, False, True])
-    assert ea.allowed == [[True, False, False], [True, False, False], [True, False, True]]
+def test_a_mask_goes_to_a_variant_that_takes_one():
+    with pytest.raises(ValueError, match=r"causal declares its own mask or none; a mask is given"):
+        derive.explicit_variant("causal", 3, 2, 2, key_padding_mask=[True, False, True])
+    with pytest.raises(ValueError, match=r"masked takes its mask as given: give mask= or"):
+        derive.explicit_variant("masked", 3, 2, 2)
+    causal = [[p <= m for p in range(3)] for m in range(3)]
+    ea = derive.explicit_variant(
+        "masked", 3, 2, 2, mask=causal, key_padding_mask=[1 > 0, 0 > 1, 1 > 0]
+    )
+    allowed = [[ea.A[m, p] != 0 for p in range(3)] for m in range(3)]
+    assert allowed == [[True, False, False], [True, False, False], [True, False, True]]
 
 
 @pytest.mark.parametrize(
@@ -56,4 +73,4 @@ def test_causal_must_be_bool_and_combines_with_masks():
 )
 def test_bad_masks_are_refused(keyword, mask, match):
     with pytest.raises(ValueError, match=match):
-        derive.explicit_attention(3, 2, 2, **{keyword: mask})
+        derive.explicit_variant("masked", 3, 2, 2, **{keyword: mask})

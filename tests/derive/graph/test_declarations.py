@@ -87,6 +87,6 @@ def test_the_stated_assumptions():
 
 
 def test_declarations_display_their_formula():
-    assert derive.graph().step("Omega")._repr_latex_() == (
+    assert derive.variant("self-attention").graph.step("Omega")._repr_latex_() == (
         r"$$\omega_{m,p} = \sum_{j=1}^{c} q_{m,j} k_{p,j}$$"
     )

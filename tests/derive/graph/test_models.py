@@ -7,7 +7,7 @@ from sympy import Eq, Piecewise
 
 import derive
 from derive import calculus
-from derive.graph import self_attention
+from derive.graph import Graph, self_attention
 from derive.graph.attention import projection
 from derive.graph.claims import CacheAgainst, SameAs, SameForEveryHead
 from derive.graph.entries.gqa import grouped
@@ -165,7 +165,7 @@ def test_gqa_keeps_g_over_h_of_the_cache_and_d_g_c_h_weights_per_projection():
     assert fact.derivation[0].rhs == 2 * L.n * L.g * L.c_h
     assert fact.derivation[-1].rhs == L.g / L.h
     assert graph.shapes["W_k"] == (L.d, L.g * L.c_h)
-    assert sp.expand(derive.flop_count(graph) - derive.flop_count(HEADS)).has(L.g)
+    assert sp.expand(calculus.flop_count(graph) - calculus.flop_count(HEADS)).has(L.g)
 
 
 def test_the_grouped_split_reads_the_block_of_its_group():
@@ -219,7 +219,7 @@ def test_latent_attention_scores_read_the_latent_not_the_keys():
     assert latex(fact.claim.rhs) == r"X W_q^{(\ell)} {W_{uk}^{(\ell)}}^\top U^\top"
     graph = latent_attention()
     from_x = projection("k")  # keys from X, not from the latent: no absorption
-    broken = derive.Graph(
+    broken = Graph(
         graph.name,
         tuple(from_x if s.output == "K" else s for s in graph.declarations),
         graph.relations,

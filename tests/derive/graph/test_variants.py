@@ -5,7 +5,7 @@ import pytest
 import sympy as sp
 
 import derive
-from derive import calculus
+from derive import calculus, proofs
 from derive.explicit.forward import ExplicitGraph
 from derive.graph import explicit_sizes, variant
 from derive.notation import latex
@@ -49,7 +49,7 @@ def test_every_claim_of_every_variant_holds(name):
         fact = prove(stage.graph, claim, stage.before)
         assert fact.holds, (name, fact.name, fact.residual)
     # a sink takes part of each row's weight (its claim says how much); every other row sums to 1
-    assert derive.rows_sum_to_one(found.graph).holds == (name != "sinks")
+    assert proofs.rows_sum_to_one(found.graph).holds == (name != "sinks")
     assert found.claims or name == "multi-head"  # its one fact is in the backward pass
 
 
@@ -121,7 +121,7 @@ def test_cross_attention_reads_y_and_is_self_attention_when_y_is_x():
     assert (shapes["Omega"], shapes["K"], shapes["C"]) == ((L.n, L.s), (L.s, L.c), (L.n, L.c))
     assert (
         sp.expand(
-            derive.flop_count(found.graph)
+            calculus.flop_count(found.graph)
             - (2 * L.n * L.d * L.c + 4 * L.s * L.d_y * L.c + 4 * L.n * L.s * L.c)
         )
         == 0
@@ -140,6 +140,6 @@ def test_the_two_derivations_of_every_variants_backward_pass_agree(name):
 
     found = variant(name)
     sizes = explicit_sizes(found, 3, 2, 4, {})
-    gradients = ExplicitGradients.of(ExplicitGraph(found.graph, sizes, heads=sizes.get(L.h, 1)))
+    gradients = ExplicitGradients(ExplicitGraph(found.graph, sizes, heads=sizes.get(L.h, 1)))
     assert gradients.proven()
     assert gradients.rowsum_residual().is_zero_matrix

@@ -4,6 +4,7 @@ import pytest
 import sympy as sp
 
 import derive
+from derive import calculus, proofs
 from derive.explicit.display import explicit_lines
 from derive.notation import latex
 from derive.notation import letters as L
@@ -44,12 +45,12 @@ MULTI_HEAD_GOLDEN = {
 
 @pytest.mark.parametrize("output", list(MULTI_HEAD_GOLDEN))
 def test_multi_head_steps_print_as_pinned(output):
-    (step,) = [s for s in derive.steps(heads=True) if s.output == output]
+    (step,) = [s for s in derive.steps("multi-head") if s.output == output]
     assert latex(step.element) == MULTI_HEAD_GOLDEN[output]
 
 
 def test_per_head_matrices_blocks_and_concatenation():
-    steps = {s.output: s for s in derive.steps(heads=True)}
+    steps = {s.output: s for s in derive.steps("multi-head")}
     assert latex(steps["Omega_l"].matrix) == r"\Omega^{(\ell)} = Q^{(\ell)} {K^{(\ell)}}^\top"
     assert latex(steps["Q_l"].matrix.rhs) == (
         r"Q_{:,\; \left(\ell - 1\right) c_h + 1 \ldots \ell c_h}"
@@ -60,14 +61,14 @@ def test_per_head_matrices_blocks_and_concatenation():
 
 
 def test_the_causal_mask_reads_left_to_right():
-    (mask,) = [s for s in derive.steps(causal=True) if s.output == "M"]
+    (mask,) = [s for s in derive.steps("causal") if s.output == "M"]
     assert latex(mask.element.rhs) == (
         r"\begin{cases} 0 & \text{for}\: p \leq m \\-\infty & \text{otherwise} \end{cases}"
     )
 
 
 def test_explicit_sums_are_in_numeric_index_order():
-    ea = derive.explicit_attention(10, 12, 2)
+    ea = derive.explicit_variant("self-attention", 10, 12, 2)
     first = " ".join(explicit_lines(ea.steps[0])[:3])
     assert first.index("x_{1,2}") < first.index("x_{1,10}") < first.index("x_{1,12}")
     (scores,) = [s for s in ea.steps if s.output == "Omega"]
@@ -78,16 +79,16 @@ def test_explicit_sums_are_in_numeric_index_order():
 
 
 def test_explicit_scaling_prints_the_number():
-    ea = derive.explicit_attention(2, 3, 2)
+    ea = derive.explicit_variant("self-attention", 2, 3, 2)
     (scaled,) = [s for s in ea.steps if s.output == "Omega_scaled"]
     assert latex(scaled.formula[0, 1]) == r"\frac{\omega_{1,2}}{\sqrt{2}}"
-    wider = derive.explicit_attention(2, 3, 4)
+    wider = derive.explicit_variant("self-attention", 2, 3, 4)
     (scaled,) = [s for s in wider.steps if s.output == "Omega_scaled"]
     assert latex(scaled.formula[0, 1]) == r"\frac{\omega_{1,2}}{2}"
 
 
 def test_composed_expression_prints_five_products_and_one_transpose():
-    assert latex(derive.composed_expression()) == (
+    assert latex(calculus.composed_expression(derive.variant("self-attention").graph)) == (
         r"\operatorname{softmax}\left(\frac{X W_q \left(X W_k\right)^\top}{\sqrt{c}}\right) X W_v"
     )
 
@@ -122,14 +123,17 @@ def test_jupyter_reprs_are_math():
         step._repr_latex_()
         == r"$$\Omega = Q K^\top \qquad \omega_{m,p} = \sum_{j=1}^{c} q_{m,j} k_{p,j}$$"
     )
-    assert derive.rows_sum_to_one()._repr_latex_() == r"$$\sum_{p=1}^{n} a_{m,p} = 1$$"
-    explicit = derive.explicit_attention(2, 3, 2).steps[3]
+    assert (
+        proofs.rows_sum_to_one(derive.variant("self-attention").graph)._repr_latex_()
+        == r"$$\sum_{p=1}^{n} a_{m,p} = 1$$"
+    )
+    explicit = derive.explicit_variant("self-attention", 2, 3, 2).steps[3]
     assert explicit._repr_latex_().startswith(r"$$\begin{aligned}\omega_{1,1} &= q_{1,1} k_{1,1}")
     assert derive.backward_steps()[0]._repr_latex_().startswith(r"$$\bar{A} = \bar{C} V^\top")
 
 
 def test_explicit_attention_and_values_display_as_math():
-    ea = derive.explicit_attention(2, 3, 2)
+    ea = derive.explicit_variant("self-attention", 2, 3, 2)
     shown = ea._repr_latex_()
     assert shown.startswith(r"$$\begin{aligned}X &= \left(\begin{matrix}x_{1,1}")
     assert r"z_{2,2} &= a_{2,1} v_{1,2} + a_{2,2} v_{2,2}" in shown

@@ -31,7 +31,7 @@ def test_every_fact_holds_for_every_form(fact, form):
 
 
 def test_rows_sum_to_one_reaches_one_from_the_declared_weights():
-    fact = derive.rows_sum_to_one()
+    fact = proofs.rows_sum_to_one(derive.variant("self-attention").graph)
     assert latex(fact.statement) == r"\sum_{p=1}^{n} a_{m,p} = 1"
     assert latex(fact.derivation[0].rhs).startswith(r"\sum_{p=1}^{n} \frac{\exp")
 
@@ -43,14 +43,14 @@ def test_the_causal_limits_are_derived_from_the_declared_mask():
     assert zero == 0 and condition in (sp.Le(L.p, L.m), sp.Ge(L.m, L.p))  # p ≤ m, as SymPy keeps it
     (total,) = value.atoms(sp.Sum)
     assert total.limits == ((L.r, 1, L.m),)  # the denominator stops at the query
-    rows = derive.rows_sum_to_one(causal=True)
+    rows = proofs.rows_sum_to_one(derive.variant("causal").graph)
     assert rows.holds and any(
         s.limits == ((L.p, 1, L.m),) for s in rows.derivation[1].rhs.atoms(sp.Sum)
     )
 
 
 def test_shift_invariance_holds_and_fails_on_a_non_softmax():
-    assert derive.shift_invariance().holds
+    assert proofs.shift_invariance(derive.variant("self-attention").graph).holds
     graph = self_attention()
     weights = graph.step("A").element.rhs
     linear = graph.replace("A", weights.replace(sp.exp, lambda x: x))
@@ -58,7 +58,7 @@ def test_shift_invariance_holds_and_fails_on_a_non_softmax():
 
 
 def test_the_variance_is_derived_for_symbolic_c_from_the_assumptions():
-    fact = derive.score_variance()
+    fact = proofs.score_variance(derive.variant("self-attention").graph)
     assert fact.holds and fact.claim.rhs == L.c
     general = fact.derivation[-3].rhs  # before the stated values go in
     expected = L.c * (
@@ -68,7 +68,9 @@ def test_the_variance_is_derived_for_symbolic_c_from_the_assumptions():
     stated = fact.derivation[-2].rhs  # the values put in, nothing computed yet: c (0²·1 + …)
     assert stated.free_symbols == {L.c} and stated != L.c and sp.simplify(stated) == L.c
     assert any(e.rhs.has(sp.KroneckerDelta) for e in fact.derivation)
-    assert derive.scaled_score_variance().derivation[-1].rhs == 1
+    assert (
+        proofs.scaled_score_variance(derive.variant("self-attention").graph).derivation[-1].rhs == 1
+    )
 
 
 def test_other_assumptions_give_another_variance():
@@ -89,7 +91,7 @@ def test_the_variance_follows_the_declared_scaling():
 
 
 def test_the_jacobian_is_derived_from_the_weights():
-    fact = derive.softmax_jacobian()
+    fact = proofs.softmax_jacobian(derive.variant("self-attention").graph)
     a, scaled = L.base("a"), L.base("omegatilde")
     assert fact.derivation[0].lhs == sp.Derivative(a[L.m, L.p], scaled[L.m, L.t])
     assert fact.derivation[0].rhs.has(sp.KroneckerDelta)
@@ -99,7 +101,7 @@ def test_the_jacobian_is_derived_from_the_weights():
 
 
 def test_the_rowsum_identity_reads_the_derived_gradient_and_the_context():
-    fact = derive.rowsum_identity()
+    fact = proofs.rowsum_identity(derive.variant("self-attention").graph)
     assert fact.holds and set(fact.sources) == {"dA", "C"}
     assert latex(fact.statement) == (
         r"\sum_{r=1}^{n} a_{m,r} \bar{a}_{m,r} = \sum_{j=1}^{c} \bar{z}_{m,j} z_{m,j}"

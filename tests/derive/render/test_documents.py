@@ -6,20 +6,21 @@ import re
 import pytest
 
 import derive
-from derive import DocumentOptions, latex_document, markdown_document
+from derive import DocumentOptions, calculus
 from derive.notation.lines import visible_width
 from derive.render.blocks import (
     Display,
     Figure,
     Heading,
     Prose,
+    Provenance,
     Table,
     declared,
     derived,
     to_latex,
     to_markdown,
 )
-from derive.render.documents import document_blocks
+from derive.render.documents import document_blocks, latex_document, markdown_document
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,7 @@ def test_every_step_is_printed_from_its_objects(plain):
         assert derive.latex(step.matrix.rhs) in plain, step.output
     for gradient in derive.backward_steps():
         assert derive.latex(gradient.matrix.rhs) in plain, gradient.output
-    assert derive.latex(derive.flop_count()) in plain
+    assert derive.latex(calculus.flop_count(derive.variant("self-attention").graph)) in plain
 
 
 def test_the_book_is_cited_and_never_the_seed(plain):
@@ -86,7 +87,7 @@ def test_causal_and_heads_are_entries_of_the_registry():
     assert r"\bar{\tilde{\omega}}_{m,p} &= \bar{\hat{\omega}}_{m,p}" in causal  # masked gradient
     assert r"\title{Multi-head attention, derived}" in heads and r"\hat{C}" in heads
     assert r"q^{(\ell)}_{m,j} &= q_{m,\left(\ell - 1\right) c_h + j}" in heads  # the split
-    assert derive.latex(derive.flop_count(heads=True)) in heads
+    assert derive.latex(calculus.flop_count(derive.variant("multi-head").graph)) in heads
     assert r"\bar{W}_o &= \hat{C}^\top \bar{C}" in heads
 
 
@@ -167,7 +168,7 @@ def test_a_derived_display_must_say_how():
     with pytest.raises(ValueError, match="a derived display must say how"):
         derived("")
     with pytest.raises(ValueError, match="provenance must be one of declared, derived, numeric"):
-        derive.Provenance("guessed")
+        Provenance("guessed")
 
 
 def test_options_are_checked():

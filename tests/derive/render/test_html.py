@@ -9,7 +9,7 @@ import html5lib
 import pytest
 import sympy as sp
 
-from derive import DocumentOptions, explicit_attention, latex
+from derive import DocumentOptions, explicit_variant, latex
 from derive.notation import letters as L
 from derive.render import html_document
 from derive.render.blocks import Display, Figure, Matrices, Prose, to_latex, to_markdown
@@ -93,7 +93,7 @@ def test_every_display_with_its_provenance_in_the_latex_order(page):
 
 def test_every_entry_carries_its_formula_and_what_it_reads(page):
     entries = _entries(page)
-    ea = explicit_attention(3, 2, 4)
+    ea = explicit_variant("self-attention", 3, 2, 4)
     for step in ea.steps:
         for entry, formula in zip(step.entries, step.formula, strict=True):
             cell = entries[f"e-{entry_key(entry)}"]

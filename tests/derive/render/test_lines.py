@@ -3,9 +3,10 @@
 import sympy as sp
 
 import derive
-from derive import DocumentOptions, latex_document
+from derive import DocumentOptions
 from derive.notation import latex
 from derive.notation.lines import WIDEST_LINE, chain, equation, visible_width
+from derive.render.documents import latex_document
 
 q, k = sp.IndexedBase("q"), sp.IndexedBase("k")
 m, p, j = sp.symbols("m p j", integer=True)

@@ -316,10 +316,10 @@ def test_every_code_cell_shows_something_and_nothing_failed(text):
         "derive.facts()",
         "derive.backward_steps()",
         "derive.explicit_variant('self-attention', n=3, d=4, c=2)",
-        "derive.worked_example(",
+        "example = worked_example(",
         "derive.cli.main(argv)",
         "self_attention(",
-        "derive.flop_count()",
+        "derive.calculus.flop_count(derive.variant('self-attention').graph)",
         "svg.figure('softmax-saturation')",
         "svg.heatmap(",
     ):

@@ -8,7 +8,8 @@ import pytest
 from programs import require
 
 import derive
-from derive import DocumentOptions, latex_document
+from derive import DocumentOptions
+from derive.render.documents import latex_document
 from derive.render.pdf import compile_with_log, pdf_producer, pdf_source_hash, source_hash
 
 

@@ -6,7 +6,8 @@ import re
 import pytest
 
 import derive
-from derive import DocumentOptions, latex_document, markdown_document
+from derive import DocumentOptions
+from derive.render.documents import latex_document, markdown_document
 
 VARIANTS = derive.variants()
 
