@@ -38,10 +38,18 @@ What this module gives:
   `RowsSumToOne`, `ShiftInvariance`, `WeightsJacobian`, `RowsumIdentity`), sizes (`Size`),
   conditions (`AtLeast`, `Divides`, `Even`), twins (`Twin`, `StepTwin`).
 
-A mistake in a declaration (a letter no step defines, an index outside its range, shapes that
-do not chain, a twin that does not exist or returns the wrong shape) is a `DeclarationError`
-whose message names the step and what is wrong; the command line prints it as one line and
-exits with status 2.
+A mistake in a declaration (a letter no step defines, an index outside its range or of the
+wrong kind, a step placed before a step it reads, shapes that do not chain, a twin that does
+not exist, cannot take what the step reads or returns the wrong shape, a claim a
+counter-example refutes) is a `DeclarationError` whose message names the step and what is
+wrong; the command line prints it as one line and exits with status 2. A failure of derive's
+own (SymPy failing on a step) is a `DerivationError` that says what derive could not do, and
+exits with status 1.
+
+How twins are called (the order of their arguments, the shapes of a 1 × 1 or per-head input,
+their options) is written once, in docs/twins.md; ``derive variants --show NAME`` prints the
+call of every twin of a variant. docs/examples/ holds complete files: sigmoid attention,
+Scalable-Softmax, differential attention, cosine attention.
 """
 
 from __future__ import annotations
@@ -211,11 +219,13 @@ def base_step(output: str, of: str = ROOT) -> Declaration:
     return found
 
 
-def _twin(twin: Callee | StepTwin | None, options: Mapping | None) -> StepTwin | None:
+def _twin(
+    twin: Callee | StepTwin | None, options: Mapping | None, arguments: Iterable[str] | None
+) -> StepTwin | None:
     if twin is None or isinstance(twin, StepTwin):
         return twin
     pairs = tuple((str(key), value) for key, value in (options or {}).items())
-    return StepTwin(twin, options=pairs)
+    return StepTwin(twin, tuple(arguments) if arguments is not None else None, pairs)
 
 
 def step(
@@ -226,6 +236,7 @@ def step(
     title: str,
     twin: Callee | StepTwin | None = None,
     options: Mapping | None = None,
+    arguments: Iterable[str] | None = None,
     requires: Iterable = (),
     text: str = "",
 ) -> Step:
@@ -240,8 +251,11 @@ def step(
         shape: the output's (rows, columns), in the book's sizes (``(n, n)``).
         title: a few words for documents.
         twin: the torch function that computes it (a callable, or a dotted name), called with
-            the matrices the step reads, in the order it reads them, and `options` (a size or
-            parameter symbol is passed as its number).
+            the matrices the step reads and `options` as keywords (a size or parameter symbol
+            is passed as its number): docs/twins.md is the contract (the order, the shapes of
+            a 1 × 1 or per-head input, what it returns).
+        arguments: the letters of the matrices it takes, in its order (default: the order its
+            parameters' names say, ``def context(a_diff, v)``, else the book's).
         requires: conditions on the sizes it needs (`Even`, `Divides`, `AtLeast`).
         text: a few sentences its document prints before it.
     """
@@ -268,7 +282,7 @@ def step(
         sp.Eq(lhs, element.rhs, evaluate=False),
         tuple(sp.sympify(size) for size in shape),
         title,
-        _twin(twin, options),
+        _twin(twin, options, arguments),
         tuple(requires),
         text,
     )
@@ -280,8 +294,9 @@ def claim(
     """An equality SymPy is to prove on your variant's graph: each side with the formulas of
     the steps it names put in (down to the inputs where needed), limits and derivatives
     evaluated, the difference simplified to 0 (``claim(sympy.Limit(a[m, p], b, -sympy.oo), 0,
-    title="…")``). A claim that does not hold stops the document: it never states what SymPy
-    did not derive."""
+    title="…")``). A claim SymPy cannot prove is tried at numbers: one a counter-example
+    refutes is a `DeclarationError` that shows it; one no draw refutes is printed as stated,
+    marked unproved (a warning; ``--strict`` refuses it), never as derived."""
     return Equality(sp.sympify(lhs), sp.sympify(rhs), title, how, text=text)
 
 
@@ -323,7 +338,8 @@ def variant(
         requires: conditions on its sizes; claims: what SymPy is to prove (`claim`, `SameAs`,
             `RowsSumToOne`, …).
         twin: the function that computes it (a callable, or a dotted name), called with the
-            graph's `arguments` (``"W_o?"``: where it has W_o) and its parameters by name.
+            graph's `arguments` (``"W_o?"``: where it has W_o) and its parameters by name
+            (docs/twins.md).
         rank: where it goes in a combination (the built-ins rank from 0 to 50).
         register: add it to this process's registry now (``--variant file.py:NAME`` does it).
     """

@@ -40,14 +40,30 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
 @pytest.fixture(autouse=True)
 def _registry_as_it_was():
     """A variant a test registers (`derive.register_variant`, `--variant file.py:NAME`) is
-    gone after it: the registry each test sees is the built-in one."""
+    gone after it, and so are the letters its file declared: the registry and the notation each
+    test sees are the built-in ones."""
     from derive import variants
+    from derive.graph import edits, loading
     from derive.graph.registry import unregister_variant
+    from derive.notation import letters
 
     before = set(variants())
+    tables = ("LETTERS", "BASES", "ENTRY_LATEX", "MATRIX_LATEX", "_LETTERS", "_AFTER")
+    kept = {name: dict(getattr(letters, name)) for name in tables}
+    constants, shapes = letters.CONSTANT_LETTERS, dict(edits.SHAPES)
+    files = dict(loading._LOADED)  # a file loaded again declares its letters again
     yield
     for name in set(variants()) - before:
         unregister_variant(name)
+    for name, table in kept.items():  # and the letters a user's file declared
+        getattr(letters, name).clear()
+        getattr(letters, name).update(table)
+    letters.CONSTANT_LETTERS = constants
+    edits.SHAPES.clear()
+    edits.SHAPES.update(shapes)
+    letters._order.cache_clear()
+    loading._LOADED.clear()
+    loading._LOADED.update(files)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import sympy as sp
@@ -78,7 +78,7 @@ class Row:
         return "exact" if self.exact else f"{self.limit:.0e}"
 
 
-def draw_sizes(entry: Entry, rng: random.Random, given: Mapping[str, object]) -> dict[str, int]:
+def draw_sizes(entry: Entry, rng: random.Random, given: Mapping[str, object]) -> dict[str, Any]:
     """The sizes of a trial (`derive.graph.fitting.drawn_sizes`, from 1 … RANDOM_MAX, then up to
     MAX_SIZE): those given, the others drawn, every condition of the entry holding."""
     return drawn_sizes(entry, rng, given, limits=(RANDOM_MAX, MAX_SIZE))
@@ -95,7 +95,7 @@ def _mask(shape: tuple[int, int], generator: Any) -> dict:
     }
 
 
-def explicit_of(entry: Entry, sizes: dict[str, int], seed: int) -> ExplicitGraph:
+def explicit_of(entry: Entry, sizes: dict[str, Any], seed: int) -> ExplicitGraph:
     """The entry's graph at these sizes (a mask that is an input drawn with the seed)."""
     n, d, c = sizes["n"], sizes["d"], sizes["c"]
     given = {k: v for k, v in sizes.items() if k not in ("n", "d", "c")}
@@ -209,7 +209,7 @@ def _mask_rows(explicit: ExplicitGraph, computed: dict[str, Any]) -> list[Row]:
 
 
 def trial_rows(
-    entry: Entry, sizes: dict[str, int], *, seed: int, forward_only: bool = False
+    entry: Entry, sizes: dict[str, Any], *, seed: int, forward_only: bool = False
 ) -> tuple[list[Row], str]:
     """Every row of one trial of `derive check` at these sizes, and a note on what was not
     checked (or "")."""
@@ -265,10 +265,11 @@ class Trial:
     """One trial of `check`: its sizes, the seed of its inputs, its rows, and what it did not
     check (or "")."""
 
-    sizes: dict[str, int]
+    sizes: dict[str, Any]
     seed: int
     rows: list[Row]
     note: str = ""
+    values: dict[str, Any] = field(default_factory=dict)  # each parameter's, given or default
 
     @property
     def passed(self) -> bool:
@@ -291,7 +292,7 @@ class Checked:
         """Each trial's sizes and table, as `derive check` prints them."""
         parts = []
         for number, trial in enumerate(self.trials, 1):
-            shown = ", ".join(f"{k}={v}" for k, v in trial.sizes.items())
+            shown = ", ".join(f"{k}={v}" for k, v in (trial.sizes | trial.values).items())
             parts.append(
                 f"trial {number}/{len(self.trials)}: {self.name}, {shown}, inputs seed "
                 f"{trial.seed}\n{format_table(trial.rows)}"
@@ -315,7 +316,15 @@ def run_trials(
         sizes = draw_sizes(entry, rng, given)
         inputs_seed = (seed + number - 1) % (SEED_LIMIT + 1)
         rows, note = trial_rows(entry, sizes, seed=inputs_seed, forward_only=forward_only)
-        yield Trial(sizes, inputs_seed, rows, note)
+        yield Trial(sizes, inputs_seed, rows, note, parameter_values(entry, sizes))
+
+
+def parameter_values(entry: Entry, sizes: dict[str, Any]) -> dict[str, Any]:
+    """Each parameter of the entry at a trial's sizes: the value given, else its default (a
+    number, or its expression in the sizes at these sizes: b = −log n)."""
+    own = {k: v for k, v in sizes.items() if k not in ("n", "d", "c")}
+    at = explicit_sizes(entry, sizes["n"], sizes["d"], sizes["c"], own)
+    return {str(p.symbol): at[p.symbol] for p in entry.parameters}
 
 
 def check(

@@ -11,6 +11,7 @@ Jupyter notebook, and checks.
     derive check --trials 5                   # derive vs the torch implementation, step by step
     derive latex --variant my_attention.py:MINE   # a variant declared in your own file
     derive conform my_model.py:attention      # anyone's attention vs the derivation
+    derive variants --show softcap            # the registry, or one entry whole
 
 Each subcommand is a module (`documents` for the five documents, `docs`, `check`, `conform`)
 with `add(commands, argparse)` and `run(args, progress)`, its parser built from the same pieces
@@ -26,7 +27,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import check, conform, docs, documents
+from . import check, conform, docs, documents, variants
 from .errors import EnvironmentProblem, InternalFailure, UsageError
 from .parsing import PROG, Parser, Progress, load_user_variants, users_mistakes
 
@@ -38,6 +39,7 @@ COMMANDS = {
     "docs": docs,
     "check": check,
     "conform": conform,
+    "variants": variants,
 }
 
 
@@ -60,11 +62,20 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         load_user_variants(argv)
-        args = _parser().parse_args(argv)
-        if args.command is None:
+        args, extra = _parser().parse_known_args(argv)
+        if extra and args.command is not None:  # named by the subcommand, whose help lists them
+            where = f"{PROG} {args.command}"
             raise UsageError(
-                f"{PROG}: missing command: {', '.join(list(COMMANDS)[:-1])} or conform "
-                f"(see '{PROG} --help')"
+                f"{where}: unrecognized arguments: {' '.join(extra)} (see '{where} --help')"
+            )
+        if extra:
+            raise UsageError(
+                f"{PROG}: unrecognized arguments: {' '.join(extra)} (see '{PROG} --help')"
+            )
+        if args.command is None:
+            *others, last = COMMANDS
+            raise UsageError(
+                f"{PROG}: missing command: {', '.join(others)} or {last} (see '{PROG} --help')"
             )
         progress = Progress(getattr(args, "quiet", False))
         with users_mistakes(args):

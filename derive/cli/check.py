@@ -54,6 +54,9 @@ def add(commands, argparse) -> None:
     sub.add_argument(
         "--forward-only", action="store_true", help="skip the backward pass (the gradients)"
     )
+    sub.add_argument(
+        "-q", "--quiet", action="store_true", help="print only the rows that fail and the verdict"
+    )
     add_variant(sub, "the check")
 
 
@@ -84,6 +87,7 @@ def run_check(args, out: TextIO | None = None) -> int:
     except ValueError as error:
         raise UsageError(f"{PROG} check: {error}") from None
     seed = args.seed if args.seed is not None else random.SystemRandom().randint(0, SEED_LIMIT)
+    quiet = getattr(args, "quiet", False)
     if args.seed is None:
         print(f"{PROG} check: seed {seed} (rerun with --seed {seed})", file=out)
     failures = compared = 0
@@ -94,13 +98,18 @@ def run_check(args, out: TextIO | None = None) -> int:
         except DeclarationError as error:
             raise UsageError(f"{PROG} check: {error}") from None
         shown = " ".join(f"{k}={trial.sizes[k]}" for k in "ndc")
-        more = "".join(f", {k}={v}" for k, v in trial.sizes.items() if k not in "ndc")
-        print(
-            f"trial {number}/{args.trials}: {entry.name}, {shown}{more}, inputs seed {trial.seed}",
-            file=out,
-        )
-        print(format_table(trial.rows), file=out)
-        if trial.note:
+        told = trial.sizes | trial.values  # the values checked, said: given or default
+        more = "".join(f", {k}={v}" for k, v in told.items() if k not in "ndc")
+        if not quiet or not trial.passed:
+            print(
+                f"trial {number}/{args.trials}: {entry.name}, {shown}{more}, inputs seed "
+                f"{trial.seed}",
+                file=out,
+            )
+        shown = [row for row in trial.rows if not row.passed] if quiet else trial.rows
+        if shown:
+            print(format_table(shown), file=out)
+        if trial.note and not quiet:
             print(f"  ({trial.note})", file=out)
         failures += sum(not row.passed for row in trial.rows)
         compared += len(trial.rows)

@@ -57,6 +57,9 @@ def add(commands, argparse) -> None:
     output = sub.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="the report as JSON")
     output.add_argument("--markdown", action="store_true", help="the report as Markdown")
+    output.add_argument(
+        "-q", "--quiet", action="store_true", help="print only the verdict (and what fails)"
+    )
     sub.add_argument("--n", type=integer(2, 64), metavar="N", help="tokens (default 5)")
     sub.add_argument(
         "--seed",
@@ -118,7 +121,15 @@ def add(commands, argparse) -> None:
         metavar="NAME=NUMBER",
         type=_value,
         help="a number the variants read, by its symbol's name (beta=500000, kappa=30, w=4); "
-        "default: the adapter's, else the variant's",
+        "default: the adapter's, else the module's attribute of that name, else the variant's",
+    )
+    sub.add_argument(
+        "--param",
+        action="append",
+        metavar="NAME=PATH",
+        type=_param,
+        help="where the module keeps what the variant reads, by letter or symbol name "
+        "(Lam=attn.lambda_); default: the attribute of that name (Lam or lam)",
     )
 
 
@@ -145,6 +156,17 @@ def _value(text: str) -> tuple[str, float]:
         raise argparse.ArgumentTypeError(
             f"expected NAME=NUMBER (beta=500000), got {text!r}"
         ) from None
+
+
+def _param(text: str) -> tuple[str, str]:
+    import argparse
+
+    name, equals, path = text.partition("=")
+    if not equals or not name.strip() or not all(p.isidentifier() for p in path.split(".")):
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=attribute.path (Lam=attn.lam), got {text!r}"
+        )
+    return name.strip(), path.strip()
 
 
 def run(args, progress=None) -> int:
@@ -174,6 +196,7 @@ def run_conform(args, out: TextIO | None = None) -> int:
         "adapter": args.adapter,
         "variant": "+".join(args.variant or ()),
         "values": dict(args.value or ()),
+        "params": dict(args.param or ()),
         "strict": args.strict,
         "conventions": dict(args.convention or ()),
     }
@@ -187,6 +210,8 @@ def run_conform(args, out: TextIO | None = None) -> int:
         print(json.dumps(report.as_json(), indent=2, ensure_ascii=False), file=out)
     elif args.markdown:
         print(report.markdown(), file=out, end="")
+    elif args.quiet:
+        print(report.table().rstrip().splitlines()[-1], file=out)
     else:
         colour = out is not None and out.isatty() and not os.environ.get("NO_COLOR")
         print(report.table(colour=colour), file=out)

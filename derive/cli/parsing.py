@@ -21,7 +21,7 @@ from fractions import Fraction
 from ..explicit import MAX_SIZE
 from ..graph import DeclarationError, declared, entry_name, load_variant, variants
 from ..graph.errors import DerivationError
-from ..graph.registry import ROOT
+from ..graph.registry import ROOT, registered
 from ..render.sections.common import UnprovedClaim
 from .errors import EnvironmentProblem, InternalFailure, UsageError
 
@@ -46,7 +46,12 @@ DEFAULT_SIZES = {"n": 3, "d": 4, "c": 2}
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line on stderr and exit status 2."""
+    """An ArgumentParser whose errors are one line on stderr and exit status 2, and which takes
+    no abbreviation of an option (``--b`` is not ``--beta``: a user's parameter b is given as
+    ``--value b=5``)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message} (see '{self.prog} --help')")
@@ -116,10 +121,19 @@ def add_sizes(sub: argparse.ArgumentParser, help_text: str) -> None:
     )
 
 
+def value(text: str) -> tuple[str, Fraction]:
+    """An argparse type: ``NAME=NUMBER`` (``b=0.5``, ``kappa=30``), the number kept exact."""
+    name, equals, given = text.partition("=")
+    if not equals or not name.strip().isidentifier():
+        raise argparse.ArgumentTypeError(f"expected NAME=NUMBER (kappa=30), got {text!r}")
+    return name.strip(), number(given.strip())
+
+
 def add_variant(sub: argparse.ArgumentParser, what: str) -> None:
-    """--variant NAME and one option per size and parameter of the registered variants (--w,
-    --s, --d-y, --g, --d-u; --beta, --epsilon), read off the registry: a new variant's become
-    options with no edit here."""
+    """--variant NAME; one option per size and parameter of the built-in variants (--w, --s,
+    --d-y, --g, --d-u; --beta, --epsilon), read off the registry, so that a new built-in's
+    become options with no edit here; and --value NAME=NUMBER, for any variant's, the only
+    way to give a user's own (its names never clash with the built-in options)."""
     sub.add_argument(
         "--variant",
         metavar="NAME",
@@ -128,10 +142,20 @@ def add_variant(sub: argparse.ArgumentParser, what: str) -> None:
         "(path/to/file.py:NAME, module:NAME); repeat it to combine (--variant gqa --variant "
         "rope); --heads gives the heads of one that has them",
     )
+    sub.add_argument(
+        "--value",
+        metavar="NAME=NUMBER",
+        action="append",
+        type=value,
+        help="a size or parameter of the variant by its symbol's name (b=0.5, kappa=30); "
+        "your own variant's are given this way only",
+    )
     seen: dict[str, list[str]] = {}
     kinds: dict[str, str] = {}
     flags: dict[str, str] = {}
     for name in variants():
+        if registered(name) is not None:  # a user's: --value
+            continue
         found = declared(name)
         for size in found.sizes:
             seen.setdefault(str(size.symbol), []).append(f"{name} (default {size.default})")
@@ -173,12 +197,21 @@ def load_user_variants(argv: list[str]) -> None:
 
 
 def given_sizes(args) -> dict[str, object]:
-    """The variant sizes and parameters given on the command line, by name."""
-    return {
+    """The variant sizes and parameters given on the command line, by name: their options
+    (--w 3) and --value (w=3); one given both ways is a usage error naming it."""
+    found = {
         key.removeprefix("size_"): value
         for key, value in sorted(vars(args).items())
         if key.startswith("size_") and value is not None
     }
+    for name, given in getattr(args, "value", None) or ():
+        if name in found and found[name] != given:
+            raise UsageError(
+                f"{PROG} {args.command}: {name} is given twice ({found[name]} and "
+                f"{given}); give it once"
+            )
+        found[name] = int(given) if given.denominator == 1 else given  # a size is an int
+    return found
 
 
 def entry_of(args) -> str:
@@ -187,9 +220,33 @@ def entry_of(args) -> str:
     try:
         names = [load_variant(spec).name for spec in (args.variant or [])]
         name = "+".join(dict.fromkeys(names)) or None
-        return entry_name(name, causal=args.causal, heads=args.heads)
+        found = entry_name(name, causal=args.causal, heads=args.heads)
     except ValueError as error:
         raise UsageError(f"{PROG} {args.command}: {error}") from None
+    _flags_are_built_ins(args, found)
+    return found
+
+
+def _flags_are_built_ins(args, name: str) -> None:
+    """An option of a built-in variant's (--s, cross-attention's keys) gives that variant's
+    value only: where the entry's symbol of that name is a user's own, a usage error says to
+    give it with --value."""
+    from ..graph import variant
+
+    entry = variant(name)
+    for key, value in vars(args).items():
+        if not key.startswith("size_") or value is None:
+            continue
+        symbol = key.removeprefix("size_")
+        owners = [
+            v for v in entry.chain if symbol in {str(x.symbol) for x in (*v.sizes, *v.parameters)}
+        ]
+        if owners and all(registered(v.name) is not None for v in owners):
+            flag = "--" + symbol.replace("_", "-")
+            raise UsageError(
+                f"{PROG} {args.command}: {flag} is a built-in variant's option; {symbol} of "
+                f"{owners[0].name} (yours) is given as --value {symbol}=NUMBER"
+            )
 
 
 @contextlib.contextmanager

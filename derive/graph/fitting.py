@@ -42,12 +42,13 @@ def _fits(entry: Entry, sizes: dict) -> bool:
 
 def drawn_sizes(
     entry: Entry, rng: random.Random, given: Mapping[str, object], *, limits: tuple[int, int]
-) -> dict[str, int]:
+) -> dict[str, Any]:
     """n, d, c and the entry's own sizes: those given; the others drawn, pairwise distinct where
     that is possible (so that a swapped axis cannot pass by coincidence), from 1 … limits[0]
     (then up to limits[1]) where every condition of the entry holds; an entry's own size not
-    given takes its default. A ValueError names a condition the given sizes break, or a size
-    given that is not the entry's (another variant's, which would be ignored)."""
+    given takes its default; and the entry's parameters given, as given (a check checks the
+    values it is told). A ValueError names a condition the given sizes break, or a size given
+    that is not the entry's (another variant's, which would be ignored)."""
     own = {str(s.symbol) for s in (*entry.sizes, *entry.parameters)} | {"n", "d", "c"}
     unknown = sorted(name for name, value in given.items() if value is not None and name not in own)
     if unknown:
@@ -55,8 +56,13 @@ def drawn_sizes(
     symbols = {str(s.symbol): s.symbol for s in entry.sizes} | {"n": L.n, "d": L.d, "c": L.c}
     sizes: dict[sp.Symbol, Any] = {L.n: given.get("n"), L.d: given.get("d"), L.c: given.get("c")}
     sizes |= {s.symbol: given.get(str(s.symbol)) or s.default for s in entry.sizes}
+    values = {
+        p.symbol: given[str(p.symbol)]
+        for p in entry.parameters
+        if given.get(str(p.symbol)) is not None
+    }  # the parameters given: the values checked, never the defaults in their place
     fixed = {k: v for k, v in sizes.items() if v is not None}
-    known = with_relations(entry, fixed)
+    known = with_relations(entry, fixed) | values
     for condition in (*entry.requires, *entry.draws):
         if condition.holds(known) is False:
             raise ValueError(condition.message(known))
@@ -72,7 +78,8 @@ def drawn_sizes(
             raise ValueError(f"no {name} up to {limits[-1]} meets the conditions of {entry.name}")
         fresh = [v for v in fits if v not in fixed.values()]
         fixed[symbols[name]] = rng.choice(fresh or fits)
-    return {str(symbol): int(value) for symbol, value in fixed.items()}
+    drawn: dict[str, Any] = {str(symbol): int(value) for symbol, value in fixed.items()}
+    return drawn | {str(symbol): value for symbol, value in values.items()}
 
 
 def explicit_sizes(entry: Entry, n: int, d: int, c: int, given: Mapping[str, object]) -> dict:

@@ -124,6 +124,15 @@ class PlainPrinter(StrPrinter):
         text = letter if head is None else letter + _head(self._print(head))
         return f"{text}[{','.join(self._print(index) for index in indices)}]"
 
+    def _print_MatrixElement(self, expr: sp.Expr) -> str:
+        """An entry of a matrix at fixed indices in a matrix form (a user's learnable s[0, 0],
+        ALiBi's slope μ[0, 0]): as its entry is written, 1-based (s[1,1])."""
+        name = str(expr.parent.name)
+        if name.removesuffix("_l") not in L.BASES.values():
+            return super()._print_MatrixElement(expr)
+        entry = L.base(L.name_of(name))[sp.expand(expr.i + 1), sp.expand(expr.j + 1)]
+        return self._print(entry)
+
     def _print_Symbol(self, expr: sp.Symbol) -> str:
         return _symbol(expr.name)
 

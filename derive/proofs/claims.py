@@ -60,6 +60,7 @@ from ..graph.claims import (
     WeightsJacobian,
     ZeroAngles,
 )
+from ..notation import latex
 from ..notation import letters as L
 from . import blocked_backward, online_softmax, rounding_facts, streamed
 from .fact import Fact, chain
@@ -121,8 +122,13 @@ def _same_as(graph: Graph, claim: SameAs) -> Fact:
             lines.append(Eq(step.element.lhs, step.element.rhs, evaluate=False))
             lines.append(Eq(step.element.lhs, decided, evaluate=False))
         residual.append(_canonical(decided.xreplace(rename)) == _canonical(theirs))
+    # what is put in, said first: g = h, s_{1,1} = 1/log n, w ≥ n
+    said = [Eq(old, new, evaluate=False) for old, new in claim.substitute]
+    said += [sp.Ge(size, bound, evaluate=False) for size, bound in claim.assume]
+    at = ", ".join(latex(x) for x in said).replace("&", "")
+    where = rf"\big|_{{{at}}}" if at else ""
     statement = Eq(
-        sp.Symbol(r"\text{" + graph.name + "}"),
+        sp.Symbol(r"\text{" + graph.name + "}" + where),
         sp.Symbol(r"\text{" + other.name + "}"),
         evaluate=False,
     )
@@ -130,7 +136,7 @@ def _same_as(graph: Graph, claim: SameAs) -> Fact:
     return Fact(
         "same_as",
         f"When it is {other.name}",
-        (*lines, reached),
+        (*said, *lines, reached),
         statement,
         tuple(s.output for s in graph.declarations),
         "each declaration with the substitution made, its conditions decided under the "

@@ -33,17 +33,22 @@ def _simplified(expr: sp.Expr) -> sp.Expr:
 def _vanishes(difference: sp.Expr) -> bool:
     """True where SymPy shows the difference to be 0: simplified, and again with each sum put in
     its canonical form (sums equal up to the name of their index cancel)."""
-    if _simplified(difference) == 0:
+    canonical = canonical_sums(difference)
+    if canonical == 0:
         return True
-    return _simplified(canonical_sums(_simplified(canonical_sums(difference)))) == 0
+    simplified = _simplified(canonical)
+    return simplified == 0 or _simplified(canonical_sums(simplified)) == 0
 
 
 def _evaluated(side: sp.Expr) -> sp.Expr:
-    """A side with its limits and derivatives evaluated, simplified, its sums canonical where
-    that is simpler."""
-    value = _simplified(side.doit())
-    canonical = readable_sums(_simplified(canonical_sums(value)))
-    return value if sp.count_ops(canonical) >= sp.count_ops(value) else canonical
+    """A side with its limits and derivatives evaluated and its sums in their canonical form
+    (a quotient of equal sums cancelled), simplified where that is cheap: what a document
+    shows between the claim and its value."""
+    value = readable_sums(canonical_sums(side.doit()))
+    if sp.count_ops(value) > 80:  # SymPy's simplify grows fast with the expression
+        return value
+    simplified = readable_sums(_simplified(canonical_sums(value)))
+    return simplified if sp.count_ops(simplified) < sp.count_ops(value) else value
 
 
 def _inputs(expr: sp.Expr, graph: Graph) -> sp.Expr:
@@ -67,13 +72,13 @@ def equality(graph: Graph, claim: Equality) -> Fact:
     }  # what is differentiated by, or
     produced = {step.output for step in graph.declarations} - held  # substituted for
     named = {L.letter_of(e) for side in sides for e in side.atoms(sp.Indexed)} & produced
-    holds = False
-    for letters in (_outermost(graph, named), named, produced):
+    holds, letters, lhs = False, set(), sp.S.Zero  # _levels gives at least one level
+    for letters in _levels(graph, named, produced):
         lhs, rhs = (inline(sp.sympify(side), graph, letters) for side in (claim.lhs, claim.rhs))
-        value, target = _evaluated(lhs), _evaluated(rhs)
-        holds = _vanishes(value - target)
+        holds = _vanishes(lhs.doit() - rhs.doit())
         if holds:
             break
+    value = _evaluated(lhs)  # what the document shows, once
     how = claim.how or "the declared formulas put in, evaluated and simplified by SymPy"
     stated = Eq(claim.lhs, claim.rhs, evaluate=False)
     found = (
@@ -163,6 +168,18 @@ def bound(graph: Graph, claim: Bound) -> Fact:
         statement,
         found,
     )
+
+
+def _levels(graph: Graph, named: set[str], produced: set[str]) -> list[set[str]]:
+    """The letters whose formulas a claim puts in, a level at a time: the outermost of those
+    it names, all it names, then each time the steps those read, down to the graph's inputs (a
+    proof shows the shallowest that SymPy completes)."""
+    levels = [_outermost(graph, named), set(named)]
+    while levels[-1] != produced:
+        reads = {x for letter in levels[-1] for x in graph.step(letter).inputs} & produced
+        grown = levels[-1] | reads
+        levels.append(grown if grown != levels[-1] else set(produced))
+    return [level for k, level in enumerate(levels) if level not in levels[:k]]
 
 
 def _outermost(graph: Graph, letters: set[str]) -> set[str]:

@@ -97,7 +97,8 @@ CLAIM_TEXT = {
         "the sum split where the rotation changes sign so that the pair $(j, j + c/2)$ is one "
         "term, and each pair's coefficient simplified by SymPy's trigonometric identities. "
         "Every angle that remains is $(m - p)\\theta_j$, with $\\theta_j = "
-        "\\beta^{-2(j-1)/c}$: the score depends on where the query and the key are only "
+        "\\beta^{-2(j-1)/c}$ ($c_h$ in place of $c$ where there are heads): the score "
+        "depends on where the query and the key are only "
         "through how far apart they are (SymPy checks that moving both by the same amount "
         "changes no angle). The term of one pair is the statement for one pair:"
     ),

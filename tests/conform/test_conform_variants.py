@@ -340,7 +340,8 @@ shifted = SigmoidAttention(b=0.5)
 def test_a_user_s_own_variant_loaded_from_its_file_is_checked(tmp_path, capsys, monkeypatch):
     """docs/examples/sigmoid_attention.py declares sigmoid attention (its weights σ(ω̃ + b),
     b = −log n by default): a module computing it conforms to that variant, and to no softmax;
-    its bias is the variant's value (--value b=0.5 for a module with b = 0.5)."""
+    its bias is the variant's value: read off the module's attribute `b` where it holds a
+    number, and --value overrides it (a module with b = 0.5 told b = 0 does not conform)."""
     root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)
     (tmp_path / "sigmoid_layer.py").write_text(SIGMOID_LAYER)
@@ -351,8 +352,9 @@ def test_a_user_s_own_variant_loaded_from_its_file_is_checked(tmp_path, capsys, 
     assert "variant sigmoid" in out and "b = -1.609" in out  # −log 5
     assert main(["conform", f"{target}:layer"]) == 1
     capsys.readouterr()
-    assert main(["conform", f"{target}:shifted", "--variant", spec]) == 1
-    assert main(["conform", f"{target}:shifted", "--variant", spec, "--value", "b=0.5"]) == 0
+    assert main(["conform", f"{target}:shifted", "--variant", spec]) == 0
+    assert "b = 0.5" in capsys.readouterr().out
+    assert main(["conform", f"{target}:shifted", "--variant", spec, "--value", "b=0"]) == 1
 
 
 def test_olmo_s_qk_norm_of_whole_rows_is_read_from_the_module():
@@ -364,3 +366,14 @@ def test_olmo_s_qk_norm_of_whole_rows_is_read_from_the_module():
         module.k_norm.scale.normal_()
     report = conform(module, variant="rope")
     assert report.conforms and report.variant == "gqa+whole-qk-norm+rope", report.table()
+
+
+def test_a_function_told_a_variant_is_refused_not_checked_as_plain_attention():
+    """A function f(q, k, v) is checked against plain attention: told a variant or its values,
+    it is refused by name rather than passed on values it never used."""
+    import torch.nn.functional as F
+
+    with pytest.raises(ConformError, match=r"function f\(q, k, v, \.\.\.\).*variant.*softcap"):
+        conform(F.scaled_dot_product_attention, variant="softcap")
+    with pytest.raises(ConformError, match=r"values given \(\{'kappa': 5\}\)"):
+        conform(F.scaled_dot_product_attention, values={"kappa": 5})

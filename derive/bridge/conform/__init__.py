@@ -56,7 +56,13 @@ def conform(obj: Any, **options: Any) -> Report:
             (``"path/to/file.py:NAME"``): the forms, tolerances and diagnosis come from that
             variant's graph.
         values: numbers those variants read, by their symbol's name (``{"beta": 5e5}``),
-            over the adapter's, whose absence means the variant's default.
+            over the adapter's and the module's (an attribute of that name), whose absence
+            means the variant's default.
+        params: where the module keeps what a variant reads, by letter or symbol name
+            (``{"Lam": "attn.lambda_", "s": "scale"}``); without it, each matrix the adapter
+            does not read and each parameter is looked for by its own name (``Lam`` or
+            ``lam``, case and underscores aside; an nn.Linear is read as its weight
+            transposed, as the book's W_query).
         strict: fail on the conventions the derivation leaves open (default False: state them):
             a query with no key gets derive's zero weights, and a float64 target is float64
             throughout (its adapter's known conventions ignored).
@@ -97,6 +103,14 @@ def conform(obj: Any, **options: Any) -> Report:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is fastest, and spins on no other core
     kind = FunctionRun if target.kind == "sdpa" else ModuleRun
+    told = [x for x in ("variant", "values", "params") if getattr(settings, x)]
+    if kind is FunctionRun and told:
+        # checked against plain attention only: a variant's values would be silently unused
+        raise ConformError(
+            f"{target.name} is a function f(q, k, v, ...), checked against plain attention; "
+            f"{', '.join(told)} given ({settings.variant or settings.values or settings.params})"
+            " apply to modules: wrap it in an nn.Module with W_query, W_key, W_value"
+        )
     try:
         with torch.random.fork_rng(devices=[]):
             report = kind(target, settings).run().report()

@@ -22,7 +22,7 @@ from torch import nn
 from ...notation import letters as L
 from .adapters import Adapter, Weights
 from .target import ConformError, Target
-from .variant_values import at_sizes, variant_inputs, variant_sizes
+from .variant_values import at_sizes, found_inputs, found_values, variant_inputs, variant_sizes
 
 __all__ = ["ModuleHarness", "FunctionHarness", "stand_in_dropout"]
 
@@ -56,13 +56,19 @@ class ModuleHarness:
         dtype: Any = None,
         variant: str = "",
         values: dict | None = None,
+        params: dict | None = None,
     ) -> None:
-        self.target, self.adapter = target, adapter
+        self.target = target
         self.module = copy.deepcopy(target.obj)
         if dtype is not None:
             self.module.to(dtype)
         self.module.eval()
-        self.weights: Weights = adapter.read(self.module)
+        first: Weights = adapter.read(self.module)
+        told = [p for p in variant.split("+") if p and p not in first.variants.split("+")]
+        variants = "+".join(p for p in (first.variants, *told) if p)
+        #: the adapter, reading besides its own the variant's matrices the module names
+        self.adapter = found_inputs(variants, adapter, dict(params or {}))
+        self.weights: Weights = self.adapter.read(self.module)
         self.dtype, self.device = self.weights.W_q.dtype, self.weights.W_q.device
         self.d, self.c = (int(x) for x in self.weights.W_q.shape)
         self.heads, self.groups = self.weights.heads, self.weights.groups
@@ -72,7 +78,8 @@ class ModuleHarness:
         self.variant = "+".join(p for p in (self.weights.variants, *told) if p)
         self.with_heads = self.weights.W_o is not None or self.heads > 1 or "gqa" in told
         self.extra = variant_inputs(self.variant, self.weights.inputs, adapter.name)
-        given = {**self.weights.values, **(values or {})}
+        on_module = found_values(self.variant, self.module, dict(params or {}))
+        given = {**on_module, **self.weights.values, **(values or {})}
         self.values = variant_sizes(self.variant, given, adapter.name)
         self.one_at_a_time: bool | None = None
         self.mask_per_sequence = False

@@ -33,6 +33,7 @@ class Options:
     adapter: str | None = None
     variant: str = ""
     values: dict[str, float] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
     strict: bool = False
     conventions: dict[str, str] = field(default_factory=dict)
     mistakes: tuple[Mistake, ...] = MISTAKES

@@ -34,7 +34,12 @@ class ModuleRun(Run):
     def __init__(self, target: Target, options: Options) -> None:
         adapter = find_adapter(target.obj, options.adapter)
         self.h = ModuleHarness(
-            target, adapter, dtype=options.dtype, variant=options.variant, values=options.values
+            target,
+            adapter,
+            dtype=options.dtype,
+            variant=options.variant,
+            values=options.values,
+            params=options.params,
         )
         known = {} if adapter.conventions is None else adapter.conventions(self.h.module)
         super().__init__(target, options, self.h.dtype, known=known)

@@ -47,7 +47,7 @@ def split_groups(which: str) -> Declaration:
     return Declaration(
         "split_heads",
         letter + "_l",
-        "Split into groups",
+        "Split the keys into groups" if which == "k" else "Split the values into groups",
         Eq(base[L.ell, L.m, L.j], rhs, evaluate=False),
         GROUPED.shapes(letter, letter + "_l"),
         requires=(GROUPS_DIVIDE,),

@@ -207,7 +207,8 @@ VARIANT = Variant(
     "Rotary position embeddings (the book's Llama 3 and Qwen 3) rotate each query and "
     "each key by angles proportional to its position, pair of features by pair of "
     "features, before the scores. The book's code pairs feature $j$ with feature "
-    "$j + c/2$ and counts positions from 0; the angles use the base $\\beta = 10\\,000$.",
+    "$j + c/2$ of a width $c$ ($c_h$, each head's, where there are heads) and counts "
+    "positions from 0; the angles use the base $\\beta = 10\\,000$.",
     base="causal",
     build=with_rope,
     claims=(RowsSumToOne(), RelativePosition(), ZeroAngles(BEFORE)),

@@ -138,7 +138,7 @@ BAD = [
     (["latex", "--bogus"], "unrecognized arguments: --bogus"),
     (["markdown", "--fragment"], "unrecognized arguments: --fragment"),  # latex only
     (["htm"], "invalid choice: 'htm'"),
-    ([], "missing command: latex, markdown, pdf, html, notebook, docs, check or conform"),
+    ([], "missing command: latex, markdown, pdf, html, notebook, docs, check, conform or variants"),
     (["latex", "-o", "/nonexistent-folder/d.tex"], "no such directory /nonexistent-folder"),
     (["latex", "-o", "x" * 300 + ".tex"], "File name too long"),
     (["latex", "--example", "--heads", "2", "--c", "4"], "multi-head has no worked example"),

@@ -1,0 +1,89 @@
+"""The published variants of docs/examples/, each a complete user file, run as a user runs them:
+`derive latex`, `derive html` (explicit, as the page shows them), `derive check` (every step and
+gradient against the file's twins) and `derive conform` on the file's own plain-torch layer,
+with no adapter written; and conform fails on a copy of that layer with the variant's one
+mistake, naming the check."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from derive.cli import main
+from derive.graph.loading import _from_file
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+
+#: file, variant, what its document must derive, and the mistake of a broken copy
+CASES = [
+    ("scalable_softmax.py", "SSMAX", r"\big|_{s_{1,1} = \frac{1}{\log{\left(n \right)}}}"),
+    ("differential_attention.py", "DIFFERENTIAL", r"&= 1 - \lambda_{1,1}"),
+    ("cosine_attention.py", "COSINE", r"\sum_{j=1}^{c} \hat{q}_{m,j}^{2} &="),
+]
+
+
+def _run(capsys, *argv):
+    status = main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+@pytest.mark.parametrize(("file", "name", "derived"), CASES, ids=[c[1] for c in CASES])
+def test_the_example_goes_through_every_command(tmp_path, capsys, file, name, derived):
+    spec = f"{EXAMPLES / file}:{name}"
+    tex, page = tmp_path / "d.tex", tmp_path / "d.html"
+    status, _, err = _run(capsys, "latex", "-q", "--variant", spec, "-o", str(tex))
+    assert status == 0, err
+    assert derived in tex.read_text()
+    assert "does not hold" not in err and "Traceback" not in err
+    status, _, err = _run(capsys, "html", "-q", "--variant", spec, "--n", "3", "-o", str(page))
+    assert status == 0 and "<table" in page.read_text(), err
+    status, out, err = _run(capsys, "check", "--variant", spec, "--seed", "7")
+    assert status == 0 and out.rstrip().endswith("all pass"), out + err
+    status, out, err = _run(capsys, "conform", f"{EXAMPLES / file}:layer", "--variant", spec)
+    assert status == 0, out + err
+    assert out.rstrip().splitlines()[-1].startswith("conforms")
+
+
+def _broken(file: str, name: str):
+    """The file's layer with the variant's mistake: s left out of the scale (Scalable-Softmax),
+    λ added instead of subtracted (differential), the keys not normalised (cosine)."""
+    module = _from_file(EXAMPLES / file)
+    layer = module.layer()
+
+    def scores(self, q_, k_):
+        return q_ @ k_.transpose(-2, -1) / q_.shape[-1] ** 0.5
+
+    if name == "SSMAX":
+
+        def wrong(self, x):  # the learnt scale left out: softmax(log n · ω̃)
+            n = x.shape[-2]
+            a = torch.log(torch.tensor(float(n))) * scores(self, self.W_query(x), self.W_key(x))
+            return a.softmax(-1) @ self.W_value(x)
+
+    elif name == "DIFFERENTIAL":
+
+        def wrong(self, x):  # A₁ + λ A₂
+            first = scores(self, self.W_query(x), self.W_key(x)).softmax(-1)
+            second = scores(self, self.W_q2(x), self.W_k2(x)).softmax(-1)
+            return (first + self.lam * second) @ self.W_value(x)
+
+    else:
+
+        def wrong(self, x):  # the keys' length left in
+            q_ = module.unit_rows(self.W_query(x))
+            return (scores(self, q_, self.W_key(x)) / self.tau).softmax(-1) @ self.W_value(x)
+
+    type(layer).forward = wrong
+    return layer
+
+
+@pytest.mark.parametrize(("file", "name", "derived"), CASES, ids=[c[1] for c in CASES])
+def test_conform_fails_on_a_broken_copy(file, name, derived):
+    import derive
+
+    report = derive.conform(_broken(file, name), variant=f"{EXAMPLES / file}:{name}")
+    assert not report.conforms
+    failing = [check.name for check in report.checks if check.status == "FAIL"]
+    assert "forward values" in failing, report.table()
+    assert report.table().rstrip().splitlines()[-1].startswith("does not conform")
