@@ -6,6 +6,7 @@
     PYTHONPATH=. python tests/benchmarks/bench_derive.py --sizes 2 1 --commands
     PYTHONPATH=. python tests/benchmarks/bench_derive.py --sizes 2 1 --symbolic
     PYTHONPATH=. python tests/benchmarks/bench_derive.py --variants
+    PYTHONPATH=. python tests/benchmarks/bench_derive.py --sizes 2 1 --first-try --profile
 
 ``--commands`` includes a user's variant (docs/examples/sigmoid_attention.py). For each size it
 reports, in seconds: building `explicit_attention(n, n, n)` (the steps),
@@ -18,12 +19,17 @@ fresh processes, `import derive` and the `derive` command (start-up included). W
 ``--symbolic`` it times, each in a fresh process (the derivations are cached per graph), what
 SymPy derives at symbolic sizes from the declarations of each graph: the matrix forms, the
 backward pass, the facts. With ``--variants`` it times each variant's document (symbolic, and
-explicit) and its check, each in a fresh process.
+explicit) and its check, each in a fresh process. With ``--first-try`` it times the published
+variants of docs/examples/ (Scalable-Softmax, differential and cosine attention: latex, check,
+conform, each in a fresh process), `derive.explicit_variant("self-attention", 6, 6, 6)` and
+`derive html --example --n 3`. With ``--profile`` it prints where `derive latex` spends its time
+(cProfile, in this process, the 15 functions of largest cumulative time under the command).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -214,6 +220,89 @@ def bench_variants(repeats: int = 3) -> None:
             print(f"| `{name}` | " + " | ".join(cells) + " |", flush=True)
 
 
+_HERE = Path(__file__).resolve().parents[2]
+_EXAMPLES = _HERE / "docs" / "examples"
+
+#: The published variants: (file, declaration's name) — each run through latex, check, conform.
+FIRST_TRY = (
+    ("scalable_softmax.py", "SSMAX"),
+    ("differential_attention.py", "DIFFERENTIAL"),
+    ("cosine_attention.py", "COSINE"),
+)
+
+#: Calls timed beside them, in a fresh process each.
+OTHERS = {
+    "derive.explicit_variant('self-attention', 6, 6, 6)": [
+        "-c",
+        "import derive; derive.explicit_variant('self-attention', 6, 6, 6).C",
+    ],
+    "derive html --example --n 3": [
+        "-m",
+        "derive",
+        "html",
+        "--example",
+        "--n",
+        "3",
+        "-o",
+        "e.html",
+    ],
+    "derive latex (generic)": ["-m", "derive", "latex", "-o", "d.tex"],
+    "python -c 'import derive'": ["-c", "import derive"],
+}
+
+
+def _best(argv: list[str], folder: str, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run(
+            [sys.executable, *argv], cwd=folder, check=True, capture_output=True, env=_ENV
+        )
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+#: The child processes import this checkout's packages, wherever the benchmark is run from.
+_ENV = {**os.environ, "PYTHONPATH": str(_HERE)}
+
+
+def bench_first_try(repeats: int = 3) -> None:
+    """Wall time, start-up included, best of `repeats` fresh processes: each published
+    variant's latex, check and conform, then the calls of `OTHERS`."""
+    print("| variant (docs/examples/) | latex | check | conform |\n|---|--:|--:|--:|")
+    with tempfile.TemporaryDirectory() as folder:
+        for file, name in FIRST_TRY:
+            spec = f"{_EXAMPLES / file}:{name}"
+            runs = (
+                ["-m", "derive", "latex", "-q", "--variant", spec, "-o", "v.tex"],
+                ["-m", "derive", "check", "-q", "--variant", spec, "--seed", "7"],
+                ["-m", "derive", "conform", "-q", f"{_EXAMPLES / file}:layer", "--variant", spec],
+            )
+            cells = [f"{_best(argv, folder, repeats):.2f} s" for argv in runs]
+            print(f"| `{file}` | " + " | ".join(cells) + " |", flush=True)
+        print("\n| call | seconds |\n|---|--:|")
+        for label, argv in OTHERS.items():
+            print(f"| `{label}` | {_best(argv, folder, repeats):.2f} |", flush=True)
+
+
+def profile_latex(top: int = 15) -> None:
+    """Where `derive latex` spends its time: cProfile of the command in this process."""
+    import cProfile
+    import io
+    import pstats
+
+    from derive.cli import main as derive_main
+
+    with tempfile.TemporaryDirectory() as folder:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        derive_main(["latex", "-q", "-o", str(Path(folder) / "d.tex")])
+        profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(top)
+    print(out.getvalue())
+
+
 SYMBOLIC = """
 import time
 start = time.perf_counter()
@@ -257,7 +346,13 @@ def main() -> None:
     parser.add_argument("--commands", action="store_true", help="import and command wall times")
     parser.add_argument("--symbolic", action="store_true", help="the derivation's own cost")
     parser.add_argument("--variants", action="store_true", help="each variant's document, check")
+    parser.add_argument("--first-try", action="store_true", help="the published variants")
+    parser.add_argument("--profile", action="store_true", help="a profile of derive latex")
     args = parser.parse_args()
+    if args.first_try:
+        bench_first_try()
+    if args.profile:
+        profile_latex()
     if args.variants:
         bench_variants()
         return
