@@ -92,3 +92,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader left (derive variants | head): stop as a shell's tools do
+        _stdout_to_null()
+        return 141
+
+
+def _stdout_to_null() -> None:
+    """Point standard output at the null device, so that flushing it at exit, with its reader
+    gone, raises nothing more (the remedy of Python's documentation for SIGPIPE)."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (a test's captured stream): nothing to do
+        pass

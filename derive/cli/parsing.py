@@ -267,7 +267,7 @@ def users_mistakes(args) -> Iterator[None]:
             raise UsageError(
                 f"{PROG} {args.command}: {error} (--strict: nothing written)"
             ) from None
-        except (UsageError, EnvironmentProblem, KeyboardInterrupt):
+        except (UsageError, EnvironmentProblem, KeyboardInterrupt, BrokenPipeError):
             raise
         except DerivationError as error:
             if os.environ.get("DERIVE_TRACEBACK"):

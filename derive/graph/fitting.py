@@ -112,6 +112,15 @@ def not_its_own(entry: Entry, name: str) -> str:
         if name in {str(s.symbol) for s in (*declared(v).sizes, *declared(v).parameters)}
     ]
     whose = f" ({name} is a size of {' and '.join(owners)})" if owners else ""
+    shapes = entry.graph.shapes
+    matrices = {L.name_of(x): x for x in entry.graph.inputs} | {x: x for x in entry.graph.inputs}
+    if name in matrices:  # a matrix it reads, such as a learnable 1 × 1 s: drawn, not given
+        letter = matrices[name]
+        rows, cols = shapes[letter]
+        whose = (
+            f" ({name} is a matrix it reads, {rows} × {cols}: check draws its entries at random, "
+            "as every input's; --value gives a number the declaration names as a parameter)"
+        )
     return (
         f"{entry.name} has no size {name!r}{whose}; its own: "
         f"{', '.join(own) or 'none beyond n, d, c'}"

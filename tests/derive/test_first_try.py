@@ -428,14 +428,36 @@ def test_check_checks_the_values_it_is_told(capsys):
 
 def test_variants_lists_the_registry_and_shows_one_whole(tmp_path, capsys):
     status, out, _ = _run(capsys, "variants")
-    assert status == 0 and re.search(r"^softcap\s+Logit softcapping\s+on self-attention\s+kappa=50$",
-                                     out, re.M)  # fmt: skip
+    listed = re.search(r"^softcap\s+Logit softcapping\s+on self-attention\s+kappa=50$", out, re.M)
+    assert status == 0 and listed
     spec = _file(tmp_path, SSMAX.replace("ssmax_test", "ssmax_shown")) + ":V"
     status, out, _ = _run(capsys, "variants", "--show", spec)
     assert status == 0
     assert "    A: a[m,p] = " in out and "        twin: weights(Omega_scaled, S)" in out
     assert "  inputs: X (n × d), W_q (d × c), W_k (d × c), W_v (d × c), S (1 × 1)" in out
     assert "  claims: Rows sum to 1" in out
+
+
+def test_a_reader_that_leaves_early_is_no_failure():
+    """`derive variants | head -1`: the reader closes the pipe; derive stops without a word
+    (141, as a shell's tools do), never "derive could not run variants: BrokenPipeError"."""
+    import subprocess
+    import sys
+
+    shell = f"{sys.executable} -m derive variants --show softcap | head -c 1"
+    done = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {shell}"], capture_output=True, text=True
+    )
+    assert done.stderr == "" and done.returncode in (0, 141), done.stderr
+
+
+def test_a_matrix_given_as_a_value_is_told_it_is_drawn(tmp_path, capsys):
+    """SSMax's S is a 1 × 1 matrix the variant reads: --value S=0.7 is refused, saying that
+    check draws it and --value gives a declared parameter."""
+    spec = _file(tmp_path, SSMAX) + ":V"
+    for name in ("S", "sscale"):  # by its letter or its entries' name
+        status, _, err = _run(capsys, "check", "--variant", spec, "--value", f"{name}=0.7")
+        assert status == 2 and f"{name} is a matrix it reads, 1 × 1: check draws" in err
 
 
 # -- one public face ---------------------------------------------------------------------------
