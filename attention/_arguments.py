@@ -11,6 +11,7 @@ __all__ = [
     "check_cap",
     "check_alibi",
     "check_per_head",
+    "check_offset",
 ]
 
 import math
@@ -57,6 +58,13 @@ def check_window(where: str, name: str, window: object, causal: bool = True) -> 
         raise ValueError(
             f"{where}: {name}={window} needs causal=True (query m attends key p iff 0 ≤ m − p < w)"
         )
+
+
+def check_offset(where: str, offset: object) -> None:
+    """A position offset (the tokens before these, after a cache): an int ≥ 0, not a bool;
+    ValueError naming it otherwise."""
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"{where}: offset must be a non-negative int, got offset={offset!r}")
 
 
 def check_probability(where: str, **rates: float) -> None:

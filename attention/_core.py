@@ -19,6 +19,7 @@ from torch.autograd.function import once_differentiable
 
 from . import _fused
 from ._masks import allowed_positions, hide_unattended, masked_softmax
+from ._modifications import softcap_parts
 
 
 def projection(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
@@ -65,7 +66,7 @@ def context(a: Tensor, v: Tensor) -> Tensor:
 
 def softcapped(scaled: Tensor, cap: float) -> Tensor:
     """cap · tanh(ω̃ / cap): every score within (−cap, cap), nearly unchanged where |ω̃| ≪ cap."""
-    return torch.tanh(scaled / cap) * cap
+    return softcap_parts(scaled, cap)[0]
 
 
 def gated(c: Tensor, gamma: Tensor) -> Tensor:

@@ -81,6 +81,7 @@ from torch.autograd.function import once_differentiable
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from ._masks import allowed_positions, band, fully_masked_rows
+from ._modifications import softcap_parts
 
 __all__ = ["Scores", "attention", "gradients", "distance"]
 
@@ -497,8 +498,7 @@ def _weights(
     (A, the block's tanh(ω̃/cap) or None, the sink's weight (G, h/g, b) or None)."""
     capped = None
     if scores.softcap is not None:  # tanh(ω̃/cap) in s's place (the block's own); kept apart
-        capped = s.div_(scores.softcap).tanh_()  # from the scores the masks and ALiBi change
-        s = capped * scores.softcap
+        s, capped = softcap_parts(s, scores.softcap, overwrite=True)  # before masks and ALiBi
     if slope is not None:  # −μ_ℓ (m − p), positions of the block's queries and keys, in place
         s = s.addcmul_(slope, distance(first, last, *keys, s), value=-1.0)  # (G, r, 1, 1)·(b, K)
     if scores.causal:
@@ -512,9 +512,9 @@ def _weights(
             a.masked_fill_(torch.isneginf(s.amax(dim=-1, keepdim=True)), 0.0)
         return a, capped, None
     top = torch.maximum(s.amax(dim=-1, keepdim=True), sink)  # (G, r, b, 1)
-    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))  # σ = −∞, no key
+    top = torch.where(torch.isneginf(top), torch.zeros_like(top), top)  # σ = −∞, no key
     e = s.sub_(top).exp_()  # the block's own scores, in place
     e_sink = torch.exp(sink - top)
     total = e.sum(dim=-1, keepdim=True) + e_sink
-    total = torch.where(total > 0, total, torch.ones_like(total))
+    total = torch.where(total == 0, torch.ones_like(total), total)  # NaN (a NaN sink) stays
     return e.div_(total), capped, (e_sink / total).squeeze(-1)

@@ -202,12 +202,13 @@ def masked_softmax(scaled: Tensor, allowed: Tensor | None, sinks: Tensor | None 
     if sinks is not None:
         row_max = torch.maximum(row_max, sinks)
     row_max = row_max.detach()
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    # a row with no key (−∞) shifts by 0 and divides 0 by 1; a NaN (a NaN sink) stays NaN
+    row_max = torch.where(torch.isneginf(row_max), torch.zeros_like(row_max), row_max)
     exponentials = torch.exp(scaled - row_max)
     total = exponentials.sum(dim=-1, keepdim=True)
     if sinks is not None:
         total = total + torch.exp(sinks - row_max)
-    return exponentials / torch.where(total > 0, total, torch.ones_like(total))
+    return exponentials / torch.where(total == 0, torch.ones_like(total), total)
 
 
 def book_mask(blocked: Tensor | None, n: int) -> tuple[bool, int | None, Tensor | None]:

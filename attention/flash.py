@@ -53,6 +53,7 @@ from torch import Tensor
 from ._arguments import check_cap, check_positive, check_window
 from ._checks import checked
 from ._masks import band
+from ._modifications import softcap_parts
 
 __all__ = [
     "OnlineState",
@@ -137,8 +138,8 @@ def _scores(
     omega = factor * q[..., rows, :] @ k[..., keys, :].transpose(-2, -1)
     slope = None
     if modified.softcap is not None:
-        squashed = torch.tanh(omega / modified.softcap)
-        omega, slope = modified.softcap * squashed, 1 - squashed**2
+        omega, squashed = softcap_parts(omega, modified.softcap, overwrite=True)
+        slope = 1 - squashed**2
     if modified.slope is not None:
         m = torch.arange(rows.start, rows.stop, device=q.device)[:, None]
         p = torch.arange(keys.start, keys.stop, device=q.device)[None, :]

@@ -29,12 +29,21 @@ NaN), and finite gradients. Keys no query may attend have no influence on any ou
 included; a position that neither attends nor is attended has none on the gradients either.
 """
 
+import math
+
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
 from . import _core, _layer, _masks
-from ._arguments import check_alibi, check_cap, check_positive, check_probability, check_window
+from ._arguments import (
+    check_alibi,
+    check_cap,
+    check_offset,
+    check_positive,
+    check_probability,
+    check_window,
+)
 from ._backward import Gradients, self_attention_backward, self_attention_gradients
 from ._checks import checked
 from ._heads import (
@@ -176,6 +185,7 @@ def alibi_scores(
     tensor([[ 0.0000,  0.5000],
             [-0.5000,  0.0000]])
     """
+    check_offset("alibi_scores", offset)
     n, s = omega_scaled.shape[-2:]
     slope = torch.as_tensor(slope, dtype=omega_scaled.dtype, device=omega_scaled.device)
     return omega_scaled + _core.alibi_bias(slope.reshape(1), n, s, offset)[0]
@@ -227,6 +237,8 @@ def weights(
     allowed = allowed_positions(s, omega.device, causal, allowed, window)
     if sink is None:
         return _core.weights(omega, c, allowed)
+    if isinstance(sink, float) and math.isnan(sink):  # a tensor's NaN gives NaN weights
+        raise ValueError("weights: sink must be a number (−inf for no sink), got sink=nan")
     sink = torch.as_tensor(sink, dtype=omega.dtype, device=omega.device).reshape(1, 1)
     return _core.softmax_rows(_core.scaled_scores(omega, c), allowed, sink)
 

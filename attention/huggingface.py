@@ -121,6 +121,14 @@ def from_bloom(layer: "BloomAttention", *, context_length: int = 2048) -> MultiH
 
     BLOOM's fused `query_key_value` (3c × d) holds, for each head, its queries, keys and values
     one after the other (c_h rows each); they are split into `W_query`, `W_key`, `W_value`."""
+    needed = ("num_heads", "head_dim", "query_key_value", "dense", "attention_dropout")
+    missing = [name for name in needed if not hasattr(layer, name)]
+    if missing:
+        raise TypeError(
+            f"from_bloom: layer must be BLOOM's attention layer (transformers' BloomAttention, "
+            f"model.transformer.h[i].self_attention), got {type(layer).__name__}, which has no "
+            f"{', '.join(missing)}"
+        )
     heads, width = layer.num_heads, layer.head_dim
     fused = layer.query_key_value
     d = fused.in_features

@@ -25,7 +25,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from ._arguments import check_float_dtype, check_positive
+from ._arguments import check_float_dtype, check_offset, check_positive
 from ._checks import checked
 from ._shapes import OwnDtype, ShapeError
 
@@ -188,8 +188,7 @@ def apply_rope(
             "they rotate at most x's features"
         )
     even_width("apply_rope", "c_r (the columns of cos and sin)", cos.shape[-1])
-    if isinstance(offset, bool) or offset < 0:
-        raise ValueError(f"apply_rope: offset must be a non-negative int, got offset={offset!r}")
+    check_offset("apply_rope", offset)
     if cos.shape[0] < offset + n:
         raise ShapeError(
             f"apply_rope: cos and sin have n_ctx={cos.shape[0]} positions but x needs "

@@ -216,6 +216,10 @@ def layer_weights(module: nn.Module) -> LayerWeights:
     b_q, b_k, b_v, b_o = (_transposed(linear, "bias") for linear in linears)
     # W_query, W_key and W_value are there, each with a weight, in every multi-head module
     w_q, w_k, w_v = typing.cast("tuple[Tensor, Tensor, Tensor]", (w_q, w_k, w_v))
+    sinks, slopes = module._parameters.get("sinks"), module._buffers.get("alibi_slopes")
+    for name, value, what in (("sinks", sinks, "sink"), ("alibi_slopes", slopes, "slope")):
+        if value is not None and value.shape != (module.num_heads,):  # reassigned since built
+            check_per_head(type(module).__name__, name, value, module.num_heads, what)
     return LayerWeights(
         w_q,
         w_k,
@@ -228,8 +232,8 @@ def layer_weights(module: nn.Module) -> LayerWeights:
         gate_in_query=getattr(module, "gate", False),
         q_norm=_per_head(layers.get("q_norm"), module),
         k_norm=_per_head(layers.get("k_norm"), module),
-        sinks=module._parameters.get("sinks"),
-        slopes=module._buffers.get("alibi_slopes"),
+        sinks=sinks,
+        slopes=slopes,
     )
 
 

@@ -7,6 +7,7 @@ The book has no such class; this one is laid out as its `MultiHeadAttention` is 
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from .._arguments import check_positive
 from .._checks import checked_forward
 from .._masks import given_masks, silence_cross
 from .._weights import BookWeights, cross_weights
@@ -44,6 +45,7 @@ class CrossAttention(OutputProjection, BookWeights, MultiHeadModule):
         num_heads: int = 1,
         qkv_bias: bool = False,
     ):
+        check_positive("CrossAttention", d_kv=d_kv)  # build_heads reads None as d_in
         build_heads(
             self,
             "CrossAttention",

@@ -7,6 +7,7 @@ import torch
 
 from attention import (
     CausalAttention,
+    CrossAttention,
     MultiHeadAttention,
     SelfAttentionV2,
     copy_weights,
@@ -181,3 +182,42 @@ def test_a_signature_that_passed_on_the_cpu_does_not_pass_on_another_device():
     F.self_attention(X, W, W, W)  # passed, remembered
     with pytest.raises(DeviceError, match=r"x is on meta"):
         F.self_attention(torch.empty_like(X, device="meta"), W, W, W)
+
+
+@pytest.mark.parametrize(
+    "layer", [None, torch.nn.Linear(2, 2), MultiHeadAttention(4, 4, 8, 0.0, 2)], ids=repr
+)
+def test_from_bloom_says_what_it_expected(layer):
+    from attention.huggingface import from_bloom
+
+    with pytest.raises(
+        TypeError,
+        match=rf"^from_bloom: layer must be BLOOM's attention layer .*got {type(layer).__name__}, which has no",
+    ):
+        from_bloom(layer)
+
+
+#: every size of every module constructor, each given None: refused by its name
+CONSTRUCTORS = {
+    "CrossAttention": (CrossAttention, {"d_in": 3, "d_kv": 5, "d_out": 4}),
+    "MultiHeadAttention": (
+        MultiHeadAttention,
+        {"d_in": 3, "d_out": 4, "context_length": 8, "dropout": 0.0, "num_heads": 2},
+    ),
+    "CausalAttention": (
+        CausalAttention,
+        {"d_in": 3, "d_out": 4, "context_length": 8, "dropout": 0.0},
+    ),
+    "SelfAttentionV2": (SelfAttentionV2, {"d_in": 3, "d_out": 4}),
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "size"),
+    [(n, s) for n, (_, sizes) in CONSTRUCTORS.items() for s in sizes if s != "dropout"],
+)
+def test_a_size_given_as_none_is_refused_by_name(name, size):
+    cls, sizes = CONSTRUCTORS[name]
+    cls(**sizes)
+    with pytest.raises(ValueError, match=rf"^{name}: {size} must be a positive integer"):
+        cls(**{**sizes, size: None})

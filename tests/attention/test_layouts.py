@@ -3,6 +3,7 @@ one (sparse COO, nested in torch's strided layout, nested in its jagged one): re
 never an error from inside torch, and never let through because a dense call of the same shape
 passed before (the checks remember the signatures that passed)."""
 
+import re
 import warnings
 
 import pytest
@@ -15,9 +16,9 @@ from attention import (
     MultiHeadAttention,
     MultiHeadLatentAttention,
     SelfAttentionV2,
+    flash,
 )
 from attention import functional as F
-from attention import flash
 from attention.grouped import expand_groups, grouped_query_attention, rms_norm
 from attention.latent import latent_attention
 from attention.rope import apply_rope, compute_rope_params, rotate_half
@@ -126,3 +127,61 @@ def test_a_tensor_of_another_layout_is_refused_by_name(name, argument, layout):
     given = {**kwargs, argument: make(kwargs[argument])}
     with pytest.raises(TypeError, match=rf"{argument} must be a dense tensor, got a {kind} one"):
         fn(**given)
+
+
+# -- a module's per-head tensors reassigned with another shape: named with both sizes --------
+
+PER_HEAD = {
+    "MultiHeadAttention sinks": (
+        lambda: MultiHeadAttention(D, C, 8, 0.0, 2, sinks=True),
+        "sinks",
+    ),
+    "MultiHeadAttention alibi": (
+        lambda: MultiHeadAttention(D, C, 8, 0.0, 2, alibi=torch.tensor([0.5, 0.25])),
+        "alibi_slopes",
+    ),
+    "GroupedQueryAttention sinks": (
+        lambda: GroupedQueryAttention(C, num_heads=2, num_kv_groups=1, sinks=True),
+        "sinks",
+    ),
+    "GroupedQueryAttention alibi": (
+        lambda: GroupedQueryAttention(
+            C, num_heads=2, num_kv_groups=1, alibi=torch.tensor([0.5, 0.25])
+        ),
+        "alibi_slopes",
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", [(3,), (), (2, 1)], ids=str)
+@pytest.mark.parametrize("case", sorted(PER_HEAD))
+def test_a_per_head_tensor_of_another_shape_is_named_with_both_sizes(case, shape):
+    from attention import ShapeError
+
+    build, name = PER_HEAD[case]
+    module = build()
+    x = _t(2, N, module.W_query.in_features)
+    module(x)  # built right, it runs (and its signature passes the checks)
+    tensor = getattr(module, name)
+    tensor.data = torch.zeros(shape)
+    told = (
+        rf"^{type(module).__name__}: {name} has shape {re.escape(str(shape))} but there are heads=2"
+    )
+    with pytest.raises(ShapeError, match=told):
+        module(x)
+
+
+# -- a position offset: a non-negative int, for every function that takes one ------------------
+
+OFFSETS = {
+    "alibi_scores": lambda offset: F.alibi_scores(OMEGA, 0.5, offset=offset),
+    "apply_rope": lambda offset: apply_rope(_t(2, N, C), COS, SIN, offset=offset),
+}
+
+
+@pytest.mark.parametrize("offset", [-1, True, False, 1.0, "1"], ids=repr)
+@pytest.mark.parametrize("name", sorted(OFFSETS))
+def test_an_offset_that_is_no_position_is_refused_by_name(name, offset):
+    OFFSETS[name](2)  # a position: computed
+    with pytest.raises((ValueError, TypeError), match=rf"^{name}: offset must be .*int"):
+        OFFSETS[name](offset)
