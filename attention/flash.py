@@ -143,7 +143,7 @@ def _scores(
     if modified.slope is not None:
         m = torch.arange(rows.start, rows.stop, device=q.device)[:, None]
         p = torch.arange(keys.start, keys.stop, device=q.device)[None, :]
-        omega = omega - modified.slope * (m - p)
+        omega = omega - modified.slope * (m - p).to(omega.dtype)  # in the scores' dtype
     if modified.causal:  # p ≤ m, and m − p < w with a window
         allowed = band(rows.start, rows.stop, keys.start, keys.stop, modified.window, q.device)
         omega = omega.masked_fill(~allowed, -math.inf)

@@ -158,3 +158,59 @@ def test_a_nan_sink_given_as_a_number_is_refused_by_name():
         F.weights(torch.randn(3, 3), 3, sink=float("nan"))
     with pytest.raises(ValueError, match=r"online_softmax: sink must be a finite number"):
         flash.flash_attention(*_qkv(torch.float32), block_rows=2, block_keys=2, sink=math.nan)
+
+
+# -- attention.flash in every floating dtype, with every modification ------------------------
+
+#: the modifications flash takes, and what each does to the float64 reference's scores
+FLASH_MODS = {
+    "none": {},
+    "causal": {"causal": True},
+    "window": {"causal": True, "window": 3},
+    "softcap": {"softcap": 3.0},
+    "alibi": {"causal": True, "slope": 0.5},
+    "sink": {"sink": 0.3},
+}
+FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+def _flash_reference(q, k, v, mods):
+    """C in float64 from the (rounded) q, k, v, every modification written out in plain torch."""
+    q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
+    s = q @ k.mT / math.sqrt(q.shape[-1])
+    if "softcap" in mods:
+        s = mods["softcap"] * torch.tanh(s / mods["softcap"])
+    m, p = torch.arange(s.shape[-2])[:, None], torch.arange(s.shape[-1])[None]
+    if "slope" in mods:
+        s = s - mods["slope"] * (m - p)
+    if mods.get("causal"):
+        s = s.masked_fill(p > m, -math.inf)
+    if "window" in mods:
+        s = s.masked_fill(m - p >= mods["window"], -math.inf)
+    if "sink" in mods:
+        column = torch.full((*s.shape[:-1], 1), mods["sink"], dtype=s.dtype)
+        a = torch.cat([s, column], dim=-1).softmax(-1)[..., :-1]
+    else:
+        a = s.softmax(-1)
+    return a @ v, (q, k, v)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("mods", sorted(FLASH_MODS))
+def test_flash_computes_in_the_dtype_it_is_given(mods, dtype):
+    """Float16, bfloat16, float32 and float64 in, the same dtype out, within the rounding of a
+    sum of n + c terms in that dtype (γ = (n + c)·eps of the largest value; float64 in, float64
+    precision out: nothing inside computes in float32)."""
+    g = torch.Generator().manual_seed(5)
+    q, k, v, dc = (torch.randn(2, 7, 4, generator=g, dtype=torch.float64).to(dtype) for _ in "qkvd")
+    options = dict(block_rows=2, block_keys=3, **FLASH_MODS[mods])
+    out = flash.flash_attention(q, k, v, **options)
+    found = flash.flash_gradients(q, k, v, dc, **options)
+    expected, leaves = _flash_reference(q, k, v, FLASH_MODS[mods])
+    wanted = torch.autograd.grad(expected, leaves, dc.double())
+    gamma = (7 + 4) * torch.finfo(dtype).eps
+    pairs = [(out, expected), *zip((found.dQ, found.dK, found.dV), wanted, strict=True)]
+    for got, reference in pairs:
+        assert got.dtype == dtype
+        bound = 4 * gamma * max(1.0, reference.abs().max().item())
+        assert (got.double() - reference).abs().max().item() <= bound
