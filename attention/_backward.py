@@ -17,12 +17,19 @@ whose softmax has saturated to one key p (a_{m,p} = 1, every other weight 0, as 
 Σ_j dC_{m,j} C_{m,j} rounds differently from dA_{m,p} and leaves about ε·|dA| there, which dQ = dΩ K
 then multiplies by the (large) keys: at x ×1e19 that gave NaN gradients whose exact values are
 about 1. Both sums cost no more than dA itself. Masked entries have a_{m,p} = 0, so they
-contribute nothing. With batch dimensions, the weight gradients sum
-over the batch. A readable reference, not a fast kernel: tests hold it to `torch.autograd`.
+contribute nothing. With batch dimensions, the weight gradients sum over the batch.
+
+Every dtype is computed in float64 and the gradients returned in x's: this is the readable
+reference, and its own derivative (a second-order gradient, autograd through these formulas)
+multiplies a saturated row's weights by factors such as dA's row sum times the scores' upstream
+gradient, about 1e45 at x ×1e15, beyond float32's range: in float32 that was ∞ − ∞ = NaN where
+the exact second-order gradient is about 1; in float64 it is 0 as it should be. A readable
+reference, not a fast kernel: tests hold it to `torch.autograd`.
 """
 
 from typing import NamedTuple
 
+import torch
 from jaxtyping import Float
 from torch import Tensor
 
@@ -54,6 +61,9 @@ def _sum_over_batch(t: Tensor) -> Tensor:
 def _gradients(
     x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, grad_c: Tensor, causal: bool
 ) -> Gradients:
+    given = x.dtype
+    if given != torch.float64:  # computed in float64, returned in x's dtype (module docstring)
+        x, w_q, w_k, w_v, grad_c = (t.to(torch.float64) for t in (x, w_q, w_k, w_v, grad_c))
     c = w_q.shape[-1]
     q, k, v = x @ w_q, x @ w_k, x @ w_v
     allowed = _masks.allowed_positions(x.shape[-2], x.device, causal, None)
@@ -67,7 +77,7 @@ def _gradients(
     d_k = d_omega.mT @ q  # dΩ: (*batch, n, n) -> its transpose
     x_t = x.mT  # (*batch, n, d) -> (*batch, d, n)
     d_x = d_q @ w_q.T + d_k @ w_k.T + d_v @ w_v.T
-    return Gradients(
+    found = Gradients(
         dX=d_x,
         dW_q=_sum_over_batch(x_t @ d_q),
         dW_k=_sum_over_batch(x_t @ d_k),
@@ -78,6 +88,7 @@ def _gradients(
         dA=d_a,
         dOmega=d_omega,
     )
+    return found if given == torch.float64 else Gradients(*(t.to(given) for t in found))
 
 
 @checked

@@ -185,9 +185,12 @@ def add_variant(sub: argparse.ArgumentParser, what: str) -> None:
 def load_user_variants(argv: list[str]) -> None:
     """Register the variants ``--variant`` names by a file or module (``file.py:NAME``) before
     the parsers are built; a mistake in one is a usage error naming it."""
-    scan = argparse.ArgumentParser(add_help=False)
+    scan = argparse.ArgumentParser(add_help=False, exit_on_error=False)
     scan.add_argument("--variant", action="append", default=[])
-    known, _ = scan.parse_known_args(argv)
+    try:
+        known, _ = scan.parse_known_args(argv)
+    except argparse.ArgumentError:  # --variant without its value: the command's parser says so
+        return
     for spec in known.variant:
         if ":" in spec:
             try:
@@ -219,7 +222,11 @@ def entry_of(args) -> str:
     NAME), ``--causal``, ``--heads``; a usage error naming what is wrong."""
     try:
         names = [load_variant(spec).name for spec in (args.variant or [])]
-        name = "+".join(dict.fromkeys(names)) or None
+        parts = [part for name in names for part in name.split("+")]
+        twice = sorted({part for part in parts if parts.count(part) > 1})
+        if twice:  # a slip (the variant meant was another), never a combination
+            raise ValueError(f"--variant {twice[0]} is given twice; give each variant once")
+        name = "+".join(names) or None
         found = entry_name(name, causal=args.causal, heads=args.heads)
     except ValueError as error:
         raise UsageError(f"{PROG} {args.command}: {error}") from None

@@ -9,6 +9,7 @@ the entry and of its draws holding (n ≥ 2: one token tests nothing).
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,7 +19,7 @@ from ..notation import letters as L
 from .entry import Entry
 from .registry import declared, variants
 
-__all__ = ["explicit_sizes", "not_its_own", "drawn_sizes", "with_relations"]
+__all__ = ["explicit_sizes", "not_its_own", "drawn_sizes", "with_relations", "check_given"]
 
 
 def with_relations(entry: Entry, sizes: dict) -> dict:
@@ -53,6 +54,7 @@ def drawn_sizes(
     unknown = sorted(name for name, value in given.items() if value is not None and name not in own)
     if unknown:
         raise ValueError(not_its_own(entry, unknown[0]))
+    check_given(entry, given)
     symbols = {str(s.symbol): s.symbol for s in entry.sizes} | {"n": L.n, "d": L.d, "c": L.c}
     sizes: dict[sp.Symbol, Any] = {L.n: given.get("n"), L.d: given.get("d"), L.c: given.get("c")}
     sizes |= {s.symbol: given.get(str(s.symbol)) or s.default for s in entry.sizes}
@@ -82,6 +84,44 @@ def drawn_sizes(
     return drawn | {str(symbol): value for symbol, value in values.items()}
 
 
+def check_given(entry: Entry, given: Mapping[str, object]) -> None:
+    """Each size and parameter given within its domain, then every condition of the entry that
+    the values given decide; a ValueError naming the first that is not. The domain is read off
+    the symbol the declaration gives it (SymPy's assumptions: ``positive=True``, ``integer=True``
+    …), so a user's ``sp.Symbol("tau", positive=True)`` gets one without another word; every
+    value is a finite real number. The conditions are the entry's (κ > 0 is the symbol's,
+    α_h > α_l Llama 3.1's, an even c_r partial RoPE's)."""
+    symbols = {str(x.symbol): x.symbol for x in (*entry.sizes, *entry.parameters)}
+    known: dict[sp.Symbol, sp.Expr] = {}
+    for name, value in given.items():
+        if value is None or name not in symbols:
+            continue
+        symbol, number = symbols[name], sp.sympify(value)
+        kind = (
+            "a positive"
+            if symbol.is_positive
+            else "a non-negative"
+            if symbol.is_nonnegative
+            else "a"
+        )
+        kind += " integer" if symbol.is_integer else " finite number"
+        fits = number.is_real is True and number.is_finite is True
+        fits = fits and abs(number) <= sys.float_info.max  # the twins compute in float64
+        fits = fits and (number.is_integer is True or not symbol.is_integer)
+        fits = fits and (number.is_positive is True or not symbol.is_positive)
+        fits = fits and (number.is_nonnegative is True or not symbol.is_nonnegative)
+        if not fits:
+            shown = value if isinstance(value, int | float | str) else number
+            shown = shown if len(str(shown)) <= 24 else sp.N(number, 6)  # 1e400, not 401 digits
+            raise ValueError(
+                f"{entry.name}: {name} must be {kind} (within float64's range), got {name}={shown}"
+            )
+        known[symbol] = number
+    for condition in entry.requires:
+        if condition.holds(known) is False:
+            raise ValueError(f"{entry.name}: {condition.message(known)}")
+
+
 def explicit_sizes(entry: Entry, n: int, d: int, c: int, given: Mapping[str, object]) -> dict:
     """n, d, c, the entry's own sizes (given by name, or their defaults), the sizes its
     relations fix (c_h = c / h) and its parameters (numbers, or defaults in the sizes); a
@@ -91,6 +131,7 @@ def explicit_sizes(entry: Entry, n: int, d: int, c: int, given: Mapping[str, obj
     unknown = set(given) - {str(s.symbol) for s in (*entry.sizes, *entry.parameters)}
     if unknown:
         raise ValueError(not_its_own(entry, sorted(unknown)[0]))
+    check_given(entry, given)
     for known in (sizes, with_relations(entry, sizes)):  # then those that read c_h
         for condition in entry.requires:
             if condition.holds(known) is False:

@@ -19,7 +19,7 @@ import sympy as sp
 
 from ..notation import letters as L
 
-__all__ = ["Size", "Parameter", "Constraint", "Divides", "Even", "AtLeast", "label"]
+__all__ = ["Size", "Parameter", "Constraint", "Divides", "Even", "AtLeast", "Above", "label"]
 
 
 @dataclass(frozen=True)
@@ -125,3 +125,19 @@ class AtLeast(Constraint):
     def message(self, sizes: dict) -> str:
         value, bound = _value(self.size, sizes), _value(self.bound, sizes)
         return f"{label(self.size)}={value} must be at least {bound} ({self.why})"
+
+
+@dataclass(frozen=True)
+class Above(Constraint):
+    """`value` > `bound`, strictly (Llama 3.1's high frequency factor above its low one)."""
+
+    value: sp.Expr
+    bound: sp.Expr
+    why: str
+
+    def condition(self) -> sp.Basic:
+        return sp.Gt(self.value, self.bound)
+
+    def message(self, sizes: dict) -> str:
+        value, bound = _value(self.value, sizes), _value(self.bound, sizes)
+        return f"{label(self.value)}={value} must be above {label(self.bound)}={bound} ({self.why})"

@@ -21,7 +21,7 @@ import sympy as sp
 from ..explicit.forward import ExplicitGraph
 from ..explicit.sizes import check_size, check_sizes
 from ..graph import Entry, Graph, entry_name, explicit_sizes, variant
-from ..graph.fitting import not_its_own
+from ..graph.fitting import check_given, not_its_own
 from ..notation import letters as L
 from . import prose as P
 from . import prose_variants as PV
@@ -91,6 +91,7 @@ class DocumentOptions:
                 raise ValueError(not_its_own(found, name))
             if name in sizes:
                 check_size(name, value)
+        check_given(found, dict(self.extra))  # each within its domain, the conditions they decide
         if self.example and "example" not in found.document.sections:
             raise ValueError(f"{found.name} has no worked example; drop example")
         if self.sizes is not None:

@@ -87,3 +87,33 @@ def test_grad_c_must_have_the_shape_of_c():
         F.self_attention_backward(x, *weights, torch.ones(5, 3, dtype=torch.float64))
     with pytest.raises(ShapeError, match=r"grad_c has n=4 but x has n=5"):
         F.self_attention_backward(x, *weights, torch.ones(4, 2, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("scale", [1.0, 1e5, 1e10, 1e15])
+def test_second_order_gradients_through_the_backward_are_autograd_s(scale, causal):
+    """Autograd through self_attention_backward (float32 in) against autograd's own second
+    derivative of self-attention in float64, on the same inputs: finite and equal where the
+    softmax saturates (x ×1e15 gave NaN: factors of about 1e45 met the saturated rows' zeros)."""
+    from attention.functional import self_attention_backward
+
+    g = torch.Generator().manual_seed(int(scale) % 1000 + causal)
+    x = torch.randn(4, 3, generator=g) * scale
+    w = [torch.randn(3, 2, generator=g) for _ in range(3)]
+    dc = torch.randn(4, 2, generator=g)
+    ours = [t.clone().requires_grad_() for t in (x, *w, dc)]
+    total = sum(t.sum() for t in self_attention_backward(*ours, causal=causal))
+    got = torch.autograd.grad(total, ours)
+    wide = [t.double().requires_grad_() for t in (x, *w, dc)]
+    x_, wq, wk, wv, dc_ = wide
+    s = (x_ @ wq) @ (x_ @ wk).mT / 2**0.5
+    if causal:
+        s = s.masked_fill(~torch.ones(4, 4, dtype=torch.bool).tril(), -torch.inf)
+    c = s.softmax(-1) @ (x_ @ wv)
+    first = torch.autograd.grad(c, (x_, wq, wk, wv), dc_, create_graph=True)
+    expected = torch.autograd.grad(sum(t.sum() for t in first), wide, allow_unused=True)
+    for name, mine, theirs in zip(["x", "W_q", "W_k", "W_v", "dC"], got, expected, strict=True):
+        theirs = torch.zeros_like(mine, dtype=torch.float64) if theirs is None else theirs
+        assert mine.isfinite().all(), name
+        bound = 1e-5 * max(1.0, theirs.abs().max().item())
+        assert (mine.double() - theirs).abs().max().item() <= bound, name

@@ -269,3 +269,51 @@ def test_the_readme_s_example_builds_a_model_on_our_attention():
     finally:
         hf.register()
     assert len(calls) == model.config.num_hidden_layers
+
+
+def _padded_masks(dtype):
+    """A batch of 2 whose first sequence's first two keys are padding, as transformers gives it:
+    boolean (True: may attend), additive with finfo.min, additive with −∞."""
+    n = 5
+    allowed = torch.ones(2, 1, n, n, dtype=torch.bool).tril()
+    allowed[0, :, :, :2] = False
+    allowed[0, :, :2, :2] = torch.eye(2, dtype=torch.bool)  # a padding query sees itself
+    least = torch.finfo(dtype).min
+    additive = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, least)
+    infinite = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, -torch.inf)
+    return allowed, {"boolean": allowed, "finfo.min": additive, "-inf": infinite}
+
+
+@pytest.mark.parametrize("form", ["boolean", "finfo.min", "-inf"])
+def test_a_padding_mask_in_each_of_transformers_forms_is_read_one_way(form):
+    """0 (or True) may attend, a large negative number (or False) may not: the output equals a
+    float64 reference that masks exactly the padding, and reading the mask the other way round
+    (the additive mask's finfo.min taken as "may attend") would differ from it."""
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 2, 5, 4, generator=g, dtype=torch.float64) for _ in "qkv")
+    allowed, masks = _padded_masks(torch.float64)
+    module = torch.nn.Module()
+    out, _ = hf.attention_forward(module, q, k, v, masks[form], is_causal=True)
+    scores = (q @ k.mT / 2).masked_fill(~allowed, -torch.inf)
+    expected = (scores.softmax(-1) @ v).transpose(1, 2)
+    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+    reversed_reading = (q @ k.mT / 2).masked_fill(allowed, -torch.inf).softmax(-1).nan_to_num()
+    assert (out - (reversed_reading @ v).transpose(1, 2)).abs().max() > 1e-3
+
+
+def test_a_left_padded_batch_gives_eager_s_outputs_at_its_tokens():
+    """A model on our attention, given a batch whose first sequence is left-padded, computes at
+    every real token what eager attention computes. GPT-OSS: its sinks keep a padding query's
+    row finite in eager attention too (Gemma 2's eager rows of padding are NaN, and the next
+    layer spreads them to every token of the sequence)."""
+    eager, ours = models("gpt_oss")
+    ids = torch.randint(0, 64, (2, 6), generator=torch.Generator().manual_seed(2))
+    attention_mask = torch.ones(2, 6, dtype=torch.long)
+    attention_mask[0, :2] = 0
+    with torch.no_grad():
+        expected = eager(ids, attention_mask=attention_mask).logits
+        got = ours(ids, attention_mask=attention_mask).logits
+        unpadded = ours(ids, attention_mask=torch.ones_like(attention_mask)).logits
+    real = attention_mask.bool()
+    assert_close_within(got[real], expected[real], F64)
+    assert (unpadded[0, 2:] - expected[0, 2:]).abs().max() > 1e-3  # the padding matters

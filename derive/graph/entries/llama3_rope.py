@@ -28,7 +28,7 @@ from sympy import Eq, Piecewise
 from ...notation import letters as L
 from ..claims import RelativePosition, RowsSumToOne
 from ..declaration import Declaration, Graph
-from ..sizes import AtLeast, Parameter
+from ..sizes import Above, AtLeast, Parameter
 from ..variant import Variant
 from .rope import rotations_told
 
@@ -109,6 +109,7 @@ VARIANT = Variant(
             meaning="the context length a Llama 3.1 model was first trained at (8192)",
         ),
     ),
+    requires=(Above(L.alpha_h, L.alpha_l, "the blend runs between the two factors' wavelengths"),),
     draws=(AtLeast(L.c, 8, "a frequency in the blended band (at β = 10 000)"),),
     options=(("freq_config", FREQ_CONFIG),),
     rank=53,

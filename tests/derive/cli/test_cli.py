@@ -401,3 +401,36 @@ def test_help_gives_each_size_its_own_default(command, capsys):
     said = " ".join(capsys.readouterr().out.split())
     for letter, size in DEFAULT_SIZES.items():
         assert f"({letter} = {size} when only other sizes are given)" in said
+
+
+#: pdflatex (and latexmk) as a machine may have them broken: the script each is, and what the
+#: one line says
+BROKEN_ENGINES = {
+    "fails": ("#!/bin/sh\nexit 1\n", "pdflatex failed: exit status 1"),
+    "cannot run": ("#!/nonexistent/interpreter\n", "cannot run"),
+    "absent": (None, "no TeX engine found (pdflatex)"),
+}
+
+
+@pytest.mark.parametrize("engine", sorted(BROKEN_ENGINES))
+def test_a_broken_tex_engine_is_one_line_and_leaves_the_pdf(tmp_path, engine):
+    script, said = BROKEN_ENGINES[engine]
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    if script is not None:
+        for name in ("pdflatex", "latexmk"):
+            (tools / name).write_text(script)
+            (tools / name).chmod(0o755)
+    target = tmp_path / "kept.pdf"
+    target.write_bytes(b"before")
+    env = {**_env(), "PATH": str(tools)}  # nothing else: no real engine behind it
+    done = subprocess.run(
+        [sys.executable, "-m", "derive", "pdf", "-o", str(target)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0], done.stderr
+    assert target.read_bytes() == b"before"
