@@ -19,7 +19,7 @@ from torch.autograd.function import once_differentiable
 
 from . import _fused
 from ._masks import allowed_positions, hide_unattended, masked_softmax
-from ._modifications import softcap_parts
+from ._modifications import distance, softcap_parts
 
 
 def projection(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
@@ -77,8 +77,8 @@ def gated(c: Tensor, gamma: Tensor) -> Tensor:
 def alibi_bias(slopes: Tensor, n: int, s: int, offset: int = 0) -> Tensor:
     """ALiBi's bias (h, n, s): −μ_ℓ (m + offset − p) for query m (at position m + offset) and
     key p of head ℓ, slopes μ (h,)."""
-    distance = _fused.distance(offset, offset + n, 0, s, slopes)  # (n, s)
-    return -slopes[:, None, None] * distance  # (h, 1, 1) · (n, s) -> (h, n, s)
+    gaps = distance(offset, offset + n, 0, s, slopes)  # (n, s)
+    return -slopes[:, None, None] * gaps  # (h, 1, 1) · (n, s) -> (h, n, s)
 
 
 def expand_groups(t: Tensor, heads: int) -> Tensor:

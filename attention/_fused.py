@@ -81,7 +81,7 @@ from torch.autograd.function import once_differentiable
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from ._masks import allowed_positions, band, fully_masked_rows
-from ._modifications import softcap_parts
+from ._modifications import distance, key_range, softcap_parts
 
 __all__ = ["Scores", "attention", "gradients", "distance"]
 
@@ -162,16 +162,6 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, scores: Scores, sinks: Tensor | No
     return out.masked_fill(dead, 0.0)  # opened only to avoid 0/0: those rows are zero
 
 
-def _key_range(scores: Scores, first: int, last: int, total: int) -> tuple[int, int]:
-    """(low, high): the keys low … high − 1 that the queries at positions first … last − 1 may
-    attend, before the user's masks: all s without causal; p < last with it; and p > first − w
-    with a window w."""
-    if not scores.causal:
-        return 0, total
-    low = 0 if scores.window is None else max(0, first - scores.window + 1)
-    return low, min(total, last)
-
-
 def _banded_forward(q: Tensor, k: Tensor, v: Tensor, scores: Scores) -> Tensor:
     """The fused kernel on each block of query rows against the keys of its band (a window, or
     the cache before new tokens), with the band (and the user's masks) as its mask.
@@ -194,7 +184,7 @@ def _banded_forward(q: Tensor, k: Tensor, v: Tensor, scores: Scores) -> Tensor:
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
         first, last = r0 + offset, r1 + offset  # the block's positions
-        low, high = _key_range(scores, first, last, total)
+        low, high = key_range(scores.causal, scores.window, first, last, total)
         if shared is not None and first - window + 1 >= 0 and last <= total:  # pyright: ignore[reportOperatorIssue]  # shared: with a window
             block = shared[: r1 - r0, : high - low]
         else:
@@ -368,7 +358,7 @@ def _sweep(
         for r0 in range(0, n, rows):
             r1 = min(n, r0 + rows)
             first, last = r0 + scores.offset, r1 + scores.offset
-            low, high = _key_range(scores, first, last, total)
+            low, high = key_range(scores.causal, scores.window, first, last, total)
             target = (dq if backward else out)[index]  # pyright: ignore[reportPossiblyUnboundVariable]
             if high <= low:  # no key for any of these queries: zero rows, no gradient
                 target[:, :, r0:r1] = 0.0
@@ -458,13 +448,6 @@ def _each(work, packs: list, device: torch.device) -> None:
         list(_POOLS[threads].map(run, packs))
     finally:
         torch.set_num_threads(before)
-
-
-def distance(first: int, last: int, low: int, high: int, like: Tensor) -> Tensor:
-    """m − p for the queries at positions first … last − 1 and the keys low … high − 1:
-    (b, K), in `like`'s dtype and device."""
-    queries = torch.arange(first, last, device=like.device, dtype=like.dtype)
-    return queries[:, None] - torch.arange(low, high, device=like.device, dtype=like.dtype)
 
 
 def _cut_to_band(s: Tensor, first: int, last: int, low: int, high: int, window: int | None) -> None:

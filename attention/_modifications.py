@@ -7,7 +7,29 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["softcap_parts"]
+__all__ = ["softcap_parts", "key_range", "distance"]
+
+
+def key_range(
+    causal: bool, window: int | None, first: int, last: int, total: int
+) -> tuple[int, int]:
+    """(low, high): the keys low … high − 1 (0-based) that the queries at positions first …
+    last − 1 may attend, before any mask of the user's: all `total` without causal; p < last
+    with it (p ≤ m); and p > first − w with a window w (m − p < w). The one rule for which
+    blocks are skipped: the fast path reads only these keys for a block of rows, and
+    `attention.flash` skips a block of keys that lies wholly outside them."""
+    if not causal:
+        return 0, total
+    low = 0 if window is None else max(0, first - window + 1)
+    return low, min(total, last)
+
+
+def distance(first: int, last: int, low: int, high: int, like: Tensor) -> Tensor:
+    """m − p for the queries at positions first … last − 1 and the keys low … high − 1:
+    (b, K), in `like`'s dtype and device: ALiBi's distance (its bias −μ (m − p)) and the factor
+    of its slope's gradient, for the explicit path, the fast path and `attention.flash`."""
+    queries = torch.arange(first, last, device=like.device, dtype=like.dtype)
+    return queries[:, None] - torch.arange(low, high, device=like.device, dtype=like.dtype)
 
 
 @functools.cache

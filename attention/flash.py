@@ -53,7 +53,7 @@ from torch import Tensor
 from ._arguments import check_cap, check_positive, check_window
 from ._checks import checked
 from ._masks import band
-from ._modifications import softcap_parts
+from ._modifications import distance, key_range, softcap_parts
 
 __all__ = [
     "OnlineState",
@@ -120,14 +120,12 @@ class Modifications(NamedTuple):
 
 def skipped(rows: slice, keys: slice, modified: Modifications) -> bool:
     """Whether the block of keys `keys` is masked for every query of `rows` (0-based slices of
-    a self-attention, query m reading key p ≤ m, and p > m − w with a window): its first key
-    after the block's last query, or its last key too old for the block's first query."""
+    a self-attention, query m reading key p ≤ m, and p > m − w with a window): it lies wholly
+    outside the keys those queries may attend (`key_range`, the fast path's rule too)."""
     if not modified.causal:
         return False
-    first_row, last_row = rows.start + 1, rows.stop  # 1-based, as the derivation counts
-    first_key, last_key = keys.start + 1, keys.stop
-    too_old = modified.window is not None and last_key <= first_row - modified.window
-    return first_key > last_row or too_old
+    low, high = key_range(True, modified.window, rows.start, rows.stop, rows.stop)  # s = n
+    return keys.start >= high or keys.stop <= low
 
 
 def _scores(
@@ -141,9 +139,8 @@ def _scores(
         omega, squashed = softcap_parts(omega, modified.softcap, overwrite=True)
         slope = 1 - squashed**2
     if modified.slope is not None:
-        m = torch.arange(rows.start, rows.stop, device=q.device)[:, None]
-        p = torch.arange(keys.start, keys.stop, device=q.device)[None, :]
-        omega = omega - modified.slope * (m - p).to(omega.dtype)  # in the scores' dtype
+        gaps = distance(rows.start, rows.stop, keys.start, keys.stop, omega)  # m − p
+        omega = omega - modified.slope * gaps
     if modified.causal:  # p ≤ m, and m − p < w with a window
         allowed = band(rows.start, rows.stop, keys.start, keys.stop, modified.window, q.device)
         omega = omega.masked_fill(~allowed, -math.inf)

@@ -217,9 +217,10 @@ def layer_weights(module: nn.Module) -> LayerWeights:
     # W_query, W_key and W_value are there, each with a weight, in every multi-head module
     w_q, w_k, w_v = typing.cast("tuple[Tensor, Tensor, Tensor]", (w_q, w_k, w_v))
     sinks, slopes = module._parameters.get("sinks"), module._buffers.get("alibi_slopes")
+    heads = typing.cast("int", module.num_heads)
     for name, value, what in (("sinks", sinks, "sink"), ("alibi_slopes", slopes, "slope")):
-        if value is not None and value.shape != (module.num_heads,):  # reassigned since built
-            check_per_head(type(module).__name__, name, value, module.num_heads, what)
+        if value is not None and value.shape != (heads,):  # reassigned since it was built
+            check_per_head(type(module).__name__, name, value, heads, what)
     return LayerWeights(
         w_q,
         w_k,

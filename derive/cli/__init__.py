@@ -43,6 +43,30 @@ COMMANDS = {
 }
 
 
+def _figures_take_no_folder(where: str, argv: list[str], extra: list[str]) -> None:
+    """`derive html --figures figs`: html's figures are inline, so its --figures is a flag;
+    say so rather than that 'figs' is not an argument."""
+    if "--figures" not in argv:
+        return
+    after = argv.index("--figures") + 1
+    if after < len(argv) and argv[after] in extra:
+        raise UsageError(
+            f"{where}: --figures takes no folder here ({argv[after]!r}): the page draws its "
+            f"figures inline as SVG (see '{where} --help')"
+        )
+
+
+def _version() -> str:
+    """The installed distribution's version (attention-derive), or a word saying it is not
+    installed (a checkout on the import path)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("attention-derive")
+    except metadata.PackageNotFoundError:
+        return "(not installed: run from a checkout)"
+
+
 def _parser() -> Parser:
     parser = Parser(
         prog=PROG,
@@ -51,6 +75,7 @@ def _parser() -> Parser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="run 'derive COMMAND --help' for the options of each command",
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for module in dict.fromkeys(COMMANDS.values()):
         module.add(commands, argparse)
@@ -65,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         args, extra = _parser().parse_known_args(argv)
         if extra and args.command is not None:  # named by the subcommand, whose help lists them
             where = f"{PROG} {args.command}"
+            _figures_take_no_folder(where, argv, extra)
             raise UsageError(
                 f"{where}: unrecognized arguments: {' '.join(extra)} (see '{where} --help')"
             )

@@ -254,7 +254,11 @@ def _pdf_info(title: str) -> str:
     plain = re.sub(r"[\\{}%#&~^_]", "", plain)
     what = plain.removesuffix(", derived")
     subject = f"{what}: every formula derived by SymPy from its declarations"
-    return f"\\pdfinfo{{/Title ({plain}) /Subject ({subject}) /Creator (attention-derive)}}\n"
+    keywords = "attention, self-attention, transformer, SymPy, derivation, backward pass"
+    return (
+        f"\\pdfinfo{{/Title ({plain}) /Subject ({subject}) /Author (the attention-derive "
+        f"authors) /Keywords ({keywords}) /Creator (attention-derive)}}\n"
+    )
 
 
 def to_latex(blocks: list[Block], *, title: str, note: str, standalone: bool = True) -> str:

@@ -3,9 +3,10 @@ r"""Compiling a LaTeX document to PDF with pdflatex, reproducibly.
 The PDF is byte-for-byte reproducible for a given pdfTeX: the preamble omits the dates and the
 trailer ID (``\pdfinfoomitdate``, ``\pdftrailerid{}``, ``\pdfsuppressptexinfo``), and the
 engine runs with ``SOURCE_DATE_EPOCH=0`` and ``FORCE_SOURCE_DATE=1``. The SHA-256 of the source
-(the .tex and the figures it includes) goes into the PDF's /Keywords (``source sha256:…``; the
-document sets its own /Title and /Subject), so a test can tell which source a committed PDF was
-built from even where another pdfTeX would lay out other bytes.
+(the .tex and the figures it includes) goes into an entry of the PDF's information of its own,
+/SourceSHA256 (the document sets its /Title, /Subject, /Author and /Keywords), so a test can
+tell which source a committed PDF was built from even where another pdfTeX would lay out other
+bytes.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def compile_with_log(
             "-interaction=nonstopmode",
             "-halt-on-error",
             "-jobname=derivation",
-            rf"\pdfinfo{{/Keywords (source sha256:{source})}}\input{{derivation.tex}}",
+            rf"\pdfinfo{{/SourceSHA256 ({source})}}\input{{derivation.tex}}",
         ]
         try:
             run = subprocess.run(
@@ -136,7 +137,7 @@ def compile_with_log(
 
 def pdf_source_hash(pdf: bytes) -> str | None:
     """The source hash a PDF built by `compile_pdf` carries, or None."""
-    match = re.search(rb"/Keywords \(source sha256:([0-9a-f]{64})\)", pdf)
+    match = re.search(rb"/SourceSHA256 \(([0-9a-f]{64})\)", pdf)
     return match.group(1).decode() if match else None
 
 

@@ -128,24 +128,19 @@ def issue_example(scale, seed=0, heads=None):
 
 
 @pytest.mark.parametrize("scale", [10.0, 30.0, 100.0, 1000.0])
-def test_the_bound_catches_the_kernels_own_backward(scale):
-    # The issue's example. PyTorch's fused backward recomputes the weights from a float32
-    # log-sum-exp (P of the winning key exp(±ulp(|S|)), not 1) and misses the bound that both
-    # of our paths meet: by 70× at s = 10, by 10⁶ and more from s = 30.
+def test_both_paths_meet_the_bound_on_the_issue_s_example(scale):
+    # The issue's example, where PyTorch's fused backward (which recomputes the weights from a
+    # float32 log-sum-exp) misses the bound by 70× at s = 10 and by 10⁶ from s = 30 on a quiet
+    # machine: that is a claim about torch's kernel, measured in docs/benchmarks.md ("The fast
+    # path's gradients at large scores"), not asserted here (its margin depends on the kernel's
+    # blocking and threads: 8.8× once on a loaded machine). What shows that the bound can fail
+    # are mutated copies of our own backward, below.
     tensors, upstream, options = issue_example(scale)
     reference = gradients(tensors, upstream, options, torch.float64, explicit=True)
     _, radii = rounding_bound(tensors, upstream, options)
     for explicit in (True, False):
-        assert (
-            worst_ratio(
-                gradients(tensors, upstream, options, torch.float32, explicit), reference, radii
-            )
-            <= 1.0
-        )
-    leaves = [t.requires_grad_() for t in tensors]
-    q, k, v = (leaves[0] @ w for w in leaves[1:])  # (2, 5, 4) each
-    out = torch_F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None])[:, 0]
-    assert worst_ratio(torch.autograd.grad(out, leaves, upstream), reference, radii) > 10.0
+        got = gradients(tensors, upstream, options, torch.float32, explicit)
+        assert worst_ratio(got, reference, radii) <= 1.0
 
 
 @pytest.mark.parametrize(

@@ -1,11 +1,10 @@
-"""The README's `derive conform` section says what is true: its three-line test runs (and fails
+"""The README's `derive conform` section says what is true: its four-line test runs as pasted (and fails
 on a broken attention), and its example output is what the command prints now (numbers aside)."""
 
 import re
 from pathlib import Path
 
 import broken
-import correct
 import pytest
 
 from derive.cli import main
@@ -22,17 +21,18 @@ def _three_lines():
     return block
 
 
-def test_the_three_line_test_has_three_lines_and_passes_on_a_correct_attention():
+def test_the_four_line_test_runs_as_pasted_and_passes():
     block = _three_lines()
-    assert len([line for line in block.splitlines() if line.strip()]) == 3
-    namespace = {"MyAttention": lambda d_in, d_out, num_heads: correct.book_mha()}
+    assert len([line for line in block.splitlines() if line.strip()]) == 4
+    namespace: dict = {}
     exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - our own README
     namespace["test_my_attention"]()
 
 
-def test_the_three_line_test_fails_on_a_broken_attention_with_the_report():
-    namespace = {"MyAttention": lambda d_in, d_out, num_heads: broken.heads_mixed()}
-    exec(compile(_three_lines(), "README.md", "exec"), namespace)  # noqa: S102
+def test_the_four_line_test_fails_on_a_broken_attention_with_the_report():
+    block = _three_lines().replace("MultiHeadAttention(64", "Broken(64")
+    namespace = {"Broken": lambda *args, **kwargs: broken.heads_mixed()}
+    exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102
     with pytest.raises(AssertionError, match=r"diagnosis: heads-mixed"):
         namespace["test_my_attention"]()
 

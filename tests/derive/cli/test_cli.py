@@ -434,3 +434,19 @@ def test_a_broken_tex_engine_is_one_line_and_leaves_the_pdf(tmp_path, engine):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and said in lines[0], done.stderr
     assert target.read_bytes() == b"before"
+
+
+def test_version_names_the_distribution(capsys):
+    from importlib import metadata
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"derive {metadata.version('attention-derive')}"
+
+
+def test_html_s_figures_take_no_folder_and_say_so(capsys):
+    assert main(["html", "--figures", "figs", "-o", "never.html"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("derive html: --figures takes no folder here ('figs')")
+    assert err.count("\n") == 1

@@ -147,7 +147,7 @@ def test_the_worked_example_s_inputs_are_kept_on_one_page(example):
     assert inputs.group(0).count("\\\\*[1.2ex]") == 3  # no page break between the four
 
 
-def test_the_pdf_has_a_title_a_subject_and_no_page_holding_only_a_figure(tmp_path):
+def test_the_pdf_has_its_metadata_and_no_page_holding_only_a_figure(tmp_path):
     require("pdflatex", "pdftotext")
     from derive.cli.docs import generate_docs
 
@@ -156,6 +156,10 @@ def test_the_pdf_has_a_title_a_subject_and_no_page_holding_only_a_figure(tmp_pat
     assert b"/Title (Trainable scaled dot-product self-attention, derived)" in pdf
     subject = re.search(rb"/Subject \(([^)]*)\)", pdf).group(1).decode()
     assert subject.startswith("Trainable scaled dot-product self-attention: every formula")
+    assert b"/Author (the attention-derive authors)" in pdf
+    keywords = re.search(rb"/Keywords \(([^)]*)\)", pdf).group(1).decode()
+    assert "self-attention" in keywords and "sha256" not in keywords  # words, not a hash
+    assert re.search(rb"/SourceSHA256 \([0-9a-f]{64}\)", pdf)  # the source's hash, apart
     (tmp_path / "d.pdf").write_bytes(pdf)
     pages = subprocess.run(
         ["pdftotext", "-layout", str(tmp_path / "d.pdf"), "-"],

@@ -1,0 +1,112 @@
+"""Each score modification computed in one place (`attention._modifications`): a changed copy
+of that one function changes what every path computes (the explicit path, the fast path,
+`attention.flash`), forward and backward. Were any path to carry an implementation of its own,
+its output would stay as it was under the change, and this test would name the path."""
+
+import pytest
+import torch
+
+from attention import _core, _fused, _modifications, flash
+from attention import functional as F
+
+
+def _qkv():
+    g = torch.Generator().manual_seed(9)
+    return [torch.randn(1, 2, 6, 4, generator=g, dtype=torch.float64) for _ in "qkv"]
+
+
+def _explicit(q, k, v, **mods):
+    return _paths_multi_head(q, k, v, explicit=True, **mods)
+
+
+def _fast(q, k, v, **mods):
+    return _paths_multi_head(q, k, v, explicit=False, **mods)
+
+
+def _paths_multi_head(q, k, v, *, explicit, softcap=None, slope=None, window=None):
+    """multi_head_attention on exactly q, k, v (two heads, X = [q|k|v], projections picking
+    each): the fast path, or with return_weights the explicit one."""
+    x = torch.cat([q, k, v], dim=-1)[0].transpose(0, 1).reshape(6, 24)[None]
+    eye = torch.eye(24, dtype=q.dtype)
+    pick = [eye[:, [*range(o, o + 4), *range(o + 12, o + 16)]] for o in (0, 4, 8)]
+    alibi = None if slope is None else torch.full((2,), slope, dtype=q.dtype)
+    out = F.multi_head_attention(
+        x,
+        *pick,
+        torch.eye(8, dtype=q.dtype),
+        heads=2,
+        causal=True,
+        window=window,
+        softcap=softcap,
+        alibi=False if alibi is None else alibi,
+        return_weights=explicit,
+    )
+    return out[0] if explicit else out
+
+
+def _flash(q, k, v, **mods):
+    return flash.flash_attention(q, k, v, block_rows=2, block_keys=2, causal=True, **mods)
+
+
+PATHS = {"explicit path": _explicit, "fast path": _fast, "flash": _flash}
+
+#: (the function, a changed copy, the modification that reads it)
+CHANGES = {
+    "softcap_parts": (
+        lambda scaled, cap, *, overwrite=False: _halved(scaled, cap),
+        {"softcap": 2.0},
+    ),
+    "distance": (
+        lambda first, last, low, high, like: 2 * _distance(first, last, low, high, like),
+        {"slope": 0.5},
+    ),
+    "key_range": (
+        lambda causal, window, first, last, total: _narrower(causal, window, first, last, total),
+        {"window": 3},
+    ),
+}
+
+_softcap, _distance, _key_range = (
+    _modifications.softcap_parts,
+    _modifications.distance,
+    _modifications.key_range,
+)
+
+
+def _halved(scaled, cap):
+    capped, squashed = _softcap(scaled.clone(), cap)
+    return capped / 2, squashed
+
+
+def _narrower(causal, window, first, last, total):
+    low, high = _key_range(causal, window, first, last, total)
+    return max(low, high - 1), high  # only the last key: every block before it skipped
+
+
+def _modules_reading(name):
+    return [m for m in (_core, _fused, flash, _modifications) if hasattr(m, name)]
+
+
+#: every path that reads each function (the explicit path masks its whole n × n scores: it has
+#: no block to skip, so it reads no key range)
+CASES = [
+    (change, path)
+    for change in sorted(CHANGES)
+    for path in sorted(PATHS)
+    if not (change == "key_range" and path == "explicit path")
+]
+
+
+@pytest.mark.parametrize(("change", "path"), CASES)
+def test_a_change_in_the_one_place_reaches_every_path(monkeypatch, change, path):
+    changed, mods = CHANGES[change]
+    q, k, v = (t.requires_grad_() for t in _qkv())
+    run = PATHS[path]
+    before = run(q, k, v, **mods)
+    (grad_before,) = torch.autograd.grad(before.sum(), q)
+    for module in _modules_reading(change):
+        monkeypatch.setattr(module, change, changed)
+    after = run(q, k, v, **mods)
+    (grad_after,) = torch.autograd.grad(after.sum(), q)
+    assert (after - before).abs().max() > 1e-3, f"{path} did not read {change}"
+    assert not torch.allclose(grad_after, grad_before), f"{path}'s backward did not read {change}"
