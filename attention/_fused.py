@@ -81,7 +81,7 @@ from torch.autograd.function import once_differentiable
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from ._masks import allowed_positions, band, fully_masked_rows
-from ._modifications import distance, key_range, softcap_parts
+from ._modifications import distance, key_range, sink_normalised, softcap_parts
 
 __all__ = ["Scores", "attention", "gradients", "distance"]
 
@@ -494,10 +494,5 @@ def _weights(
         if given is not None:  # a row with no key: 0/0 above, zero weights by convention
             a.masked_fill_(torch.isneginf(s.amax(dim=-1, keepdim=True)), 0.0)
         return a, capped, None
-    top = torch.maximum(s.amax(dim=-1, keepdim=True), sink)  # (G, r, b, 1)
-    top = torch.where(torch.isneginf(top), torch.zeros_like(top), top)  # σ = −∞, no key
-    e = s.sub_(top).exp_()  # the block's own scores, in place
-    e_sink = torch.exp(sink - top)
-    total = e.sum(dim=-1, keepdim=True) + e_sink
-    total = torch.where(total == 0, torch.ones_like(total), total)  # NaN (a NaN sink) stays
-    return e.div_(total), capped, (e_sink / total).squeeze(-1)
+    a, sink_weight = sink_normalised(s, sink, overwrite=True)  # (G, r, b, K), (G, r, b, 1)
+    return a, capped, sink_weight.squeeze(-1)  # pyright: ignore[reportOptionalMemberAccess]

@@ -30,6 +30,8 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
+from ._modifications import sink_normalised
+
 Mask = Tensor | None
 #: The annotation of a full mask argument: entry (m, p) True where query m may attend key p.
 MaskArg = Bool[Tensor, "*#batch n n"] | None
@@ -198,17 +200,7 @@ def masked_softmax(scaled: Tensor, allowed: Tensor | None, sinks: Tensor | None 
     """
     if allowed is not None:
         scaled = scaled.masked_fill(~allowed, float("-inf"))
-    row_max = scaled.amax(dim=-1, keepdim=True)
-    if sinks is not None:
-        row_max = torch.maximum(row_max, sinks)
-    row_max = row_max.detach()
-    # a row with no key (−∞) shifts by 0 and divides 0 by 1; a NaN (a NaN sink) stays NaN
-    row_max = torch.where(torch.isneginf(row_max), torch.zeros_like(row_max), row_max)
-    exponentials = torch.exp(scaled - row_max)
-    total = exponentials.sum(dim=-1, keepdim=True)
-    if sinks is not None:
-        total = total + torch.exp(sinks - row_max)
-    return exponentials / torch.where(total == 0, torch.ones_like(total), total)
+    return sink_normalised(scaled, sinks)[0]
 
 
 def book_mask(blocked: Tensor | None, n: int) -> tuple[bool, int | None, Tensor | None]:

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["softcap_parts", "key_range", "distance"]
+__all__ = ["softcap_parts", "key_range", "distance", "sink_normalised", "online_start"]
 
 
 def key_range(
@@ -30,6 +30,38 @@ def distance(first: int, last: int, low: int, high: int, like: Tensor) -> Tensor
     of its slope's gradient, for the explicit path, the fast path and `attention.flash`."""
     queries = torch.arange(first, last, device=like.device, dtype=like.dtype)
     return queries[:, None] - torch.arange(low, high, device=like.device, dtype=like.dtype)
+
+
+def sink_normalised(
+    scores: Tensor, sink: Tensor | None, *, overwrite: bool = False
+) -> tuple[Tensor, Tensor | None]:
+    """(A, the sink's weight (…, 1) or None): each row's softmax over its keys, with exp(ζ) in its
+    denominator where a sink ζ (broadcastable to (…, n, 1)) is given: a key every query sees,
+    with no value. The row's maximum (the sink's logit among them) is subtracted first and held
+    constant (softmax is shift invariant), so large scores stay finite; a row with no key and no
+    sink divides 0 by 1 (zero weights, zero gradients); a NaN (a NaN sink) stays NaN, never
+    rows that do not sum to 1. The explicit path and the fast path (`overwrite`: the block's
+    scores reused) call it; `attention.flash` starts each row from the sink (`online_start`)."""
+    top = scores.amax(dim=-1, keepdim=True)
+    if sink is not None:
+        top = torch.maximum(top, sink)
+    top = top.detach()
+    top = torch.where(torch.isneginf(top), torch.zeros_like(top), top)
+    e = scores.sub_(top).exp_() if overwrite else torch.exp(scores - top)
+    total = e.sum(dim=-1, keepdim=True)
+    e_sink = None
+    if sink is not None:
+        e_sink = torch.exp(sink - top)
+        total = total + e_sink
+    total = torch.where(total == 0, torch.ones_like(total), total)
+    weights = e.div_(total) if overwrite else e / total
+    return weights, None if e_sink is None else e_sink / total
+
+
+def online_start(sink: float | None) -> tuple[float, float]:
+    """(μ⁽⁰⁾, ℓ⁽⁰⁾): the online softmax's running maximum and sum before any key: (−∞, 0), or
+    with a sink ζ the state after reading it as one more key, (ζ, e^{ζ − ζ} = 1)."""
+    return (-math.inf, 0.0) if sink is None else (float(sink), 1.0)
 
 
 @functools.cache

@@ -53,7 +53,7 @@ from torch import Tensor
 from ._arguments import check_cap, check_positive, check_window
 from ._checks import checked
 from ._masks import band
-from ._modifications import distance, key_range, softcap_parts
+from ._modifications import distance, key_range, online_start, softcap_parts
 
 __all__ = [
     "OnlineState",
@@ -193,10 +193,10 @@ def online_softmax(
     mu = q.new_full((len(keys), *rows), -math.inf)
     ell = q.new_zeros((len(keys), *rows))
     o = q.new_zeros((len(keys), *rows, v.shape[-1]))
-    start = -math.inf if sink is None else float(sink)  # μ^{(0)}: ζ with a sink
+    start, ell_start = online_start(sink)  # μ^{(0)}, ℓ^{(0)}: (ζ, 1) with a sink
     for i in _blocks(q.shape[-2], block_rows):
         mu_i = q.new_full(q[..., i, 0].shape, start)
-        ell_i = torch.zeros_like(mu_i) if sink is None else torch.ones_like(mu_i)  # e^{ζ − ζ}
+        ell_i = torch.full_like(mu_i, ell_start)
         o_i = q.new_zeros((*mu_i.shape, v.shape[-1]))
         for t, block in enumerate(keys):
             if not skipped(i, block, modified):

@@ -3,10 +3,12 @@ of that one function changes what every path computes (the explicit path, the fa
 `attention.flash`), forward and backward. Were any path to carry an implementation of its own,
 its output would stay as it was under the change, and this test would name the path."""
 
+import sys
+
 import pytest
 import torch
 
-from attention import _core, _fused, _modifications, flash
+from attention import _modifications, flash
 from attention import functional as F
 
 
@@ -23,13 +25,14 @@ def _fast(q, k, v, **mods):
     return _paths_multi_head(q, k, v, explicit=False, **mods)
 
 
-def _paths_multi_head(q, k, v, *, explicit, softcap=None, slope=None, window=None):
+def _paths_multi_head(q, k, v, *, explicit, softcap=None, slope=None, window=None, sink=None):
     """multi_head_attention on exactly q, k, v (two heads, X = [q|k|v], projections picking
     each): the fast path, or with return_weights the explicit one."""
     x = torch.cat([q, k, v], dim=-1)[0].transpose(0, 1).reshape(6, 24)[None]
     eye = torch.eye(24, dtype=q.dtype)
     pick = [eye[:, [*range(o, o + 4), *range(o + 12, o + 16)]] for o in (0, 4, 8)]
     alibi = None if slope is None else torch.full((2,), slope, dtype=q.dtype)
+    sinks = None if sink is None else torch.full((2,), sink, dtype=q.dtype)
     out = F.multi_head_attention(
         x,
         *pick,
@@ -39,6 +42,7 @@ def _paths_multi_head(q, k, v, *, explicit, softcap=None, slope=None, window=Non
         window=window,
         softcap=softcap,
         alibi=False if alibi is None else alibi,
+        sinks=sinks,
         return_weights=explicit,
     )
     return out[0] if explicit else out
@@ -60,16 +64,23 @@ CHANGES = {
         lambda first, last, low, high, like: 2 * _distance(first, last, low, high, like),
         {"slope": 0.5},
     ),
+    "sink_normalised": (
+        lambda scores, sink, *, overwrite=False: _sink(scores, sink + 1.0, overwrite=overwrite),
+        {"sink": 0.5},
+    ),
+    "online_start": (lambda sink: _start(sink + 1.0), {"sink": 0.5}),
     "key_range": (
         lambda causal, window, first, last, total: _narrower(causal, window, first, last, total),
         {"window": 3},
     ),
 }
 
-_softcap, _distance, _key_range = (
+_softcap, _distance, _key_range, _sink, _start = (
     _modifications.softcap_parts,
     _modifications.distance,
     _modifications.key_range,
+    _modifications.sink_normalised,
+    _modifications.online_start,
 )
 
 
@@ -84,16 +95,29 @@ def _narrower(causal, window, first, last, total):
 
 
 def _modules_reading(name):
-    return [m for m in (_core, _fused, flash, _modifications) if hasattr(m, name)]
+    """Every module of the package that holds the function (imported by its name)."""
+    original = getattr(_modifications, name)
+    return [
+        module
+        for key, module in list(sys.modules.items())
+        if key.split(".")[0] == "attention" and getattr(module, name, None) is original
+    ]
 
 
-#: every path that reads each function (the explicit path masks its whole n × n scores: it has
-#: no block to skip, so it reads no key range)
+#: the paths that do not read a function, and why: the explicit path masks its whole n × n
+#: scores (no block to skip); a sink joins a whole row's softmax in the explicit and fast paths,
+#: and starts flash's online softmax (its state after reading the sink as a key)
+NOT_READ = {
+    ("key_range", "explicit path"),
+    ("sink_normalised", "flash"),
+    ("online_start", "explicit path"),
+    ("online_start", "fast path"),
+}
 CASES = [
     (change, path)
     for change in sorted(CHANGES)
     for path in sorted(PATHS)
-    if not (change == "key_range" and path == "explicit path")
+    if (change, path) not in NOT_READ
 ]
 
 
