@@ -416,8 +416,8 @@ def test_a_users_parameter_named_like_a_built_in_size_is_given_by_value(tmp_path
 def test_check_checks_the_values_it_is_told(capsys):
     rows = {}
     for kappa in ("3", "50"):
-        status, out, _ = _run(capsys, "check", "--variant", "softcap", "--kappa", kappa,
-                              "--n", "3", "--d", "2", "--c", "2", "--seed", "4")  # fmt: skip
+        sizes = ("--n", "3", "--d", "2", "--c", "2", "--seed", "4")
+        status, out, _ = _run(capsys, "check", "--variant", "softcap", "--kappa", kappa, *sizes)
         assert status == 0 and f", kappa={kappa}, inputs seed 4" in out
         rows[kappa] = out
     assert rows["3"] != rows["50"]

@@ -8,6 +8,7 @@ from typing import Any
 import sympy as sp
 
 from ...graph import registry
+from ...graph.fitting import check_given
 from ...notation import letters as L
 from .target import ConformError
 
@@ -49,6 +50,10 @@ def variant_sizes(name: str, values: dict[str, Any], adapter: str) -> dict:
             f"values {unknown} (adapter {adapter}'s or given) are not read by "
             f"{name} (it reads {reads})"
         )
+    try:
+        check_given(entry, values)  # each within its domain (κ > 0), the conditions they decide
+    except ValueError as error:
+        raise ConformError(str(error)) from None
     return {
         symbol: sp.sympify(values.get(key, default)) for key, (symbol, default) in known.items()
     }

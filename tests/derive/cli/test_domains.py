@@ -93,3 +93,12 @@ def test_a_user_s_symbol_brings_its_domain(tmp_path, capsys):
     spec = f"{example}:COSINE"
     assert main(["check", "-q", "--variant", spec, "--value", "tau=0"]) == 2
     assert "tau must be a positive" in capsys.readouterr().err
+
+
+def test_conform_refuses_a_value_outside_its_domain_too():
+    from attention import MultiHeadAttention
+    from derive import ConformError
+
+    module = MultiHeadAttention(8, 8, 6, 0.0, 2, softcap=5.0)
+    with pytest.raises(ConformError, match=r"^softcap: kappa must be a positive"):
+        derive.conform(module, variant="softcap", values={"kappa": 0})
