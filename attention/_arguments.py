@@ -61,9 +61,18 @@ def check_window(where: str, name: str, window: object, causal: bool = True) -> 
 
 
 def check_offset(where: str, offset: object) -> None:
-    """A position offset (the tokens before these, after a cache): an int ≥ 0, not a bool;
-    ValueError naming it otherwise."""
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+    """A position offset (the tokens before these, after a cache): an integer (a Python int,
+    a NumPy integer, a 0-d integer tensor; not a bool), TypeError naming it otherwise; at least
+    0, ValueError otherwise."""
+    import operator
+
+    try:
+        if isinstance(offset, bool):
+            raise TypeError
+        value = operator.index(offset)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{where}: offset must be an int, got offset={offset!r}") from None
+    if value < 0:
         raise ValueError(f"{where}: offset must be a non-negative int, got offset={offset!r}")
 
 

@@ -178,7 +178,8 @@ def _call_key(args: tuple, kwargs: dict, tensors: tuple = ()) -> Any:
     this function is 0.4 % of the call. A tensor on the CPU leaves its device out (reading
     `.device` makes an object, hashing it costs more than the shape's hash): (shape, dtype,
     layout) for the CPU, (shape, dtype, layout, device) for any other device, so the two never
-    meet; the layout (25 ns) keeps a sparse tensor from passing as the dense one of its shape.
+    meet; the layout (25 ns a tensor quiet, up to 90 ns on a loaded machine) keeps a sparse
+    tensor from passing as the dense one of its shape.
     An absent bias (None) stands for itself. A nested tensor of torch's strided layout has no
     shape: its RuntimeError here sends the call to the full check (`_key_or_none`)."""
     parts = tuple(

@@ -27,9 +27,12 @@ def key_range(
 def distance(first: int, last: int, low: int, high: int, like: Tensor) -> Tensor:
     """m − p for the queries at positions first … last − 1 and the keys low … high − 1:
     (b, K), in `like`'s dtype and device: ALiBi's distance (its bias −μ (m − p)) and the factor
-    of its slope's gradient, for the explicit path, the fast path and `attention.flash`."""
-    queries = torch.arange(first, last, device=like.device, dtype=like.dtype)
-    return queries[:, None] - torch.arange(low, high, device=like.device, dtype=like.dtype)
+    of its slope's gradient, for the explicit path, the fast path and `attention.flash`. The
+    positions are subtracted as integers and the difference rounded once: bfloat16 holds whole
+    numbers exactly only up to 256 (float16 to 2048), so positions in it would meet."""
+    queries = torch.arange(first, last, device=like.device)
+    gaps = queries[:, None] - torch.arange(low, high, device=like.device)
+    return gaps.to(like.dtype)
 
 
 def sink_normalised(

@@ -56,6 +56,15 @@ def _figures_take_no_folder(where: str, argv: list[str], extra: list[str]) -> No
         )
 
 
+class _Version(argparse.Action):
+    """--version, its number read only when asked (reading the installed distribution's
+    metadata costs about 20 ms, too much for every command's start)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+        print(f"{PROG} {_version()}")
+        parser.exit()
+
+
 def _version() -> str:
     """The installed distribution's version (attention-derive), or a word saying it is not
     installed (a checkout on the import path)."""
@@ -75,7 +84,9 @@ def _parser() -> Parser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="run 'derive COMMAND --help' for the options of each command",
     )
-    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="print the version of derive and exit"
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for module in dict.fromkeys(COMMANDS.values()):
         module.add(commands, argparse)

@@ -185,7 +185,7 @@ def add_variant(sub: argparse.ArgumentParser, what: str) -> None:
 def load_user_variants(argv: list[str]) -> None:
     """Register the variants ``--variant`` names by a file or module (``file.py:NAME``) before
     the parsers are built; a mistake in one is a usage error naming it."""
-    scan = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    scan = argparse.ArgumentParser(add_help=False, exit_on_error=False, allow_abbrev=False)
     scan.add_argument("--variant", action="append", default=[])
     try:
         known, _ = scan.parse_known_args(argv)

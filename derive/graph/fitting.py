@@ -92,30 +92,35 @@ def check_given(entry: Entry, given: Mapping[str, object]) -> None:
     value is a finite real number. The conditions are the entry's (κ > 0 is the symbol's,
     α_h > α_l Llama 3.1's, an even c_r partial RoPE's)."""
     symbols = {str(x.symbol): x.symbol for x in (*entry.sizes, *entry.parameters)}
+    sizes = {str(x.symbol) for x in entry.sizes}
     known: dict[sp.Symbol, sp.Expr] = {}
     for name, value in given.items():
         if value is None or name not in symbols:
             continue
         symbol, number = symbols[name], sp.sympify(value)
-        kind = (
-            "a positive"
-            if symbol.is_positive
-            else "a non-negative"
-            if symbol.is_nonnegative
-            else "a"
+        integer = name in sizes or bool(symbol.is_integer)  # a size counts: a positive integer
+        positive = name in sizes or bool(symbol.is_positive)
+        nonnegative = bool(symbol.is_nonnegative)
+        signs = (
+            (positive, "positive"),
+            (nonnegative, "non-negative"),
+            (symbol.is_negative, "negative"),
+            (symbol.is_nonzero, "non-zero"),
         )
-        kind += " integer" if symbol.is_integer else " finite number"
+        sign = next((word for holds, word in signs if holds), "")
+        kind = "an integer" if integer else "a finite number (within float64's range)"
+        kind = f"a {sign} {kind.removeprefix('an ').removeprefix('a ')}" if sign else kind
         fits = number.is_real is True and number.is_finite is True
         fits = fits and abs(number) <= sys.float_info.max  # the twins compute in float64
-        fits = fits and (number.is_integer is True or not symbol.is_integer)
-        fits = fits and (number.is_positive is True or not symbol.is_positive)
-        fits = fits and (number.is_nonnegative is True or not symbol.is_nonnegative)
+        fits = fits and (number.is_integer is True or not integer)
+        fits = fits and (number.is_positive is True or not positive)
+        fits = fits and (number.is_nonnegative is True or not nonnegative)
+        fits = fits and (number.is_negative is True or not symbol.is_negative)
+        fits = fits and (number.is_nonzero is True or not symbol.is_nonzero)
         if not fits:
             shown = value if isinstance(value, int | float | str) else number
-            shown = shown if len(str(shown)) <= 24 else sp.N(number, 6)  # 1e400, not 401 digits
-            raise ValueError(
-                f"{entry.name}: {name} must be {kind} (within float64's range), got {name}={shown}"
-            )
+            shown = shown if len(str(shown)) <= 24 else sp.N(number, 3)  # 1.00e+400, not 401 digits
+            raise ValueError(f"{entry.name}: {name} must be {kind}, got {name}={shown}")
         known[symbol] = number
     for condition in entry.requires:
         if condition.holds(known) is False:

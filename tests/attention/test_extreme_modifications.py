@@ -109,7 +109,7 @@ def test_the_step_function_caps_like_its_formula(cap, dtype):
     scaled = torch.tensor([[-6.0, -1e-3, 0.0], [2.5, 1e-20, 6.0]], dtype=dtype)
     got = F.softcapped_scores(scaled.clone(), cap)
     expected = _capped_reference(scaled.double(), cap).to(dtype)  # the exact value, rounded
-    torch.testing.assert_close(got, expected, rtol=2e-7, atol=0.0)
+    torch.testing.assert_close(got, expected, rtol=4 * torch.finfo(dtype).eps, atol=0.0)
 
 
 # -- a NaN sink: NaN in, NaN out (a Python number refused by name), never unnormalised rows ---
@@ -214,3 +214,16 @@ def test_flash_computes_in_the_dtype_it_is_given(mods, dtype):
         assert got.dtype == dtype
         bound = 4 * gamma * max(1.0, reference.abs().max().item())
         assert (got.double() - reference).abs().max().item() <= bound
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_alibi_s_distances_are_whole_numbers_at_any_position(dtype):
+    """m − p rounded once into the dtype: bfloat16 holds whole numbers exactly only up to 256,
+    so positions taken in it first would meet (1000 … 1003 all 1000)."""
+    from attention._modifications import distance
+
+    like = torch.zeros((), dtype=dtype)
+    got = distance(1000, 1004, 990, 1004, like)
+    exact = torch.arange(1000, 1004)[:, None] - torch.arange(990, 1004)[None, :]
+    assert torch.equal(got, exact.to(dtype))
+    assert got[3, 13] == 0 and got[3, 12] == 1  # the nearest keys apart, in every dtype

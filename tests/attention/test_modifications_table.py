@@ -192,14 +192,14 @@ def test_a_query_with_no_key_gets_a_zero_row_or_its_sink(name, explicit):
     assert grad.isfinite().all()
 
 
-def _module(names):
+def _module(names, seed=1):
     """The book's module with the rows' options (MultiHeadAttentionWithSWA where one is a
     window), float64; the sinks learned from their initial values."""
     from attention import MultiHeadAttentionWithSWA
 
     options = _options([TABLE[n] for n in names], torch.float64)
     window = options.pop("window", None)
-    torch.manual_seed(1)
+    torch.manual_seed(seed)
     if window is None:
         module = MultiHeadAttention(D, C, 16, 0.0, HEADS, **options)
     else:
@@ -220,15 +220,17 @@ def test_the_cache_fed_in_pieces_gives_the_whole_sequence_s_rows(names):
 
 @pytest.mark.parametrize("names", COMBINATIONS, ids="+".join)
 def test_a_module_s_state_dict_carries_its_modification(names):
-    """A module built with the rows' options, its state loaded into a fresh one built the same
-    way, computes the same; the learned sinks are in the state (GPT-OSS's name)."""
+    """A module built with the rows' options, its state loaded into one built the same way from
+    other random weights, computes the same: the state carries every weight and the learned
+    sinks (GPT-OSS's name); the other modifications are the constructor's options."""
     module = _module(names)
     with torch.no_grad():
         for parameter in module.parameters():
             parameter.add_(0.1)
     state = module.state_dict()
     assert ("sinks" in state) == ("sinks" in names)
-    fresh = _module(names)
-    fresh.load_state_dict(state)
+    fresh = _module(names, seed=2)  # other weights, other sinks
     x, _, _ = _inputs(1.0)
+    assert not torch.equal(fresh(x), module(x))
+    fresh.load_state_dict(state)
     assert torch.equal(fresh(x), module(x))

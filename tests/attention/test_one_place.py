@@ -1,7 +1,11 @@
 """Each score modification computed in one place (`attention._modifications`): a changed copy
 of that one function changes what every path computes (the explicit path, the fast path,
 `attention.flash`), forward and backward. Were any path to carry an implementation of its own,
-its output would stay as it was under the change, and this test would name the path."""
+its output would stay as it was under the change, and this test would name the path.
+
+The key range is the rule for which keys a block reads (the fast path) and which blocks are
+skipped (flash); the masks (`_masks.band`) still say which keys each row may attend, so a range
+made wider changes nothing visible: the test narrows it."""
 
 import sys
 

@@ -102,3 +102,33 @@ def test_conform_refuses_a_value_outside_its_domain_too():
     module = MultiHeadAttention(8, 8, 6, 0.0, 2, softcap=5.0)
     with pytest.raises(ConformError, match=r"^softcap: kappa must be a positive"):
         derive.conform(module, variant="softcap", values={"kappa": 0})
+
+
+SIZED = """
+import sympy as sp
+from derive import declare
+from derive.declare import a, m, n, omega_tilde, p, r
+
+k = sp.Symbol("k")  # no assumptions: a size is a positive integer all the same
+
+
+def weights(omega_scaled):
+    return omega_scaled.softmax(-1)
+
+
+def _e(t):
+    return sp.exp(omega_tilde[m, t])
+
+
+STEP = declare.step("weights", sp.Eq(a[m, p], _e(p) / sp.Sum(_e(r), (r, 1, n))),
+                    shape=(n, n), title="Weights", twin=weights)
+V = declare.variant("sized_test", title="Sized", replaces=[STEP], sizes={k: 2})
+"""
+
+
+@pytest.mark.parametrize("bad", ["5/2", "-7", "0"])
+def test_a_user_s_size_is_a_positive_integer_whatever_its_symbol_says(tmp_path, capsys, bad):
+    path = tmp_path / "sized.py"
+    path.write_text(SIZED)
+    assert main(["check", "-q", "--variant", f"{path}:V", "--value", f"k={bad}"]) == 2
+    assert "sized_test: k must be a positive integer" in capsys.readouterr().err
