@@ -56,6 +56,17 @@ def test_json_for_tools(capsys):
     assert report["mistake"]["wrong"] != report["mistake"]["right"]
 
 
+def test_json_carries_every_note_the_table_shows(capsys):
+    """The stated conventions (a query with no key's weights) are in --json as in the table."""
+    target = f"{CORPUS / 'correct.py'}:sdpa_lowest"
+    status, table, _ = run(capsys, target)
+    status, out, _ = run(capsys, target, "--json")
+    notes = json.loads(out)["notes"]
+    assert notes and notes[0].startswith("convention: a query with no key gets")
+    assert all(note in table for note in notes)
+    assert json.loads(out)["causal_how"]
+
+
 def test_markdown_for_a_bug_report(capsys):
     status, out, _ = run(capsys, f"{CORPUS / 'broken.py'}:heads_mixed", "--markdown")
     assert status == 1

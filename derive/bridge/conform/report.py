@@ -203,6 +203,7 @@ class Report:
             "convention": self.convention,
             "variant": self.variant,
             "causal": self.causal,
+            "causal_how": self.causal_how,
             "dtype": self.dtype,
             "sizes": dict(self.sizes),
             "checks": [asdict(check) for check in self.checks],
@@ -210,6 +211,7 @@ class Report:
             "mistake": None if found is None or found.id is None else asdict(found),
             "first_difference": None if found is None else found.first_difference or None,
             "unchecked": list(self.unchecked),
+            "notes": list(self.notes),  # what the table says under its rows, every line of it
         }
 
     def __str__(self) -> str:
