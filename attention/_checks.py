@@ -137,7 +137,7 @@ class _CallChecker:
         self.outside: tuple[Callable, Callable] | None = None
 
     def remember(self, key: Any) -> None:
-        if key is None:  # a call without a signature (`_key_or_none`): checked every time
+        if key is None:  # a call without a signature (`_call_key`): checked every time
             return
         if len(self.passed) >= self.MEMORY:
             self.passed.clear()
@@ -181,27 +181,26 @@ def _call_key(args: tuple, kwargs: dict, tensors: tuple = ()) -> Any:
     meet; the layout (25 ns a tensor quiet, up to 90 ns on a loaded machine) keeps a sparse
     tensor from passing as the dense one of its shape.
     An absent bias (None) stands for itself. A nested tensor of torch's strided layout has no
-    shape: its RuntimeError here sends the call to the full check (`_key_or_none`)."""
-    parts = tuple(
-        [
-            ((a.shape, a.dtype, a.layout) if a.is_cpu else (a.shape, a.dtype, a.layout, a.device))
-            if type(a) in _TENSORS
-            else (a if a is None else _part(a))
-            for a in args + tensors
-        ]
-    )
-    if kwargs:
-        return parts, len(args), tuple(kwargs), tuple(map(_part, kwargs.values()))
-    return parts, len(args)
-
-
-def _key_or_none(args: tuple, kwargs: dict, tensors: tuple = ()) -> Any:
-    """`_call_key`, or None where a tensor has no shape to key by (a nested tensor): such a
-    call always goes through the full check, which refuses it by name."""
+    shape: the key is then None, never remembered, so that the call always goes through the
+    full check, which refuses it by name (a `try` costs nothing until it catches)."""
     try:
-        return _call_key(args, kwargs, tensors)
-    except RuntimeError:
+        parts = tuple(
+            [
+                (
+                    (a.shape, a.dtype, a.layout)
+                    if a.is_cpu
+                    else (a.shape, a.dtype, a.layout, a.device)
+                )
+                if type(a) in _TENSORS
+                else (a if a is None else _part(a))
+                for a in args + tensors
+            ]
+        )
+        if kwargs:
+            return parts, len(args), tuple(kwargs), tuple(map(_part, kwargs.values()))
+    except RuntimeError:  # a nested tensor's shape
         return None
+    return parts, len(args)
 
 
 def _check_call(checker: _CallChecker, args: tuple, kwargs: dict, weights: Weights | None) -> dict:
@@ -259,10 +258,10 @@ def _arguments_outside_graph(checker: _CallChecker, args: tuple, kwargs: dict) -
     """Under torch.compile, run eagerly: check a new signature's arguments; None if it passed
     before, else (key, bindings) for `_result_outside_graph`."""
     if checker.weights is None:
-        weights, key = None, _key_or_none(args, kwargs)
+        weights, key = None, _call_key(args, kwargs)
     else:
         weights = checker.weights(args[0])
-        key = _key_or_none(args[1:], kwargs, weights[1])
+        key = _call_key(args[1:], kwargs, weights[1])
     if key in checker.passed:
         return None
     return key, _check_call(checker, args, kwargs, weights)
@@ -308,10 +307,7 @@ def checked(fn: Callable[P, R]) -> Callable[P, R]:
             result = fn(*args, **kwargs)
             result_of(checker, pending, result)
             return result
-        try:
-            key = _call_key(args, kwargs)
-        except RuntimeError:  # a nested tensor: no shape to key by, always the full check
-            key = None
+        key = _call_key(args, kwargs)
         if key in passed:
             return fn(*args, **kwargs)
         return _first_call(checker, key, fn, args, kwargs, None)
@@ -341,10 +337,7 @@ def checked_forward(
                 result_of(checker, pending, result)
                 return result
             weights = weights_of(self)
-            try:
-                key = _call_key(args, kwargs, weights[1])
-            except RuntimeError:  # a nested tensor: no shape to key by, always the full check
-                key = None
+            key = _call_key(args, kwargs, weights[1])
             if key in passed:
                 return forward(self, *args, **kwargs)
             return _first_call(checker, key, forward, (self, *args), kwargs, weights)

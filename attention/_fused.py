@@ -83,7 +83,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 from ._masks import allowed_positions, band, fully_masked_rows
 from ._modifications import distance, key_range, sink_normalised, softcap_parts
 
-__all__ = ["Scores", "attention", "gradients", "distance"]
+__all__ = ["Scores", "attention", "gradients"]
 
 #: Scores per query block of one slice: 2¹⁷ float32 entries, 512 KiB (a core's L2 cache holds
 #: the block's four such matrices at n ≤ 1024).

@@ -23,7 +23,7 @@ import torch
 from ..explicit.forward import ExplicitGraph
 from ..explicit.instantiate import key_of
 from ..graph import DeclarationError
-from ..graph.twins import Callee, StepTwin
+from ..graph.twins import Callee, step_twin, twin_letters
 from ..notation import letters as L
 
 __all__ = [
@@ -34,7 +34,6 @@ __all__ = [
     "mask_of",
     "callee_name",
     "dyadic",
-    "twin_of",
     "called",
 ]
 
@@ -142,19 +141,12 @@ def _shape(explicit: ExplicitGraph, shape: tuple) -> tuple[int, ...]:
     return tuple(int(sp.sympify(x).xreplace(explicit.sizes)) for x in shape)
 
 
-def twin_of(declaration) -> StepTwin:
-    """The twin a declaration names, or the function of `attention.functional` of its name."""
-    return declaration.twin or StepTwin(f"attention.functional.{declaration.name}")
-
-
 def _call(declaration, head: int | None, read: Reader, expected: tuple) -> Any:
     """The declaration's twin on what it reads (head `head`'s); its shape checked."""
-    twin = twin_of(declaration)
+    twin = step_twin(declaration)
     where = f"step {declaration.output} ({declaration.name})"
     function = resolve(twin.function, where)
-    letters = twin.arguments
-    if letters is None:
-        letters = tuple(x for x in declaration.inputs if x not in L.CONSTANT_LETTERS)
+    letters = twin_letters(declaration, twin)
     arguments = [read(letter, head) for letter in letters]
     options = {key: read.option(value, head) for key, value in twin.options}
     try:

@@ -13,7 +13,7 @@ import sys
 from typing import TextIO
 
 from .errors import EnvironmentProblem, UsageError
-from .parsing import integer
+from .parsing import integer, value
 
 __all__ = ["add", "run", "run_conform"]
 
@@ -119,7 +119,7 @@ def add(commands, argparse) -> None:
         "--value",
         action="append",
         metavar="NAME=NUMBER",
-        type=_value,
+        type=value,
         help="a number the variants read, by its symbol's name (beta=500000, kappa=30, w=4); "
         "default: the adapter's, else the module's attribute of that name, else the variant's",
     )
@@ -142,20 +142,6 @@ def _convention(text: str) -> tuple[str, str]:
         choices = "; ".join(f"{k}={'|'.join(v)}" for k, v in known.items())
         raise argparse.ArgumentTypeError(f"expected one of {choices}, got {text!r}")
     return name.strip(), value.strip()
-
-
-def _value(text: str) -> tuple[str, float]:
-    import argparse
-
-    name, equals, number = text.partition("=")
-    try:
-        if not equals or not name:
-            raise ValueError
-        return name.strip(), float(number)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected NAME=NUMBER (beta=500000), got {text!r}"
-        ) from None
 
 
 def _param(text: str) -> tuple[str, str]:

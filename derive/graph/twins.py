@@ -35,6 +35,8 @@ __all__ = [
     "StateTwin",
     "Callee",
     "argument_order",
+    "step_twin",
+    "twin_letters",
 ]
 
 #: A dotted name (imported when the check runs) or a callable.
@@ -162,6 +164,21 @@ class StateTwin:
     @property
     def label(self) -> str:
         return _name(self.function)
+
+
+def step_twin(declaration) -> StepTwin:
+    """The twin a step declares, or the function of `attention.functional` named after it."""
+    return declaration.twin or StepTwin(f"attention.functional.{declaration.name}")
+
+
+def twin_letters(declaration, twin: StepTwin) -> tuple[str, ...]:
+    """The matrices a step's twin is given, in order: those it names, else those the step
+    reads, its constants (a mask's booleans) left out."""
+    from ..notation import letters as L
+
+    if twin.arguments is not None:
+        return tuple(twin.arguments)
+    return tuple(x for x in declaration.inputs if x not in L.CONSTANT_LETTERS)
 
 
 def _name(function: Callee) -> str:

@@ -11,7 +11,7 @@ import sympy as sp
 
 from ..graph import Entry
 from ..graph.registry import ROOT, registered
-from ..graph.twins import GradientTwin, ModuleTwin, StateTwin, StepTwin, Twin
+from ..graph.twins import GradientTwin, ModuleTwin, StateTwin, Twin, step_twin, twin_letters
 from ..notation import letters as L
 from ..notation.plain import plain
 
@@ -36,10 +36,8 @@ def step_call(step) -> str:
     """How `derive check` calls a step's twin: ``scores(Q, K)``, ``weights(Omega_scaled, M,
     sink=ζ[1,1])`` (by default the function of `attention.functional` named after the step,
     given the matrices it reads in the book's order, constants left out)."""
-    twin = step.twin or StepTwin(f"attention.functional.{step.name}")
-    arguments = twin.arguments
-    if arguments is None:
-        arguments = tuple(x for x in step.inputs if x not in L.CONSTANT_LETTERS)
+    twin = step_twin(step)
+    arguments = twin_letters(step, twin)
     options = [f"{k}={_option(v)}" for k, v in twin.options]
     return f"{_callee(twin.function)}({', '.join([*arguments, *options])})"
 
@@ -86,8 +84,7 @@ def card(entry: Entry) -> str:
     )
     lines.append("  steps (output = formula; the twin derive check calls):")
     for step in entry.graph.declarations:
-        formula = plain(step.element) if not step.constant else plain(step.element)
-        lines.append(f"    {step.output}: {formula}")
+        lines.append(f"    {step.output}: {plain(step.element)}")
         if not step.constant:
             lines.append(f"        twin: {step_call(step)}")
     sizes = [f"{s.symbol} (default {s.default}; {s.text})" for s in entry.sizes]

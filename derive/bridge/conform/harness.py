@@ -63,19 +63,17 @@ class ModuleHarness:
         if dtype is not None:
             self.module.to(dtype)
         self.module.eval()
-        first: Weights = adapter.read(self.module)
-        told = [p for p in variant.split("+") if p and p not in first.variants.split("+")]
-        variants = "+".join(p for p in (first.variants, *told) if p)
+        read = adapter.read(self.module).variants  # what the adapter reads the module as
+        told = [p for p in variant.split("+") if p and p not in read.split("+")]
+        #: the registered variants it computes besides heads and causality ("gqa+rope")
+        self.variant = "+".join(p for p in (read, *told) if p)
         #: the adapter, reading besides its own the variant's matrices the module names
-        self.adapter = found_inputs(variants, adapter, dict(params or {}))
+        self.adapter = found_inputs(self.variant, adapter, dict(params or {}))
         self.weights: Weights = self.adapter.read(self.module)
         self.dtype, self.device = self.weights.W_q.dtype, self.weights.W_q.device
         self.d, self.c = (int(x) for x in self.weights.W_q.shape)
         self.heads, self.groups = self.weights.heads, self.weights.groups
         self.c_out = self.c if self.weights.W_o is None else int(self.weights.W_o.shape[1])
-        told = [p for p in variant.split("+") if p and p not in self.weights.variants.split("+")]
-        #: the registered variants it computes besides heads and causality ("gqa+rope")
-        self.variant = "+".join(p for p in (self.weights.variants, *told) if p)
         self.with_heads = self.weights.W_o is not None or self.heads > 1 or "gqa" in told
         self.extra = variant_inputs(self.variant, self.weights.inputs, adapter.name)
         on_module = found_values(self.variant, self.module, dict(params or {}))

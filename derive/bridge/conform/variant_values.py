@@ -241,7 +241,7 @@ def found_values(variant: str, module: Any, params: dict[str, str]) -> dict[str,
     if not variant:
         return {}
     found = {}
-    for parameter in registry.variant(variant).parameters:
+    for parameter in _entry(variant, "").parameters:
         name = str(parameter.symbol)
         if name in params:
             value = _attribute(module, params[name])
