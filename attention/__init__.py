@@ -5,12 +5,13 @@
     from attention import MultiHeadAttentionWithSWA, CrossAttention  # the variants
     from attention.functional import self_attention, multi_head_attention  # and each step
     from attention.functional import cross_attention, decode_step, sliding_window_mask
+    from attention import mods  # the score modifications as objects: mods=(mods.Chunked(8),)
 
 Checks (jaxtyping + beartype, on every public function and `forward`) are on by default; turn
 them off with `JAXTYPING_DISABLE=1` or `jaxtyping.config.update("jaxtyping_disable", True)`.
 """
 
-from . import functional
+from . import functional, mods
 from ._shapes import AttentionError, DeviceError, DtypeError, ShapeError, checks_enabled
 from .grouped import GroupedQueryAttention, RMSNorm
 from .interop import from_torch_multihead, to_torch_multihead, torch_masks
@@ -29,6 +30,7 @@ from .rope import apply_rope, compute_rope_params
 
 __all__ = [
     "functional",
+    "mods",
     "SelfAttentionV1",
     "SelfAttentionV2",
     "CausalAttention",

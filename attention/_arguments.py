@@ -12,6 +12,7 @@ __all__ = [
     "check_alibi",
     "check_per_head",
     "check_offset",
+    "check_finite",
 ]
 
 import math
@@ -74,6 +75,12 @@ def check_offset(where: str, offset: object) -> None:
         raise TypeError(f"{where}: offset must be an int, got offset={offset!r}") from None
     if value < 0:
         raise ValueError(f"{where}: offset must be a non-negative int, got offset={offset!r}")
+
+
+def check_finite(where: str, name: str, value: object) -> None:
+    """A finite number (not a bool); ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{where}: {name} must be a finite number, got {name}={value!r}")
 
 
 def check_probability(where: str, **rates: float) -> None:

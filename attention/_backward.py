@@ -33,7 +33,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from . import _core, _masks
+from . import _core
+from . import mods as M
 from ._checks import checked
 
 __all__ = ["Gradients", "self_attention_gradients", "self_attention_backward"]
@@ -66,8 +67,8 @@ def _gradients(
         x, w_q, w_k, w_v, grad_c = (t.to(torch.float64) for t in (x, w_q, w_k, w_v, grad_c))
     c = w_q.shape[-1]
     q, k, v = x @ w_q, x @ w_k, x @ w_v
-    allowed = _masks.allowed_positions(x.shape[-2], x.device, causal, None)
-    _, a = _core.attend_explicitly(q, k, v, scale=_core.scale(c), allowed=allowed)
+    mods = M.modifications(causal=causal)
+    _, a = _core.attend_explicitly(q, k, v, scale=_core.scale(c), mods=mods, heads=False)
     d_v = a.mT @ grad_c  # a: (*batch, n, n) -> its transpose
     d_a = grad_c @ v.mT  # v: (*batch, n, c) -> (*batch, c, n)
     row_sums = (a * d_a).sum(dim=-1, keepdim=True)  # Σ_r a_{m,r} dA_{m,r}, (*batch, n, 1)

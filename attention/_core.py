@@ -8,7 +8,6 @@ Shapes use the book's letters: x (*batch, n, d), w (d, c), q (*batch, n, c), k/v
 (*batch, h, n, c_h).
 """
 
-import dataclasses
 import math
 from typing import Literal, overload
 
@@ -18,8 +17,9 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from . import _fused
-from ._masks import allowed_positions, hide_unattended, masked_softmax
-from ._modifications import distance, softcap_parts
+from . import mods as M
+from ._masks import hide_unattended, masked_softmax
+from .mods import softcap_parts
 
 
 def projection(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
@@ -46,10 +46,13 @@ def scaled_scores(omega: Tensor, width: int) -> Tensor:
     return omega * scale(width)
 
 
-def softmax_rows(scaled: Tensor, allowed: Tensor | None, sinks: Tensor | None = None) -> Tensor:
+def softmax_rows(
+    scaled: Tensor, allowed: Tensor | None, sinks: Tensor | None = None, *, guarded: bool = False
+) -> Tensor:
     """Softmax of each row (over the keys p), masked entries 0; with `sinks` (broadcastable to
-    (..., n, 1)), a sink logit in each row's denominator."""
-    if allowed is None and sinks is None:
+    (..., n, 1)), a sink logit in each row's denominator; `guarded`: scores may be −∞ already
+    (the modifications' masks), a row of them all gets zero weights."""
+    if allowed is None and sinks is None and not guarded:
         return torch.softmax(scaled, dim=-1)
     return masked_softmax(scaled, allowed, sinks)
 
@@ -72,13 +75,6 @@ def softcapped(scaled: Tensor, cap: float) -> Tensor:
 def gated(c: Tensor, gamma: Tensor) -> Tensor:
     """C ∘ σ(Γ): the output gate (Qwen 3.5), each feature scaled by its logit's sigmoid."""
     return c * torch.sigmoid(gamma)
-
-
-def alibi_bias(slopes: Tensor, n: int, s: int, offset: int = 0) -> Tensor:
-    """ALiBi's bias (h, n, s): −μ_ℓ (m + offset − p) for query m (at position m + offset) and
-    key p of head ℓ, slopes μ (h,)."""
-    gaps = distance(offset, offset + n, 0, s, slopes)  # (n, s)
-    return -slopes[:, None, None] * gaps  # (h, 1, 1) · (n, s) -> (h, n, s)
 
 
 def expand_groups(t: Tensor, heads: int) -> Tensor:
@@ -113,14 +109,16 @@ class _Normalised(torch.autograd.Function):
 
 
 def rms_norm(
-    x: Tensor, gain: Tensor, eps: float, shift: Tensor | None = None, upcast: bool = True
+    x: Tensor, gain: Tensor | None, eps: float, shift: Tensor | None = None, upcast: bool = True
 ) -> Tensor:
     """x / √(mean(x²) + ε) ∘ g (+ shift) over the last axis; float16/bfloat16 in float32 with
     `upcast`; returned in x's dtype."""
     dtype = x.dtype
     if upcast and dtype in _LOW_PRECISION:
         x = x.float()
-    out = _Normalised.apply(x, eps) * gain
+    out = _Normalised.apply(x, eps)
+    if gain is not None:  # Llama 4's L2Norm has none
+        out = out * gain
     if shift is not None:
         out = out + shift
     return out.to(dtype)
@@ -132,25 +130,30 @@ def attend_explicitly(
     v: Tensor,
     *,
     scale: float,
-    allowed: Tensor | None,
+    mods: tuple = (),
+    allowed: Tensor | None = None,
     dropout_p: float = 0.0,
-    softcap: float | None = None,
-    bias: Tensor | None = None,
-    sinks: Tensor | None = None,
+    heads: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """(C, A) step by step: ω̃ = (scale·Q) Kᵀ (scale·Ω with Ω = QKᵀ, but finite wherever the
-    scaled scores are, even where Ω itself would overflow), softcapped, plus ALiBi's `bias`; A
-    the softmax of each row (with the sink's logit in its denominator), dropout on A, C = AV.
+    scaled scores are, even where Ω itself would overflow), through the modifications `mods`
+    (`attention.mods.forward`, on the whole matrix as one block), the user's masks `allowed`,
+    A the softmax of each row (with the sink's logit in its denominator), dropout on A, C = AV.
 
-    q: (..., n, c), k, v: (..., s, c) (with heads, (..., h, ·, c_h)); `allowed` and `bias`
-    broadcast to (..., n, s); sinks: the sinks' logits broadcastable to (..., n, 1), or None.
+    q: (..., n, c), k, v: (..., s, c) (with `heads`, (..., h, ·, c_h), the modifications'
+    tensors one number per head); `allowed` broadcasts to (..., n, s).
     """
+    n, s = q.shape[-2], k.shape[-2]
+    offset = M.offset_of(mods)
+    block = M.Block(offset, offset + n, 0, s)
+    shaped = {  # one number per head: (h,) -> (h, 1, 1), or (1, 1) for one head
+        kind: t.to(q.dtype)[:, None, None] if heads else t.to(q.dtype).reshape(1, 1)
+        for kind, t in M.learned(mods).items()
+    }
     scaled = scores(q * scale, k)  # (scale Q) Kᵀ: no overflow where the scaled scores fit
-    if softcap is not None:
-        scaled = softcapped(scaled, softcap)
-    if bias is not None:
-        scaled = scaled + bias
-    a = softmax_rows(scaled, allowed, None if sinks is None else sinks.to(scaled.dtype))
+    scaled, _ = M.forward(scaled, mods, block, shaped, inplace=False)
+    sink = shaped.get(M.Sinks.__name__)
+    a = softmax_rows(scaled, allowed, sink, guarded=bool(mods))
     if dropout_p > 0.0:
         a = F.dropout(a, p=dropout_p)
     return context(a, v), a
@@ -165,15 +168,10 @@ def attend(
     *,
     scale: float,
     heads: bool,
-    causal: bool = ...,
-    window: int | None = ...,
-    offset: int = ...,
+    mods: tuple = ...,
     allowed: Tensor | None = ...,
     dropout_p: float = ...,
     return_weights: Literal[False] = ...,
-    softcap: float | None = ...,
-    slopes: Tensor | None = ...,
-    sinks: Tensor | None = ...,
 ) -> Tensor: ...
 @overload
 def attend(
@@ -183,15 +181,10 @@ def attend(
     *,
     scale: float,
     heads: bool,
-    causal: bool = ...,
-    window: int | None = ...,
-    offset: int = ...,
+    mods: tuple = ...,
     allowed: Tensor | None = ...,
     dropout_p: float = ...,
     return_weights: bool,
-    softcap: float | None = ...,
-    slopes: Tensor | None = ...,
-    sinks: Tensor | None = ...,
 ) -> Tensor | tuple[Tensor, Tensor]: ...
 def attend(
     q: Tensor,
@@ -200,75 +193,49 @@ def attend(
     *,
     scale: float,
     heads: bool,
-    causal: bool = False,
-    window: int | None = None,
-    offset: int = 0,
+    mods: tuple = (),
     allowed: Tensor | None = None,
     dropout_p: float = 0.0,
     return_weights: bool = False,
-    softcap: float | None = None,
-    slopes: Tensor | None = None,
-    sinks: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """C (or (C, A)) from Q, K, V: the one entry to the fast path (`attention._fused`) and the
     explicit path, every variant's.
 
     q (*batch, n, c) and k, v (*batch, s, c); with `heads`, q (*batch, h, n, c_h) and k, v
-    (*batch, g, s, c_h), g dividing h. `scale`: the factor of q·k (1/√c, or 1/√c_h). `causal`:
-    query m, at position m + `offset`, attends keys p ≤ m + offset (offset s − n when new tokens
-    attend a cache); `window` w (with causal): only m + offset − p < w. `allowed`: the user's
-    masks (`_masks.given_masks`, (*batch, 1 or n, s), shared by the heads). `softcap`, `slopes`
-    (ALiBi, (h,), with causal) and `sinks` ((h,)): the score modifications of `_fused`'s
-    docstring.
+    (*batch, g, s, c_h), g dividing h. `scale`: the factor of q·k (1/√c, or 1/√c_h). `mods`:
+    the modifications (`attention.mods`: causal with the queries' offset, a window, chunks,
+    softcapping, ALiBi, sinks, …; ALiBi without slopes takes Press et al.'s for the heads).
+    `allowed`: the user's masks (`_masks.given_masks`, (*batch, 1 or n, s), shared by the
+    heads).
 
     The explicit path serves when A is wanted or dropout is on (so that dropout draws the same
     random numbers as the book's `nn.Dropout` on the weights); otherwise the fast path runs.
     Keys that no query may attend are zeroed first (`_masks.hide_unattended`).
     """
-    n = q.shape[-2]
-    if window is not None and window >= offset + n:
-        window = None  # every query reaches back to key 0: the causal mask
-    k, v = hide_unattended(k, v, causal, allowed, heads, window)
+    n, s = q.shape[-2], k.shape[-2]
+    offset = M.offset_of(mods)
+    mods = M.resolved(mods, q.shape[-3] if heads else 1, q)
+    mods = M.trimmed(mods, M.Block(offset, offset + n, 0, s))
+    k, v = hide_unattended(k, v, mods, allowed, heads)
     if heads and allowed is not None:
         allowed = allowed.unsqueeze(-3)  # (*batch, R, s) -> (*batch, 1, R, s): shared by heads
     if return_weights or dropout_p > 0.0:
-        s = k.shape[-2]
-        full = allowed_positions(n, q.device, causal, allowed, window, keys=s, offset=offset)
-        bias = None if slopes is None else alibi_bias(slopes, n, s, offset)
-        if bias is not None and not heads:
-            bias = bias[0]  # (1, n, s) -> (n, s): one head's
         if heads and k.shape[-3] != q.shape[-3]:  # g groups: each repeated for its h/g heads
             k, v = expand_groups(k, q.shape[-3]), expand_groups(v, q.shape[-3])
-        if sinks is not None:  # (h,) -> (h, 1, 1) per head, or (1, 1) for one head
-            sinks = sinks[:, None, None] if heads else sinks.reshape(1, 1)
         c, a = attend_explicitly(
-            q,
-            k,
-            v,
-            scale=scale,
-            allowed=full,
-            dropout_p=dropout_p,
-            softcap=softcap,
-            bias=bias,
-            sinks=sinks,
+            q, k, v, scale=scale, mods=mods, allowed=allowed, dropout_p=dropout_p, heads=heads
         )
         return (c, a) if return_weights else c
     if not heads:
         q, k, v = q.unsqueeze(-3), k.unsqueeze(-3), v.unsqueeze(-3)  # (*b, n, c) -> (*b, 1, n, c)
         if allowed is not None:
             allowed = allowed.unsqueeze(-3)  # (*batch, R, s) -> (*batch, 1, R, s)
-    options = _fused.Scores(scale, causal, window, offset, None, softcap, slopes)
-    out = attend_fused(q, k, v, options, allowed, sinks)
+    out = attend_fused(q, k, v, scale=scale, mods=mods, allowed=allowed)
     return out.squeeze(-3) if not heads else out  # (*batch, 1, n, c) -> (*batch, n, c)
 
 
 def attend_fused(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    options: "_fused.Scores",
-    allowed: Tensor | None,
-    sinks: Tensor | None = None,
+    q: Tensor, k: Tensor, v: Tensor, *, scale: float, mods: tuple, allowed: Tensor | None
 ) -> Tensor:
     """C from the fast path, q (*batch, h, n, c_h), k, v (*batch, g, s, c_h); `allowed` (the
     user's masks) broadcasts to (*batch, 1, R, s). Only a 4-D (B, h, n, c_h) input reaches the
@@ -285,8 +252,7 @@ def attend_fused(
             allowed = allowed.view(1, 1, rows, s)
         else:
             allowed = torch.broadcast_to(allowed, (*lead, 1, rows, s)).reshape(-1, 1, rows, s)
-    options = dataclasses.replace(options, allowed=allowed)
-    out = _fused.attention(q4, k4, v4, options, sinks)
+    out = _fused.attention(q4, k4, v4, scale=scale, mods=mods, allowed=allowed)
     return out.view(*lead, heads, n, width)  # (B, h, n, c_h) -> (*batch, h, n, c_h)
 
 
@@ -303,38 +269,16 @@ def merge_heads(t: Tensor) -> Tensor:
 
 
 def attend_new_rows(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    *,
-    scale: float,
-    window: int | None,
-    dropout_p: float,
-    heads: bool,
-    softcap: float | None = None,
-    slopes: Tensor | None = None,
-    sinks: Tensor | None = None,
+    q: Tensor, k: Tensor, v: Tensor, *, scale: float, mods: tuple, dropout_p: float, heads: bool
 ) -> Tensor:
     """The context rows of t new tokens during generation: their queries q (..., t, c) against
     the keys k and values v (..., s, c) of every token so far, whose last t rows are the new
     tokens' own. New token i sits at position s − t + i and attends key p iff p ≤ s − t + i
-    (and s − t + i − p < w with a window): causal attention at offset s − t, whose blocks read
-    the window's keys only."""
+    (and the other masks of `mods` allow it): causal attention at offset s − t (`mods`' own
+    `Causal` replaced), whose blocks read the keys the masks reach only."""
     offset = k.shape[-2] - q.shape[-2]
-    return attend(
-        q,
-        k,
-        v,
-        scale=scale,
-        heads=heads,
-        causal=True,
-        window=window,
-        offset=offset,
-        dropout_p=dropout_p,
-        softcap=softcap,
-        slopes=slopes,
-        sinks=sinks,
-    )
+    mods = M.ordered((*(m for m in mods if not isinstance(m, M.Causal)), M.Causal(offset)))
+    return attend(q, k, v, scale=scale, heads=heads, mods=mods, dropout_p=dropout_p)
 
 
 def kept_rows(cache: Tensor, window: int | None, dim: int = -2) -> Tensor:

@@ -7,6 +7,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from . import _core
+from . import mods as M
 from ._arguments import (
     check_alibi,
     check_cap,
@@ -17,7 +18,7 @@ from ._arguments import (
     check_window,
 )
 from ._checks import checked
-from ._layer import LayerWeights, ScoreOptions, attention_layer
+from ._layer import LayerWeights, attention_layer
 from ._masks import KeyPaddingArg, MaskArg, given_masks
 from ._shapes import ShapeError
 
@@ -78,6 +79,7 @@ def multi_head_attention(
     w_g: Float[Tensor, "d c"] | None = None,
     b_g: Float[Tensor, " c"] | None = None,
     query_pre_attn_scalar: float | None = None,
+    mods: tuple = (),
 ) -> (
     Float[Tensor, "*batch n c_out"]
     | tuple[Float[Tensor, "*batch n c_out"], Float[Tensor, "*batch h n n"]]
@@ -97,7 +99,10 @@ def multi_head_attention(
     sinks). w_g, b_g: the output gate's W_g (d, c) and bias: the merged heads multiplied by
     σ(X W_g + b_g) before W_o (Qwen 3.5's gate, each head's block of columns its own;
     `output_gate`). query_pre_attn_scalar: the scale 1/√query_pre_attn_scalar in place of
-    1/√c_h (Gemma 2 and 3). Returns C (*batch, n, c_out), or (C, A) with A (*batch, h, n, n).
+    1/√c_h (Gemma 2 and 3). mods: more modifications, as objects (`attention.mods`: `Chunked`,
+    `Temperature`, a researcher's own subclass of `Modification`, …), applied with those the
+    keywords build (one of each kind). Returns C (*batch, n, c_out), or (C, A) with A
+    (*batch, h, n, n).
     """
     check_positive("multi_head_attention", heads=heads)
     check_probability("multi_head_attention", dropout_p=dropout_p)
@@ -112,21 +117,24 @@ def multi_head_attention(
         raise ShapeError(
             f"multi_head_attention: c={c} (the width of w_q) is not divisible by heads={heads}"
         )
-    slopes = alibi if isinstance(alibi, Tensor) else None
-    weights = LayerWeights(
-        w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, w_g=w_g, b_g=b_g, sinks=sinks, slopes=slopes
+    weights = LayerWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, w_g=w_g, b_g=b_g)
+    built = M.modifications(
+        causal=causal,
+        window=window,
+        softcap=softcap,
+        alibi=alibi,
+        sinks=sinks,
+        query_pre_attn_scalar=query_pre_attn_scalar,
     )
-    options = ScoreOptions(
-        softcap=softcap, alibi=alibi is True, query_pre_attn_scalar=query_pre_attn_scalar
+    mods = M.check(
+        "multi_head_attention", (*built, *M.check("multi_head_attention", mods, heads)), heads
     )
     return attention_layer(
         x,
         weights,
         heads=heads,
-        causal=causal,
-        window=window,
+        mods=mods,
         allowed=given_masks(mask, key_padding_mask),
         dropout_p=dropout_p,
         return_weights=return_weights,
-        options=options,
     )

@@ -9,27 +9,18 @@ or the first ones only); attend (`_core.attend`: the one fast path or the explic
 softcapping, ALiBi and sinks); merge the heads; gate them, C ∘ σ(X W_g); project by W_o.
 """
 
-import functools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, overload
 
-import torch
 from torch import Tensor
 
 from . import _core
+from . import mods as M
 from ._masks import silence_isolated
 from .rope import rotate
 
-__all__ = [
-    "LayerWeights",
-    "ScoreOptions",
-    "alibi_slopes",
-    "slopes_of",
-    "attention_layer",
-    "split_gate",
-]
+__all__ = ["LayerWeights", "attention_layer", "split_gate"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,8 +29,8 @@ class LayerWeights:
 
     w_g: the gate's own W_g (d × h·c_h), or None; with `gate_in_query`, W_q is d × 2h·c_h and
     each head's 2c_h columns are its queries then its gate (Qwen 3.5's `q_proj`). q_norm, k_norm:
-    QK-norm, callables over the last axis (c_h). sinks: σ (h,). slopes: ALiBi's μ (h,), given
-    (`ScoreOptions.alibi` asks for the default ones).
+    QK-norm, callables over the last axis (c_h). The modifications' tensors (ALiBi's slopes, the
+    sinks) travel in their objects (`attention.mods`).
     """
 
     w_q: Tensor
@@ -55,52 +46,6 @@ class LayerWeights:
     gate_in_query: bool = False
     q_norm: Callable[[Tensor], Tensor] | None = None
     k_norm: Callable[[Tensor], Tensor] | None = None
-    sinks: Tensor | None = None
-    slopes: Tensor | None = None
-
-
-@dataclass(frozen=True)
-class ScoreOptions:
-    """The modifications of the scores that are not tensors: ALiBi (slopes from the number of
-    heads), softcapping's cap, and the query scale 1/√query_pre_attn_scalar in place of 1/√c_h
-    (Gemma 2 and 3)."""
-
-    alibi: bool = False
-    softcap: float | None = None
-    query_pre_attn_scalar: float | None = None
-
-    def scale(self, width: int) -> float:
-        """The factor of q·k: 1/√c_h, or 1/√query_pre_attn_scalar."""
-        if self.query_pre_attn_scalar is None:
-            return _core.scale(width)
-        return 1.0 / math.sqrt(self.query_pre_attn_scalar)
-
-
-NO_OPTIONS = ScoreOptions()
-
-
-@functools.cache
-def _slopes(heads: int) -> tuple[float, ...]:
-    """Press et al.'s geometric sequence: for h a power of 2, μ_ℓ = 2^(−8ℓ/h), ℓ = 1 … h; for
-    other h, the sequence of the power of 2 below h, then every other slope of the sequence for
-    twice that power, as many as are missing (BLOOM's `_get_alibi_slopes`, restated)."""
-    below = 2 ** math.floor(math.log2(heads))
-    slopes = [2.0 ** (-8.0 * i / below) for i in range(1, below + 1)]
-    extra = [2.0 ** (-8.0 * i / (2 * below)) for i in range(1, 2 * below + 1, 2)]
-    return tuple(slopes + extra[: heads - below])
-
-
-def alibi_slopes(heads: int, *, dtype: torch.dtype = torch.float32, device=None) -> Tensor:
-    """ALiBi's default slopes μ (h,) (Press, Smith and Lewis, *Train Short, Test Long*, 2022)."""
-    return torch.tensor(_slopes(heads), dtype=dtype, device=device)
-
-
-def slopes_of(weights: LayerWeights, options: ScoreOptions, heads: int, like: Tensor):
-    """The slopes ALiBi adds with: the given ones, else the default ones where `options.alibi`
-    asks for them (in `like`'s dtype and device), else None."""
-    if weights.slopes is not None:
-        return weights.slopes
-    return alibi_slopes(heads, dtype=like.dtype, device=like.device) if options.alibi else None
 
 
 def split_gate(projected: Tensor, heads: int) -> tuple[Tensor, Tensor]:
@@ -120,12 +65,10 @@ def attention_layer(
     heads: int,
     groups: int | None = ...,
     y: Tensor | None = ...,
-    causal: bool = ...,
-    window: int | None = ...,
+    mods: tuple = ...,
     allowed: Tensor | None = ...,
     dropout_p: float = ...,
     return_weights: Literal[False] = ...,
-    options: ScoreOptions = ...,
     rope: tuple[Tensor, Tensor] | None = ...,
 ) -> Tensor: ...
 @overload
@@ -136,12 +79,10 @@ def attention_layer(
     heads: int,
     groups: int | None = ...,
     y: Tensor | None = ...,
-    causal: bool = ...,
-    window: int | None = ...,
+    mods: tuple = ...,
     allowed: Tensor | None = ...,
     dropout_p: float = ...,
     return_weights: bool,
-    options: ScoreOptions = ...,
     rope: tuple[Tensor, Tensor] | None = ...,
 ) -> Tensor | tuple[Tensor, Tensor]: ...
 def attention_layer(
@@ -151,24 +92,23 @@ def attention_layer(
     heads: int,
     groups: int | None = None,
     y: Tensor | None = None,
-    causal: bool = False,
-    window: int | None = None,
+    mods: tuple = (),
     allowed: Tensor | None = None,
     dropout_p: float = 0.0,
     return_weights: bool = False,
-    options: ScoreOptions = NO_OPTIONS,
     rope: tuple[Tensor, Tensor] | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """The layer of the module docstring: x (*batch, n, d) -> (*batch, n, c_out), or (C, A)
     with `return_weights` (A: (*batch, h, n, s)).
 
     heads: h; groups: g (None: h). y: the keys' sequence (*batch, s, d_y) of cross-attention
-    (None: x). causal, window, allowed (`_masks.given_masks`), dropout_p: as `_core.attend`.
+    (None: x). mods (`attention.mods`: the masks, the score modifications, the query scale),
+    allowed (`_masks.given_masks`), dropout_p: as `_core.attend`.
     rope: (cos, sin), (n_ctx, r) each with r ≤ c_h (r < c_h rotates the first r features only).
     """
     groups = heads if groups is None else groups
     if y is None:
-        x = silence_isolated(x, causal, allowed, window)
+        x = silence_isolated(x, mods, allowed)
     q, k, v, gate = project_heads(x, weights, heads=heads, groups=groups, y=y)
     q, k = normalise_and_rotate(q, k, weights, rope)
     width = q.shape[-1]
@@ -176,16 +116,12 @@ def attention_layer(
         q,
         k,
         v,
-        scale=options.scale(width),
+        scale=M.scale_of(mods, width),
         heads=True,
-        causal=causal,
-        window=window,
+        mods=mods,
         allowed=allowed,
         dropout_p=dropout_p,
         return_weights=return_weights,
-        softcap=options.softcap,
-        sinks=weights.sinks,
-        slopes=slopes_of(weights, options, heads, q),
     )
     if isinstance(result, tuple):  # (C, A): return_weights
         per_head, a = result

@@ -24,13 +24,12 @@ is never causal (the keys are another sequence).
 Masked positions have no influence, even when they hold NaN or ±inf (see `hide_unattended`).
 """
 
-from typing import overload
-
 import torch
 from jaxtyping import Bool
 from torch import Tensor
 
-from ._modifications import sink_normalised
+from . import mods as M
+from .mods import sink_normalised
 
 Mask = Tensor | None
 #: The annotation of a full mask argument: entry (m, p) True where query m may attend key p.
@@ -40,30 +39,14 @@ KeyPaddingArg = Bool[Tensor, "*#batch n"] | None
 
 
 def causal_allowed(n: int, device: torch.device) -> Tensor:
-    """(n, n) lower-triangular: True where p ≤ m."""
-    return torch.ones(n, n, dtype=torch.bool, device=device).tril()
-
-
-def band_allowed(rows: range, keys: range, window: int | None, device: torch.device) -> Tensor:
-    """(len(rows), len(keys)): True where 0 ≤ m − p < w for query m in `rows` and key p in
-    `keys` (absolute positions); without a window, where p ≤ m."""
-    return band(rows.start, rows.stop, keys.start, keys.stop, window, device)
-
-
-def band(
-    first: int, last: int, low: int, high: int, window: int | None, device: torch.device
-) -> Tensor:
-    """`band_allowed` for the queries at positions first … last − 1 and the keys low … high − 1,
-    from plain integers (under torch.compile they may be symbolic: a range of them is not)."""
-    offset = first - low  # m − p at the first query and the first key
-    ones = torch.ones(last - first, high - low, dtype=torch.bool, device=device)
-    allowed = ones.tril(diagonal=offset)  # p ≤ m
-    return allowed if window is None else allowed.triu(diagonal=offset - window + 1)  # m − p < w
+    """(n, n) lower-triangular: True where p ≤ m (`mods.Causal`'s rule)."""
+    return M.allowed((M.Causal(),), M.Block(0, n, 0, n), device)  # pyright: ignore[reportReturnType]  # a mask given
 
 
 def window_allowed(n: int, window: int, device: torch.device) -> Tensor:
     """(n, n): True where 0 ≤ m − p < w (the sliding window, the diagonal included)."""
-    return band_allowed(range(n), range(n), window, device)
+    rule = (M.Causal(), M.Window(window))
+    return M.allowed(rule, M.Block(0, n, 0, n), device)  # pyright: ignore[reportReturnType]  # masks given
 
 
 def given_masks(mask: Mask, key_padding_mask: Mask) -> Tensor | None:
@@ -74,75 +57,46 @@ def given_masks(mask: Mask, key_padding_mask: Mask) -> Tensor | None:
     return padding if mask is None else mask & padding
 
 
-# Given masks, there is always a tensor of them (causal or not): None only where all may attend.
-@overload
 def allowed_positions(
-    n: int,
-    device: torch.device,
-    causal: bool,
-    allowed: Tensor,
-    window: int | None = ...,
-    *,
-    keys: int | None = ...,
-    offset: int = ...,
-) -> Tensor: ...
-@overload
-def allowed_positions(
-    n: int,
-    device: torch.device,
-    causal: bool,
-    allowed: Mask,
-    window: int | None = ...,
-    *,
-    keys: int | None = ...,
-    offset: int = ...,
-) -> Tensor | None: ...
-def allowed_positions(
-    n: int,
-    device: torch.device,
-    causal: bool,
-    allowed: Mask,
-    window: int | None = None,
-    *,
-    keys: int | None = None,
-    offset: int = 0,
+    n: int, device: torch.device, mods: tuple, allowed: Mask, *, keys: int | None = None
 ) -> Tensor | None:
     """True where query m may attend key p, broadcastable to (*batch, n, s) (s = `keys`, n if
-    None); None if all may. With `causal`, query m sits at position m + `offset` and attends the
-    keys p ≤ m + offset (and m + offset − p < w with a `window`)."""
-    if causal:
-        s = n if keys is None else keys
-        if offset == 0 and s == n and window is None:
-            lower = causal_allowed(n, device)
-        else:
-            lower = band(offset, offset + n, 0, s, window, device)
-        return lower if allowed is None else allowed & lower
-    return allowed
+    None): the masks of `mods` (query m at position m + their offset) and the user's `allowed`;
+    None if all may."""
+    offset = M.offset_of(mods)
+    s = n if keys is None else keys
+    rule = M.allowed(mods, M.Block(offset, offset + n, 0, s), device)
+    if rule is None:
+        return allowed
+    return rule if allowed is None else allowed & rule
 
 
-def attended_keys(causal: bool, allowed: Tensor, window: int | None = None) -> Tensor:
-    """(*batch, s): True for the keys that at least one query may attend."""
-    if allowed.shape[-2] == 1:  # key padding: with causal (and a window), p is seen by query p
+def attended_keys(mods: tuple, allowed: Tensor) -> Tensor:
+    """(*batch, s): True for the keys that at least one query may attend (self-attention)."""
+    if allowed.shape[-2] == 1:  # key padding: under every mask of mods, p is read by query p
         return allowed.squeeze(-2)  # (*batch, 1, s) -> (*batch, s)
     n = allowed.shape[-1]
-    return allowed_positions(n, allowed.device, causal, allowed, window).any(dim=-2)
+    return allowed_positions(n, allowed.device, mods, allowed).any(dim=-2)  # pyright: ignore[reportOptionalMemberAccess]  # allowed given
 
 
-def attending_queries(causal: bool, allowed: Tensor, window: int | None = None) -> Tensor:
+def attending_queries(mods: tuple, allowed: Tensor) -> Tensor:
     """(*batch, n) or (*batch, 1): True for the queries that may attend at least one key."""
     if allowed.shape[-2] == 1:
         padding = allowed.squeeze(-2)  # (*batch, 1, n) -> (*batch, n)
-        if causal:  # query m sees keys p ≤ m (and p > m − w): is any of them there?
-            seen = padding.cumsum(dim=-1)
-            if window is not None and window < seen.shape[-1]:
-                seen[..., window:] -= seen[..., :-window].clone()  # minus those before m − w + 1
-            return seen > 0
-        return padding.any(dim=-1, keepdim=True)  # the same answer for every query
+        n = padding.shape[-1]
+        low, high = M.row_bounds(mods, torch.arange(n, device=padding.device))
+        if low is None and high is None:
+            return padding.any(dim=-1, keepdim=True)  # the same answer for every query
+        # query m reads the keys L(m) ≤ p < H(m): is any of them there? (counts by cumsum)
+        seen = torch.nn.functional.pad(padding.long().cumsum(dim=-1), (1, 0))  # (*batch, n + 1)
+        low = torch.zeros(n, dtype=torch.long) if low is None else low.clamp(0, n)
+        high = torch.full((n,), n, dtype=torch.long) if high is None else high.clamp(0, n)
+        return seen[..., high.to(seen.device)] > seen[..., low.to(seen.device)]
     n = allowed.shape[-1]
-    return allowed_positions(n, allowed.device, causal, allowed, window).any(dim=-1)
+    return allowed_positions(n, allowed.device, mods, allowed).any(dim=-1)  # pyright: ignore[reportOptionalMemberAccess]  # allowed given
 
 
-def silence_isolated(x: Tensor, causal: bool, allowed: Mask, window: int | None = None) -> Tensor:
+def silence_isolated(x: Tensor, mods: tuple, allowed: Mask) -> Tensor:
     """X with zeros at the positions that neither attend nor are attended (*batch, n, d).
 
     Such a position's output is zero by convention and no other output reads it, so replacing
@@ -151,8 +105,7 @@ def silence_isolated(x: Tensor, causal: bool, allowed: Mask, window: int | None 
     """
     if allowed is None:
         return x
-    attended = attended_keys(causal, allowed, window)
-    isolated = ~(attended | attending_queries(causal, allowed, window))
+    isolated = ~(attended_keys(mods, allowed) | attending_queries(mods, allowed))
     return x.masked_fill(isolated.unsqueeze(-1), 0.0)  # (*batch, n) -> (*batch, n, 1)
 
 
@@ -165,15 +118,13 @@ def silence_cross(x: Tensor, y: Tensor, allowed: Mask) -> tuple[Tensor, Tensor]:
     """
     if allowed is None:
         return x, y
-    blind = ~attending_queries(False, allowed)  # (*batch, n), or (*batch, 1) for key padding
-    unseen = ~attended_keys(False, allowed)  # (*batch, s)
+    blind = ~attending_queries((), allowed)  # (*batch, n), or (*batch, 1) for key padding
+    unseen = ~attended_keys((), allowed)  # (*batch, s)
     x = x.masked_fill(blind.unsqueeze(-1), 0.0)  # (*batch, n) -> (*batch, n, 1)
     return x, y.masked_fill(unseen.unsqueeze(-1), 0.0)  # (*batch, s) -> (*batch, s, 1)
 
 
-def hide_unattended(
-    k: Tensor, v: Tensor, causal: bool, allowed: Mask, heads: bool, window: int | None = None
-) -> tuple:
+def hide_unattended(k: Tensor, v: Tensor, mods: tuple, allowed: Mask, heads: bool) -> tuple:
     """K and V with zero rows at the keys no query may attend.
 
     Their weights are exactly 0, but 0 · NaN and 0 · inf are NaN: without this, one NaN in a
@@ -182,7 +133,7 @@ def hide_unattended(
     """
     if allowed is None:
         return k, v
-    hidden = ~attended_keys(causal, allowed, window)
+    hidden = ~attended_keys(mods, allowed)
     if heads:
         hidden = hidden.unsqueeze(-2)  # (*batch, n) -> (*batch, 1, n): shared by the heads
     hidden = hidden.unsqueeze(-1)  # (..., n) -> (..., n, 1)
@@ -213,7 +164,7 @@ def book_mask(blocked: Tensor | None, n: int) -> tuple[bool, int | None, Tensor 
     if n == 0:
         return False, None, allowed
     width = int(allowed[-1].sum())  # the last query sees its last w tokens in a band
-    if width >= 1 and torch.equal(allowed, band_allowed(range(n), range(n), width, blocked.device)):
+    if width >= 1 and torch.equal(allowed, window_allowed(n, width, blocked.device)):
         return True, (width if width < n else None), None
     return False, None, allowed
 

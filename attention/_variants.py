@@ -9,6 +9,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from . import _core
+from . import mods as M
 from ._arguments import check_positive, check_probability, check_window
 from ._checks import checked
 from ._masks import given_masks, silence_cross, window_allowed
@@ -87,6 +88,21 @@ def sliding_window_mask(n: int, w: int) -> Bool[Tensor, "n n"]:
 
 
 @checked
+def chunked_mask(n: int, size: int) -> Bool[Tensor, "n n"]:
+    """The mask of chunked attention (n×n; Llama 4's `attention_chunk_size`): True where
+    p ≤ m and both lie in the same chunk of `size` positions, ⌊p / size⌋ = ⌊m / size⌋ (0-based),
+    i.e. where token m may attend token p. With size ≥ n it is `causal_mask(n)`.
+
+    >>> from attention.functional import chunked_mask
+    >>> chunked_mask(4, 2).int().tolist()
+    [[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 1, 1]]
+    """
+    check_positive("chunked_mask", n=n, size=size)
+    rule = (M.Causal(), M.Chunked(size))
+    return M.allowed(rule, M.Block(0, n, 0, n), torch.device("cpu"))  # pyright: ignore[reportReturnType]  # masks given
+
+
+@checked
 def decode_step(
     x_new: Float[Tensor, "*batch t d"],
     w_q: Float[Tensor, "d c"],
@@ -126,6 +142,12 @@ def decode_step(
         k = torch.cat([cache[0], k], dim=-2)  # (*batch, m, c) + (*batch, t, c) -> m + t rows
         v = torch.cat([cache[1], v], dim=-2)
     rows = _core.attend_new_rows(
-        q, k, v, scale=_core.scale(w_q.shape[-1]), window=window, dropout_p=0.0, heads=False
+        q,
+        k,
+        v,
+        scale=_core.scale(w_q.shape[-1]),
+        mods=M.modifications(window=window),
+        dropout_p=0.0,
+        heads=False,
     )
     return rows, (_core.kept_rows(k, window), _core.kept_rows(v, window))

@@ -50,10 +50,9 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from . import mods as M
 from ._arguments import check_cap, check_positive, check_window
 from ._checks import checked
-from ._masks import band
-from ._modifications import distance, key_range, online_start, softcap_parts
 
 __all__ = [
     "OnlineState",
@@ -117,34 +116,37 @@ class Modifications(NamedTuple):
                 "−μ (m − p) is for the keys p ≤ m)"
             )
 
+    def mods(self, like: Tensor | None = None) -> tuple:
+        """The same modifications as the objects every path takes (`attention.mods`), the
+        slope and the sink as 0-d tensors in `like`'s dtype."""
+        dtype = None if like is None else like.dtype
+        number = lambda value: None if value is None else torch.tensor(value, dtype=dtype)  # noqa: E731
+        return M.modifications(
+            causal=self.causal,
+            window=self.window,
+            softcap=self.softcap,
+            alibi=False if self.slope is None else torch.tensor(self.slope, dtype=dtype),
+            sinks=number(self.sink),
+        )
+
 
 def skipped(rows: slice, keys: slice, modified: Modifications) -> bool:
     """Whether the block of keys `keys` is masked for every query of `rows` (0-based slices of
     a self-attention, query m reading key p ≤ m, and p > m − w with a window): it lies wholly
     outside the keys those queries may attend (`key_range`, the fast path's rule too)."""
-    if not modified.causal:
-        return False
-    low, high = key_range(True, modified.window, rows.start, rows.stop, rows.stop)  # s = n
+    total = max(keys.stop, rows.stop)  # at least the keys read, and the rows' own positions
+    low, high = M.key_range(modified.mods(), rows.start, rows.stop, total)
     return keys.start >= high or keys.stop <= low
 
 
 def _scores(
-    q: Tensor, k: Tensor, rows: slice, keys: slice, factor: float, modified: Modifications
-) -> tuple[Tensor, Tensor | None]:
-    """A block's scores, modified (capped, biased, masked), and under a softcap the factor
-    1 − tanh²(ω̃ / κ) its gradient takes."""
+    q: Tensor, k: Tensor, rows: slice, keys: slice, factor: float, mods: tuple
+) -> tuple[Tensor, list]:
+    """A block's scores through the modifications (`attention.mods.forward`: capped, biased,
+    masked), and what their backward needs (`attention.mods.backward`)."""
     omega = factor * q[..., rows, :] @ k[..., keys, :].transpose(-2, -1)
-    slope = None
-    if modified.softcap is not None:
-        omega, squashed = softcap_parts(omega, modified.softcap, overwrite=True)
-        slope = 1 - squashed**2
-    if modified.slope is not None:
-        gaps = distance(rows.start, rows.stop, keys.start, keys.stop, omega)  # m − p
-        omega = omega - modified.slope * gaps
-    if modified.causal:  # p ≤ m, and m − p < w with a window
-        allowed = band(rows.start, rows.stop, keys.start, keys.stop, modified.window, q.device)
-        omega = omega.masked_fill(~allowed, -math.inf)
-    return omega, slope
+    block = M.Block(rows.start, rows.stop, keys.start, keys.stop)
+    return M.forward(omega, mods, block, M.learned(mods), inplace=True)
 
 
 def _blocks(size: int, block: int) -> list[slice]:
@@ -193,14 +195,15 @@ def online_softmax(
     mu = q.new_full((len(keys), *rows), -math.inf)
     ell = q.new_zeros((len(keys), *rows))
     o = q.new_zeros((len(keys), *rows, v.shape[-1]))
-    start, ell_start = online_start(sink)  # μ^{(0)}, ℓ^{(0)}: (ζ, 1) with a sink
+    start, ell_start = M.online_start(sink)  # μ^{(0)}, ℓ^{(0)}: (ζ, 1) with a sink
+    mods = modified.mods(q)
     for i in _blocks(q.shape[-2], block_rows):
         mu_i = q.new_full(q[..., i, 0].shape, start)
         ell_i = torch.full_like(mu_i, ell_start)
         o_i = q.new_zeros((*mu_i.shape, v.shape[-1]))
         for t, block in enumerate(keys):
             if not skipped(i, block, modified):
-                omega, _ = _scores(q, k, i, block, factor, modified)
+                omega, _ = _scores(q, k, i, block, factor, mods)
                 mu_next = torch.maximum(mu_i, omega.amax(dim=-1))
                 shift = torch.where(mu_next > -math.inf, mu_next, 0.0)  # a row masked so far
                 rescaled = torch.exp(mu_i - shift) if rescale else torch.ones_like(mu_i)
@@ -257,6 +260,7 @@ def blocked_backward(
     _sizes("blocked_backward", block_rows, block_keys, scale)
     factor = _scale(scale, q.shape[-1])
     queries, keys = _blocks(q.shape[-2], block_rows), _blocks(k.shape[-2], block_keys)
+    mods = modified.mods(q)
     d = (dc * c).sum(dim=-1)  # D_m = Σ_j dc_{m,j} c_{m,j}, the rowsum identity
     dq_blocks = q.new_zeros((len(keys), *q.shape))
     dk_blocks = k.new_zeros((len(queries), *k.shape))
@@ -265,13 +269,13 @@ def blocked_backward(
         for t, block in enumerate(keys):
             if skipped(rows, block, modified):
                 continue
-            omega, squashed = _scores(q, k, rows, block, factor, modified)
+            omega, saved = _scores(q, k, rows, block, factor, mods)
             a = torch.exp(omega - lse[..., rows, None])
             dv_blocks[i, ..., block, :] += a.transpose(-2, -1) @ dc[..., rows, :]
             da = dc[..., rows, :] @ v[..., block, :].transpose(-2, -1)
             domega = a * (da - d[..., rows, None])
-            if squashed is not None:  # through the softcap: dω̃ = dω̆ (1 − tanh²(ω̃ / κ))
-                domega = domega * squashed
+            where = M.Block(rows.start, rows.stop, block.start, block.stop)
+            M.backward(domega, mods, saved, where, {})  # e.g. the softcap's 1 − tanh²(ω̃ / κ)
             dq_blocks[t, ..., rows, :] += factor * domega @ k[..., block, :]
             dk_blocks[i, ..., block, :] += factor * domega.transpose(-2, -1) @ q[..., rows, :]
     return BlockedGradients(

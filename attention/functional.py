@@ -35,7 +35,8 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from . import _core, _layer, _masks
+from . import _core, _masks
+from . import mods as M
 from ._arguments import (
     check_alibi,
     check_cap,
@@ -60,7 +61,7 @@ from ._masks import (
     silence_isolated,
 )
 from ._shapes import ShapeError
-from ._variants import cross_attention, decode_step, sliding_window_mask
+from ._variants import chunked_mask, cross_attention, decode_step, sliding_window_mask
 
 __all__ = [
     "projection",
@@ -70,6 +71,8 @@ __all__ = [
     "softcapped_scores",
     "alibi_scores",
     "alibi_slopes",
+    "temperature_scores",
+    "chunked_mask",
     "weights",
     "context",
     "output_gate",
@@ -188,7 +191,27 @@ def alibi_scores(
     check_offset("alibi_scores", offset)
     n, s = omega_scaled.shape[-2:]
     slope = torch.as_tensor(slope, dtype=omega_scaled.dtype, device=omega_scaled.device)
-    return omega_scaled + _core.alibi_bias(slope.reshape(1), n, s, offset)[0]
+    block = M.Block(offset, offset + n, 0, s)
+    return M.ALiBi(slope.reshape(1)).scores(omega_scaled, block, slope, inplace=False)[0]
+
+
+@checked
+def temperature_scores(
+    omega_scaled: Float[Tensor, "*batch n s"], floor: float, scale: float, *, offset: int = 0
+) -> Float[Tensor, "*batch n s"]:
+    """Llama 4's temperature tuning (its layers without RoPE): row m of the scores multiplied
+    by $\\tau_m = \\alpha \\log(1 + \\lfloor m / F \\rfloor) + 1$ (m the 1-based position, query
+    m at position m + offset after a cache; `floor` F, `scale` α), so that the weights of long
+    contexts stay sharp; τ_m = 1 while m < F (`attention.mods.Temperature`).
+
+    >>> import torch
+    >>> temperature_scores(torch.ones(3, 3), floor=2.0, scale=1.0)[:, 0]
+    tensor([1.0000, 1.6931, 1.6931])
+    """
+    check_offset("temperature_scores", offset)
+    mod = M.Temperature(floor, scale)
+    n, s = omega_scaled.shape[-2:]
+    return mod.scores(omega_scaled, M.Block(offset, offset + n, 0, s), None, inplace=False)[0]
 
 
 @checked
@@ -201,7 +224,7 @@ def alibi_slopes(heads: int) -> Float[Tensor, " h"]:
     tensor([0.2500, 0.0625, 0.0156, 0.0039])
     """
     check_positive("alibi_slopes", heads=heads)
-    return _layer.alibi_slopes(heads)
+    return M.default_slopes(heads)
 
 
 @checked
@@ -234,7 +257,8 @@ def weights(
     if causal and n != s:
         raise ShapeError(f"weights: causal needs a square omega (n = s), got n={n}, s={s}")
     allowed = given_masks(mask, key_padding_mask)
-    allowed = allowed_positions(s, omega.device, causal, allowed, window)
+    rule = M.modifications(causal=causal, window=window)
+    allowed = allowed_positions(s, omega.device, rule, allowed)
     if sink is None:
         return _core.weights(omega, c, allowed)
     if isinstance(sink, float) and math.isnan(sink):  # a tensor's NaN gives NaN weights
@@ -294,6 +318,7 @@ def self_attention(
     softcap: float | None = None,
     alibi: bool | Float[Tensor, " 1"] = False,
     sinks: Float[Tensor, " 1"] | None = None,
+    mods: tuple = (),
 ) -> Float[Tensor, "*batch n c"] | tuple[Float[Tensor, "*batch n c"], Float[Tensor, "*batch n n"]]:
     """Trainable scaled dot-product self-attention,
     $C = \\operatorname{softmax}\\!\\big(X W_q (X W_k)^\\top / \\sqrt{c}\\big)\\, X W_v$.
@@ -308,7 +333,9 @@ def self_attention(
     (Gemma 2's logit softcapping, `softcapped_scores`); None: none. alibi (with causal): the
     bias −μ (m − p) added to each score (`alibi_scores`), True for the slope 2^−8 of one head,
     or a tensor of one slope. sinks: an attention sink's logit ζ (a tensor of one), exp(ζ) in
-    each row's denominator (GPT-OSS; `weights(..., sink=)`).
+    each row's denominator (GPT-OSS; `weights(..., sink=)`). mods: more modifications, as
+    objects (`attention.mods`: Llama 4's `Chunked` and `Temperature`, a researcher's own
+    subclass of `Modification`), with those the keywords build (one of each kind).
 
     Returns C (*batch, n, c), or (C, A) with `return_weights` (A after dropout, the weights that
     were used).
@@ -324,7 +351,9 @@ def self_attention(
     check_cap("self_attention", "softcap", softcap)
     check_alibi("self_attention", alibi, 1, causal)
     allowed = given_masks(mask, key_padding_mask)
-    x = silence_isolated(x, causal, allowed, window)
+    built = M.modifications(causal=causal, window=window, softcap=softcap, alibi=alibi, sinks=sinks)
+    mods = M.check("self_attention", (*built, *M.check("self_attention", mods, 1)), 1)
+    x = silence_isolated(x, mods, allowed)
     q = _core.projection(x, w_q, b_q)
     k = _core.projection(x, w_k, b_k)
     v = _core.projection(x, w_v, b_v)
@@ -334,21 +363,8 @@ def self_attention(
         v,
         scale=_core.scale(_scaling_width(w_q)),
         heads=False,
-        causal=causal,
-        window=window,
+        mods=mods,
         allowed=allowed,
         dropout_p=dropout_p,
         return_weights=return_weights,
-        softcap=softcap,
-        slopes=_slopes(alibi, 1, x),
-        sinks=sinks,
     )
-
-
-def _slopes(alibi: bool | Tensor, heads: int, like: Tensor) -> Tensor | None:
-    """ALiBi's slopes from the argument: the default ones, the given ones, or None."""
-    if alibi is False:
-        return None
-    if alibi is True:
-        return _layer.alibi_slopes(heads, dtype=like.dtype, device=like.device)
-    return alibi

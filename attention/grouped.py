@@ -19,6 +19,7 @@ blockwise backward, the h/g heads of a group going through each product together
 (`GroupedQueryAttention`, `RMSNorm`) live in `attention.modules`, and are importable from here.
 """
 
+import typing
 from collections.abc import Mapping
 
 import torch
@@ -26,9 +27,10 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from . import _core
+from . import mods as M
 from ._arguments import check_alibi, check_cap, check_per_head, check_positive, check_window
 from ._checks import checked
-from ._layer import LayerWeights, ScoreOptions, attention_layer
+from ._layer import LayerWeights, attention_layer
 from ._shapes import OwnDtype, ShapeError
 from .modules._grouped import GroupedQueryAttention, RMSNorm, check_groups
 from .rope import check_rotated, compute_rope_params, interleaved_order
@@ -44,9 +46,12 @@ __all__ = [
 
 @checked
 def rms_norm(
-    x: Float[Tensor, "*batch n c"], gain: OwnDtype[Float[Tensor, " c"]], eps: float = 1e-6
+    x: Float[Tensor, "*batch n c"],
+    gain: OwnDtype[Float[Tensor, " c"]] | None = None,
+    eps: float = 1e-6,
 ) -> Float[Tensor, "*batch n c"]:
-    """RMS norm of each row over its c features, times learnable gains g:
+    """RMS norm of each row over its c features, times learnable gains g (None: none, Llama 4's
+    `L2Norm`):
 
     $$\\operatorname{rms\\_norm}(x)_{m,j} = \\frac{x_{m,j}}
       {\\sqrt{\\tfrac{1}{c}\\sum_{i=1}^{c} x_{m,i}^2 + \\varepsilon}}\\; g_j$$
@@ -80,13 +85,17 @@ def expand_groups(
 
 
 def _check_gains(
-    where: str, q_gain: Tensor | None, k_gain: Tensor | None, width: int, wholes: tuple[int, int]
+    where: str, q_gain: object, k_gain: object, width: int, wholes: tuple[int, int]
 ) -> None:
     """QK-norm's gains: each of one head's c_h = `width` features or of the whole row (`wholes`:
     c = h·c_h for q_gain, c_kv = g·c_h for k_gain), and both the same kind where it matters."""
     kinds = set()
     for name, gain, whole in (("q_gain", q_gain, wholes[0]), ("k_gain", k_gain, wholes[1])):
         if gain is None:
+            continue
+        if not isinstance(gain, Tensor):  # a number: every gain that number (1: none at all)
+            if isinstance(gain, bool) or not (isinstance(gain, int | float) and gain == gain):
+                raise TypeError(f"{where}: {name} must be a tensor of gains or a number")
             continue
         if gain.shape[-1] not in (width, whole):
             raise ShapeError(
@@ -95,7 +104,8 @@ def _check_gains(
             )
         if whole != width:  # with one head (or one group), per head and whole are one thing
             kinds.add("per head" if gain.shape[-1] == width else "over all heads")
-    if len(kinds) > 1 and q_gain is not None and k_gain is not None:
+    if len(kinds) > 1:  # both tensors: a number has no kind
+        q_gain, k_gain = typing.cast(Tensor, q_gain), typing.cast(Tensor, k_gain)
         raise ShapeError(
             f"{where}: q_gain has {q_gain.shape[-1]} gains and k_gain {k_gain.shape[-1]}: one "
             f"normalises per head (c_h = {width}), the other over all heads (c = {wholes[0]}, "
@@ -118,8 +128,8 @@ def grouped_query_attention(
     rope_width: int | None = None,
     rope_interleaved: bool = False,
     freq_config: Mapping[str, float] | None = None,
-    q_gain: OwnDtype[Float[Tensor, " q_width"]] | None = None,
-    k_gain: OwnDtype[Float[Tensor, " k_width"]] | None = None,
+    q_gain: OwnDtype[Float[Tensor, " q_width"]] | float | None = None,
+    k_gain: OwnDtype[Float[Tensor, " k_width"]] | float | None = None,
     eps: float = 1e-6,
     mask: Bool[Tensor, "*#batch n n"] | None = None,
     window: int | None = None,
@@ -128,6 +138,7 @@ def grouped_query_attention(
     sinks: Float[Tensor, " h"] | None = None,
     w_g: Float[Tensor, "d c"] | None = None,
     query_pre_attn_scalar: float | None = None,
+    mods: tuple = (),
 ) -> Float[Tensor, "*batch n c_out"]:
     """Grouped-query attention, every composition of the module docstring in one function.
 
@@ -143,13 +154,17 @@ def grouped_query_attention(
     gains of QK-norm, RMS norm of each head's queries and keys with `eps`, before RoPE (Qwen 3's
     order; None: no QK-norm); gains of the whole width, q_gain (h·c_h,) and k_gain (g·c_h,),
     normalise each row of Q and K over all heads at once before the heads are split (OLMo 2 and
-    3; with one head the two are the same). causal: query m attends keys p ≤ m; mask (*batch,
+    3; with one head the two are the same); a number for every gain alike (1.0: Llama 4's L2
+    norm, which has none). causal: query m attends keys p ≤ m; mask (*batch,
     n, n): True where query m may attend key p; window w (with causal): query m attends the keys
     m − w < p ≤ m. softcap: κ, each scaled score ω̃ replaced by κ tanh(ω̃/κ). alibi (with causal):
     −μ_ℓ (m − p) added to head ℓ's scores, True for Press et al.'s slopes or a tensor of h
     slopes. sinks: h logits, exp(ζ_ℓ) in each row's denominator of head ℓ (GPT-OSS). w_g: the
     output gate's W_g (d, h·c_h), the merged heads multiplied by σ(X W_g) before W_o (Qwen 3.5).
-    Scale 1/√c_h, or 1/√query_pre_attn_scalar (Gemma 2 and 3). Returns C (*batch, n, c_out).
+    Scale 1/√c_h, or 1/√query_pre_attn_scalar (Gemma 2 and 3). mods: more modifications, as
+    objects (`attention.mods`: `Chunked`, `Temperature`, a researcher's own subclass of
+    `Modification`, …), applied with those the keywords build (one of each kind). Returns C
+    (*batch, n, c_out).
 
     >>> X = torch.rand(5, 8)
     >>> W_q, W_kv, W_o = torch.rand(8, 16), torch.rand(8, 8), torch.rand(16, 8)
@@ -194,8 +209,8 @@ def grouped_query_attention(
             return t.unflatten(-1, (-1, width))[..., order].flatten(-2)
 
         w_q, w_k = reordered(w_q), reordered(w_k)
-        q_gain = None if q_gain is None else reordered(q_gain)
-        k_gain = None if k_gain is None else reordered(k_gain)
+        q_gain = reordered(q_gain) if isinstance(q_gain, Tensor) else q_gain
+        k_gain = reordered(k_gain) if isinstance(k_gain, Tensor) else k_gain
     if not eps >= 0:
         raise ValueError(f"{where}: eps must be non-negative, got eps={eps!r}")
     rope = None
@@ -204,38 +219,27 @@ def grouped_query_attention(
         cos, sin = compute_rope_params(rotated, theta_base, x.shape[-2], freq_config, exact)
         rope = (cos.to(x.device), sin.to(x.device))  # on x's device (the tables start on the CPU)
 
-    def norm(gain: Tensor | None):  # applied to (*batch, heads, n, c_h)
+    def norm(gain: Tensor | float | None):  # applied to (*batch, heads, n, c_h)
         if gain is None:
             return None
+        if not isinstance(gain, Tensor):  # one number for every feature (Llama 4's L2 norm: 1)
+            return lambda t: _core.rms_norm(t, None, eps) * gain
         if gain.shape[-1] == width:
             return lambda t: _core.rms_norm(t, gain, eps)
         return lambda t: _core.split_heads(
             _core.rms_norm(_core.merge_heads(t), gain, eps), t.shape[-3]
         )  # over all heads at once
 
-    slopes = alibi if isinstance(alibi, Tensor) else None
-    weights = LayerWeights(
-        w_q,
-        w_k,
-        w_v,
-        w_o,
-        w_g=w_g,
-        q_norm=norm(q_gain),
-        k_norm=norm(k_gain),
-        sinks=sinks,
-        slopes=slopes,
-    )
-    options = ScoreOptions(
-        softcap=softcap, alibi=alibi is True, query_pre_attn_scalar=query_pre_attn_scalar
-    )
-    return attention_layer(
-        x,
-        weights,
-        heads=heads,
-        groups=groups,
+    weights = LayerWeights(w_q, w_k, w_v, w_o, w_g=w_g, q_norm=norm(q_gain), k_norm=norm(k_gain))
+    built = M.modifications(
         causal=causal,
         window=window,
-        allowed=mask,
-        rope=rope,
-        options=options,
+        softcap=softcap,
+        alibi=alibi,
+        sinks=sinks,
+        query_pre_attn_scalar=query_pre_attn_scalar,
+    )
+    mods = M.check(where, (*built, *M.check(where, mods, heads)), heads)
+    return attention_layer(
+        x, weights, heads=heads, groups=groups, mods=mods, allowed=mask, rope=rope
     )

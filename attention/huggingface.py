@@ -23,21 +23,32 @@ computes its output before the residual. BLOOM adds μ_ℓ p to the scores where
 subtracts μ_ℓ (m − p); the two differ by μ_ℓ m, the same for every key of a row, which leaves
 the softmax unchanged (`derive latex --variant alibi`, shift invariance).
 
+`from_hf(layer, rotary)` reads any layer of the families in its table (`FAMILIES`: Llama,
+Qwen 3, Gemma 2 and 3, Llama 4's four kinds of layer, Qwen 3.5's full-attention layers; BLOOM's
+through `from_bloom`) into this package's `GroupedQueryAttention`, with what the layer and its
+config say about that layer (its window, chunks, RoPE or none, temperature, QK-norm, scale,
+softcap, gate); ``from_hf(layer, rotary)(x)`` gives the layer's output on its input x (tests:
+every layer of each model). A family not in the table, or a layer with what the module cannot
+hold (GPT-OSS's biases), is refused by name.
+
 `transformers` is not a dependency of this package: it is imported when these functions run.
 """
 
+import dataclasses
+import inspect
 import typing
 
 import torch
 from torch import Tensor
 
 from . import _core
+from . import mods as M
 from .modules import MultiHeadAttention
 
 if typing.TYPE_CHECKING:  # for the annotation only: transformers is imported where used
     from transformers.models.bloom.modeling_bloom import BloomAttention
 
-__all__ = ["NAME", "attention_forward", "register", "from_bloom"]
+__all__ = ["NAME", "attention_forward", "register", "from_bloom", "from_hf", "FromHF", "FAMILIES"]
 
 #: The name `register` gives this package's implementation in `transformers`.
 NAME = "attention_derive"
@@ -84,19 +95,22 @@ def attention_forward(
         causal, window = False, None  # the mask says it all
     else:
         window = sliding_window if causal else None
+    mods = M.modifications(
+        causal=causal,
+        offset=s - n,
+        window=window,
+        softcap=softcap,
+        sinks=None if s_aux is None else s_aux.to(query.dtype),
+    )
     out = _core.attend(
         query,
         key,
         value,
         scale=scale,
         heads=True,
-        causal=causal,
-        window=window,
-        offset=s - n,
+        mods=mods,
         allowed=allowed,
         dropout_p=float(dropout),
-        softcap=softcap,
-        sinks=None if s_aux is None else s_aux.to(query.dtype),
     )
     return out.transpose(1, 2).contiguous(), None
 
@@ -151,3 +165,164 @@ def from_bloom(layer: "BloomAttention", *, context_length: int = 2048) -> MultiH
     module.out_proj.weight.copy_(layer.dense.weight)
     module.out_proj.bias.copy_(layer.dense.bias)
     return module
+
+
+# ---------------------------------------------------------------------------------------------
+# A Hugging Face attention layer as this package's module
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """How one family's attention layer is read (one row of `FAMILIES`).
+
+    norm_offset: the QK-norm's gains are 1 + its weight (Gemma 3's, Qwen 3.5's) or the weight
+    itself (0). interleaved: its RoPE rotates the pairs (2i, 2i + 1) (Llama 4's complex tables),
+    read as the book's halves by reordering each head's rows of q_proj and k_proj alike (the
+    scores are the same sums). gate: q_proj holds each head's queries then its gate's logits
+    (Qwen 3.5)."""
+
+    norm_offset: float = 0.0
+    interleaved: bool = False
+    gate: bool = False
+
+
+#: The families `from_hf` reads, by their attention layer's class; what differs between their
+#: layers (a window, chunks, RoPE or none, the temperature) is read from the layer and its config.
+FAMILIES = {
+    "LlamaAttention": Family(),
+    "Qwen3Attention": Family(),
+    "Gemma2Attention": Family(),
+    "Gemma3Attention": Family(norm_offset=1.0),
+    "Llama4TextAttention": Family(interleaved=True),
+    "Qwen3_5Attention": Family(norm_offset=1.0, gate=True),
+}
+
+
+class FromHF(torch.nn.Module):
+    """A Hugging Face attention layer as this package's `GroupedQueryAttention` (`attention`),
+    called as ``module(x)`` on the layer's input x (*batch, n, d), its positions 0 … n − 1, with
+    the model's rotary embedding (`rotary`, None for a layer without RoPE): the layer's output
+    (before the residual). `layer_type` is what the layer's rotary embedding is asked for where
+    it keeps one per kind of layer (Gemma 3's local and global)."""
+
+    def __init__(self, attention, rotary, *, layer_type=None, interleaved=False, width=None):
+        super().__init__()
+        self.attention = attention
+        self.rotary = rotary
+        self.layer_type = layer_type
+        self.interleaved = interleaved
+        self.width = width  # the rotated features of a head (partial RoPE), None: all
+
+    def forward(self, x: Tensor) -> Tensor:
+        n = x.shape[-2]
+        blocked = ~_core_causal(n, x.device)
+        if self.rotary is None:
+            return self.attention(x, blocked)
+        positions = torch.arange(n, device=x.device)[None]
+        given = (x, positions) if self.layer_type is None else (x, positions, self.layer_type)
+        found = self.rotary(*given)
+        if self.interleaved:  # e^{iθ}: the pairs' angles, as the book's halves
+            angles = found[0] if found.dim() == 3 else found
+            cos = torch.cat([angles.real, angles.real], dim=-1)
+            sin = torch.cat([angles.imag, angles.imag], dim=-1)
+        else:
+            cos, sin = found[0][0], found[1][0]  # (batch 1, n, c_r) -> (n, c_r)
+        if self.width is not None:
+            cos, sin = cos[..., : self.width], sin[..., : self.width]
+        return self.attention(x, blocked, cos.to(x.dtype), sin.to(x.dtype))
+
+
+def _core_causal(n: int, device) -> Tensor:
+    return M.allowed((M.Causal(),), M.Block(0, n, 0, n), device)  # pyright: ignore[reportReturnType]
+
+
+@torch.no_grad()
+def from_hf(layer: torch.nn.Module, rotary: torch.nn.Module | None = None) -> torch.nn.Module:
+    """A Hugging Face attention layer as this package's module, with its weights: `from_bloom`'s
+    for BLOOM's, else a `FromHF` holding a `GroupedQueryAttention` built from what the layer and
+    its config say about this layer — its heads and groups, its scale (`scaling`: Gemma's
+    1/√query_pre_attn_scalar), its QK-norm (with gains, 1 + gains, or none: Llama 4's L2 norm),
+    its window (`sliding_window`), Gemma 2's softcap, Llama 4's chunks (`attention_chunk_size`
+    on a `chunked_attention` layer) and temperature (`attn_temperature_tuning` on a layer
+    without RoPE), Qwen 3.5's gate. `rotary`: the model's rotary embedding
+    (``model.model.rotary_emb``), needed for a layer with RoPE. A family not in `FAMILIES` is
+    refused by name."""
+    from .grouped import GroupedQueryAttention
+
+    source: typing.Any = layer  # a Hugging Face layer: its attributes as it has them
+    kind = type(source).__name__
+    if kind == "BloomAttention":
+        return from_bloom(source)
+    if kind not in FAMILIES:
+        raise TypeError(
+            f"from_hf: {kind} is not read (the families read: BloomAttention, "
+            f"{', '.join(FAMILIES)}); `register()` runs any layer that calls transformers' "
+            f"attention interface"
+        )
+    family = FAMILIES[kind]
+    config = source.config
+    index = getattr(source, "layer_idx", 0)
+    layer_types = getattr(config, "layer_types", None)
+    layer_type = layer_types[index] if layer_types else None
+    heads = config.num_attention_heads
+    groups = config.num_key_value_heads
+    width = source.head_dim
+    uses_rope = bool(getattr(source, "use_rope", True))
+    if uses_rope and rotary is None:
+        raise ValueError(f"from_hf: {kind} {index} rotates its queries and keys; give rotary=")
+    mods = []
+    chunk = getattr(config, "attention_chunk_size", None)
+    if chunk is not None and layer_type == "chunked_attention":
+        mods.append(M.Chunked(int(chunk)))
+    if getattr(source, "attn_temperature_tuning", False) and not uses_rope:
+        mods.append(M.Temperature(float(source.floor_scale), float(source.attn_scale)))
+    q_norm, k_norm = getattr(source, "q_norm", None), getattr(source, "k_norm", None)
+    l2 = getattr(source, "qk_norm", None)
+    qk_norm = "l2" if l2 is not None else (q_norm is not None)
+    window = getattr(source, "sliding_window", None)
+    softcap = getattr(source, "attn_logit_softcapping", None)
+    ours = GroupedQueryAttention(
+        config.hidden_size,
+        num_heads=heads,
+        num_kv_groups=groups,
+        head_dim=width,
+        qk_norm=qk_norm,
+        sliding_window=None if window is None else int(window),
+        softcap=None if softcap is None else float(softcap),
+        query_pre_attn_scalar=float(source.scaling) ** -2,
+        gate=family.gate,
+        mods=tuple(mods),
+    )
+    weight = source.q_proj.weight
+    ours = ours.to(dtype=weight.dtype, device=weight.device)
+    q, k = source.q_proj.weight, source.k_proj.weight
+    if family.interleaved and uses_rope:  # each head's pairs (2i, 2i + 1) -> (i, i + c_h/2)
+        order = torch.cat([torch.arange(0, width, 2), torch.arange(1, width, 2)])
+        q = q.unflatten(0, (-1, width))[:, order].flatten(0, 1)
+        k = k.unflatten(0, (-1, width))[:, order].flatten(0, 1)
+    for mine, theirs in ((ours.W_query, q), (ours.W_key, k), (ours.W_value, source.v_proj.weight)):
+        mine.weight.copy_(theirs)
+    ours.out_proj.weight.copy_(source.o_proj.weight)
+    for linear in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        if getattr(source, linear).bias is not None:
+            raise ValueError(f"from_hf: {kind} has a bias on {linear}: not read")
+    for mine, theirs in ((ours.q_norm, q_norm), (ours.k_norm, k_norm), (ours.q_norm, l2)):
+        if theirs is None or mine is None:
+            continue
+        mine.eps = float(getattr(theirs, "variance_epsilon", getattr(theirs, "eps", 1e-6)))
+        if mine.scale is not None and getattr(theirs, "weight", None) is not None:
+            mine.scale.copy_(family.norm_offset + theirs.weight)
+    if l2 is not None:
+        ours.k_norm.eps = ours.q_norm.eps  # pyright: ignore[reportOptionalMemberAccess]
+    partial = getattr(config, "partial_rotary_factor", None)
+    rope_parameters = getattr(config, "rope_parameters", None) or {}
+    partial = rope_parameters.get("partial_rotary_factor", partial)
+    rotated = None if partial in (None, 1.0) else int(width * partial)
+    wants_type = rotary is not None and "layer_type" in inspect.signature(rotary.forward).parameters
+    return FromHF(
+        ours,
+        rotary if uses_rope else None,
+        layer_type=layer_type if wants_type else None,
+        interleaved=family.interleaved,
+        width=rotated,
+    )

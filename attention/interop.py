@@ -25,6 +25,7 @@ import torch.nn as nn
 from jaxtyping import Bool
 from torch import Tensor
 
+from . import mods as M
 from ._arguments import check_positive
 from ._checks import checked
 from ._masks import allowed_positions
@@ -138,7 +139,8 @@ def torch_masks(
         if given is not None and given.shape[-1] != n:
             raise ShapeError(f"torch_masks: {name} has n={given.shape[-1]} but n={n}")
     device = mask.device if mask is not None else None
-    allowed = allowed_positions(n, device or torch.device("cpu"), causal, mask)
+    rule = M.modifications(causal=causal)
+    allowed = allowed_positions(n, device or torch.device("cpu"), rule, mask)
     out = {}
     if allowed is not None:
         if allowed.dim() > 2:

@@ -16,6 +16,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from . import _core
+from . import mods as M
 from ._arguments import check_positive
 from ._checks import checked
 from ._shapes import ShapeError
@@ -55,6 +56,7 @@ def latent_attention(
     q = _core.split_heads(_core.projection(x, w_q, None), heads)  # -> (*batch, h, n, c_h)
     k = _core.split_heads(_core.projection(latent, w_uk, None), heads)
     v = _core.split_heads(_core.projection(latent, w_uv, None), heads)
-    out = _core.attend(q, k, v, scale=_core.scale(c // heads), heads=True, causal=causal)
+    mods = M.modifications(causal=causal)
+    out = _core.attend(q, k, v, scale=_core.scale(c // heads), heads=True, mods=mods)
     out = _core.merge_heads(out)  # (*batch, h, n, c_h) -> (*batch, n, c)
     return out if w_o is None else _core.projection(out, w_o, None)

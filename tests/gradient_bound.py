@@ -371,7 +371,9 @@ def walk_grouped(tensors, upstream, options, fl: Rounding) -> list[Bounded]:
     batch, heads, n, width = q.shape
     groups, keys = k.shape[1], k.shape[2]
     r = heads // groups
-    if _fused._plan(batch * groups, n, keys, options.get("window"), r)[1] < n:
+    window = options.get("window")
+    reach = None if window is None else window - 1  # keys a row reads before its own
+    if _fused.plan(batch * groups, n, keys, reach, r)[1] < n:
         raise ValueError(f"walk_grouped: n={n} takes more than one block of rows")
     band = band_matrix(
         n,

@@ -21,8 +21,9 @@ import torch
 import torch.nn.functional as torch_F
 
 import derive
-from attention import _core, _masks
+from attention import _core
 from attention import functional as F
+from attention import mods as M
 from derive.bridge.steps import check_against_torch, dyadic_inputs
 
 TOLERANCE = 1e-12
@@ -36,7 +37,7 @@ def _scale_by_d(w_q, heads=1):
     return w_q.shape[0] // heads  # d, the input width, where c belongs
 
 
-def _columns_softmax(scaled, allowed, sinks=None):
+def _columns_softmax(scaled, allowed, sinks=None, **_):
     if allowed is not None:
         scaled = scaled.masked_fill(~allowed, float("-inf"))
     return torch.softmax(scaled, dim=-2).nan_to_num()
@@ -46,20 +47,23 @@ def _scores_untransposed(q, k):
     return q @ k  # (n, c) @ (n, c): only "works" when n = c
 
 
-def _causal_leaking_one(n, device):
-    return torch.ones(n, n, dtype=torch.bool, device=device).tril(diagonal=1)
+def _causal_leaking_one(self, m):
+    return None, m + 2  # p ≤ m + 1
 
 
 def _explicit_with_k_for_v(q, k, v, **options):
     return _ORIGINAL["attend_explicitly"](q, k, k, **options)
 
 
-def _fused_with_k_for_v(q, k, v, options, allowed, sinks=None):
-    return _ORIGINAL["attend_fused"](q, k, k, options, allowed, sinks)
+def _fused_with_k_for_v(q, k, v, **options):
+    return _ORIGINAL["attend_fused"](q, k, k, **options)
 
 
-def _explicit_dropout_first(q, k, v, *, scale, allowed, dropout_p=0.0, **_):
+def _explicit_dropout_first(q, k, v, *, scale, mods=(), allowed=None, dropout_p=0.0, **_):
     scaled = _core.scores(q, k) * scale
+    offset = M.offset_of(mods)
+    block = M.Block(offset, offset + q.shape[-2], 0, k.shape[-2])
+    scaled = M.cut(scaled, mods, block, inplace=False)  # the masks; no other modification here
     if dropout_p > 0.0:
         scaled = torch_F.dropout(scaled, p=dropout_p)
     a = _core.softmax_rows(scaled, allowed)
@@ -86,7 +90,7 @@ MUTANTS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
     "k_not_transposed": ("Ω = Q K instead of Q Kᵀ", [(_core, "scores", _scores_untransposed)]),
     "mask_shifted": (
         "causal mask shifted by one: p ≤ m + 1",
-        [(_masks, "causal_allowed", _causal_leaking_one)],
+        [(M.Causal, "bounds", _causal_leaking_one)],
     ),
     "dropout_first": (
         "dropout on the scores, before the softmax",

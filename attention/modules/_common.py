@@ -12,6 +12,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from .. import _core
+from .. import mods as M
 from .._arguments import (
     check_alibi,
     check_cap,
@@ -21,7 +22,7 @@ from .._arguments import (
     check_positive,
     check_probability,
 )
-from .._layer import NO_OPTIONS, LayerWeights, ScoreOptions, attention_layer
+from .._layer import LayerWeights, attention_layer
 from .._shapes import ShapeError
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "add_head_layers",
     "set_score_options",
     "layer_weights",
+    "module_mods",
     "forward_layer",
     "dropout_rate",
     "within_context",
@@ -53,7 +55,7 @@ class MultiHeadModule(nn.Module):
     softcap: float | None
     alibi: bool
     query_pre_attn_scalar: float | None
-    score_options: ScoreOptions
+    score_mods: tuple
 
 
 def build_heads(
@@ -71,6 +73,7 @@ def build_heads(
     sinks: bool | Tensor = False,
     gate: bool = False,
     query_pre_attn_scalar: float | None = None,
+    mods: tuple = (),
     **sizes: int,
 ) -> None:
     """The prologue of the book's multi-head constructors: every size (`sizes` too) a positive
@@ -102,6 +105,7 @@ def build_heads(
         sinks=sinks,
         gate=gate,
         query_pre_attn_scalar=query_pre_attn_scalar,
+        mods=mods,
     )
 
 
@@ -120,11 +124,13 @@ def set_score_options(
     sinks: bool | Tensor = False,
     gate: bool = False,
     query_pre_attn_scalar: float | None = None,
+    mods: tuple = (),
 ) -> None:
     """The modifications of the scores a module was built with, checked, kept as
-    `module.score_options` (every forward reads them) and each as an attribute of its own
-    (`module.softcap`, as Hugging Face's configurations name it; `module.alibi`). Slopes given
-    to ALiBi are a buffer, `alibi_slopes` (not in the state_dict: the constructor makes them).
+    `module.score_mods` (`attention.mods`; every forward reads them, `module_mods`) and each
+    as an attribute of its own (`module.softcap`, as Hugging Face's configurations name it;
+    `module.alibi`). Slopes given to ALiBi are a buffer, `alibi_slopes` (not in the
+    state_dict: the constructor makes them).
     With `sinks`, the parameter `sinks` (h,), as GPT-OSS names it and initialises it, from
     N(0, 0.02²) (its `initializer_range`), or the logits given; created after every other
     parameter, so that the book's seeds give the book's weights. With `gate`, W_query is made
@@ -149,9 +155,23 @@ def set_score_options(
     if isinstance(alibi, Tensor):
         module.register_buffer("alibi_slopes", alibi.detach().clone(), persistent=False)
     module.query_pre_attn_scalar = query_pre_attn_scalar
-    module.score_options = ScoreOptions(
-        softcap=softcap, alibi=alibi is True, query_pre_attn_scalar=query_pre_attn_scalar
-    )
+    built = M.modifications(
+        softcap=softcap, alibi=alibi is not False, query_pre_attn_scalar=query_pre_attn_scalar
+    )  # the tensors (the slopes given, the sinks) are read at each call: `module_mods`
+    mods = M.check(where, mods, module.num_heads)
+    for i, mod in enumerate(mods):
+        if isinstance(mod, M.Causal | M.Window):
+            raise ValueError(
+                f"{where}: mods[{i}] ({type(mod).__name__}) is the call's mask, not the "
+                f"module's: the forward's mask says it (and `sliding_window=` where the class "
+                f"takes one)"
+            )
+        if mod.parameter is not None and getattr(mod, mod.parameter) is not None:
+            raise ValueError(
+                f"{where}: mods[{i}] ({type(mod).__name__}) carries a tensor; a module's tensors "
+                f"are its parameters and buffers: give them by keyword (alibi=, sinks=)"
+            )
+    module.score_mods = M.check(where, (*built, *mods), module.num_heads)
 
 
 def add_gate(module: MultiHeadModule) -> None:
@@ -200,8 +220,8 @@ def _transposed(linear: nn.Module | None, part: str) -> Tensor | None:
 def _per_head(norm: nn.Module | None, module: nn.Module):
     """QK-norm as the layer applies it, to each head's (*batch, h, n, c_h): the norm itself, or
     one of the whole row (gains wider than a head: OLMo 3's) on the heads merged, then split."""
-    width = None if norm is None else typing.cast(Tensor, norm.scale).shape[-1]
-    if norm is None or width == getattr(module, "head_dim", None):
+    gains = None if norm is None else typing.cast("Tensor | None", norm.scale)
+    if norm is None or gains is None or gains.shape[-1] == getattr(module, "head_dim", None):
         return norm
     return lambda t: _core.split_heads(norm(_core.merge_heads(t)), t.shape[-3])
 
@@ -216,11 +236,6 @@ def layer_weights(module: nn.Module) -> LayerWeights:
     b_q, b_k, b_v, b_o = (_transposed(linear, "bias") for linear in linears)
     # W_query, W_key and W_value are there, each with a weight, in every multi-head module
     w_q, w_k, w_v = typing.cast("tuple[Tensor, Tensor, Tensor]", (w_q, w_k, w_v))
-    sinks, slopes = module._parameters.get("sinks"), module._buffers.get("alibi_slopes")
-    heads = typing.cast("int", module.num_heads)
-    for name, value, what in (("sinks", sinks, "sink"), ("alibi_slopes", slopes, "slope")):
-        if value is not None and value.shape != (heads,):  # reassigned since it was built
-            check_per_head(type(module).__name__, name, value, heads, what)
     return LayerWeights(
         w_q,
         w_k,
@@ -233,9 +248,25 @@ def layer_weights(module: nn.Module) -> LayerWeights:
         gate_in_query=getattr(module, "gate", False),
         q_norm=_per_head(layers.get("q_norm"), module),
         k_norm=_per_head(layers.get("k_norm"), module),
-        sinks=sinks,
-        slopes=slopes,
     )
+
+
+def module_mods(module: nn.Module, *masks: M.Modification) -> tuple:
+    """The modifications of one call of a module: those it was built with (`score_mods`), its
+    tensors read now (they follow `.to()` and training: ALiBi's given slopes, the buffer
+    `alibi_slopes`; the parameter `sinks`), and the call's `masks`."""
+    sinks, slopes = module._parameters.get("sinks"), module._buffers.get("alibi_slopes")
+    heads = typing.cast("int", module.num_heads)
+    for name, value, what in (("sinks", sinks, "sink"), ("alibi_slopes", slopes, "slope")):
+        if value is not None and value.shape != (heads,):  # reassigned since it was built
+            check_per_head(type(module).__name__, name, value, heads, what)
+    mods = [
+        M.ALiBi(slopes) if isinstance(mod, M.ALiBi) and slopes is not None else mod
+        for mod in getattr(module, "score_mods", ())
+    ]
+    if sinks is not None:
+        mods.append(M.Sinks(sinks))
+    return M.ordered((*mods, *masks))
 
 
 # What `forward_layer` returns follows `return_weights`: C alone, or (C, A).
@@ -245,8 +276,7 @@ def forward_layer(
     x: Tensor,
     *,
     y: Tensor | None = ...,
-    causal: bool = ...,
-    window: int | None = ...,
+    masks: tuple = ...,
     allowed: Tensor | None = ...,
     return_weights: Literal[False] = ...,
     rope: tuple[Tensor, Tensor] | None = ...,
@@ -257,8 +287,7 @@ def forward_layer(
     x: Tensor,
     *,
     y: Tensor | None = ...,
-    causal: bool = ...,
-    window: int | None = ...,
+    masks: tuple = ...,
     allowed: Tensor | None = ...,
     return_weights: bool,
     rope: tuple[Tensor, Tensor] | None = ...,
@@ -268,27 +297,24 @@ def forward_layer(
     x: Tensor,
     *,
     y: Tensor | None = None,
-    causal: bool = False,
-    window: int | None = None,
+    masks: tuple = (),
     allowed: Tensor | None = None,
     return_weights: bool = False,
     rope: tuple[Tensor, Tensor] | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Every multi-head module's forward after its checks: `attention_layer` with the module's
     weights, heads (`num_heads`, and `num_kv_groups` where it groups them), dropout rate and
-    score options (`score_options`)."""
+    modifications (`module_mods`: its own and the call's `masks`)."""
     return attention_layer(
         x,
         layer_weights(module),
         heads=module.num_heads,
         groups=getattr(module, "num_kv_groups", None),
         y=y,
-        causal=causal,
-        window=window,
+        mods=module_mods(module, *masks),
         allowed=allowed,
         dropout_p=dropout_rate(module),
         return_weights=return_weights,
-        options=getattr(module, "score_options", NO_OPTIONS),
         rope=rope,
     )
 

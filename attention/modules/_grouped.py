@@ -10,6 +10,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from .. import _core
+from .. import mods as M
 from .._arguments import (
     check_alibi,
     check_cap,
@@ -39,19 +40,27 @@ def check_groups(where: str, heads: int, groups: int, names: tuple[str, str]) ->
 
 class RMSNorm(nn.Module):
     """The book's Qwen 3 `RMSNorm` (`qwen3.RMSNorm`): `scale` g (and `shift` with `bias`), over
-    the last axis, float16/bfloat16 normalised in float32 unless `qwen3_compatible=False`.
+    the last axis, float16/bfloat16 normalised in float32 unless `qwen3_compatible=False`; with
+    `gains=False`, no g (Llama 4's `L2Norm`, despite its name an RMS norm without gains).
 
     $$y = x / \\sqrt{\\operatorname{mean}(x^2) + \\varepsilon} \\circ g \\;(+\\, b)$$
     """
 
     def __init__(
-        self, emb_dim: int, eps: float = 1e-6, bias: bool = False, qwen3_compatible: bool = True
+        self,
+        emb_dim: int,
+        eps: float = 1e-6,
+        bias: bool = False,
+        qwen3_compatible: bool = True,
+        *,
+        gains: bool = True,
     ):
         check_positive("RMSNorm", emb_dim=emb_dim)
         super().__init__()
         self.eps = eps
         self.qwen3_compatible = qwen3_compatible
-        self.scale = nn.Parameter(torch.ones(emb_dim))
+        # without gains: Llama 4's `L2Norm` on its RoPE layers' queries and keys (an RMS norm)
+        self.scale = nn.Parameter(torch.ones(emb_dim)) if gains else None
         self.shift = nn.Parameter(torch.zeros(emb_dim)) if bias else None
 
     @checked_forward(lambda m: (_NORM_NAMES, (parameter(m, "scale"), parameter(m, "shift"))))
@@ -62,7 +71,7 @@ class RMSNorm(nn.Module):
 
 #: The gains may stay in float32 beside bfloat16 inputs (the book's Qwen 3 creates them so).
 _NORM_NAMES = (
-    ("scale", OwnDtype[Float[Tensor, " c"]]),
+    ("scale", OwnDtype[Float[Tensor, " c"]] | None),
     ("shift", OwnDtype[Float[Tensor, " c"]] | None),
 )
 
@@ -124,7 +133,10 @@ class GroupedQueryAttention(MultiHeadModule):
     attention sinks, the parameter `sinks`: a learned logit per head in each row's softmax),
     `gate` (Qwen 3.5's output gate: `W_query` twice as wide, each head's queries then its gate's
     logits, the merged heads multiplied by their sigmoid before `out_proj`) and
-    `query_pre_attn_scalar` (Gemma 2's and 3's query scale 1/√query_pre_attn_scalar).
+    `query_pre_attn_scalar` (Gemma 2's and 3's query scale 1/√query_pre_attn_scalar);
+    `qk_norm="l2"` (Llama 4's RoPE layers: QK-norm without gains); `mods`, more modifications as
+    objects (`attention.mods`: Llama 4's `Chunked` attention and `Temperature` tuning, a
+    researcher's own; without tensors: the module's own tensors are its parameters).
     """
 
     def __init__(
@@ -135,7 +147,7 @@ class GroupedQueryAttention(MultiHeadModule):
         num_kv_groups: int,
         d_out: int | None = None,
         head_dim: int | None = None,
-        qk_norm: bool | Literal["whole"] = False,
+        qk_norm: bool | Literal["whole", "l2"] = False,
         dtype: torch.dtype | None = None,
         sliding_window: int | None = None,
         softcap: float | None = None,
@@ -143,12 +155,15 @@ class GroupedQueryAttention(MultiHeadModule):
         sinks: bool | Tensor = False,
         gate: bool = False,
         query_pre_attn_scalar: float | None = None,
+        mods: tuple = (),
     ):
         where = "GroupedQueryAttention"
         check_positive(where, d_in=d_in, num_heads=num_heads, num_kv_groups=num_kv_groups)
         check_float_dtype(where, dtype)
-        if not (isinstance(qk_norm, bool) or qk_norm == "whole"):
-            raise TypeError(f"{where}: qk_norm must be a bool or 'whole', got qk_norm={qk_norm!r}")
+        if not (isinstance(qk_norm, bool) or qk_norm in ("whole", "l2")):
+            raise TypeError(
+                f"{where}: qk_norm must be a bool, 'whole' or 'l2', got qk_norm={qk_norm!r}"
+            )
         check_window(where, "sliding_window", sliding_window)
         check_cap(where, "softcap", softcap)
         check_alibi(where, alibi, num_heads)
@@ -183,8 +198,11 @@ class GroupedQueryAttention(MultiHeadModule):
             self.out_proj = nn.Linear(self.d_out, d_in, bias=False, dtype=dtype)
         if qk_norm:
             whole = qk_norm == "whole"  # OLMo 3: the whole rows of Q and K
-            self.q_norm: RMSNorm | None = RMSNorm(self.d_out if whole else width, eps=1e-6)
-            self.k_norm: RMSNorm | None = RMSNorm(kv if whole else width, eps=1e-6)
+            gains = qk_norm != "l2"  # Llama 4's RoPE layers: no gains
+            self.q_norm: RMSNorm | None = RMSNorm(
+                self.d_out if whole else width, eps=1e-6, gains=gains
+            )
+            self.k_norm: RMSNorm | None = RMSNorm(kv if whole else width, eps=1e-6, gains=gains)
         else:
             self.q_norm = self.k_norm = None
         self.sliding_window = sliding_window
@@ -196,6 +214,7 @@ class GroupedQueryAttention(MultiHeadModule):
             sinks=sinks,
             gate=gate,
             query_pre_attn_scalar=query_pre_attn_scalar,
+            mods=mods,
         )
 
     @checked_forward(_gqa_weights)
@@ -233,4 +252,5 @@ class GroupedQueryAttention(MultiHeadModule):
             causal = True
             window = self.sliding_window if window is None else min(window, self.sliding_window)
         rope = None if cos is None or sin is None else (cos, sin)  # both or neither, above
-        return forward_layer(self, x, causal=causal, window=window, allowed=allowed, rope=rope)
+        masks = M.modifications(causal=causal, window=window)
+        return forward_layer(self, x, masks=masks, allowed=allowed, rope=rope)

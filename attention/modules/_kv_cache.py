@@ -17,9 +17,10 @@ import torch.nn as nn
 from torch import Tensor
 
 from .. import _core
-from .._layer import NO_OPTIONS, finish, normalise_and_rotate, project_heads, slopes_of
+from .. import mods as M
+from .._layer import finish, normalise_and_rotate, project_heads
 from .._shapes import DeviceError, DtypeError, ShapeError
-from ._common import MultiHeadModule, dropout_rate, layer_weights
+from ._common import MultiHeadModule, dropout_rate, layer_weights, module_mods
 
 __all__ = ["KVCache", "refuse_masks_with_cache"]
 
@@ -75,18 +76,16 @@ class KVCache:
             keys = torch.cat([cached_k, keys], dim=-3)  # (*b, m, g, c_h) + t rows -> m + t rows
             cached_v = typing.cast(Tensor, cached_v)  # set and reset with cache_k
             values = torch.cat([cached_v, values], dim=-3)
-        options = getattr(module, "score_options", NO_OPTIONS)
+        start = self.ptr_current_pos + t - keys.shape[-3]  # the first kept key's position
+        mods = M.moved(module_mods(module, *M.modifications(window=window)), start)
         per_head = _core.attend_new_rows(
             q,
             keys.transpose(-3, -2),
             values.transpose(-3, -2),  # -> (*batch, g, m + t, c_h)
-            scale=options.scale(q.shape[-1]),
-            window=window,
+            scale=M.scale_of(mods, q.shape[-1]),
+            mods=mods,
             dropout_p=dropout_rate(module),
             heads=True,
-            softcap=options.softcap,
-            sinks=weights.sinks,
-            slopes=slopes_of(weights, options, heads, q),
         )
         out = finish(per_head, gate, weights)  # (*batch, h, t, c_h) -> (*batch, t, c_out)
         self.cache_k = _core.kept_rows(keys, window, dim=-3)

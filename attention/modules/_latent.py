@@ -7,6 +7,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from .. import _core
+from .. import mods as M
 from .._arguments import check_flag, check_heads, check_positive, check_probability
 from .._checks import Weights, checked_forward
 from .._shapes import ShapeError
@@ -132,7 +133,6 @@ class MultiHeadLatentAttention(nn.Module):
             v,
             scale=_core.scale(self.head_dim),
             heads=True,
-            causal=True,
-            offset=start,
+            mods=(M.Causal(start),),
             dropout_p=dropout_rate(self),
         )

@@ -13,6 +13,7 @@ import torch.nn as nn
 from jaxtyping import Float
 from torch import Tensor
 
+from .. import mods as M
 from .._arguments import check_flag, check_positive
 from .._checks import checked_forward
 from .._masks import KeyPaddingArg, MaskArg, given_masks
@@ -102,7 +103,8 @@ class MultiHeadAttention(KVCache, OutputProjection, BookWeights, MultiHeadModule
     `gate` (Qwen 3.5's sigmoid output gate: `W_query` twice as wide, each head's queries then its
     gate's logits, the merged heads multiplied by their sigmoid before `out_proj`);
     `query_pre_attn_scalar` (Gemma 2's and 3's query scale 1/√query_pre_attn_scalar in place of
-    1/√head_dim).
+    1/√head_dim); `mods`, more modifications as objects (`attention.mods`: `Chunked`,
+    `Temperature`, a researcher's own subclass of `Modification`; without tensors).
     """
 
     mask: Tensor
@@ -122,6 +124,7 @@ class MultiHeadAttention(KVCache, OutputProjection, BookWeights, MultiHeadModule
         sinks: bool | Tensor = False,
         gate: bool = False,
         query_pre_attn_scalar: float | None = None,
+        mods: tuple = (),
     ):
         build_heads(
             self,
@@ -137,6 +140,7 @@ class MultiHeadAttention(KVCache, OutputProjection, BookWeights, MultiHeadModule
             sinks=sinks,
             gate=gate,
             query_pre_attn_scalar=query_pre_attn_scalar,
+            mods=mods,
         )
         self.register_buffer(
             "mask", torch.triu(torch.ones(context_length, context_length), diagonal=1)
@@ -174,7 +178,7 @@ class MultiHeadAttention(KVCache, OutputProjection, BookWeights, MultiHeadModule
         return forward_layer(
             self,
             x,
-            causal=True,
+            masks=(M.Causal(),),
             allowed=given_masks(mask, key_padding_mask),
             return_weights=return_weights,
         )

@@ -19,6 +19,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from .. import _core
+from .. import mods as M
 from .._arguments import check_flag, check_positive, check_probability
 from .._checks import checked_forward
 from .._heads import _scaling_width
@@ -44,7 +45,8 @@ def _linear_attend(
     """The forward of the `nn.Linear` single-head modules: mask, project, scale by √c, dropout,
     AV. Positions that neither attend nor are attended are zeroed first (`silence_isolated`)."""
     allowed = given_masks(mask, key_padding_mask)
-    x = silence_isolated(x, causal, allowed)
+    mods = M.modifications(causal=causal)
+    x = silence_isolated(x, mods, allowed)
     q, k, v = module.W_query(x), module.W_key(x), module.W_value(x)
     return _core.attend(
         q,
@@ -52,7 +54,7 @@ def _linear_attend(
         v,
         scale=_core.scale(_scaling_width(module.w_q)),
         heads=False,
-        causal=causal,
+        mods=mods,
         allowed=allowed,
         dropout_p=dropout_rate(module),
         return_weights=return_weights,

@@ -11,6 +11,7 @@ generation.
 from jaxtyping import Float
 from torch import Tensor
 
+from .. import mods as M
 from .._arguments import check_window
 from .._checks import checked_forward
 from .._masks import KeyPaddingArg, MaskArg, given_masks
@@ -60,6 +61,7 @@ class MultiHeadAttentionWithSWA(KVCache, OutputProjection, BookWeights, MultiHea
         sinks: bool | Tensor = False,
         gate: bool = False,
         query_pre_attn_scalar: float | None = None,
+        mods: tuple = (),
     ):
         check_window("MultiHeadAttentionWithSWA", "sliding_window_size", sliding_window_size)
         build_heads(
@@ -75,6 +77,7 @@ class MultiHeadAttentionWithSWA(KVCache, OutputProjection, BookWeights, MultiHea
             sinks=sinks,
             gate=gate,
             query_pre_attn_scalar=query_pre_attn_scalar,
+            mods=mods,
         )
         self.sliding_window_size = sliding_window_size
         self._init_cache()
@@ -105,8 +108,7 @@ class MultiHeadAttentionWithSWA(KVCache, OutputProjection, BookWeights, MultiHea
         return forward_layer(
             self,
             x,
-            causal=True,
-            window=window,
+            masks=M.modifications(causal=True, window=window),
             allowed=given_masks(mask, key_padding_mask),
             return_weights=return_weights,
         )

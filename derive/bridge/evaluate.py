@@ -23,7 +23,7 @@ import torch
 from ..explicit.forward import ExplicitGraph
 from ..explicit.instantiate import key_of
 from ..graph import DeclarationError
-from ..graph.twins import Callee, step_twin, twin_letters
+from ..graph.twins import Built, Callee, step_twin, twin_letters
 from ..notation import letters as L
 
 __all__ = [
@@ -134,6 +134,11 @@ class Reader:
             return self(value, head)
         if isinstance(value, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in value):
             return {name: self.option(v, head) for name, v in value}  # freq_config={...}
+        if isinstance(value, Built):  # an object made at these sizes: a modification
+            factory = resolve(value.factory, f"option {value!r}")
+            return factory(*(self.option(a, head) for a in value.arguments))
+        if isinstance(value, tuple) and value and all(isinstance(v, Built) for v in value):
+            return tuple(self.option(v, head) for v in value)  # mods=(Chunked(χ), …)
         return value
 
 

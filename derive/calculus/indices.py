@@ -297,7 +297,8 @@ def _floor(expr: sp.floor, ranges: Ranges) -> sp.Expr:
     """⌊e⌋ where the ranges keep e within [k, k + 1): ⌊(ℓ − 1)/h⌋ = 0 for ℓ = 1 … h."""
     low, high = (_bound(expr.args[0], ranges, lowest=which) for which in (True, False))
     k = sp.floor(low) if low.is_number and low is not sp.nan else None
-    return k if k is not None and (k + 1 - high).is_positive else expr
+    # over one denominator, so that the signs decide: 1 − (n − 1)/(n + κ) = (κ + 1)/(n + κ) > 0
+    return k if k is not None and sp.together(k + 1 - high).is_positive else expr
 
 
 def under_ranges(expr: sp.Expr, ranges: Ranges) -> sp.Expr:

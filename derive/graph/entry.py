@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from .claims import Claim
 from .declaration import Graph
 from .sizes import Constraint, Parameter, Size
-from .twins import GradientTwin, ModuleTwin, StateTwin, Twin
+from .twins import GradientTwin, ModuleTwin, StateTwin, Twin, joined
 from .variant import Document, Variant
 
 __all__ = ["Entry", "Stage"]
@@ -80,7 +80,11 @@ class Entry:
     @property
     def options(self) -> dict[str, object]:
         """The options its variants give to its twins, in rank order."""
-        return {key: value for v in self.chain for key, value in v.options}
+        found: dict[str, object] = {}
+        for v in self.chain:
+            for key, value in v.options:
+                found[key] = joined(found[key], value) if key in found else value
+        return found
 
     @property
     def twins(self) -> tuple[Twin | ModuleTwin | GradientTwin | StateTwin, ...]:

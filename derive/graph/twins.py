@@ -18,7 +18,10 @@ file), and `derive.bridge` calls it.
 Argument and option values: a letter (``"X"``) is that matrix; a matrix declared with one row
 (the gains of QK-norm) is handed over as a vector; the mask M (0 or −∞) as booleans, True where a
 query may attend; a size or parameter symbol is its number at the check's sizes; anything else
-is passed as it is. A letter written ``"W_o?"`` is passed only where the graph has it.
+is passed as it is. A letter written ``"W_o?"`` is passed only where the graph has it. A
+`Built` option is an object made at the check's sizes (a score modification of `attention.mods`:
+``mods=(Built("attention.mods.Chunked", (χ,)),)``); the tuples of them that two variants give
+the same keyword join.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = [
+    "Built",
     "StepTwin",
     "Twin",
     "ModuleTwin",
@@ -35,12 +39,39 @@ __all__ = [
     "StateTwin",
     "Callee",
     "argument_order",
+    "joined",
     "step_twin",
     "twin_letters",
 ]
 
 #: A dotted name (imported when the check runs) or a callable.
 Callee = str | Callable
+
+
+@dataclass(frozen=True)
+class Built:
+    """An option that is an object: `factory` (a dotted name or a callable) called with
+    `arguments`, each read as an option is (a size or parameter symbol is its number at the
+    check's sizes). Printed as the call."""
+
+    factory: Callee
+    arguments: tuple = ()
+
+    def __repr__(self) -> str:
+        name = self.factory if isinstance(self.factory, str) else self.factory.__qualname__
+        return f"{str(name).rpartition('.')[2]}({', '.join(map(str, self.arguments))})"
+
+
+def joined(first: object, second: object) -> object:
+    """Two variants' values of one option: tuples of `Built` objects join (each variant adds
+    its modification to ``mods=``); otherwise the later one holds."""
+    if (
+        isinstance(first, tuple)
+        and isinstance(second, tuple)
+        and all(isinstance(v, Built) for v in (*first, *second))
+    ):
+        return first + second
+    return second
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,8 @@ _S = sp.Symbol("S", nonnegative=True)
 def _normalised(graph: Graph, letter: str) -> tuple[sp.Expr, sp.Expr, sp.Expr | None]:
     """(u_{row,j} as \\check{q} / γ, the same from the declaration, the sum of squares S)."""
     step = graph.step(letter)
-    gain = [e for e in step.element.rhs.atoms(sp.Indexed) if L.letter_of(e).startswith("G_")]
-    (gain,) = gain
+    gains = [e for e in step.element.rhs.atoms(sp.Indexed) if L.letter_of(e).startswith("G_")]
+    gain = gains[0] if gains else sp.S.One  # none: Llama 4's L2 norm
     sums = list(step.element.rhs.atoms(Sum))  # none: a declaration that does not normalise
     return step.element.lhs / gain, step.element.rhs / gain, sums[0] if sums else None
 
@@ -74,9 +74,14 @@ def score_bound(graph: Graph) -> Fact:
     score = step.element.lhs
     (scaled_step,) = [s for s in graph.declarations if s.name == "scaled_scores"]
     scaled = scaled_step.element.lhs
-    bound = GAIN_MAX["q"] * GAIN_MAX["k"]
+    gained = all(
+        any(L.letter_of(e).startswith("G_") for e in graph.step(x).element.rhs.atoms(sp.Indexed))
+        for x in ("Q_norm" + suffix, "K_norm" + suffix)
+    )
+    bound = GAIN_MAX["q"] * GAIN_MAX["k"] if gained else sp.S.One  # no gains: 1
     lengths = [sp.sqrt(Sum(u**2, (L.j, 1, width))) for u in (u_q, u_k)]
-    schwarz = sp.Mul(bound, *lengths, evaluate=False)  # Cauchy–Schwarz, then |γ| ≤ max|γ|
+    factors = (bound, *lengths) if gained else lengths
+    schwarz = sp.Mul(*factors, evaluate=False)  # Cauchy–Schwarz, then |γ| ≤ max|γ|
     holds = q_ok and k_ok
     last = width * bound if holds else sp.nan
     lines = (

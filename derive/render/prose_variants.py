@@ -146,8 +146,8 @@ CLAIM_TEXT = {
         "The squared length of a normalised query, derived from the declaration: the root "
         "leaves the sum, and SymPy checks that what is subtracted from $c$ is not negative. "
         "Then the Cauchy–Schwarz inequality bounds every score, whatever the scale of $X$, "
-        "$W_q$ and $W_k$: larger inputs cannot push the softmax towards a single key, and the "
-        "learned gains set how peaked it may be:"
+        "$W_q$ and $W_k$: larger inputs cannot push the softmax towards a single key; the "
+        "learned gains, where there are any, set how peaked it may be:"
     ),
     "absorption": (
         "The score of head $\\ell$ with its query and key put in, down to $X$, $W_q$, the "

@@ -226,7 +226,7 @@ def test_forward_is_the_fused_kernel():
     ("slices", "n"), [(1, 6), (48, 6), (3, 100), (1, 1024), (48, 1024), (12, 16384)]
 )
 def test_blocks_stay_within_budget(slices, n):
-    group, rows = _fused._plan(slices, n)
+    group, rows = _fused.plan(slices, n)
     assert 1 <= group <= slices and 1 <= rows <= n
     assert rows == n or rows >= _fused.MIN_ROWS  # the block's products need enough rows
     assert rows * n <= max(_fused.ROW_ENTRIES, _fused.MIN_ROWS * n)

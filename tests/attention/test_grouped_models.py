@@ -191,7 +191,7 @@ def test_weights_and_x_still_share_one_dtype():
         ),
         (
             {"d_in": 8, "num_heads": 4, "num_kv_groups": 2, "qk_norm": 1},
-            r"GroupedQueryAttention: qk_norm must be a bool or 'whole', got qk_norm=1",
+            r"GroupedQueryAttention: qk_norm must be a bool, 'whole' or 'l2', got qk_norm=1",
         ),
     ],
 )

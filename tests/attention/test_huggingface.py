@@ -26,7 +26,10 @@ from transformers import (
     Gemma2Config,
     Gemma3TextConfig,
     GptOssConfig,
+    Llama4TextConfig,
+    LlamaConfig,
     Qwen3_5TextConfig,
+    Qwen3Config,
 )
 
 import attention.huggingface as hf
@@ -73,6 +76,25 @@ CONFIGS = {
             layer_types=LOCAL_GLOBAL,
         ),
         F64,
+    ),
+    "llama": (LlamaConfig(**SIZES), F32),
+    "qwen3": (Qwen3Config(**SIZES), F32),  # QK-norm with gains
+    # Llama 4: chunked layers with RoPE and the L2 norm, a global layer without RoPE whose
+    # queries are tempered (`floor_scale` small, so that 12 tokens cross its steps)
+    "llama4": (
+        Llama4TextConfig(
+            **{**SIZES, "num_hidden_layers": 4},
+            intermediate_size_mlp=48,
+            attention_chunk_size=4,
+            no_rope_layers=[1, 1, 1, 0],
+            use_qk_norm=True,
+            attn_temperature_tuning=True,
+            floor_scale=3,
+            attn_scale=0.5,
+            num_local_experts=2,
+            interleave_moe_layer_step=2,
+        ),
+        F32,
     ),
     "qwen3_5": (
         Qwen3_5TextConfig(
@@ -158,7 +180,12 @@ def test_the_gradients_are_those_of_the_eager_attention(name):
 
 @pytest.mark.parametrize(
     ("name", "taken_out"),
-    [("gemma2", "softcap"), ("gpt_oss", "s_aux"), ("gemma3", "sliding_window")],
+    [
+        ("gemma2", "softcap"),
+        ("gpt_oss", "s_aux"),
+        ("gemma3", "sliding_window"),
+        ("llama4", "the chunks' mask"),  # its chunks come in the mask, dropped below
+    ],
 )
 def test_without_its_modification_a_model_is_caught(name, taken_out):
     """The comparison above can fail: our implementation with the model's modification
@@ -177,8 +204,9 @@ def test_without_its_modification_a_model_is_caught(name, taken_out):
     assert float((got[0] - expected[0]).abs().max()) > 100 * bound
 
 
-def test_greedy_generation_with_the_cache_picks_the_same_tokens():
-    eager, ours = models("gpt_oss")
+@pytest.mark.parametrize("name", ["gpt_oss", "llama4"])
+def test_greedy_generation_with_the_cache_picks_the_same_tokens(name):
+    eager, ours = models(name)
     ids = torch.randint(0, 64, (1, 5), generator=torch.Generator().manual_seed(4))
     options = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
     expected = eager.generate(ids, **options)
@@ -240,11 +268,11 @@ def test_bloom_s_attention_is_our_alibi_module():
     layer.register_forward_hook(keep, with_kwargs=True)
     with torch.no_grad():
         model(torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(7)))
-    ours = hf.from_bloom(layer).eval().requires_grad_(False)
+    ours = hf.from_hf(layer).eval().requires_grad_(False)  # BLOOM's case: `from_bloom`
     got = ours(seen["hidden"]) + seen["residual"]
     assert_close_within(got, seen["out"], F32)  # BLOOM's softmax: float32
     plain = hf.from_bloom(layer).eval().requires_grad_(False)
-    plain.score_options = type(plain.score_options)()  # no ALiBi: another output
+    plain.score_mods = ()  # no ALiBi: another output
     error = float((plain(seen["hidden"]) + seen["residual"] - seen["out"]).abs().max())
     assert error > 100 * F32 * float(seen["out"].abs().max())
 
@@ -317,3 +345,59 @@ def test_a_left_padded_batch_gives_eager_s_outputs_at_its_tokens():
     real = attention_mask.bool()
     assert_close_within(got[real], expected[real], F64)
     assert (unpadded[0, 2:] - expected[0, 2:]).abs().max() > 1e-3  # the padding matters
+
+
+# -- from_hf: a layer as our module, table-driven ----------------------------------------------
+
+#: The families of `CONFIGS` with no row in `from_hf`'s table (refused by name): GPT-OSS's
+#: projections have biases, which `GroupedQueryAttention` has not.
+NOT_READ = {"gpt_oss"}
+
+
+def _layers_inputs_and_outputs(model, ids):
+    """Each attention layer with its input and output in one forward pass of the model."""
+    found = []
+
+    def before(module, args, kwargs):
+        found.append([module, kwargs.get("hidden_states", args[0] if args else None)])
+
+    def after(module, args, kwargs, out):
+        found[-1].append(out[0])
+
+    layers = [layer.self_attn for layer in model.model.layers if hasattr(layer, "self_attn")]
+    hooks = [h for a in layers for h in (a.register_forward_pre_hook(before, with_kwargs=True),)]
+    hooks += [a.register_forward_hook(after, with_kwargs=True) for a in layers]
+    with torch.no_grad():
+        model(ids)
+    for hook in hooks:
+        hook.remove()
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(set(CONFIGS) - set(NOT_READ)))
+def test_from_hf_gives_each_layer_s_own_output_on_its_own_input(name):
+    eager, _ = models(name)
+    ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():  # QK-norm's gains away from their start, so that reading them matters
+        for layer in eager.model.layers:
+            attention = getattr(layer, "self_attn", None)
+            for which in ("q_norm", "k_norm"):
+                norm = getattr(attention, which, None)
+                if getattr(norm, "weight", None) is not None:
+                    norm.weight.normal_(generator=torch.Generator().manual_seed(7))
+    found = _layers_inputs_and_outputs(eager, ids)
+    assert len(found) >= 1
+    for layer, x, expected in found:
+        ours = hf.from_hf(layer, eager.model.rotary_emb)
+        with torch.no_grad():
+            got = ours(x)
+        assert_close_within(got, expected, CONFIGS[name][1])
+        assert (got - expected).abs().max() < 1e-3 * expected.abs().max()
+
+
+def test_from_hf_refuses_what_it_does_not_read_by_name():
+    eager, _ = models("gpt_oss")
+    with pytest.raises(TypeError, match=r"from_hf: GptOssAttention is not read \(the families"):
+        hf.from_hf(eager.model.layers[0].self_attn, eager.model.rotary_emb)
+    with pytest.raises(TypeError, match=r"from_hf: Linear is not read \(the families read"):
+        hf.from_hf(torch.nn.Linear(2, 2))

@@ -14,6 +14,7 @@ import torch
 
 from attention import MultiHeadAttention
 from attention import functional as F
+from attention import mods as M
 from derive.graph.registry import variants
 
 HEADS, N, D, C = 2, 6, 5, 4
@@ -44,7 +45,14 @@ def _sinks(dtype):
     return torch.tensor([0.3, -1.2], dtype=dtype)
 
 
+#: in the order the modifications act on a row of scores (`attention.mods`: the temperature on
+#: q·k first, as Hugging Face multiplies the queries)
 TABLE = {
+    "temperature": Row(
+        {"mods": (M.Temperature(floor=2.0, scale=0.75),)},
+        scores=lambda s, head, o: s * _tau(s.shape[-2], floor=2.0, scale=0.75),
+        variant="temperature-tuning",
+    ),
     "softcap": Row(
         {"softcap": 2.5},
         scores=lambda s, head, o: o["softcap"] * torch.tanh(s / o["softcap"]),
@@ -70,7 +78,19 @@ TABLE = {
         {"query_pre_attn_scalar": 9.0},
         scale=lambda o: o["query_pre_attn_scalar"] ** -0.5,
     ),
+    # Llama 4's chunked attention, given as an object (`mods=`) like the temperature
+    "chunked": Row(
+        {"mods": (M.Chunked(4),)},
+        masks=lambda m, p, o: m // 4 == p // 4,
+        variant="chunked",
+    ),
 }
+
+
+def _tau(n, *, floor, scale):
+    """τ_m = α log(1 + ⌊(m + 1)/F⌋) + 1 at the positions m = 0 … n − 1, a column (n, 1)."""
+    m = torch.arange(n, dtype=torch.float64)
+    return (scale * torch.log(1 + torch.floor((m + 1) / floor)) + 1)[:, None]
 
 
 def _gaps(s):
@@ -81,7 +101,8 @@ def _gaps(s):
 def _options(rows, dtype):
     options = {}
     for row in rows:
-        options |= row.options
+        mods = options.get("mods", ()) + row.options.get("mods", ())
+        options |= row.options | ({"mods": mods} if mods else {})
         options |= {name: make(dtype) for name, make in row.tensors.items()}
     return options
 
@@ -213,7 +234,8 @@ def test_the_cache_fed_in_pieces_gives_the_whole_sequence_s_rows(names):
     x, _, _ = _inputs(1.0)
     whole = module(x)
     module.reset_cache()
-    pieces = [module(x[:, a:b], use_cache=True) for a, b in ((0, 2), (2, 5), (5, N))]
+    cuts = ((0, 2), (2, 5), (5, N))  # across a window's, a chunk's and the temperature's steps
+    pieces = [module(x[:, a:b], use_cache=True) for a, b in cuts]
     error = (torch.cat(pieces, dim=1) - whole).abs().max().item()
     assert error <= 1e-12 * whole.abs().max().item()
 
@@ -234,3 +256,37 @@ def test_a_module_s_state_dict_carries_its_modification(names):
     assert not torch.equal(fresh(x), module(x))
     fresh.load_state_dict(state)
     assert torch.equal(fresh(x), module(x))
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_torch_compile_traces_each_row_to_the_same_numbers(name):
+    """The fast path under torch.compile (dynamo and AOT autograd, `aot_eager`: no C++ compiler
+    needed): the modifications travel into the autograd Function as constants, their tensors
+    as its arguments, and the compiled call gives eager's values and gradients."""
+    torch._dynamo.reset()
+    rows = [TABLE[name]]
+    options = _options(rows, torch.float64)
+    x, weights, w_o = _inputs(1.0)
+    learned = [t for t in options.values() if isinstance(t, torch.Tensor)]
+
+    def loss(x, w_q, w_k, w_v, w_o, *tensors):
+        given = dict(options)
+        names = [k for k, v in options.items() if isinstance(v, torch.Tensor)]
+        for key, t in zip(names, tensors, strict=True):
+            given[key] = t
+        return _ours(x, [w_q, w_k, w_v], w_o, given, explicit=False).square().sum()
+
+    def run(fn):
+        leaves = [t.detach().clone().requires_grad_() for t in (x, *weights, w_o, *learned)]
+        value = fn(*leaves)
+        return value.detach(), torch.autograd.grad(value, leaves)
+
+    eager = run(loss)
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    compiled = run(torch.compile(loss, backend="aot_eager"))
+    assert counters["stats"]["unique_graphs"] >= 1  # dynamo traced, not only fell back
+    torch.testing.assert_close(compiled[0], eager[0], rtol=1e-12, atol=0)
+    for got, expected in zip(compiled[1], eager[1], strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)

@@ -16,6 +16,7 @@ from reference_variants import band_matrix, modified_attention
 from test_fused import Record
 
 from attention import _core, _fused
+from attention import mods as M
 
 
 @st.composite
@@ -70,12 +71,31 @@ def attend(tensors, options, *, explicit, dtype=torch.float64, grad=None):
         else options[name].to(dtype).requires_grad_(grad is not None)
         for name in ("sinks", "slopes")
     }
-    out = _core.attend(*leaves, heads=True, return_weights=explicit, **{**options, **learned})
+    out = _core.attend(
+        *leaves,
+        heads=True,
+        return_weights=explicit,
+        scale=options["scale"],
+        allowed=options["allowed"],
+        mods=mods_of({**options, **learned}),
+    )
     out = out[0] if explicit else out
     if grad is None:
         return out
     inputs = leaves + [t for t in learned.values() if t is not None]  # ALiBi's slopes learned
     return torch.autograd.grad(out, inputs, grad.to(dtype))
+
+
+def mods_of(options):
+    """The modifications (`attention.mods`) of the options of `cases`."""
+    return M.modifications(
+        causal=options["causal"],
+        offset=options["offset"],
+        window=options["window"],
+        softcap=options["softcap"],
+        alibi=False if options["slopes"] is None else options["slopes"],
+        sinks=options["sinks"],
+    )
 
 
 def reference(tensors, options):
@@ -186,9 +206,10 @@ def test_a_sink_takes_weight_and_carries_no_value():
     # one query, one key: a = e^ω / (e^ω + e^σ); with σ = ω, half the weight, half of v
     q, k, v = torch.ones(1, 1, 1, 1), torch.ones(1, 1, 1, 1) * 2.0, torch.full((1, 1, 1, 1), 3.0)
     sinks = torch.tensor([2.0])  # ω = q·k = 2 at scale 1
-    out = _core.attend(q, k, v, scale=1.0, heads=True, sinks=sinks)
+    mods = (M.Sinks(sinks),)
+    out = _core.attend(q, k, v, scale=1.0, heads=True, mods=mods)
     torch.testing.assert_close(out, torch.full((1, 1, 1, 1), 1.5))
-    _, a = _core.attend(q, k, v, scale=1.0, heads=True, sinks=sinks, return_weights=True)
+    _, a = _core.attend(q, k, v, scale=1.0, heads=True, mods=mods, return_weights=True)
     torch.testing.assert_close(a, torch.full((1, 1, 1, 1), 0.5))
 
 
@@ -197,7 +218,8 @@ def test_alibi_subtracts_the_slope_times_the_distance():
     q, k = torch.zeros(1, 1, 2, 1), torch.zeros(1, 1, 2, 1)
     v = torch.tensor([[[[0.0], [1.0]]]])
     slopes = torch.tensor([0.5])
-    out = _core.attend(q, k, v, scale=1.0, heads=True, causal=True, slopes=slopes)
+    mods = M.modifications(causal=True, alibi=slopes)
+    out = _core.attend(q, k, v, scale=1.0, heads=True, mods=mods)
     favoured = torch.exp(torch.tensor(0.5))
     torch.testing.assert_close(out[0, 0, 1, 0], favoured / (1 + favoured))
 
@@ -205,7 +227,8 @@ def test_alibi_subtracts_the_slope_times_the_distance():
 def test_softcapping_bounds_the_scores_by_the_cap():
     q, k = torch.full((1, 1, 1, 1), 100.0), torch.tensor([[[[1.0], [-1.0]]]])
     v = torch.tensor([[[[1.0], [0.0]]]])
-    _, a = _core.attend(q, k, v, scale=1.0, heads=True, softcap=2.0, return_weights=True)
+    mods = (M.Softcap(2.0),)
+    _, a = _core.attend(q, k, v, scale=1.0, heads=True, mods=mods, return_weights=True)
     capped = torch.tanh(torch.tensor(50.0)) * 2  # ω̃ = ±100 -> ±2 tanh(50)
     torch.testing.assert_close(a[0, 0, 0, 0], torch.sigmoid(2 * capped))
 
@@ -231,11 +254,13 @@ def test_the_backward_never_holds_an_n_by_n_matrix(options, groups):
         v,
         scale=width**-0.5,
         heads=True,
-        causal=True,
-        window=options.get("window"),
-        softcap=options.get("softcap"),
-        slopes=slopes,
-        sinks=sinks,
+        mods=M.modifications(
+            causal=True,
+            window=options.get("window"),
+            softcap=options.get("softcap"),
+            alibi=False if slopes is None else slopes,
+            sinks=sinks,
+        ),
     )
     leaves = [q, k, v] + ([sinks] if sinks is not None else [])
     with Record() as record:
@@ -248,7 +273,7 @@ def test_the_backward_never_holds_an_n_by_n_matrix(options, groups):
     ("slices", "n", "heads"), [(1, 6, 1), (8, 1024, 4), (2, 4096, 3), (12, 16384, 8)]
 )
 def test_a_groups_heads_share_the_blocks_budget(slices, n, heads):
-    pack, rows = _fused._plan(slices, n, heads=heads)
+    pack, rows = _fused.plan(slices, n, heads=heads)
     assert 1 <= pack <= slices and 1 <= rows <= n
     assert rows == n or heads * rows >= _fused.MIN_ROWS  # the products' rows: h/g heads' rows
     assert heads * rows * n <= max(_fused.ROW_ENTRIES, 2 * _fused.MIN_ROWS * n)
@@ -256,27 +281,28 @@ def test_a_groups_heads_share_the_blocks_budget(slices, n, heads):
 
 @pytest.mark.parametrize("sinks", [False, True])
 def test_the_packs_on_a_pool_of_threads_give_the_serial_gradients(monkeypatch, sinks):
-    """`_each`: the packs side by side on a pool (torch's threads at 1 meanwhile, restored) and
+    """`blocks.each`: the packs side by side on a pool (torch's threads at 1 meanwhile, restored) and
     one after the other give the same numbers; the pool's threads did the work."""
     g = torch.Generator().manual_seed(3)
     q, k, v, grad = (torch.randn(2, 4, 300, 8, generator=g, dtype=torch.float64) for _ in range(4))
-    options = _fused.Scores(8**-0.5, causal=True, softcap=20.0)
     logits = torch.randn(4, generator=g, dtype=torch.float64) if sinks else None
+    mods = M.modifications(causal=True, softcap=20.0, sinks=logits)
     seen = set()
-    original = _fused._weights
+    original = M.forward
 
-    def spy(*args, **kwargs):
+    def spy(*args, **kwargs):  # every block's scores go through the modifications
         seen.add(threading.current_thread().name)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(_fused, "_weights", spy)
+    monkeypatch.setattr(M, "forward", spy)
     threads = torch.get_num_threads()
     results = {}
     for pool in (1, 3):
-        monkeypatch.setattr(_fused, "PACK_THREADS", pool)
-        monkeypatch.setattr(_fused, "ROW_ENTRIES", 2**12)  # several packs and blocks at n = 300
-        monkeypatch.setattr(_fused, "BLOCK_ENTRIES", 2**14)
-        results[pool] = _fused.gradients(q, k, v, grad, options, logits)
+        monkeypatch.setattr(_fused.blocks, "PACK_THREADS", pool)
+        monkeypatch.setattr(_fused.blocks, "ROW_ENTRIES", 2**12)  # several packs and blocks
+        monkeypatch.setattr(_fused.blocks, "BLOCK_ENTRIES", 2**14)  # at n = 300
+        dq, dk, dv, learned = _fused.gradients(q, k, v, grad, 8**-0.5, mods)
+        results[pool] = (dq, dk, dv, *learned.values())
         assert torch.get_num_threads() == threads
     for serial, pooled in zip(results[1], results[3], strict=True):
         if serial is not None:

@@ -1,19 +1,20 @@
-"""Each score modification computed in one place (`attention._modifications`): a changed copy
-of that one function changes what every path computes (the explicit path, the fast path,
-`attention.flash`), forward and backward. Were any path to carry an implementation of its own,
-its output would stay as it was under the change, and this test would name the path.
+"""Each score modification computed in one place (its object in `attention.mods`): a changed
+copy of one of its methods, or of a function of `attention.mods` the objects call, changes what
+every path computes (the explicit path, the fast path, `attention.flash`), forward and backward.
+Were any path to carry an implementation of its own, its output would stay as it was under the
+change, and this test would name the path.
 
 The key range is the rule for which keys a block reads (the fast path) and which blocks are
-skipped (flash); the masks (`_masks.band`) still say which keys each row may attend, so a range
-made wider changes nothing visible: the test narrows it."""
+skipped (flash); the masks' bounds still say which keys each row may attend, so a range made
+wider changes nothing visible: the test narrows it."""
 
 import sys
 
 import pytest
 import torch
 
-from attention import _modifications, flash
-from attention import functional as F
+from attention import _core, flash
+from attention import mods as M
 
 
 def _qkv():
@@ -21,86 +22,116 @@ def _qkv():
     return [torch.randn(1, 2, 6, 4, generator=g, dtype=torch.float64) for _ in "qkv"]
 
 
-def _explicit(q, k, v, **mods):
-    return _paths_multi_head(q, k, v, explicit=True, **mods)
-
-
-def _fast(q, k, v, **mods):
-    return _paths_multi_head(q, k, v, explicit=False, **mods)
-
-
-def _paths_multi_head(q, k, v, *, explicit, softcap=None, slope=None, window=None, sink=None):
-    """multi_head_attention on exactly q, k, v (two heads, X = [q|k|v], projections picking
-    each): the fast path, or with return_weights the explicit one."""
-    x = torch.cat([q, k, v], dim=-1)[0].transpose(0, 1).reshape(6, 24)[None]
-    eye = torch.eye(24, dtype=q.dtype)
-    pick = [eye[:, [*range(o, o + 4), *range(o + 12, o + 16)]] for o in (0, 4, 8)]
-    alibi = None if slope is None else torch.full((2,), slope, dtype=q.dtype)
-    sinks = None if sink is None else torch.full((2,), sink, dtype=q.dtype)
-    out = F.multi_head_attention(
-        x,
-        *pick,
-        torch.eye(8, dtype=q.dtype),
-        heads=2,
-        causal=True,
+def _mods(q, causal=True, window=None, chunk=None, softcap=None, slope=None, sink=None, tau=None):
+    per_head = lambda value: None if value is None else torch.full((2,), value, dtype=q.dtype)  # noqa: E731
+    return M.modifications(
+        causal=causal,
         window=window,
+        chunk=chunk,
+        temperature=None if tau is None else M.Temperature(floor=2.0, scale=tau),
         softcap=softcap,
-        alibi=False if alibi is None else alibi,
-        sinks=sinks,
-        return_weights=explicit,
+        alibi=False if slope is None else per_head(slope),
+        sinks=per_head(sink),
     )
-    return out[0] if explicit else out
 
 
-def _flash(q, k, v, **mods):
-    return flash.flash_attention(q, k, v, block_rows=2, block_keys=2, causal=True, **mods)
+def _explicit(q, k, v, **options):
+    """(C, dQ for the upstream gradient 1) of the explicit path (autograd through it)."""
+    q = q.detach().requires_grad_()
+    mods = _mods(q, **options)
+    out = _core.attend(q, k, v, scale=0.5, heads=True, mods=mods, return_weights=True)[0]
+    return out.detach(), torch.autograd.grad(out.sum(), q)[0]
+
+
+def _fast(q, k, v, **options):
+    """(C, dQ) of the fast path (its own backward)."""
+    q = q.detach().requires_grad_()
+    out = _core.attend(q, k, v, scale=0.5, heads=True, mods=_mods(q, **options))
+    return out.detach(), torch.autograd.grad(out.sum(), q)[0]
+
+
+def _flash(q, k, v, **options):
+    """(C, dQ) of `attention.flash` (its blocked backward)."""
+    given = dict(block_rows=2, block_keys=2, scale=0.5, causal=True, **options)
+    out = flash.flash_attention(q, k, v, **given)
+    return out, flash.flash_gradients(q, k, v, torch.ones_like(out), **given).dQ
 
 
 PATHS = {"explicit path": _explicit, "fast path": _fast, "flash": _flash}
+#: what flash takes: the modifications its derivation (`derive latex --variant flash`) has
+FLASH_TAKES = {"causal", "window", "softcap", "slope", "sink"}
 
-#: (the function, a changed copy, the modification that reads it)
+#: (the object or module, the attribute, a changed copy of it, the options that make it act)
 CHANGES = {
-    "softcap_parts": (
-        lambda scaled, cap, *, overwrite=False: _halved(scaled, cap),
+    "Softcap.scores": (
+        M.Softcap,
+        "scores",
+        lambda original: (
+            lambda self, s, *a: (lambda out: (out[0] / 2, out[1]))(original(self, s.clone(), *a))
+        ),
+        {"softcap": 2.0},
+    ),
+    "Softcap.backward": (
+        M.Softcap,
+        "backward",
+        lambda original: lambda self, d_s, *a: original(self, d_s.mul_(3.0), *a),
         {"softcap": 2.0},
     ),
     "distance": (
-        lambda first, last, low, high, like: 2 * _distance(first, last, low, high, like),
+        M,
+        "distance",
+        lambda original: lambda *a: 2 * original(*a),
         {"slope": 0.5},
     ),
     "sink_normalised": (
-        lambda scores, sink, *, overwrite=False: _sink(scores, sink + 1.0, overwrite=overwrite),
+        M,
+        "sink_normalised",
+        lambda original: lambda scores, sink, **kw: original(scores, sink + 1.0, **kw),
         {"sink": 0.5},
     ),
-    "online_start": (lambda sink: _start(sink + 1.0), {"sink": 0.5}),
+    "online_start": (
+        M,
+        "online_start",
+        lambda original: lambda sink: original(sink + 1.0),
+        {"sink": 0.5},
+    ),
+    "Window.bounds": (
+        M.Window,
+        "bounds",
+        lambda original: lambda self, m: (original(self, m)[0] + 1, None),
+        {"window": 3},
+    ),
+    "Chunked.bounds": (
+        M.Chunked,
+        "bounds",
+        lambda original: lambda self, m: original(M.Chunked(self.size + 1), m),
+        {"chunk": 3},
+    ),
+    "Temperature.factors": (
+        M.Temperature,
+        "factors",
+        lambda original: lambda self, *a: 2 * original(self, *a),
+        {"tau": 0.5},
+    ),
     "key_range": (
-        lambda causal, window, first, last, total: _narrower(causal, window, first, last, total),
+        M,
+        "key_range",
+        lambda original: (
+            lambda mods, first, last, total: (lambda low, high: (max(low, high - 1), high))(
+                *original(mods, first, last, total)
+            )
+        ),
         {"window": 3},
     ),
 }
 
-_softcap, _distance, _key_range, _sink, _start = (
-    _modifications.softcap_parts,
-    _modifications.distance,
-    _modifications.key_range,
-    _modifications.sink_normalised,
-    _modifications.online_start,
-)
 
-
-def _halved(scaled, cap):
-    capped, squashed = _softcap(scaled.clone(), cap)
-    return capped / 2, squashed
-
-
-def _narrower(causal, window, first, last, total):
-    low, high = _key_range(causal, window, first, last, total)
-    return max(low, high - 1), high  # only the last key: every block before it skipped
-
-
-def _modules_reading(name):
-    """Every module of the package that holds the function (imported by its name)."""
-    original = getattr(_modifications, name)
+def _holders(owner, name):
+    """Where the attribute lives: on the class, or in every module of the package that holds
+    the function (imported by its name)."""
+    if isinstance(owner, type):
+        return [owner]
+    original = getattr(owner, name)
     return [
         module
         for key, module in list(sys.modules.items())
@@ -108,10 +139,12 @@ def _modules_reading(name):
     ]
 
 
-#: the paths that do not read a function, and why: the explicit path masks its whole n × n
-#: scores (no block to skip); a sink joins a whole row's softmax in the explicit and fast paths,
-#: and starts flash's online softmax (its state after reading the sink as a key)
+#: the paths that do not read a change, and why: the explicit path masks its whole n × n scores
+#: (no block to skip); a sink joins a whole row's softmax in the explicit and fast paths, and
+#: starts flash's online softmax (its state after reading the sink as a key); the explicit
+#: path's gradients are autograd's through the objects' forward
 NOT_READ = {
+    ("Softcap.backward", "explicit path"),
     ("key_range", "explicit path"),
     ("sink_normalised", "flash"),
     ("online_start", "explicit path"),
@@ -122,19 +155,31 @@ CASES = [
     for change in sorted(CHANGES)
     for path in sorted(PATHS)
     if (change, path) not in NOT_READ
+    and (path != "flash" or set(CHANGES[change][3]) <= FLASH_TAKES)
 ]
 
 
 @pytest.mark.parametrize(("change", "path"), CASES)
 def test_a_change_in_the_one_place_reaches_every_path(monkeypatch, change, path):
-    changed, mods = CHANGES[change]
-    q, k, v = (t.requires_grad_() for t in _qkv())
+    owner, name, changed, options = CHANGES[change]
+    q, k, v = _qkv()
     run = PATHS[path]
-    before = run(q, k, v, **mods)
-    (grad_before,) = torch.autograd.grad(before.sum(), q)
-    for module in _modules_reading(change):
-        monkeypatch.setattr(module, change, changed)
-    after = run(q, k, v, **mods)
-    (grad_after,) = torch.autograd.grad(after.sum(), q)
-    assert (after - before).abs().max() > 1e-3, f"{path} did not read {change}"
+    before, grad_before = run(q, k, v, **options)
+    original = getattr(owner, name)
+    for holder in _holders(owner, name):
+        monkeypatch.setattr(holder, name, changed(original))
+    after, grad_after = run(q, k, v, **options)
+    if name != "backward":
+        assert (after - before).abs().max() > 1e-3, f"{path} did not read {change}"
     assert not torch.allclose(grad_after, grad_before), f"{path}'s backward did not read {change}"
+
+
+def test_the_paths_agree_before_any_change():
+    """The control: unchanged, the three paths give the same numbers for every option set."""
+    q, k, v = _qkv()
+    for change, (*_, options) in CHANGES.items():
+        reference = _explicit(q, k, v, **options)
+        paths = [_fast] + ([_flash] if set(options) <= FLASH_TAKES else [])
+        for path in paths:
+            for ours, expected in zip(path(q, k, v, **options), reference, strict=True):
+                torch.testing.assert_close(ours, expected, msg=f"{change}, {path.__name__}")

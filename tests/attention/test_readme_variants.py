@@ -14,3 +14,17 @@ def test_the_variants_example_runs():
     exec(compile(example, "README.md", "exec"), namespace)  # noqa: S102
     assert namespace["C"].shape == (2, 10, 64)
     assert namespace["gqa"].q_norm is not None and namespace["cos"].shape == (32, 8)
+
+
+def test_the_modification_objects_example_runs():
+    section = README.split("### The attention of today's open models", 1)[1]
+    section = section.split("\n## ", 1)[0].split("\n### ", 1)[0]
+    (example,) = re.findall(r"```py\n(.*?)```", section, re.S)
+    namespace: dict = {}
+    exec(compile(example, "README.md", "exec"), namespace)  # noqa: S102
+    assert namespace["out"].shape == (2, 10, 16)
+    from attention import functional as F
+
+    x, w = namespace["x"], namespace["w"]
+    plain = F.multi_head_attention(x, w, w, w, w, heads=4, causal=True)
+    assert (namespace["out"] - plain).abs().max() > 1e-4  # the chunks were applied

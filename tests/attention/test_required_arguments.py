@@ -88,6 +88,13 @@ def good_calls():
             ["omega_scaled"],
             [],
         ),
+        (
+            "temperature_scores",
+            F.temperature_scores,
+            {"omega_scaled": t["omega"], "floor": 2.0, "scale": 0.1},
+            ["omega_scaled"],
+            [],
+        ),
         ("weights", F.weights, {"omega": t["omega"], "c": C}, ["omega"], list(masks)),
         ("context", F.context, {"a": t["a"], "v": q}, ["a", "v"], []),
         ("output_gate", F.output_gate, {"c": q, "gamma": q}, ["c", "gamma"], []),
@@ -211,7 +218,7 @@ def test_the_table_covers_every_public_function_and_module():
 
     functions = {name for name in F.__all__ if callable(getattr(F, name)) and name != "Gradients"}
     covered = {where.split(".")[0] for where, *_ in good_calls()}
-    no_tensor = {"causal_mask", "sliding_window_mask", "alibi_slopes"}  # they take no tensor
+    no_tensor = {"causal_mask", "sliding_window_mask", "chunked_mask", "alibi_slopes"}  # no tensor
     assert functions - no_tensor <= covered
     classes = {name for name in attention.__all__ if name[0].isupper() and "Error" not in name}
     assert classes <= covered

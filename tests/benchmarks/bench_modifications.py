@@ -3,9 +3,9 @@
 Each round times, one after the other (interleaved, so that a busy machine slows all alike):
 torch's `scaled_dot_product_attention` (causal), the fast path plain (causal, which goes to that
 kernel forward and to our exact backward), and the fast path with each modification (softcap,
-ALiBi, sinks, a window, all four), and grouped keys (g = h/4); and plain and softcap with the
-blocks' packs one after the other on torch's threads rather than on the pool (`_fused._each`). Reports the median of the rounds,
-each ratio against torch and against our plain path. With --busy loop, a one-core Python busy
+ALiBi, sinks, a window, chunks, Llama 4's temperature, all four), and grouped keys (g = h/4); and plain and softcap with the
+blocks' packs one after the other on torch's threads rather than on the pool
+(`_fused.blocks.each`). Reports the median of the rounds, each ratio against torch and against our plain path. With --busy loop, a one-core Python busy
 loop runs beside the measurement; with --busy torch, another process runs torch's matrix
 products with its own threads (as a test suite would). With --memory, the peak extra memory of
 one forward + backward at n = 16384 with sinks and with a window, each in a fresh process.
@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from attention import _core, _fused
+from attention import mods as M
 
 CASES = {
     "plain": {},
@@ -33,6 +34,8 @@ CASES = {
     "alibi": {"slopes": True},
     "sinks": {"sinks": True},
     "window 256": {"window": 256},
+    "chunked 256": {"chunk": 256},
+    "temperature": {"temperature": True},
     "all four": {"softcap": 50.0, "slopes": True, "sinks": True, "window": 256},
     "gqa g = h/4": {"groups": 4},
     "plain, packs serial": {"serial": True},
@@ -51,23 +54,21 @@ def tensors(batch: int, heads: int, n: int, width: int, groups: int | None = Non
 def ours(q, k, v, heads, options):
     slopes = torch.rand(heads) * 0.1 if options.get("slopes") else None
     sinks = torch.zeros(heads, requires_grad=True) if options.get("sinks") else None
-    _fused.PACK_THREADS = 1 if options.get("serial") else None  # the packs' pool, or not
+    _fused.blocks.PACK_THREADS = 1 if options.get("serial") else None  # the packs' pool, or not
     try:
-        out = _core.attend(
-            q,
-            k,
-            v,
-            scale=q.shape[-1] ** -0.5,
-            heads=True,
+        mods = M.modifications(
             causal=True,
             window=options.get("window"),
+            chunk=options.get("chunk"),
+            temperature=M.Temperature(64.0, 0.1) if options.get("temperature") else None,
             softcap=options.get("softcap"),
-            slopes=slopes,
+            alibi=False if slopes is None else slopes,
             sinks=sinks,
         )
+        out = _core.attend(q, k, v, scale=q.shape[-1] ** -0.5, heads=True, mods=mods)
         out.sum().backward()
     finally:
-        _fused.PACK_THREADS = None
+        _fused.blocks.PACK_THREADS = None
 
 
 def torch_fused(q, k, v):

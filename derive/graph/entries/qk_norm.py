@@ -80,10 +80,12 @@ NORMED = {"q": "qnorm", "k": "knorm"}
 _GAIN = {"q": "gq", "k": "gk"}
 
 
-def rms_norm(which: str, head: bool, rows: sp.Expr, *, width: sp.Expr | None = None) -> Declaration:
+def rms_norm(
+    which: str, head: bool, rows: sp.Expr, *, width: sp.Expr | None = None, gains: bool = True
+) -> Declaration:
     r"""$\check{q}_{m,j} = (\gamma_q)_{1,j}\, q_{m,j} / \sqrt{\sum_{j'} q_{m,j'}^2 / c +
     \epsilon}$ (`which`: ``"q"`` or ``"k"``; keys by their row p), over `width` features (c_h
-    for one head's, c for a whole row's by default)."""
+    for one head's, c for a whole row's by default); without `gains`, no γ (Llama 4's)."""
     width = width if width is not None else L.c_h if head else L.c
     row, j, j2 = (L.m if which == "q" else L.p), L.j, L.j2
     base, normed = L.base(which), L.base(NORMED[which])
@@ -92,7 +94,9 @@ def rms_norm(which: str, head: bool, rows: sp.Expr, *, width: sp.Expr | None = N
         return b[(L.ell, *indices)] if head else b[indices]
 
     mean_square = Sum(entry(base, row, j2) ** 2, (j2, 1, width)) / width
-    rhs = L.base(_GAIN[which])[1, j] * entry(base, row, j) / sqrt(mean_square + L.eps)
+    rhs = entry(base, row, j) / sqrt(mean_square + L.eps)
+    if gains:
+        rhs = L.base(_GAIN[which])[1, j] * rhs
     suffix = "_l" if head else ""
     letter, source = L.BASES[NORMED[which]] + suffix, which.upper() + suffix
     gain = L.BASES[_GAIN[which]]
@@ -101,7 +105,11 @@ def rms_norm(which: str, head: bool, rows: sp.Expr, *, width: sp.Expr | None = N
         letter,
         "Normalising the " + ("queries" if which == "q" else "keys"),
         Eq(entry(normed, row, j), rhs, evaluate=False),
-        {source: (rows, width), gain: (sp.S.One, width), letter: (rows, width)},
+        {
+            source: (rows, width),
+            **({gain: (sp.S.One, width)} if gains else {}),
+            letter: (rows, width),
+        },
         twin=StepTwin("attention.grouped.rms_norm", options=(("eps", L.eps),)),
     )
 
@@ -115,8 +123,9 @@ EPS = Parameter(
 )
 
 
-def with_qk_norm(graph: Graph) -> Graph:
-    """`graph` with its queries and keys RMS-normalised before the scores (per head)."""
+def with_qk_norm(graph: Graph, gains: bool = True) -> Graph:
+    """`graph` with its queries and keys RMS-normalised before the scores (per head), with
+    learned gains or none."""
     steps: list[Declaration] = []
     found = False
     for step in graph.declarations:
@@ -131,13 +140,14 @@ def with_qk_norm(graph: Graph) -> Graph:
         found = True
         rows = {letter[0].lower(): step.shapes[letter][0] for letter in step.inputs}
         steps += [
-            rms_norm("q", step.head, rows["q"]),
-            rms_norm("k", step.head, rows["k"]),
+            rms_norm("q", step.head, rows["q"], gains=gains),
+            rms_norm("k", step.head, rows["k"], gains=gains),
             step.reading(NORMED),
         ]
     if not found:
         raise ValueError(f"{graph.name} has no scores for QK-norm to normalise")
-    return Graph(graph.name + " with QK-norm", tuple(steps), graph.relations)
+    named = graph.name + (" with QK-norm" if gains else " with QK-norm without gains")
+    return Graph(named, tuple(steps), graph.relations)
 
 
 VARIANT = Variant(

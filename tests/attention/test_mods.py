@@ -1,0 +1,140 @@
+"""The modification objects (`attention.mods`) as a user meets them: a researcher's own
+subclass runs on every path with the exact backward, the objects refuse bad values by name,
+`mods=` refuses what is not a modification, the same kind twice, tensors of the wrong length,
+and a module's mask given as its modification; a cache that dropped its first keys counts
+positions from its own first key (`moved`)."""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pytest
+import torch
+
+from attention import GroupedQueryAttention, MultiHeadAttention, ShapeError, _core
+from attention import functional as F
+from attention import mods as M
+
+
+@dataclass(frozen=True)
+class Quadratic(M.Modification):
+    """A researcher's own: −λ (m − p)² added to every score (a bias, so nothing to do in the
+    backward pass: the default `backward` passes the gradient through)."""
+
+    lam: float
+    stage: ClassVar[int] = 26
+
+    def scores(self, s, block, param, inplace):
+        gaps = M.distance(*block, s)
+        bias = gaps.square_().mul_(self.lam)
+        return (s.sub_(bias) if inplace else s - bias), None
+
+
+def _qkv(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(2, 3, 7, 4, generator=g, dtype=torch.float64) for _ in "qkv"]
+
+
+def _reference(q, k, v, lam):
+    m, p = torch.arange(7)[:, None], torch.arange(7)[None, :]
+    s = (q @ k.mT) * 0.5 - lam * (m - p).double() ** 2
+    return s.masked_fill(p > m, float("-inf")).softmax(-1) @ v
+
+
+def test_a_researcher_s_own_modification_runs_on_every_path_with_its_gradients():
+    q, k, v = (t.requires_grad_() for t in _qkv())
+    mods = M.ordered((M.Causal(), Quadratic(0.3)))
+    expected = _reference(q, k, v, 0.3)
+    wanted = torch.autograd.grad(expected.sum(), (q, k, v))
+    for explicit in (False, True):
+        out = _core.attend(q, k, v, scale=0.5, heads=True, mods=mods, return_weights=explicit)
+        out = out[0] if explicit else out
+        torch.testing.assert_close(out, expected)
+        for got, want in zip(torch.autograd.grad(out.sum(), (q, k, v)), wanted, strict=True):
+            torch.testing.assert_close(got, want)
+    # the control: the modification changes the numbers
+    plain = _core.attend(q, k, v, scale=0.5, heads=True, mods=(M.Causal(),))
+    assert (plain - expected).abs().max() > 1e-2
+
+
+def test_a_user_s_modification_reaches_the_public_functions_and_modules():
+    x = torch.randn(2, 7, 8, dtype=torch.float64)
+    w_q, w_k, w_v, w_o = (torch.randn(8, 8, dtype=torch.float64) for _ in range(4))
+    mine = F.multi_head_attention(
+        x, w_q, w_k, w_v, w_o, heads=2, causal=True, mods=(Quadratic(0.5),)
+    )
+    plain = F.multi_head_attention(x, w_q, w_k, w_v, w_o, heads=2, causal=True)
+    explicit, _ = F.multi_head_attention(
+        x, w_q, w_k, w_v, w_o, heads=2, causal=True, mods=(Quadratic(0.5),), return_weights=True
+    )
+    torch.testing.assert_close(mine, explicit)
+    assert (mine - plain).abs().max() > 1e-3
+    module = MultiHeadAttention(8, 8, 16, 0.0, 2, mods=(M.Chunked(3),)).double()
+    whole = module(x)
+    module.reset_cache()
+    pieces = torch.cat([module(x[:, a:b], use_cache=True) for a, b in ((0, 2), (2, 7))], dim=1)
+    torch.testing.assert_close(pieces, whole)
+
+
+BAD_OBJECTS = [
+    (lambda: M.Chunked(0), ValueError, r"Chunked: size must be a positive integer, got size=0"),
+    (lambda: M.Window(2.5), ValueError, r"Window: size must be a positive integer, got size=2\.5"),
+    (lambda: M.Causal(-1), ValueError, r"Causal: offset must be a non-negative int"),
+    (lambda: M.Softcap(0.0), ValueError, r"Softcap: cap must be a positive number"),
+    (lambda: M.Softcap(float("nan")), ValueError, r"Softcap: cap must be a finite number"),
+    (lambda: M.Temperature(None, 0.1), ValueError, r"Temperature: floor must be a finite number"),
+    (
+        lambda: M.Temperature(8.0, float("inf")),
+        ValueError,
+        r"Temperature: scale must be a finite number",
+    ),
+    (lambda: M.ALiBi(torch.ones(2, 2)), ShapeError, r"ALiBi: slopes must be a tensor of one"),
+    (lambda: M.Sinks(torch.ones(2, dtype=torch.long)), TypeError, r"Sinks: logits must be a float"),
+]
+
+
+@pytest.mark.parametrize(("make", "error", "message"), BAD_OBJECTS)
+def test_a_modification_refuses_a_bad_value_by_name(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
+
+
+def _mha(mods):
+    x = torch.randn(1, 5, 8)
+    w = torch.randn(8, 8)
+    return F.multi_head_attention(x, w, w, w, w, heads=2, causal=True, window=3, mods=mods)
+
+
+BAD_MODS = [
+    ((3,), TypeError, r"multi_head_attention: mods\[0\] must be a modification"),
+    (M.Chunked(3), TypeError, r"multi_head_attention: mods must be tuple, got Chunked\(size=3"),
+    ((M.Window(2),), ValueError, r"multi_head_attention: modifications: Window given twice"),
+    ((M.Sinks(torch.ones(3)),), ShapeError, r"mods\[0\] \(Sinks\) has logits of shape \(3,\)"),
+]
+
+
+@pytest.mark.parametrize(("mods", "error", "message"), BAD_MODS)
+def test_mods_refuses_what_is_not_one_modification_of_each_kind(mods, error, message):
+    with pytest.raises(error, match=message):
+        _mha(mods)
+
+
+@pytest.mark.parametrize(
+    ("mods", "message"),
+    [
+        ((M.Window(3),), r"mods\[0\] \(Window\) is the call's mask"),
+        ((M.Sinks(torch.ones(2)),), r"mods\[0\] \(Sinks\) carries a tensor"),
+    ],
+)
+def test_a_module_refuses_a_mask_or_a_tensor_in_its_mods(mods, message):
+    with pytest.raises(ValueError, match=message):
+        GroupedQueryAttention(8, num_heads=2, num_kv_groups=1, head_dim=4, mods=mods)
+
+
+def test_a_moved_chunk_and_temperature_count_from_the_cache_s_first_key():
+    """Positions 5 … 9 counted from a cache whose first key sits at 5: chunk 4's borders at 8
+    (so at 3 from the cache's start), the temperature's factors those of positions 5 … 9."""
+    chunk = M.Chunked(4).moved(5)
+    assert chunk.bounds(0) == (-1, 3) and chunk.bounds(3) == (3, 7)
+    tau = M.Temperature(2.0, 1.0)
+    like = torch.zeros((), dtype=torch.float64)
+    torch.testing.assert_close(tau.moved(5).factors(0, 5, like), tau.factors(5, 10, like))
