@@ -13,6 +13,8 @@ one forward + backward at n = 16384 with sinks and with a window, each in a fres
     PYTHONPATH=. python tests/benchmarks/bench_modifications.py --n 1024 --batch 4
     PYTHONPATH=. python tests/benchmarks/bench_modifications.py --busy loop
     PYTHONPATH=. python tests/benchmarks/bench_modifications.py --memory
+    PYTHONPATH=. python tests/benchmarks/bench_modifications.py --breakdown --rounds 7
+    PYTHONPATH=. python tests/benchmarks/bench_modifications.py --functions --rounds 9
 """
 
 import argparse
@@ -109,6 +111,70 @@ def speed(batch: int, heads: int, n: int, width: int, rounds: int) -> None:
         print(f"| {name} | {median * 1e3:.1f} ms | {median / base:.3f} | {median / plain:.3f} |")
 
 
+def median_ms(values: list[float]) -> str:
+    return f"{statistics.median(values) * 1e3:.1f} ms"
+
+
+def breakdown(batch: int, heads: int, n: int, width: int, rounds: int) -> None:
+    """Where a modification's time goes: the forward alone (`_fused._forward`) and the backward
+    alone (`_fused.gradients`), plain against softcap 50, interleaved."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v, dc = (torch.randn(batch, heads, n, width, generator=g) for _ in range(4))
+    scale = width**-0.5
+    cases = {
+        "plain": M.modifications(causal=True),
+        "softcap 50": M.modifications(causal=True, softcap=50.0),
+    }
+    times: dict[str, list[float]] = {f"{c} {p}": [] for c in cases for p in ("fwd", "bwd")}
+    for round_ in range(rounds + 1):
+        for name, mods in cases.items():
+            forward = timed(lambda mods=mods: _fused._forward(q, k, v, scale, mods, None))
+            backward = timed(lambda mods=mods: _fused.gradients(q, k, v, dc, scale, mods))
+            if round_:
+                times[f"{name} fwd"].append(forward)
+                times[f"{name} bwd"].append(backward)
+    print(f"load {os.getloadavg()[0]:.2f}, median of {rounds} rounds")
+    print("| part | time |")
+    print("|---|---|")
+    for name, values in times.items():
+        print(f"| {name} | {median_ms(values)} |")
+
+
+def functions(rounds: int) -> None:
+    """Issue 33's measurement: `multi_head_attention` forward + backward, batch 2, 4 heads,
+    n = 1024, c_h = 64, causal, each modification by its keyword (alibi=True: the default
+    slopes), interleaved."""
+    from attention import functional
+
+    torch.manual_seed(0)
+    heads, c = 4, 256
+    x = torch.randn(2, 1024, c)
+    weights = [(torch.randn(c, c) * c**-0.5).requires_grad_() for _ in range(4)]
+    cases = {
+        "plain": {},
+        "alibi=True": {"alibi": True},
+        "softcap=50": {"softcap": 50.0},
+        "sinks": {"sinks": torch.zeros(heads, requires_grad=True)},
+    }
+
+    def run(options) -> None:
+        out = functional.multi_head_attention(x, *weights, heads=heads, causal=True, **options)
+        out.sum().backward()
+
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for round_ in range(rounds + 1):
+        for name, options in cases.items():
+            spent = timed(lambda options=options: run(options))
+            if round_:
+                times[name].append(spent)
+    plain = statistics.median(times["plain"])
+    print(f"load {os.getloadavg()[0]:.2f}, median of {rounds} rounds")
+    print("| keyword | forward + backward | / plain |")
+    print("|---|---|---|")
+    for name, values in times.items():
+        print(f"| {name} | {median_ms(values)} | {statistics.median(values) / plain:.3f} |")
+
+
 BUSY = {
     "loop": "while True: pass",
     "torch": "import torch\nx = torch.randn(1024, 1024)\nwhile True: x @ x",
@@ -143,8 +209,14 @@ def main() -> None:
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--busy", choices=sorted(BUSY))
     parser.add_argument("--memory-child")
+    parser.add_argument("--breakdown", action="store_true", help="forward and backward apart")
+    parser.add_argument("--functions", action="store_true", help="multi_head_attention's keywords")
     args = parser.parse_args()
-    if args.memory_child:
+    if args.breakdown:
+        breakdown(args.batch, args.heads, args.n, args.width, args.rounds)
+    elif args.functions:
+        functions(args.rounds)
+    elif args.memory_child:
         memory_child(args.memory_child)
     elif args.memory:
         memory()
