@@ -135,8 +135,9 @@ class GroupedQueryAttention(MultiHeadModule):
     logits, the merged heads multiplied by their sigmoid before `out_proj`) and
     `query_pre_attn_scalar` (Gemma 2's and 3's query scale 1/√query_pre_attn_scalar);
     `qk_norm="l2"` (Llama 4's RoPE layers: QK-norm without gains); `mods`, more modifications as
-    objects (`attention.mods`: Llama 4's `Chunked` attention and `Temperature` tuning, a
-    researcher's own; without tensors: the module's own tensors are its parameters).
+    objects (`attention.mods`: Llama 4's `Chunked` attention, causal whatever `blocked` says, and
+    `Temperature` tuning, a researcher's own; without tensors: the module's own tensors are its
+    parameters).
     """
 
     def __init__(
@@ -246,8 +247,8 @@ class GroupedQueryAttention(MultiHeadModule):
                     f"tokens; compute them with a larger context_length"
                 )
         causal, window, allowed = book_mask(blocked, n)
-        if self.alibi:  # ALiBi's bias is the causal one
-            causal = True
+        if self.alibi or any(isinstance(mod, M.Chunked) for mod in self.score_mods):
+            causal = True  # ALiBi's bias is the causal one; Llama 4's chunks are causal
         if self.sliding_window is not None:  # a window is causal, and the narrower one holds
             causal = True
             window = self.sliding_window if window is None else min(window, self.sliding_window)

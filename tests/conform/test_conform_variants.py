@@ -2,8 +2,10 @@
 variants differ.
 
 This package's `GroupedQueryAttention` is built with each variant it has (the adapter reads which
-from the module) and must conform; the same module read as if it lacked the variant (the `book`
-adapter reads the W's alone), or told a variant it does not compute, must not. A softcap of 50
+from the module) and must conform; the same module read as if it lacked the variant (an adapter
+of the test's, `blind`, reads the W's alone), or told a variant it does not compute, must not.
+So must this package's multi-head modules with each score modification (the `book` adapter reads
+the modification objects the module's forward uses). A softcap of 50
 is told apart from no softcap by the row at large scores (near 0, tanh(ω̃/50)·50 ≈ ω̃). The
 evaluator of the variants' derived forms (RoPE's cos and sin, tanh, the sigmoid, RMS norms, a
 sink in the softmax, ALiBi's per-head slope, the sum of a group's heads) equals derive.explicit's
@@ -18,6 +20,7 @@ import sympy as sp
 import torch
 import torch.nn as nn
 
+from attention import mods as M
 from attention.modules import GroupedQueryAttention
 from derive import ConformError, conform
 from derive.bridge.conform import adapters
@@ -33,6 +36,27 @@ from derive.testing import Weights, register_adapter
 @pytest.fixture
 def registry(monkeypatch):
     monkeypatch.setattr(adapters, "_REGISTERED", [])
+
+
+@pytest.fixture
+def blind(registry):
+    """An adapter that reads W_query, W_key, W_value and out_proj alone, as if the module had
+    no variant (called as the grouped adapter calls it)."""
+    from derive.bridge.conform.grouped import GROUPED
+
+    def weights(module):
+        return Weights(
+            module.W_query.weight.mT,
+            module.W_key.weight.mT,
+            module.W_value.weight.mT,
+            W_o=module.out_proj.weight.mT,
+            heads=module.num_heads,
+        )
+
+    register_adapter("blind", recognises=lambda module: False, call=GROUPED.call, mask="blocked")(
+        weights
+    )
+    return "blind"
 
 
 def _module(**options):
@@ -85,19 +109,19 @@ def test_each_variant_of_the_package_class_conforms_as_its_adapter_reads_it(name
 @pytest.mark.parametrize(
     "name", [n for n in VARIANTS if n not in ("gqa", "mqa", "rope", "partial-rope", "gate")]
 )
-def test_each_variant_read_as_if_it_were_absent_does_not_conform(name):
-    """The book adapter reads W_query, W_key, W_value and out_proj alone: the graph it is
+def test_each_variant_read_as_if_it_were_absent_does_not_conform(name, blind):
+    """The blind adapter reads W_query, W_key, W_value and out_proj alone: the graph it is
     compared with lacks the variant's step, and the values differ."""
     built, _, _ = VARIANTS[name]
-    report = conform(_module(**built), adapter="book")
+    report = conform(_module(**built), adapter=blind)
     assert not report.conforms
     assert report.variant == "gqa"
 
 
-def test_the_gate_read_as_if_absent_is_refused_by_its_shapes():
+def test_the_gate_read_as_if_absent_is_refused_by_its_shapes(blind):
     """With the gate, W_query holds each head's queries and gate logits: twice W_o's rows."""
     with pytest.raises(ConformError, match=r"W_o has shape \(16, 16\), expected \(32, c_out\)"):
-        conform(_module(gate=True), adapter="book")
+        conform(_module(gate=True), adapter=blind)
 
 
 class _DetachedSinks(ported.PortedGrouped):
@@ -128,8 +152,8 @@ def test_a_variant_the_module_does_not_compute_does_not_conform():
     assert report.variant == "gqa+softcap"
 
 
-def test_a_softcap_of_50_and_none_are_told_apart_where_the_scores_are_large():
-    capped = conform(_module(softcap=50.0), adapter="book")
+def test_a_softcap_of_50_and_none_are_told_apart_where_the_scores_are_large(blind):
+    capped = conform(_module(softcap=50.0), adapter=blind)
     uncapped = conform(_module(), variant="softcap")  # κ = 50, the variant's default
     for report in (capped, uncapped):
         row = _row(report, "large scores")
@@ -377,3 +401,58 @@ def test_a_function_told_a_variant_is_refused_not_checked_as_plain_attention():
         conform(F.scaled_dot_product_attention, variant="softcap")
     with pytest.raises(ConformError, match=r"values given \(\{'kappa': 5\}\)"):
         conform(F.scaled_dot_product_attention, values={"kappa": 5})
+
+
+def _ours(kind, **options):
+    from attention import MultiHeadAttention, MultiHeadAttentionWithSWA
+
+    torch.manual_seed(0)
+    if kind == "swa":
+        return MultiHeadAttentionWithSWA(8, 8, 0.0, 2, sliding_window_size=3, **options)
+    return MultiHeadAttention(8, 8, 16, 0.0, 2, **options)
+
+
+#: This package's multi-head modules with each modification: (the module, the variant read)
+OURS = {
+    "alibi": (lambda: _ours("mha", alibi=True), "alibi"),
+    "softcap": (lambda: _ours("mha", softcap=5.0), "softcap"),
+    "window and softcap": (lambda: _ours("swa", softcap=5.0), "sliding-window+softcap"),
+    "sinks and gate": (lambda: _ours("mha", sinks=True, gate=True), "sinks+gate"),
+    "chunked": (lambda: _ours("mha", mods=(M.Chunked(3),)), "chunked"),
+    "temperature": (lambda: _ours("mha", mods=(M.Temperature(2.0, 0.5),)), "temperature-tuning"),
+    "gqa chunked": (
+        lambda: _module(mods=(M.Chunked(3), M.Temperature(2.0, 0.5))),
+        "gqa+temperature-tuning+chunked",
+    ),
+    "gqa l2 norm": (lambda: _module(qk_norm="l2"), "gqa+l2-qk-norm"),
+}
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_this_package_s_modules_conform_with_every_modification_they_were_built_with(name):
+    """The adapter reads the modification objects the module's forward uses (issue 34: these
+    modules were said not to conform, or refused)."""
+    make, variant = OURS[name]
+    report = conform(make())
+    assert report.conforms, report.table()
+    assert report.variant.endswith(variant), report.variant
+
+
+@pytest.mark.parametrize("name", ["softcap", "chunked", "temperature"])
+def test_a_module_whose_modification_computes_otherwise_does_not_conform(name, monkeypatch):
+    """The control: the modification's own method changed (what the module computes, not what
+    the adapter reads), conform says so."""
+    make, _ = OURS[name]
+    owner, method = {
+        "softcap": (M.Softcap, "scores"),
+        "chunked": (M.Chunked, "bounds"),
+        "temperature": (M.Temperature, "factors"),
+    }[name]
+    original = getattr(owner, method)
+    changed = {
+        "scores": lambda self, s, *a: (lambda out: (out[0] * 0.5, out[1]))(original(self, s, *a)),
+        "bounds": lambda self, m: original(M.Chunked(self.size + 1), m),
+        "factors": lambda self, *a: 2 * original(self, *a),
+    }[method]
+    monkeypatch.setattr(owner, method, changed)
+    assert not conform(make()).conforms

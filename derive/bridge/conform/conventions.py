@@ -31,10 +31,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from .adapters import Adapter, Weights, norm_gains
+from .adapters import Adapter, Weights, norm_gains, per_head_parts
 from .cached import with_use_cache
 from .grouped import GROUPED, LATENT
 from .huggingface import HUGGING_FACE
+from .ours import read_modifications
 from .target import ConformError
 
 __all__ = ["BUILT_IN"]
@@ -220,7 +221,30 @@ def _book_weights(module: Any) -> Weights:
     if not hasattr(module, "out_proj"):
         return Weights(w_q, w_k, w_v, b_q=b_q, b_k=b_k, b_v=b_v)
     w_o, b_o = _linear(module.out_proj)
-    return _weights([w_q, w_k, w_v], [b_q, b_k, b_v], w_o, b_o, _heads(module, "num_heads"))
+    weights = _weights([w_q, w_k, w_v], [b_q, b_k, b_v], w_o, b_o, _heads(module, "num_heads"))
+    return _with_our_modifications(module, weights)
+
+
+def _with_our_modifications(module: Any, weights: Weights) -> Weights:
+    """This package's multi-head modules (`score_mods`): their window, gate and score
+    modifications, read from the objects their forward uses (`ours.read_modifications`)."""
+    if not hasattr(module, "score_mods"):
+        return weights
+    parts, values, inputs = read_modifications(module)
+    window = getattr(module, "sliding_window_size", None)
+    if window is not None:
+        parts.insert(0, "sliding-window")
+        values["w"] = window
+    if getattr(module, "gate", False):  # each head's queries, then its gate's columns
+        columns = per_head_parts(weights.W_q, weights.heads, 2)
+        weights.W_q, inputs["W_g"] = columns
+        if weights.b_q is not None:
+            weights.b_q, _ = per_head_parts(weights.b_q[None], weights.heads, 2)
+            weights.b_q = weights.b_q[0]
+        parts.append("gate")
+    weights.variant = "+".join(parts)
+    weights.values, weights.inputs = values, inputs
+    return weights
 
 
 _PROJECTIONS = (

@@ -28,6 +28,7 @@ import torch
 
 from .adapters import Adapter, Weights, norm_gains, norm_width, per_head_parts
 from .cached import rope_tables, with_start_pos, with_use_cache
+from .ours import read_modifications
 from .target import ConformError
 
 __all__ = ["GROUPED", "LATENT"]
@@ -47,25 +48,41 @@ def _queries_and_gate(module: Any) -> tuple[Any, Any]:
     return w_q, w_g
 
 
-def _slopes(module: Any) -> Any:
-    slopes = module._buffers.get("alibi_slopes")
-    if slopes is None:
-        from attention.functional import alibi_slopes
+def _read_attributes(module: Any) -> tuple[list[str], dict, dict]:
+    """A port's softcap (``softcap``), ALiBi (``alibi``, slopes ``alibi_slopes`` or Press et
+    al.'s) and sinks (the parameter ``sinks``), read by name."""
+    parts, values, inputs = [], {}, {}
+    if getattr(module, "softcap", None) is not None:
+        parts.append("softcap")
+        values["kappa"] = module.softcap
+    if getattr(module, "alibi", False):
+        parts.append("alibi")
+        slopes = module._buffers.get("alibi_slopes")
+        if slopes is None:
+            from attention.functional import alibi_slopes
 
-        slopes = alibi_slopes(module.num_heads).to(module.W_query.weight)
-    return slopes[None]  # (h,) -> (1, h)
-
-
-def _grouped_weights(module: Any) -> Weights:
+            slopes = alibi_slopes(module.num_heads).to(module.W_query.weight)
+        inputs["Mu"] = slopes[None]  # (h,) -> (1, h)
+    if module._parameters.get("sinks") is not None:
+        parts.append("sinks")
+        inputs["Zeta"] = module.sinks[None]
     if getattr(module, "query_pre_attn_scalar", None) not in (None, module.head_dim):
         raise ConformError(
             f"{type(module).__name__} scales by 1/√query_pre_attn_scalar = "
             f"1/√{module.query_pre_attn_scalar}, not 1/√c_h = 1/√{module.head_dim}: "
             "no registered variant declares that scale"
         )
+    return parts, values, inputs
+
+
+def _grouped_weights(module: Any) -> Weights:
     w_q, w_g = _queries_and_gate(module)
     parts, values, inputs = [], {}, {}
-    if getattr(module, "q_norm", None) is not None:  # of one head's features, or of all
+    q_norm = getattr(module, "q_norm", None)
+    if q_norm is not None and getattr(q_norm, "scale", True) is None:  # no gains: Llama 4's
+        parts.append("l2-qk-norm")
+        values["epsilon"] = q_norm.eps
+    elif q_norm is not None:  # of one head's features, or of all
         widths = [norm_width(norm) for norm in (module.q_norm, module.k_norm)]
         parts.append("whole-qk-norm" if widths[0] != module.head_dim else "qk-norm")
         inputs["G_q"], values["epsilon"] = norm_gains(module.q_norm, widths[0])
@@ -73,15 +90,13 @@ def _grouped_weights(module: Any) -> Weights:
     if getattr(module, "sliding_window", None) is not None:
         parts.append("sliding-window")
         values["w"] = module.sliding_window
-    if getattr(module, "softcap", None) is not None:
-        parts.append("softcap")
-        values["kappa"] = module.softcap
-    if getattr(module, "alibi", False):
-        parts.append("alibi")
-        inputs["Mu"] = _slopes(module)
-    if module._parameters.get("sinks") is not None:
-        parts.append("sinks")
-        inputs["Zeta"] = module.sinks[None]
+    if hasattr(module, "score_mods"):  # this package's: from the objects its forward uses
+        found = read_modifications(module)
+    else:  # a port's, by the attributes the package's classes name them with
+        found = _read_attributes(module)
+    parts += found[0]
+    values |= found[1]
+    inputs |= found[2]
     if w_g is not None:
         parts.append("gate")
         inputs["W_g"] = w_g
