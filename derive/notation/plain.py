@@ -23,6 +23,7 @@ from sympy.printing.precedence import PRECEDENCE
 from sympy.printing.str import StrPrinter
 
 from . import letters as L
+from .functions import Sigmoid
 from .matexpr import Concat, Softmax
 from .printer import ordered_terms
 
@@ -224,6 +225,16 @@ class PlainPrinter(StrPrinter):
     def _print_OneMatrix(self, expr: sp.OneMatrix) -> str:
         return "J"
 
+    def _print_ElementwiseApplyFunction(self, expr) -> str:
+        """sin Φ, cos Φ, σ(Z): a function taken entry by entry, as the book writes it (not
+        SymPy's ``Lambda(_z, sin(_z)).(Φ)``)."""
+        function = expr.function.expr.func
+        name = {sp.cos: "cos", sp.sin: "sin"}.get(function)
+        if name is not None:
+            return f"{name} {self.parenthesize(expr.expr, PRECEDENCE['Pow'], strict=True)}"
+        name = {sp.exp: "exp", Sigmoid: "σ"}.get(function, getattr(function, "__name__", "f"))
+        return f"{name}({self._print(expr.expr)})"
+
     def _print_Softmax(self, expr: Softmax) -> str:
         sink = "" if expr.sink is None else f"; {self._print(expr.sink)}"
         return f"softmax({self._print(expr.arg)}{sink})"
@@ -303,5 +314,6 @@ _PRINTER = PlainPrinter()
 
 
 def plain(expr: sp.Basic) -> str:
-    """Plain text of a SymPy object in the book's notation (`PlainPrinter`)."""
-    return _PRINTER.doprint(expr)
+    """Plain text of a SymPy object in the book's notation (`PlainPrinter`), every minus sign
+    the typographic one (−), as in −∞."""
+    return _PRINTER.doprint(expr).replace("-", "−")

@@ -46,7 +46,7 @@ def test_the_book_s_layer_with_positions_restarted_after_the_cache_is_named(monk
     assert not report.conforms and _row(report).status == "FAIL"
     assert [c.name for c in report.checks if c.status == "FAIL"] == ["after a cache"]
     assert report.diagnosis.id == "rope-offset"
-    assert "m - 4 if 4 < m, m - 2 if 2 < m" in report.diagnosis.wrong  # tokens 1–2, 3–4, 5
+    assert "m − 4 if 4 < m, m − 2 if 2 < m" in report.diagnosis.wrong  # tokens 1–2, 3–4, 5
 
 
 @pytest.mark.parametrize(

@@ -57,22 +57,22 @@ WRONG = {
     "causal-leaks-future": ("M", "M[m,p] = (0 if p ≤ m + 1, −∞ otherwise)"),
     "mask-inverted": ("Omega_masked", "ω̂[m,p] = ω̃[m,p] + (−∞ if M[m,p] = 0, 0 otherwise)"),
     "mask-after-softmax": ("A", "a[m,p] = exp(ω̂[m,p])/Σ_(r=1…n) exp(ω̃[m,r])"),
-    "dropout-before-softmax": ("A", "a[m,p] = exp(ω̃[m,p]/(1 - ρ))/Σ_(r=1…n) exp(ω̃[m,r]/(1 - ρ))"),
+    "dropout-before-softmax": ("A", "a[m,p] = exp(ω̃[m,p]/(1 − ρ))/Σ_(r=1…n) exp(ω̃[m,r]/(1 − ρ))"),
     "mask-filled-with-zero": ("Omega_masked", "ω̂[m,p] = (ω̃[m,p] if M[m,p] = 0, 0 otherwise)"),
     "rope-not-on-keys": ("K_rot_l", "k̊⁽ˡ⁾[p,j] = k⁽ˡ⁾[p,j]"),
     "rope-offset": (
         "Phi",
-        "φ[m,j] = (β^((2 - 2 j)/c_h) ((m - 4 if 4 < m, m - 2 if 2 < m, m "
-        "otherwise) - 1) if j ≤ c_h/2, β^((c_h - 2 j + 2)/c_h) ((m - 4 if 4 < m, "
-        "m - 2 if 2 < m, m otherwise) - 1) otherwise)",
+        "φ[m,j] = (β^((2 − 2 j)/c_h) ((m − 4 if 4 < m, m − 2 if 2 < m, m "
+        "otherwise) − 1) if j ≤ c_h/2, β^((c_h − 2 j + 2)/c_h) ((m − 4 if 4 < m, "
+        "m − 2 if 2 < m, m otherwise) − 1) otherwise)",
     ),
-    "window-off-by-one": ("M", "M[m,p] = (0 if p ≤ m and m - w ≤ p, −∞ otherwise)"),
+    "window-off-by-one": ("M", "M[m,p] = (0 if p ≤ m and m − w ≤ p, −∞ otherwise)"),
     "softcap-missing": ("Omega_capped_l", "ω̆⁽ˡ⁾[m,p] = ω̃⁽ˡ⁾[m,p]"),
     "sink-missing": ("A_l", "a⁽ˡ⁾[m,p] = exp(ω̂⁽ˡ⁾[m,p])/Σ_(r=1…n) exp(ω̂⁽ˡ⁾[m,r])"),
     "heads-mixed": (
         "C_concat",
-        "ẑ[m,i] = z^(⌊(c (m - 1) + i - 1)/(c_h n)⌋ + 1)[(⌊(c (m - 1) + "
-        "i - 1)/c_h⌋ mod n) + 1,(c (m - 1) + i - 1 mod c_h) + 1]",
+        "ẑ[m,i] = z^(⌊(c (m − 1) + i − 1)/(c_h n)⌋ + 1)[(⌊(c (m − 1) + "
+        "i − 1)/c_h⌋ mod n) + 1,(c (m − 1) + i − 1 mod c_h) + 1]",
     ),
 }
 

@@ -456,3 +456,22 @@ def test_a_module_whose_modification_computes_otherwise_does_not_conform(name, m
     }[method]
     monkeypatch.setattr(owner, method, changed)
     assert not conform(make()).conforms
+
+
+def test_a_rope_layer_s_report_prints_the_book_s_notation_in_every_form():
+    """sin Φ and cos Φ, not SymPy's Lambda(_z, sin(_z)).(Φ), and one minus sign (−), in the
+    table and the JSON; \\sin \\Phi in the markdown's LaTeX (issue 34)."""
+    import json
+
+    report = conform(_module(qk_norm=True), variant="rope")
+    assert report.conforms, report.table()
+    table = [line for line in report.table().splitlines() if "formula:" in line]
+    given = [check["formula"] for check in report.as_json()["checks"]]
+    for formulas in (table, given):
+        text = "\n".join(formulas)
+        assert "sin Φ" in text and "cos Φ" in text
+        assert "Lambda" not in text and "_z" not in text
+        assert " - " not in text and "(1 - " not in text, formulas
+    assert "Lambda" not in json.dumps(report.as_json())
+    markdown = report.markdown()
+    assert "\\sin \\Phi" in markdown and "Lambda" not in markdown
