@@ -145,15 +145,41 @@ def test_a_causal_mask_hiding_the_diagonal_is_named_whatever_fills_it():
     assert "mask convention" in report.diagnosis.matched_on
 
 
-def test_a_decoder_layer_without_its_causal_mask_gets_a_warning():
+def test_a_decoder_layer_that_forgets_its_own_causal_mask_fails():
+    """It says is_causal and takes no mask from its caller: its causality is its own, and a
+    later token moves an earlier row. A failing row with the mistake's id, not a note (issue
+    34: assert_conforms passed it)."""
     report = conform(broken.causal_mask_missing)
-    assert not report.causal
-    assert any(
-        n.startswith("warning (causal-mask-missing): _NoCausalMask says is_causal")
-        for n in report.notes
+    assert not report.causal and not report.conforms
+    row = next(check for check in report.checks if check.name == "causality")
+    assert row.status == "FAIL"
+    assert row.note.startswith(
+        "causal-mask-missing: _NoCausalMask says is_causal = True and takes no mask"
     )
     quiet = conform(correct.timm)  # not causal either, and says nothing of it
-    assert not quiet.causal and not any("causal-mask-missing" in n for n in quiet.notes)
+    assert not quiet.causal and quiet.conforms
+    assert not any("causal-mask-missing" in n for n in quiet.notes)
+
+
+class _MaskFromCaller(broken._NoCausalMask):
+    """A decoder's layer whose caller gives the mask (as Hugging Face's layers take theirs)."""
+
+    def forward(self, x, mask=None):
+        keys, queries, values = (
+            broken.split_heads(layer(x), self.num_heads)
+            for layer in (self.W_key, self.W_query, self.W_value)
+        )
+        scores = queries @ keys.transpose(2, 3) / self.head_dim**0.5
+        if mask is not None:  # True = may attend
+            scores = scores.masked_fill(~mask, -torch.inf)
+        return self.out_proj(broken.merge_heads(torch.softmax(scores, dim=-1) @ values))
+
+
+def test_a_decoder_layer_whose_caller_gives_the_mask_keeps_the_warning():
+    torch.manual_seed(0)
+    report = conform(_MaskFromCaller(8, 8, 16, 0.0, 2))
+    assert not report.causal and report.conforms
+    assert any(n.startswith("warning (causal-mask-missing)") for n in report.notes)
 
 
 @pytest.mark.parametrize("id", sorted(ported.PORTS))
