@@ -392,15 +392,43 @@ def test_olmo_s_qk_norm_of_whole_rows_is_read_from_the_module():
     assert report.conforms and report.variant == "gqa+whole-qk-norm+rope", report.table()
 
 
-def test_a_function_told_a_variant_is_refused_not_checked_as_plain_attention():
-    """A function f(q, k, v) is checked against plain attention: told a variant or its values,
-    it is refused by name rather than passed on values it never used."""
+def _softcapped_sdpa(q, k, v, attn_mask=None, is_causal=False):
+    """A port's function: scaled dot-product attention with Gemma 2's softcap of 5."""
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    scores = 5.0 * torch.tanh(scores / 5.0)
+    if is_causal:
+        n = q.shape[-2]
+        scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), -torch.inf)
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, -torch.inf)
+    return torch.softmax(scores, dim=-1).nan_to_num() @ v
+
+
+def test_a_function_honours_the_variant_and_the_values_it_is_told():
+    """A function f(q, k, v) told --variant softcap --value kappa=5 is compared with that
+    variant's graph at those values (issue 34: it was compared with plain attention): the
+    softcapped function conforms, torch's plain one does not, nor the softcapped one told
+    another cap."""
     import torch.nn.functional as F
 
-    with pytest.raises(ConformError, match=r"function f\(q, k, v, \.\.\.\).*variant.*softcap"):
-        conform(F.scaled_dot_product_attention, variant="softcap")
-    with pytest.raises(ConformError, match=r"values given \(\{'kappa': 5\}\)"):
-        conform(F.scaled_dot_product_attention, values={"kappa": 5})
+    report = conform(_softcapped_sdpa, variant="softcap", values={"kappa": 5})
+    assert report.conforms, report.table()
+    assert report.variant == "softcap" and report.sizes["kappa"] == 5
+    assert not conform(
+        F.scaled_dot_product_attention, variant="softcap", values={"kappa": 5}
+    ).conforms
+    assert not conform(_softcapped_sdpa, variant="softcap", values={"kappa": 2}).conforms
+    assert not conform(_softcapped_sdpa).conforms  # and plain attention is not what it computes
+
+
+def test_a_function_told_a_variant_with_matrices_is_refused_by_name():
+    """ALiBi's slopes, a module's attributes: a function is given neither."""
+    import torch.nn.functional as F
+
+    with pytest.raises(ConformError, match=r"the variant alibi reads Mu, which it is not given"):
+        conform(F.scaled_dot_product_attention, variant="alibi")
+    with pytest.raises(ConformError, match=r"params \(\{'Mu': 'slopes'\}\) name a module's"):
+        conform(F.scaled_dot_product_attention, params={"Mu": "slopes"})
 
 
 def _ours(kind, **options):

@@ -103,13 +103,10 @@ def conform(obj: Any, **options: Any) -> Report:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is fastest, and spins on no other core
     kind = FunctionRun if target.kind == "sdpa" else ModuleRun
-    told = [x for x in ("variant", "values", "params") if getattr(settings, x)]
-    if kind is FunctionRun and told:
-        # checked against plain attention only: a variant's values would be silently unused
+    if kind is FunctionRun and settings.params:  # a function holds no matrices to find
         raise ConformError(
-            f"{target.name} is a function f(q, k, v, ...), checked against plain attention; "
-            f"{', '.join(told)} given ({settings.variant or settings.values or settings.params})"
-            " apply to modules: wrap it in an nn.Module with W_query, W_key, W_value"
+            f"{target.name} is a function f(q, k, v, ...): params ({settings.params}) name "
+            "a module's attributes; wrap it in an nn.Module holding them"
         )
     try:
         with torch.random.fork_rng(devices=[]):

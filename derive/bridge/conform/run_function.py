@@ -6,6 +6,11 @@ leading axes. The rows: forward values; with ``is_causal``, the causal values an
 (probed without it: is the function causal by itself?); permutation equivariance; batch and
 heads independence; with ``attn_mask`` (True = may attend, as torch reads a boolean mask), the
 mask convention and a query with no key; the gradients of q, k, v against the derived backward.
+
+Told a variant (``--variant softcap --value kappa=5``), the graph is that variant's from the
+scores on, its sizes and parameters the values given (else its defaults); a variant that reads
+matrices besides Q, K, V (ALiBi's slopes, the sinks, QK-norm's gains) is refused by name: a
+function f(q, k, v, ...) is given none.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from .harness import FunctionHarness
 from .report import Check
 from .run import Options, Run, fresh_size, moved
 from .target import ConformError, Target
+from .variant_values import at_sizes, variant_sizes
 
 __all__ = ["FunctionRun"]
 
@@ -43,9 +49,23 @@ class FunctionRun(Run):
         self.batch = options.batch or fresh_size({self.n, self.c, self.heads})
         shape = (self.batch, self.heads, self.n, self.c)
         self.q, self.k, self.v = (self.dyadic(shape, 8) for _ in range(3))
+        self.variant = options.variant
+        self.values = variant_sizes(self.variant, dict(options.values or {}), "function")
+        extra = set(reference(self.form()).inputs) - {"Q", "K", "V", "M"}
+        if extra:
+            raise ConformError(
+                f"{target.name} is a function f(q, k, v, ...): the variant {self.variant} reads "
+                f"{', '.join(sorted(extra))}, which it is not given; wrap it in an nn.Module "
+                "holding them"
+            )
+
+    def form(self, **kinds: Any) -> Form:
+        """The graph from the scores on (Q, K, V the inputs), with the variant told."""
+        return Form(projections=False, variant=self.variant, **kinds)
 
     def sizes(self) -> dict:
-        return {"batch": self.batch, "heads": self.heads, "n": self.n, "c": self.c}
+        own = {"batch": self.batch, "heads": self.heads, "n": self.n, "c": self.c}
+        return own | {str(symbol): value for symbol, value in self.values.items()}
 
     def call(self, q: Any = None, k: Any = None, v: Any = None, **options: Any) -> Any:
         q, k, v = (
@@ -65,13 +85,14 @@ class FunctionRun(Run):
             **extra.pop("inputs", {}),
         }
         sizes = {L.n: self.n, L.c: self.c, L.h: 1, L.c_h: self.c}
+        sizes |= at_sizes(self.values, sizes)
         return Scenario(name, form, inputs, got, sizes, **extra)
 
     def run(self) -> Run:
         accepts = self.target.options
         got = self.call()
         self.causal, self.causal_how = self._probe()
-        plain = Form(causal=self.causal, projections=False)
+        plain = self.form(causal=self.causal)
         forward = self.scenario("forward", plain, got)
         what = "C equals the derivation on q, k, v"
         self.rows.append(
@@ -98,7 +119,7 @@ class FunctionRun(Run):
 
     def _causal(self, accepts: frozenset) -> list[Check]:
         what = "is_causal=True gives the causal derivation"
-        causal = Form(causal=True, projections=False)
+        causal = self.form(causal=True)
         formula = composed(reference(causal))
         told = {"is_causal": True} if "is_causal" in accepts and not self.causal else {}
         if not told and not self.causal:
@@ -158,7 +179,7 @@ class FunctionRun(Run):
 
     def _masks(self, accepts: frozenset) -> list[Check]:
         name, what = "mask convention", "a boolean attn_mask (True = may attend) masks what it says"
-        masked = Form(causal=self.causal, masked=True, projections=False)
+        masked = self.form(causal=self.causal, masked=True)
         formula = declared(reference(masked), "Omega_masked")
         empty, says = "query with no key", "a query with no key leaves every other row as derived"
         weights = declared(reference(masked), "A")
