@@ -23,6 +23,16 @@ SIZES = {
 }
 DEFAULT_ROPE = {"rope_type": "default", "rope_theta": 10_000.0}
 
+LLAMA4 = {
+    "intermediate_size_mlp": 64,
+    "attention_chunk_size": 4,
+    "use_qk_norm": True,
+    "attn_temperature_tuning": True,
+    "floor_scale": 3,
+    "attn_scale": 0.5,
+    "num_local_experts": 2,
+}
+
 #: (config class, model class, config options, the variant the report must name)
 LAYERS = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}, "gqa+rope"),
@@ -109,6 +119,20 @@ LAYERS = {
         "Olmo3ForCausalLM",  # a sliding layer
         {"pad_token_id": 0, "sliding_window": 3, "layer_types": ["sliding_attention"]},
         "gqa+rope+whole-qk-norm+sliding-window",
+    ),
+    # Llama 4: a layer with RoPE (e^{iθ} on neighbouring pairs, the L2 norm, chunks of 4) and
+    # one without (its queries tempered from position 2 on: floor_scale 3)
+    "llama4-chunked": (
+        "Llama4TextConfig",
+        "Llama4ForCausalLM",
+        {**LLAMA4, "no_rope_layers": [1]},
+        "gqa+rope+interleaved-rope+l2-qk-norm+chunked",
+    ),
+    "llama4-nope": (
+        "Llama4TextConfig",
+        "Llama4ForCausalLM",
+        {**LLAMA4, "no_rope_layers": [0]},
+        "gqa+temperature-tuning",
     ),
 }
 ENCODERS = {"bert": "encoder.layer.0.attention.self", "vit": "layers.0.attention"}
@@ -238,3 +262,13 @@ def test_a_layer_that_drops_its_cache_fails_after_a_cache(monkeypatch):
     report = conform(layer)
     rows = {check.name: check.status for check in report.checks}
     assert rows["forward values"] == "PASS" and rows["after a cache"] == "FAIL"
+
+
+@pytest.mark.parametrize(
+    ("name", "told"), [("llama4-chunked", {"chi": 8}), ("llama4-nope", {"F": 100})]
+)
+def test_llama_4_s_layers_told_another_chunk_or_floor_do_not_conform(name, told):
+    """The control of Llama 4's rows above: the chunk and the temperature read from the config
+    are what the layer computes (issue 34: its RoPE layers crashed on their complex tables, its
+    layers without RoPE were checked as RoPE layers)."""
+    assert not conform(_layer(name), values=told).conforms

@@ -26,6 +26,12 @@ The variant is read from the layer and its config, each as the model itself uses
   whole-qk-norm variant;
 - a window: the layer's ``sliding_window`` (None on its full-attention layers), or the config's
   where the layer has no attribute of that name (Mistral);
+- Llama 4: RoPE or none asked of the layer (``use_rope``, from ``no_rope_layers``; SmolLM3's
+  too), its complex tables e^{iθ} on neighbouring pairs (the interleaved-rope variant), its
+  ``qk_norm`` without gains (l2-qk-norm), its chunks (``attention_chunk_size`` on a
+  ``chunked_attention`` layer: the chunked variant, and the model's mask cut at the chunks) and
+  its temperature (``attn_temperature_tuning`` on a layer without RoPE: temperature-tuning, F
+  ``floor_scale``, α ``attn_scale``);
 - softcapping: ``attn_logit_softcapping`` (Gemma 2 and 3);
 - ALiBi: a layer whose forward takes ``alibi`` (BLOOM); its bias μ_ℓ p, from its model's own
   ``build_alibi_tensor`` (the same softmax as −μ_ℓ (m − p): a row's constant cancels), and its
@@ -129,6 +135,15 @@ def _layer_weights(module: Any) -> Weights:
     if getattr(module, "q_norm", None) is not None:
         widths = (width, w_q.shape[1], w_k.shape[1])
         parts.append(_qk_norm(module, widths, inputs, values))
+    if getattr(module, "qk_norm", None) is not None:  # Llama 4's L2Norm: no gains
+        parts.append("l2-qk-norm")
+        values["epsilon"] = float(module.qk_norm.eps)
+    if H.chunk(module) is not None:
+        parts.append("chunked")
+        values["chi"] = H.chunk(module)
+    if H.temperature(module) is not None:
+        parts.append("temperature-tuning")
+        values |= H.temperature(module)
     if H.window(module) is not None:
         parts.append("sliding-window")
         values["w"] = H.window(module)
@@ -197,6 +212,9 @@ def _mask(module: Any, n: int, allowed: Any, like: Any) -> Any:
     window = H.window(module)
     if window is not None:
         keep &= p > m - window
+    size = H.chunk(module)
+    if size is not None:  # Llama 4's chunks: the keys of the query's own
+        keep &= p // size == m // size
     if allowed is not None:
         keep &= allowed.cpu()
     # finfo.min, as Hugging Face fills; float32's in a float64 layer, whose eager softmax
@@ -215,8 +233,11 @@ def _layer_call(module: Any, x: Any, allowed: Any) -> Any:
     if H.takes_alibi(module):  # BLOOM adds the residual itself: give it zeros
         bias = H.alibi(module, n, x.dtype, x.shape[0]).to(x.device)
         return module(x, residual=torch.zeros_like(x), alibi=bias, attention_mask=mask)
-    if H.beta(module) is None:
-        return module(x, attention_mask=mask)
+    if H.beta(module) is None:  # a layer without RoPE still named its tables (Llama 4's): None
+        import inspect
+
+        takes = "position_embeddings" in inspect.signature(module.forward).parameters
+        return module(x, attention_mask=mask, **({"position_embeddings": None} if takes else {}))
     table = _tables(module, x, torch.arange(n, device=x.device)[None])
     return module(x, position_embeddings=table, attention_mask=mask)
 
@@ -227,7 +248,10 @@ def _tables(module: Any, x: Any, positions: Any) -> tuple:
     embedding, takes_type = H.rotary(module)
     embedding.to(x.device)
     extra = {"layer_type": H.layer_type(module)} if takes_type else {}
-    return tuple(t.to(x.dtype) for t in embedding(x.float(), positions, **extra))
+    found = embedding(x.float(), positions, **extra)
+    if isinstance(found, torch.Tensor):  # Llama 4's e^{iθ}: complex, kept so
+        return found.to(x.device)
+    return tuple(t.to(x.dtype) for t in found)
 
 
 def _layer_decode(module: Any, x: Any, parts: tuple[slice, ...]) -> Any:
@@ -252,6 +276,8 @@ def _layer_decode(module: Any, x: Any, parts: tuple[slice, ...]) -> Any:
         if H.beta(module) is not None:
             positions = torch.arange(n, device=x.device)[None, part]
             given["position_embeddings"] = _tables(module, x, positions)
+        elif "position_embeddings" in takes:
+            given["position_embeddings"] = None
         out = module(x[:, part], **given)
         outs.append(out[0] if isinstance(out, tuple) else out)
     return torch.cat(outs, dim=1)

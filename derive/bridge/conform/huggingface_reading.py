@@ -62,10 +62,17 @@ def rope(module: Any) -> dict | None:
     return found or None
 
 
+def rotates(module: Any) -> bool:
+    """Whether this layer rotates its queries and keys, asked of the layer where the config
+    leaves it to the layer (``use_rope``: Llama 4's and SmolLM3's layers beside those of
+    ``no_rope_layers``)."""
+    return bool(getattr(module, "use_rope", True))
+
+
 def beta(module: Any) -> float | None:
     """RoPE's base β, None without RoPE; scaled rotations are refused by name."""
     found = rope(module)
-    if found is None:
+    if found is None or not rotates(module):
         return None
     kind = found.get("rope_type", "default")
     name = type(module).__name__
@@ -108,8 +115,10 @@ def interleaved(module: Any) -> bool:
     import sys
 
     turn = getattr(sys.modules[type(module).__module__], "rotate_half", None)
-    if turn is None:
-        return False
+    if turn is None:  # Llama 4: e^{iθ} on the pairs (2i, 2i + 1), complex tables
+        embedding, _ = rotary(module)
+        found = embedding(torch.zeros(1, 1, 1), torch.zeros(1, 1, dtype=torch.long))
+        return isinstance(found, torch.Tensor) and found.is_complex()  # else (cos, sin): halves
     found = turn(torch.tensor([1.0, 2.0, 3.0, 4.0])).tolist()
     if found not in ([-2.0, 1.0, -4.0, 3.0], [-3.0, -4.0, 1.0, 2.0]):
         raise ConformError(
@@ -140,12 +149,30 @@ def alibi(module: Any, n: int, dtype: Any, batch: int = 1) -> Any:
 
 def layer_type(module: Any) -> str | None:
     """The layer's type in its config's ``layer_types`` (``"sliding_attention"``): its
-    ``layer_type`` (Gemma 3, Qwen 3.5), or ``attention_type`` (OLMo 3)."""
+    ``layer_type`` (Gemma 3, Qwen 3.5), or ``attention_type`` (OLMo 3), else its config's
+    entry at the layer's index (Llama 4's ``"chunked_attention"``)."""
     for name in ("layer_type", "attention_type"):
         found = getattr(module, name, None)
         if isinstance(found, str):
             return found
+    types = getattr(getattr(module, "config", None), "layer_types", None)
+    index = getattr(module, "layer_idx", None)
+    if types and isinstance(index, int) and index < len(types):
+        return types[index]
     return None
+
+
+def chunk(module: Any) -> int | None:
+    """Llama 4's ``attention_chunk_size`` where this layer is a ``chunked_attention`` one."""
+    size = getattr(getattr(module, "config", None), "attention_chunk_size", None)
+    return int(size) if size is not None and layer_type(module) == "chunked_attention" else None
+
+
+def temperature(module: Any) -> dict | None:
+    """Llama 4's temperature tuning (its layers without RoPE): the values F and α."""
+    if not getattr(module, "attn_temperature_tuning", False) or rotates(module):
+        return None
+    return {"F": float(module.floor_scale), "alpha": float(module.attn_scale)}
 
 
 def rotary(module: Any) -> Any:
