@@ -141,9 +141,10 @@ def _layer_weights(module: Any) -> Weights:
     if H.chunk(module) is not None:
         parts.append("chunked")
         values["chi"] = H.chunk(module)
-    if H.temperature(module) is not None:
+    tempered = H.temperature(module)
+    if tempered is not None:
         parts.append("temperature-tuning")
-        values |= H.temperature(module)
+        values |= tempered
     if H.window(module) is not None:
         parts.append("sliding-window")
         values["w"] = H.window(module)
@@ -242,9 +243,9 @@ def _layer_call(module: Any, x: Any, allowed: Any) -> Any:
     return module(x, position_embeddings=table, attention_mask=mask)
 
 
-def _tables(module: Any, x: Any, positions: Any) -> tuple:
+def _tables(module: Any, x: Any, positions: Any) -> Any:
     """The model's own rotary tables at `positions` (1, n'): computed in float32 as the
-    model's are, then in x's dtype."""
+    model's are, then in x's dtype ((cos, sin); Llama 4's complex e^{iθ} as it is)."""
     embedding, takes_type = H.rotary(module)
     embedding.to(x.device)
     extra = {"layer_type": H.layer_type(module)} if takes_type else {}
