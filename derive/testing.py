@@ -1,9 +1,12 @@
 """For your own test suite: assert that your attention computes what the derivation says.
 
-    from derive.testing import assert_conforms
+    from derive.testing import assert_conforms, assert_model_conforms
 
     def test_my_attention():
         assert_conforms(MyAttention(d_in=64, d_out=64, num_heads=4))
+
+    def test_my_port():  # every attention layer of a model, each kind of layer once
+        assert_model_conforms(my_model)
 
 `assert_conforms` runs `derive.conform` (same options) and raises `AssertionError` whose message
 is the report, with the mistake named when the catalogue has it. A convention of your own is
@@ -16,7 +19,15 @@ from typing import Any
 
 from .bridge.conform import ConformError, Report, Weights, conform, register_adapter
 
-__all__ = ["assert_conforms", "Weights", "register_adapter", "ConformError", "Report"]
+__all__ = [
+    "assert_conforms",
+    "assert_model_conforms",
+    "attention_layers",
+    "Weights",
+    "register_adapter",
+    "ConformError",
+    "Report",
+]
 
 
 def assert_conforms(obj: Any, **options: Any) -> Report:
@@ -26,3 +37,52 @@ def assert_conforms(obj: Any, **options: Any) -> Report:
     if not report.conforms:
         raise AssertionError("\n" + report.table())
     return report
+
+
+def attention_layers(model: Any) -> dict[str, Any]:
+    """The attention layers of `model`, each kind once, by the path of its first layer
+    (``"model.layers.0.self_attn"``): the modules an adapter recognises (not those inside one),
+    a kind being the layer's class, the variant the adapter reads and its values (a model's local
+    and global layers, its layers with and without RoPE, are two kinds)."""
+    from .bridge.conform.registry import find_adapter
+
+    found: dict[str, Any] = {}
+    kinds: set = set()
+    inside: list[str] = []
+    for path, module in model.named_modules():
+        if any(path.startswith(prefix + ".") for prefix in inside):
+            continue
+        try:
+            adapter = find_adapter(module)
+            weights = adapter.read(module)
+        except Exception:  # noqa: BLE001 - not an attention layer any adapter reads
+            continue
+        inside.append(path)
+        values = tuple(sorted((k, str(v)) for k, v in weights.values.items()))
+        kind = (type(module).__name__, adapter.name, weights.variants, values)
+        if kind not in kinds:
+            kinds.add(kind)
+            found[path] = module
+    return found
+
+
+def assert_model_conforms(model: Any, **options: Any) -> dict[str, Report]:
+    """`derive.conform` on each kind of attention layer of `model` (`attention_layers`: each
+    layer read with its own index, its own variant), raising AssertionError that names every
+    layer that does not conform, with its report; returns the reports by layer path. A model
+    with no attention layer an adapter reads raises ConformError."""
+    layers = attention_layers(model)
+    if not layers:
+        raise ConformError(
+            f"assert_model_conforms: no attention layer of {type(model).__name__} is read by an "
+            "adapter (register one with derive.testing.register_adapter)"
+        )
+    reports = {path: conform(layer, **options) for path, layer in layers.items()}
+    failing = {path: report for path, report in reports.items() if not report.conforms}
+    if failing:
+        told = "\n\n".join(f"{path}:\n{report.table()}" for path, report in failing.items())
+        raise AssertionError(
+            f"\n{len(failing)} of {len(reports)} kinds of attention layer do not conform:\n\n"
+            + told
+        )
+    return reports

@@ -1,0 +1,82 @@
+"""`assert_model_conforms`: every kind of attention layer of a model, each checked once with its
+own index — Gemma 3's local and global layers, SmolLM3's layers with and without RoPE (its
+`no_rope_layers`) — built from small configs with random weights; a model with one broken layer
+is named by that layer's path."""
+
+import pytest
+import torch
+
+from derive import ConformError
+from derive.testing import assert_model_conforms, attention_layers
+
+transformers = pytest.importorskip("transformers")
+
+SIZES = {
+    "vocab_size": 64,
+    "hidden_size": 32,
+    "intermediate_size": 48,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "num_hidden_layers": 4,
+}
+
+#: (config class, model class, options, {the first layer of each kind: the variant read})
+MODELS = {
+    "gemma3": (
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        {
+            "sliding_window": 3,
+            "query_pre_attn_scalar": 8,
+            "layer_types": ["sliding_attention", "full_attention"] * 2,
+        },
+        {
+            "model.layers.0.self_attn": "gqa+rope+qk-norm+sliding-window",
+            "model.layers.1.self_attn": "gqa+rope+qk-norm",
+        },
+    ),
+    "smollm3": (
+        "SmolLM3Config",
+        "SmolLM3ForCausalLM",
+        {"no_rope_layers": [1, 1, 1, 0], "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0},
+        {"model.layers.0.self_attn": "gqa+rope", "model.layers.3.self_attn": "gqa"},
+    ),
+}
+
+
+def _model(name):
+    config_class, model_class, options, _ = MODELS[name]
+    config = getattr(transformers, config_class)(**(SIZES | options))
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    return getattr(transformers, model_class)(config)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_each_kind_of_layer_is_checked_once_and_conforms(name):
+    model = _model(name)
+    assert list(attention_layers(model)) == list(MODELS[name][3])
+    reports = assert_model_conforms(model)
+    assert {path: report.variant for path, report in reports.items()} == MODELS[name][3]
+
+
+def test_a_broken_layer_is_named_by_its_path():
+    """Layer 1 of Gemma 3 (its first global one) given its input scaled by 1.5: only that kind
+    fails, and the message says which layer."""
+    model = _model("gemma3")
+    model.model.layers[1].self_attn.register_forward_pre_hook(
+        lambda module, args, kwargs: (
+            ((args[0] * 1.5, *args[1:]), kwargs)
+            if args
+            else (args, {**kwargs, "hidden_states": kwargs["hidden_states"] * 1.5})
+        ),
+        with_kwargs=True,
+    )
+    with pytest.raises(AssertionError, match=r"1 of 2 kinds .*\n\nmodel\.layers\.1\.self_attn:"):
+        assert_model_conforms(model)
+
+
+def test_a_model_without_an_attention_layer_is_refused():
+    with pytest.raises(ConformError, match=r"no attention layer of Sequential is read"):
+        assert_model_conforms(torch.nn.Sequential(torch.nn.Linear(2, 2)))
