@@ -702,11 +702,22 @@ def online_start(sink: float | None) -> tuple[float, float]:
     return (-math.inf, 0.0) if sink is None else (float(sink), 1.0)
 
 
-@functools.cache
-def _range(dtype: torch.dtype) -> tuple[float, float, float]:
-    """√max, √eps and the smallest normal number of a floating dtype (torch.finfo is a call)."""
+def _limits(dtype: torch.dtype) -> tuple[float, float, float]:
     info = torch.finfo(dtype)
     return math.sqrt(info.max), math.sqrt(info.eps), info.smallest_normal
+
+
+#: √max, √eps and the smallest normal number of each floating dtype, computed once (a dict
+#: look-up, which torch.compile traces; a cached function call it does not).
+_RANGES = {
+    dtype: _limits(dtype) for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+}
+
+
+def _range(dtype: torch.dtype) -> tuple[float, float, float]:
+    """√max, √eps and the smallest normal number of a floating dtype (torch.finfo is a call)."""
+    found = _RANGES.get(dtype)
+    return found if found is not None else _limits(dtype)
 
 
 def softcap_parts(scaled: Tensor, cap: float, *, overwrite: bool = False) -> tuple[Tensor, Tensor]:

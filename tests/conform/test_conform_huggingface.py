@@ -23,6 +23,12 @@ SIZES = {
 }
 DEFAULT_ROPE = {"rope_type": "default", "rope_theta": 10_000.0}
 
+#: two layers, the first sliding, the second global
+TWO_KINDS = {
+    "num_hidden_layers": 2,
+    "sliding_window": 3,
+    "layer_types": ["sliding_attention", "full_attention"],
+}
 LLAMA4 = {
     "intermediate_size_mlp": 64,
     "attention_chunk_size": 4,
@@ -120,6 +126,27 @@ LAYERS = {
         {"pad_token_id": 0, "sliding_window": 3, "layer_types": ["sliding_attention"]},
         "gqa+rope+whole-qk-norm+sliding-window",
     ),
+    # Cohere 2 and EXAONE 4: a layer rotates only where it slides; EXAONE 4's global layer keeps
+    # the config's window unused (issue 34: both were checked as RoPE layers, EXAONE 4's with
+    # the window)
+    "cohere2-global": (
+        "Cohere2Config",
+        "Cohere2ForCausalLM",
+        {**TWO_KINDS, "pad_token_id": 0},
+        "gqa",
+    ),
+    "exaone4-global": (
+        "Exaone4Config",
+        "Exaone4ForCausalLM",
+        {**TWO_KINDS, "pad_token_id": 0},
+        "gqa+qk-norm",
+    ),
+    "exaone4-local": (
+        "Exaone4Config",
+        "Exaone4ForCausalLM",
+        {**TWO_KINDS, "pad_token_id": 0},
+        "gqa+rope+qk-norm+sliding-window",
+    ),
     # Llama 4: a layer with RoPE (e^{iθ} on neighbouring pairs, the L2 norm, chunks of 4) and
     # one without (its queries tempered from position 2 on: floor_scale 3)
     "llama4-chunked": (
@@ -140,6 +167,8 @@ PATHS = ENCODERS | {
     "gpt-neox": "layers.0.attention",
     "gpt-neox-partial": "layers.0.attention",
     "bloom": "h.0.self_attention",
+    "cohere2-global": "model.layers.1.self_attn",
+    "exaone4-global": "model.layers.1.self_attn",
 }
 
 
@@ -272,3 +301,9 @@ def test_llama_4_s_layers_told_another_chunk_or_floor_do_not_conform(name, told)
     are what the layer computes (issue 34: its RoPE layers crashed on their complex tables, its
     layers without RoPE were checked as RoPE layers)."""
     assert not conform(_layer(name), values=told).conforms
+
+
+@pytest.mark.parametrize("name", ["cohere2-global", "exaone4-global"])
+def test_a_global_layer_that_does_not_rotate_told_rope_does_not_conform(name):
+    """The control of the rows above: the layer, asked, does not rotate."""
+    assert not conform(_layer(name), variant="rope").conforms

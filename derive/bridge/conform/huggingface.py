@@ -26,8 +26,12 @@ The variant is read from the layer and its config, each as the model itself uses
   whole-qk-norm variant;
 - a window: the layer's ``sliding_window`` (None on its full-attention layers), or the config's
   where the layer has no attribute of that name (Mistral);
-- Llama 4: RoPE or none asked of the layer (``use_rope``, from ``no_rope_layers``; SmolLM3's
-  too), its complex tables e^{iθ} on neighbouring pairs (the interleaved-rope variant), its
+- RoPE or none asked of the layer: its family's rule where the layer decides from its window
+  (`huggingface_reading.ROTATES`: Cohere 2's and EXAONE 4's global layers do not rotate; EXAONE
+  4's keep the config's window unused, ``is_sliding`` False), else ``use_rope`` (Llama 4's and
+  SmolLM3's ``no_rope_layers``); the model's tables are given to every layer of a model that
+  has them, as the model gives them;
+- Llama 4: its complex tables e^{iθ} on neighbouring pairs (the interleaved-rope variant), its
   ``qk_norm`` without gains (l2-qk-norm), its chunks (``attention_chunk_size`` on a
   ``chunked_attention`` layer: the chunked variant, and the model's mask cut at the chunks) and
   its temperature (``attn_temperature_tuning`` on a layer without RoPE: temperature-tuning, F
@@ -234,13 +238,21 @@ def _layer_call(module: Any, x: Any, allowed: Any) -> Any:
     if H.takes_alibi(module):  # BLOOM adds the residual itself: give it zeros
         bias = H.alibi(module, n, x.dtype, x.shape[0]).to(x.device)
         return module(x, residual=torch.zeros_like(x), alibi=bias, attention_mask=mask)
-    if H.beta(module) is None:  # a layer without RoPE still named its tables (Llama 4's): None
-        import inspect
+    positions = torch.arange(n, device=x.device)[None]
+    return module(x, attention_mask=mask, **_positions_given(module, x, positions))
 
-        takes = "position_embeddings" in inspect.signature(module.forward).parameters
-        return module(x, attention_mask=mask, **({"position_embeddings": None} if takes else {}))
-    table = _tables(module, x, torch.arange(n, device=x.device)[None])
-    return module(x, position_embeddings=table, attention_mask=mask)
+
+def _positions_given(module: Any, x: Any, positions: Any) -> dict:
+    """The rotary tables as the model gives them to this layer: those of its model's rotary
+    embedding where the model has one, even to a layer that does not rotate (it decides itself:
+    Cohere 2's and EXAONE 4's global layers unpack them first); None where the forward names
+    them and the model has none; nothing where the forward takes none."""
+    import inspect
+
+    takes = "position_embeddings" in inspect.signature(module.forward).parameters
+    if H.beta(module) is not None or (takes and H.rope(module) is not None):
+        return {"position_embeddings": _tables(module, x, positions)}
+    return {"position_embeddings": None} if takes else {}
 
 
 def _tables(module: Any, x: Any, positions: Any) -> Any:
@@ -274,11 +286,8 @@ def _layer_decode(module: Any, x: Any, parts: tuple[slice, ...]) -> Any:
     mask, outs = _mask(module, n, None, x), []
     for part in parts:
         given = {keyword: cache, "attention_mask": mask[..., part, : part.stop]}
-        if H.beta(module) is not None:
-            positions = torch.arange(n, device=x.device)[None, part]
-            given["position_embeddings"] = _tables(module, x, positions)
-        elif "position_embeddings" in takes:
-            given["position_embeddings"] = None
+        positions = torch.arange(n, device=x.device)[None, part]
+        given |= _positions_given(module, x, positions)
         out = module(x[:, part], **given)
         outs.append(out[0] if isinstance(out, tuple) else out)
     return torch.cat(outs, dim=1)

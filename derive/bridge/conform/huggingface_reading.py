@@ -62,10 +62,21 @@ def rope(module: Any) -> dict | None:
     return found or None
 
 
+#: The families whose layers decide from their window whether they rotate (their config says it
+#: for every layer): the layer's class -> the rule, asked of the layer.
+ROTATES = {
+    "Cohere2Attention": lambda layer: layer.sliding_window is not None,  # global: no RoPE
+    "Exaone4Attention": lambda layer: layer.sliding_window is None or layer.is_sliding,
+}
+
+
 def rotates(module: Any) -> bool:
-    """Whether this layer rotates its queries and keys, asked of the layer where the config
-    leaves it to the layer (``use_rope``: Llama 4's and SmolLM3's layers beside those of
-    ``no_rope_layers``)."""
+    """Whether this layer rotates its queries and keys, asked of the layer: its family's rule
+    (`ROTATES`), else its ``use_rope`` (Llama 4's and SmolLM3's layers beside those of
+    ``no_rope_layers``), else yes."""
+    rule = ROTATES.get(type(module).__name__)
+    if rule is not None:
+        return bool(rule(module))
     return bool(getattr(module, "use_rope", True))
 
 
@@ -129,6 +140,10 @@ def interleaved(module: Any) -> bool:
 
 
 def window(module: Any) -> int | None:
+    """The layer's window: its ``sliding_window`` where it says it slides (EXAONE 4's global
+    layers keep the config's window, unused: ``is_sliding`` False), else the config's."""
+    if getattr(module, "is_sliding", True) is False:
+        return None
     if hasattr(module, "sliding_window"):
         return module.sliding_window
     return getattr(getattr(module, "config", None), "sliding_window", None)
