@@ -22,6 +22,7 @@ from ..claims import Equality, RowsSumToOne, ShiftInvariance
 from ..declaration import Declaration, Graph
 from ..twins import StepTwin
 from ..variant import Variant
+from .scores import after_scores
 
 #: The distances, the slopes and the biased scores.
 GAP = register_letter(
@@ -63,9 +64,6 @@ OMEGA_BIASED = register_letter(
 
 __all__ = ["VARIANT", "alibi_scores", "with_alibi"]
 
-#: The scores ALiBi adds its bias to: the capped ones where the graph softcaps them.
-_SOURCES = ("softcapped_scores", "scaled_scores")
-
 
 def alibi_distance(rows: sp.Expr, keys: sp.Expr) -> Declaration:
     r"""$\Delta_{m,p} = m - p$: how many tokens key p is before query m."""
@@ -105,20 +103,12 @@ def alibi_scores(source: str, head: bool, rows: sp.Expr, keys: sp.Expr) -> Decla
 def with_alibi(graph: Graph) -> Graph:
     """`graph` with ALiBi's bias added to its scaled (or capped) scores, every later step
     reading the biased ones."""
-    sources = [step for step in graph.declarations if step.name in _SOURCES]
-    if not sources:
-        raise ValueError(f"{graph.name} has no scaled scores for ALiBi to bias")
-    last = sources[-1]
-    name = L.name_of(last.output)
-    steps: list[Declaration] = []
-    for step in graph.declarations:
-        if step.output != last.output:
-            after = any(s.name == "alibi_scores" for s in steps)
-            steps.append(step.reading({name: "omegabias"}) if after else step)
-            continue
-        rows, keys = step.shapes[step.output]
-        steps += [step, alibi_distance(rows, keys), alibi_scores(name, step.head, rows, keys)]
-    return Graph(graph.name + " with ALiBi", tuple(steps), graph.relations)
+
+    def made(source: str, head: bool, rows: sp.Expr, keys: sp.Expr) -> tuple[Declaration, ...]:
+        return alibi_distance(rows, keys), alibi_scores(source, head, rows, keys)
+
+    biased = after_scores(graph, made, "omegabias", "for ALiBi to bias")
+    return biased.named(graph.name + " with ALiBi")
 
 
 _BIASED = L.base("omegabias")

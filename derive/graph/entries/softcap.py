@@ -21,6 +21,7 @@ from ..declaration import Declaration, Graph
 from ..sizes import Parameter
 from ..twins import StepTwin
 from ..variant import Variant
+from .scores import after_scores
 
 #: The capped scores.
 OMEGA_CAPPED = register_letter(
@@ -39,39 +40,31 @@ OMEGA_CAPPED = register_letter(
 __all__ = ["VARIANT", "softcapped_scores", "with_softcap"]
 
 
-def softcapped_scores(head: bool, rows: sp.Expr, keys: sp.Expr) -> Declaration:
-    r"""$\breve\omega_{m,p} = \kappa \tanh(\tilde\omega_{m,p} / \kappa)$ (per head: ω̃^{(ℓ)})."""
+def softcapped_scores(source: str, head: bool, rows: sp.Expr, keys: sp.Expr) -> Declaration:
+    r"""$\breve\omega_{m,p} = \kappa \tanh(\tilde\omega_{m,p} / \kappa)$ (`source`: the entry
+    name of the scores it caps, ω̃ or the tempered ones; per head: ω̃^{(ℓ)})."""
 
     def entry(name: str) -> sp.Indexed:
         indices = (L.ell, L.m, L.p) if head else (L.m, L.p)
         return L.base(name)[indices]
 
     suffix = "_l" if head else ""
-    scaled, capped = "Omega_scaled" + suffix, "Omega_capped" + suffix
+    given, capped = L.BASES[source] + suffix, "Omega_capped" + suffix
     return Declaration(
         "softcapped_scores",
         capped,
         "Softcapping the scores",
-        Eq(entry("omegacap"), L.kappa * tanh(entry("omegatilde") / L.kappa), evaluate=False),
-        {scaled: (rows, keys), capped: (rows, keys)},
+        Eq(entry("omegacap"), L.kappa * tanh(entry(source) / L.kappa), evaluate=False),
+        {given: (rows, keys), capped: (rows, keys)},
         twin=StepTwin("attention.functional.softcapped_scores", options=(("cap", L.kappa),)),
     )
 
 
 def with_softcap(graph: Graph) -> Graph:
-    """`graph` with its scaled scores softcapped, and every later step reading the capped ones."""
-    steps: list[Declaration] = []
-    found = False
-    for step in graph.declarations:
-        if found or step.name != "scaled_scores":
-            steps.append(step.reading({"omegatilde": "omegacap"}) if found else step)
-            continue
-        found = True
-        rows, keys = step.shapes[step.output]
-        steps += [step, softcapped_scores(step.head, rows, keys)]
-    if not found:
-        raise ValueError(f"{graph.name} has no scaled scores to softcap")
-    return Graph(graph.name + " with softcapping", tuple(steps), graph.relations)
+    """`graph` with its scaled (or tempered) scores softcapped, and every later step reading the
+    capped ones."""
+    capped = after_scores(graph, lambda *at: (softcapped_scores(*at),), "omegacap", "to softcap")
+    return capped.named(graph.name + " with softcapping")
 
 
 _CAPPED = L.base("omegacap")[L.m, L.p]

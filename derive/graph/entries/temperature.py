@@ -21,6 +21,7 @@ from ..declaration import Declaration, Graph
 from ..sizes import Parameter
 from ..twins import Built, StepTwin
 from ..variant import Variant
+from .scores import after_scores
 
 #: The tempered scores.
 OMEGA_TEMPERED = register_letter(
@@ -47,21 +48,22 @@ def factor(m: sp.Expr) -> sp.Expr:
     return ALPHA * sp.log(1 + sp.floor(m / FLOOR)) + 1
 
 
-def temperature_scores(head: bool, rows: sp.Expr, keys: sp.Expr) -> Declaration:
-    r"""$\check\omega_{m,p} = \tau_m \tilde\omega_{m,p}$ (per head: ω̃^{(ℓ)})."""
+def temperature_scores(source: str, head: bool, rows: sp.Expr, keys: sp.Expr) -> Declaration:
+    r"""$\check\omega_{m,p} = \tau_m \tilde\omega_{m,p}$ (`source`: the entry name of the
+    scores it tempers; per head: ω̃^{(ℓ)})."""
 
     def entry(name: str) -> sp.Indexed:
         indices = (L.ell, L.m, L.p) if head else (L.m, L.p)
         return L.base(name)[indices]
 
     suffix = "_l" if head else ""
-    scaled, tempered = "Omega_scaled" + suffix, "Omega_tempered" + suffix
+    given, tempered = L.BASES[source] + suffix, "Omega_tempered" + suffix
     return Declaration(
         "temperature_scores",
         tempered,
         "Temperature tuning",
-        Eq(entry("omegatemp"), factor(L.m) * entry("omegatilde"), evaluate=False),
-        {scaled: (rows, keys), tempered: (rows, keys)},
+        Eq(entry("omegatemp"), factor(L.m) * entry(source), evaluate=False),
+        {given: (rows, keys), tempered: (rows, keys)},
         twin=StepTwin(
             "attention.functional.temperature_scores",
             options=(("floor", FLOOR), ("scale", ALPHA)),
@@ -71,18 +73,8 @@ def temperature_scores(head: bool, rows: sp.Expr, keys: sp.Expr) -> Declaration:
 
 def with_temperature(graph: Graph) -> Graph:
     """`graph` with its scaled scores tempered, and every later step reading the tempered ones."""
-    steps: list[Declaration] = []
-    found = False
-    for step in graph.declarations:
-        if found or step.name != "scaled_scores":
-            steps.append(step.reading({"omegatilde": "omegatemp"}) if found else step)
-            continue
-        found = True
-        rows, keys = step.shapes[step.output]
-        steps += [step, temperature_scores(step.head, rows, keys)]
-    if not found:
-        raise ValueError(f"{graph.name} has no scaled scores to temper")
-    return Graph(graph.name + " with temperature tuning", tuple(steps), graph.relations)
+    tempered = after_scores(graph, lambda *at: (temperature_scores(*at),), "omegatemp", "to temper")
+    return tempered.named(graph.name + " with temperature tuning")
 
 
 _TEMPERED = L.base("omegatemp")[L.m, L.p]

@@ -146,3 +146,16 @@ def test_the_two_derivations_of_every_variants_backward_pass_agree(name):
     gradients = ExplicitGradients(ExplicitGraph(found.graph, sizes, heads=sizes.get(L.h, 1)))
     assert gradients.proven()
     assert gradients.rowsum_residual().is_zero_matrix
+
+
+def test_the_score_modifications_compose_in_the_order_attention_applies_them():
+    """Temperature, then the cap, then ALiBi, each reading the scores the one before made (as
+    `attention.mods` applies them); the cap read the scaled scores, skipping the temperature,
+    before `after_scores`."""
+    graph = variant("temperature-tuning+softcap+alibi").graph
+    reads = {step.name: set(step.inputs) for step in graph.declarations}
+    assert reads["temperature_scores"] == {"Omega_scaled"}
+    assert reads["softcapped_scores"] == {"Omega_tempered"}
+    assert "Omega_capped" in reads["alibi_scores"]
+    names = [step.name for step in graph.declarations]
+    assert names.index("temperature_scores") < names.index("softcapped_scores")

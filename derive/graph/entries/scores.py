@@ -1,0 +1,39 @@
+"""Where a modification of the scores goes: after the last step that computes them before the
+masks, each later step reading the modified scores (softcapping, temperature tuning, ALiBi)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import sympy as sp
+
+from ...notation import letters as L
+from ..declaration import Declaration, Graph
+
+__all__ = ["SCORES", "after_scores"]
+
+#: The steps that compute a row's scores before the masks, in the order they act (as
+#: `attention.mods` applies them): the scaled scores, tempered, capped.
+SCORES = ("scaled_scores", "temperature_scores", "softcapped_scores")
+
+
+def after_scores(
+    graph: Graph,
+    made: Callable[[str, bool, sp.Expr, sp.Expr], Iterable[Declaration]],
+    entry: str,
+    what: str,
+) -> Graph:
+    """`graph` with the steps ``made(source, head, rows, keys)`` right after the last of its
+    `SCORES` steps (`source`: the entry name that step computes), every later step reading
+    `entry` (the modified scores) in place of it; a ValueError naming the graph where it has
+    no scaled scores (`what` ends the sentence: ``"to softcap"``)."""
+    sources = [step for step in graph.declarations if step.name in SCORES]
+    if not sources:
+        raise ValueError(f"{graph.name} has no scaled scores {what}")
+    last = sources[-1]
+    source = L.name_of(last.output)
+    rows, keys = last.shapes[last.output]
+    at = graph.declarations.index(last) + 1
+    new = tuple(made(source, last.head, rows, keys))
+    later = tuple(step.reading({source: entry}) for step in graph.declarations[at:])
+    return Graph(graph.name, (*graph.declarations[:at], *new, *later), graph.relations)
