@@ -126,9 +126,7 @@ def multi_head_attention(
         sinks=sinks,
         query_pre_attn_scalar=query_pre_attn_scalar,
     )
-    mods = M.check(
-        "multi_head_attention", (*built, *M.check("multi_head_attention", mods, heads)), heads
-    )
+    mods = M.joined("multi_head_attention", built, mods, heads)
     return attention_layer(
         x,
         weights,

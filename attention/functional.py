@@ -352,7 +352,7 @@ def self_attention(
     check_alibi("self_attention", alibi, 1, causal)
     allowed = given_masks(mask, key_padding_mask)
     built = M.modifications(causal=causal, window=window, softcap=softcap, alibi=alibi, sinks=sinks)
-    mods = M.check("self_attention", (*built, *M.check("self_attention", mods, 1)), 1)
+    mods = M.joined("self_attention", built, mods, 1)
     x = silence_isolated(x, mods, allowed)
     q = _core.projection(x, w_q, b_q)
     k = _core.projection(x, w_k, b_k)

@@ -239,7 +239,7 @@ def grouped_query_attention(
         sinks=sinks,
         query_pre_attn_scalar=query_pre_attn_scalar,
     )
-    mods = M.check(where, (*built, *M.check(where, mods, heads)), heads)
+    mods = M.joined(where, built, mods, heads)
     return attention_layer(
         x, weights, heads=heads, groups=groups, mods=mods, allowed=mask, rope=rope
     )

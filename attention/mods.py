@@ -43,6 +43,7 @@ __all__ = [
     "Block",
     "Modification",
     "check",
+    "joined",
     "Causal",
     "Window",
     "Chunked",
@@ -419,6 +420,12 @@ def check(where: str, mods: object, heads: int) -> tuple["Modification", ...]:
         raise ValueError(
             f"{where}: {error} (mods and the keywords say the same thing twice)"
         ) from None
+
+
+def joined(where: str, built: tuple, given: object, heads: int) -> tuple["Modification", ...]:
+    """The modifications of one call: those its keywords `built` and those `given` by `mods=`
+    (checked first, `check`), one of each kind, in order."""
+    return check(where, (*built, *check(where, given, heads)), heads)
 
 
 def sink_gradient(sink_weight: Tensor, along: Tensor) -> Tensor:
