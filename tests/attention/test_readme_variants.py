@@ -6,22 +6,24 @@ from pathlib import Path
 README = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
 
 
-def test_the_variants_example_runs():
-    section = README.split("### Llama 3, Qwen 3 and latent attention", 1)[1]
+def _run(heading: str) -> dict:
+    """The one ```py block of the README's section under `heading`, run: its names."""
+    section = README.split(heading, 1)[1]
     section = section.split("\n## ", 1)[0].split("\n### ", 1)[0]
     (example,) = re.findall(r"```py\n(.*?)```", section, re.S)
     namespace: dict = {}
     exec(compile(example, "README.md", "exec"), namespace)  # noqa: S102
+    return namespace
+
+
+def test_the_variants_example_runs():
+    namespace = _run("### Llama 3, Qwen 3 and latent attention")
     assert namespace["C"].shape == (2, 10, 64)
     assert namespace["gqa"].q_norm is not None and namespace["cos"].shape == (32, 8)
 
 
 def test_the_modification_objects_example_runs():
-    section = README.split("### The attention of today's open models", 1)[1]
-    section = section.split("\n## ", 1)[0].split("\n### ", 1)[0]
-    (example,) = re.findall(r"```py\n(.*?)```", section, re.S)
-    namespace: dict = {}
-    exec(compile(example, "README.md", "exec"), namespace)  # noqa: S102
+    namespace = _run("### The attention of today's open models")
     assert namespace["out"].shape == (2, 10, 16)
     from attention import functional as F
 
