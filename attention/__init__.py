@@ -6,13 +6,15 @@
     from attention.functional import self_attention, multi_head_attention  # and each step
     from attention.functional import cross_attention, decode_step, sliding_window_mask
     from attention import mods  # the score modifications as objects: mods=(mods.Chunked(8),)
+    from attention import GatedDeltaNet, linear  # attention without the softmax (ch04/08)
 
 Checks (jaxtyping + beartype, on every public function and `forward`) are on by default; turn
 them off with `JAXTYPING_DISABLE=1` or `jaxtyping.config.update("jaxtyping_disable", True)`.
 """
 
-from . import functional, mods
+from . import functional, linear, mods
 from ._shapes import AttentionError, DeviceError, DtypeError, ShapeError, checks_enabled
+from .deltanet import GatedDeltaNet
 from .grouped import GroupedQueryAttention, RMSNorm
 from .interop import from_torch_multihead, to_torch_multihead, torch_masks
 from .latent import MultiHeadLatentAttention
@@ -54,3 +56,6 @@ __all__ += ["compute_rope_params", "apply_rope", "GroupedQueryAttention", "RMSNo
 
 # multi-head latent attention (DeepSeek's, the book's ch04/05_mla)
 __all__ += ["MultiHeadLatentAttention"]
+
+# linear attention, DeltaNet and Gated DeltaNet (the book's ch04/08_deltanet, Qwen 3.5's layers)
+__all__ += ["linear", "GatedDeltaNet"]

@@ -253,6 +253,8 @@ def from_hf(layer: torch.nn.Module, rotary: torch.nn.Module | None = None) -> to
     kind = type(source).__name__
     if kind == "BloomAttention":
         return from_bloom(source)
+    if kind in LINEAR_FAMILIES:
+        return from_linear(source)
     if kind not in FAMILIES:
         raise TypeError(
             f"from_hf: {kind} is not read (the families read: BloomAttention, "
@@ -326,3 +328,141 @@ def from_hf(layer: torch.nn.Module, rotary: torch.nn.Module | None = None) -> to
         interleaved=family.interleaved,
         width=rotated,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# A Hugging Face linear-attention layer (Gated DeltaNet) as this package's module
+
+
+def _packed_qkv(layer, rows: dict) -> dict:
+    """Qwen 3.5's projections: `in_proj_qkv` holds Q's rows, then K's, then V's; the gate, β
+    and the decay each their own (`in_proj_z`, `in_proj_b`, `in_proj_a`)."""
+    q, k, v = layer.in_proj_qkv.weight.split([rows["e"], rows["e"], rows["c"]])
+    return dict(
+        W_query=q,
+        W_key=k,
+        W_value=v,
+        W_gate=layer.in_proj_z.weight,
+        W_beta=layer.in_proj_b.weight,
+        W_alpha=layer.in_proj_a.weight,
+    )
+
+
+def _grouped_qkvz(layer, rows: dict) -> dict:
+    """Qwen3-Next's projections: `in_proj_qkvz` holds, for each key head in turn, its query, its
+    key, the values of the heads it serves and their gates; `in_proj_ba`, for each key head, the
+    β then the decay of the heads it serves."""
+    groups, width, per = rows["h_k"], rows["c_k"], rows["c"] // rows["h_k"]
+    parts = layer.in_proj_qkvz.weight.unflatten(0, (groups, -1))
+    q, k, v, z = parts.split([width, width, per, per], dim=1)
+    b, a = layer.in_proj_ba.weight.unflatten(0, (groups, -1)).chunk(2, dim=1)
+    flat = lambda t: t.flatten(0, 1)  # noqa: E731
+    return dict(
+        W_query=flat(q),
+        W_key=flat(k),
+        W_value=flat(v),
+        W_gate=flat(z),
+        W_beta=flat(b),
+        W_alpha=flat(a),
+    )
+
+
+#: The linear-attention layers `from_hf` reads, by class: where each of our weights lies in the
+#: layer's projections. The rest is common to the families: `conv1d`, `dt_bias`, `A_log`, the
+#: gated RMSNorm's `norm.weight` and `out_proj`, and the config's `linear_*` sizes.
+LINEAR_FAMILIES = {
+    "Qwen3_5GatedDeltaNet": _packed_qkv,
+    "Qwen3NextGatedDeltaNet": _grouped_qkvz,
+}
+
+
+class FromHFLinear(torch.nn.Module):
+    """A Hugging Face Gated DeltaNet layer as this package's `GatedDeltaNet` (`linear`), called
+    as the layer is: ``module(hidden_states, cache=None, attention_mask=None)``. Without a cache,
+    the layer's output on its input; with one (transformers' `Cache` of a hybrid model), the
+    convolution's inputs and the state are read from it and written back as the layer does, so
+    the module replaces the layer in its model, generation included
+    (`replace_linear_attention`)."""
+
+    def __init__(self, linear, layer_idx: int) -> None:
+        super().__init__()
+        self.linear = linear
+        self.layer_idx = layer_idx
+
+    def forward(self, hidden_states: Tensor, cache=None, attention_mask=None, **kwargs) -> Tensor:
+        x = hidden_states
+        if attention_mask is not None and attention_mask.dim() == 2:  # padding: tokens zeroed
+            x = (x * attention_mask[:, :, None]).to(x.dtype)
+        if cache is None:
+            return self.linear(x)
+        index, width = self.layer_idx, self.linear.conv1d.kernel_size[0]
+        state = cache.get_recurrent_state(index)
+        kept = cache.get_conv_state(index)  # the last inputs (b, channels, ≥ width), or None
+        past = None if kept is None else kept[..., kept.shape[-1] - (width - 1) :].mT.clone()
+        mixed = self.linear.mixed(x)
+        out, state, _ = self.linear.continued(x, state, past, mixed)
+        cache.update_conv_state(mixed.mT, index, conv_kernel_size=width)
+        cache.update_recurrent_state(state, index)
+        return out
+
+
+@torch.no_grad()
+def from_linear(layer: torch.nn.Module) -> FromHFLinear:
+    """A Hugging Face Gated DeltaNet layer (`LINEAR_FAMILIES`: Qwen 3.5's, Qwen3-Next's) as
+    this package's `attention.deltanet.GatedDeltaNet` with its weights, in a `FromHFLinear`."""
+    from .deltanet import GatedDeltaNet
+
+    source: typing.Any = layer
+    kind = type(source).__name__
+    if kind not in LINEAR_FAMILIES:
+        raise TypeError(
+            f"from_hf: {kind} is not a linear-attention layer read (those read: "
+            f"{', '.join(LINEAR_FAMILIES)})"
+        )
+    heads, key_heads = source.num_v_heads, source.num_k_heads
+    key_dim, value_dim = source.head_k_dim, source.head_v_dim
+    activation = getattr(source, "activation", "silu")
+    if activation not in ("silu", "swish"):
+        raise ValueError(f"from_hf: {kind} convolves with {activation!r}; read: silu")
+    ours = GatedDeltaNet(
+        source.hidden_size,
+        heads * value_dim,
+        0.0,
+        heads,
+        key_heads=key_heads,
+        key_dim=key_dim,
+        beta="head",
+        conv_size=source.conv_kernel_size,
+        out_features=source.out_proj.weight.shape[0],
+        out_bias=source.out_proj.bias is not None,
+        norm_eps=float(source.norm.variance_epsilon),
+    )
+    weight = source.out_proj.weight
+    ours = ours.to(dtype=weight.dtype, device=weight.device)
+    rows = dict(e=key_heads * key_dim, c=heads * value_dim, h_k=key_heads, c_k=key_dim)
+    for name, tensor in LINEAR_FAMILIES[kind](source, rows).items():
+        getattr(ours, name).weight.copy_(tensor)
+    if source.conv1d.bias is not None:
+        raise ValueError(f"from_hf: {kind} has a bias on conv1d: not read")
+    ours.conv1d.weight.copy_(source.conv1d.weight)  # pyright: ignore[reportOptionalMemberAccess]
+    ours.dt_bias.copy_(source.dt_bias)
+    ours.A_log.copy_(source.A_log)
+    ours.norm.weight.copy_(source.norm.weight)  # pyright: ignore[reportOptionalMemberAccess]
+    ours.out_proj.weight.copy_(source.out_proj.weight)
+    return FromHFLinear(ours, int(getattr(source, "layer_idx", 0)))
+
+
+def replace_linear_attention(model: torch.nn.Module) -> int:
+    """Replace every linear-attention layer of `model` (`LINEAR_FAMILIES`) by this package's
+    (`from_linear`), in place; returns how many were replaced. With `register()` for its
+    softmax layers, a hybrid model (Qwen 3.5, Qwen3-Next) then runs on this package in both kinds
+    of layer."""
+    found = [
+        (parent, name, child)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if type(child).__name__ in LINEAR_FAMILIES
+    ]
+    for parent, name, child in found:
+        setattr(parent, name, from_linear(child))
+    return len(found)

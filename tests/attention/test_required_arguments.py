@@ -162,8 +162,14 @@ def good_calls():
 
 
 def variant_calls(x):
-    """The classes of Llama 3, Qwen 3 and latent attention (`attention.grouped`, `.latent`)."""
-    from attention import GroupedQueryAttention, MultiHeadLatentAttention, RMSNorm
+    """The classes of Llama 3, Qwen 3 and latent attention (`attention.grouped`, `.latent`), and
+    attention without the softmax (`attention.linear`, `.deltanet`)."""
+    from attention import GatedDeltaNet, GroupedQueryAttention, MultiHeadLatentAttention, RMSNorm
+    from attention import linear as L
+
+    q, v = torch.randn(HEADS, N, C), torch.randn(HEADS, N, D)
+    g, beta = -torch.rand(HEADS, N), torch.rand(HEADS, N)
+    qkv = {"q": q, "k": q, "v": v}
 
     gqa = GroupedQueryAttention(D, num_heads=HEADS, num_kv_groups=1, head_dim=C // HEADS)
     return [
@@ -174,6 +180,29 @@ def variant_calls(x):
             MultiHeadLatentAttention(D, C, 0.0, HEADS),
             {"x": x},
             ["x"],
+            [],
+        ),
+        ("GatedDeltaNet.forward", GatedDeltaNet(D, C, 0.0, HEADS), {"x": x}, ["x"], []),
+        ("linear_attention", L.linear_attention, qkv, list(qkv), ["initial_state"]),
+        (
+            "delta_rule",
+            L.delta_rule,
+            {**qkv, "beta": beta},
+            [*qkv, "beta"],
+            ["initial_state"],
+        ),
+        (
+            "gated_delta_rule",
+            L.gated_delta_rule,
+            {**qkv, "g": g, "beta": beta},
+            [*qkv, "g", "beta"],
+            ["initial_state"],
+        ),
+        (  # g and beta may be None there: no decay, no delta rule (another rule, not optional)
+            "chunk_states",
+            L.chunk_states,
+            {**qkv, "g": g, "beta": beta, "chunk_size": 2},
+            list(qkv),
             [],
         ),
     ]
@@ -222,3 +251,7 @@ def test_the_table_covers_every_public_function_and_module():
     assert functions - no_tensor <= covered
     classes = {name for name in attention.__all__ if name[0].isupper() and "Error" not in name}
     assert classes <= covered
+    linear = {
+        name for name in attention.linear.__all__ if callable(getattr(attention.linear, name))
+    }
+    assert linear <= covered

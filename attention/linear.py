@@ -1,0 +1,419 @@
+r"""Attention without the softmax: linear attention, the delta rule (DeltaNet) and the gated delta
+rule (Gated DeltaNet), each in its three forms — recurrent, chunked and parallel — which give the
+same numbers (the bonus material ch04/08_deltanet of *Build a Large Language Model (from
+Scratch)*; Katharopoulos et al., *Transformers are RNNs*, 2020; Schlag et al., *Linear
+Transformers Are Secretly Fast Weight Programmers*, 2021; Yang et al., *Parallelizing Linear
+Transformers with the Delta Rule over Sequence Length*, 2024, and *Gated Delta Networks*, 2025).
+
+Per head, with q_t, k_t ∈ ℝ^{d_k} and v_t ∈ ℝ^{d_v}, a state S_t ∈ ℝ^{d_k × d_v} (S_0 = 0, or
+an `initial_state`) read by each query, o_t = S_tᵀ q_t, and written by each token:
+
+    linear attention    S_t = S_{t−1} + k_t v_tᵀ
+    delta rule          S_t = S_{t−1} + k_t u_tᵀ,          u_t = β_t (v_t − S_{t−1}ᵀ k_t)
+    gated delta rule    S_t = α_t S_{t−1} + k_t u_tᵀ,      u_t = β_t (v_t − α_t S_{t−1}ᵀ k_t)
+
+with α_t = e^{g_t} (g_t ≤ 0, the log of the decay) and β_t the write strength. The delta rule
+writes into the state only what it does not already predict for k_t: v_t − S_{t−1}ᵀ k_t.
+
+**The recurrent form** (`chunk_size=None`) is the loop above, one token at a time: what
+generation runs, O(d_k d_v) a token whatever the position.
+
+**The parallel form** (`parallel=True`) unrolls it. With G_t = g_1 + … + g_t and
+γ_{t,i} = e^{G_t − G_i} the decay from token i to token t (1 for i = t, and for i < t the product
+α_{i+1} ⋯ α_t: token i's own α is not in it), S_t = Σ_{i ≤ t} γ_{t,i} k_i u_iᵀ, so
+
+    O = (Q Kᵀ ∘ Γ ∘ M) U,      Γ_{t,i} = γ_{t,i},  M the causal mask (i ≤ t)
+
+and the u_t solve a lower unit-triangular system (the delta rule's: u_t needs every u_i, i < t),
+
+    (I + L) U = diag(β) V,      L = strictly lower part of diag(β) (K Kᵀ ∘ Γ).
+
+Linear attention has L = 0 and U = V: O = (Q Kᵀ ∘ M) V. With an initial state S_0, the term
+e^{G_t} S_0 joins S_t: o_t gains e^{G_t} S_0ᵀ q_t, and the system's right side loses
+diag(β e^{G}) K S_0.
+
+**The chunked form** (`chunk_size=C`) is the parallel form within each chunk of C tokens (G
+counted from the chunk's start), the state carried from chunk to chunk (what training runs). The
+system is solved once for all chunks, before the loop, in the WY/UT form: U = U_V − W S_0, with
+U_V = (I + L)⁻¹ diag(β) V and W = (I + L)⁻¹ diag(β e^{G}) K; then, chunk after chunk,
+
+    O_chunk = (e^{G} ∘ Q) S_0 + (Q Kᵀ ∘ Γ ∘ M) U,     S_C = e^{G_C} S_0 + (e^{G_C − G} ∘ K)ᵀ U.
+
+No matrix bigger than C × C is formed, in the forward pass or in autograd's backward. A last
+chunk shorter than C is padded with tokens that write nothing (k = v = 0, β = 0, g = 0).
+
+Whatever the inputs' dtype, the forms compute in float32 at least (float64 stays float64): the
+outputs are returned in v's dtype, the state in the computing dtype; g, β and the initial state
+may be in another dtype than q, k, v (float32 beside bfloat16 activations, as models keep them).
+Every function takes (*batch, n, ·) tensors, the heads among the batch dimensions: (*batch,
+heads, n, d_k) and so on.
+`attention.deltanet.GatedDeltaNet` is the module of the book's ch04/08 and of Qwen 3.5's linear
+layers.
+"""
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float
+from torch import Tensor
+
+from ._arguments import check_positive
+from ._checks import checked
+from ._shapes import OwnDtype, ShapeError
+
+__all__ = [
+    "linear_attention",
+    "delta_rule",
+    "gated_delta_rule",
+    "chunk_states",
+    "FEATURE_MAPS",
+]
+
+#: The feature maps φ of linear attention by name (None: φ(x) = x). "elu+1" is Katharopoulos et
+#: al.'s φ(x) = elu(x) + 1, positive, so that a normalised row's denominator never vanishes.
+FEATURE_MAPS: dict[str, Callable[[Tensor], Tensor]] = {
+    "elu+1": lambda x: F.elu(x) + 1,
+    "relu": F.relu,
+}
+
+Output = Float[Tensor, "*batch n d_v"]
+Result = Output | tuple[Output, Float[Tensor, "*batch d_k d_v"]]
+
+
+# ---------------------------------------------------------------------------------------------
+# The three forms, on (*batch, n, ·) tensors already checked and in the computing dtype.
+# g: the log-decays or None (no decay); beta: the write strengths or None (no delta rule).
+
+
+def recurrent(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, beta: Tensor | None, state: Tensor
+) -> tuple[Tensor, Tensor]:
+    """The recurrence, token by token: (outputs, final state)."""
+    outputs = []
+    for t in range(q.shape[-2]):
+        if g is not None:
+            state = state * g[..., t, None, None].exp()  # α_t S_{t−1}
+        u = v[..., t, :]
+        if beta is not None:  # u_t = β_t (v_t − (α_t S_{t−1})ᵀ k_t)
+            predicted = (k[..., t, None, :] @ state).squeeze(-2)
+            u = beta[..., t, None] * (u - predicted)
+        state = state + k[..., t, :, None] * u[..., None, :]
+        outputs.append((q[..., t, None, :] @ state).squeeze(-2))  # o_t = S_tᵀ q_t
+    return torch.stack(outputs, dim=-2), state
+
+
+def decays(g: Tensor | None, n: int, like: Tensor) -> tuple[Tensor, Tensor]:
+    """(G, Γ ∘ M): the cumulative log-decays G_t = g_1 + … + g_t (over the last dimension) and
+    the causal matrix of decays γ_{t,i} = e^{G_t − G_i} for i ≤ t, 0 above the diagonal (masked
+    before the exponential, which would overflow there). Without g: G = 0 and Γ ∘ M = M."""
+    causal = torch.ones(n, n, dtype=torch.bool, device=like.device).tril()
+    if g is None:
+        return like.new_zeros(()), causal.to(like.dtype)
+    G = g.cumsum(-1)
+    gaps = (G[..., :, None] - G[..., None, :]).masked_fill(~causal, -torch.inf)
+    return G, gaps.exp()
+
+
+def written(
+    k: Tensor, v: Tensor, G: Tensor, gamma: Tensor, beta: Tensor | None
+) -> tuple[Tensor, Tensor | None]:
+    """(U_V, W): the values written when the state before the block is 0, and the part of the
+    block's initial state each write removes (U = U_V − W S_0), from the delta rule's unit
+    lower-triangular system (I + L) U = diag(β) (V − diag(e^G) K S_0). Without the delta rule
+    every v_t is written as it is: (V, None)."""
+    if beta is None:
+        return v, None
+    strictly = torch.ones_like(gamma, dtype=torch.bool).tril(-1)
+    system = (beta[..., :, None] * (k @ k.transpose(-2, -1)) * gamma).masked_fill(~strictly, 0)
+    system = system + torch.eye(gamma.shape[-1], dtype=k.dtype, device=k.device)
+    right = torch.cat([beta[..., None] * v, (beta * G.exp())[..., None] * k], dim=-1)
+    solved = torch.linalg.solve_triangular(system, right, upper=False, unitriangular=True)
+    return solved[..., : v.shape[-1]], solved[..., v.shape[-1] :]
+
+
+def parallel(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, beta: Tensor | None, state: Tensor
+) -> tuple[Tensor, Tensor]:
+    """The parallel form, one n × n matrix: (outputs, final state)."""
+    G, gamma = decays(g, q.shape[-2], q)
+    u_v, w = written(k, v, G, gamma, beta)
+    u = u_v if w is None else u_v - w @ state
+    last = G[..., -1:] if g is not None else G
+    outputs = (G.exp()[..., None] * q) @ state + ((q @ k.transpose(-2, -1)) * gamma) @ u
+    kept = (last - G).exp()[..., None] * k if g is not None else k
+    return outputs, last.exp()[..., None] * state + kept.transpose(-2, -1) @ u
+
+
+def chunked(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor | None,
+    beta: Tensor | None,
+    state: Tensor,
+    size: int,
+    states: list[Tensor] | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The chunked form, chunks of `size` tokens: (outputs, final state); the state after each
+    chunk appended to `states` when given."""
+    n = q.shape[-2]
+    pad = -n % size
+    if pad:  # tokens that write nothing: k = v = 0, β = 0, g = 0
+        q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
+        g, beta = (None if x is None else F.pad(x, (0, pad)) for x in (g, beta))
+    chunks = (n + pad) // size
+    q, k, v = (x.unflatten(-2, (chunks, size)) for x in (q, k, v))
+    g, beta = (None if x is None else x.unflatten(-1, (chunks, size)) for x in (g, beta))
+    G, gamma = decays(g, size, q)
+    u_v, w = written(k, v, G, gamma, beta)
+    within = (q @ k.transpose(-2, -1)) * gamma  # Q Kᵀ ∘ Γ ∘ M, each chunk's own
+    carried = None
+    if g is not None:
+        last = G[..., -1:]
+        q, k = G.exp()[..., None] * q, (last - G).exp()[..., None] * k
+        carried = last.exp()[..., None]  # e^{G_C}, the decay of the whole chunk
+    outputs = []
+    for c in range(chunks):
+        u = u_v[..., c, :, :] if w is None else u_v[..., c, :, :] - w[..., c, :, :] @ state
+        outputs.append(q[..., c, :, :] @ state + within[..., c, :, :] @ u)
+        if carried is not None:
+            state = carried[..., c, :, :] * state
+        state = state + k[..., c, :, :].transpose(-2, -1) @ u
+        if states is not None:
+            states.append(state)
+    return torch.cat(outputs, dim=-2)[..., :n, :], state
+
+
+# ---------------------------------------------------------------------------------------------
+# The public functions: checked, then one of the three forms.
+
+
+def _to(x: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+    return None if x is None else x.to(dtype)
+
+
+def _computing(q: Tensor) -> torch.dtype:
+    """float32 for half precisions, else the inputs' own (float64 stays float64)."""
+    return torch.promote_types(q.dtype, torch.float32)
+
+
+def _run(
+    where: str,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor | None,
+    beta: Tensor | None,
+    *,
+    chunk_size: int | None,
+    parallel_form: bool,
+    initial_state: Tensor | None,
+    return_state: bool,
+) -> Tensor | tuple[Tensor, Tensor]:
+    if chunk_size is not None:
+        check_positive(where, chunk_size=chunk_size)
+        if parallel_form:
+            raise ValueError(
+                f"{where}: parallel=True and chunk_size={chunk_size} are two different forms; "
+                "give one (chunk_size=None with parallel=True)"
+            )
+    if q.shape[-2] == 0:
+        raise ShapeError(f"{where}: q has n=0 tokens; give at least one")
+    dtype, given = _computing(q), v.dtype
+    q, k, v, g, beta = q.to(dtype), k.to(dtype), v.to(dtype), _to(g, dtype), _to(beta, dtype)
+    state = (
+        q.new_zeros((*q.shape[:-2], q.shape[-1], v.shape[-1]))
+        if initial_state is None
+        else initial_state.to(dtype)
+    )
+    if chunk_size is not None:
+        out, state = chunked(q, k, v, g, beta, state, chunk_size)
+    elif parallel_form:
+        out, state = parallel(q, k, v, g, beta, state)
+    else:
+        out, state = recurrent(q, k, v, g, beta, state)
+    out = out.to(given)
+    return (out, state) if return_state else out
+
+
+@checked
+def linear_attention(
+    q: Float[Tensor, "*batch n d_k"],
+    k: Float[Tensor, "*batch n d_k"],
+    v: Float[Tensor, "*batch n d_v"],
+    *,
+    feature_map: str | Callable[[Tensor], Tensor] | None = None,
+    normalize: bool = False,
+    chunk_size: int | None = None,
+    parallel: bool = False,
+    initial_state: OwnDtype[Float[Tensor, "*batch d_k d_v"]] | None = None,
+    return_state: bool = False,
+) -> Result:
+    """Causal linear attention: S_t = S_{t−1} + φ(k_t) v_tᵀ, o_t = S_tᵀ φ(q_t) (the module
+    docstring's forms: `chunk_size=None` the recurrence, `chunk_size=C` chunks of C tokens,
+    `parallel=True` the n × n matrix (φ(Q) φ(K)ᵀ ∘ M) V).
+
+    feature_map: φ, a name of `FEATURE_MAPS` ("elu+1", "relu"), a function of a tensor, or None
+    (φ(x) = x). normalize: divide each o_t by φ(q_t) · Σ_{i ≤ t} φ(k_i) (Katharopoulos et al.'s
+    normalised form). The sum is carried as one more column of the state, so the normalised
+    form takes no `initial_state` and returns none: to generate with it, append a column of
+    ones to v, carry that state, and divide by the last column of the outputs (what
+    `normalize=True` does). Returns o (*batch, n, d_v), and the final state (*batch, d_k, d_v)
+    with `return_state=True`.
+
+    >>> import torch
+    >>> q, k, v = torch.rand(2, 5, 4), torch.rand(2, 5, 4), torch.rand(2, 5, 3)
+    >>> o = linear_attention(q, k, v, chunk_size=2)
+    >>> bool(torch.allclose(o, linear_attention(q, k, v, parallel=True), atol=1e-5))
+    True
+    """
+    where = "linear_attention"
+    phi = _feature_map(where, feature_map)
+    q, k = phi(q), phi(k)
+    if not normalize:
+        return _run(
+            where,
+            q,
+            k,
+            v,
+            None,
+            None,
+            chunk_size=chunk_size,
+            parallel_form=parallel,
+            initial_state=initial_state,
+            return_state=return_state,
+        )
+    if initial_state is not None or return_state:
+        raise ValueError(
+            f"{where}: normalize=True takes no initial_state and returns no state (its state "
+            "has one more column, the sum of φ(k)); append a column of ones to v with "
+            "normalize=False and divide by the last column of the outputs"
+        )
+    ones = v.new_ones((*v.shape[:-1], 1))
+    result = _run(
+        where,
+        q,
+        k,
+        torch.cat([v, ones], dim=-1),
+        None,
+        None,
+        chunk_size=chunk_size,
+        parallel_form=parallel,
+        initial_state=None,
+        return_state=False,
+    )
+    assert isinstance(result, Tensor)
+    return result[..., :-1] / result[..., -1:]
+
+
+def _feature_map(where: str, feature_map: object) -> Callable[[Tensor], Tensor]:
+    if feature_map is None:
+        return lambda x: x
+    if isinstance(feature_map, str):
+        if feature_map not in FEATURE_MAPS:
+            raise ValueError(
+                f"{where}: feature_map must be one of {sorted(FEATURE_MAPS)}, a function or "
+                f"None, got feature_map={feature_map!r}"
+            )
+        return FEATURE_MAPS[feature_map]
+    if not callable(feature_map):
+        raise TypeError(f"{where}: feature_map must be callable, got {feature_map!r}")
+    return feature_map  # type: ignore[return-value]
+
+
+@checked
+def delta_rule(
+    q: Float[Tensor, "*batch n d_k"],
+    k: Float[Tensor, "*batch n d_k"],
+    v: Float[Tensor, "*batch n d_v"],
+    beta: OwnDtype[Float[Tensor, "*batch n"]],
+    *,
+    chunk_size: int | None = None,
+    parallel: bool = False,
+    initial_state: OwnDtype[Float[Tensor, "*batch d_k d_v"]] | None = None,
+    return_state: bool = False,
+) -> Result:
+    """DeltaNet's delta rule: S_t = S_{t−1} + β_t k_t (v_t − S_{t−1}ᵀ k_t)ᵀ, o_t = S_tᵀ q_t
+    (the module docstring's three forms). beta: β_t, the write strength (in (0, 1) in DeltaNet:
+    a sigmoid). Returns o (*batch, n, d_v), and the final state with `return_state=True`."""
+    return _run(
+        "delta_rule",
+        q,
+        k,
+        v,
+        None,
+        beta,
+        chunk_size=chunk_size,
+        parallel_form=parallel,
+        initial_state=initial_state,
+        return_state=return_state,
+    )
+
+
+@checked
+def gated_delta_rule(
+    q: Float[Tensor, "*batch n d_k"],
+    k: Float[Tensor, "*batch n d_k"],
+    v: Float[Tensor, "*batch n d_v"],
+    g: OwnDtype[Float[Tensor, "*batch n"]],
+    beta: OwnDtype[Float[Tensor, "*batch n"]],
+    *,
+    chunk_size: int | None = None,
+    parallel: bool = False,
+    initial_state: OwnDtype[Float[Tensor, "*batch d_k d_v"]] | None = None,
+    return_state: bool = False,
+) -> Result:
+    """Gated DeltaNet's rule (Qwen 3.5's and Qwen3-Next's linear layers): the state decays by
+    α_t = e^{g_t} before the delta rule's write, S_t = α_t S_{t−1} + β_t k_t (v_t − α_t S_{t−1}ᵀ
+    k_t)ᵀ, o_t = S_tᵀ q_t (the module docstring's three forms).
+
+    g: the log-decays g_t ≤ 0 (a positive g_t grows the state, and the chunked and parallel
+    forms' e^{G} may overflow); beta: β_t, the write strength. q and k are used as given: the
+    L2 norm and the 1/√d_k of Qwen 3.5 are the caller's (`attention.deltanet`). chunk_size:
+    None for the recurrence, C for chunks of C tokens (64 in transformers and
+    flash-linear-attention); parallel: the n × n form. Returns o (*batch, n, d_v), and the final
+    state (*batch, d_k, d_v) with `return_state=True`, to give as `initial_state` to the next
+    call (generation: one token at a time, O(d_k d_v) each).
+
+    >>> import torch
+    >>> q, k, v = torch.rand(2, 7, 4), torch.rand(2, 7, 4), torch.rand(2, 7, 3)
+    >>> g, beta = -torch.rand(2, 7), torch.rand(2, 7)
+    >>> o = gated_delta_rule(q, k, v, g, beta)
+    >>> bool(torch.allclose(o, gated_delta_rule(q, k, v, g, beta, chunk_size=3), atol=1e-5))
+    True
+    """
+    return _run(
+        "gated_delta_rule",
+        q,
+        k,
+        v,
+        g,
+        beta,
+        chunk_size=chunk_size,
+        parallel_form=parallel,
+        initial_state=initial_state,
+        return_state=return_state,
+    )
+
+
+@checked
+def chunk_states(
+    q: Float[Tensor, "*batch n d_k"],
+    k: Float[Tensor, "*batch n d_k"],
+    v: Float[Tensor, "*batch n d_v"],
+    g: Float[Tensor, "*batch n"] | None,
+    beta: Float[Tensor, "*batch n"] | None,
+    *,
+    chunk_size: int,
+) -> Float[Tensor, "chunks *batch d_k d_v"]:
+    """The state after each chunk of the chunked form (from S_0 = 0): what the derivation's
+    carried state is checked against, chunk after chunk. g None: no decay; beta None: no delta
+    rule (linear attention)."""
+    check_positive("chunk_states", chunk_size=chunk_size)
+    dtype = _computing(q)
+    q, k, v, g, beta = q.to(dtype), k.to(dtype), v.to(dtype), _to(g, dtype), _to(beta, dtype)
+    states: list[Tensor] = []
+    zero = q.new_zeros((*q.shape[:-2], q.shape[-1], v.shape[-1]))
+    chunked(q, k, v, g, beta, zero, chunk_size, states)
+    return torch.stack(states)

@@ -1,0 +1,253 @@
+"""Attention without the softmax (`attention.linear`): the recurrent, parallel and chunked forms of
+linear attention, the delta rule and the gated delta rule give the same outputs, final states
+and gradients, for every split of the sequence into chunks (uneven ones included) and from any
+initial state; each form against the formulas written out on two tokens; generation token by
+token; the mistakes of ports, each far from the rule; and bad input named.
+
+Tolerances: float64 throughout, where the forms differ by the order of their sums: 1e-10 on
+numbers of size about 1 leaves a factor of 10⁵ over float64's rounding at these sizes, and each
+mutation lands at least 10⁻³ away.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attention import ShapeError
+from attention import linear as L
+
+B, H, N, DK, DV = 2, 3, 7, 4, 5
+TOL = dict(rtol=1e-10, atol=1e-10)
+
+
+def inputs(seed=0, n=N, dtype=torch.float64):
+    """q, k (unit rows, as Gated DeltaNet's), v, g ≤ 0, β ∈ (0, 1), an initial state."""
+    gen = torch.Generator().manual_seed(seed)
+    draw = lambda *shape: torch.randn(*shape, generator=gen, dtype=dtype)  # noqa: E731
+    q, k, v = draw(B, H, n, DK), F.normalize(draw(B, H, n, DK), dim=-1), draw(B, H, n, DV)
+    g = -torch.rand(B, H, n, generator=gen, dtype=dtype)
+    beta = torch.rand(B, H, n, generator=gen, dtype=dtype)
+    return q, k, v, g, beta, draw(B, H, DK, DV)
+
+
+#: The rules: name -> (function, which of (g, β) it takes).
+RULES = {
+    "linear": (L.linear_attention, ()),
+    "delta": (L.delta_rule, ("beta",)),
+    "gated-delta": (L.gated_delta_rule, ("g", "beta")),
+}
+#: The forms other than the recurrence: the n × n matrix, and chunks of C tokens (C = 1, an
+#: uneven 2, 3 and 5, the whole sequence, more than it).
+FORMS = [dict(parallel=True)] + [dict(chunk_size=c) for c in (1, 2, 3, 5, N, 16)]
+
+
+def call(rule, q, k, v, g, beta, **options):
+    function, takes = RULES[rule]
+    extra = {"g": g, "beta": beta}
+    return function(q, k, v, *(extra[name] for name in takes), **options)
+
+
+@pytest.mark.parametrize("form", FORMS, ids=str)
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("start", [False, True], ids=["from-zero", "from-a-state"])
+def test_each_form_gives_the_recurrence_s_outputs_and_final_state(rule, form, start):
+    q, k, v, g, beta, s0 = inputs()
+    options = dict(initial_state=s0 if start else None, return_state=True)
+    expected, expected_state = call(rule, q, k, v, g, beta, **options)
+    got, state = call(rule, q, k, v, g, beta, **options, **form)
+    torch.testing.assert_close(got, expected, **TOL)
+    torch.testing.assert_close(state, expected_state, **TOL)
+
+
+@pytest.mark.parametrize("form", [dict(), *FORMS], ids=str)
+@pytest.mark.parametrize("rule", RULES)
+def test_each_form_against_the_formulas_on_two_tokens(rule, form):
+    """S_1 = β_1 k_1 v_1ᵀ (linear: k_1 v_1ᵀ; decayed: α_1 S_0 first), and token 2's write
+    u_2 = β_2 (v_2 − α_2 S_1ᵀ k_2), written out with a state S_0."""
+    q, k, v, g, beta, s0 = inputs(seed=1, n=2)
+    alpha = g.exp() if rule == "gated-delta" else torch.ones_like(g)
+    b = beta if rule != "linear" else torch.ones_like(beta)
+    state = s0
+    rows = []
+    for t in range(2):
+        state = alpha[..., t, None, None] * state
+        u = v[..., t, :]
+        if rule != "linear":
+            u = b[..., t, None] * (u - torch.einsum("...k,...kv->...v", k[..., t, :], state))
+        state = state + k[..., t, :, None] * u[..., None, :]
+        rows.append(torch.einsum("...k,...kv->...v", q[..., t, :], state))
+    got, final = call(rule, q, k, v, g, beta, initial_state=s0, return_state=True, **form)
+    torch.testing.assert_close(got, torch.stack(rows, dim=-2), **TOL)
+    torch.testing.assert_close(final, state, **TOL)
+
+
+@pytest.mark.parametrize("form", [dict(parallel=True), dict(chunk_size=3)], ids=str)
+@pytest.mark.parametrize("rule", RULES)
+def test_gradients_of_every_input_equal_the_recurrence_s(rule, form):
+    q, k, v, g, beta, s0 = inputs(seed=2)
+    weights = torch.randn(
+        B, H, N, DV, dtype=torch.float64, generator=torch.Generator().manual_seed(3)
+    )
+
+    def gradients(**options):
+        tensors = [t.clone().requires_grad_() for t in (q, k, v, g, beta, s0)]
+        out, state = call(
+            rule, *tensors[:5], initial_state=tensors[5], return_state=True, **options
+        )
+        ((out * weights).sum() + state.square().sum()).backward()
+        return [t.grad for t in tensors]
+
+    expected = gradients()
+    got = gradients(**form)
+    used = {"linear": (0, 1, 2, 5), "delta": (0, 1, 2, 4, 5), "gated-delta": range(6)}[rule]
+    for index in used:
+        torch.testing.assert_close(got[index], expected[index], **TOL)
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_generation_token_by_token_carries_the_state(rule):
+    q, k, v, g, beta, _ = inputs(seed=4)
+    whole = call(rule, q, k, v, g, beta, chunk_size=3)
+    state, rows = None, []
+    for t in range(N):
+        part = lambda x, t=t: x[..., t : t + 1, :]  # noqa: E731
+        row, state = call(
+            rule,
+            part(q),
+            part(k),
+            part(v),
+            g[..., t : t + 1],
+            beta[..., t : t + 1],
+            initial_state=state,
+            return_state=True,
+        )
+        rows.append(row)
+    torch.testing.assert_close(torch.cat(rows, dim=-2), whole, **TOL)
+
+
+def test_the_normalised_form_divides_by_the_running_sum_of_the_keys():
+    q, k, v, *_ = inputs(seed=5)
+    phi = lambda x: F.elu(x) + 1  # noqa: E731
+    scores = (phi(q) @ phi(k).transpose(-2, -1)).tril()
+    expected = (scores @ v) / scores.sum(-1, keepdim=True)
+    for form in [dict(), *FORMS]:
+        got = L.linear_attention(q, k, v, feature_map="elu+1", normalize=True, **form)
+        torch.testing.assert_close(got, expected, **TOL)
+
+
+def test_a_feature_map_is_applied_to_queries_and_keys_alike():
+    q, k, v, *_ = inputs(seed=6)
+    expected = ((F.relu(q) @ F.relu(k).transpose(-2, -1)).tril()) @ v
+    for feature_map in ("relu", F.relu):
+        got = L.linear_attention(q, k, v, feature_map=feature_map, chunk_size=2)
+        torch.testing.assert_close(got, expected, **TOL)
+
+
+def test_chunk_states_are_the_recurrence_s_state_at_each_chunk_s_end():
+    q, k, v, g, beta, _ = inputs(seed=7)
+    states = L.chunk_states(q, k, v, g, beta, chunk_size=3)
+    assert states.shape == (3, B, H, DK, DV)  # chunks of 3, 3 and 1 tokens
+    for index, end in enumerate((3, 6, 7)):
+        _, expected = L.gated_delta_rule(
+            q[..., :end, :], k[..., :end, :], v[..., :end, :], g[..., :end], beta[..., :end],
+            return_state=True,
+        )  # fmt: skip
+        torch.testing.assert_close(states[index], expected, **TOL)
+
+
+# ---------------------------------------------------------------------------------------------
+# The mistakes of ports: each gives other numbers than the rule
+
+
+def _mistaken(mistake, q, k, v, g, beta):
+    """The recurrence with one port mistake (the issue's list)."""
+    state = q.new_zeros(B, H, DK, DV)
+    rows = []
+    G = g.cumsum(-1)
+    for t in range(N):
+        if mistake == "decay-after-the-read":  # the prediction read from the undecayed state
+            predicted = torch.einsum("...k,...kv->...v", k[..., t, :], state)
+            state = g[..., t, None, None].exp() * state
+        else:
+            state = g[..., t, None, None].exp() * state
+            predicted = torch.einsum("...k,...kv->...v", k[..., t, :], state)
+        if mistake == "beta-on-the-keys-only":  # β scales the key written, not the prediction
+            u = v[..., t, :] - beta[..., t, None] * predicted
+        else:
+            u = beta[..., t, None] * (v[..., t, :] - predicted)
+        state = state + k[..., t, :, None] * u[..., None, :]
+        rows.append(torch.einsum("...k,...kv->...v", q[..., t, :], state))
+    if mistake == "inclusive-decay":  # the parallel form with γ_{t,i} = e^{G_t − G_{i−1}}
+        exclusive = F.pad(G[..., :-1], (1, 0))
+        gamma = (G[..., :, None] - exclusive[..., None, :]).exp().tril()
+        system = (beta[..., :, None] * (k @ k.transpose(-2, -1)) * gamma).tril(-1)
+        eye = torch.eye(N, dtype=q.dtype)
+        u = torch.linalg.solve_triangular(eye + system, beta[..., None] * v, upper=False)
+        return ((q @ k.transpose(-2, -1)) * gamma) @ u
+    if mistake == "transposed-solve":
+        gamma = (G[..., :, None] - G[..., None, :]).exp().tril()
+        system = (beta[..., :, None] * (k @ k.transpose(-2, -1)) * gamma).tril(-1)
+        eye = torch.eye(N, dtype=q.dtype)
+        u = torch.linalg.solve_triangular(
+            (eye + system).transpose(-2, -1), beta[..., None] * v, upper=True
+        )
+        return ((q @ k.transpose(-2, -1)) * gamma) @ u
+    return torch.stack(rows, dim=-2)
+
+
+@pytest.mark.parametrize(
+    "mistake",
+    ["decay-after-the-read", "beta-on-the-keys-only", "inclusive-decay", "transposed-solve"],
+)
+def test_a_port_mistake_is_far_from_every_form(mistake):
+    q, k, v, g, beta, _ = inputs(seed=8)
+    assert torch.allclose(_mistaken("none", q, k, v, g, beta), L.gated_delta_rule(q, k, v, g, beta))
+    wrong = _mistaken(mistake, q, k, v, g, beta)
+    for form in [dict(), *FORMS]:
+        right = L.gated_delta_rule(q, k, v, g, beta, **form)
+        assert float((wrong - right).abs().max()) > 1e-3, form
+
+
+# ---------------------------------------------------------------------------------------------
+# Precision and bad input
+
+
+def test_half_precision_inputs_are_computed_in_float32_and_returned_in_their_dtype():
+    q, k, v, g, beta, _ = inputs(seed=9, dtype=torch.float32)
+    expected = L.gated_delta_rule(q, k, v, g, beta)
+    low = [t.to(torch.bfloat16) for t in (q, k, v, g, beta)]
+    got, state = L.gated_delta_rule(*low, chunk_size=4, return_state=True)
+    assert got.dtype == torch.bfloat16 and state.dtype == torch.float32
+    last = [t[..., -1:] if t.dim() == 3 else t[..., -1:, :] for t in low]  # generation goes on
+    L.gated_delta_rule(*last[:3], g[..., -1:], beta[..., -1:], initial_state=state)
+    exact = L.gated_delta_rule(*[t.float() for t in low])
+    torch.testing.assert_close(
+        got.float(), exact, rtol=2**-7, atol=2**-7 * float(exact.abs().max())
+    )
+    assert float((got.float() - expected).abs().max()) < 0.1
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda a: {**a, "g": a["g"][..., :-1]}, "n"),
+        (lambda a: {**a, "k": a["k"][..., :-1]}, "d_k"),
+        (lambda a: {**a, "beta": a["beta"][0]}, "beta"),
+        (lambda a: {**a, "chunk_size": 0}, "chunk_size"),
+        (lambda a: {**a, "chunk_size": 2, "parallel": True}, "parallel"),
+        (lambda a: {**a, "initial_state": torch.zeros(B, H, DK, DV + 1).double()}, "d_v"),
+    ],
+)
+def test_bad_input_is_named(change, message):
+    q, k, v, g, beta, _ = inputs()
+    arguments = change(dict(q=q, k=k, v=v, g=g, beta=beta))
+    with pytest.raises((ShapeError, ValueError, TypeError), match=message):
+        L.gated_delta_rule(**arguments)
+
+
+def test_the_normalised_form_refuses_a_state_and_an_unknown_feature_map():
+    q, k, v, *_ = inputs()
+    with pytest.raises(ValueError, match="normalize=True takes no initial_state"):
+        L.linear_attention(q, k, v, normalize=True, return_state=True)
+    with pytest.raises(ValueError, match="feature_map must be one of"):
+        L.linear_attention(q, k, v, feature_map="softmax")
