@@ -90,16 +90,20 @@ def recurrent(
     q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, beta: Tensor | None, state: Tensor
 ) -> tuple[Tensor, Tensor]:
     """The recurrence, token by token: (outputs, final state)."""
+    n = q.shape[-2]
+    alphas = [None] * n if g is None else g.exp()[..., None, None].unbind(-3)
+    betas = [None] * n if beta is None else beta[..., None].unbind(-2)
+    tokens = zip(q.unbind(-2), k.unbind(-2), v.unbind(-2), alphas, betas, strict=True)
     outputs = []
-    for t in range(q.shape[-2]):
-        if g is not None:
-            state = state * g[..., t, None, None].exp()  # α_t S_{t−1}
-        u = v[..., t, :]
-        if beta is not None:  # u_t = β_t (v_t − (α_t S_{t−1})ᵀ k_t)
-            predicted = (k[..., t, None, :] @ state).squeeze(-2)
-            u = beta[..., t, None] * (u - predicted)
-        state = state + k[..., t, :, None] * u[..., None, :]
-        outputs.append((q[..., t, None, :] @ state).squeeze(-2))  # o_t = S_tᵀ q_t
+    for q_t, k_t, v_t, alpha_t, beta_t in tokens:  # unbound once: see `chunked`
+        if alpha_t is not None:
+            state = alpha_t * state  # α_t S_{t−1}
+        u = v_t
+        if beta_t is not None:  # u_t = β_t (v_t − (α_t S_{t−1})ᵀ k_t)
+            predicted = (k_t[..., None, :] @ state).squeeze(-2)
+            u = beta_t * (u - predicted)
+        state = state + k_t[..., :, None] * u[..., None, :]
+        outputs.append((q_t[..., None, :] @ state).squeeze(-2))  # o_t = S_tᵀ q_t
     return torch.stack(outputs, dim=-2), state
 
 
@@ -124,12 +128,13 @@ def written(
     every v_t is written as it is: (V, None)."""
     if beta is None:
         return v, None
-    strictly = torch.ones_like(gamma, dtype=torch.bool).tril(-1)
-    system = (beta[..., :, None] * (k @ k.transpose(-2, -1)) * gamma).masked_fill(~strictly, 0)
-    system = system + torch.eye(gamma.shape[-1], dtype=k.dtype, device=k.device)
-    right = torch.cat([beta[..., None] * v, (beta * G.exp())[..., None] * k], dim=-1)
-    solved = torch.linalg.solve_triangular(system, right, upper=False, unitriangular=True)
-    return solved[..., : v.shape[-1]], solved[..., v.shape[-1] :]
+    # I + L, of which the solver reads the strictly lower part only (unitriangular: the
+    # diagonal is taken as 1s; Γ ∘ M is 0 above it), and to which it returns gradients only
+    system = (k @ k.transpose(-2, -1)) * (beta[..., :, None] * gamma)
+    solve = lambda right: torch.linalg.solve_triangular(  # noqa: E731
+        system, right, upper=False, unitriangular=True
+    )
+    return solve(beta[..., None] * v), solve((beta * G.exp())[..., None] * k)
 
 
 def parallel(
@@ -173,13 +178,19 @@ def chunked(
         last = G[..., -1:]
         q, k = G.exp()[..., None] * q, (last - G).exp()[..., None] * k
         carried = last.exp()[..., None]  # e^{G_C}, the decay of the whole chunk
+    # each chunk's parts taken apart once: a part read by indexing would give autograd's
+    # backward a gradient of the whole tensor for each chunk (a cost quadratic in n)
+    parts = [
+        x.unbind(-3) if x is not None else [None] * chunks
+        for x in (u_v, w, q, k.transpose(-2, -1), within, carried)
+    ]
     outputs = []
-    for c in range(chunks):
-        u = u_v[..., c, :, :] if w is None else u_v[..., c, :, :] - w[..., c, :, :] @ state
-        outputs.append(q[..., c, :, :] @ state + within[..., c, :, :] @ u)
-        if carried is not None:
-            state = carried[..., c, :, :] * state
-        state = state + k[..., c, :, :].transpose(-2, -1) @ u
+    for u_c, w_c, q_c, k_c, within_c, carried_c in zip(*parts, strict=True):
+        u = u_c if w_c is None else u_c - w_c @ state
+        outputs.append(q_c @ state + within_c @ u)
+        if carried_c is not None:
+            state = carried_c * state
+        state = state + k_c @ u
         if states is not None:
             states.append(state)
     return torch.cat(outputs, dim=-2)[..., :n, :], state
