@@ -1,0 +1,152 @@
+"""Attention without the softmax, derived (`derive.proofs.linear`): for linear attention, the delta
+rule and the gated delta rule, the recurrence keeps the invariant at symbolic sizes, its write is
+the triangular system's row, its read the parallel form's row, a state carried from chunk to
+chunk is the unsplit one; every split of a few tokens into chunks gives the recurrence; the
+parallel form's gradient derived by SymPy is autograd's on the recurrent form (`attention.
+linear`); and each port mistake breaks a proof or a split."""
+
+import pytest
+import sympy as sp
+import torch
+
+from derive.notation import letters as L
+from derive.proofs import linear as D
+
+FACTS = (D.written, D.state, D.output, D.carried)
+
+
+@pytest.mark.parametrize("fact", FACTS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("rule", D.RULES.values(), ids=lambda r: r.name)
+def test_each_fact_holds_at_symbolic_sizes(rule, fact):
+    derived = fact(rule)
+    assert derived.holds, derived.residual
+    symbols = derived.claim.rhs.free_symbols | {
+        s for e in derived.derivation for s in e.free_symbols
+    }
+    if fact is D.written and not rule.delta:  # linear attention writes v_m: nothing to sum
+        return
+    assert {D.S, L.m} <= symbols  # the segment's start and the token: symbols
+    if fact in (D.written, D.output):  # and the width the dot products sum over
+        assert L.c in symbols
+
+
+def test_the_written_values_solve_the_triangular_system_only_with_the_delta_rule():
+    fact = D.written(D.RULES["gated-deltanet"])
+    assert fact.claim.rhs.has(D.u[L.p, L.j2])  # row m reads u_p for p < m: the system
+    assert not D.written(D.RULES["linear-attention"]).claim.rhs.has(D.u)
+
+
+def _decay_after_the_read(m, rule):
+    """The prediction read from the state before its decay (α_m left out)."""
+    return sp.Sum(D.k[m, D.J] * D.invariant(m - 1, rule), (D.J, 1, D.C))
+
+
+def _beta_on_the_keys_only(m, predicted):
+    """β scales what is taken out, not what is written: v_m − β_m S ᵀ k_m."""
+    return D.v[m, D.J2] - D.beta[m] * predicted
+
+
+@pytest.mark.parametrize(
+    "name, replacement",
+    [("predicted_by_state", _decay_after_the_read), ("delta_write", _beta_on_the_keys_only)],
+)
+def test_a_changed_recurrence_breaks_the_written_row(monkeypatch, name, replacement):
+    assert D.written(D.RULES["gated-deltanet"]).holds
+    monkeypatch.setattr(D, name, replacement)
+    assert not D.written(D.RULES["gated-deltanet"]).holds
+
+
+def test_an_inclusive_decay_breaks_the_invariant():
+    wrong = D.RULES["gated-deltanet"]._replace(inclusive=True)
+    assert not D.state(wrong).holds
+
+
+def _zero(matrix):
+    return all(entry == 0 for entry in matrix)
+
+
+@pytest.mark.parametrize("rule", D.RULES.values(), ids=lambda r: r.name)
+@pytest.mark.parametrize("n, c", [(4, 2), (5, 1)])
+def test_every_split_into_chunks_is_the_recurrence(rule, n, c):
+    found = D.every_split(n, rule, c=c)
+    assert len(found) == 2 ** (n - 1)  # (2, 2), (1, 3), (3, 1)…: uneven splits among them
+    assert all(_zero(difference) for difference in found.values()), found
+
+
+def _transposed(Q, K, V, alpha, strengths, start, rule):
+    """The triangular system solved with its transpose (the upper solve a port writes by
+    mistake)."""
+    size = Q.shape[0]
+    gamma = [[sp.Mul(*alpha[p + 1 : m + 1]) for p in range(size)] for m in range(size)]
+    system = sp.Matrix(
+        size,
+        size,
+        lambda m, p: strengths[m] * gamma[m][p] * (K[m, :] * K[p, :].T)[0] if p < m else 0,
+    )
+    kept = [sp.Mul(*alpha[: m + 1]) for m in range(size)]
+    right = sp.diag(*strengths) * (V - sp.diag(*kept) * K * start)
+    written = (sp.eye(size) + system).T.upper_triangular_solve(right)
+    scores = (Q * K.T).multiply_elementwise(
+        sp.Matrix(size, size, lambda m, p: gamma[m][p] if p <= m else 0)
+    )
+    last = [sp.Mul(*alpha[p + 1 :]) for p in range(size)]
+    return sp.diag(*kept) * Q * start + scores * written, kept[-1] * start + (
+        sp.diag(*last) * K
+    ).T * written
+
+
+@pytest.mark.parametrize(
+    "mistake",
+    [
+        dict(rule=D.RULES["gated-deltanet"]._replace(inclusive=True)),
+        dict(rule=D.RULES["gated-deltanet"], form=_transposed),
+        dict(rule=D.RULES["linear-attention"]._replace(name="gated-deltanet")),
+    ],
+    ids=["inclusive-decay", "transposed-solve", "delta-rule-forgotten"],
+)
+def test_a_port_mistake_gives_other_outputs_than_the_recurrence(mistake):
+    found = D.every_split(4, **mistake)
+    assert not all(_zero(difference) for difference in found.values())
+    assert not _zero(found[(4,)])  # the parallel form, one chunk, among them
+
+
+@pytest.mark.parametrize("rule", D.RULES.values(), ids=lambda r: r.name)
+def test_the_parallel_form_s_gradient_is_autograd_s_on_the_recurrence(rule):
+    from attention import linear
+
+    n, c, c_v = 3, 2, 1
+    derived = D.gradients(n, rule, c=c, c_v=c_v)
+    x = D.explicit(n, c, c_v)
+    gen = torch.Generator().manual_seed(0)
+    draw = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64)  # noqa: E731
+    numbers = {"Q": draw(n, c), "K": draw(n, c), "V": draw(n, c_v), "bar": draw(n, c_v)}
+    alpha = torch.rand(n, generator=gen, dtype=torch.float64) * 0.5 + 0.4
+    strengths = torch.rand(n, generator=gen, dtype=torch.float64)
+    table = {}
+    for name in ("Q", "K", "V"):
+        symbols, values = getattr(x, name), numbers[name]
+        table |= {
+            symbols[a, b]: float(values[a, b]) for a in range(n) for b in range(values.shape[1])
+        }
+    table |= {s: float(a) for s, a in zip(x.alpha, alpha, strict=True)}
+    table |= {s: float(b) for s, b in zip(x.beta, strengths, strict=True)}
+    table |= {sp.Symbol(f"obar_{a + 1}{b + 1}", real=True): float(numbers["bar"][a, b]) for a in range(n) for b in range(c_v)}  # fmt: skip
+    q, k, v = (numbers[name].clone().requires_grad_() for name in ("Q", "K", "V"))
+    g = alpha.log().requires_grad_()
+    b = strengths.clone().requires_grad_()
+    if rule.name == "linear-attention":
+        out = linear.linear_attention(q, k, v)
+    elif rule.name == "deltanet":
+        out = linear.delta_rule(q, k, v, b)
+    else:
+        out = linear.gated_delta_rule(q, k, v, g, b)
+    (out * numbers["bar"]).sum().backward()
+    number = lambda matrix: torch.tensor(  # noqa: E731
+        [[float(e.xreplace(table)) for e in row] for row in matrix.tolist()], dtype=torch.float64
+    )
+    for name, tensor in (("dQ", q), ("dK", k), ("dV", v)):
+        torch.testing.assert_close(number(derived[name]), tensor.grad, rtol=1e-12, atol=1e-12)
+    if rule.gated:  # dL/dα = dL/dg / α
+        torch.testing.assert_close(number(derived["dalpha"])[0], g.grad / alpha)
+    if rule.delta:
+        torch.testing.assert_close(number(derived["dbeta"])[0], b.grad)
