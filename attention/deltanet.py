@@ -44,10 +44,11 @@ __all__ = ["GatedDeltaNet", "l2_normalised"]
 BETAS = ("channel", "head")
 
 #: The weights every call checks, in the letters of the docstring: d the input's width, e the
-#: queries' and keys' (h_k c_k), c the values' (h c_h), b β's (c or h), h the heads, o the output's.
+#: queries' and keys' (h_k c_k), c the values' (h c_h), b β's (c or h), h the heads, c_out the
+#: output's.
 _E = Float[Tensor, " e"] | None
 _C = Float[Tensor, " c"] | None
-_O = Float[Tensor, " o"] | None
+_O = Float[Tensor, " c_out"] | None
 _NAMES = (
     ("W_query.weight", Float[Tensor, "e d"]),  # nn.Linear stores Wᵀ
     ("W_query.bias", _E),
@@ -60,7 +61,7 @@ _NAMES = (
     ("W_alpha.weight", Float[Tensor, "h d"]),
     ("dt_bias", Float[Tensor, " h"]),
     ("A_log", Float[Tensor, " h"]),
-    ("out_proj.weight", Float[Tensor, "o c"]),
+    ("out_proj.weight", Float[Tensor, "c_out c"]),
     ("out_proj.bias", _O),
 )
 
@@ -163,7 +164,7 @@ class GatedDeltaNet(nn.Module):
     @checked_forward(_weights)
     def forward(
         self, x: Float[Tensor, "*batch n d"], use_cache: bool = False
-    ) -> Float[Tensor, "*batch n o"]:
+    ) -> Float[Tensor, "*batch n c_out"]:
         """(*batch, n, d_in) -> (*batch, n, out_features): the layer's output; with
         `use_cache=True`, continuing the sequence of the calls since `reset_cache()`."""
         if not use_cache:

@@ -64,6 +64,9 @@ from ._shapes import OwnDtype, ShapeError
 
 __all__ = [
     "linear_attention",
+    "linear_self_attention",
+    "causal_weights",
+    "read_written",
     "delta_rule",
     "gated_delta_rule",
     "chunk_states",
@@ -316,6 +319,71 @@ def linear_attention(
     )
     assert isinstance(result, Tensor)
     return result[..., :-1] / result[..., -1:]
+
+
+@checked
+def causal_weights(
+    omega_scaled: Float[Tensor, "*batch n n"],
+    *,
+    decays: Float[Tensor, "*#batch n n"] | None = None,
+) -> Float[Tensor, "*batch n n"]:
+    """A = Ω̃ ∘ M, or Ω̃ ∘ Γ ∘ M with `decays` Γ: the weights of causal linear attention (of the
+    delta rule's parallel form, with Γ the gated rule's decays e^{G_m − G_p}), each scaled score
+    kept where p ≤ m and 0 after (a product with the causal mask, where softmax attention adds
+    −∞ and takes the softmax). The step `derive`'s linear-attention entries declare."""
+    n = omega_scaled.shape[-1]
+    causal = torch.ones(n, n, dtype=torch.bool, device=omega_scaled.device).tril()
+    kept = omega_scaled if decays is None else omega_scaled * decays
+    return kept * causal
+
+
+@checked
+def linear_self_attention(
+    x: Float[Tensor, "*batch n d"],
+    w_q: Float[Tensor, "d c"],
+    w_k: Float[Tensor, "d c"],
+    w_v: Float[Tensor, "d c_v"],
+    *,
+    chunk_size: int | None = None,
+    parallel: bool = False,
+) -> Float[Tensor, "*batch n c_v"]:
+    """Causal linear attention of X with the book's weights: Q, K, V = X W_q, X W_k, X W_v, the
+    queries scaled by 1/√c (Gated DeltaNet's scale), then `linear_attention` in the form asked
+    for: C = (Q Kᵀ/√c ∘ M) V, the recurrence by default.
+
+    >>> import torch
+    >>> x, w = torch.rand(5, 4), torch.rand(4, 3)
+    >>> linear_self_attention(x, w, w, w).shape
+    torch.Size([5, 3])
+    """
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    result = linear_attention(
+        q / q.shape[-1] ** 0.5, k, v, chunk_size=chunk_size, parallel=parallel
+    )
+    assert isinstance(result, Tensor)
+    return result
+
+
+@checked
+def read_written(
+    x: Float[Tensor, "*batch n d"],
+    w_q: Float[Tensor, "d c"],
+    w_k: Float[Tensor, "d c"],
+    u: Float[Tensor, "*batch n c_v"],
+    decays: Float[Tensor, "*#batch n n"] | None = None,
+) -> Float[Tensor, "*batch n c_v"]:
+    """What the delta rule's tokens read, given the values they wrote, U (and for the gated
+    rule the decays Γ, γ_{m,p} = e^{G_m − G_p}): C = (Q Kᵀ/√c ∘ Γ ∘ M) U, with Q = X W_q and
+    K = X W_k (the parallel form's read, what `derive`'s deltanet and gated-deltanet entries
+    declare). Without `decays` it runs linear attention's recurrence on (Q/√c, K, U): the
+    state written with U is the delta rule's."""
+    q, k = x @ w_q, x @ w_k
+    q = q / q.shape[-1] ** 0.5
+    if decays is None:
+        result = linear_attention(q, k, u)
+        assert isinstance(result, Tensor)
+        return result
+    return causal_weights(q @ k.transpose(-2, -1), decays=decays) @ u
 
 
 def _feature_map(where: str, feature_map: object) -> Callable[[Tensor], Tensor]:

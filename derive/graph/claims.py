@@ -41,6 +41,7 @@ __all__ = [
     "BlockedCost",
     "Rounding",
     "Streamed",
+    "WithoutSoftmax",
     "Absorption",
     "RowsSumToOne",
     "RowsSumWithSink",
@@ -189,6 +190,18 @@ class Streamed(Presented):
 
 
 @dataclass(frozen=True)
+class WithoutSoftmax(Presented):
+    """Attention without the softmax (`derive.proofs.linear`): `rule` is ``"linear-attention"``,
+    ``"deltanet"`` or ``"gated-deltanet"``; `part` is ``"written"`` (what token m writes into
+    the state: a row of the delta rule's triangular system), ``"state"`` (the recurrence keeps
+    the invariant), ``"output"`` (a token's read is the parallel form's row) or ``"carried"``
+    (a state carried from chunk to chunk is the unsplit one: the chunked form)."""
+
+    part: str
+    rule: str
+
+
+@dataclass(frozen=True)
 class Rounding(Presented):
     """The first-order float32 rounding of the two backward routes (`derive.proofs.rounding`):
     `part` is ``"stored-weights"``, ``"maximum-weights"``, ``"bounded-product"``,
@@ -305,4 +318,5 @@ Claim = (
     | BlockedCost
     | Rounding
     | Streamed
+    | WithoutSoftmax
 )

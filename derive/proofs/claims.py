@@ -58,11 +58,12 @@ from ..graph.claims import (
     Streamed,
     WeightCount,
     WeightsJacobian,
+    WithoutSoftmax,
     ZeroAngles,
 )
 from ..notation import latex
 from ..notation import letters as L
-from . import blocked_backward, online_softmax, rounding_facts, streamed
+from . import blocked_backward, linear, online_softmax, rounding_facts, streamed
 from .fact import Fact, chain
 from .heads import cache_against, same_for_every_head, weight_count
 from .latent import absorption
@@ -261,6 +262,17 @@ def _online_softmax(graph: Graph, claim: OnlineSoftmax) -> Fact:
     return found[claim.part]()
 
 
+def _without_softmax(graph: Graph, claim: WithoutSoftmax) -> Fact:
+    parts = {"written": linear.written, "state": linear.state, "output": linear.output}
+    parts["carried"] = linear.carried
+    if claim.part not in parts or claim.rule not in linear.RULES:
+        raise ValueError(
+            f"WithoutSoftmax: part must be one of {', '.join(parts)} and rule one of "
+            f"{', '.join(linear.RULES)}, got part={claim.part!r}, rule={claim.rule!r}"
+        )
+    return parts[claim.part](linear.RULES[claim.rule])
+
+
 def _blocked_backward(graph: Graph, claim: BlockedBackward) -> Fact:
     if claim.part == "weights":
         return blocked_backward.recomputed_weights(graph)
@@ -298,6 +310,7 @@ _PROVERS = {
     BlockedCost: lambda graph, claim: blocked_backward.cost(graph),
     Rounding: rounding_facts.prove,
     Streamed: streamed.prove,
+    WithoutSoftmax: _without_softmax,
     Equality: equality,
     Bound: bound,
 }

@@ -72,8 +72,12 @@ C = L.c
 S = sp.Symbol("s", integer=True, nonnegative=True)
 q, k, v = L.base("q"), L.base("k"), L.base("v")
 u, g, beta, G = (IndexedBase(name, real=True) for name in ("u", "g", "beta", "G"))
-S0 = IndexedBase("S_0", real=True)
 STATE = IndexedBase("S", real=True)
+
+
+def _initial(j: sp.Expr) -> sp.Expr:
+    """S^{(s)}_{j,j'}: the state before the segment (S_0; 0 for the whole sequence)."""
+    return STATE[S, j, J2]
 
 
 class Rule(NamedTuple):
@@ -124,7 +128,7 @@ def _writes(p: sp.Expr, rule: Rule) -> sp.Expr:
 def invariant(m: sp.Expr, rule: Rule, j: sp.Expr = J) -> sp.Expr:
     """S^{(m)}_{j,j'} = e^{G_m} S_{0 j,j'} + Σ_{p = s+1}^{m} γ_{m,p} k_{p,j} u_{p,j'}."""
     written_by = Sum(_gamma(m, P, rule) * k[P, j] * _writes(P, rule), (P, S + 1, m))
-    return _kept(m, rule) * S0[j, J2] + written_by
+    return _kept(m, rule) * _initial(j) + written_by
 
 
 def _alpha(m: sp.Expr, rule: Rule) -> sp.Expr:
@@ -207,7 +211,7 @@ def written(rule: Rule) -> Fact:
     recurrence = delta_write(m, predicted)
     system = beta[m] * (
         v[m, J2]
-        - _kept(m, rule) * Sum(k[m, J] * S0[J, J2], (J, 1, C))
+        - _kept(m, rule) * Sum(k[m, J] * _initial(J), (J, 1, C))
         - Sum(_gamma(m, P, rule) * Sum(k[m, J] * k[P, J], (J, 1, C)) * u[P, J2], (P, S + 1, m - 1))
     )
     return _fact(
@@ -255,7 +259,7 @@ def output(rule: Rule) -> Fact:
     Σ_{p ≤ m} γ_{m,p} (q_m · k_p) u_{p,j'}."""
     m = M
     read = Sum(q[m, J] * invariant(m, rule), (J, 1, C))
-    parallel = _kept(m, rule) * Sum(q[m, J] * S0[J, J2], (J, 1, C)) + Sum(
+    parallel = _kept(m, rule) * Sum(q[m, J] * _initial(J), (J, 1, C)) + Sum(
         _gamma(m, P, rule) * _dot(q, m, k, P) * _writes(P, rule), (P, S + 1, m)
     )
     return _fact(
@@ -280,7 +284,7 @@ def carried(rule: Rule) -> Fact:
     own = Sum(_gamma(m, P, rule) * k[P, J] * _writes(P, rule), (P, t + 1, m))
     restarted = decayed * ended + own
     pieces = Sum(_gamma(m, P, rule) * k[P, J] * _writes(P, rule), (P, S + 1, t)) + own
-    claim = _kept(m, rule) * S0[J, J2] + pieces
+    claim = _kept(m, rule) * _initial(J) + pieces
     return _fact(
         f"{rule.name}_carried",
         "The state carried from one chunk to the next",

@@ -92,6 +92,26 @@ _JAXTYPING = (
         "the grown cache",
         "what `decode_step` returns: m + t rows (the last w with a window)",
     ),
+    ("d c_v", "$W_v$ of linear attention", "`attention.linear.linear_self_attention`: c_v wide"),
+    (
+        "*batch n c_v",
+        "$V$ or $U$, and $C$",
+        "`attention.linear`: the values (the delta rule's written values), the context",
+    ),
+    (
+        "*batch n d_k",
+        "$Q$, $K$ of `attention.linear`",
+        "queries and keys, d_k wide, heads in *batch",
+    ),
+    ("*batch n d_v", "$V$, the outputs", "`attention.linear`: values and outputs, d_v wide"),
+    ("*batch n", "$g$, $\\beta$", "`attention.linear`: each token's log-decay and write strength"),
+    (
+        "*batch d_k d_v",
+        "the state $S$",
+        "`attention.linear`: `initial_state`, and the final state with `return_state=True`",
+    ),
+    ("chunks *batch d_k d_v", "the states", "`attention.linear.chunk_states`: after each chunk"),
+    ("*#batch n n", "the decays $\\Gamma$", "`attention.linear.causal_weights(..., decays=)`"),
     (
         "h",
         "ALiBi's slopes $\\mu$, the sinks $\\zeta$",

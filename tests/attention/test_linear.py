@@ -149,9 +149,13 @@ def test_chunk_states_are_the_recurrence_s_state_at_each_chunk_s_end():
     assert states.shape == (3, B, H, DK, DV)  # chunks of 3, 3 and 1 tokens
     for index, end in enumerate((3, 6, 7)):
         _, expected = L.gated_delta_rule(
-            q[..., :end, :], k[..., :end, :], v[..., :end, :], g[..., :end], beta[..., :end],
+            q[..., :end, :],
+            k[..., :end, :],
+            v[..., :end, :],
+            g[..., :end],
+            beta[..., :end],
             return_state=True,
-        )  # fmt: skip
+        )
         torch.testing.assert_close(states[index], expected, **TOL)
 
 

@@ -30,3 +30,12 @@ def test_the_modification_objects_example_runs():
     x, w = namespace["x"], namespace["w"]
     plain = F.multi_head_attention(x, w, w, w, w, heads=4, causal=True)
     assert (namespace["out"] - plain).abs().max() > 1e-4  # the chunks were applied
+
+
+def test_the_linear_attention_example_runs():
+    namespace = _run(
+        "### Attention without the softmax: linear attention, DeltaNet, Gated DeltaNet"
+    )
+    assert namespace["o"].shape == (2, 4, 100, 8) and namespace["S"].shape == (2, 4, 16, 8)
+    assert (namespace["o"] - namespace["step"]).abs().max() < 1e-4  # two forms, one result
+    assert namespace["y"].shape == (2, 10, 64)

@@ -1,7 +1,7 @@
 """The gated delta rule (`attention.linear`): speed, memory and rounding of its forms.
 
 Speed: forward + backward of the chunked form (C = 64), the recurrence (a Python loop over the
-tokens) and transformers' own torch fallback (`torch_chunk_gated_delta_rule`, Qwen 3.5's, when
+tokens; ours, and the book's loop as ch04/08 writes it) and transformers' own torch fallback (`torch_chunk_gated_delta_rule`, Qwen 3.5's, when
 transformers is installed) on the same inputs: batch 1, 8 heads, d_k = d_v = 64, q and k of unit
 length, g ≤ 0, β ∈ (0, 1). Each round times them one after the other (interleaved); the median
 of the rounds is reported, and each ratio against the chunked form.
@@ -59,6 +59,21 @@ def transformers_chunked():
     return run
 
 
+def book_loop(q, k, v, g, beta):
+    """The loop of the book's ch04/08 GatedDeltaNet, restated: each token's q, k, v read by
+    indexing the whole tensors (which costs autograd's backward a whole tensor per token), the
+    state updated with broadcast products."""
+    state = q.new_zeros(*q.shape[:-2], q.shape[-1], v.shape[-1])
+    rows = []
+    for t in range(q.shape[-2]):
+        state = state * g[..., t, None, None].exp()
+        remembered = (state * k[..., t, :, None]).sum(dim=-2)
+        written = (v[..., t, :] - remembered) * beta[..., t, None]
+        state = state + k[..., t, :, None] * written[..., None, :]
+        rows.append((state * q[..., t, :, None]).sum(dim=-2))
+    return torch.stack(rows, dim=-2)
+
+
 def timed(function, tensors):
     for t in tensors:
         t.grad = None
@@ -76,8 +91,9 @@ def speed(n, rounds, recurrent):
         cases["transformers' torch_chunk_gated_delta_rule"] = theirs
     if recurrent:
         cases["recurrent (ours, a loop over tokens)"] = lambda *t: L.gated_delta_rule(*t)
+        cases["the book's loop (each token indexed)"] = book_loop
     times = {name: [] for name in cases}
-    for name, function in cases.items():  # warm up
+    for function in cases.values():  # warm up
         timed(function, tensors)
     for _ in range(rounds):
         for name, function in cases.items():
@@ -118,8 +134,10 @@ def memory(sizes):
     for n in sizes:
         for form in ("chunked", "parallel"):
             if form == "parallel" and n > 8192:
-                print(f"  n = {n:6d} parallel  not run: its n × n matrices alone are "
-                      f"{8 * 4 * n * n * 4 / 2**30:.1f} GiB")  # fmt: skip
+                size = 8 * 4 * n * n * 4 / 2**30  # 8 heads, 4 n × n float32 matrices
+                print(
+                    f"  n = {n:6d} parallel  not run: its n × n matrices alone are {size:.1f} GiB"
+                )
                 continue
             env = {**os.environ, "PYTHONPATH": "."}
             child = [sys.executable, __file__, "--memory-child", str(n), form]

@@ -20,10 +20,11 @@ def _dimension_strings(annotation):
 
 
 def _public_signatures():
-    for name in F.__all__:
-        value = getattr(F, name)
-        if inspect.isfunction(value):
-            yield inspect.signature(value)
+    for module in (F, attention.linear):
+        for name in module.__all__:
+            value = getattr(module, name)
+            if inspect.isfunction(value):
+                yield inspect.signature(value)
     for name in attention.__all__:
         value = getattr(attention, name)
         if inspect.isclass(value) and hasattr(value, "forward"):

@@ -10,12 +10,14 @@ from . import (
     alibi,
     chunked,
     cross_attention,
+    deltanet,
     flash,
     gate,
     gqa,
     interleaved_rope,
     kv_cache,
     l2_qk_norm,
+    linear_attention,
     llama3_rope,
     masked,
     mla,
@@ -53,6 +55,9 @@ BUILT_IN = (
     sinks.VARIANT,
     gate.VARIANT,
     flash.VARIANT,
+    linear_attention.VARIANT,
+    deltanet.DELTANET,
+    deltanet.GATED_DELTANET,
 )
 
 #: Combinations whose title names the model that uses them (parts in their order).

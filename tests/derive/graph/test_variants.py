@@ -40,9 +40,17 @@ def test_the_registered_names():
         "sinks",
         "gate",
         "flash",
+        "linear-attention",
+        "deltanet",
+        "gated-deltanet",
     )
     with pytest.raises(ValueError, match=r"unknown variant 'nope'; known: self-attention, causal"):
         derive.variant("nope")
+
+
+#: The variants whose rows of weights do not sum to 1: a sink's, and attention without the softmax.
+UNNORMALISED = ("sinks", "linear-attention", "deltanet", "gated-deltanet")
+WITHOUT_SOFTMAX = UNNORMALISED[1:]
 
 
 @pytest.mark.parametrize("name", VARIANTS)
@@ -51,8 +59,9 @@ def test_every_claim_of_every_variant_holds(name):
     for claim, stage in found.claims:
         fact = prove(stage.graph, claim, stage.before)
         assert fact.holds, (name, fact.name, fact.residual)
-    # a sink takes part of each row's weight (its claim says how much); every other row sums to 1
-    assert proofs.rows_sum_to_one(found.graph).holds == (name != "sinks")
+    # a sink takes part of each row's weight (its claim says how much); without the softmax no
+    # row is normalised; every other row sums to 1
+    assert proofs.rows_sum_to_one(found.graph).holds == (name not in UNNORMALISED)
     assert found.claims or name == "multi-head"  # its one fact is in the backward pass
 
 
@@ -72,6 +81,10 @@ def test_every_variant_is_written_out_at_its_default_sizes(name):
     explicit = ExplicitGraph(found.graph, sizes, heads=sizes.get(L.h, 1))
     assert [s.output for s in explicit.steps][-1] == "C"
     for weights in [s for s in explicit.steps if s.name == "weights"]:  # one per head
+        if name in WITHOUT_SOFTMAX:  # the causal scores themselves: 0 after the diagonal
+            assert all(weights.formula[m, p] == 0 for m in range(4) for p in range(m + 1, 4))
+            assert all(weights.formula[m, m] != 0 for m in range(4))
+            continue
         for row in range(4):
             total = sp.together(sum(weights.formula.row(row)))
             sinks = [e for e in total.atoms(sp.Indexed) if str(e.base) == "sink"]

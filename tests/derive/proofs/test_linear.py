@@ -130,7 +130,8 @@ def test_the_parallel_form_s_gradient_is_autograd_s_on_the_recurrence(rule):
         }
     table |= {s: float(a) for s, a in zip(x.alpha, alpha, strict=True)}
     table |= {s: float(b) for s, b in zip(x.beta, strengths, strict=True)}
-    table |= {sp.Symbol(f"obar_{a + 1}{b + 1}", real=True): float(numbers["bar"][a, b]) for a in range(n) for b in range(c_v)}  # fmt: skip
+    bar = sp.Matrix(n, c_v, lambda a, b: sp.Symbol(f"obar_{a + 1}{b + 1}", real=True))
+    table |= {bar[a, b]: float(numbers["bar"][a, b]) for a in range(n) for b in range(c_v)}
     q, k, v = (numbers[name].clone().requires_grad_() for name in ("Q", "K", "V"))
     g = alpha.log().requires_grad_()
     b = strengths.clone().requires_grad_()
