@@ -64,6 +64,7 @@ __all__ = [
     "chunked_outputs",
     "recurrent_outputs",
     "gradients",
+    "chunk_states",
 ]
 
 M, P, J, J2 = L.m, L.p, L.j, L.j2
@@ -426,3 +427,43 @@ def gradients(n: int, rule: Rule, *, c: int = 2, c_v: int = 1) -> dict[str, sp.M
         "dalpha": sp.Matrix([[sp.diff(loss, a) for a in x.alpha]]),
         "dbeta": sp.Matrix([[sp.diff(loss, b) for b in x.beta]]),
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# The state after each chunk, at explicit sizes, for a page
+
+
+def chunk_states(graph, sizes: dict) -> list:
+    """S^{(t)} after each chunk of B_c tokens (2 unless the sizes give B_c), at the explicit
+    `sizes` of `graph` (linear attention's, or a delta rule's read), written out from the
+    invariant with S^{(0)} = 0: s_{j,j'} = Σ_{p ≤ t B_c} γ_{tB_c,p} k_{p,j} u_{p,j'} (γ = 1 and
+    u = v where the graph has no decays and no written values), each entry lit up with the keys
+    and values it has seen (`derive.proofs.online_softmax.BlockState`)."""
+    from .online_softmax import BlockState
+
+    n, c = (int(sizes[symbol]) for symbol in (L.n, L.c))
+    size = int(sizes.get(L.B_c, 2))
+    written = L.base("uwritten") if "U_written" in graph.inputs else v
+    decay = L.base("gammadecay") if "Gamma_decay" in graph.inputs else None
+    state = L.base("sstate")
+    found = []
+    for t, stop in enumerate(range(size, n + size, size), 1):
+        last = min(stop, n)
+        tokens = range(1, last + 1)
+
+        def entry(j: int, j2: int, last: int = last, tokens: range = tokens) -> sp.Expr:
+            return sp.Add(
+                *(
+                    (1 if decay is None else decay[last, p]) * k[p, j] * written[p, j2]
+                    for p in tokens
+                )
+            )
+
+        formulas = sp.Matrix(c, c, lambda j, j2: entry(j + 1, j2 + 1))
+        entries = sp.Matrix(c, c, lambda j, j2, t=t: state[t, j + 1, j2 + 1])
+        seen = tuple(
+            x for p in tokens for x in (*(k[p, j] for j in range(1, c + 1)), written[p, 1])
+        )
+        where = f"after chunk {t} (tokens 1 to {last})"
+        found.append(BlockState(rf"S^{{({t})}}", f"the state {where}", entries, formulas, seen))
+    return found

@@ -128,6 +128,11 @@ def _claims(rule: str) -> tuple[WithoutSoftmax, ...]:
     )
 
 
+_DOCUMENT = Document(
+    sections=("introduction", "shapes", "steps", "facts", "backward", "explicit"),
+    states="derive.proofs.linear.chunk_states",
+)
+
 _INTRO = (
     "Over a segment of tokens $s + 1, \\dots$ that starts from a state $S^{(s)}$ (0 for the "
     "whole sequence; what the chunk before left, for the chunked form), with "
@@ -159,9 +164,7 @@ DELTANET = Variant(
     combines=False,
     rank=6,
     short="DeltaNet",
-    document=Document(
-        sections=("introduction", "shapes", "steps", "facts", "backward", "explicit")
-    ),
+    document=_DOCUMENT,
     notation=(WRITTEN,),
 )
 
@@ -191,8 +194,6 @@ GATED_DELTANET = Variant(
     combines=False,
     rank=7,
     short="Gated DeltaNet",
-    document=Document(
-        sections=("introduction", "shapes", "steps", "facts", "backward", "explicit")
-    ),
+    document=_DOCUMENT,
     notation=(WRITTEN, DECAYS),
 )

@@ -20,12 +20,17 @@ from __future__ import annotations
 from sympy import Eq, Piecewise
 
 from ...notation import letters as L
+from ...notation.letters import Letter, register_letter
 from ..claims import WithoutSoftmax
 from ..declaration import Declaration, Graph
 from ..twins import StepTwin, Twin
 from ..variant import Document, Variant
 
-__all__ = ["VARIANT", "without_softmax"]
+#: The state after chunk t (`derive.proofs.linear.chunk_states`), indexed (t, j, j') as a head's
+#: entries are.
+S_STATE = register_letter(Letter("S_state", "sstate", "S", "s", indices=(L.j, L.j2)))
+
+__all__ = ["VARIANT", "without_softmax", "S_STATE"]
 
 
 def causal_weights() -> Declaration:
@@ -132,6 +137,8 @@ VARIANT = Variant(
     rank=5,
     short="linear attention",
     document=Document(
-        sections=("introduction", "shapes", "steps", "facts", "backward", "explicit")
+        sections=("introduction", "shapes", "steps", "facts", "backward", "explicit"),
+        states="derive.proofs.linear.chunk_states",
     ),
+    notation=(S_STATE,),
 )

@@ -151,3 +151,39 @@ def test_the_parallel_form_s_gradient_is_autograd_s_on_the_recurrence(rule):
         torch.testing.assert_close(number(derived["dalpha"])[0], g.grad / alpha)
     if rule.delta:
         torch.testing.assert_close(number(derived["dbeta"])[0], b.grad)
+
+
+@pytest.mark.parametrize("name", ["linear-attention", "deltanet", "gated-deltanet"])
+def test_the_page_s_states_are_the_chunked_form_s(name):
+    """The state after each chunk the HTML page shows, its formulas evaluated, against
+    `attention.linear.chunk_states` on the same numbers (the delta rules' written values and
+    decays given: the chunks carry linear attention's state over U, decayed by Γ)."""
+    from attention import linear
+    from derive import variant
+
+    graph = variant(name).graph
+    n, c = 5, 2
+    found = D.chunk_states(graph, {L.n: n, L.c: c})
+    assert [state.letter for state in found] == ["S^{(1)}", "S^{(2)}", "S^{(3)}"]  # 2 + 2 + 1
+    gen = torch.Generator().manual_seed(1)
+    k, u = (
+        torch.randn(n, c, generator=gen, dtype=torch.float64),
+        torch.randn(n, c, generator=gen, dtype=torch.float64),
+    )
+    g = -torch.rand(n, generator=gen, dtype=torch.float64) if name == "gated-deltanet" else None
+    G = torch.zeros(n, dtype=torch.float64) if g is None else g.cumsum(0)
+    values = "uwritten" if name != "linear-attention" else "v"
+    table = {L.base("k")[p + 1, j + 1]: float(k[p, j]) for p in range(n) for j in range(c)}
+    table |= {L.base(values)[p + 1, j + 1]: float(u[p, j]) for p in range(n) for j in range(c)}
+    table |= {
+        L.base("gammadecay")[m + 1, p + 1]: float((G[m] - G[p]).exp())
+        for m in range(n)
+        for p in range(m + 1)
+    }
+    expected = linear.chunk_states(k, k, u, g, None, chunk_size=2)
+    for state, numbers in zip(found, expected, strict=True):
+        got = torch.tensor(
+            [[float(e.xreplace(table)) for e in row] for row in state.formulas.tolist()],
+            dtype=torch.float64,
+        )
+        torch.testing.assert_close(got, numbers, rtol=1e-12, atol=1e-12)
