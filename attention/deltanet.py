@@ -176,7 +176,10 @@ class GatedDeltaNet(nn.Module):
                 f"GatedDeltaNet.forward: x has batch {tuple(x.shape[:-2])} but the cache holds "
                 f"{tuple(state.shape[:-3])}; call reset_cache() to start another sequence"
             )
-        out, self.cache_state, self.cache_conv = self.continued(x, state, conv)
+        out, state, conv = self.continued(x, state, conv)
+        # what the next call reads, without the graph that made it: generation, not training
+        self.cache_state = state.detach()
+        self.cache_conv = None if conv is None else conv.detach()
         self.ptr_current_pos += x.shape[-2]
         return out
 

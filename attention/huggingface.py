@@ -449,6 +449,11 @@ def from_linear(layer: torch.nn.Module) -> FromHFLinear:
     ours.A_log.copy_(source.A_log)
     ours.norm.weight.copy_(source.norm.weight)  # pyright: ignore[reportOptionalMemberAccess]
     ours.out_proj.weight.copy_(source.out_proj.weight)
+    if source.out_proj.bias is not None:
+        ours.out_proj.bias.copy_(source.out_proj.bias)
+    for name, linear in source.named_children():
+        if name.startswith("in_proj") and getattr(linear, "bias", None) is not None:
+            raise ValueError(f"from_hf: {kind} has a bias on {name}: not read")
     return FromHFLinear(ours, int(getattr(source, "layer_idx", 0)))
 
 

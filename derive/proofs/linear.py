@@ -152,6 +152,19 @@ def _cumulative(expr: sp.Expr, m: sp.Expr) -> sp.Expr:
     return expr.xreplace({G[m - 1]: G[m] - g[m]})
 
 
+def _apart(total: Sum, taken: set) -> Sum:
+    """`total` with each index that `taken` also uses renamed (a prime added until free): a sum
+    moved into a product or another sum must not capture their index (Σ_j a_j Σ_j b_j is not
+    Σ_j a_j b_j)."""
+    for index, *_ in total.limits:
+        if index in taken:
+            fresh = index
+            while fresh in taken or fresh in total.free_symbols:
+                fresh = sp.Symbol(fresh.name + "'", **fresh.assumptions0)
+            total = total.xreplace({index: fresh})
+    return total
+
+
 def canonical(expr: sp.Expr) -> sp.Expr:
     """A form in which equal sums are equal expressions: every sum's summand expanded (its
     exponentials joined) and split term by term, nested sums and products of sums made one sum
@@ -162,6 +175,7 @@ def canonical(expr: sp.Expr) -> sp.Expr:
     if isinstance(expr, sp.Mul) and any(isinstance(f, Sum) for f in expr.args):
         inner = next(f for f in expr.args if isinstance(f, Sum))
         rest = expr / inner
+        inner = _apart(inner, rest.free_symbols)
         return canonical(Sum(rest * inner.function, *inner.limits))
     if not isinstance(expr, Sum):
         return expr
@@ -175,6 +189,7 @@ def canonical(expr: sp.Expr) -> sp.Expr:
         inner = next((f for f in function.args if isinstance(f, Sum)), None)
     if inner is not None:  # Σ_a (f Σ_b h) = Σ_{a,b} f h
         rest = function / inner
+        inner = _apart(inner, rest.free_symbols | {limit[0] for limit in limits})
         return canonical(Sum(rest * inner.function, *inner.limits, *limits))
     indices = {limit[0] for limit in limits}
     factors = function.args if isinstance(function, sp.Mul) else (function,)

@@ -121,8 +121,19 @@ def test_bad_construction_is_named(build, message):
 
 def test_bad_input_is_named():
     ours = GatedDeltaNet(D, C, 0.0, HEADS)
-    with pytest.raises(ShapeError, match="d"):
-        ours(torch.randn(B, N, D + 1))
+    with pytest.raises(ShapeError, match="W_query.weight has d=12 but x has d=13"):
+        ours(torch.randn(B, N, 13))
     ours(torch.randn(B, 2, D), use_cache=True)
     with pytest.raises(ShapeError, match="reset_cache"):
         ours(torch.randn(B + 1, 1, D), use_cache=True)
+
+
+def test_the_cache_carries_values_not_the_graph_that_made_them():
+    """Two cached calls, each with its own backward pass: the second does not reach back into
+    the first one's graph (generation, not training through the cache)."""
+    torch.manual_seed(6)
+    ours = GatedDeltaNet(D, C, 0.0, HEADS)
+    x = torch.randn(B, N, D)
+    ours(x[:, :4], use_cache=True).sum().backward()
+    ours(x[:, 4:], use_cache=True).sum().backward()
+    assert not ours.cache_state.requires_grad

@@ -132,3 +132,14 @@ def test_a_hybrid_model_generates_eager_s_tokens_with_the_cache():
 def test_a_layer_not_in_the_table_is_refused_by_name():
     with pytest.raises(TypeError, match="GatedDeltaNet is not a linear-attention layer read"):
         hf.from_linear(GatedDeltaNet(8, 8, 0.0, 2))
+
+
+@torch.no_grad()
+def test_an_output_bias_is_read_and_an_input_bias_refused():
+    layer = copy.deepcopy(model("qwen3_5").model.layers[0].linear_attn)
+    layer.out_proj.bias = torch.nn.Parameter(torch.randn(32, dtype=torch.float64))
+    x = torch.randn(2, 5, 32, dtype=torch.float64)
+    close(hf.from_hf(layer)(x), layer(x))
+    layer.in_proj_z.bias = torch.nn.Parameter(torch.zeros(layer.in_proj_z.out_features))
+    with pytest.raises(ValueError, match="bias on in_proj_z"):
+        hf.from_hf(layer)

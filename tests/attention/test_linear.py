@@ -222,8 +222,13 @@ def test_half_precision_inputs_are_computed_in_float32_and_returned_in_their_dty
     low = [t.to(torch.bfloat16) for t in (q, k, v, g, beta)]
     got, state = L.gated_delta_rule(*low, chunk_size=4, return_state=True)
     assert got.dtype == torch.bfloat16 and state.dtype == torch.float32
-    last = [t[..., -1:] if t.dim() == 3 else t[..., -1:, :] for t in low]  # generation goes on
-    L.gated_delta_rule(*last[:3], g[..., -1:], beta[..., -1:], initial_state=state)
+    # generation goes on from the float32 state, with float32 gates beside bfloat16 tokens
+    head = [t[..., :-1] if t.dim() == 3 else t[..., :-1, :] for t in low]
+    _, before = L.gated_delta_rule(*head, chunk_size=4, return_state=True)
+    tail = [t[..., -1:, :] for t in low[:3]]
+    last = L.gated_delta_rule(*tail, g[..., -1:], beta[..., -1:], initial_state=before)
+    assert last.dtype == torch.bfloat16 and last.shape == (B, H, 1, DV)
+    assert float((last.float() - got[..., -1:, :].float()).abs().max()) < 0.05
     exact = L.gated_delta_rule(*[t.float() for t in low])
     torch.testing.assert_close(
         got.float(), exact, rtol=2**-7, atol=2**-7 * float(exact.abs().max())
@@ -234,7 +239,7 @@ def test_half_precision_inputs_are_computed_in_float32_and_returned_in_their_dty
 @pytest.mark.parametrize(
     "change, message",
     [
-        (lambda a: {**a, "g": a["g"][..., :-1]}, "n"),
+        (lambda a: {**a, "g": a["g"][..., :-1]}, "g has n=6 but q has n=7"),
         (lambda a: {**a, "k": a["k"][..., :-1]}, "d_k"),
         (lambda a: {**a, "beta": a["beta"][0]}, "beta"),
         (lambda a: {**a, "chunk_size": 0}, "chunk_size"),
@@ -255,3 +260,22 @@ def test_the_normalised_form_refuses_a_state_and_an_unknown_feature_map():
         L.linear_attention(q, k, v, normalize=True, return_state=True)
     with pytest.raises(ValueError, match="feature_map must be one of"):
         L.linear_attention(q, k, v, feature_map="softmax")
+
+
+def test_the_normalised_form_divides_before_returning_to_half_precision():
+    """The running sum of φ(k) passes float16's largest number long before the ratio does:
+    computed in float32 and divided there, the float16 outputs stay finite."""
+    gen = torch.Generator().manual_seed(10)
+    q, k = torch.randn(1, 2048, 64, generator=gen), torch.randn(1, 2048, 64, generator=gen)
+    v = 1 + 0.01 * torch.randn(1, 2048, 8, generator=gen)
+    exact = L.linear_attention(q, k, v, feature_map="elu+1", normalize=True, chunk_size=64)
+    half = [t.half() for t in (q, k, v)]
+    got = L.linear_attention(*half, feature_map="elu+1", normalize=True, chunk_size=64)
+    assert got.dtype == torch.float16 and bool(got.isfinite().all())
+    torch.testing.assert_close(got.float(), exact, rtol=2**-9, atol=2**-9)
+
+
+def test_a_chunk_longer_than_the_sequence_is_the_sequence():
+    q, k, v, g, beta, _ = inputs(seed=11)
+    whole = L.gated_delta_rule(q, k, v, g, beta, chunk_size=N)
+    torch.testing.assert_close(L.gated_delta_rule(q, k, v, g, beta, chunk_size=10**6), whole)

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from . import linear
 from .adapters import Adapter, Weights, register_adapter
 from .report import Check, Diagnosis, Report
 from .target import KINDS, ConformError
@@ -99,7 +100,17 @@ def conform(obj: Any, **options: Any) -> Report:
 
         settings = dataclasses.replace(settings, variant=registered_names(settings.variant))
     name = obj if isinstance(obj, str) else None
-    target = recognise(load(obj) if isinstance(obj, str) else obj, settings.kind, name)
+    loaded = load(obj) if isinstance(obj, str) else obj
+    if _builder(loaded):  # a function that builds the target: built once, here
+        name = f"{name or getattr(loaded, '__name__', 'target')}()"
+        loaded = recognise(loaded, settings.kind, name).obj
+    reader = linear.recognised(loaded)
+    if reader is not None:  # attention without the softmax: its own checks
+        with torch.random.fork_rng(devices=[]):
+            return linear.run(
+                loaded, reader, n=settings.n or 7, seed=settings.seed, name=name or ""
+            )
+    target = recognise(loaded, settings.kind, name)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is fastest, and spins on no other core
     kind = FunctionRun if target.kind == "sdpa" else ModuleRun
@@ -123,6 +134,16 @@ def conform(obj: Any, **options: Any) -> Report:
         return report
     finally:
         torch.set_num_threads(threads)
+
+
+def _builder(obj: Any) -> bool:
+    """A function with no arguments (a target's factory), not a module, class or sdpa."""
+    from .target import _positional
+
+    if isinstance(obj, (torch.nn.Module, type)) or not callable(obj):
+        return False
+    required, total = _positional(obj)
+    return required == 0 and total == 0
 
 
 def _hint(report: Report, coarser: tuple) -> Report:

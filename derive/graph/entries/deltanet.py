@@ -1,6 +1,6 @@
 r"""DeltaNet and Gated DeltaNet (the delta rule and the gated delta rule; the linear layers of Qwen
-3.5, Qwen3-Next and Kimi Linear, the book's ch04/08_deltanet): linear attention whose tokens write
-into the state only what it does not already predict, u_m = β_m (v_m − α_m S^{(m−1)ᵀ} k_m), the
+3.5 and Qwen3-Next, the book's ch04/08_deltanet; Kimi Linear's refines it with a gate per
+channel): linear attention whose tokens write into the state only what it does not already predict, u_m = β_m (v_m − α_m S^{(m−1)ᵀ} k_m), the
 gated rule's state decaying by α_m = e^{g_m} before each write.
 
 Their graph is the parallel form's read, C = (Q Kᵀ/√c ∘ Γ ∘ M) U: linear attention's graph with
@@ -172,8 +172,9 @@ GATED_DELTANET = Variant(
     "gated-deltanet",
     "Gated DeltaNet (the gated delta rule)",
     (
-        "Gated DeltaNet (Yang et al., 2025; the linear layers of Qwen 3.5, Qwen3-Next and Kimi "
-        "Linear, the book's ch04/08) decays DeltaNet's state before each write: "
+        "Gated DeltaNet (Yang et al., 2025; the linear layers of Qwen 3.5 and Qwen3-Next, the "
+        "book's ch04/08; Kimi Linear's gates each channel) decays DeltaNet's state before each "
+        "write: "
         "$S^{(m)} = \\alpha_m S^{(m-1)} + k_m u_m^\\top$ with "
         "$u_m = \\beta_m (v_m - \\alpha_m S^{(m-1)\\top} k_m)$ and $\\alpha_m = e^{g_m}$, "
         "$g_m \\le 0$ a log-decay computed from the token. Qwen 3.5 normalises each query and "

@@ -104,8 +104,8 @@ VARIANT = Variant(
         "$c \\times c$ numbers, whatever the length of the sequence (the recurrent form, what "
         "generation runs), or chunks of tokens carry the state from one to the next (the "
         "chunked form, what training runs).",
-        "DeltaNet and Gated DeltaNet (the linear layers of Qwen 3.5, Qwen3-Next and Kimi "
-        "Linear; the book's ch04/08) keep the state and change the write: the delta rule "
+        "DeltaNet and Gated DeltaNet (the linear layers of Qwen 3.5 and Qwen3-Next, the "
+        "book's ch04/08) keep the state and change the write: the delta rule "
         "writes $u_m = \\beta_m (v_m - \\alpha_m S^{(m-1)\\top} k_m)$, only what the state "
         "does not already predict for $k_m$, and the gated rule decays the state by "
         "$\\alpha_m = e^{g_m}$ first. Over a segment of tokens $s + 1, \\dots$ that starts "

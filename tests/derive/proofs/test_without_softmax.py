@@ -187,3 +187,13 @@ def test_the_page_s_states_are_the_chunked_form_s(name):
             dtype=torch.float64,
         )
         torch.testing.assert_close(got, numbers, rtol=1e-12, atol=1e-12)
+
+
+def test_canonical_forms_keep_two_sums_over_one_index_apart():
+    """Σ_j a_j Σ_j b_j is not Σ_j a_j b_j: merged into one sum, the second index is renamed."""
+    a, b = sp.IndexedBase("a"), sp.IndexedBase("b")
+    product = sp.Sum(a[D.J], (D.J, 1, D.C)) * sp.Sum(b[D.J], (D.J, 1, D.C))
+    single = sp.Sum(a[D.J] * b[D.J], (D.J, 1, D.C))
+    assert D.canonical(product) != D.canonical(single)
+    at = {D.C: 2, a[1]: 1, a[2]: 2, b[1]: 3, b[2]: 4}
+    assert D.canonical(product).xreplace({D.C: 2}).doit().xreplace(at) == 21  # (1 + 2)(3 + 4)
