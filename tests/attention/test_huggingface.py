@@ -279,7 +279,8 @@ def test_bloom_s_attention_is_our_alibi_module():
 
 def test_the_readme_s_example_builds_a_model_on_our_attention():
     readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Hugging Face models on this fast path", 1)[1].split("\n## ", 1)[0]
+    section = readme.split("### Hugging Face models on this fast path", 1)[1]
+    section = section.split("\n## ", 1)[0].split("\n### ", 1)[0]
     (example,) = re.findall(r"```py\n(.*?)```", section, re.S)
     namespace: dict = {}
     exec(compile(example, "README.md", "exec"), namespace)  # noqa: S102 - our own README

@@ -168,6 +168,8 @@ def variant_calls(x):
     from attention import linear as L
 
     q, v = torch.randn(HEADS, N, C), torch.randn(HEADS, N, D)
+    omega, u = torch.randn(N, N), torch.randn(N, C)
+    w = torch.randn(D, C)
     g, beta = -torch.rand(HEADS, N), torch.rand(HEADS, N)
     qkv = {"q": q, "k": q, "v": v}
 
@@ -197,6 +199,21 @@ def variant_calls(x):
             {**qkv, "g": g, "beta": beta},
             [*qkv, "g", "beta"],
             ["initial_state"],
+        ),
+        ("causal_weights", L.causal_weights, {"omega_scaled": omega}, ["omega_scaled"], ["decays"]),
+        (
+            "linear_self_attention",
+            L.linear_self_attention,
+            {"x": x, "w_q": w, "w_k": w, "w_v": w},
+            ["x", "w_q", "w_k", "w_v"],
+            [],
+        ),
+        (
+            "read_written",
+            L.read_written,
+            {"x": x, "w_q": w, "w_k": w, "u": u},
+            ["x", "w_q", "w_k", "u"],
+            ["decays"],
         ),
         (  # g and beta may be None there: no decay, no delta rule (another rule, not optional)
             "chunk_states",

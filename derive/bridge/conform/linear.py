@@ -37,9 +37,14 @@ def _book_like(obj: Any) -> bool:
 
 
 def _hugging_face(obj: Any) -> bool:
+    """A layer of transformers whose class `attention.huggingface.LINEAR_FAMILIES` reads
+    (`attention` imported only for such a layer: conform imports nothing the target does not)."""
+    kind = type(obj)
+    if not (kind.__module__.startswith("transformers.") and kind.__name__.endswith("DeltaNet")):
+        return False
     from attention.huggingface import LINEAR_FAMILIES
 
-    return type(obj).__name__ in LINEAR_FAMILIES
+    return kind.__name__ in LINEAR_FAMILIES
 
 
 def _read_book(layer: Any) -> Any:
@@ -106,9 +111,8 @@ def _steps_hugging_face(layer: Any, x: torch.Tensor) -> torch.Tensor:
 
 
 def _ours(obj: Any) -> bool:
-    from attention.deltanet import GatedDeltaNet
-
-    return isinstance(obj, GatedDeltaNet)
+    kind = type(obj)
+    return kind.__module__ == "attention.deltanet" and kind.__name__ == "GatedDeltaNet"
 
 
 #: The kinds of layer read, in the order they are tried.

@@ -1,7 +1,8 @@
 r"""DeltaNet and Gated DeltaNet (the delta rule and the gated delta rule; the linear layers of Qwen
 3.5 and Qwen3-Next, the book's ch04/08_deltanet; Kimi Linear's refines it with a gate per
-channel): linear attention whose tokens write into the state only what it does not already predict, u_m = β_m (v_m − α_m S^{(m−1)ᵀ} k_m), the
-gated rule's state decaying by α_m = e^{g_m} before each write.
+channel): linear attention whose tokens write into the state only what it does not already
+predict, u_m = β_m (v_m − α_m S^{(m−1)ᵀ} k_m), the gated rule's state decaying by
+α_m = e^{g_m} before each write.
 
 Their graph is the parallel form's read, C = (Q Kᵀ/√c ∘ Γ ∘ M) U: linear attention's graph with
 the values replaced by the written values U, and for the gated rule each weight multiplied by the
