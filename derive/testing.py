@@ -43,7 +43,9 @@ def attention_layers(model: Any) -> dict[str, Any]:
     """The attention layers of `model`, each kind once, by the path of its first layer
     (``"model.layers.0.self_attn"``): the modules an adapter recognises (not those inside one),
     a kind being the layer's class, the variant the adapter reads and its values (a model's local
-    and global layers, its layers with and without RoPE, are two kinds)."""
+    and global layers, its layers with and without RoPE, are two kinds); a hybrid model's
+    linear-attention layers (Gated DeltaNet's) are a kind of their own."""
+    from .bridge.conform.linear import recognised
     from .bridge.conform.registry import find_adapter
 
     found: dict[str, Any] = {}
@@ -51,6 +53,13 @@ def attention_layers(model: Any) -> dict[str, Any]:
     inside: list[str] = []
     for path, module in model.named_modules():
         if any(path.startswith(prefix + ".") for prefix in inside):
+            continue
+        reader = recognised(module)  # a linear-attention layer: Gated DeltaNet's
+        if reader is not None:
+            inside.append(path)
+            if (type(module).__name__, reader.name) not in kinds:
+                kinds.add((type(module).__name__, reader.name))
+                found[path] = module
             continue
         try:
             adapter = find_adapter(module)

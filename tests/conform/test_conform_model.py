@@ -1,6 +1,6 @@
 """`assert_model_conforms`: every kind of attention layer of a model, each checked once with its
 own index — Gemma 3's local and global layers, SmolLM3's layers with and without RoPE (its
-`no_rope_layers`) — built from small configs with random weights; a model with one broken layer
+`no_rope_layers`), Qwen 3.5's Gated DeltaNet and full-attention layers — built from small configs with random weights; a model with one broken layer
 is named by that layer's path."""
 
 import pytest
@@ -41,6 +41,23 @@ MODELS = {
         "SmolLM3ForCausalLM",
         {"no_rope_layers": [1, 1, 1, 0], "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0},
         {"model.layers.0.self_attn": "gqa+rope", "model.layers.3.self_attn": "gqa"},
+    ),
+    # a hybrid model: Gated DeltaNet layers beside full-attention ones
+    "qwen3_5": (
+        "Qwen3_5TextConfig",
+        "Qwen3_5ForCausalLM",
+        {
+            "layer_types": ["linear_attention", "full_attention"] * 2,
+            "linear_num_key_heads": 2,
+            "linear_num_value_heads": 4,
+            "linear_key_head_dim": 8,
+            "linear_value_head_dim": 6,
+            "linear_conv_kernel_dim": 3,
+        },
+        {
+            "model.layers.0.linear_attn": "gated-deltanet",
+            "model.layers.1.self_attn": "gqa+rope+partial-rope+qk-norm+gate",
+        },
     ),
 }
 
