@@ -8,7 +8,7 @@ blocks' packs one after the other on torch's threads rather than on the pool
 (`_fused.blocks.each`). Reports the median of the rounds, each ratio against torch and against our plain path. With --busy loop, a one-core Python busy
 loop runs beside the measurement; with --busy torch, another process runs torch's matrix
 products with its own threads (as a test suite would). With --memory, the peak extra memory of
-one forward + backward at n = 16384 with sinks and with a window, each in a fresh process.
+one forward + backward at n = 4096 and 16384 with each modification, each in a fresh process.
 
     PYTHONPATH=. python tests/benchmarks/bench_modifications.py --n 1024 --batch 4
     PYTHONPATH=. python tests/benchmarks/bench_modifications.py --busy loop
@@ -181,22 +181,25 @@ BUSY = {
 }
 
 
-def memory_child(case: str) -> None:
-    q, k, v = tensors(1, 1, 16384, 64)
+def memory_child(case: str, n: int) -> None:
+    q, k, v = tensors(1, 1, n, 64)
     with open("/proc/self/status") as status:
         before = next(int(line.split()[1]) for line in status if line.startswith("VmRSS"))
     ours(q, k, v, 1, CASES[case])
     with open("/proc/self/status") as status:
         peak = next(int(line.split()[1]) for line in status if line.startswith("VmHWM"))
-    print(f"| {case} | {(peak - before) / 1024:.0f} MiB | 4 MiB | 1024 MiB |")
+    square = n * n * 4 / 2**20
+    print(f"| {n} | {case} | {(peak - before) / 1024:.0f} MiB | {square:.0f} MiB |")
 
 
-def memory() -> None:
-    print("n = 16384, c = 64, one head, float32: peak extra RSS of forward + backward")
-    print("| case | peak extra (VmHWM − VmRSS before) | n·c floats | n² floats |")
+def memory(sizes: tuple[int, ...] = (4096, 16384)) -> None:
+    print("c = 64, one head, float32: peak extra RSS of forward + backward, a fresh process each")
+    print("| n | case | peak extra (VmHWM − VmRSS before) | one n × n float32 matrix |")
     print("|---|---|---|---|")
-    for case in ("plain", "sinks", "window 256", "all four"):
-        subprocess.run([sys.executable, __file__, "--memory-child", case], check=True)
+    for n in sizes:
+        for case in (name for name in CASES if "serial" not in name and "gqa" not in name):
+            child = [sys.executable, __file__, "--memory-child", case, str(n)]
+            subprocess.run(child, check=True)
 
 
 def main() -> None:
@@ -208,7 +211,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--busy", choices=sorted(BUSY))
-    parser.add_argument("--memory-child")
+    parser.add_argument("--memory-child", nargs=2)
     parser.add_argument("--breakdown", action="store_true", help="forward and backward apart")
     parser.add_argument("--functions", action="store_true", help="multi_head_attention's keywords")
     args = parser.parse_args()
@@ -217,7 +220,7 @@ def main() -> None:
     elif args.functions:
         functions(args.rounds)
     elif args.memory_child:
-        memory_child(args.memory_child)
+        memory_child(args.memory_child[0], int(args.memory_child[1]))
     elif args.memory:
         memory()
     else:
