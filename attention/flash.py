@@ -130,12 +130,14 @@ class Modifications(NamedTuple):
         )
 
 
-def skipped(rows: slice, keys: slice, modified: Modifications) -> bool:
+def skipped(rows: slice, keys: slice, modified: "Modifications | tuple") -> bool:
     """Whether the block of keys `keys` is masked for every query of `rows` (0-based slices of
-    a self-attention, query m reading key p ≤ m, and p > m − w with a window): it lies wholly
-    outside the keys those queries may attend (`key_range`, the fast path's rule too)."""
+    a self-attention, query m reading key p ≤ m, and p > m − w with a window, in its own chunk
+    with chunks): it lies wholly outside the keys those queries may attend (`key_range`, the
+    fast path's rule too). `modified`: the keywords' `Modifications`, or the objects."""
     total = max(keys.stop, rows.stop)  # at least the keys read, and the rows' own positions
-    low, high = M.key_range(modified.mods(), rows.start, rows.stop, total)
+    mods = modified.mods() if isinstance(modified, Modifications) else modified
+    low, high = M.key_range(mods, rows.start, rows.stop, total)
     return keys.start >= high or keys.stop <= low
 
 
@@ -179,15 +181,19 @@ def online_softmax(
     softcap: float | None = None,
     slope: float | None = None,
     sink: float | None = None,
+    mods: tuple = (),
 ) -> OnlineState:
     """The forward pass of FlashAttention, every block's state kept (see the module docstring).
 
     q: n queries; k, v: s keys and values; block_rows, block_keys: B_r, B_c (≥ 1); scale: the
     scores' factor (default 1/√c); causal, window, softcap, slope, sink: the score
-    modifications (`Modifications`; causal and a window need s = n). Returns an `OnlineState`;
-    a skipped block's state is the one before it.
+    modifications (`Modifications`; causal and a window need s = n); mods: more of them as
+    objects of `attention.mods` (Llama 4's `Chunked`, `Temperature`; constants here). Returns
+    an `OnlineState`; a skipped block's state is the one before it.
     """
-    modified = _modifications("online_softmax", q, k, causal, window, softcap, slope, sink)
+    modified, mods = _modifications(
+        "online_softmax", q, k, causal, window, softcap, slope, sink, mods
+    )
     _sizes("online_softmax", block_rows, block_keys, scale)
     factor = _scale(scale, q.shape[-1])
     keys = _blocks(k.shape[-2], block_keys)
@@ -196,13 +202,12 @@ def online_softmax(
     ell = q.new_zeros((len(keys), *rows))
     o = q.new_zeros((len(keys), *rows, v.shape[-1]))
     start, ell_start = M.online_start(sink)  # μ^{(0)}, ℓ^{(0)}: (ζ, 1) with a sink
-    mods = modified.mods(q)
     for i in _blocks(q.shape[-2], block_rows):
         mu_i = q.new_full(q[..., i, 0].shape, start)
         ell_i = torch.full_like(mu_i, ell_start)
         o_i = q.new_zeros((*mu_i.shape, v.shape[-1]))
         for t, block in enumerate(keys):
-            if not skipped(i, block, modified):
+            if not skipped(i, block, mods):
                 omega, _ = _scores(q, k, i, block, factor, mods)
                 mu_next = torch.maximum(mu_i, omega.amax(dim=-1))
                 shift = torch.where(mu_next > -math.inf, mu_next, 0.0)  # a row masked so far
@@ -224,14 +229,28 @@ def _modifications(
     softcap: float | None,
     slope: float | None,
     sink: float | None,
-) -> Modifications:
+    given: object = (),
+) -> tuple[Modifications, tuple]:
+    """The keywords' `Modifications`, and every modification of the call as objects: the
+    keywords' and those `given` by `mods=` (Llama 4's chunks and temperature, a user's own),
+    checked; a sink is the keyword's (it starts the state, μ^{(0)} = ζ)."""
     modified = Modifications(causal, window, softcap, slope, sink)
     modified.check(where)
     if causal and q.shape[-2] != k.shape[-2]:
         raise ValueError(
             f"{where}: causal needs as many queries as keys, got n={q.shape[-2]}, s={k.shape[-2]}"
         )
-    return modified
+    objects = M.check(where, given, 1)
+    for mod in objects:
+        if isinstance(mod, M.Sinks | M.Causal | M.Window):
+            raise ValueError(
+                f"{where}: give {type(mod).__name__} by its keyword (causal=, window=, sink=), "
+                f"not in mods=, got {mod!r}"
+            )
+    mods = M.joined(where, modified.mods(q), objects, 1)
+    if not causal and any(mod.bounds(0) != (None, None) for mod in objects):
+        raise ValueError(f"{where}: the masks in mods= need causal=True")
+    return modified, mods
 
 
 @checked
@@ -251,23 +270,23 @@ def blocked_backward(
     softcap: float | None = None,
     slope: float | None = None,
     sink: float | None = None,
+    mods: tuple = (),
 ) -> BlockedGradients:
     """The backward pass of FlashAttention from C and its log-sum-exp L (see the module
     docstring): the weights recomputed block by block as e^{ω̃ − L}, D = rowsum(dC ∘ C) in place
     of rowsum(A ∘ dA); the same modifications as the forward pass, skipped blocks skipped.
     Returns a `BlockedGradients`."""
-    modified = _modifications("blocked_backward", q, k, causal, window, softcap, slope, sink)
+    _, mods = _modifications("blocked_backward", q, k, causal, window, softcap, slope, sink, mods)
     _sizes("blocked_backward", block_rows, block_keys, scale)
     factor = _scale(scale, q.shape[-1])
     queries, keys = _blocks(q.shape[-2], block_rows), _blocks(k.shape[-2], block_keys)
-    mods = modified.mods(q)
     d = (dc * c).sum(dim=-1)  # D_m = Σ_j dc_{m,j} c_{m,j}, the rowsum identity
     dq_blocks = q.new_zeros((len(keys), *q.shape))
     dk_blocks = k.new_zeros((len(queries), *k.shape))
     dv_blocks = v.new_zeros((len(queries), *v.shape))
     for i, rows in enumerate(queries):
         for t, block in enumerate(keys):
-            if skipped(rows, block, modified):
+            if skipped(rows, block, mods):
                 continue
             omega, saved = _scores(q, k, rows, block, factor, mods)
             a = torch.exp(omega - lse[..., rows, None])
@@ -298,6 +317,7 @@ def flash_attention(
     softcap: float | None = None,
     slope: float | None = None,
     sink: float | None = None,
+    mods: tuple = (),
 ) -> Float[Tensor, "*batch n c_v"]:
     """The context C = softmax(scale · Q Kᵀ) V by the online softmax (`online_softmax`), with
     its score modifications."""
@@ -314,6 +334,7 @@ def flash_attention(
         softcap=softcap,
         slope=slope,
         sink=sink,
+        mods=mods,
     ).c
 
 
@@ -332,6 +353,7 @@ def flash_gradients(
     softcap: float | None = None,
     slope: float | None = None,
     sink: float | None = None,
+    mods: tuple = (),
 ) -> BlockedGradients:
     """dQ, dK, dV for the upstream gradient dC: the forward pass, then the backward pass from
     its C and log-sum-exp, with the same modifications."""
@@ -344,6 +366,7 @@ def flash_gradients(
         softcap=softcap,
         slope=slope,
         sink=sink,
+        mods=mods,
     )
     state = online_softmax(q, k, v, **options)
     return blocked_backward(q, k, v, state.c, state.lse, dc, **options)

@@ -231,3 +231,39 @@ def test_bad_modifications_are_named():
         F.flash_attention(q, q, q, block_rows=2, block_keys=2, sink=math.inf)
     with pytest.raises(ValueError, match="causal needs as many queries as keys, got n=4, s=3"):
         F.flash_attention(q, q[:3], q[:3], block_rows=2, block_keys=2, causal=True)
+
+
+def test_llama_4_s_chunks_and_temperature_given_as_objects():
+    """`mods=(Chunked(χ), Temperature(F, α))`: the blocked forward and backward give the fast
+    path's context and gradients with the same objects (and not plain causal attention's), and
+    a block of keys outside every query's chunk is skipped."""
+    from attention import _core
+    from attention import mods as M
+
+    gen = torch.Generator().manual_seed(3)
+    q, k, v, dc = (torch.randn(2, 11, 4, generator=gen, dtype=torch.float64) for _ in range(4))
+    extra = (M.Chunked(4), M.Temperature(3.0, 0.5))
+    mods = M.joined("test", M.modifications(causal=True), extra, 1)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    expected = _core.attend(*leaves, scale=0.5, heads=True, mods=mods)
+    (expected * dc).sum().backward()
+    options = dict(block_rows=3, block_keys=2, causal=True, mods=extra)
+    got = F.flash_attention(q, k, v, **options)
+    torch.testing.assert_close(got, expected.detach())
+    plain = F.flash_attention(q, k, v, block_rows=3, block_keys=2, causal=True)
+    assert float((got - plain).abs().max()) > 1e-2
+    found = F.flash_gradients(q, k, v, dc, **options)
+    for mine, leaf in zip((found.dQ, found.dK, found.dV), leaves, strict=True):
+        torch.testing.assert_close(mine, leaf.grad)
+    assert F.skipped(slice(8, 11), slice(4, 6), mods)  # keys 4, 5: the chunk before
+    assert not F.skipped(slice(8, 11), slice(4, 6), M.modifications(causal=True))
+
+
+def test_a_sink_or_a_mask_in_mods_is_refused_by_name():
+    from attention import mods as M
+
+    q = torch.randn(5, 4)
+    with pytest.raises(ValueError, match="give Sinks by its keyword"):
+        F.flash_attention(q, q, q, block_rows=2, block_keys=2, mods=(M.Sinks(None),))
+    with pytest.raises(ValueError, match="the masks in mods= need causal=True"):
+        F.flash_attention(q, q, q, block_rows=2, block_keys=2, mods=(M.Chunked(2),))
