@@ -84,9 +84,15 @@ def softmax_over_queries(graph: Graph, form: Form) -> Graph:
 
 
 def values_are_keys(graph: Graph, form: Form) -> Graph:
-    r"""z_{m,j} = Σ_p a_{m,p} k_{p,j}: the keys weighed where the values belong."""
+    r"""z_{m,j} = Σ_p a_{m,p} k_{p,j}: the keys weighed where the values belong — the keys as
+    the scores read them (rotated, with RoPE: a port takes the keys it has at hand)."""
     head = form.heads
-    rhs = Sum(entry("a", head, L.m, L.p) * entry("k", head, L.p, L.j), (L.p, 1, L.n))
+    keys = entry("k", head, L.p, L.j)
+    scores = graph.producer("Omega" + suffix(form))
+    if scores is not None:  # k_{p,j}, or the rotated k̃_{p,j} the scores read
+        read = [e for e in scores.element.rhs.atoms(sp.Indexed) if L.p in e.indices]
+        keys = read[0] if len(read) == 1 else keys
+    rhs = Sum(entry("a", head, L.m, L.p) * keys, (L.p, 1, L.n))
     return replaced(graph, "C" + suffix(form), rhs)
 
 

@@ -104,7 +104,7 @@ class PortedGrouped(nn.Module):
             weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
         else:
             weights = torch.softmax(scores, dim=-1)
-        context = torch.nan_to_num(weights) @ v
+        context = torch.nan_to_num(weights) @ (k if bug == "values-are-keys" else v)
         out = self.out_proj(context.transpose(1, 2).reshape(b, n, D))
         return (out, kept) if self.cached else out
 
@@ -119,6 +119,7 @@ PORTS = {
     "sink-missing": ({"sinks": True}, {}),
     "qk-norm-per-head": ({"whole_norm": True}, {}),
     "rope-offset": ({"cached": True}, {"variant": "rope"}),
+    "values-are-keys": ({}, {"variant": "rope"}),  # the keys at hand: rotated
 }
 
 
