@@ -307,3 +307,65 @@ def test_llama_4_s_layers_told_another_chunk_or_floor_do_not_conform(name, told)
 def test_a_global_layer_that_does_not_rotate_told_rope_does_not_conform(name):
     """The control of the rows above: the layer, asked, does not rotate."""
     assert not conform(_layer(name), variant="rope").conforms
+
+
+#: The packed layouts (`PACKED`): GPT-BigCode's (each head's q, k, v; or multi-query's
+#: [Q | K | V]) and Falcon's (each head's; multi-query's; the new decoder's groups), each with
+#: the variant its layer computes.
+PACKED_LAYERS = {
+    "bigcode": ("GPTBigCodeConfig", "GPTBigCodeModel", {"multi_query": False}, ""),
+    "bigcode-multi-query": ("GPTBigCodeConfig", "GPTBigCodeModel", {"multi_query": True}, "gqa"),
+    "falcon": ("FalconConfig", "FalconModel", {"multi_query": False}, "rope"),
+    "falcon-multi-query": ("FalconConfig", "FalconModel", {"multi_query": True}, "gqa+rope"),
+    "falcon-new-decoder": (
+        "FalconConfig",
+        "FalconModel",
+        {"new_decoder_architecture": True, "num_kv_heads": 2},
+        "gqa+rope",
+    ),
+}
+
+
+def _packed_layer(name):
+    config_class, model_class, options, _ = PACKED_LAYERS[name]
+    sizes = {"vocab_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4}
+    width = {"n_embd": 32} if "bigcode" in name else {"hidden_size": 32}
+    config = getattr(transformers, config_class)(**sizes, **width, **options)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    block = getattr(transformers, model_class)(config).eval().h[0]
+    return getattr(block, "attn", None) or block.self_attention
+
+
+@pytest.mark.parametrize("name", sorted(PACKED_LAYERS))
+def test_a_packed_layout_is_read_as_its_family_packs_it(name, monkeypatch):
+    """Each layout conforms with its variant; read with another family's layout (each head's
+    q, k, v taken as [Q | K | V], or the reverse) it does not."""
+    from derive.bridge.conform import huggingface as adapter
+
+    layer = _packed_layer(name)
+    report = conform(layer)
+    assert report.conforms, report.table()
+    assert report.variant == PACKED_LAYERS[name][3] and report.convention == "huggingface"
+    row = adapter.PACKED[type(layer).__name__]
+    wrong = lambda m: (  # noqa: E731
+        adapter._each_head_three
+        if row[2](m) is not adapter._each_head_three
+        else adapter._heads_then_two
+    )
+    monkeypatch.setitem(adapter.PACKED, type(layer).__name__, (row[0], row[1], wrong, row[3]))
+    misread = None
+    try:
+        misread = conform(layer)
+    except ConformError:  # a layout whose widths do not fit: refused, which fails as well
+        pass
+    assert misread is None or not misread.conforms
+
+
+def test_falcon_s_alibi_layers_are_refused_by_name():
+    config = transformers.FalconConfig(
+        vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, alibi=True
+    )
+    layer = transformers.FalconModel(config).h[0].self_attention
+    with pytest.raises(ConformError, match="Falcon's ALiBi layers are not read"):
+        conform(layer)

@@ -8,8 +8,8 @@
 - ``nanogpt``: nanoGPT / minGPT ``CausalSelfAttention`` (``c_attn`` an ``nn.Linear`` packing
   q, k, v; ``c_proj``; ``n_head``);
 - ``huggingface``: Hugging Face's attention layers (Llama, Mistral, Qwen 2/3, Gemma 2/3,
-  GPT-OSS, Phi-3, GPT-NeoX, BLOOM, BERT, ViT …), with the variants they were configured with
-  (`derive.bridge.conform.huggingface`);
+  GPT-OSS, Phi-3, GPT-NeoX, BLOOM, GPT-BigCode, Falcon, BERT, ViT …), with the variants they
+  were configured with (`derive.bridge.conform.huggingface`);
 - ``timm``: timm's ``Attention`` (``qkv`` an ``nn.Linear`` packing q, k, v; ``proj``;
   ``num_heads``; ``attn_mask`` True = may attend, when it takes one), with its QK-norm (an RMS
   norm: the qk-norm variant) and its output gate (the gate variant);
@@ -35,6 +35,7 @@ from .adapters import Adapter, Weights, norm_gains, per_head_parts
 from .cached import with_use_cache
 from .grouped import GROUPED, LATENT
 from .huggingface import HUGGING_FACE
+from .huggingface import PACKED as HUGGING_FACE_PACKED
 from .ours import read_modifications
 from .target import ConformError
 
@@ -124,7 +125,8 @@ def _gpt2_weights(module: Any) -> Weights:
 def _is_nanogpt(module: Any) -> bool:
 
     packed = getattr(module, "c_attn", None)
-    return isinstance(packed, nn.Linear) and hasattr(module, "c_proj")
+    huggingface = type(module).__name__ in HUGGING_FACE_PACKED  # GPT-BigCode: its own layout
+    return isinstance(packed, nn.Linear) and hasattr(module, "c_proj") and not huggingface
 
 
 def _nanogpt_weights(module: Any) -> Weights:

@@ -57,6 +57,7 @@ weights, finite.
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
@@ -72,8 +73,58 @@ _PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 _BERT = ("query", "key", "value")  # BERT's self-attention: no output projection of its own
 
 
+def _heads_then_two(w: Any, heads: int, groups: int, width: int) -> list:
+    """[Q | K | V]: the queries of every head, then the groups' keys, then their values
+    (GPT-BigCode's and Falcon's multi-query layers, one group)."""
+    c, kv = heads * width, groups * width
+    return [w[..., :c], w[..., c : c + kv], w[..., c + kv : c + 2 * kv]]
+
+
+def _each_head_three(w: Any, heads: int, groups: int, width: int) -> list:
+    """Each head's q, k, v in turn (GPT-BigCode's and Falcon's layers without grouping)."""
+    return per_head_parts(w, heads, 3)
+
+
+def _each_group(w: Any, heads: int, groups: int, width: int) -> list:
+    """Each group's queries, then its key, then its value (Falcon's new decoder layers)."""
+    per = heads // groups
+    parts = w.unflatten(-1, (groups, per + 2, width))
+    queries, keys, values = parts[..., :per, :], parts[..., per, :], parts[..., -1, :]
+    return [queries.flatten(-3), keys.flatten(-2), values.flatten(-2)]
+
+
+#: The families whose q, k, v are packed in one projection: by the layer's class, (the packed
+#: projection, the output projection, the layout as the layer reads it, its groups of keys).
+PACKED = {
+    "GPTBigCodeAttention": (
+        "c_attn",
+        "c_proj",
+        lambda m: _heads_then_two if m.multi_query else _each_head_three,
+        lambda m: m.kv_heads,
+    ),
+    "FalconAttention": (
+        "query_key_value",
+        "dense",
+        lambda m: (
+            _each_group
+            if m.new_decoder_architecture
+            else _heads_then_two
+            if m.multi_query
+            else _each_head_three
+        ),
+        lambda m: m.num_kv_heads if m.new_decoder_architecture else 1 if m.multi_query else None,
+    ),
+}
+
+
+def _packed(module: Any) -> tuple | None:
+    return PACKED.get(type(module).__name__)
+
+
 def _is_layer(module: Any) -> bool:
     config = getattr(module, "config", None)
+    if _packed(module) is not None:
+        return hasattr(config, "num_attention_heads")
     packed = hasattr(module, "qkv_proj") and hasattr(module, "o_proj")
     per_head = hasattr(module, "query_key_value") and hasattr(module, "dense")
     separate = all(hasattr(module, name) for name in _PROJECTIONS)
@@ -86,6 +137,15 @@ def _is_layer(module: Any) -> bool:
 
 def _projections(module: Any, heads: int) -> tuple[list, list, Any]:
     """(W_q, W_k, W_v), their biases, and the gate's W_g (or None)."""
+    packed = _packed(module)
+    if packed is not None:
+        name, _, layout, groups = packed
+        layer, width = getattr(module, name), H.head_width(module)
+        cut = layout(module)
+        kv = groups(module) or heads
+        ws = cut(layer.weight.mT, heads, kv, width)
+        bs = [None] * 3 if layer.bias is None else cut(layer.bias, heads, kv, width)
+        return ws, bs, None
     if hasattr(module, "query_key_value"):  # GPT-NeoX, BLOOM: each head's q, k, v in turn
         layer = module.query_key_value
         bs = [None] * 3 if layer.bias is None else per_head_parts(layer.bias, heads, 3)
@@ -164,7 +224,9 @@ def _layer_weights(module: Any) -> Weights:
     if w_g is not None:
         parts.append("gate")
         inputs["W_g"] = w_g
-    o_proj = getattr(module, "o_proj", None) or getattr(module, "dense", None)
+    packed = _packed(module)
+    o_proj = getattr(module, packed[1]) if packed else None
+    o_proj = o_proj or getattr(module, "o_proj", None) or getattr(module, "dense", None)
     w_o, b_o = (None, None) if o_proj is None else (o_proj.weight.mT, o_proj.bias)
     return Weights(
         w_q,
@@ -239,7 +301,10 @@ def _layer_call(module: Any, x: Any, allowed: Any) -> Any:
         bias = H.alibi(module, n, x.dtype, x.shape[0]).to(x.device)
         return module(x, residual=torch.zeros_like(x), alibi=bias, attention_mask=mask)
     positions = torch.arange(n, device=x.device)[None]
-    return module(x, attention_mask=mask, **_positions_given(module, x, positions))
+    given = _positions_given(module, x, positions)
+    if "alibi" in inspect.signature(module.forward).parameters:  # Falcon's, without ALiBi
+        given["alibi"] = None
+    return module(x, attention_mask=mask, **given)
 
 
 def _positions_given(module: Any, x: Any, positions: Any) -> dict:
@@ -288,6 +353,8 @@ def _layer_decode(module: Any, x: Any, parts: tuple[slice, ...]) -> Any:
         given = {keyword: cache, "attention_mask": mask[..., part, : part.stop]}
         positions = torch.arange(n, device=x.device)[None, part]
         given |= _positions_given(module, x, positions)
+        if "alibi" in takes:  # Falcon's, without ALiBi
+            given["alibi"] = None
         out = module(x[:, part], **given)
         outs.append(out[0] if isinstance(out, tuple) else out)
     return torch.cat(outs, dim=1)

@@ -45,9 +45,19 @@ def scaling(module: Any) -> float:
 
 
 def takes_alibi(module: Any) -> bool:
+    """Whether the layer adds ALiBi's bias: BLOOM's (its forward takes `alibi`), not Falcon's
+    unless its config says `alibi` (its forward takes the argument either way)."""
     import inspect
 
-    return "alibi" in inspect.signature(module.forward).parameters
+    if "alibi" not in inspect.signature(module.forward).parameters:
+        return False
+    alibi = getattr(getattr(module, "config", None), "alibi", None)
+    if alibi is True and type(module).__name__ == "FalconAttention":
+        raise ConformError(
+            "FalconAttention with config.alibi: Falcon's ALiBi layers are not read (its bias "
+            "and its call differ from BLOOM's); its RoPE layers are"
+        )
+    return alibi is not False
 
 
 def rope(module: Any) -> dict | None:
@@ -67,6 +77,7 @@ def rope(module: Any) -> dict | None:
 ROTATES = {
     "Cohere2Attention": lambda layer: layer.sliding_window is not None,  # global: no RoPE
     "Exaone4Attention": lambda layer: layer.sliding_window is None or layer.is_sliding,
+    "FalconAttention": lambda layer: not layer.config.alibi,  # RoPE or ALiBi, one of the two
 }
 
 
