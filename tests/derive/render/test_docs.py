@@ -135,3 +135,17 @@ def test_api_mapping_names_exist():
             assert hasattr(functional, name) or any(
                 hasattr(importlib.import_module(m), name) for m in ("derive", "attention")
             ), name
+
+
+def test_the_variants_page_has_a_row_for_every_built_in_entry(generated):
+    """docs/variants.md, generated from the registry: each entry's row, with its base, its
+    twins and the models that combine it (the file itself is compared byte for byte above)."""
+    from derive.graph.entries import BUILT_IN
+
+    page = generated["variants.md"].decode("utf-8")
+    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == [found.name for found in BUILT_IN]
+    gated = next(row for row in rows if row.startswith("| `gated-deltanet`"))
+    assert "`linear-attention`" in gated and "`attention.linear.read_written`" in gated
+    gqa = next(row for row in rows if row.startswith("| `gqa`"))
+    assert "Llama 3" in gqa and "Qwen 3" in gqa
