@@ -149,3 +149,18 @@ def test_the_variants_page_has_a_row_for_every_built_in_entry(generated):
     assert "`linear-attention`" in gated and "`attention.linear.read_written`" in gated
     gqa = next(row for row in rows if row.startswith("| `gqa`"))
     assert "Llama 3" in gqa and "Qwen 3" in gqa
+
+
+def test_the_mistakes_page_shows_every_mistake_with_the_step_it_changes(generated):
+    """docs/mistakes.md, generated from the catalogue: a row per mistake, in the catalogue's
+    order, each with the formula it computes beside the derivation's (but the one that changes
+    no formula, NaN on empty rows, which says so)."""
+    from derive.bridge.conform.linear import MISTAKES as LINEAR
+    from derive.graph.mistakes import MISTAKES
+
+    page = generated["mistakes.md"].decode("utf-8")
+    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == [m.id for m in (*MISTAKES, *LINEAR)]
+    for row in rows[: len(MISTAKES)]:
+        cells = [cell.strip() for cell in row.strip("| ").split(" | ")]
+        assert len(cells) == 4 and cells[2] and cells[3] and cells[2] != cells[3], row
