@@ -44,6 +44,7 @@ def add(commands, argparse) -> None:
 
 def generate_docs(*, pdf: bool = True, progress: Progress = _quiet) -> dict[str, bytes]:
     """Every generated file under docs/, by path relative to docs/ (deterministic)."""
+    from ..bridge.conform.linear import MISTAKES as LINEAR_MISTAKES
     from ..render.glossary import glossary_markdown
     from ..render.mistakes_page import mistakes_markdown
     from ..render.variants_page import variants_markdown
@@ -59,7 +60,7 @@ def generate_docs(*, pdf: bool = True, progress: Progress = _quiet) -> dict[str,
     files = {
         "glossary.md": glossary_markdown().encode("utf-8"),
         "variants.md": variants_markdown().encode("utf-8"),
-        "mistakes.md": mistakes_markdown().encode("utf-8"),
+        "mistakes.md": mistakes_markdown(LINEAR_MISTAKES).encode("utf-8"),
         "derivation.tex": tex.encode("utf-8"),
         "derivation.md": markdown_document(DOCS_OPTIONS, example=example).encode("utf-8"),
         "derivation.html": html_document(DOCS_OPTIONS, example=example).encode("utf-8"),

@@ -3,10 +3,13 @@ mistake's id, what it is, and the one step it changes, as the implementation com
 the derivation declares it (on the first of a few forms where the mistake changes a step:
 causal attention, several heads, a given mask, dropout, grouped keys with RoPE, a window, a
 softcap, sinks, QK-norm of whole rows, a cache); then the mistakes of Gated DeltaNet's ports.
-`derive docs` writes it; a test keeps the committed file equal to what this prints.
+`derive docs` writes it (and hands in the linear mistakes); a test keeps the committed file
+equal to what this prints.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from ..graph.forms import Form
 from ..graph.mistakes import MISTAKES
@@ -48,10 +51,10 @@ def _shown(mistake) -> tuple[str, str]:
     return "", ""
 
 
-def mistakes_markdown() -> str:
-    """The catalogue as GitHub Markdown."""
-    from ..bridge.conform.linear import MISTAKES as LINEAR
-
+def mistakes_markdown(linear: Sequence = ()) -> str:
+    """The catalogue as GitHub Markdown; `linear`, Gated DeltaNet's port mistakes (each with an
+    id, a title and the formula it computes: `derive.bridge.conform.linear.MISTAKES`, handed in
+    by the command, since render reads no bridge)."""
     lines = [
         "# The mistakes `derive conform` names",
         "",
@@ -80,7 +83,7 @@ def mistakes_markdown() -> str:
         "| id | the mistake | the implementation computes |",
         "|---|---|---|",
     ]
-    for mistake in LINEAR:
+    for mistake in linear:
         row = (f"`{mistake.id}`", mistake.title, mistake.wrong)
         lines.append("| " + " | ".join(_cell(cell) for cell in row) + " |")
     return "\n".join(lines) + "\n"
