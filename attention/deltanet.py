@@ -188,6 +188,30 @@ class GatedDeltaNet(nn.Module):
         convolution's inputs (Qwen 3.5's `mixed_qkv`)."""
         return torch.cat([self.W_query(x), self.W_key(x), self.W_value(x)], dim=-1)
 
+    def parts(
+        self, x: Tensor, past: Tensor | None = None, mixed: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor | None]:
+        """What the rule reads from x, before the L2 norm and the scale: q, k (*batch, h, n, c_k;
+        each key head repeated for the value heads it serves), v (*batch, h, n, c_h), the
+        log-decays g (*batch, h, n, float32) and β (*batch, n, h c_h or h); and the
+        convolution's `past` after x (see `continued`)."""
+        mixed, past = self.convolved(self.mixed(x) if mixed is None else mixed, past)
+        qk = self.key_heads * self.key_dim
+        q, k, v = mixed[..., :qk], mixed[..., qk : 2 * qk], mixed[..., 2 * qk :]
+        q, k = (self.heads(part, self.key_dim) for part in (q, k))
+        if self.key_heads != self.num_heads:  # each key head serves consecutive value heads
+            q, k = (t.repeat_interleave(self.num_heads // self.key_heads, dim=-3) for t in (q, k))
+        beta = torch.sigmoid(self.W_beta(x))
+        g = -self.A_log.float().exp() * F.softplus(self.W_alpha(x).float() + self.dt_bias)
+        return q, k, self.heads(v, self.head_dim), g.transpose(-2, -1), beta, past
+
+    def finished(self, x: Tensor, o: Tensor) -> Tensor:
+        """The layer's output from the rule's o (*batch, h, n, c_h): the RMSNorm of each head,
+        the SiLU gate, W_o."""
+        o = self.norm(o.transpose(-3, -2))  # (*batch, n, h, c_h)
+        gate = self.W_gate(x).unflatten(-1, (self.num_heads, self.head_dim))
+        return self.out_proj(self.dropout((o * F.silu(gate)).flatten(-2)))
+
     def continued(
         self, x: Tensor, state: Tensor | None, past: Tensor | None, mixed: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor | None]:
@@ -195,22 +219,10 @@ class GatedDeltaNet(nn.Module):
         (*batch, conv_size − 1, channels: the convolution's last inputs), None for a new
         sequence; returns (output, state, past) after x. `mixed`: `self.mixed(x)`, if the caller
         has it already."""
-        mixed, past = self.convolved(self.mixed(x) if mixed is None else mixed, past)
-        qk = self.key_heads * self.key_dim
-        q, k, v = mixed[..., :qk], mixed[..., qk : 2 * qk], mixed[..., 2 * qk :]
-        q, k = (self.heads(part, self.key_dim) for part in (q, k))
-        if self.key_heads != self.num_heads:  # each key head serves consecutive value heads
-            q, k = (t.repeat_interleave(self.num_heads // self.key_heads, dim=-3) for t in (q, k))
+        q, k, v, g, beta, past = self.parts(x, past, mixed)
         q = l2_normalised(q) / math.sqrt(self.key_dim)
-        k = l2_normalised(k)
-        v = self.heads(v, self.head_dim)
-        beta = torch.sigmoid(self.W_beta(x))
-        g = -self.A_log.float().exp() * F.softplus(self.W_alpha(x).float() + self.dt_bias)
-        o, state = self.rule(q, k, v, g.transpose(-2, -1), beta, state)
-        o = self.norm(o.transpose(-3, -2))  # (*batch, n, h, c_h)
-        gate = self.W_gate(x).unflatten(-1, (self.num_heads, self.head_dim))
-        context = (o * F.silu(gate)).flatten(-2)
-        return self.out_proj(self.dropout(context)), state, past
+        o, state = self.rule(q, l2_normalised(k), v, g, beta, state)
+        return self.finished(x, o), state, past
 
     def heads(self, x: Tensor, width: int) -> Tensor:
         """(*batch, n, heads · width) -> (*batch, heads, n, width)."""

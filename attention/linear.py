@@ -211,8 +211,10 @@ def chunked(
 # The public functions: checked, then one of the three forms.
 
 
-def _to(x: Tensor | None, dtype: torch.dtype) -> Tensor | None:
-    return None if x is None else x.to(dtype)
+def _cast(dtype: torch.dtype, q: Tensor, k: Tensor, v: Tensor, g, beta):
+    """q, k, v, g, β in the computing dtype (g and β may be None)."""
+    g, beta = (None if x is None else x.to(dtype) for x in (g, beta))
+    return q.to(dtype), k.to(dtype), v.to(dtype), g, beta
 
 
 def _computing(q: Tensor) -> torch.dtype:
@@ -243,7 +245,7 @@ def _run(
     if q.shape[-2] == 0:
         raise ShapeError(f"{where}: q has n=0 tokens; give at least one")
     dtype, given = _computing(q), v.dtype
-    q, k, v, g, beta = q.to(dtype), k.to(dtype), v.to(dtype), _to(g, dtype), _to(beta, dtype)
+    q, k, v, g, beta = _cast(dtype, q, k, v, g, beta)
     state = (
         q.new_zeros((*q.shape[:-2], q.shape[-1], v.shape[-1]))
         if initial_state is None
@@ -511,7 +513,7 @@ def chunk_states(
     rule (linear attention)."""
     check_positive("chunk_states", chunk_size=chunk_size)
     dtype = _computing(q)
-    q, k, v, g, beta = q.to(dtype), k.to(dtype), v.to(dtype), _to(g, dtype), _to(beta, dtype)
+    q, k, v, g, beta = _cast(dtype, q, k, v, g, beta)
     states: list[Tensor] = []
     zero = q.new_zeros((*q.shape[:-2], q.shape[-1], v.shape[-1]))
     chunked(q, k, v, g, beta, zero, chunk_size, states)

@@ -66,7 +66,7 @@ def model(name, implementation="eager", seed=0):
     return built.eval()
 
 
-def close(got, expected, relative=F32):
+def assert_within(got, expected, relative=F32):
     expected, got = expected.detach(), got.detach()
     bound = relative * float(expected.abs().max())
     assert float((got - expected).abs().max()) <= bound, float(
@@ -83,7 +83,7 @@ def test_a_linear_layer_read_by_from_hf_gives_its_output(name):
     assert isinstance(ours.linear, GatedDeltaNet)
     x = torch.randn(2, 9, 32, dtype=torch.float64)
     expected = layer(x)
-    bound = close(ours(x), expected)
+    bound = assert_within(ours(x), expected)
     ours.linear.W_beta.weight.copy_(ours.linear.W_alpha.weight)  # β read from the decay's rows
     assert float((ours(x) - expected).abs().max()) > 100 * bound
 
@@ -101,7 +101,7 @@ def test_a_hybrid_model_gives_eager_s_logits_and_gradients():
     eager, ours = pair()
     ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(2))
     expected, got = eager(ids).logits, ours(ids).logits
-    close(got, expected, MODEL)
+    assert_within(got, expected, MODEL)
     expected.square().mean().backward()
     got.square().mean().backward()
     theirs = dict(eager.named_parameters())
@@ -109,11 +109,11 @@ def test_a_hybrid_model_gives_eager_s_logits_and_gradients():
         # our layers' names: linear_attn.linear.W_query …; the same tensors, read from theirs
         if ".linear_attn." in name or parameter.grad is None:
             continue
-        close(parameter.grad, theirs[name].grad, MODEL)
+        assert_within(parameter.grad, theirs[name].grad, MODEL)
     layer, read = eager.model.layers[0].linear_attn, ours.model.layers[0].linear_attn.linear
     qk = read.W_query.weight.shape[0]
-    close(read.W_query.weight.grad, layer.in_proj_qkv.weight.grad[:qk], MODEL)
-    close(read.A_log.grad, layer.A_log.grad, MODEL)
+    assert_within(read.W_query.weight.grad, layer.in_proj_qkv.weight.grad[:qk], MODEL)
+    assert_within(read.A_log.grad, layer.A_log.grad, MODEL)
 
 
 def test_a_hybrid_model_generates_eager_s_tokens_with_the_cache():
@@ -139,7 +139,7 @@ def test_an_output_bias_is_read_and_an_input_bias_refused():
     layer = copy.deepcopy(model("qwen3_5").model.layers[0].linear_attn)
     layer.out_proj.bias = torch.nn.Parameter(torch.randn(32, dtype=torch.float64))
     x = torch.randn(2, 5, 32, dtype=torch.float64)
-    close(hf.from_hf(layer)(x), layer(x))
+    assert_within(hf.from_hf(layer)(x), layer(x))
     layer.in_proj_z.bias = torch.nn.Parameter(torch.zeros(layer.in_proj_z.out_features))
     with pytest.raises(ValueError, match="bias on in_proj_z"):
         hf.from_hf(layer)

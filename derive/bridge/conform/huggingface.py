@@ -301,23 +301,24 @@ def _layer_call(module: Any, x: Any, allowed: Any) -> Any:
         bias = H.alibi(module, n, x.dtype, x.shape[0]).to(x.device)
         return module(x, residual=torch.zeros_like(x), alibi=bias, attention_mask=mask)
     positions = torch.arange(n, device=x.device)[None]
-    given = _positions_given(module, x, positions)
-    if "alibi" in inspect.signature(module.forward).parameters:  # Falcon's, without ALiBi
-        given["alibi"] = None
-    return module(x, attention_mask=mask, **given)
+    return module(x, attention_mask=mask, **_positions_given(module, x, positions))
 
 
 def _positions_given(module: Any, x: Any, positions: Any) -> dict:
     """The rotary tables as the model gives them to this layer: those of its model's rotary
     embedding where the model has one, even to a layer that does not rotate (it decides itself:
     Cohere 2's and EXAONE 4's global layers unpack them first); None where the forward names
-    them and the model has none; nothing where the forward takes none."""
-    import inspect
+    them and the model has none; nothing where the forward takes none; and `alibi=None` to a
+    forward that takes it without adding it (Falcon's RoPE layers)."""
 
-    takes = "position_embeddings" in inspect.signature(module.forward).parameters
+    parameters = inspect.signature(module.forward).parameters
+    # Falcon's forward takes `alibi` whether its layer adds ALiBi or not: None where not
+    # (a layer that adds it, BLOOM's, is called with its bias by `_layer_call`)
+    given = {"alibi": None} if "alibi" in parameters else {}
+    takes = "position_embeddings" in parameters
     if H.beta(module) is not None or (takes and H.rope(module) is not None):
-        return {"position_embeddings": _tables(module, x, positions)}
-    return {"position_embeddings": None} if takes else {}
+        return given | {"position_embeddings": _tables(module, x, positions)}
+    return given | ({"position_embeddings": None} if takes else {})
 
 
 def _tables(module: Any, x: Any, positions: Any) -> Any:
@@ -337,7 +338,6 @@ def _layer_decode(module: Any, x: Any, parts: tuple[slice, ...]) -> Any:
     imported it: it is never imported here) carried from call to call, each call at its
     tokens' positions with its rows of the model's mask; why not, for a layer that takes no
     cache, an encoder's, or one that adds its ALiBi and residual itself (BLOOM)."""
-    import inspect
     import sys
 
     takes = inspect.signature(module.forward).parameters
@@ -353,8 +353,6 @@ def _layer_decode(module: Any, x: Any, parts: tuple[slice, ...]) -> Any:
         given = {keyword: cache, "attention_mask": mask[..., part, : part.stop]}
         positions = torch.arange(n, device=x.device)[None, part]
         given |= _positions_given(module, x, positions)
-        if "alibi" in takes:  # Falcon's, without ALiBi
-            given["alibi"] = None
         out = module(x[:, part], **given)
         outs.append(out[0] if isinstance(out, tuple) else out)
     return torch.cat(outs, dim=1)

@@ -13,12 +13,10 @@ and the one whose output the layer gives is named.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from .report import Check, Diagnosis, Report
 
@@ -133,23 +131,16 @@ def recognised(obj: Any) -> Reader | None:
 
 
 def _parts(ours: Any, x: torch.Tensor, normalise: bool = True, scale: float = 0.5):
-    """q, k, v (*batch, h, n, ·), g (*batch, h, n) and β of our module on x: its own code, but
-    the L2 norm (`normalise`) and the queries' power of 1/√c_k (`scale`) as given."""
-    mixed, _ = ours.convolved(ours.mixed(x), None)
-    qk = ours.key_heads * ours.key_dim
-    q, k = (ours.heads(part, ours.key_dim) for part in (mixed[..., :qk], mixed[..., qk : 2 * qk]))
-    if ours.key_heads != ours.num_heads:
-        q, k = (t.repeat_interleave(ours.num_heads // ours.key_heads, dim=-3) for t in (q, k))
-    if normalise:
-        from attention.deltanet import l2_normalised
+    """q, k, v (*batch, h, n, ·), g (*batch, h, n) and β of our module on x (`parts`, its own
+    code), the L2 norm (`normalise`) and the queries' power of 1/√c_k (`scale`) as given."""
+    from attention.deltanet import l2_normalised
 
+    q, k, v, g, beta, _ = ours.parts(x)
+    if normalise:
         q, k = l2_normalised(q), l2_normalised(k)
     q = q * ours.key_dim ** (-scale)
-    v = ours.heads(mixed[..., 2 * qk :], ours.head_dim)
-    beta = torch.sigmoid(ours.W_beta(x))
-    g = -ours.A_log.float().exp() * F.softplus(ours.W_alpha(x).float() + ours.dt_bias)
     beta = ours.heads(beta, ours.head_dim) if ours.beta == "channel" else beta.mT[..., None]
-    return q, k, v, g.mT.to(q.dtype), beta.to(q.dtype)
+    return q, k, v, g.to(q.dtype), beta.to(q.dtype)
 
 
 def _recurrence(q, k, v, g, beta, mistake: str = "") -> torch.Tensor:
@@ -176,19 +167,13 @@ def _recurrence(q, k, v, g, beta, mistake: str = "") -> torch.Tensor:
 def _transposed_solve(q, k, v, g, beta) -> torch.Tensor:
     """The parallel form with the delta rule's triangular system solved transposed (the upper
     solve with (I + L)ᵀ, a port's slip), β per head."""
+    from attention.linear import decays
+
     n = q.shape[-2]
-    G = g.cumsum(-1)
-    causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
-    gamma = (G[..., :, None] - G[..., None, :]).masked_fill(~causal, -math.inf).exp()
+    _, gamma = decays(g, n, q)  # Γ ∘ M, the causal decays e^{G_m − G_p}
     system = (beta * (k @ k.mT) * gamma).tril(-1) + torch.eye(n, dtype=q.dtype, device=q.device)
     u = torch.linalg.solve_triangular(system.mT, beta * v, upper=True)
     return ((q @ k.mT) * gamma) @ u
-
-
-def _finish(ours: Any, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
-    o = ours.norm(o.transpose(-3, -2))
-    gate = ours.W_gate(x).unflatten(-1, (ours.num_heads, ours.head_dim))
-    return ours.out_proj((o * F.silu(gate)).flatten(-2))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,7 +193,7 @@ def _with(mistake: str = "", *, normalise: bool = True, scale: float = 0.5, solv
             o = solve(q, k, v, g, beta)
         else:
             o = _recurrence(q, k, v, g, beta, mistake)
-        return _finish(ours, x, o)
+        return ours.finished(x, o)
 
     return output
 
