@@ -37,6 +37,8 @@ from ._shapes import (
     check_result,
     check_tensors,
     pair_parts,
+    record_fields,
+    record_parts,
     tensor_pair,
 )
 
@@ -115,12 +117,16 @@ class _CallChecker:
         self.signature = inspect.signature(fn)
         self.tensor_hints: dict[str, Any] = {}
         self.pair_hints: dict[str, Any] = {}
+        self.record_hints: dict[str, Any] = {}
         self.other_hints: dict[str, Any] = {}
         for name, parameter in self.signature.parameters.items():
             if _array_annotations(parameter.annotation):
                 self.tensor_hints[name] = parameter.annotation
             elif tensor_pair(parameter.annotation):
                 self.pair_hints[name] = parameter.annotation
+            elif record_fields(parameter.annotation):  # its tensors, and then its type
+                self.record_hints[name] = parameter.annotation
+                self.other_hints[name] = parameter.annotation
             elif parameter.annotation is not inspect.Parameter.empty:
                 self.other_hints[name] = parameter.annotation
         #: What a tensor argument left out stands for (`alibi=False`: not a tensor to check).
@@ -164,6 +170,8 @@ def _part(value: Any) -> Any:
         return (kind, value)
     if kind is tuple:  # a cache (K, V): the signature of each part
         return tuple(map(_part, value))
+    if hasattr(kind, "__dataclass_fields__"):  # a record (`LayerWeights`): each field's
+        return kind, tuple(_part(getattr(value, name)) for name in kind.__dataclass_fields__)
     if kind in _PLAIN or not isinstance(value, Tensor):
         return kind
     return (value.shape, value.dtype, value.device, value.layout)
@@ -215,6 +223,8 @@ def _check_call(checker: _CallChecker, args: tuple, kwargs: dict, weights: Weigh
     }
     for name, hint in checker.pair_hints.items():
         tensors |= pair_parts(checker.where, name, arguments.get(name), hint)
+    for name, hint in checker.record_hints.items():
+        tensors |= record_parts(checker.where, name, arguments.get(name), hint)
     if weights is not None:
         for (name, annotation), tensor in zip(*weights, strict=True):
             tensors[name] = (tensor, annotation)

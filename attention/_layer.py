@@ -1,31 +1,39 @@
-"""One attention layer, unchecked: every multi-head function and module of the package goes
-through `attention_layer`, called with keywords only, after its own checks.
+"""One attention layer: `attention`, the checked entry point that every multi-head function and
+module of the package goes through, and `attention_layer`, the same layer unchecked.
 
 The steps, in the order today's models take them (each optional but the first, the fourth and the
 fifth): project X (and Y, for cross-attention) to Q, K, V (Q's projection may carry the output
 gate, Qwen 3.5's layout); split into h query heads and g key/value groups; RMS-normalise each
 head's queries and keys (QK-norm); rotate them by their positions (RoPE, all of a head's features
 or the first ones only); attend (`_core.attend`: the one fast path or the explicit one, with
-softcapping, ALiBi and sinks); merge the heads; gate them, C ∘ σ(X W_g); project by W_o.
+every modification of `attention.mods`); merge the heads; gate them, C ∘ σ(X W_g); project by
+W_o.
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, overload
 
+from jaxtyping import Bool, Float
+from jaxtyping import config as jaxtyping_config
 from torch import Tensor
 
-from . import _core
+from . import _core, _masks
 from . import mods as M
-from ._masks import silence_isolated
-from .rope import rotate
+from ._arguments import check_positive, check_probability
+from ._checks import checked
+from ._masks import silence_cross, silence_isolated
+from ._shapes import OwnDtype, ShapeError
+from .rope import even_width, rotate
 
-__all__ = ["LayerWeights", "attention_layer", "split_gate"]
+__all__ = ["LayerWeights", "attention", "attention_layer", "one_head", "split_gate"]
 
 
 @dataclass(frozen=True, eq=False)
 class LayerWeights:
-    """A layer's tensors in the book's orientation (Q = X W_q, W_q of shape d × h·c_h).
+    """A layer's tensors in the book's orientation (Q = X W_q, W_q of shape d × h·c_h; K = Y W_k
+    with Y = X in self-attention, so d_y = d), checked against one another and against the call
+    by `attention`.
 
     w_g: the gate's own W_g (d × h·c_h), or None; with `gate_in_query`, W_q is d × 2h·c_h and
     each head's 2c_h columns are its queries then its gate (Qwen 3.5's `q_proj`). q_norm, k_norm:
@@ -33,19 +41,27 @@ class LayerWeights:
     sinks) travel in their objects (`attention.mods`).
     """
 
-    w_q: Tensor
-    w_k: Tensor
-    w_v: Tensor
-    w_o: Tensor | None = None
-    b_q: Tensor | None = None
-    b_k: Tensor | None = None
-    b_v: Tensor | None = None
-    b_o: Tensor | None = None
-    w_g: Tensor | None = None
-    b_g: Tensor | None = None
+    w_q: Float[Tensor, "d c_q"]
+    w_k: Float[Tensor, "d_y c_kv"]
+    w_v: Float[Tensor, "d_y c_kv"]
+    w_o: Float[Tensor, "c c_out"] | None = None
+    b_q: Float[Tensor, " c_q"] | None = None
+    b_k: Float[Tensor, " c_kv"] | None = None
+    b_v: Float[Tensor, " c_kv"] | None = None
+    b_o: Float[Tensor, " c_out"] | None = None
+    w_g: Float[Tensor, "d c"] | None = None
+    b_g: Float[Tensor, " c"] | None = None
     gate_in_query: bool = False
     q_norm: Callable[[Tensor], Tensor] | None = None
     k_norm: Callable[[Tensor], Tensor] | None = None
+
+
+def one_head(result: Tensor | tuple[Tensor, Tensor]) -> Tensor | tuple[Tensor, Tensor]:
+    """`attention_layer`'s result for a single-head function or module: C, or (C, A) with one
+    head's A (*batch, 1, n, s) as (*batch, n, s)."""
+    if isinstance(result, tuple):
+        return result[0], result[1].squeeze(-3)
+    return result
 
 
 def split_gate(projected: Tensor, heads: int) -> tuple[Tensor, Tensor]:
@@ -54,6 +70,145 @@ def split_gate(projected: Tensor, heads: int) -> tuple[Tensor, Tensor]:
     *lead, n, total = projected.shape
     per_head = projected.view(*lead, n, heads, 2, total // (2 * heads))  # -> (…, n, h, 2, c_h)
     return per_head[..., 0, :].flatten(-2), per_head[..., 1, :].flatten(-2)
+
+
+@checked
+def attention(
+    x: Float[Tensor, "*batch n d"],
+    weights: LayerWeights,
+    *,
+    heads: int = 1,
+    groups: int | None = None,
+    mods: tuple = (),
+    mask: Bool[Tensor, "*#batch n s"] | None = None,
+    key_padding_mask: Bool[Tensor, "*#batch s"] | None = None,
+    y: Float[Tensor, "*batch s d_y"] | None = None,
+    rope: tuple[OwnDtype[Float[Tensor, "n_ctx r"]], OwnDtype[Float[Tensor, "n_ctx r"]]]
+    | None = None,
+    dropout_p: float = 0.0,
+    return_weights: bool = False,
+) -> (
+    Float[Tensor, "*batch n c_out"]
+    | tuple[Float[Tensor, "*batch n c_out"], Float[Tensor, "*batch h n s"]]
+):
+    """One attention layer, every variant of this package: the entry point that
+    `self_attention`, `multi_head_attention`, `grouped_query_attention` and the modules call.
+
+    $$C = \\big[A_1 V_{\\gamma(1)} \\,|\\, \\cdots \\,|\\, A_h V_{\\gamma(h)}\\big] W_o,
+      \\qquad A_\\ell = \\operatorname{softmax}\\!\\big(\\mu(Q_\\ell K_{\\gamma(\\ell)}^\\top
+      / \\sqrt{c_h})\\big)$$
+
+    with μ the modifications `mods` (`attention.mods`: `Causal`, `Window`, `Chunked`,
+    `Temperature`, `Softcap`, `ALiBi`, `Sinks`, `QueryScale`, or a researcher's own
+    `Modification`), and γ(ℓ) the key/value group head ℓ reads.
+
+    x: X (*batch, n, d). weights: the layer's tensors (`LayerWeights`: W_q (d, h·c_h), W_k and
+    W_v (d, g·c_h), optional W_o, biases, the output gate and QK-norm). heads: h; groups: g
+    (None: g = h, multi-head attention; 1: multi-query). mask (*batch, n, s): True where query m
+    may attend key p; key_padding_mask (*batch, s): True where key p exists. y: the keys'
+    sequence Y (*batch, s, d_y) of cross-attention (None: self-attention, s = n). rope: the
+    tables (cos, sin) of `rope.compute_rope_params`, (n_ctx, r) each with n_ctx ≥ n and r ≤ c_h
+    even (r < c_h rotates each head's first r features); positions 0 … n − 1. dropout_p: dropout
+    on A. Returns C (*batch, n, c_out) (c_out = h·c_h without W_o), or (C, A) with
+    `return_weights`, A (*batch, h, n, s).
+
+    >>> import torch
+    >>> from attention import mods
+    >>> from attention.functional import LayerWeights, attention
+    >>> W_q, W_kv, W_o = torch.rand(8, 16), torch.rand(8, 8), torch.rand(16, 8)
+    >>> layer = LayerWeights(W_q, W_kv, W_kv, W_o)
+    >>> attention(torch.rand(5, 8), layer, heads=4, groups=2, mods=(mods.Causal(),)).shape
+    torch.Size([5, 8])
+    """
+    where = "attention"
+    groups = heads if groups is None else groups
+    check_positive(where, heads=heads, groups=groups)
+    check_probability(where, dropout_p=dropout_p)
+    if not jaxtyping_config.jaxtyping_disable:  # the shapes' checks, which that switches off
+        _check_layer(where, x, weights, heads, groups, y, mask, key_padding_mask, rope)
+    mods = M.check(where, mods, heads)
+    return attention_layer(
+        x,
+        weights,
+        heads=heads,
+        groups=groups,
+        y=y,
+        mods=mods,
+        allowed=_masks.given_masks(mask, key_padding_mask),
+        dropout_p=dropout_p,
+        return_weights=return_weights,
+        rope=rope,
+    )
+
+
+def _check_layer(
+    where: str,
+    x: Tensor,
+    weights: LayerWeights,
+    heads: int,
+    groups: int,
+    y: Tensor | None,
+    mask: Tensor | None,
+    key_padding_mask: Tensor | None,
+    rope: tuple[Tensor, Tensor] | None,
+) -> None:
+    """What the letters of `attention`'s annotations cannot say: the heads' widths, the gate's
+    layout, self-attention's d_y = d and s = n, and RoPE's tables. ShapeError naming both
+    sizes."""
+    c_q, c_kv = weights.w_q.shape[-1], weights.w_k.shape[-1]
+    c = c_q // 2 if weights.gate_in_query else c_q
+    if c_q % (2 * heads if weights.gate_in_query else heads):
+        per_head = (
+            "2 · heads (each head's query, then its gate)" if weights.gate_in_query else "heads"
+        )
+        raise ShapeError(
+            f"{where}: weights.w_q has {c_q} columns, not divisible by {per_head}, heads={heads}"
+        )
+    if heads % groups:
+        raise ShapeError(f"{where}: heads={heads} is not divisible by groups={groups}")
+    width = c // heads
+    if c_kv != groups * width:
+        raise ShapeError(
+            f"{where}: weights.w_k has c_kv={c_kv} columns but groups · c_h = {groups} · {width}"
+            f" = {groups * width} (c_h = {c} / heads = {width})"
+        )
+    if weights.w_o is not None and weights.w_o.shape[0] != c:
+        raise ShapeError(
+            f"{where}: weights.w_o has {weights.w_o.shape[0]} rows but the heads give c = "
+            f"heads · c_h = {c}"
+        )
+    for name in ("w_g", "b_g"):
+        tensor = getattr(weights, name)
+        if tensor is not None and tensor.shape[-1] != c:
+            raise ShapeError(
+                f"{where}: weights.{name} has {tensor.shape[-1]} columns, expected c = {c}"
+            )
+    if y is None:
+        d, n = x.shape[-1], x.shape[-2]
+        if weights.w_k.shape[0] != d:
+            raise ShapeError(
+                f"{where}: weights.w_k has d_y={weights.w_k.shape[0]} rows but x has d={d}: "
+                f"in self-attention the keys are read from x (give y for cross-attention)"
+            )
+        for name, given in (("mask", mask), ("key_padding_mask", key_padding_mask)):
+            if given is not None and given.shape[-1] != n:
+                raise ShapeError(
+                    f"{where}: {name} has s={given.shape[-1]} keys but x has n={n} tokens "
+                    f"(self-attention: s = n)"
+                )
+    if rope is not None:
+        table = rope[0]
+        if table.shape[-1] > width:
+            raise ShapeError(
+                f"{where}: rope's tables have r={table.shape[-1]} columns but c_h={width}; "
+                f"they rotate at most a head's features"
+            )
+        even_width(where, "r (the columns of rope's tables)", table.shape[-1])
+        if table.shape[0] < x.shape[-2]:
+            raise ShapeError(
+                f"{where}: rope's tables have n_ctx={table.shape[0]} positions but x has "
+                f"n={x.shape[-2]} tokens"
+            )
 
 
 # What `attention_layer` returns follows `return_weights`: C alone, or (C, A).
@@ -109,6 +264,8 @@ def attention_layer(
     groups = heads if groups is None else groups
     if y is None:
         x = silence_isolated(x, mods, allowed)
+    else:
+        x, y = silence_cross(x, y, allowed)
     q, k, v, gate = project_heads(x, weights, heads=heads, groups=groups, y=y)
     q, k = normalise_and_rotate(q, k, weights, rope)
     width = q.shape[-1]

@@ -21,6 +21,7 @@ Turning checks off uses jaxtyping's own switch, read at call time:
 With checks off every public function and `forward` calls straight into the computation.
 """
 
+import dataclasses
 import functools
 import typing
 from collections.abc import Mapping
@@ -83,6 +84,38 @@ def tensor_pair(annotation: Any) -> tuple[Any, ...]:
         if parts and all(hasattr(part, "dim_str") for part in parts):
             return parts
     return ()
+
+
+def record_fields(annotation: Any) -> dict[str, Any]:
+    """The tensor fields of an annotation that is a record (a dataclass whose fields carry
+    jaxtyping annotations, such as `LayerWeights`), or that `| None`: {field: annotation};
+    {} for any other annotation."""
+    for member in (annotation, *typing.get_args(annotation)):
+        if isinstance(member, type) and dataclasses.is_dataclass(member):
+            return {
+                field.name: field.type
+                for field in dataclasses.fields(member)
+                if _array_annotations(field.type)
+            }
+    return {}
+
+
+def record_parts(where: str, name: str, value: Any, hint: Any) -> dict[str, tuple[Any, Any]]:
+    """A record's tensors for `check_tensors`, named `name.field`; nothing for None where the
+    annotation allows it; TypeError for a value of another type."""
+    if value is None and _is_optional(hint):
+        return {}
+    kind: type = next(
+        m
+        for m in (hint, *typing.get_args(hint))
+        if isinstance(m, type) and dataclasses.is_dataclass(m)
+    )
+    if not isinstance(value, kind):
+        raise TypeError(f"{where}: {name} must be a {kind.__name__}, got {type(value).__name__}")
+    return {
+        f"{name}.{field}": (getattr(value, field), annotation)
+        for field, annotation in record_fields(hint).items()
+    }
 
 
 def pair_parts(where: str, name: str, value: Any, hint: Any) -> dict[str, tuple[Any, Any]]:
@@ -309,8 +342,8 @@ def _fits_elsewhere(
     """A hint when a misfit tensor would fit an optional argument left out (a key-padding mask
     given as `mask`), else ''."""
     for other, (value, annotation) in tensors.items():
-        if other == name or value is not None or not _is_optional(annotation):
-            continue
+        if other == name or value is not None or not _is_optional(annotation) or "." in other:
+            continue  # (a record's field left out is no argument to give instead)
         for candidate in _array_annotations(annotation):
             try:
                 _bind("", [(other, tensor, candidate.dim_str)], dict(bindings))

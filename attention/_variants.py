@@ -12,7 +12,8 @@ from . import _core
 from . import mods as M
 from ._arguments import check_positive, check_probability, check_window
 from ._checks import checked
-from ._masks import given_masks, silence_cross, window_allowed
+from ._layer import LayerWeights, attention_layer, one_head
+from ._masks import given_masks, window_allowed
 
 __all__ = ["cross_attention", "sliding_window_mask", "decode_step"]
 
@@ -57,20 +58,16 @@ def cross_attention(
     torch.Size([5, 2])
     """
     check_probability("cross_attention", dropout_p=dropout_p)
-    allowed = given_masks(mask, key_padding_mask)
-    x, y = silence_cross(x, y, allowed)
-    q = _core.projection(x, w_q, None)
-    k = _core.projection(y, w_k, None)  # (*batch, s, d_y) -> (*batch, s, c)
-    v = _core.projection(y, w_v, None)
-    return _core.attend(
-        q,
-        k,
-        v,
-        scale=_core.scale(w_q.shape[-1]),
-        heads=False,
-        allowed=allowed,
-        dropout_p=dropout_p,
-        return_weights=return_weights,
+    return one_head(
+        attention_layer(
+            x,
+            LayerWeights(w_q, w_k, w_v),
+            heads=1,
+            y=y,
+            allowed=given_masks(mask, key_padding_mask),
+            dropout_p=dropout_p,
+            return_weights=return_weights,
+        )
     )
 
 

@@ -48,22 +48,23 @@ from ._arguments import (
 from ._backward import Gradients, self_attention_backward, self_attention_gradients
 from ._checks import checked
 from ._heads import (
-    _scaling_width,
     merge_heads,
     multi_head_attention,
     split_heads,
 )
+from ._layer import LayerWeights, attention, attention_layer, one_head
 from ._masks import (
     KeyPaddingArg,
     MaskArg,
     allowed_positions,
     given_masks,
-    silence_isolated,
 )
 from ._shapes import ShapeError
 from ._variants import chunked_mask, cross_attention, decode_step, sliding_window_mask
 
 __all__ = [
+    "attention",
+    "LayerWeights",
     "projection",
     "scores",
     "scaled_scores",
@@ -350,21 +351,15 @@ def self_attention(
     check_window("self_attention", "window", window, causal)
     check_cap("self_attention", "softcap", softcap)
     check_alibi("self_attention", alibi, 1, causal)
-    allowed = given_masks(mask, key_padding_mask)
     built = M.modifications(causal=causal, window=window, softcap=softcap, alibi=alibi, sinks=sinks)
-    mods = M.joined("self_attention", built, mods, 1)
-    x = silence_isolated(x, mods, allowed)
-    q = _core.projection(x, w_q, b_q)
-    k = _core.projection(x, w_k, b_k)
-    v = _core.projection(x, w_v, b_v)
-    return _core.attend(
-        q,
-        k,
-        v,
-        scale=_core.scale(_scaling_width(w_q)),
-        heads=False,
-        mods=mods,
-        allowed=allowed,
-        dropout_p=dropout_p,
-        return_weights=return_weights,
+    return one_head(
+        attention_layer(
+            x,
+            LayerWeights(w_q, w_k, w_v, b_q=b_q, b_k=b_k, b_v=b_v),
+            heads=1,
+            mods=M.joined("self_attention", built, mods, 1),
+            allowed=given_masks(mask, key_padding_mask),
+            dropout_p=dropout_p,
+            return_weights=return_weights,
+        )
     )

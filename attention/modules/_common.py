@@ -23,6 +23,7 @@ from .._arguments import (
     check_probability,
 )
 from .._layer import LayerWeights, attention_layer
+from .._masks import given_masks
 from .._shapes import ShapeError
 
 __all__ = [
@@ -227,7 +228,7 @@ def _per_head(norm: nn.Module | None, module: nn.Module):
 
 
 def layer_weights(module: nn.Module) -> LayerWeights:
-    """A multi-head module's tensors for `attention_layer`: W_query, W_key, W_value, out_proj (as
+    """A multi-head module's tensors for `attention`: W_query, W_key, W_value, out_proj (as
     d × c matrices, with their biases), and where it has them, QK-norm's `q_norm`, `k_norm`, the
     sinks σ (`sinks`) and the gate carried by W_query (`gate`)."""
     layers = module._modules
@@ -277,7 +278,8 @@ def forward_layer(
     *,
     y: Tensor | None = ...,
     masks: tuple = ...,
-    allowed: Tensor | None = ...,
+    mask: Tensor | None = ...,
+    key_padding_mask: Tensor | None = ...,
     return_weights: Literal[False] = ...,
     rope: tuple[Tensor, Tensor] | None = ...,
 ) -> Tensor: ...
@@ -288,7 +290,8 @@ def forward_layer(
     *,
     y: Tensor | None = ...,
     masks: tuple = ...,
-    allowed: Tensor | None = ...,
+    mask: Tensor | None = ...,
+    key_padding_mask: Tensor | None = ...,
     return_weights: bool,
     rope: tuple[Tensor, Tensor] | None = ...,
 ) -> Tensor | tuple[Tensor, Tensor]: ...
@@ -298,11 +301,12 @@ def forward_layer(
     *,
     y: Tensor | None = None,
     masks: tuple = (),
-    allowed: Tensor | None = None,
+    mask: Tensor | None = None,
+    key_padding_mask: Tensor | None = None,
     return_weights: bool = False,
     rope: tuple[Tensor, Tensor] | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Every multi-head module's forward after its checks: `attention_layer` with the module's
+    """Every multi-head module's forward after its checks: `attention` with the module's
     weights, heads (`num_heads`, and `num_kv_groups` where it groups them), dropout rate and
     modifications (`module_mods`: its own and the call's `masks`)."""
     return attention_layer(
@@ -312,7 +316,7 @@ def forward_layer(
         groups=getattr(module, "num_kv_groups", None),
         y=y,
         mods=module_mods(module, *masks),
-        allowed=allowed,
+        allowed=given_masks(mask, key_padding_mask),
         dropout_p=dropout_rate(module),
         return_weights=return_weights,
         rope=rope,

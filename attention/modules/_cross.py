@@ -9,7 +9,6 @@ from torch import Tensor
 
 from .._arguments import check_positive
 from .._checks import checked_forward
-from .._masks import given_masks, silence_cross
 from .._weights import BookWeights, cross_weights
 from ._common import MultiHeadModule, OutputProjection, build_heads, forward_layer
 
@@ -72,6 +71,11 @@ class CrossAttention(OutputProjection, BookWeights, MultiHeadModule):
     ):
         """(*batch, n, d), (*batch, s, d_y) -> (*batch, n, d_out); with `return_weights`, also
         A (*batch, h, n, s)."""
-        allowed = given_masks(mask, key_padding_mask)
-        x, y = silence_cross(x, y, allowed)
-        return forward_layer(self, x, y=y, allowed=allowed, return_weights=return_weights)
+        return forward_layer(
+            self,
+            x,
+            y=y,
+            mask=mask,
+            key_padding_mask=key_padding_mask,
+            return_weights=return_weights,
+        )

@@ -254,4 +254,4 @@ class GroupedQueryAttention(MultiHeadModule):
             window = self.sliding_window if window is None else min(window, self.sliding_window)
         rope = None if cos is None or sin is None else (cos, sin)  # both or neither, above
         masks = M.modifications(causal=causal, window=window)
-        return forward_layer(self, x, masks=masks, allowed=allowed, rope=rope)
+        return forward_layer(self, x, masks=masks, mask=allowed, rope=rope)

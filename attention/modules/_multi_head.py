@@ -16,7 +16,7 @@ from torch import Tensor
 from .. import mods as M
 from .._arguments import check_flag, check_positive
 from .._checks import checked_forward
-from .._masks import KeyPaddingArg, MaskArg, given_masks
+from .._masks import KeyPaddingArg, MaskArg
 from .._weights import BookWeights, heads_weights, multi_head_weights
 from ._common import (
     MultiHeadModule,
@@ -179,6 +179,7 @@ class MultiHeadAttention(KVCache, OutputProjection, BookWeights, MultiHeadModule
             self,
             x,
             masks=(M.Causal(),),
-            allowed=given_masks(mask, key_padding_mask),
+            mask=mask,
+            key_padding_mask=key_padding_mask,
             return_weights=return_weights,
         )

@@ -18,12 +18,11 @@ import torch.nn as nn
 from jaxtyping import Float
 from torch import Tensor
 
-from .. import _core
 from .. import mods as M
 from .._arguments import check_flag, check_positive, check_probability
 from .._checks import checked_forward
-from .._heads import _scaling_width
-from .._masks import KeyPaddingArg, MaskArg, given_masks, silence_isolated
+from .._layer import LayerWeights, attention_layer, one_head
+from .._masks import KeyPaddingArg, MaskArg, given_masks
 from .._weights import BookWeights, copy_weights, v1_weights, v2_weights
 from ._common import dropout_rate, within_context
 
@@ -33,8 +32,8 @@ Context = Float[Tensor, "*batch n c"]
 ContextAndWeights = tuple[Float[Tensor, "*batch n c"], Float[Tensor, "*batch n n"]]
 
 
-def _linear_attend(
-    module: "SelfAttentionV2 | CausalAttention",
+def _one_head(
+    module: "SelfAttentionV1 | SelfAttentionV2 | CausalAttention",
     x: Tensor,
     *,
     causal: bool,
@@ -42,22 +41,23 @@ def _linear_attend(
     key_padding_mask: Tensor | None = None,
     return_weights: bool,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """The forward of the `nn.Linear` single-head modules: mask, project, scale by √c, dropout,
-    AV. Positions that neither attend nor are attended are zeroed first (`silence_isolated`)."""
-    allowed = given_masks(mask, key_padding_mask)
-    mods = M.modifications(causal=causal)
-    x = silence_isolated(x, mods, allowed)
-    q, k, v = module.W_query(x), module.W_key(x), module.W_value(x)
-    return _core.attend(
-        q,
-        k,
-        v,
-        scale=_core.scale(_scaling_width(module.w_q)),
-        heads=False,
-        mods=mods,
-        allowed=allowed,
-        dropout_p=dropout_rate(module),
-        return_weights=return_weights,
+    """The forward of the single-head modules: `attention` with one head, the module's W_q,
+    W_k, W_v and their biases (`nn.Linear`'s; V1 has none), and its dropout rate (V1: none);
+    A (*batch, n, n)."""
+    b_q, b_k, b_v = (
+        getattr(p, "bias", None) for p in (module.W_query, module.W_key, module.W_value)
+    )
+    weights = LayerWeights(module.w_q, module.w_k, module.w_v, b_q=b_q, b_k=b_k, b_v=b_v)
+    return one_head(
+        attention_layer(
+            x,
+            weights,
+            heads=1,
+            mods=M.modifications(causal=causal),
+            allowed=given_masks(mask, key_padding_mask),
+            dropout_p=dropout_rate(module),
+            return_weights=return_weights,
+        )
     )
 
 
@@ -88,15 +88,7 @@ class SelfAttentionV1(BookWeights, nn.Module):
         self, x: Float[Tensor, "*batch n d"], *, return_weights: bool = False
     ) -> Context | ContextAndWeights:
         """C (*batch, n, c) from X (*batch, n, d); with `return_weights`, (C, A)."""
-        q, k, v = x @ self.W_query, x @ self.W_key, x @ self.W_value
-        return _core.attend(
-            q,
-            k,
-            v,
-            scale=_core.scale(_scaling_width(self.W_query)),
-            heads=False,
-            return_weights=return_weights,
-        )
+        return _one_head(self, x, causal=False, return_weights=return_weights)
 
 
 class SelfAttentionV2(BookWeights, nn.Module):
@@ -119,7 +111,7 @@ class SelfAttentionV2(BookWeights, nn.Module):
         self, x: Float[Tensor, "*batch n d"], *, return_weights: bool = False
     ) -> Context | ContextAndWeights:
         """C (*batch, n, c) from X (*batch, n, d); with `return_weights`, (C, A)."""
-        return _linear_attend(self, x, causal=False, return_weights=return_weights)
+        return _one_head(self, x, causal=False, return_weights=return_weights)
 
 
 class CausalAttention(BookWeights, nn.Module):
@@ -166,7 +158,7 @@ class CausalAttention(BookWeights, nn.Module):
         """C (*batch, n, c) from X (*batch, n, d), n ≤ context_length; with `return_weights`,
         (C, A)."""
         within_context("CausalAttention.forward", x.shape[-2], self.mask.shape[-1])
-        return _linear_attend(
+        return _one_head(
             self,
             x,
             causal=True,

@@ -14,7 +14,7 @@ from torch import Tensor
 from .. import mods as M
 from .._arguments import check_window
 from .._checks import checked_forward
-from .._masks import KeyPaddingArg, MaskArg, given_masks
+from .._masks import KeyPaddingArg, MaskArg
 from .._weights import BookWeights, multi_head_weights
 from ._common import MultiHeadModule, OutputProjection, build_heads, forward_layer
 from ._kv_cache import KVCache, refuse_masks_with_cache
@@ -109,6 +109,7 @@ class MultiHeadAttentionWithSWA(KVCache, OutputProjection, BookWeights, MultiHea
             self,
             x,
             masks=M.modifications(causal=True, window=window),
-            allowed=given_masks(mask, key_padding_mask),
+            mask=mask,
+            key_padding_mask=key_padding_mask,
             return_weights=return_weights,
         )

@@ -130,6 +130,13 @@ def good_calls():
         ("scores", F.scores, {"q": q, "k": t["k"]}, ["q", "k"], []),
         ("cross_attention", F.cross_attention, cross, list(cross), list(masks)),
         (
+            "attention",
+            F.attention,
+            {"x": x, "weights": F.LayerWeights(w, w, w)},
+            ["x"],  # weights is a record, not a tensor: see test_entry_point.py
+            [*masks, "y", "rope"],
+        ),
+        (
             "CrossAttention.forward",
             CrossAttention(D, D_Y, C, num_heads=HEADS),
             {"x": x, "y": t["y"]},
@@ -262,7 +269,11 @@ def test_optional_tensors_may_be_none(where, fn, arguments, optional):
 def test_the_table_covers_every_public_function_and_module():
     import attention
 
-    functions = {name for name in F.__all__ if callable(getattr(F, name)) and name != "Gradients"}
+    functions = {
+        name
+        for name in F.__all__
+        if callable(getattr(F, name)) and name not in ("Gradients", "LayerWeights")
+    }
     covered = {where.split(".")[0] for where, *_ in good_calls()}
     no_tensor = {"causal_mask", "sliding_window_mask", "chunked_mask", "alibi_slopes"}  # no tensor
     assert functions - no_tensor <= covered
