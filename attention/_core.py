@@ -31,7 +31,7 @@ def projection(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
     )  # (*batch·n, c) -> (*batch, n, c)
 
 
-def scale(width: int) -> float:
+def scale(width: float) -> float:
     """1/√c: the factor that brings q·k of c unit-variance components back to unit variance."""
     return 1.0 / math.sqrt(width)
 
@@ -258,6 +258,8 @@ def attend_fused(
 
 def split_heads(t: Tensor, heads: int) -> Tensor:
     """(*batch, n, c) -> (*batch, h, n, c_h): head i takes columns i·c_h … (i+1)·c_h − 1."""
+    if heads == 1:  # one head is the whole row: no transpose (self-attention's own count)
+        return t.unsqueeze(-3)
     *lead, n, c = t.shape
     return t.view(*lead, n, heads, c // heads).transpose(-3, -2)  # -> (*batch, h, n, c_h)
 
@@ -265,6 +267,8 @@ def split_heads(t: Tensor, heads: int) -> Tensor:
 def merge_heads(t: Tensor) -> Tensor:
     """(*batch, h, n, c_h) -> (*batch, n, h·c_h): the heads' context vectors side by side."""
     *lead, heads, n, width = t.shape
+    if heads == 1:
+        return t.squeeze(-3)
     return t.transpose(-3, -2).reshape(*lead, n, heads * width)  # -> (*batch, n, c)
 
 

@@ -25,11 +25,6 @@ from ._shapes import ShapeError
 __all__ = ["split_heads", "merge_heads", "multi_head_attention"]
 
 
-def _scaling_width(w_q: Tensor, heads: int = 1) -> int:
-    """The c of the 1/√c scaling: the width of one head's queries and keys (c_h = c / h)."""
-    return w_q.shape[-1] // heads
-
-
 @checked
 def split_heads(t: Float[Tensor, "*batch n c"], heads: int) -> Float[Tensor, "*batch h n c_h"]:
     """Split the c columns into h heads of c_h = c / h: head i takes columns i·c_h … (i+1)·c_h−1.

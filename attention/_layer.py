@@ -56,6 +56,13 @@ class LayerWeights:
     k_norm: Callable[[Tensor], Tensor] | None = None
 
 
+def scaling_width(weights: LayerWeights, heads: int) -> int:
+    """The c of the 1/√c scaling: one head's width, c_h = (the columns of W_q) / h (half of
+    them with the gate in W_q)."""
+    per_head = weights.w_q.shape[-1] // heads
+    return per_head // 2 if weights.gate_in_query else per_head
+
+
 def one_head(result: Tensor | tuple[Tensor, Tensor]) -> Tensor | tuple[Tensor, Tensor]:
     """`attention_layer`'s result for a single-head function or module: C, or (C, A) with one
     head's A (*batch, 1, n, s) as (*batch, n, s)."""
@@ -83,7 +90,7 @@ def attention(
     mask: Bool[Tensor, "*#batch n s"] | None = None,
     key_padding_mask: Bool[Tensor, "*#batch s"] | None = None,
     y: Float[Tensor, "*batch s d_y"] | None = None,
-    rope: tuple[OwnDtype[Float[Tensor, "n_ctx r"]], OwnDtype[Float[Tensor, "n_ctx r"]]]
+    rope: tuple[OwnDtype[Float[Tensor, "n_ctx c_r"]], OwnDtype[Float[Tensor, "n_ctx c_r"]]]
     | None = None,
     dropout_p: float = 0.0,
     return_weights: bool = False,
@@ -107,8 +114,8 @@ def attention(
     (None: g = h, multi-head attention; 1: multi-query). mask (*batch, n, s): True where query m
     may attend key p; key_padding_mask (*batch, s): True where key p exists. y: the keys'
     sequence Y (*batch, s, d_y) of cross-attention (None: self-attention, s = n). rope: the
-    tables (cos, sin) of `rope.compute_rope_params`, (n_ctx, r) each with n_ctx ≥ n and r ≤ c_h
-    even (r < c_h rotates each head's first r features); positions 0 … n − 1. dropout_p: dropout
+    tables (cos, sin) of `rope.compute_rope_params`, (n_ctx, c_r) each with n_ctx ≥ n and c_r ≤ c_h
+    even (c_r < c_h rotates each head's first c_r features); positions 0 … n − 1. dropout_p: dropout
     on A. Returns C (*batch, n, c_out) (c_out = h·c_h without W_o), or (C, A) with
     `return_weights`, A (*batch, h, n, s).
 
@@ -200,10 +207,10 @@ def _check_layer(
         table = rope[0]
         if table.shape[-1] > width:
             raise ShapeError(
-                f"{where}: rope's tables have r={table.shape[-1]} columns but c_h={width}; "
+                f"{where}: rope's tables have c_r={table.shape[-1]} columns but c_h={width}; "
                 f"they rotate at most a head's features"
             )
-        even_width(where, "r (the columns of rope's tables)", table.shape[-1])
+        even_width(where, "c_r (the columns of rope's tables)", table.shape[-1])
         if table.shape[0] < x.shape[-2]:
             raise ShapeError(
                 f"{where}: rope's tables have n_ctx={table.shape[0]} positions but x has "
@@ -268,12 +275,11 @@ def attention_layer(
         x, y = silence_cross(x, y, allowed)
     q, k, v, gate = project_heads(x, weights, heads=heads, groups=groups, y=y)
     q, k = normalise_and_rotate(q, k, weights, rope)
-    width = q.shape[-1]
     result = _core.attend(
         q,
         k,
         v,
-        scale=M.scale_of(mods, width),
+        scale=_core.scale(M.scaled_width(mods, scaling_width(weights, heads))),
         heads=True,
         mods=mods,
         allowed=allowed,

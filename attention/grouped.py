@@ -4,6 +4,7 @@ With X (n×d), h query heads of width c_h and g key/value groups (g divides h):
 
 $$Q = X W_q \\;(d \\times h c_h),\\quad K = X W_k,\\; V = X W_v \\;(d \\times g c_h),\\qquad
   C = \\big[A_1 V_{\\gamma(1)} \\,|\\, \\cdots \\,|\\, A_h V_{\\gamma(h)}\\big] W_o,$$
+
 $$A_\\ell = \\operatorname{softmax}\\!\\big(\\mathring{Q}_\\ell
   \\mathring{K}_{\\gamma(\\ell)}^\\top / \\sqrt{c_h}\\big),\\qquad
   \\gamma(\\ell) = \\lfloor (\\ell - 1)\\, g / h \\rfloor + 1,$$

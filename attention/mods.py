@@ -54,6 +54,7 @@ __all__ = [
     "QueryScale",
     "modifications",
     "scale_of",
+    "scaled_width",
     "resolved",
     "trimmed",
     "default_slopes",
@@ -484,10 +485,14 @@ def modifications(
     return ordered(mods)
 
 
+def scaled_width(mods, width: int) -> float:
+    """The c of the factor 1/√c of q·k: `QueryScale.scalar` if given, else `width` (c_h)."""
+    return next((mod.scalar for mod in mods if isinstance(mod, QueryScale)), width)
+
+
 def scale_of(mods, width: int) -> float:
     """The factor of q·k: 1/√`QueryScale.scalar` if given, else 1/√c_h for heads of `width`."""
-    scalar = next((mod.scalar for mod in mods if isinstance(mod, QueryScale)), width)
-    return 1.0 / math.sqrt(scalar)
+    return 1.0 / math.sqrt(scaled_width(mods, width))
 
 
 def resolved(mods, heads: int, like: Tensor) -> tuple[Modification, ...]:

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as torch_F
 
 import derive
-from attention import _core
+from attention import _core, _layer
 from attention import functional as F
 from attention import mods as M
 from derive.bridge.steps import check_against_torch, dyadic_inputs
@@ -33,8 +33,8 @@ def _no_scale(width):
     return 1.0
 
 
-def _scale_by_d(w_q, heads=1):
-    return w_q.shape[0] // heads  # d, the input width, where c belongs
+def _scale_by_d(weights, heads):
+    return weights.w_q.shape[0] // heads  # d, the input width, where c belongs
 
 
 def _columns_softmax(scaled, allowed, sinks=None, **_):
@@ -75,7 +75,7 @@ _ORIGINAL = {"attend_explicitly": _core.attend_explicitly, "attend_fused": _core
 #: name -> (what is wrong, [(module, attribute, replacement)])
 MUTANTS: dict[str, tuple[str, list[tuple[object, str, Callable]]]] = {
     "no_sqrt_c": ("softmax(Ω) instead of softmax(Ω/√c)", [(_core, "scale", _no_scale)]),
-    "sqrt_d": ("Ω/√d instead of Ω/√c", [(F, "_scaling_width", _scale_by_d)]),
+    "sqrt_d": ("Ω/√d instead of Ω/√c", [(_layer, "scaling_width", _scale_by_d)]),
     "wrong_axis": (
         "softmax over the queries (columns), not the keys (rows)",
         [(_core, "softmax_rows", _columns_softmax)],

@@ -82,7 +82,7 @@ class KVCache:
             q,
             keys.transpose(-3, -2),
             values.transpose(-3, -2),  # -> (*batch, g, m + t, c_h)
-            scale=M.scale_of(mods, q.shape[-1]),
+            scale=_core.scale(M.scaled_width(mods, q.shape[-1])),
             mods=mods,
             dropout_p=dropout_rate(module),
             heads=True,

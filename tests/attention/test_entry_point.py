@@ -51,9 +51,16 @@ def test_it_computes_grouped_query_attention_entry_by_entry(heads, groups, causa
         rope=tables,
     )
     expected = gqa_reference(
-        x, w_q, w_k, w_v, w_o, heads=heads, groups=groups, causal=causal,
+        x,
+        w_q,
+        w_k,
+        w_v,
+        w_o,
+        heads=heads,
+        groups=groups,
+        causal=causal,
         theta_base=100.0 if rope else None,
-    )  # fmt: off
+    )
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-10, atol=1e-12)
 
 
@@ -77,9 +84,19 @@ def _multi_head_pair(x, seed):
 def _grouped_pair(x, seed):
     w_q, w_k, w_v, w_o = _tensors((8, 8), (8, 4), (8, 4), (8, 8), seed=seed)
     wrapper = grouped_query_attention(
-        x, w_q, w_k, w_v, w_o, heads=4, groups=2, causal=True, theta_base=50.0, q_gain=1.0,
-        k_gain=1.0, mods=(M.Chunked(3),),
-    )  # fmt: off
+        x,
+        w_q,
+        w_k,
+        w_v,
+        w_o,
+        heads=4,
+        groups=2,
+        causal=True,
+        theta_base=50.0,
+        q_gain=1.0,
+        k_gain=1.0,
+        mods=(M.Chunked(3),),
+    )
     l2 = lambda t: rms_norm(t, None, eps=1e-6)  # noqa: E731  (Llama 4's norm without gains)
     tables = compute_rope_params(2, 50.0, x.shape[-2], None, torch.float64)
     entry = attention(
@@ -108,9 +125,11 @@ def _module_pair(module, call=(), **entry_options):
         extra = [t(x) for t in call]
         wrapper = built(x, *extra)
         kv = {"y": extra[0]} if extra else {}
-        weights = layer_weights(built) if not isinstance(built, SelfAttentionV1 | CausalAttention) else (
-            LayerWeights(built.w_q, built.w_k, built.w_v)
-        )  # fmt: off
+        weights = (
+            layer_weights(built)
+            if not isinstance(built, SelfAttentionV1 | CausalAttention)
+            else (LayerWeights(built.w_q, built.w_k, built.w_v))
+        )
         heads = getattr(built, "num_heads", 1)
         groups = getattr(built, "num_kv_groups", None)
         entry = attention(x, weights, heads=heads, groups=groups, **kv, **entry_options)
@@ -176,23 +195,73 @@ def _layer(heads=4, groups=2, d=8, width=2, **fields):
 #: Each bad call, and the words its error must hold: the argument (or the record's field), and
 #: both sizes where there are two.
 BAD = [
-    ("weights not a record", dict(weights={"w_q": 1}), TypeError, ["weights", "LayerWeights", "dict"]),
+    (
+        "weights not a record",
+        dict(weights={"w_q": 1}),
+        TypeError,
+        ["weights", "LayerWeights", "dict"],
+    ),
     ("weights None", dict(weights=None), TypeError, ["weights must be a LayerWeights", "NoneType"]),
-    ("w_k's rows", dict(weights=_layer(w_k=torch.zeros(5, 4, dtype=torch.float64), w_v=torch.zeros(5, 4, dtype=torch.float64))), ShapeError, ["weights.w_k", "d_y=5", "d=8"]),
-    ("w_v's width", dict(weights=_layer(w_v=torch.zeros(8, 3, dtype=torch.float64))), ShapeError, ["weights.w_v", "3"]),
-    ("w_v's dtype", dict(weights=_layer(w_v=torch.zeros(8, 4))), Exception, ["weights.w_v", "float32"]),
+    (
+        "w_k's rows",
+        dict(
+            weights=_layer(
+                w_k=torch.zeros(5, 4, dtype=torch.float64),
+                w_v=torch.zeros(5, 4, dtype=torch.float64),
+            )
+        ),
+        ShapeError,
+        ["weights.w_k", "d_y=5", "d=8"],
+    ),
+    (
+        "w_v's width",
+        dict(weights=_layer(w_v=torch.zeros(8, 3, dtype=torch.float64))),
+        ShapeError,
+        ["weights.w_v", "3"],
+    ),
+    (
+        "w_v's dtype",
+        dict(weights=_layer(w_v=torch.zeros(8, 4))),
+        Exception,
+        ["weights.w_v", "float32"],
+    ),
     ("groups", dict(heads=4, groups=3), ShapeError, ["heads=4", "groups=3"]),
     ("c_kv", dict(weights=_layer(groups=1), groups=2), ShapeError, ["weights.w_k", "c_kv=2", "4"]),
     ("w_q's columns", dict(heads=3, groups=1), ShapeError, ["weights.w_q", "heads=3"]),
-    ("w_o's rows", dict(weights=_layer(w_o=torch.zeros(6, 8, dtype=torch.float64))), ShapeError, ["weights.w_o", "6", "c = heads · c_h = 8"]),
-    ("mask's keys", dict(mask=torch.ones(5, 4, dtype=torch.bool)), ShapeError, ["mask", "s=4", "n=5"]),
-    ("rope too wide", dict(rope=compute_rope_params(4, 10.0, 5, None, torch.float64)), ShapeError, ["rope", "r=4", "c_h=2"]),
-    ("rope too short", dict(rope=compute_rope_params(2, 10.0, 3, None, torch.float64)), ShapeError, ["rope", "n_ctx=3", "n=5"]),
+    (
+        "w_o's rows",
+        dict(weights=_layer(w_o=torch.zeros(6, 8, dtype=torch.float64))),
+        ShapeError,
+        ["weights.w_o", "6", "c = heads · c_h = 8"],
+    ),
+    (
+        "mask's keys",
+        dict(mask=torch.ones(5, 4, dtype=torch.bool)),
+        ShapeError,
+        ["mask", "s=4", "n=5"],
+    ),
+    (
+        "rope too wide",
+        dict(rope=compute_rope_params(4, 10.0, 5, None, torch.float64)),
+        ShapeError,
+        ["rope", "c_r=4", "c_h=2"],
+    ),
+    (
+        "rope too short",
+        dict(rope=compute_rope_params(2, 10.0, 3, None, torch.float64)),
+        ShapeError,
+        ["rope", "n_ctx=3", "n=5"],
+    ),
     ("mods not a tuple", dict(mods=M.Causal()), TypeError, ["mods", "tuple"]),
-    ("sinks per head", dict(mods=(M.Sinks(torch.zeros(3, dtype=torch.float64)),)), ShapeError, ["mods[0]", "heads=4"]),
+    (
+        "sinks per head",
+        dict(mods=(M.Sinks(torch.zeros(3, dtype=torch.float64)),)),
+        ShapeError,
+        ["mods[0]", "heads=4"],
+    ),
     ("heads", dict(heads=0), ValueError, ["heads", "0"]),
     ("dropout_p", dict(dropout_p=1.5), ValueError, ["dropout_p", "1.5"]),
-]  # fmt: off
+]
 
 
 @pytest.mark.parametrize(("case", "change", "error", "words"), BAD, ids=[row[0] for row in BAD])
