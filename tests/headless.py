@@ -84,8 +84,8 @@ class Visit:
 
 
 def screenshot(target: Path) -> None:
-    """docs/derivation.html with the pointer on a_{2,3}: its formula in the panel, the row of
-    Ω̃ it reads lit up."""
+    """docs/derivation.html with a_{2,3} focused: its formula and value in the space under the
+    matrices, the row of Ω̃ it reads lit up."""
     with launched(require_chromium()) as browser:
         visit = Visit(
             browser,
@@ -94,9 +94,9 @@ def screenshot(target: Path) -> None:
             device_scale_factor=1,
         )
         page = visit.page
-        page.locator(".matrices").evaluate("element => element.scrollIntoView()")
-        page.mouse.wheel(0, -60)
-        page.hover("#e-a-2-3")
+        page.locator(".matrices .grid").evaluate("element => element.scrollIntoView()")
+        page.evaluate("window.scrollBy(0, -12)")
+        page.focus("#e-a-2-3")
         page.screenshot(path=str(target))
         visit.close()
 

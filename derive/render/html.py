@@ -120,9 +120,12 @@ def _table(block: Table) -> str:
 def _figure(block: Figure, figures: dict[str, str]) -> str:
     if block.path not in figures:
         raise ValueError(f"no SVG for the figure {block.path}; known: {sorted(figures)}")
+    svg = figures[block.path]
+    width = re.search(r'width="(\d+)"', svg)
+    style = f' style="--plot-width: {width[1]}px"' if width else ""  # the figure's own width
     return (
-        f'<figure class="plot">\n{figures[block.path]}\n<figcaption>{inline(block.caption)}'
-        "</figcaption>\n</figure>"
+        f'<figure class="plot"{style}>\n<div class="plot-area">{svg}</div>\n'
+        f"<figcaption>{inline(block.caption)}</figcaption>\n</figure>"
     )
 
 
@@ -167,7 +170,8 @@ def _matrices(block: Matrices) -> str:
         f"<!-- {block.provenance.comment().replace('--', '- -')} -->\n"
         f'<div class="matrices" data-provenance="{escape(said)}">\n'
         f'<p class="hint">{inline(P.MATRICES_HINT)} {_tag(block.provenance)}</p>\n'
-        f'<div class="grid">\n{tables}\n</div>\n</div>'
+        f'<div class="grid">\n{tables}\n</div>\n'
+        f'<div class="entry-slot"><p class="slot-hint">{inline(P.SLOT_HINT)}</p></div>\n</div>'
     )
 
 

@@ -55,6 +55,8 @@ EXPLICIT_STATES = (
 
 EXPLICIT_DETAIL = "Every entry written out"
 
+#: What the space under each section's matrices says until an entry is pointed at.
+SLOT_HINT = "The entry you point at or focus: its formula and its value, here."
 MATRICES_HINT = (
     "Every matrix of this section, entry by entry. Hover over an entry, or focus it (Tab, then "
     "the arrow keys), to see its formula in the entries of the steps before it and, where the "

@@ -64,6 +64,15 @@ def _text(x: float, y: float, words: str, anchor: str = "middle", extra: str = "
     )
 
 
+def _power(x: float, y: float, power: int, anchor: str = "middle") -> str:
+    """A tick label 10^power, written as a power (10⁻⁴, with the true minus sign), not 1e-4."""
+    exponent = f"{power}".replace("-", "\u2212")
+    return (
+        f'<text x="{_n(x)}" y="{_n(y)}" text-anchor="{anchor}">10<tspan dy="-5" '
+        f'font-size="8">{exponent}</tspan></text>'
+    )
+
+
 def colour(value: float) -> str:
     """The ramp's colour at `value` in [0, 1], as ``#rrggbb``."""
     value = min(max(value, 0.0), 1.0) * (len(RAMP) - 1)
@@ -258,13 +267,13 @@ def rounding_svg(data: list[tuple[float, ...]] | None = None) -> str:
                 f'<line x1="{_n(px)}" y1="{bottom}" x2="{_n(px)}" y2="{bottom + 4}" '
                 'stroke="currentColor"/>'
             )
-            body.append(_text(px, bottom + 17, f"1e{power}"))
+            body.append(_power(px, bottom + 17, power))
         for power in range(low, high + 1, 2):
             py = y(10.0**power)
             body.append(
                 f'<line x1="{x0 - 4}" y1="{_n(py)}" x2="{x0}" y2="{_n(py)}" stroke="currentColor"/>'
             )
-            body.append(_text(x0 - 7, py + 4, f"1e{power}", "end"))
+            body.append(_power(x0 - 7, py + 4, power, "end"))
         body.append(_text(x0 + panel / 2, bottom + 38, "scale s of the scores"))
         for route, (name, ink) in enumerate(ROUTES):
             column = bound_column(index, route)

@@ -1,9 +1,10 @@
 /* derive's page script. Typesets every formula of the page with KaTeX (each element of class
    "math" holds its LaTeX source; those folded in a closed <details> when it is first opened, or
-   printed), then makes the explicit matrices answer the reader: hovering or focusing an entry
-   shows its formula and its value in a panel just below the row of matrices the entry is in
-   (never over that row, nor over the rows above it, where every entry it reads is), and lights
-   up the entries that formula reads (their ids are in the entry's data-reads). */
+   printed), marks what is wider than the screen ("scrolls": the stylesheet shows that it
+   scrolls), then makes the explicit matrices answer the reader: hovering or focusing an entry
+   shows its formula and its value in the space kept under its section's matrices (it covers
+   nothing there), and lights up the entries that formula reads (their ids are in the entry's
+   data-reads). */
 (function () {
   "use strict";
 
@@ -30,6 +31,22 @@
   }
 
   typesetAll(document);
+
+  /* A display or a figure wider than its box scrolls, and is marked so. Checked whenever its
+     size changes: a display far down the page is laid out only when it comes near (the
+     stylesheet's content-visibility), and a window can be resized. */
+  function markScrolling(element) {
+    element.classList.toggle("scrolls", element.scrollWidth > element.clientWidth + 1);
+  }
+  var wide = document.querySelectorAll(".math.display, figure.plot .plot-area");
+  if (window.ResizeObserver) {
+    var watcher = new ResizeObserver(function (changes) {
+      changes.forEach(function (change) { markScrolling(change.target); });
+    });
+    Array.prototype.forEach.call(wide, function (element) { watcher.observe(element); });
+  } else {
+    Array.prototype.forEach.call(wide, markScrolling);
+  }
   document.addEventListener("toggle", function (event) {
     if (event.target.open) {
       typesetAll(event.target);
@@ -65,6 +82,9 @@
     }
     lit = [];
     panel.hidden = true;
+    if (panel.parentElement.classList) {
+      panel.parentElement.classList.remove("showing");
+    }
   }
 
   function show(cell) {
@@ -74,8 +94,8 @@
       tex += " = " + cell.dataset.formula;
     }
     typeset(formula, tex, true);
-    if (cell.dataset.value !== undefined) {
-      value.textContent = "value: " + cell.dataset.value;
+    if (cell.dataset.value !== undefined) {  /* the minus sign the cells print, not a hyphen */
+      value.textContent = "value: " + cell.dataset.value.replace(/-/g, "\u2212");
     } else {
       value.textContent = cell.dataset.formula === undefined ? "an input" : "";
     }
@@ -93,25 +113,13 @@
     place(cell);
   }
 
-  /* Below the lowest matrix of the hovered one's row of the grid: an entry reads only entries
-     of earlier steps, which are to its left or in the rows above, so the panel hides none. */
+  /* Into the space kept under the section's matrices. */
   function place(cell) {
-    var figure = cell.closest("figure.matrix");
-    var grid = figure.parentElement;
-    var top = figure.getBoundingClientRect().top;
-    var bottom = 0;
-    var figures = grid.children;
-    for (var k = 0; k < figures.length; k++) {
-      var box = figures[k].getBoundingClientRect();
-      if (Math.abs(box.top - top) < 2) {
-        bottom = Math.max(bottom, box.bottom);
-      }
+    var slot = cell.closest(".matrices").querySelector(".entry-slot");
+    if (panel.parentElement !== slot) {
+      slot.appendChild(panel);
     }
-    var left = grid.getBoundingClientRect().left;
-    var room = document.documentElement.clientWidth - left - 8;
-    panel.style.maxWidth = Math.max(room, 200) + "px";
-    panel.style.left = window.scrollX + left + "px";
-    panel.style.top = window.scrollY + bottom + 6 + "px";
+    slot.classList.add("showing");
   }
 
   function entryOf(target) {

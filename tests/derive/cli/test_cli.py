@@ -86,7 +86,7 @@ def test_html(tmp_path, capsysbinary):
     page = target.read_text()
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     assert 'id="e-a-2-3"' in page and "data-value=" in page  # the explicit entries, with values
-    assert page.count('<figure class="plot">\n<svg ') == 2  # the figures, inline
+    assert page.count('<div class="plot-area"><svg ') == 2  # the figures, inline
     assert sorted(path.name for path in tmp_path.iterdir()) == ["d.html"]  # no figure files
 
 

@@ -152,7 +152,11 @@ def test_the_worked_example_gives_the_values(committed):
 
 
 def test_figures_are_inline_svg(committed):
-    figures = re.findall(r'<figure class="plot">\n(<svg .*?</svg>)', committed, re.S)
+    figures = re.findall(
+        r'<figure class="plot" style="--plot-width: \d+px">\n<div class="plot-area">(<svg .*?</svg>)',
+        committed,
+        re.S,
+    )
     assert len(figures) == 2
     assert "Softmax saturation" in figures[0] and "worked example" in figures[1]
     blocks = [Figure("figures/softmax-saturation.png", "caption")]

@@ -79,3 +79,16 @@ def test_rounding_plot_puts_each_point_where_its_number_says():
     back = [10 ** (low + (bottom - y) / (bottom - top) * (high - low)) for y in ys]
     assert back == pytest.approx([max(v, FLOOR) for v in measured], rel=0.02)
     assert "measured 0.00e+00" in text  # an exact 0 is drawn at the floor, and says so
+
+
+def test_the_rounding_plot_writes_its_ticks_as_powers_of_ten():
+    data = [(1.0, 1e-7, 2e-8, 1e-7, 3e-8, 1e-6, 1e-7, 1e-6, 1e-9), (1e4, *[1e-4] * 8)]
+    root = ET.fromstring(svg.rounding_svg(data))
+    labels = [
+        "".join(t.itertext())
+        for t in root.iterfind(".//svg:text", NS)
+        if t.find("svg:tspan", NS) is not None
+    ]
+    # the scale's ticks 10⁰ … 10⁴ under each panel, the errors' 10⁻⁹ … beside it
+    assert {"100", "104", "10\u22129", "10\u22125"} <= set(labels), labels
+    assert not any("e" in label or "-" in label for label in labels)
