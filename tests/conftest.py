@@ -76,3 +76,14 @@ def _apply_mutant():
 
     with mutant(name):
         yield
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium for every test that opens a page (the derivation's page, the
+    documentation site): tests/headless.py, skipped where it is missing, a failure when CI is
+    set."""
+    from headless import launched, require_chromium
+
+    with launched(require_chromium()) as launched_browser:
+        yield launched_browser

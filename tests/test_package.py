@@ -58,6 +58,8 @@ def test_the_sdist_carries_what_a_user_needs_and_nothing_of_the_repository_s_own
         "derive/render/assets/katex/LICENSE",
         "docs/examples/sigmoid_attention.py",
         "docs/glossary.md",
+        "docs/tutorial.md",
+        "docs/guides/check-your-port.md",
         "README.md",
         "LICENSE",
         "CHANGELOG.md",

@@ -1,4 +1,7 @@
-"""The README says what is true: its example runs, and its test command is the one CI runs."""
+"""The README says what is true: its example runs, its test command is the one CI runs, it stays
+short (the documentation site, docs/, says the rest), and the guide's declared variant is the
+example file's. (Every code block of the README and of the site's pages runs in
+tests/site/test_site.py.)"""
 
 import re
 from pathlib import Path
@@ -20,17 +23,26 @@ def test_the_test_command_is_what_ci_runs():
     test_command = next(c for c in commands if "pytest" in c)
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert test_command.strip() in ci
+    guide = (ROOT / "docs" / "guides" / "tests.md").read_text(encoding="utf-8")
+    assert test_command.strip() in guide  # the site's guide says the same
+
+
+def test_the_readme_is_short_and_its_two_commands_come_first():
+    assert len(README.splitlines()) <= 150
+    headings = re.findall(r"^## (.*)$", README, re.M)
+    assert headings[0] == "Two commands: the derivation, and the tests"
 
 
 def test_the_declared_variant_is_the_example_files():
-    """The README's sigmoid attention declares what docs/examples/sigmoid_attention.py does."""
+    """The guide's sigmoid attention declares what docs/examples/sigmoid_attention.py does."""
     import importlib.util
 
     import derive
 
-    block = next(b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "declare" in b)
+    guide = (ROOT / "docs" / "guides" / "declare-a-variant.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```python\n(.*?)```", guide, re.S) if "declare" in b)
     shown: dict = {}
-    exec(compile(block, "README.md", "exec"), shown)  # noqa: S102 - our own README
+    exec(compile(block, "declare-a-variant.md", "exec"), shown)  # noqa: S102 - our own guide
     path = ROOT / "docs" / "examples" / "sigmoid_attention.py"
     spec = importlib.util.spec_from_file_location("readme_sigmoid_example", path)
     example = importlib.util.module_from_spec(spec)
@@ -45,7 +57,7 @@ def test_the_declared_variant_is_the_example_files():
         return {k: v for k, v in vars(claim).items() if k not in ("text", "heading", "then")}
 
     assert [stated(c) for c in mine.claims] == [stated(c) for c in theirs.claims]
-    assert "derive check --variant docs/examples/sigmoid_attention.py:SIGMOID" in README
+    assert "derive check --variant docs/examples/sigmoid_attention.py:SIGMOID" in guide
 
 
 def test_no_link_or_image_is_relative():

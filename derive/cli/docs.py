@@ -1,11 +1,14 @@
 """`derive docs`: regenerate the derivation files under docs/ (the drift tests compare them with
 the committed ones): the derivation of self-attention as LaTeX, PDF, Markdown, HTML and a
 notebook, explicit at n = 3, d = 4, c = 2 with the worked example at the same sizes, its figures,
-the glossary, and the figure docs/benchmarks.md shows (FlashAttention's rounding)."""
+the glossary, the variants' table, the mistakes' catalogue, the figure docs/benchmarks.md shows
+(FlashAttention's rounding), and the site's pages that are generated: the CLI reference
+(`reference/cli.md`) and the explanations cut from the derivation (`explanation/`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from ..render import DocumentOptions, html_document, latex_document, markdown_document
@@ -45,9 +48,11 @@ def add(commands, argparse) -> None:
 def generate_docs(*, pdf: bool = True, progress: Progress = _quiet) -> dict[str, bytes]:
     """Every generated file under docs/, by path relative to docs/ (deterministic)."""
     from ..bridge.conform.linear import MISTAKES as LINEAR_MISTAKES
+    from ..render.explanations import explanation_pages
     from ..render.glossary import glossary_markdown
     from ..render.mistakes_page import mistakes_markdown
     from ..render.variants_page import variants_markdown
+    from .reference import cli_markdown
 
     example = example_for(DOCS_OPTIONS)
     progress("computed the worked example")
@@ -57,13 +62,22 @@ def generate_docs(*, pdf: bool = True, progress: Progress = _quiet) -> dict[str,
 
     shown = {f"figures/{name}": data for name, data in FIGURES[FLASH_ROUNDING]().items()}
     tex = latex_document(DOCS_OPTIONS, example=example, progress=progress)
+    derivation_md = markdown_document(DOCS_OPTIONS, example=example)
+    explained = explanation_pages(
+        derivation_md,
+        lambda name: markdown_document(
+            replace(DOCS_OPTIONS, sizes=None, example=False, variant=name)
+        ),
+    )
     files = {
         "glossary.md": glossary_markdown().encode("utf-8"),
         "variants.md": variants_markdown().encode("utf-8"),
         "mistakes.md": mistakes_markdown(LINEAR_MISTAKES).encode("utf-8"),
+        "reference/cli.md": cli_markdown().encode("utf-8"),
         "derivation.tex": tex.encode("utf-8"),
-        "derivation.md": markdown_document(DOCS_OPTIONS, example=example).encode("utf-8"),
+        "derivation.md": derivation_md.encode("utf-8"),
         "derivation.html": html_document(DOCS_OPTIONS, example=example).encode("utf-8"),
+        **{path: page.encode("utf-8") for path, page in explained.items()},
         **figures,
         **shown,
     }

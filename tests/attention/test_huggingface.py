@@ -277,13 +277,11 @@ def test_bloom_s_attention_is_our_alibi_module():
     assert error > 100 * F32 * float(seen["out"].abs().max())
 
 
-def test_the_readme_s_example_builds_a_model_on_our_attention():
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Hugging Face models on this fast path", 1)[1]
-    section = section.split("\n## ", 1)[0].split("\n### ", 1)[0]
-    (example,) = re.findall(r"```py\n(.*?)```", section, re.S)
+def test_the_guide_s_example_builds_a_model_on_our_attention():
+    guide = Path(__file__).parents[2] / "docs" / "guides" / "huggingface.md"
+    (example,) = re.findall(r"```py\n(.*?)```", guide.read_text(encoding="utf-8"), re.S)
     namespace: dict = {}
-    exec(compile(example, "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    exec(compile(example, "huggingface.md", "exec"), namespace)  # noqa: S102 - our own guide
     model = namespace["model"]
     assert model.config._attn_implementation == hf.NAME
     calls = []

@@ -174,14 +174,17 @@ def test_every_page_typesets_without_error(browser, tmp_path, options):
 
 def test_the_readme_names_a_screenshot_of_the_page():
     """docs/figures/derivation-html.png, saved by `python tests/headless.py` (Chromium); the
-    README names it rather than showing it (a relative image breaks outside the repository)."""
+    README names it rather than showing it (a relative image breaks outside the repository); the
+    site's home page shows it."""
     picture = DOCS / "figures" / "derivation-html.png"
     data = picture.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert (width, height) == (1000, 720)
     readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
-    assert "`docs/figures/derivation-html.png` is a screenshot of\nthe page" in readme
+    assert "`docs/figures/derivation-html.png` is a screenshot of the HTML page" in readme
+    home = (DOCS / "index.md").read_text(encoding="utf-8")
+    assert "](figures/derivation-html.png)" in home
 
 
 def test_hovering_a_block_output_lights_up_the_keys_it_has_seen(browser, tmp_path):
