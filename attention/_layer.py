@@ -24,7 +24,7 @@ from ._arguments import check_positive, check_probability
 from ._checks import checked
 from ._masks import silence_cross, silence_isolated
 from ._shapes import OwnDtype, ShapeError
-from .rope import even_width, rotate
+from .rope import check_tables, rotate
 
 __all__ = ["LayerWeights", "attention", "attention_layer", "one_head", "split_gate"]
 
@@ -163,7 +163,6 @@ def _check_layer(
     layout, self-attention's d_y = d and s = n, and RoPE's tables. ShapeError naming both
     sizes."""
     c_q, c_kv = weights.w_q.shape[-1], weights.w_k.shape[-1]
-    c = c_q // 2 if weights.gate_in_query else c_q
     if c_q % (2 * heads if weights.gate_in_query else heads):
         per_head = (
             "2 · heads (each head's query, then its gate)" if weights.gate_in_query else "heads"
@@ -173,7 +172,8 @@ def _check_layer(
         )
     if heads % groups:
         raise ShapeError(f"{where}: heads={heads} is not divisible by groups={groups}")
-    width = c // heads
+    width = scaling_width(weights, heads)  # c_h
+    c = heads * width
     if c_kv != groups * width:
         raise ShapeError(
             f"{where}: weights.w_k has c_kv={c_kv} columns but groups · c_h = {groups} · {width}"
@@ -190,8 +190,8 @@ def _check_layer(
             raise ShapeError(
                 f"{where}: weights.{name} has {tensor.shape[-1]} columns, expected c = {c}"
             )
+    d, n = x.shape[-1], x.shape[-2]
     if y is None:
-        d, n = x.shape[-1], x.shape[-2]
         if weights.w_k.shape[0] != d:
             raise ShapeError(
                 f"{where}: weights.w_k has d_y={weights.w_k.shape[0]} rows but x has d={d}: "
@@ -205,17 +205,7 @@ def _check_layer(
                 )
     if rope is not None:
         table = rope[0]
-        if table.shape[-1] > width:
-            raise ShapeError(
-                f"{where}: rope's tables have c_r={table.shape[-1]} columns but c_h={width}; "
-                f"they rotate at most a head's features"
-            )
-        even_width(where, "c_r (the columns of rope's tables)", table.shape[-1])
-        if table.shape[0] < x.shape[-2]:
-            raise ShapeError(
-                f"{where}: rope's tables have n_ctx={table.shape[0]} positions but x has "
-                f"n={x.shape[-2]} tokens"
-            )
+        check_tables(where, "rope's tables", table.shape[-1], table.shape[0], ("c_h", width), n)
 
 
 # What `attention_layer` returns follows `return_weights`: C alone, or (C, A).

@@ -53,7 +53,6 @@ __all__ = [
     "Sinks",
     "QueryScale",
     "modifications",
-    "scale_of",
     "scaled_width",
     "resolved",
     "trimmed",
@@ -246,7 +245,7 @@ def _cut(s: Tensor, block: Block, bounds, inplace: bool) -> Tensor:
 class QueryScale(Modification):
     """The scale 1/√`scalar` of q·k in place of 1/√c_h (Gemma 2 and 3's
     `query_pre_attn_scalar`). It acts on the queries before their products (so that q·k does
-    not overflow where the scaled scores fit), read by `scale_of`; nothing on a block."""
+    not overflow where the scaled scores fit), read by `scaled_width`; nothing on a block."""
 
     scalar: float
     stage: ClassVar[int] = 0
@@ -488,11 +487,6 @@ def modifications(
 def scaled_width(mods, width: int) -> float:
     """The c of the factor 1/√c of q·k: `QueryScale.scalar` if given, else `width` (c_h)."""
     return next((mod.scalar for mod in mods if isinstance(mod, QueryScale)), width)
-
-
-def scale_of(mods, width: int) -> float:
-    """The factor of q·k: 1/√`QueryScale.scalar` if given, else 1/√c_h for heads of `width`."""
-    return 1.0 / math.sqrt(scaled_width(mods, width))
 
 
 def resolved(mods, heads: int, like: Tensor) -> tuple[Modification, ...]:

@@ -246,6 +246,24 @@ def interleaved_order(width: int, rotated: int) -> list[int]:
     return [*range(0, rotated, 2), *range(1, rotated, 2), *range(rotated, width)]
 
 
+def check_tables(where: str, tables: str, rotated: int, positions: int, width: tuple, n: int):
+    """RoPE's tables for a call: their `rotated` columns (c_r) even and at most a head's width
+    (`width`: (its name, its value)), their `positions` (n_ctx) at least the call's n tokens.
+    `tables` names them in the errors ("cos and sin")."""
+    name, value = width
+    if rotated > value:
+        raise ShapeError(
+            f"{where}: {tables} have c_r={rotated} columns but {name}={value}; they rotate at "
+            f"most a head's features"
+        )
+    even_width(where, f"c_r (the columns of {tables})", rotated)
+    if positions < n:
+        raise ShapeError(
+            f"{where}: {tables} have n_ctx={positions} positions but x has n={n} tokens; "
+            f"compute them with a larger context_length"
+        )
+
+
 def check_rotated(
     where: str, width: int, rotated: int | None, name: str, width_name: str = "c"
 ) -> int:

@@ -21,9 +21,9 @@ from .._arguments import (
 )
 from .._checks import Weights, checked_forward
 from .._masks import book_mask
-from .._shapes import OwnDtype, ShapeError
+from .._shapes import OwnDtype
 from .._weights import parameter, submodule
-from ..rope import even_width
+from ..rope import check_tables
 from ._common import MultiHeadModule, check_sinks, forward_layer, set_score_options
 
 __all__ = ["RMSNorm", "GroupedQueryAttention", "check_groups"]
@@ -235,17 +235,8 @@ class GroupedQueryAttention(MultiHeadModule):
         if (cos is None) != (sin is None):
             raise ValueError(f"{where}: give cos and sin together (or neither, for no RoPE)")
         if cos is not None:
-            if cos.shape[-1] > self.head_dim:
-                raise ShapeError(
-                    f"{where}: cos and sin have c_r={cos.shape[-1]} columns but "
-                    f"head_dim={self.head_dim}; they rotate at most a head's features"
-                )
-            even_width(where, "c_r (the columns of cos and sin)", cos.shape[-1])
-            if cos.shape[0] < n:
-                raise ShapeError(
-                    f"{where}: cos and sin have n_ctx={cos.shape[0]} positions but x has n={n} "
-                    f"tokens; compute them with a larger context_length"
-                )
+            width = ("head_dim", self.head_dim)
+            check_tables(where, "cos and sin", cos.shape[-1], cos.shape[0], width, n)
         causal, window, allowed = book_mask(blocked, n)
         if self.alibi or any(isinstance(mod, M.Chunked) for mod in self.score_mods):
             causal = True  # ALiBi's bias is the causal one; Llama 4's chunks are causal

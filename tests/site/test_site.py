@@ -230,9 +230,12 @@ def _runs(language: str, code: str) -> bool:
 def test_every_python_example_of_a_page_runs(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "docs_example"}
+    ran = 0
     for language, code in _blocks(page):
         if _runs(language, code):
             exec(compile(code, page, "exec"), namespace)  # noqa: S102 - our own pages
+            ran += 1
+    assert ran >= 1 and len(namespace) > 2  # the page's examples ran and defined their names
     tests = [value for name, value in namespace.items() if name.startswith("test_")]
     for test in tests:  # a page's example of a test in a user's suite: it must pass
         test()
