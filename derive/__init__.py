@@ -18,10 +18,11 @@ name. The public face:
   `derive.testing` has `assert_conforms` for a test suite.
 
 Everything else lives in the layer that computes it (`derive.notation`, `derive.graph`,
-`derive.calculus`, `derive.proofs`, `derive.explicit`, `derive.render`, `derive.bridge`) and
-is imported from there. ``import derive`` loads nothing but this page: each name is imported
-when it is first used (the symbolic layers then, torch and the renderers only for what needs
-them), so that ``import derive.graph.registry`` and the command line start fast.
+`derive.calculus`, `derive.proofs`, `derive.explicit`, `derive.render`) or in a wing beside them
+(`derive.bridge`, `derive.conformance`) and is imported from there. ``import derive`` loads
+nothing but this page: each name is imported when it is first used (the symbolic layers then,
+torch and the renderers only for what needs them), so that ``import derive.graph.registry``
+and the command line start fast.
 """
 
 from __future__ import annotations
@@ -75,11 +76,11 @@ _WHERE = {
     "DocumentOptions": ("derive.render.documents", "DocumentOptions"),
     "document": ("derive.public", "document"),
     "check": ("derive.bridge.check", "check"),
-    "conform": ("derive.bridge.conform", "conform"),
-    "Report": ("derive.bridge.conform", "Report"),
-    "ConformError": ("derive.bridge.conform", "ConformError"),
-    "Weights": ("derive.bridge.conform", "Weights"),
-    "register_adapter": ("derive.bridge.conform", "register_adapter"),
+    "conform": ("derive.conformance", "conform"),
+    "Report": ("derive.conformance", "Report"),
+    "ConformError": ("derive.conformance", "ConformError"),
+    "Weights": ("derive.conformance", "Weights"),
+    "register_adapter": ("derive.conformance", "register_adapter"),
 }
 
 
@@ -92,6 +93,7 @@ _MODULES = (
     "explicit",
     "render",
     "bridge",
+    "conformance",
     "cli",
     "testing",
     "public",
@@ -117,7 +119,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what a type checker and an editor see
     from . import declare
     from .bridge.check import check
-    from .bridge.conform import ConformError, Report, Weights, conform, register_adapter
+    from .conformance import ConformError, Report, Weights, conform, register_adapter
     from .explicit.named import explicit_gradients, explicit_variant
     from .graph.entry import Entry
     from .graph.errors import DeclarationError, DerivationError

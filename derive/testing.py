@@ -10,14 +10,14 @@
 
 `assert_conforms` runs `derive.conform` (same options) and raises `AssertionError` whose message
 is the report, with the mistake named when the catalogue has it. A convention of your own is
-read by an adapter you register (`register_adapter`, see `derive.bridge.conform.adapters`).
+read by an adapter you register (`register_adapter`, see `derive.conformance.read.adapters`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .bridge.conform import ConformError, Report, Weights, conform, register_adapter
+from .conformance import ConformError, Report, Weights, conform, register_adapter
 
 __all__ = [
     "assert_conforms",
@@ -45,8 +45,8 @@ def attention_layers(model: Any) -> dict[str, Any]:
     a kind being the layer's class, the variant the adapter reads and its values (a model's local
     and global layers, its layers with and without RoPE, are two kinds); a hybrid model's
     linear-attention layers (Gated DeltaNet's) are a kind of their own."""
-    from .bridge.conform.linear import recognised
-    from .bridge.conform.registry import find_adapter
+    from .conformance.linear import recognised
+    from .conformance.read.registry import find_adapter
 
     found: dict[str, Any] = {}
     kinds: set = set()

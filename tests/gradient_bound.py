@@ -5,7 +5,7 @@ against a float64 reference, and the bound on that error that float32 rounding i
 `rounding_bound` walks the steps both paths take, in float64: each intermediate quantity is a
 `Bounded`, its exact value with a radius, what a float32 computation of it may be off by, entry
 by entry, given what its operands may be off by and how often it is rounded. That is how
-derive/bridge/conform derives its tolerances (`derive.bridge.conform.matrices`), with three
+derive/conform derives its tolerances (`derive.conformance.evaluate.matrices`), with three
 changes that its small scores never needed: a product's radius keeps the product of its
 operands' radii (second order); the softmax turns a score's error into a weight's error through
 exp itself, not its first-order expansion, since at large scores a score's error is 1 or more;

@@ -169,7 +169,7 @@ def run_conform(args, out: TextIO | None = None) -> int:
         raise EnvironmentProblem(
             f"derive conform needs torch ({error}); pip install torch"
         ) from None
-    from ..bridge.conform import ConformError, conform
+    from ..conformance import ConformError, conform
 
     options = {
         "kind": args.kind,

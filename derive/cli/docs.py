@@ -47,7 +47,7 @@ def add(commands, argparse) -> None:
 
 def generate_docs(*, pdf: bool = True, progress: Progress = _quiet) -> dict[str, bytes]:
     """Every generated file under docs/, by path relative to docs/ (deterministic)."""
-    from ..bridge.conform.linear import MISTAKES as LINEAR_MISTAKES
+    from ..conformance.linear import MISTAKES as LINEAR_MISTAKES
     from ..render.explanations import explanation_pages
     from ..render.glossary import glossary_markdown
     from ..render.mistakes_page import mistakes_markdown

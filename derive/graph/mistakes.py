@@ -186,12 +186,17 @@ class Mistake:
             leaves nothing to get wrong, None where the change cannot be declared on that form.
         rows: how a row of weights with no key is read: ``"zero"`` (derive's convention) or
             ``"nan"`` (0/0 in IEEE arithmetic).
+        row_by_row: whether each row of C still reads its own row of Q only (False for a
+            mistake that mixes the rows: the softmax over the queries, a reshape without the
+            transpose); a layer given its tokens in turn with a cache then makes the mistake
+            within each call as it would on the tokens up to the call's last.
     """
 
     id: str
     title: str
     change: Callable[[Graph, Form], Graph | None]
     rows: str = "zero"
+    row_by_row: bool = True
 
     def graph(self, form: Form) -> Graph | None:
         """The mistaken graph of `form`."""
@@ -218,7 +223,12 @@ MISTAKES: tuple[Mistake, ...] = (
         "divided by the head width c_h, not √c_h (as 1/√c_h applied twice)",
         _scaled_by(_head_width),
     ),
-    Mistake("softmax-over-queries", "softmax over the queries (columns)", softmax_over_queries),
+    Mistake(
+        "softmax-over-queries",
+        "softmax over the queries (columns)",
+        softmax_over_queries,
+        row_by_row=False,
+    ),
     Mistake("values-are-keys", "the keys weighed for the values: C = A K", values_are_keys),
     Mistake(
         "causal-diagonal-masked",
@@ -242,11 +252,17 @@ MISTAKES: tuple[Mistake, ...] = (
         "dropout on the scores, before the softmax",
         dropout_before_softmax,
     ),
-    Mistake("heads-mixed", "heads merged by a reshape without the transpose", heads_mixed),
+    Mistake(
+        "heads-mixed",
+        "heads merged by a reshape without the transpose",
+        heads_mixed,
+        row_by_row=False,
+    ),
     Mistake(
         "heads-split-without-transpose",
         "heads split by a reshape to (h, n, c_h) without the transpose",
         P.heads_split_without_transpose,
+        row_by_row=False,
     ),
     Mistake(
         "gqa-repeat-order",

@@ -2,7 +2,7 @@
 
 The bound. Every gradient of a float32 run, on the fast path and on the explicit path alike, is
 held entry by entry to |ĝ − g| ≤ R: g the float64 reference's, R what float32 rounding allows
-along the steps both paths take, derived as derive/bridge/conform derives its tolerances
+along the steps both paths take, derived as derive/conform derives its tolerances
 (`gradient_bound.rounding_bound`). The model: a float32 result is off by at most u = 2⁻²⁴ of
 itself (2⁻¹²⁶ more where it underflows); a product of depth k by γ_k |X||Y|, γ_k = k u/(1 − k u),
 in any order of summation; exp by 1 ulp (torch.exp and torch.softmax, SLEEF's), 20 ulps in the

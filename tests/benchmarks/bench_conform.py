@@ -8,7 +8,7 @@ all of them alike): `python -c "import torch"` (the floor: no attention check st
 `derive conform` of the book's MultiHeadAttention (tests/book.py: a module that imports torch
 alone; d = 64, 4 heads, causal) with an empty
 cache of derivations (SymPy derives the matrix forms and the backward pass) and with the cache
-that run left (`derive.bridge.conform.cache`); and `derive conform` of the book's MultiHeadAttention
+that run left (`derive.conformance.evaluate.cache`); and `derive conform` of the book's MultiHeadAttention
 with its heads merged by a reshape without the transpose (the same sizes), which fails and is
 diagnosed (every mistake of the catalogue evaluated); a Hugging Face Llama layer (d = 64, 4 heads
 in 2 groups, RoPE) built from its config, against building it alone. Prints the median and the fastest of each,
@@ -72,7 +72,7 @@ import torch
 torch_at = time.perf_counter()
 import derive.cli
 derive_at = time.perf_counter()
-from derive.bridge.conform.target import load
+from derive.conformance.read.target import load
 module = load(sys.argv[1])
 target_at = time.perf_counter()
 import derive

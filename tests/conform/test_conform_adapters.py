@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 from derive import ConformError, conform
-from derive.bridge.conform import adapters
+from derive.conformance.read import adapters
 from derive.testing import Weights, register_adapter
 
 

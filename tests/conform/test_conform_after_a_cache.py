@@ -10,7 +10,7 @@ import torch
 
 import attention
 from derive import conform
-from derive.bridge.conform import adapters
+from derive.conformance.read import adapters
 from derive.testing import Weights, register_adapter
 
 try:

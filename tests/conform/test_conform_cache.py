@@ -7,7 +7,7 @@ import correct
 import pytest
 
 from derive import conform
-from derive.bridge.conform import cache, matrices
+from derive.conformance.evaluate import cache, matrices
 from derive.graph.forms import Form, reference
 
 

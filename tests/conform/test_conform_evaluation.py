@@ -1,4 +1,4 @@
-"""The evaluator of derived matrix forms (derive.bridge.conform.matrices) against derive.explicit's
+"""The evaluator of derived matrix forms (derive.conformance.evaluate.matrices) against derive.explicit's
 exact values at tiny sizes: every step of every form, the mistakes SymPy finds matrix forms for,
 the steps evaluated entry by entry against the explicit entries, the backward pass, and the
 rounding bound against what float32 does."""
@@ -8,10 +8,10 @@ import sympy as sp
 import torch
 
 from attention import functional as F
-from derive.bridge.conform.elementwise import evaluate_element
-from derive.bridge.conform.matrices import Evaluation, Rounding
 from derive.calculus import NoMatrixForm
 from derive.calculus.forward import declared_matrix
+from derive.conformance.evaluate.elementwise import evaluate_element
+from derive.conformance.evaluate.matrices import Evaluation, Rounding
 from derive.explicit.forward import ExplicitGraph
 from derive.explicit.gradients import ExplicitGradients
 from derive.explicit.instantiate import cells

@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 
 from derive import ConformError, conform
-from derive.bridge.conform import adapters
+from derive.conformance.read import adapters
 from derive.testing import Weights, assert_conforms, register_adapter
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -309,7 +309,7 @@ def test_a_global_layer_that_does_not_rotate_told_rope_does_not_conform(name):
     assert not conform(_layer(name), variant="rope").conforms
 
 
-#: The packed layouts (`PACKED`): GPT-BigCode's (each head's q, k, v; or multi-query's
+#: The packed layouts (rows of `LAYOUTS`): GPT-BigCode's (each head's q, k, v; or multi-query's
 #: [Q | K | V]) and Falcon's (each head's; multi-query's; the new decoder's groups), each with
 #: the variant its layer computes.
 PACKED_LAYERS = {
@@ -341,19 +341,18 @@ def _packed_layer(name):
 def test_a_packed_layout_is_read_as_its_family_packs_it(name, monkeypatch):
     """Each layout conforms with its variant; read with another family's layout (each head's
     q, k, v taken as [Q | K | V], or the reverse) it does not."""
-    from derive.bridge.conform import huggingface as adapter
+    from derive.conformance.read import huggingface_tables as tables
 
     layer = _packed_layer(name)
     report = conform(layer)
     assert report.conforms, report.table()
     assert report.variant == PACKED_LAYERS[name][3] and report.convention == "huggingface"
-    row = adapter.PACKED[type(layer).__name__]
-    wrong = lambda m: (  # noqa: E731
-        adapter._each_head_three
-        if row[2](m) is not adapter._each_head_three
-        else adapter._heads_then_two
-    )
-    monkeypatch.setitem(adapter.PACKED, type(layer).__name__, (row[0], row[1], wrong, row[3]))
+    # each layout read as another: a group's as each head's, each head's as [Q | K | V], and
+    # [Q | K | V] as each head's
+    each_head, heads_then_two = tables._each_head_three, tables._heads_then_two
+    monkeypatch.setattr(tables, "_each_group", each_head)
+    monkeypatch.setattr(tables, "_each_head_three", heads_then_two)
+    monkeypatch.setattr(tables, "_heads_then_two", each_head)
     misread = None
     try:
         misread = conform(layer)
@@ -369,3 +368,80 @@ def test_falcon_s_alibi_layers_are_refused_by_name():
     layer = transformers.FalconModel(config).h[0].self_attention
     with pytest.raises(ConformError, match="Falcon's ALiBi layers are not read"):
         conform(layer)
+
+
+def _broken_attention(mistake):
+    """Hugging Face's eager attention function (the layer's query, key and value states, its
+    additive mask, its scale) with one classic mistake, for `AttentionInterface.register`."""
+
+    def attend(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        groups = query.shape[1] // key.shape[1]
+        key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+        scores = query @ key.transpose(-1, -2) * scaling
+        if mistake == "mask-after-softmax":
+            kept = attention_mask[..., : key.shape[-2]] == 0
+            weights = scores.float().softmax(-1).to(query.dtype) * kept
+        else:
+            axis = -2 if mistake == "softmax-over-queries" else -1
+            scores = scores + attention_mask[..., : key.shape[-2]]
+            weights = scores.float().softmax(axis).to(query.dtype)
+        out = weights @ value  # (batch, h, n, c_h)
+        if mistake == "heads-mixed":  # the heads merged without the transpose
+            return out.reshape(out.shape[0], out.shape[2], out.shape[1], -1), weights
+        return out.transpose(1, 2).contiguous(), weights
+
+    return attend
+
+
+@pytest.mark.parametrize("mistake", ["softmax-over-queries", "heads-mixed", "mask-after-softmax"])
+def test_a_decoder_layer_s_mistake_is_named_through_its_cached_calls(mistake):
+    """A Hugging Face decoder layer is also checked with its cache, where it makes its mistake
+    within each call: the diagnosis models the mistake per call (or, for one that mixes a
+    call's rows, asks nothing of the cached calls) and names it (issue 34: no name was found,
+    the mistake modelled over the whole sequence)."""
+    name = f"broken-{mistake}"
+    transformers.AttentionInterface.register(name, _broken_attention(mistake))
+    report = conform(_layer("llama", implementation=name))
+    assert not report.conforms
+    rows = {check.name: check.status for check in report.checks}
+    assert rows["after a cache"] == "FAIL", report.table()
+    assert report.diagnosis.id == mistake, report.table()
+
+
+#: The families the tables refuse (`REFUSED`), each by the words of its reason: one per row.
+REFUSED_FAMILIES = {
+    "bitnet": "attn_sub_norm",
+    "diffllama": "differential attention",
+    "hunyuan_v1_dense": "normalised after RoPE",
+    "persimmon": "a LayerNorm of the queries and keys",
+    "lfm3": "a gate of one logit per head",
+    "beam": "gate_bias",
+}
+#: where a family's first attention layer is (LFM3's first layers are convolutions)
+FIRST_ATTENTION = {"lfm3": 2}
+
+
+def _family_layer(family):
+    index = FIRST_ATTENTION.get(family, 0)
+    sizes = SIZES | {"num_hidden_layers": index + 1, "pad_token_id": 0}
+    config = transformers.AutoConfig.for_model(family, **sizes)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    return model.get_submodule(f"model.layers.{index}.self_attn")
+
+
+def test_every_refusal_of_the_tables_is_tested():
+    from derive.conformance.read.huggingface_tables import REFUSED
+
+    assert len(REFUSED_FAMILIES) == len(REFUSED)
+
+
+@pytest.mark.parametrize("family", sorted(REFUSED_FAMILIES))
+def test_a_layer_that_computes_what_no_variant_declares_is_refused_by_name(family):
+    """Not checked against a formula it does not compute ("does not conform" of an unmodified
+    layer): refused, naming what it computes."""
+    layer = _family_layer(family)
+    with pytest.raises(ConformError, match=REFUSED_FAMILIES[family]) as refused:
+        conform(layer)
+    assert type(layer).__name__ in str(refused.value) and "not read" in str(refused.value)

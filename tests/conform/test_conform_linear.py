@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, Qwen3_5TextConfig
 
 from attention import GatedDeltaNet
 from derive import conform
-from derive.bridge.conform.linear import MISTAKES
+from derive.conformance.linear import MISTAKES
 
 
 @pytest.mark.parametrize("name", sorted(linear_ports.CORRECT))

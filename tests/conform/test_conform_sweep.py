@@ -20,7 +20,9 @@ _SPEC.loader.exec_module(sweep_transformers)
 
 #: Families whose every kind of attention layer conforms today (from the whole sweep's table).
 FAMILIES = [
+    "afmoe",
     "apertus",
+    "bart",
     "bert",
     "bloom",
     "cohere2",
@@ -41,6 +43,7 @@ FAMILIES = [
     "mixtral",
     "olmo2",
     "olmo3",
+    "phi",
     "phi3",
     "qwen2",
     "qwen3",
@@ -74,9 +77,26 @@ def test_the_table_of_the_whole_sweep_says_the_same(rows):
         assert line in table, line
 
 
-def test_the_sweep_tells_a_layer_that_differs_and_a_family_it_cannot_read():
-    found = {row.family: row for row in sweep_transformers.sweep(["bitnet", "bart"])}
-    # BitNet normalises the merged heads before o_proj (attn_sub_norm): not the formula
-    assert found["bitnet"].verdict == "does not conform"
-    assert "forward values" in found["bitnet"].why
-    assert found["bart"].verdict == "not read" and found["bart"].why
+def _heads_mixed(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """Hugging Face's attention with the heads merged by a reshape without the transpose."""
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+    scores = query @ key.transpose(-1, -2) * scaling + attention_mask[..., : key.shape[-2]]
+    out = scores.softmax(-1) @ value  # (batch, h, n, c_h)
+    return out.reshape(out.shape[0], out.shape[2], out.shape[1], -1), None
+
+
+def test_the_sweep_tells_a_broken_layer_a_refused_one_and_an_unread_family_apart(monkeypatch):
+    """Llama's layers with the heads mixed (its attention function replaced) do not conform,
+    named; BitNet's, which normalise the merged heads before o_proj, are refused with that
+    reason; GPT-J's layout is in no table: not read."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS, "sdpa", _heads_mixed)
+    found = {row.family: row for row in sweep_transformers.sweep(["llama", "bitnet", "gptj"])}
+    assert found["llama"].verdict == "does not conform"
+    assert "diagnosis: heads-mixed" in found["llama"].why
+    assert found["bitnet"].verdict == "not read"
+    assert "attn_sub_norm" in found["bitnet"].why
+    assert found["gptj"].verdict == "not read"
+    assert "no adapter finds the weights of GPTJAttention" in found["gptj"].why

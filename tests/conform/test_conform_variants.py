@@ -23,9 +23,9 @@ import torch.nn as nn
 from attention import mods as M
 from attention.modules import GroupedQueryAttention
 from derive import ConformError, conform
-from derive.bridge.conform import adapters
-from derive.bridge.conform.matrices import Evaluation
 from derive.cli import main
+from derive.conformance.evaluate.matrices import Evaluation
+from derive.conformance.read import adapters
 from derive.explicit.forward import ExplicitGraph
 from derive.explicit.gradients import ExplicitGradients
 from derive.graph.forms import Form, reference
@@ -42,7 +42,7 @@ def registry(monkeypatch):
 def blind(registry):
     """An adapter that reads W_query, W_key, W_value and out_proj alone, as if the module had
     no variant (called as the grouped adapter calls it)."""
-    from derive.bridge.conform.grouped import GROUPED
+    from derive.conformance.read.grouped import GROUPED
 
     def weights(module):
         return Weights(
@@ -188,7 +188,7 @@ def test_shared_keys_are_compared_as_shared_and_repeating_them_is_a_different_gr
 def test_the_values_told_are_the_values_compared(registry):
     """RoPE's base β as the adapter or --value says: a module that rotates with β = 10 000
     does not conform to β = 500."""
-    from derive.bridge.conform.grouped import GROUPED
+    from derive.conformance.read.grouped import GROUPED
 
     def at_ten_thousand(module, x, allowed):
         return GROUPED.call(module, x, allowed, variant="rope", values={"beta": 10_000})
@@ -317,7 +317,7 @@ def test_the_package_latent_attention_conforms_with_its_latent_weights_compared(
     the gradients of W_dkv, W_uk and W_uv are compared. Read with W_uk and W_uv swapped, the
     same module does not conform."""
     from attention.modules import MultiHeadLatentAttention
-    from derive.bridge.conform.grouped import LATENT
+    from derive.conformance.read.grouped import LATENT
 
     torch.manual_seed(0)
     module = MultiHeadLatentAttention(16, 16, 0.0, 4, latent_dim=6)

@@ -217,7 +217,7 @@ def test_relu_attention_in_either_form_derives_checks_and_proves_its_bound(tmp_p
 
 
 def test_conform_evaluates_max_min_abs_heaviside_and_sign():
-    from derive.bridge.conform.elementwise import entries_values
+    from derive.conformance.evaluate.elementwise import entries_values
 
     w = L.base("omega")
     formula = (

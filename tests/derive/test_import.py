@@ -17,8 +17,9 @@ PACKAGE = ROOT / "derive"
 
 #: The pipeline, bottom to top: a layer may import the layers before it, never after.
 LAYERS = ["notation", "graph", "calculus", "proofs", "explicit", "render", "cli"]
-#: bridge touches torch and may use every layer; only cli and the package's facade import it.
-BRIDGE = "bridge"
+#: The wings touch torch and may use every layer; only cli and the package's facade import them.
+#: conform may use bridge, bridge never conform.
+WINGS = ["bridge", "conformance"]
 
 PROBE = """
 import json, sys
@@ -77,7 +78,7 @@ def _imports(module: str, path: Path) -> set[str]:
 
 def _layer(module: str) -> str | None:
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[1] in LAYERS + [BRIDGE] else None
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS + WINGS else None
 
 
 def test_layers_import_downwards_only():
@@ -89,10 +90,13 @@ def test_layers_import_downwards_only():
             theirs = _layer(target)
             if theirs is None:
                 pytest.fail(f"{module} imports the package facade {target}")
-            if mine == BRIDGE or theirs == mine:
+            if theirs == mine:
                 continue
-            if theirs == BRIDGE:
-                assert mine == "cli", f"{module} imports {target}: only cli may use the bridge"
+            if theirs in WINGS:
+                allowed = mine == "cli" or WINGS.index(theirs) < WINGS.index(mine)
+                assert allowed, f"{module} imports {target}: only cli may use the {theirs} wing"
+                continue
+            if mine in WINGS:
                 continue
             assert LAYERS.index(theirs) < LAYERS.index(mine), f"{module} imports {target}"
 
@@ -135,7 +139,7 @@ def test_the_formatter_owns_the_layout():
 
 def test_the_pipeline_reads_from_the_folder_listing():
     folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__")
-    assert folders == sorted([*LAYERS, BRIDGE])
+    assert folders == sorted([*LAYERS, *WINGS])
 
 
 def test_cli_and_bridge_name_no_variant():

@@ -1,5 +1,5 @@
 """Ports of Gated DeltaNet (the book's ch04/08 class, restated with the book's parameter names),
-one correct and one for each mistake of `derive.bridge.conform.linear.MISTAKES`, each differing
+one correct and one for each mistake of `derive.conformance.linear.MISTAKES`, each differing
 from the correct one in the lines its mistake names. Targets of `derive conform`:
 `derive conform tests/conform/corpus/linear_ports.py:inclusive_decay`."""
 

@@ -155,7 +155,7 @@ def test_the_mistakes_page_shows_every_mistake_with_the_step_it_changes(generate
     """docs/mistakes.md, generated from the catalogue: a row per mistake, in the catalogue's
     order, each with the formula it computes beside the derivation's (but the one that changes
     no formula, NaN on empty rows, which says so)."""
-    from derive.bridge.conform.linear import MISTAKES as LINEAR
+    from derive.conformance.linear import MISTAKES as LINEAR
     from derive.graph.mistakes import MISTAKES
 
     page = generated["mistakes.md"].decode("utf-8")

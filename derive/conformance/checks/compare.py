@@ -18,7 +18,7 @@ import torch
 
 from ...graph import Graph
 from ...graph.forms import RHO, Form, reference
-from .matrices import Evaluation, Rounding
+from ..evaluate.matrices import Evaluation, Rounding
 
 __all__ = [
     "Scenario",
@@ -51,7 +51,7 @@ def rounding_for(dtype: Any, *, conventions: dict | None = None) -> Rounding:
     """The target's unit roundoffs plus the float64 reference's own; `conventions` may say the
     dtype its ``"softmax"`` and its ``"tables"`` (RoPE's angles) are computed in, where that is
     coarser (``"float32"`` in a float64 layer)."""
-    from .target import ConformError
+    from ..read.target import ConformError
 
     name, told = dtype_name(dtype), conventions or {}
     for given in (name, told.get("softmax"), told.get("tables")):
@@ -137,8 +137,10 @@ def expect(scenario: Scenario, rounding: Rounding) -> tuple[Any, Any]:
 
 def flipped(scenario: Scenario) -> Scenario:
     """The same showing compared with the other causality (a given mask refolded from the
-    boolean one it was built from)."""
-    form = dataclasses.replace(scenario.form, causal=not scenario.form.causal)
+    boolean one it was built from); tokens given in turn with a cache stay causal, as
+    generation is."""
+    causal = scenario.form.causal if scenario.form.cached else not scenario.form.causal
+    form = dataclasses.replace(scenario.form, causal=causal)
     inputs = dict(scenario.inputs)
     if form.masked:
         allowed = scenario.observed["allowed"]

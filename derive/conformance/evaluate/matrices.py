@@ -5,7 +5,7 @@ A = softmax(Ω̃), Ĉ = [C^{(1)} ⋯ C^{(h)}]) and `derive.calculus.backward(gra
 (Ω̄ = Ω̃̄/√c, X̄ = Q̄ W_qᵀ + K̄ W_kᵀ + V̄ W_vᵀ, …). `Evaluation` walks those expressions with torch
 in float64: products, sums, transposes, Hadamard products, the row-wise softmax, blocks of
 columns and concatenations. A step SymPy finds no matrix form for (a constant mask, a mistaken
-formula) is evaluated entry by entry on grids (`derive.bridge.conform.elementwise`); a formula
+formula) is evaluated entry by entry on grids (`derive.conformance.evaluate.elementwise`); a formula
 whose transpose has a matrix form (the softmax of each column) is evaluated as that transpose.
 
 Next to every value it can carry a first-order bound on the rounding error an implementation in a

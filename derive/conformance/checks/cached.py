@@ -34,10 +34,10 @@ import torch
 
 from ...graph.entries.llama3_rope import FREQ_CONFIG
 from ...graph.forms import reference
-from .formulas import composed
-from .harness import _first_tensor
-from .report import Check
-from .target import ConformError
+from ..evaluate.formulas import composed
+from ..read.harness import _first_tensor
+from ..read.target import ConformError
+from ..report import Check
 
 __all__ = ["after_a_cache", "with_use_cache", "with_start_pos", "rope_tables"]
 

@@ -9,12 +9,12 @@
   q, k, v; ``c_proj``; ``n_head``);
 - ``huggingface``: Hugging Face's attention layers (Llama, Mistral, Qwen 2/3, Gemma 2/3,
   GPT-OSS, Phi-3, GPT-NeoX, BLOOM, GPT-BigCode, Falcon, BERT, ViT …), with the variants they
-  were configured with (`derive.bridge.conform.huggingface`);
+  were configured with (`derive.conformance.read.huggingface`);
 - ``timm``: timm's ``Attention`` (``qkv`` an ``nn.Linear`` packing q, k, v; ``proj``;
   ``num_heads``; ``attn_mask`` True = may attend, when it takes one), with its QK-norm (an RMS
   norm: the qk-norm variant) and its output gate (the gate variant);
 - ``grouped``: the book's `GroupedQueryAttention` and this package's, with the variants it
-  was built with (`derive.bridge.conform.grouped`);
+  was built with (`derive.conformance.read.grouped`);
 - ``latent``: the book's `MultiHeadLatentAttention` and this package's (the mla variant);
 - ``book``: the book's classes and this package's (``W_query``, ``W_key``, ``W_value`` as
   ``nn.Parameter`` d × c or ``nn.Linear``; ``out_proj`` and ``num_heads`` with heads; or
@@ -31,11 +31,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..checks.cached import with_use_cache
 from .adapters import Adapter, Weights, norm_gains, per_head_parts
-from .cached import with_use_cache
 from .grouped import GROUPED, LATENT
 from .huggingface import HUGGING_FACE
-from .huggingface import PACKED as HUGGING_FACE_PACKED
+from .huggingface_tables import LAYOUTS as HUGGING_FACE_LAYOUTS
 from .ours import read_modifications
 from .target import ConformError
 
@@ -125,7 +125,8 @@ def _gpt2_weights(module: Any) -> Weights:
 def _is_nanogpt(module: Any) -> bool:
 
     packed = getattr(module, "c_attn", None)
-    huggingface = type(module).__name__ in HUGGING_FACE_PACKED  # GPT-BigCode: its own layout
+    name = type(module).__name__  # GPT-BigCode: a layout of its own
+    huggingface = any(name in row.classes for row in HUGGING_FACE_LAYOUTS)
     return isinstance(packed, nn.Linear) and hasattr(module, "c_proj") and not huggingface
 
 

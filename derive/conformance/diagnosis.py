@@ -20,16 +20,18 @@ into its output projection) that differs, or else C, at the entry nearest its to
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
 
-from ...graph.forms import reference
-from ...graph.mistakes import Mistake
-from ...notation import latex
-from ...notation.plain import plain
-from .compare import Scenario, agree, expect, flipped, output, predict
-from .matrices import Rounding
+from ..graph.forms import reference
+from ..graph.mistakes import Mistake
+from ..notation import latex
+from ..notation import letters as L
+from ..notation.plain import plain
+from .checks.compare import Scenario, agree, expect, flipped, output, predict
+from .evaluate.matrices import Rounding
 from .report import Diagnosis
 
 __all__ = ["diagnose", "first_difference"]
@@ -53,14 +55,39 @@ def _explains(mistake: Mistake, failing: list[Scenario], rows: str, cache: dict)
     for scenario in failing:
         key = (mistake.id, scenario.name)
         if key not in cache:
-            graph = _mistaken(mistake, scenario.form)
-            cache[key] = None if graph is None else output(predict(scenario, graph), scenario)[0]
+            cache[key] = _predicted(mistake, scenario)
         if cache[key] is None:  # not declared on this form: the scenario asks nothing of it
             continue
         if not agree(scenario.got, cache[key], _tolerance(scenario, cache[key]), rows).passed:
             return False
         tested += 1
     return tested > 0
+
+
+def _predicted(mistake: Mistake, scenario: Scenario) -> Any:
+    """C as the mistake computes it on the scenario's inputs; None where the scenario asks
+    nothing of it. Tokens given in turn with a cache (``form.cached``): a mistake of the cache
+    (its graph reads the calls) is its graph on the whole sequence; any other is made within
+    each call, so each call's rows are its graph on the tokens up to the call's last, which is
+    what a call computes for a mistake that reads each row's own query only. One that mixes the
+    rows of a call (`Mistake.row_by_row` False: the softmax over the queries, a merge or split
+    without the transpose) gives rows that depend on where each call starts, which no graph of
+    the sequence states: the scenario asks nothing of it."""
+    graph = _mistaken(mistake, scenario.form)
+    if graph is None:
+        return None
+    starts = scenario.form.cached
+    if not starts or graph != _mistaken(mistake, dataclasses.replace(scenario.form, cached=())):
+        return output(predict(scenario, graph), scenario)[0]
+    if not mistake.row_by_row:
+        return None
+    n = scenario.sizes[L.n]
+    rows = []
+    for start, stop in zip((0, *starts), (*starts, n), strict=True):
+        inputs = {**scenario.inputs, "X": scenario.inputs["X"][..., :stop, :]}
+        call = dataclasses.replace(scenario, inputs=inputs, sizes={**scenario.sizes, L.n: stop})
+        rows.append(output(predict(call, graph), call)[0][..., start:stop, :])
+    return torch.cat(rows, dim=-2)
 
 
 def _mistaken(mistake: Mistake, form: Any) -> Any:

@@ -18,15 +18,15 @@ import torch
 
 from ...graph.forms import Form, own_mask, reads_positions, reference
 from ...notation import letters as L
+from ..evaluate.elementwise import evaluate_element
+from ..evaluate.formulas import composed, declared
+from ..read.harness import ModuleHarness
+from ..read.registry import find_adapter
+from ..read.target import ConformError, Target, says_causal
 from .cached import after_a_cache
 from .compare import Scenario
-from .elementwise import evaluate_element
-from .formulas import composed, declared
-from .harness import ModuleHarness
 from .module_checks import dropout, gradients, heads_separate, large_scores
-from .registry import find_adapter
 from .run import Options, Run, fresh_size, moved
-from .target import ConformError, Target, says_causal
 
 __all__ = ["ModuleRun"]
 

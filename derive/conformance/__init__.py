@@ -1,11 +1,17 @@
 """`derive conform`: anyone's attention checked against the derivation, and its mistake named.
 
-`conform(obj, **options)` recognises what `obj` is (`derive.bridge.conform.target`), shows it
+`conform(obj, **options)` recognises what `obj` is (`derive.conformance.read.target`), shows it
 dyadic inputs on a copy (its weights and the global random state are left as they were),
-compares what it computes with the graph of self-attention evaluated on the same inputs and its
-own weights (`derive.bridge.conform.matrices`), checks the properties attention has, and when a
-check fails names the mistake of the catalogue (`derive.graph.mistakes`) it computes. Importing
-this package imports no torch; `conform` does, when it runs.
+compares what it computes with the graph of self-attention evaluated on the same inputs and
+its own weights (`derive.conformance.evaluate.matrices`), checks the properties attention has,
+and when a check fails names the mistake of the catalogue (`derive.graph.mistakes`) it
+computes. A wing of its own beside `derive.bridge`: `read` (targets, adapters, the Hugging Face
+tables), `evaluate` (the derivation on the target's weights), `checks`, `diagnosis`, `report`;
+and `linear` for attention without the softmax.
+
+The package is named for what it does, not for its function: `derive.conform` is the function,
+and a package of the same name would replace it on `derive` once any of its modules is
+imported. It imports torch; `import derive` loads it only when used.
 """
 
 from __future__ import annotations
@@ -16,9 +22,9 @@ from typing import Any
 import torch
 
 from . import linear
-from .adapters import Adapter, Weights, register_adapter
+from .read.adapters import Adapter, Weights, register_adapter
+from .read.target import KINDS, ConformError
 from .report import Check, Diagnosis, Report
-from .target import KINDS, ConformError
 
 __all__ = [
     "conform",
@@ -83,10 +89,10 @@ def conform(obj: Any, **options: Any) -> Report:
     Raises:
         ConformError: the target cannot be loaded or called, or its weights not found.
     """
-    from .run import Options
-    from .run_function import FunctionRun
-    from .run_module import ModuleRun
-    from .target import load, recognise
+    from .checks.run import Options
+    from .checks.run_function import FunctionRun
+    from .checks.run_module import ModuleRun
+    from .read.target import load, recognise
 
     unknown = set(options) - set(Options.__dataclass_fields__)
     if unknown:
@@ -96,7 +102,7 @@ def conform(obj: Any, **options: Any) -> Report:
         )
     settings = Options(**options)
     if ":" in settings.variant:  # a user's declaration, from a file or a module
-        from .variant_values import registered_names
+        from .read.variant_values import registered_names
 
         settings = dataclasses.replace(settings, variant=registered_names(settings.variant))
     name = obj if isinstance(obj, str) else None
@@ -138,7 +144,7 @@ def conform(obj: Any, **options: Any) -> Report:
 
 def _builder(obj: Any) -> bool:
     """A function with no arguments (a target's factory), not a module, class or sdpa."""
-    from .target import _positional
+    from .read.target import _positional
 
     if isinstance(obj, (torch.nn.Module, type)) or not callable(obj):
         return False

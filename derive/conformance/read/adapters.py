@@ -23,7 +23,7 @@ A module called otherwise than ``module(x)``, with a mask of its own convention:
     register_adapter("mine", recognises=..., call=attend, mask="attn_bias")(read_weights)
 
 Every argument is described in `register_adapter`. Adapters registered last are tried first,
-the built-in ones (`derive.bridge.conform.conventions`) after them.
+the built-in ones (`derive.conformance.read.conventions`) after them.
 """
 
 from __future__ import annotations
@@ -282,7 +282,7 @@ def register_adapter(
             to call, the outputs joined along the tokens (batch, n, c_out); None, or a sentence
             saying why, where a module keeps no cache. It may take ``variant`` and ``values``
             as `call` may. Omitted: the check "after a cache" is n/a (built-in ones:
-            `derive.bridge.conform.cached`).
+            `derive.conformance.checks.cached`).
 
     Returns:
         the decorator, which registers `weights` and returns it unchanged. ``weights(module)``

@@ -7,7 +7,7 @@ file, its folder on the import path while it loads); the attribute may be dotted
   `torch.nn.functional.scaled_dot_product_attention`; the options it accepts (``attn_mask``,
   ``is_causal``, ``scale``) are read from its signature (or, for a built-in, its docstring);
 - ``module``: an `nn.Module` mapping x (batch, n, d) to (batch, n, d_out), its weights found by
-  an adapter (`derive.bridge.conform.adapters`);
+  an adapter (`derive.conformance.read.adapters`);
 - ``self``: one of this package's own `attention` modules (a module, recognised by its class).
 
 A function with no required argument is a factory: it is called, and what it returns is checked.

@@ -21,13 +21,13 @@ import torch
 
 from ...graph.forms import Form, reference
 from ...notation import letters as L
+from ..evaluate.formulas import composed, declared, softmax_gradient
+from ..read.harness import FunctionHarness
+from ..read.target import ConformError, Target
+from ..read.variant_values import at_sizes, variant_sizes
+from ..report import Check
 from .compare import Scenario, agree, why
-from .formulas import composed, declared, softmax_gradient
-from .harness import FunctionHarness
-from .report import Check
 from .run import Options, Run, fresh_size, moved
-from .target import ConformError, Target
-from .variant_values import at_sizes, variant_sizes
 
 __all__ = ["FunctionRun"]
 

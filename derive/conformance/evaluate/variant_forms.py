@@ -1,7 +1,7 @@
 r"""The matrix expressions the variants' derived forms add, evaluated with their rounding bounds
 (and the blocks of columns that split heads and groups).
 
-`derive.bridge.conform.matrices.Evaluation` walks the forms of self-attention; the variants'
+`derive.conformance.evaluate.matrices.Evaluation` walks the forms of self-attention; the variants'
 forms and gradients add a few more (`derive.calculus` derives them from the declarations):
 
 - f applied to every entry (SymPy's ``ElementwiseApplyFunction``): RoPE's cos Φ and sin Φ,

@@ -11,13 +11,13 @@ whole grid at once (torch, float64,
 IEEE arithmetic: exp(−∞) = 0, and 0/0 is NaN).
 
 Beside each value it carries a first-order bound on the rounding error of an implementation in
-a lower precision, as `derive.bridge.conform.matrices` does for matrix forms: each operation's
+a lower precision, as `derive.conformance.evaluate.matrices` does for matrix forms: each operation's
 result rounded once (u = `Rounding.store`), a sum of k terms within γ_k of the sum of their
 magnitudes, a libm function within two ulps, and the operands' errors carried through by the
 derivative (|f'(x)| e for f(x); Σ_i e_i Π_{j≠i} |x_j| for a product). Indices, masks and other
 constants are exact.
 
-Layout (shared with `derive.bridge.conform.matrices`): every matrix is a tensor
+Layout (shared with `derive.conformance.evaluate.matrices`): every matrix is a tensor
 (*batch, H, rows, cols), H the heads of a per-head matrix (X^{(ℓ)}), 1 otherwise.
 """
 

@@ -1,4 +1,4 @@
-"""What a Hugging Face attention layer and its config say (`derive.bridge.conform.huggingface`):
+"""What a Hugging Face attention layer and its config say (`derive.conformance.read.huggingface`):
 its heads and their width, its scale, its rope parameters and base, its window, whether it
 takes ALiBi, and the functions of its own model that the layer is called with (the rotary
 embedding, BLOOM's ALiBi bias), found beside the layer's class (already imported)."""
@@ -78,6 +78,11 @@ ROTATES = {
     "Cohere2Attention": lambda layer: layer.sliding_window is not None,  # global: no RoPE
     "Exaone4Attention": lambda layer: layer.sliding_window is None or layer.is_sliding,
     "FalconAttention": lambda layer: not layer.config.alibi,  # RoPE or ALiBi, one of the two
+    "Cohere2MoeAttention": lambda layer: layer.sliding_window is not None or layer.force_rope,
+    "ExaoneMoeAttention": lambda layer: layer.sliding_window is None or layer.is_sliding,
+    "Kolibri1Attention": lambda layer: layer.sliding_window is None or layer.is_sliding,
+    "AfmoeAttention": lambda layer: layer.is_local_attention,  # its local layers only
+    "FlintAttention": lambda layer: layer.sliding_window is not None,  # its sliding layers only
 }
 
 
@@ -152,12 +157,17 @@ def interleaved(module: Any) -> bool:
 
 def window(module: Any) -> int | None:
     """The layer's window: its ``sliding_window`` where it says it slides (EXAONE 4's global
-    layers keep the config's window, unused: ``is_sliding`` False), else the config's."""
+    layers keep the config's window, unused: ``is_sliding`` False), else the config's where
+    the layer's type in ``layer_types`` is a sliding one or the config has no types (Mistral);
+    a window of 0 (Qwen2-MoE's config without sliding) is none."""
     if getattr(module, "is_sliding", True) is False:
         return None
     if hasattr(module, "sliding_window"):
         return module.sliding_window
-    return getattr(getattr(module, "config", None), "sliding_window", None)
+    kind = layer_type(module)
+    if kind is not None and kind != "sliding_attention":  # Qwen2-MoE's full layers
+        return None
+    return getattr(getattr(module, "config", None), "sliding_window", None) or None
 
 
 def alibi(module: Any, n: int, dtype: Any, batch: int = 1) -> Any:

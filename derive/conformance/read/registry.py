@@ -1,5 +1,5 @@
 """Which adapter reads a module: the registered ones first (the last registered first), then
-the built-in conventions (`derive.bridge.conform.conventions`)."""
+the built-in conventions (`derive.conformance.read.conventions`)."""
 
 from __future__ import annotations
 

@@ -9,11 +9,11 @@ from typing import Any
 import torch
 
 from ...graph.mistakes import MISTAKES, Mistake
+from ..diagnosis import diagnose
+from ..evaluate.formulas import Formula
+from ..read.target import Target
+from ..report import Check, Report
 from .compare import Scenario, agree, expect, output, predict, rounding_for, why
-from .diagnosis import diagnose
-from .formulas import Formula
-from .report import Check, Report
-from .target import Target
 
 __all__ = ["Options", "Run"]
 

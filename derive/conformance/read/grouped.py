@@ -17,7 +17,7 @@ features as its tables are wide).
 
 Its forward takes ``blocked`` (True = may not attend), the book's mask convention. The book's
 KV-cache layers (``forward(x, mask, cos, sin, start_pos=0, cache=None)``) are checked after a
-cache too (`derive.bridge.conform.cached`).
+cache too (`derive.conformance.checks.cached`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
+from ..checks.cached import rope_tables, with_start_pos, with_use_cache
 from .adapters import Adapter, Weights, norm_gains, norm_width, per_head_parts
-from .cached import rope_tables, with_start_pos, with_use_cache
 from .ours import read_modifications
 from .target import ConformError
 

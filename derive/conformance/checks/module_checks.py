@@ -20,10 +20,10 @@ from torch import nn
 
 from ...graph.forms import Form, reference
 from ...notation import letters as L
+from ..evaluate.formulas import composed, declared, softmax_gradient
+from ..read.harness import stand_in_dropout
+from ..report import Check
 from .compare import Scenario, agree, predict, why
-from .formulas import composed, declared, softmax_gradient
-from .harness import stand_in_dropout
-from .report import Check
 
 __all__ = ["gradients", "large_scores", "heads_separate", "dropout", "RATE"]
 
