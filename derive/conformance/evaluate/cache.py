@@ -4,8 +4,9 @@ The matrix forms and the backward pass of a graph take SymPy about a second; the
 `derive conform` then computes take a fraction of that. So the derived objects are pickled under
 the user's cache folder (``$XDG_CACHE_HOME/attention-derive``, else ``~/.cache/attention-derive``),
 each under a key made of the graph's declarations (`sympy.srepr` of every element, shape and
-relation), the SymPy version and the source of the code that derives them (`derive.calculus`,
-`derive.notation`, `derive.graph.declaration`): a change to any of them derives afresh. Writes are
+relation), the SymPy version and the source of the code that derives or prints them
+(`derive.calculus`, `derive.notation`, `derive.graph.declaration`, the formulas of the checks):
+a change to any of them derives afresh. Writes are
 atomic; a cache that cannot be read or written is passed by, silently. ``DERIVE_NO_CACHE=1``
 turns it off.
 """
@@ -29,7 +30,7 @@ __all__ = ["cached", "folder"]
 
 T = TypeVar("T")
 _PACKAGE = Path(__file__).resolve().parents[2]
-_SOURCES = ("calculus", "notation", "graph/declaration.py")
+_SOURCES = ("calculus", "notation", "graph/declaration.py", "conformance/evaluate/formulas.py")
 
 
 def folder() -> Path:

@@ -38,8 +38,12 @@ __all__ = ["evaluate_element", "element_values", "entries_values", "concrete"]
 
 
 def concrete(size: sp.Expr, sizes: dict[sp.Symbol, Any]) -> int:
-    """A symbolic size at the concrete sizes."""
-    return int(sp.sympify(size).xreplace({s: sp.sympify(v) for s, v in sizes.items()}))
+    """A symbolic size at the concrete sizes (only its own symbols looked up: it is called for
+    every bound of every block of columns)."""
+    expr = sp.sympify(size)
+    if expr.is_Integer:
+        return int(expr)
+    return int(expr.xreplace({s: sp.sympify(sizes[s]) for s in expr.free_symbols if s in sizes}))
 
 
 def evaluate_element(

@@ -7,6 +7,7 @@ import sympy as sp
 from ...graph import Declaration, Graph
 from ...notation import latex
 from ...notation.plain import plain
+from .cache import cached
 from .matrices import gradients, graph_forms
 
 __all__ = ["Formula", "composed", "declared", "softmax_gradient"]
@@ -23,7 +24,12 @@ def _both(expr: sp.Basic) -> Formula:
 
 def composed(graph: Graph) -> Formula:
     """C as one derived expression in Q, K, V (per head) and W_o: each step's matrix form put
-    into the next, C = softmax(Q Kᵀ/√c) V."""
+    into the next, C = softmax(Q Kᵀ/√c) V. Printed once per graph and kept between runs with
+    what SymPy derives (`cache`): printing it is a third of a first check's time."""
+    return cached("composed", graph, lambda: _composed(graph))
+
+
+def _composed(graph: Graph) -> Formula:
     forms = {}
     for step, form in zip(graph.declarations, graph_forms(graph), strict=True):
         if form is not None and step.output not in _KEPT:
