@@ -410,6 +410,7 @@ def test_a_decoder_layer_s_mistake_is_named_through_its_cached_calls(mistake):
 
 #: The families the tables refuse (`REFUSED`), each by the words of its reason: one per row.
 REFUSED_FAMILIES = {
+    "kimi_linear": "no scale of its scores",
     "bitnet": "attn_sub_norm",
     "diffllama": "differential attention",
     "hunyuan_v1_dense": "normalised after RoPE",
@@ -418,7 +419,7 @@ REFUSED_FAMILIES = {
     "beam": "gate_bias",
 }
 #: where a family's first attention layer is (LFM3's first layers are convolutions)
-FIRST_ATTENTION = {"lfm3": 2}
+FIRST_ATTENTION = {"lfm3": 2, "kimi_linear": 0}
 
 
 def _family_layer(family):

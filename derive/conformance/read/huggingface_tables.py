@@ -61,7 +61,14 @@ class Layout:
     heads: Callable[[Any], int] = H.heads
 
 
-def _linear(layer: Any) -> tuple[Any, Any]:
+def _linear(layer: Any, module: Any = None, name: str = "") -> tuple[Any, Any]:
+    """An nn.Linear's W (weight.mT) and bias; any other projection is refused by name (Moshi's
+    MoshiLinear, Zaya's ZayaCCAProjection: weights another layout keeps)."""
+    if not isinstance(getattr(layer, "weight", None), torch.Tensor):
+        raise ConformError(
+            f"{type(module).__name__}.{name} is a {type(layer).__name__} without an "
+            "nn.Linear's weight: its projections are not read"
+        )
     return layer.weight.mT, layer.bias
 
 
@@ -70,7 +77,8 @@ def _separate(*names: str) -> Cut:
     queries, then its gate's logits (Qwen 3.5)."""
 
     def cut(module: Any, heads: int, width: int) -> Projections:
-        ws, bs = map(list, zip(*(_linear(getattr(module, name)) for name in names), strict=True))
+        found = (_linear(getattr(module, name), module, name) for name in names)
+        ws, bs = map(list, zip(*found, strict=True))
         if ws[0].shape[1] != 2 * heads * width:
             return Projections(ws, bs)
         if bs[0] is not None:
@@ -88,7 +96,7 @@ def _q_then_k_then_v(name: str) -> Cut:
     """One projection: all queries, then the keys, then the values (Phi-3's qkv_proj)."""
 
     def cut(module: Any, heads: int, width: int) -> Projections:
-        w, b = _linear(getattr(module, name))
+        w, b = _linear(getattr(module, name), module, name)
         c = heads * width
         kv = (w.shape[1] - c) // 2
         cuts = (slice(0, c), slice(c, c + kv), slice(c + kv, None))
@@ -102,7 +110,7 @@ def _packed(name: str, layout: Callable, groups: Callable) -> Cut:
     with `groups(layer)` groups of keys (None: h)."""
 
     def cut(module: Any, heads: int, width: int) -> Projections:
-        w, b = _linear(getattr(module, name))
+        w, b = _linear(getattr(module, name), module, name)
         parts, kv = layout(module), groups(module) or heads
         bs = [None] * 3 if b is None else parts(b, heads, kv, width)
         return Projections(parts(w, heads, kv, width), bs)
@@ -350,6 +358,12 @@ def _holds(name: str, kind: type | None = None) -> Callable[[Any], bool]:
 #: What the adapter does not read, with why: (the test of the layer, the reason). A layer
 #: that passes a test is refused by name before anything is read.
 REFUSED: tuple[tuple[Callable[[Any], bool], str], ...] = (
+    (
+        lambda layer: not any(hasattr(layer, name) for name in ("scaling", "inv_norm_factor")),
+        "no scale of its scores (scaling, or BLOOM's inv_norm_factor): a layer without a "
+        "softmax, as linear attention other than Gated DeltaNet's (its own adapter), or one "
+        "that keeps its scale elsewhere",
+    ),
     (
         _holds("attn_sub_norm"),
         "its merged heads are RMS-normalised before o_proj (attn_sub_norm, as BitNet's): a step "
