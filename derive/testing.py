@@ -23,6 +23,7 @@ __all__ = [
     "assert_conforms",
     "assert_model_conforms",
     "attention_layers",
+    "refused_layers",
     "Weights",
     "register_adapter",
     "ConformError",
@@ -44,11 +45,24 @@ def attention_layers(model: Any) -> dict[str, Any]:
     (``"model.layers.0.self_attn"``): the modules an adapter recognises (not those inside one),
     a kind being the layer's class, the variant the adapter reads and its values (a model's local
     and global layers, its layers with and without RoPE, are two kinds); a hybrid model's
-    linear-attention layers (Gated DeltaNet's) are a kind of their own."""
+    linear-attention layers (Gated DeltaNet's) are a kind of their own. The layers an adapter
+    recognises and refuses to read are `refused_layers`'."""
+    return _walk(model)[0]
+
+
+def refused_layers(model: Any) -> dict[str, str]:
+    """The layers of `model` an adapter recognises and refuses to read (the Hugging Face
+    adapter's refusals: BitNet's norm of the merged heads, a scale no variant declares, ...),
+    each kind (class and reason) once, by the path of its first layer: path -> the reason."""
+    return _walk(model)[1]
+
+
+def _walk(model: Any) -> tuple[dict[str, Any], dict[str, str]]:
     from .conformance.linear import recognised
     from .conformance.read.registry import find_adapter
 
     found: dict[str, Any] = {}
+    refused: dict[str, str] = {}
     kinds: set = set()
     inside: list[str] = []
     for path, module in model.named_modules():
@@ -63,35 +77,44 @@ def attention_layers(model: Any) -> dict[str, Any]:
             continue
         try:
             adapter = find_adapter(module)
-            weights = adapter.read(module)
-        except Exception:  # noqa: BLE001 - not an attention layer any adapter reads
+        except ConformError:  # not an attention layer any adapter recognises
             continue
         inside.append(path)
+        try:
+            weights = adapter.read(module)
+        except ConformError as error:  # recognised, and refused by name
+            kind = (type(module).__name__, str(error))
+            if kind not in kinds:
+                kinds.add(kind)
+                refused[path] = str(error)
+            continue
         values = tuple(sorted((k, str(v)) for k, v in weights.values.items()))
         kind = (type(module).__name__, adapter.name, weights.variants, values)
         if kind not in kinds:
             kinds.add(kind)
             found[path] = module
-    return found
+    return found, refused
 
 
 def assert_model_conforms(model: Any, **options: Any) -> dict[str, Report]:
     """`derive.conform` on each kind of attention layer of `model` (`attention_layers`: each
     layer read with its own index, its own variant), raising AssertionError that names every
-    layer that does not conform, with its report; returns the reports by layer path. A model
-    with no attention layer an adapter reads raises ConformError."""
-    layers = attention_layers(model)
-    if not layers:
+    layer that does not conform, with its report, and every layer an adapter refuses to read
+    (`refused_layers`), with the reason; returns the reports by layer path. A model with no
+    attention layer an adapter recognises raises ConformError."""
+    layers, refused = _walk(model)
+    if not layers and not refused:
         raise ConformError(
             f"assert_model_conforms: no attention layer of {type(model).__name__} is read by an "
             "adapter (register one with derive.testing.register_adapter)"
         )
     reports = {path: conform(layer, **options) for path, layer in layers.items()}
-    failing = {path: report for path, report in reports.items() if not report.conforms}
+    failing = {path: report.table() for path, report in reports.items() if not report.conforms}
+    failing |= {path: f"not read: {why}" for path, why in refused.items()}
     if failing:
-        told = "\n\n".join(f"{path}:\n{report.table()}" for path, report in failing.items())
+        told = "\n\n".join(f"{path}:\n{said}" for path, said in failing.items())
         raise AssertionError(
-            f"\n{len(failing)} of {len(reports)} kinds of attention layer do not conform:\n\n"
-            + told
+            f"\n{len(failing)} of {len(reports) + len(refused)} kinds of attention layer do "
+            "not conform or are not read:\n\n" + told
         )
     return reports

@@ -79,9 +79,10 @@ def _predicted(mistake: Mistake, scenario: Scenario) -> Any:
     starts = scenario.form.cached
     if not starts or graph != _mistaken(mistake, dataclasses.replace(scenario.form, cached=())):
         return output(predict(scenario, graph), scenario)[0]
-    if not mistake.row_by_row:
-        return None
     n = scenario.sizes[L.n]
+    others = (v for k, v in scenario.inputs.items() if k != "X")
+    if not mistake.row_by_row or any(n in tuple(v.shape) for v in others):
+        return None  # an input with a row per token (a user's variant) is not cut per call
     rows = []
     for start, stop in zip((0, *starts), (*starts, n), strict=True):
         inputs = {**scenario.inputs, "X": scenario.inputs["X"][..., :stop, :]}

@@ -146,7 +146,7 @@ def _why_not_read(model) -> str:
 def sweep_family(family: str) -> list[Row]:
     """The rows of one family."""
     import derive
-    from derive.testing import attention_layers
+    from derive.testing import attention_layers, refused_layers
 
     start = time.perf_counter()
     try:
@@ -154,11 +154,14 @@ def sweep_family(family: str) -> list[Row]:
     except Exception as error:  # noqa: BLE001 - any failure to build is the family's row
         reason = f"{type(error).__name__}: {error}".splitlines()[0][:160]
         return [Row(family, "", "", "", "not built", time.perf_counter() - start, reason)]
-    layers = attention_layers(model)
-    if not layers:
+    layers, refused = attention_layers(model), refused_layers(model)
+    if not layers and not refused:
         why = _why_not_read(model)
         return [Row(family, "", "", "", "not read", time.perf_counter() - start, why)]
-    rows = []
+    rows = [
+        Row(family, path, type(model.get_submodule(path)).__name__, "", "not read", 0.0, why)
+        for path, why in refused.items()
+    ]
     for path, layer in layers.items():
         began = time.perf_counter()
         try:

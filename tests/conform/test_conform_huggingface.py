@@ -161,9 +161,20 @@ LAYERS = {
         {**LLAMA4, "no_rope_layers": [0]},
         "gqa+temperature-tuning",
     ),
+    # MiniMax's softmax layers are typed full_attention and slide by the config's window (read
+    # as none when the layer types were made the rule)
+    "minimax-window": (
+        "MiniMaxConfig",
+        "MiniMaxForCausalLM",
+        {"sliding_window": 3, "layer_types": ["full_attention"], "num_local_experts": 2},
+        "gqa+rope+sliding-window",
+    ),
+    # BART and its kin: out_proj, the heads in the layer (a row of LAYOUTS)
+    "bart": ("BartConfig", "BartForCausalLM", {"decoder_attention_heads": 4}, ""),
 }
 ENCODERS = {"bert": "encoder.layer.0.attention.self", "vit": "layers.0.attention"}
 PATHS = ENCODERS | {
+    "bart": "model.decoder.layers.0.self_attn",
     "gpt-neox": "layers.0.attention",
     "gpt-neox-partial": "layers.0.attention",
     "bloom": "h.0.self_attention",
@@ -410,26 +421,32 @@ def test_a_decoder_layer_s_mistake_is_named_through_its_cached_calls(mistake):
 
 #: The families the tables refuse (`REFUSED`), each by the words of its reason: one per row.
 REFUSED_FAMILIES = {
-    "kimi_linear": "no scale of its scores",
+    "gpt_neo": "no scale of its scores",
     "bitnet": "attn_sub_norm",
     "diffllama": "differential attention",
     "hunyuan_v1_dense": "normalised after RoPE",
-    "persimmon": "a LayerNorm of the queries and keys",
-    "lfm3": "a gate of one logit per head",
+    "persimmon": "LayerNorms of the queries and keys",
+    "lfm3": "an output gate of another kind",
     "beam": "gate_bias",
 }
-#: where a family's first attention layer is (LFM3's first layers are convolutions)
-FIRST_ATTENTION = {"lfm3": 2, "kimi_linear": 0}
+#: where a family's first attention layer is, and what building it takes (LFM3's first layers
+#: are convolutions; GPT-Neo's layers are typed)
+FIRST_ATTENTION = {
+    "lfm3": ("model.layers.2.self_attn", {"num_hidden_layers": 3}),
+    "gpt_neo": (
+        "transformer.h.0.attn.attention",
+        {"num_layers": 1, "attention_types": [[["global"], 1]]},
+    ),
+}
 
 
 def _family_layer(family):
-    index = FIRST_ATTENTION.get(family, 0)
-    sizes = SIZES | {"num_hidden_layers": index + 1, "pad_token_id": 0}
-    config = transformers.AutoConfig.for_model(family, **sizes)
+    path, options = FIRST_ATTENTION.get(family, ("model.layers.0.self_attn", {}))
+    config = transformers.AutoConfig.for_model(family, **SIZES | {"pad_token_id": 0} | options)
     config._attn_implementation = "eager"
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config)
-    return model.get_submodule(f"model.layers.{index}.self_attn")
+    return model.get_submodule(path)
 
 
 def test_every_refusal_of_the_tables_is_tested():
@@ -446,3 +463,10 @@ def test_a_layer_that_computes_what_no_variant_declares_is_refused_by_name(famil
     with pytest.raises(ConformError, match=REFUSED_FAMILIES[family]) as refused:
         conform(layer)
     assert type(layer).__name__ in str(refused.value) and "not read" in str(refused.value)
+
+
+def test_stablelm_s_layernorms_per_head_are_refused_too():
+    config = transformers.StableLmConfig(**SIZES, qk_layernorm=True)
+    layer = transformers.StableLmForCausalLM(config).model.layers[0].self_attn
+    with pytest.raises(ConformError, match="LayerNorms of the queries and keys"):
+        conform(layer)

@@ -97,3 +97,22 @@ def test_a_broken_layer_is_named_by_its_path():
 def test_a_model_without_an_attention_layer_is_refused():
     with pytest.raises(ConformError, match=r"no attention layer of Sequential is read"):
         assert_model_conforms(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+
+
+def test_a_layer_an_adapter_refuses_fails_the_model_by_its_path(monkeypatch):
+    """Gemma 3's global layers refused (a row added to the tables' refusals for the test): the
+    model does not pass with its local layers alone; the refused layer is named with why (it
+    was skipped as if it were no attention layer)."""
+    from derive.conformance.read import huggingface_tables as tables
+    from derive.testing import refused_layers
+
+    refuse = (lambda layer: layer.sliding_window is None, "told to refuse the global layers")
+    monkeypatch.setattr(tables, "REFUSED", (*tables.REFUSED, refuse))
+    model = _model("gemma3")
+    assert list(attention_layers(model)) == ["model.layers.0.self_attn"]
+    assert list(refused_layers(model)) == ["model.layers.1.self_attn"]
+    with pytest.raises(AssertionError) as failed:
+        assert_model_conforms(model)
+    said = str(failed.value)
+    assert "model.layers.1.self_attn:\nnot read:" in said and "told to refuse" in said
+    assert "model.layers.0.self_attn" not in said

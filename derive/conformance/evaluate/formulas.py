@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import sympy as sp
 
 from ...graph import Declaration, Graph
 from ...notation import latex
+from ...notation.letters import LETTERS
 from ...notation.plain import plain
 from .cache import cached
 from .matrices import gradients, graph_forms
@@ -25,8 +28,14 @@ def _both(expr: sp.Basic) -> Formula:
 def composed(graph: Graph) -> Formula:
     """C as one derived expression in Q, K, V (per head) and W_o: each step's matrix form put
     into the next, C = softmax(Q Kᵀ/√c) V. Printed once per graph and kept between runs with
-    what SymPy derives (`cache`): printing it is a third of a first check's time."""
-    return cached("composed", graph, lambda: _composed(graph))
+    what SymPy derives (`cache`): printing it is a third of a first check's time. The key holds
+    the letters the printers read, which a user's file may add to."""
+    return cached(f"composed-{_letters()}", graph, lambda: _composed(graph))
+
+
+def _letters() -> str:
+    table = repr(sorted((name, repr(letter)) for name, letter in LETTERS.items()))
+    return hashlib.sha256(table.encode()).hexdigest()[:12]
 
 
 def _composed(graph: Graph) -> Formula:

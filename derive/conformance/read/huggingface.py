@@ -70,9 +70,14 @@ __all__ = ["HUGGING_FACE"]
 
 
 def _is_layer(module: Any) -> bool:
+    """A layer of a layout the tables know, with its number of heads where its row says, and
+    its config where its row needs one (a module of one's own with Llama's names keeps none;
+    BLOOM's layer keeps none either: its forward takes alibi, its heads are its own)."""
     layout = T.layout_of(module)
     if layout is None:
         return False
+    if layout.needs_config and getattr(module, "config", None) is None:
+        return H.takes_alibi(module) and isinstance(getattr(module, "num_heads", None), int)
     try:
         return isinstance(layout.heads(module), int)
     except AttributeError:

@@ -157,17 +157,19 @@ def interleaved(module: Any) -> bool:
 
 def window(module: Any) -> int | None:
     """The layer's window: its ``sliding_window`` where it says it slides (EXAONE 4's global
-    layers keep the config's window, unused: ``is_sliding`` False), else the config's where
-    the layer's type in ``layer_types`` is a sliding one or the config has no types (Mistral);
-    a window of 0 (Qwen2-MoE's config without sliding) is none."""
+    layers keep the config's window, unused: ``is_sliding`` False), else the config's, save on
+    the layers whose type is not a sliding one where ``layer_types`` has sliding ones
+    (Qwen2-MoE's full layers; MiniMax's, all typed full, slide by the config's window as
+    Mistral's do); a window of 0 (Qwen2-MoE's config without sliding) is none."""
     if getattr(module, "is_sliding", True) is False:
         return None
     if hasattr(module, "sliding_window"):
         return module.sliding_window
-    kind = layer_type(module)
-    if kind is not None and kind != "sliding_attention":  # Qwen2-MoE's full layers
+    config = getattr(module, "config", None)
+    sliding = "sliding_attention" in (getattr(config, "layer_types", None) or ())
+    if sliding and layer_type(module) != "sliding_attention":  # Qwen2-MoE's full layers
         return None
-    return getattr(getattr(module, "config", None), "sliding_window", None) or None
+    return getattr(config, "sliding_window", None) or None
 
 
 def alibi(module: Any, n: int, dtype: Any, batch: int = 1) -> Any:

@@ -51,6 +51,8 @@ class Layout:
             a family that packs them otherwise (tried before the rows without classes).
         heads: the layer's h (default: its config's ``num_attention_heads``, else
             ``num_heads``).
+        needs_config: whether a layer of this layout keeps its config (a module of one's own
+            with the same names does not); BART's kin keep theirs only in some families.
     """
 
     family: str
@@ -59,6 +61,7 @@ class Layout:
     cut: Cut
     classes: tuple[str, ...] = ()
     heads: Callable[[Any], int] = H.heads
+    needs_config: bool = True
 
 
 def _linear(layer: Any, module: Any = None, name: str = "") -> tuple[Any, Any]:
@@ -183,6 +186,7 @@ LAYOUTS = (
         "out_proj",
         _separate("q_proj", "k_proj", "v_proj"),
         heads=lambda m: m.num_heads,
+        needs_config=False,  # MVP's, TrOCR's and XGLM's layers keep none
     ),
     Layout(
         "Phi: q_proj, k_proj, v_proj, dense",
@@ -360,9 +364,9 @@ def _holds(name: str, kind: type | None = None) -> Callable[[Any], bool]:
 REFUSED: tuple[tuple[Callable[[Any], bool], str], ...] = (
     (
         lambda layer: not any(hasattr(layer, name) for name in ("scaling", "inv_norm_factor")),
-        "no scale of its scores (scaling, or BLOOM's inv_norm_factor): a layer without a "
-        "softmax, as linear attention other than Gated DeltaNet's (its own adapter), or one "
-        "that keeps its scale elsewhere",
+        "no scale of its scores to read (scaling, or BLOOM's inv_norm_factor): a layer that "
+        "does not scale them (GPT-Neo's), keeps its scale elsewhere, or has no softmax (linear "
+        "attention other than Gated DeltaNet's, which has its own adapter)",
     ),
     (
         _holds("attn_sub_norm"),
@@ -380,14 +384,15 @@ REFUSED: tuple[tuple[Callable[[Any], bool], str], ...] = (
         "as HunYuan's): the qk-norm variant normalises them before",
     ),
     (
-        _holds("q_layernorm", torch.nn.LayerNorm),
-        "a LayerNorm of the queries and keys (q_layernorm, k_layernorm, as Persimmon's): it "
-        "centres each row and adds a bias, the qk-norm variant is an RMS norm",
+        _holds("q_layernorm"),
+        "LayerNorms of the queries and keys (q_layernorm, k_layernorm, as Persimmon's and "
+        "StableLM's per head): each centres its row and adds a bias, the qk-norm variant is "
+        "an RMS norm",
     ),
     (
         _holds("g_proj", torch.nn.Linear),
-        "a gate of one logit per head (g_proj, as LFM3's): the gate variant declares a logit "
-        "per feature",
+        "an output gate of another kind (g_proj: LFM3's one logit per head, Laguna's softplus): "
+        "the gate variant declares σ of one logit per feature",
     ),
     (
         _holds("gate_bias"),
