@@ -452,7 +452,9 @@ def _family_layer(family):
 def test_every_refusal_of_the_tables_is_tested():
     from derive.conformance.read.huggingface_tables import REFUSED
 
-    assert len(REFUSED_FAMILIES) == len(REFUSED)
+    # and Falcon's ALiBi layers, which a default config does not build:
+    # test_falcon_s_alibi_layers_are_refused_by_name
+    assert len(REFUSED_FAMILIES) + 1 == len(REFUSED)
 
 
 @pytest.mark.parametrize("family", sorted(REFUSED_FAMILIES))

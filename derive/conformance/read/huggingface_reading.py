@@ -46,18 +46,13 @@ def scaling(module: Any) -> float:
 
 def takes_alibi(module: Any) -> bool:
     """Whether the layer adds ALiBi's bias: BLOOM's (its forward takes `alibi`), not Falcon's
-    unless its config says `alibi` (its forward takes the argument either way)."""
+    RoPE layers (transformers 5.24's forward takes the argument either way; Falcon's ALiBi
+    layers are refused, `huggingface_tables.REFUSED`)."""
     import inspect
 
     if "alibi" not in inspect.signature(module.forward).parameters:
         return False
-    alibi = getattr(getattr(module, "config", None), "alibi", None)
-    if alibi is True and type(module).__name__ == "FalconAttention":
-        raise ConformError(
-            "FalconAttention with config.alibi: Falcon's ALiBi layers are not read (its bias "
-            "and its call differ from BLOOM's); its RoPE layers are"
-        )
-    return alibi is not False
+    return getattr(getattr(module, "config", None), "alibi", None) is not False
 
 
 def rope(module: Any) -> dict | None:

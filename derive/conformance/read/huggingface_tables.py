@@ -286,7 +286,10 @@ def _qk_norm(module: Any, found: Projections, width: int) -> list[Said]:
 def _l2_norm(module: Any, found: Projections, width: int) -> list[Said]:
     if getattr(module, "qk_norm", None) is None:  # Llama 4's L2Norm: no gains
         return []
-    return [Said("l2-qk-norm", {"epsilon": float(module.qk_norm.eps)})]
+    norm = module.qk_norm  # transformers 5.24's L2Norm keeps eps, 5.25's variance_epsilon
+    epsilon = getattr(norm, "eps", None)
+    epsilon = norm.variance_epsilon if epsilon is None else epsilon
+    return [Said("l2-qk-norm", {"epsilon": float(epsilon)})]
 
 
 def _chunks(module: Any, found: Projections, width: int) -> list[Said]:
@@ -367,6 +370,12 @@ REFUSED: tuple[tuple[Callable[[Any], bool], str], ...] = (
         "no scale of its scores to read (scaling, or BLOOM's inv_norm_factor): a layer that "
         "does not scale them (GPT-Neo's), keeps its scale elsewhere, or has no softmax (linear "
         "attention other than Gated DeltaNet's, which has its own adapter)",
+    ),
+    (
+        lambda layer: type(layer).__name__ == "FalconAttention" and layer.config.alibi is True,
+        "Falcon's ALiBi layers are not read: its bias and its call differ from BLOOM's in "
+        "transformers 5.24, and from 5.25 its model adds the bias to the mask, which the "
+        "adapter does not build (its RoPE layers are read)",
     ),
     (
         _holds("attn_sub_norm"),
