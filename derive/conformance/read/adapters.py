@@ -42,6 +42,7 @@ __all__ = [
     "register_adapter",
     "registered",
     "Observe",
+    "linear_weights",
     "per_head_parts",
     "norm_gains",
     "norm_width",
@@ -142,6 +143,11 @@ class Weights:
             raise ConformError(
                 f"adapter {adapter}: W_o has shape {tuple(self.W_o.shape)}, expected ({c}, c_out)"
             )
+
+
+def linear_weights(layer: Any) -> tuple[Any, Any]:
+    """(W, b) of an nn.Linear as the book writes them: W = weight.mT (d × c)."""
+    return layer.weight.mT, layer.bias
 
 
 def per_head_parts(tensor: Any, heads: int, parts: int) -> list:

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from ..checks.cached import with_use_cache
-from .adapters import Adapter, Weights, norm_gains, per_head_parts
+from .adapters import Adapter, Weights, linear_weights, norm_gains, per_head_parts
 from .grouped import GROUPED, LATENT
 from .huggingface import HUGGING_FACE
 from .huggingface_tables import LAYOUTS as HUGGING_FACE_LAYOUTS
@@ -40,11 +40,6 @@ from .ours import read_modifications
 from .target import ConformError
 
 __all__ = ["BUILT_IN"]
-
-
-def _linear(layer: Any) -> tuple[Any, Any]:
-    """(W, b) of an nn.Linear as the book writes them: W = weight.mT (d × c)."""
-    return layer.weight.mT, layer.bias
 
 
 def _weights(blocks: list, biases: list, w_o: Any, b_o: Any, heads: int) -> Weights:
@@ -97,7 +92,7 @@ def _mha_weights(module: Any) -> Weights:
         blocks = [getattr(module, f"{w}_proj_weight").mT for w in "qkv"]
         bias = module.in_proj_bias
         biases = [None] * 3 if bias is None else list(bias.chunk(3))
-    w_o, b_o = _linear(module.out_proj)
+    w_o, b_o = linear_weights(module.out_proj)
     return _weights(blocks, biases, w_o, b_o, module.num_heads)
 
 
@@ -131,8 +126,8 @@ def _is_nanogpt(module: Any) -> bool:
 
 
 def _nanogpt_weights(module: Any) -> Weights:
-    blocks, biases = _thirds(*_linear(module.c_attn))
-    w_o, b_o = _linear(module.c_proj)
+    blocks, biases = _thirds(*linear_weights(module.c_attn))
+    w_o, b_o = linear_weights(module.c_proj)
     return _weights(blocks, biases, w_o, b_o, _heads(module, "n_head", "num_heads"))
 
 
@@ -148,7 +143,7 @@ def _timm_weights(module: Any) -> Weights:
     LayerNorm as QK-norm and ``scale_norm`` are refused: no registered variant declares them.
     ``scale`` is not read: another scale is a mistake for the checks to find and name."""
     name, heads = type(module).__name__, _heads(module, "num_heads")
-    blocks, biases = _thirds(*_linear(module.qkv))
+    blocks, biases = _thirds(*linear_weights(module.qkv))
     width = blocks[0].shape[1] // heads
     if type(getattr(module, "norm", None)).__name__ not in ("NoneType", "Identity"):
         raise ConformError(
@@ -171,7 +166,7 @@ def _timm_weights(module: Any) -> Weights:
             )
         parts.append("gate")
         inputs["W_g"] = gate.weight.mT
-    w_o, b_o = _linear(module.proj)
+    w_o, b_o = linear_weights(module.proj)
     b_q, b_k, b_v = biases
     return Weights(
         *blocks,
@@ -202,7 +197,7 @@ def _book_projection(module: Any, name: str) -> tuple[Any, Any]:
     layer = getattr(module, name)
     if isinstance(layer, nn.Parameter):
         return layer, None  # SelfAttention_v1 stores W_q itself, d × c
-    return _linear(layer)
+    return linear_weights(layer)
 
 
 def _book_weights(module: Any) -> Weights:
@@ -223,7 +218,7 @@ def _book_weights(module: Any) -> Weights:
     )
     if not hasattr(module, "out_proj"):
         return Weights(w_q, w_k, w_v, b_q=b_q, b_k=b_k, b_v=b_v)
-    w_o, b_o = _linear(module.out_proj)
+    w_o, b_o = linear_weights(module.out_proj)
     weights = _weights([w_q, w_k, w_v], [b_q, b_k, b_v], w_o, b_o, _heads(module, "num_heads"))
     return _with_our_modifications(module, weights)
 

@@ -63,7 +63,7 @@ import torch
 
 from . import huggingface_reading as H
 from . import huggingface_tables as T
-from .adapters import Adapter, Weights
+from .adapters import Adapter, Weights, linear_weights
 from .target import ConformError
 
 __all__ = ["HUGGING_FACE"]
@@ -84,7 +84,7 @@ def _is_layer(module: Any) -> bool:
         return False
 
 
-def _refuse(module: Any, layout: T.Layout) -> None:
+def _refuse(module: Any) -> None:
     """A layer the tables say is not read (`REFUSED`), or whose scale no variant declares."""
     name = type(module).__name__
     for test, why in T.REFUSED:
@@ -103,7 +103,7 @@ def _layer_weights(module: Any) -> Weights:
     `READINGS` reads it."""
     layout = T.layout_of(module)
     assert layout is not None  # recognised
-    _refuse(module, layout)
+    _refuse(module)
     heads, width = layout.heads(module), H.head_width(module)
     found = layout.cut(module, heads, width)
     parts, values, inputs = [], {}, {}
@@ -114,7 +114,7 @@ def _layer_weights(module: Any) -> Weights:
             inputs |= said.inputs
     (w_q, w_k, w_v), (b_q, b_k, b_v) = found.weights, found.biases
     output = None if layout.output is None else getattr(module, layout.output)
-    w_o, b_o = (None, None) if output is None else (output.weight.mT, output.bias)
+    w_o, b_o = (None, None) if output is None else linear_weights(output)
     return Weights(
         w_q,
         w_k,

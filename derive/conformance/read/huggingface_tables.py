@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from . import huggingface_reading as H
-from .adapters import norm_gains, per_head_parts
+from .adapters import linear_weights, norm_gains, per_head_parts
 from .target import ConformError
 
 __all__ = ["Layout", "LAYOUTS", "layout_of", "Projections", "Said", "READINGS", "REFUSED"]
@@ -64,15 +64,16 @@ class Layout:
     needs_config: bool = True
 
 
-def _linear(layer: Any, module: Any = None, name: str = "") -> tuple[Any, Any]:
-    """An nn.Linear's W (weight.mT) and bias; any other projection is refused by name (Moshi's
-    MoshiLinear, Zaya's ZayaCCAProjection: weights another layout keeps)."""
+def _projection(module: Any, name: str) -> tuple[Any, Any]:
+    """The layer's projection `name` as (W, b); one that is not an nn.Linear is refused by name
+    (Moshi's MoshiLinear, Zaya's ZayaCCAProjection: weights another layout keeps)."""
+    layer = getattr(module, name)
     if not isinstance(getattr(layer, "weight", None), torch.Tensor):
         raise ConformError(
             f"{type(module).__name__}.{name} is a {type(layer).__name__} without an "
             "nn.Linear's weight: its projections are not read"
         )
-    return layer.weight.mT, layer.bias
+    return linear_weights(layer)
 
 
 def _separate(*names: str) -> Cut:
@@ -80,7 +81,7 @@ def _separate(*names: str) -> Cut:
     queries, then its gate's logits (Qwen 3.5)."""
 
     def cut(module: Any, heads: int, width: int) -> Projections:
-        found = (_linear(getattr(module, name), module, name) for name in names)
+        found = (_projection(module, name) for name in names)
         ws, bs = map(list, zip(*found, strict=True))
         if ws[0].shape[1] != 2 * heads * width:
             return Projections(ws, bs)
@@ -99,7 +100,7 @@ def _q_then_k_then_v(name: str) -> Cut:
     """One projection: all queries, then the keys, then the values (Phi-3's qkv_proj)."""
 
     def cut(module: Any, heads: int, width: int) -> Projections:
-        w, b = _linear(getattr(module, name), module, name)
+        w, b = _projection(module, name)
         c = heads * width
         kv = (w.shape[1] - c) // 2
         cuts = (slice(0, c), slice(c, c + kv), slice(c + kv, None))
@@ -113,7 +114,7 @@ def _packed(name: str, layout: Callable, groups: Callable) -> Cut:
     with `groups(layer)` groups of keys (None: h)."""
 
     def cut(module: Any, heads: int, width: int) -> Projections:
-        w, b = _linear(getattr(module, name), module, name)
+        w, b = _projection(module, name)
         parts, kv = layout(module), groups(module) or heads
         bs = [None] * 3 if b is None else parts(b, heads, kv, width)
         return Projections(parts(w, heads, kv, width), bs)
