@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import calculus
+from .explicit.checked import checked_backward
 from .explicit.named import explicit_gradients, explicit_variant
 from .graph import variant
 from .graph.registry import ROOT as ROOT_NAME
@@ -38,13 +39,15 @@ def steps(name: str = ROOT_NAME) -> tuple[calculus.Step, ...]:
 
 
 def backward_steps(name: str = ROOT_NAME) -> tuple[calculus.Gradient, ...]:
-    """Every gradient of a variant at symbolic sizes, derived by reverse mode.
+    """Every gradient of a variant at symbolic sizes, derived by reverse mode, each printed form
+    checked by numbers against the chain rule at concrete sizes first (a `DerivationError`
+    names one that differs: `derive.explicit.checked`).
 
     Example:
         >>> [g.output for g in backward_steps()][:3]
         ['dA', 'dV', 'dOmega_scaled']
     """
-    return calculus.backward(variant(name).graph)
+    return checked_backward(variant(name))
 
 
 def facts(name: str = ROOT_NAME) -> tuple[Fact, ...]:

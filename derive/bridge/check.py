@@ -9,7 +9,9 @@ largest absolute difference, the tolerance and the verdict. The polynomial steps
 exactly, the others to 1e-12. Then C from the entry's own entry points (`Entry.twins`: the fused
 path, the explicit path, the book's classes, as they apply). Then the backward pass: every
 gradient derived by SymPy at these sizes against `torch.autograd` through the same twins, for an
-upstream gradient drawn the same way, and the entry's written-out backward passes, to 1e-10
+upstream gradient drawn the same way, each gradient as the documents print it (its form derived at
+symbolic sizes, evaluated at these: ``dQ · printed``) against the same, and the entry's
+written-out backward passes, to 1e-10
 (sizes up to `MAX_GRADIENT_SIZE`; skipped, and said so, above it or with `forward_only`).
 
 Nothing here names a variant: the sizes, their conditions and the twins come from the entry.
@@ -26,6 +28,7 @@ import sympy as sp
 import torch
 
 from ..explicit import MAX_GRADIENT_SIZE, MAX_SIZE
+from ..explicit.checked import printed_gradients
 from ..explicit.forward import ExplicitGraph
 from ..explicit.gradients import ExplicitGradients
 from ..graph import Entry, explicit_sizes
@@ -33,6 +36,7 @@ from ..graph.fitting import drawn_sizes
 from ..graph.registry import ROOT
 from ..graph.twins import GradientTwin
 from ..notation import letters as L
+from ..notation.plain import plain
 from . import twins
 from .evaluate import Reader, dyadic, mask_of, resolve, torch_values
 from .steps import compare
@@ -113,6 +117,19 @@ def _row(label: str, expected: Any, got: Any, limit: float) -> Row:
     return Row(label, tuple(expected.shape), difference, False, difference <= limit, limit)
 
 
+def _printed_row(step: Any, shown: Any, autograd: Any) -> Row:
+    """A gradient as the documents print it against autograd; failing, the entry that differs
+    most is named (``dQ · printed, worst q̄[2,1]``)."""
+    row = _row(f"{step.output} · printed", autograd.detach(), shown, GRADIENT_TOLERANCE)
+    if row.passed:
+        return row
+    gap = (shown - autograd.detach()).abs().nan_to_num(nan=float("inf"))
+    worst = divmod(int(gap.argmax()), gap.shape[-1])
+    entry = step.entries[worst[0], worst[1]]
+    label = f"{step.output} · printed, worst {plain(entry)}"
+    return Row(label, row.shape, row.difference, False, False, row.limit)
+
+
 def _gradient_rows(entry: Entry, explicit: ExplicitGraph, inputs: dict, seed: int) -> list[Row]:
     """Every gradient by the chain rule at these sizes against autograd through the twins, and
     the entry's written-out backward passes."""
@@ -128,12 +145,17 @@ def _gradient_rows(entry: Entry, explicit: ExplicitGraph, inputs: dict, seed: in
             tensor.retain_grad()
     steps[explicit.graph.output].backward(upstream)
     rows = []
+    printed = printed_gradients(gradients, dict(inputs) | {gradients.upstream: upstream})
     for step in gradients.steps:
         tensor = steps.get(step.of)
         if tensor is None or tensor.grad is None:
             continue
         expected = torch.tensor(values.floats(step.output), dtype=torch.float64)
         rows.append(_row(step.output, expected, tensor.grad, GRADIENT_TOLERANCE))
+        shown = torch.tensor(
+            [[float(e) for e in row] for row in printed[step.output].tolist()], dtype=torch.float64
+        )
+        rows.append(_printed_row(step, shown, tensor.grad))
     read = Reader(explicit, dict(inputs) | {gradients.upstream: upstream})
     for twin in entry.twins:
         if not (isinstance(twin, GradientTwin) and twins.applies(twin, entry.options)):

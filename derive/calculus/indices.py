@@ -37,13 +37,14 @@ __all__ = [
 Ranges = Mapping[sp.Symbol, tuple[sp.Expr, sp.Expr]]
 
 #: The summation index for a sum over each size, in order of preference.
+_PRIMED = {name: sp.Symbol(name, integer=True, positive=True) for name in ("j''", "r'", "t'", "i'")}
 _NAMES = {
-    L.n: (L.m, L.p, L.r, L.t),
-    L.s: (L.p, L.r, L.t),
-    L.c: (L.j, L.j2),
-    L.c_h: (L.j, L.j2),
-    L.d: (L.i,),
-    L.d_y: (L.i,),
+    L.n: (L.m, L.p, L.r, L.t, _PRIMED["r'"], _PRIMED["t'"]),
+    L.s: (L.p, L.r, L.t, _PRIMED["r'"]),
+    L.c: (L.j, L.j2, _PRIMED["j''"]),
+    L.c_h: (L.j, L.j2, _PRIMED["j''"]),
+    L.d: (L.i, _PRIMED["i'"]),
+    L.d_y: (L.i, _PRIMED["i'"]),
 }
 
 

@@ -67,6 +67,25 @@ def matrix_form(
     return form.xreplace({s: OneMatrix(*s.shape) for s in ones})
 
 
+def _whole_axes(expr: sp.Expr) -> None:
+    """Every sum runs over a whole axis of what it reads (Σ_{j=0}^{c−1} Q[m, j]), as a matrix
+    product's does; a sum over part of an axis (Σ_{j=0}^{c/2−1}, shifted columns j + c/2, a
+    range that reads an index) has no matrix form these rules give: NoMatrixForm, never a
+    product over the whole axis."""
+    for total in expr.atoms(Sum):
+        for variable, low, high in total.limits:
+            for element in total.function.atoms(MatrixElement):
+                for index, length in zip((element.i, element.j), element.parent.shape, strict=True):
+                    if variable not in sp.sympify(index).free_symbols:
+                        continue
+                    whole = index == variable and low == 0 and sp.expand(high - length + 1) == 0
+                    if not whole:
+                        raise NoMatrixForm(
+                            f"the sum over {variable} = {low} … {high} reads {element}: not a "
+                            "whole axis"
+                        )
+
+
 def _depends(expr: sp.Expr, index: sp.Symbol) -> bool:
     return index in expr.free_symbols
 
@@ -224,6 +243,7 @@ def _row_sum(total: Sum, row, col, shape) -> sp.MatrixExpr:
 
 def _sum(total: Sum, row, col, shape) -> sp.MatrixExpr:
     """A contraction: SymPy's converters, else Σ_k F[row,k] G[k,col] split by hand."""
+    _whole_axes(total)
     from sympy.tensor.array.expressions import convert_array_to_matrix, convert_indexed_to_array
 
     try:

@@ -33,12 +33,14 @@ from ..graph import Declaration, Graph
 from ..graph.errors import deriving
 from ..notation import Concat, Entries, GroupConcat, RMSNorm, Softmax
 from ..notation import letters as L
+from ..notation.functions import Indicator, indicators
 from .forward import declared_matrix, steps, symbols_of
-from .indices import element_of, fresh_index, under_ranges, zero_based, zero_index
+from .indices import element_of, fresh_index, zero_based, zero_index
 from .matrix_form import NoMatrixForm, matrix_form
 from .naming import book_indices, compact_roots
+from .summation import bound_apart, readable, simplified
 
-__all__ = ["Contribution", "Gradient", "backward", "in_outputs"]
+__all__ = ["Contribution", "Gradient", "backward", "in_outputs", "term_element"]
 
 #: The indices of the chain rule's sum over the output entries, besides the gradient's own (m, p).
 _ROW, _COL = sp.Symbol("m'", integer=True, positive=True), L.t
@@ -149,29 +151,37 @@ def in_outputs(expr: sp.Expr, step: Declaration, indices: set[sp.Symbol]) -> sp.
     is a)."""
     row, col = step.free
     if isinstance(step.element.rhs, sp.Function):
+        rows = indices if row.is_Symbol else {row}
+        cols = indices if col.is_Symbol else {col}
+        found = {
+            step.element.rhs.xreplace(
+                {x: y for x, y in ((row, first), (col, second)) if x.is_Symbol}
+            ): _entry(step.output, first, second)
+            for first in rows
+            for second in cols
+        }  # (a condition that fixes the value at some indices, Piecewise's, is no instance)
+        # an instance whose sums run over other names (Σ_{i'} where i is free) is one still
+        named = {k.as_dummy(): v for k, v in found.items() if k.has(Indexed)}
+        kind = type(step.element.rhs)
         return sp.factor_terms(
-            expr.xreplace(
-                {
-                    step.element.rhs.xreplace({row: first, col: second}): _entry(
-                        step.output, first, second
-                    )
-                    for first in indices
-                    for second in indices
-                }
+            expr.replace(
+                lambda e: isinstance(e, kind) and e.as_dummy() in named,
+                lambda e: named[e.as_dummy()],
             )
         )
     numerator, denominator = _quotient(step.element.rhs)
     if denominator == 1 or numerator.is_number:
         return expr
     holders = {}
-    for first in indices:
-        d_here = denominator.xreplace({row: first})
+    for first in indices if row.is_Symbol else {row}:
+        d_here = denominator.xreplace({row: first} if row.is_Symbol else {})
         holder = sp.Function("D", positive=True)(first)  # depends on its row, for _pull
         holders[holder] = d_here
         # the quotient rule's D², which summing out the deltas may have multiplied out
         expr = expr.xreplace({d_here: holder, sp.expand(d_here**2): holder**2})
-        for second in indices:
-            n_here = numerator.xreplace({row: first, col: second})
+        for second in indices if col.is_Symbol else {col}:
+            at = {x: y for x, y in ((row, first), (col, second)) if x.is_Symbol}
+            n_here = numerator.xreplace(at)
             expr = expr.xreplace({n_here: _entry(step.output, first, second) * holder})
     expr = sp.expand(expr)
     expr = expr.replace(lambda e: isinstance(e, Sum), lambda e: sp.factor_terms(_pull(e)))
@@ -204,31 +214,92 @@ def _pull(total: Sum) -> sp.Expr:
     return sp.Mul(*outside) * Sum(sp.Mul(*inside), *total.limits)
 
 
+#: The letters a sum's index may be named by where neither its declared name nor the book's
+#: name for its size is free (a sum over p + 1 … m, inside the gradient of an entry (m, p)).
+_SPARE = (L.r, L.t, L.p, L.m, sp.Symbol("k", integer=True, positive=True))
+
+
+def _index_name(size: sp.Expr, taken: set, declared: sp.Symbol | None) -> sp.Symbol:
+    """A name for a sum's index: the book's for its size, else the one declared, else a spare
+    letter; none of those in scope (`taken`)."""
+    found = fresh_index(size, taken)
+    if not isinstance(found, sp.Dummy):
+        return found
+    for name in (declared, *_SPARE):
+        if name is not None and name not in taken:
+            return name
+    return found
+
+
+def _expanded(expr: sp.Expr) -> sp.Expr:
+    """Products over sums multiplied out; exp(a + b) and log(a b) left whole (SymPy would turn
+    the exponential of a sum into a product of exponentials)."""
+    return sp.expand(expr, power_exp=False, power_base=False, log=False)
+
+
+def _almost_everywhere(expr: sp.Expr) -> sp.Expr:
+    """The derivative where it exists: a Dirac delta (the derivative of a step, of sign, of
+    |·|'s derivative) is 0 away from its kink, and the kink is a point (see the documents'
+    convention)."""
+    return expr.replace(lambda e: isinstance(e, sp.DiracDelta), lambda e: sp.S.Zero)
+
+
+def _cut(expr: sp.Expr) -> bool:
+    """A sum over part of a row only (Σ_{p=m+1}^{n}): not a matrix product's."""
+    sizes = set(L.SIZES)
+    return any(
+        low != 1 or not (sp.sympify(high).free_symbols <= sizes)
+        for total in expr.atoms(Sum)
+        for _, low, high in total.limits
+    )
+
+
 def _element_route(step: Declaration, letter: str, shapes: dict) -> Contribution:
     """\\bar{u}_{m,p} = Σ_{m'} Σ_t \\bar{y}_{m',t} ∂y_{m',t}/∂u_{m,p}, deltas summed out."""
     row, col = step.free
     (rows, cols) = step.shapes[step.output]
-    m = sp.S.One if step.shapes[letter][0] == 1 else L.m  # a row of gains: its one row
-    p = sp.S.One if step.shapes[letter][1] == 1 else L.p  # one number (one head's slope)
-    y = step.element.rhs.xreplace({row: _ROW, col: _COL})
-    upstream = _entry(L.gradient(step.output), _ROW, _COL)
+    book = tuple(  # a row of gains: its one row; one number: (1, 1)
+        sp.S.One if size == 1 else index
+        for index, size in zip(
+            book_indices(letter, step.shapes[letter]), step.shapes[letter], strict=True
+        )
+    )
+    # one number per head, ζ_{1,ℓ}, read by a head's step: its own index while deriving, not ℓ
+    stand_in = {L.ell: sp.Dummy("head", integer=True, positive=True)} if step.head else {}
+    m, p = (stand_in.get(index, index) for index in book)
+    # the output's entry (m', t), summed over; an axis of one entry (f[m, 1]) keeps its 1
+    out_row, out_col = (
+        index if index.is_Integer else name for index, name in ((row, _ROW), (col, _COL))
+    )
+    over = [(x, 1, size) for x, size in ((out_col, cols), (out_row, rows)) if x.is_Symbol]
+    y = step.element.rhs.xreplace({x: y_ for x, y_ in ((row, out_row), (col, out_col)) if x != y_})
+    y, declared = bound_apart(indicators(y))
+    upstream = _entry(L.gradient(step.output), out_row, out_col)
     target = _entry(letter, m, p)
-    derivative = sp.Derivative(_entry(step.output, _ROW, _COL), target)
-    chain = Sum(upstream * derivative, (_COL, 1, cols), (_ROW, 1, rows))
-    differentiated = Sum(sp.expand(upstream * sp.diff(y, target)), (_COL, 1, cols), (_ROW, 1, rows))
+    derivative = sp.Derivative(_entry(step.output, out_row, out_col), target)
+    chain = Sum(upstream * derivative, *over)
+    raw = _almost_everywhere(sp.diff(y, target))
+    differentiated = Sum(_expanded(upstream * raw), *over)
     ranges = {
         index: (1, size)
         for index, size in zip((m, p), step.shapes[letter], strict=True)
         if index.is_Symbol
     }
-    summed = under_ranges(differentiated, ranges)
+    if step.head:
+        ranges[L.ell] = (1, L.h)
+    taken = {m, p, _ROW, _COL} | ({L.ell} if step.head else set())
+    summed = readable(simplified(differentiated, ranges), declared, taken, _index_name)
+    differentiated = readable(differentiated, declared, taken, _index_name)
     written = in_outputs(summed, step, {m, p, _ROW, _COL} - {sp.S.One})
-    column = fresh_index(cols, written.free_symbols | {m, p} - {_COL})  # r over n, j' over c
-    final = compact_roots(written.xreplace({_COL: column}))
+    for index, size in ((_ROW, rows), (_COL, cols)):  # the output's rows, then its columns
+        if written.has(index):  # still summed over: named as the book names it
+            name = _index_name(size, (written.atoms(sp.Symbol) | {m, p}) - {index}, None)
+            written = written.xreplace({index: name})
+    final = compact_roots(written)
     if step.head and not letter.endswith("_l"):  # shared by the heads (gains): theirs add up
         final = Sum(final, (L.ell, 1, L.h))
         if final.has(sp.KroneckerDelta):  # a row of one number per head: head p's alone
-            final = under_ranges(final, ranges | {L.ell: (1, L.h)})
+            final = simplified(final, ranges)
     lhs = _entry(L.gradient(letter), m, p)
     equations = (
         Eq(lhs, chain, evaluate=False),
@@ -236,6 +307,11 @@ def _element_route(step: Declaration, letter: str, shapes: dict) -> Contribution
         Eq(lhs, summed, evaluate=False),
         Eq(lhs, final, evaluate=False),
     )
+    if stand_in and not final.has(L.ell):  # the head's own index back where it is free
+        back = {dummy: index for index, dummy in stand_in.items()}
+        m, p = (back.get(index, index) for index in (m, p))
+        final = final.xreplace(back)
+        equations = tuple(e.xreplace(back) if not e.rhs.has(L.ell) else e for e in equations)
     symbols = symbols_of(dict(step.shapes)) | {
         L.gradient(step.output): _symbol(L.gradient(step.output), shapes),
         L.gradient(letter): _symbol(L.gradient(letter), shapes),
@@ -243,8 +319,8 @@ def _element_route(step: Declaration, letter: str, shapes: dict) -> Contribution
     }
     how = "the chain rule entry by entry: sympy.diff, the Kronecker deltas summed out"
     try:
-        if not m.is_Symbol:
-            raise NoMatrixForm("a gradient of one row (a gain) is given by its entries")
+        if not (m.is_Symbol and p.is_Symbol) or final.has(Indicator, sp.Product) or _cut(final):
+            raise NoMatrixForm("a gradient of one row, or with conditions, is given by its entries")
         term = matrix_form(zero_based(final, (m, p), symbols), (zero_index(m), zero_index(p)))
     except NoMatrixForm:  # the matrix of these entries, as derived
         term = Entries(final, (m, p), *step.shapes[letter])
@@ -261,32 +337,44 @@ def _contribution(step: Declaration, letter: str, shapes: dict, relations) -> Co
     return _element_route(step, letter, shapes)
 
 
-def _gradient(letter: str, parts: list[Contribution], shapes: dict) -> Gradient:
-    symbol = _symbol(L.gradient(letter), shapes)
-    terms = [part.term for part in parts]
-    total = terms[0] if len(terms) == 1 else MatAdd(*terms)
-    matrix = Eq(symbol, total, evaluate=False)
+def _element(letter: str, total: sp.MatrixExpr, shapes: dict) -> Eq:
+    """The entry of a gradient's matrix form (or of one of its terms), in the book's indices."""
+    if isinstance(total, MatAdd) and any(isinstance(t, Entries) for t in total.args):
+        parts = [_element(letter, term, shapes) for term in total.args]
+        return Eq(parts[0].lhs, sp.Add(*[part.rhs for part in parts]), evaluate=False)
     if isinstance(total, Entries):  # no matrix form: the derived entry, in the book's indices
         row, col = book_indices(letter, shapes.get(letter))
         if all(sp.sympify(index).is_Integer for index in total.indices):  # one number: its own
             row, col = total.indices
         at = dict(zip(total.indices, (row, col), strict=True))
         lhs = _entry(L.gradient(letter), row, col)
-        element = Eq(
+        return Eq(
             lhs, total.entry.xreplace({k: v for k, v in at.items() if k.is_Symbol}), evaluate=False
         )
-    elif isinstance(total, GroupConcat):  # k̄_{m,(ν−1)c_h+j} = Σ_ℓ k̄^{(ℓ)}_{m,j}, ℓ in group ν
+    if isinstance(total, GroupConcat):  # k̄_{m,(ν−1)c_h+j} = Σ_ℓ k̄^{(ℓ)}_{m,j}, ℓ in group ν
         width = total.block.shape[1]
         lhs = _entry(L.gradient(letter), L.m, (L.nu - 1) * width + L.j)
         rhs = Sum(element_of(total.block, L.m, L.j), (L.ell, total.first, total.last))
-        element = Eq(lhs, rhs, evaluate=False)
-    elif isinstance(total, Concat):  # \bar{Q} = [\bar{Q}^(1) ⋯]: entry (m, (ℓ−1) w + j)
+        return Eq(lhs, rhs, evaluate=False)
+    if isinstance(total, Concat):  # \bar{Q} = [\bar{Q}^(1) ⋯]: entry (m, (ℓ−1) w + j)
         width = total.block.shape[1]
         lhs = _entry(L.gradient(letter), L.m, (L.ell - 1) * width + L.j)
-        element = Eq(lhs, element_of(total.block, L.m, L.j), evaluate=False)
-    else:
-        row, col = book_indices(letter, shapes.get(letter))
-        element = Eq(_entry(L.gradient(letter), row, col), element_of(total, row, col))
+        return Eq(lhs, element_of(total.block, L.m, L.j), evaluate=False)
+    row, col = book_indices(letter, shapes.get(letter))
+    return Eq(_entry(L.gradient(letter), row, col), element_of(total, row, col))
+
+
+def term_element(letter: str, part: Contribution, shapes: dict) -> Eq:
+    """The entry of one term of the gradient of `letter` (what one step contributes)."""
+    return _element(letter, part.term, shapes)
+
+
+def _gradient(letter: str, parts: list[Contribution], shapes: dict) -> Gradient:
+    symbol = _symbol(L.gradient(letter), shapes)
+    terms = [part.term for part in parts]
+    total = terms[0] if len(terms) == 1 else MatAdd(*terms)
+    matrix = Eq(symbol, total, evaluate=False)
+    element = _element(letter, total, shapes)
     return Gradient(L.gradient(letter), letter, tuple(parts), matrix, element)
 
 

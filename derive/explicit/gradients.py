@@ -165,6 +165,12 @@ class ExplicitGradients:
             derived.append(GradientStep("d" + key, key, head, *matrices))
         return derived
 
+    def compact_entries(self) -> dict[Indexed, sp.Expr]:
+        """Every entry of every gradient printed at symbolic sizes (`derive.calculus.backward`),
+        at these sizes (see `_compact`); the entries of folded steps' gradients included."""
+        return self._compact()
+
+    @functools.cache  # noqa: B019 - one per instance, kept with it
     def _compact(self) -> dict[Indexed, sp.Expr]:
         """Every entry of every gradient derived at symbolic sizes, at these sizes, written in
         the entries this explicit derivation names (folded entries resolved)."""

@@ -163,15 +163,17 @@ def value_at(expr: sp.Expr, at: dict, sizes: dict, known: dict | None = None) ->
         return known.get(entry, entry) if known else entry
     if expr.is_Symbol:
         return sp.Integer(at[expr]) if expr in at and expr not in sizes else sizes.get(expr, expr)
-    if isinstance(expr, sp.Sum):
+    if isinstance(expr, sp.Sum | sp.Product):  # written out: a sum, or a product, of terms
         terms = [({**at}, expr.function)]
-        for variable, low, high in expr.limits:
+        for variable, low, high in reversed(expr.limits):  # the outermost first: an inner
+            # sum's limits may read an outer index (Σ_{m'} Σ_{ℓ=t+1}^{m'})
             terms = [
                 ({**where, variable: k}, function)
                 for where, function in terms
                 for k in range(_int(low, where), _int(high, where) + 1)
             ]
-        return sp.Add(*[value_at(function, where, sizes, known) for where, function in terms])
+        values = [value_at(function, where, sizes, known) for where, function in terms]
+        return sp.Add(*values) if isinstance(expr, sp.Sum) else sp.Mul(*values)
     if not expr.args:
         return expr
     return expr.func(*[value_at(arg, at, sizes, known) for arg in expr.args])

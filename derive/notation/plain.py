@@ -285,6 +285,9 @@ class PlainPrinter(StrPrinter):
                 parts.append(f"{self._print(value)} if {self._print(condition)}")
         return "(" + ", ".join(parts) + ")"
 
+    def _print_Indicator(self, expr: sp.Expr) -> str:
+        return f"[{self._print(expr.args[0])}]"
+
     def _print_Relational(self, expr: sp.Rel) -> str:
         if isinstance(expr, sp.GreaterThan | sp.StrictGreaterThan):
             expr = expr.reversed

@@ -22,7 +22,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..calculus import backward, flop_count, steps
+from ..calculus import flop_count, steps
+from ..explicit.checked import checked_backward
 from ..graph.loading import spec_of
 from ..graph.registry import ROOT
 from ..graph.twins import Twin
@@ -130,7 +131,7 @@ def _symbolic(options: DocumentOptions, blocks: list[Block]) -> list[tuple[int, 
             ),
         )
     )
-    for k, gradient in enumerate(backward(graph)):
+    for k, gradient in enumerate(checked_backward(entry)):
         shown.append(
             (
                 _holding(equation(gradient.matrix)),

@@ -6,9 +6,9 @@ the softmax with the masked scores above the line and the unmasked ones below), 
 the output gets an axis of a grid (the head ℓ, the row m, the column p), every summation index a
 further axis that is summed away, and every entry x_{a,b} is gathered from its matrix at the
 grid's values of a and b. Sums, products, powers, exp, log, tanh, sin, cos, the sigmoid, ⌊·⌋,
-mod, Kronecker's δ, max, min, |·|, the step θ, sign, comparisons and Piecewise act on the
-whole grid at once (torch, float64,
-IEEE arithmetic: exp(−∞) = 0, and 0/0 is NaN).
+mod, Kronecker's δ, Iverson's bracket [P], max, min, |·|, the step θ, sign, comparisons and
+Piecewise act on the whole grid at once (torch, float64, IEEE arithmetic: exp(−∞) = 0, and
+0/0 is NaN).
 
 Beside each value it carries a first-order bound on the rounding error of an implementation in
 a lower precision, as `derive.conformance.evaluate.matrices` does for matrix forms: each operation's
@@ -32,6 +32,7 @@ from sympy.matrices.expressions.matexpr import MatrixElement
 
 from ...graph import Declaration
 from ...notation import letters as L
+from ...notation.functions import Indicator
 from .rounding import FUNCTIONS, apply, exact
 
 __all__ = ["evaluate_element", "element_values", "entries_values", "concrete"]
@@ -144,8 +145,10 @@ class _Grid:
             return float(expr), u * abs(float(expr))
         if isinstance(expr, sp.Piecewise):
             return self._piecewise(expr, env)
-        if isinstance(expr, sp.Sum):
+        if isinstance(expr, sp.Sum | sp.Product):
             return self._sum(expr, env)
+        if isinstance(expr, Indicator):  # Iverson's bracket [P]: exact
+            return _tensor(torch, self(expr.args[0], env)[0]).double(), 0.0
         if isinstance(expr, sp.KroneckerDelta):
             (a, _), (b, _) = (self(arg, env) for arg in expr.args)
             return (_tensor(torch, a) == _tensor(torch, b)).double(), 0.0
@@ -263,12 +266,16 @@ class _Grid:
             bound = torch.where(chosen, error, bound)
         return result, bound
 
-    def _sum(self, total: sp.Sum, env: dict) -> tuple[Any, Any]:
-        """Σ over its limits (SymPy lists the innermost first; an inner limit may read an
-        outer index): each index a further axis of the grid, summed away in turn."""
-        return self._nested(total.function, list(reversed(total.limits)), env)
+    def _sum(self, total: sp.Sum | sp.Product, env: dict) -> tuple[Any, Any]:
+        """Σ (or ∏) over its limits (SymPy lists the innermost first; an inner limit may read an
+        outer index): each index a further axis of the grid, summed (multiplied) away in turn;
+        an empty range is 0 (1)."""
+        product = isinstance(total, sp.Product)
+        return self._nested(total.function, list(reversed(total.limits)), env, product)
 
-    def _nested(self, function: sp.Expr, limits: list, env: dict) -> tuple[Any, Any]:
+    def _nested(
+        self, function: sp.Expr, limits: list, env: dict, product: bool = False
+    ) -> tuple[Any, Any]:
         torch = self.torch
         if not limits:
             return self(function, env)
@@ -280,7 +287,13 @@ class _Grid:
         axis = torch.arange(1, length + 1, dtype=torch.float64)
         inner[variable] = axis.view((1,) * (rank - 1) + (length,))
         keep = (inner[variable] >= low) & (inner[variable] <= high)
-        summand, error = (_tensor(torch, x) for x in self._nested(function, rest, inner))
+        summand, error = (_tensor(torch, x) for x in self._nested(function, rest, inner, product))
+        if product:  # ∏: each factor's error relative, carried through the others
+            factors = torch.where(keep, summand, 1.0)
+            value = factors.prod(-1)
+            relative = torch.where(keep, error / summand.abs().clamp_min(1e-300), 0.0).sum(-1)
+            k = length + 1
+            return value, exact(torch, value.abs() * (relative + k * self.u))
         value = torch.where(keep, summand, 0.0).sum(-1)
         spread = torch.where(keep, summand.abs(), 0.0).sum(-1)
         carried = torch.where(keep, error, 0.0).sum(-1)

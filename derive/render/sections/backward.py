@@ -1,5 +1,6 @@
 """The backward pass of a document: every gradient SymPy derives by walking the entry's graph
-backwards (`derive.calculus.backward`), in the parts the entry's document declares (self-
+backwards (`derive.calculus.backward`), each form checked by numbers before it is shown
+(`derive.explicit.checked`), in the parts the entry's document declares (self-
 attention: through the context, the softmax, the scores, to the weights), or the gradients that
 differ from the base's, with the claims it places among them (the softmax's Jacobian, the rowsum
 identity)."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from ... import calculus
 from ...calculus import Gradient
+from ...explicit.checked import checked_backward
 from ...graph import Entry, Show
 from ...notation import letters as L
 from ...notation.lines import chain, equation
@@ -78,7 +80,7 @@ def _differing(entry: Entry, gradients: dict[str, Gradient]) -> tuple[str, ...]:
 
 def backward(entry: Entry) -> list[Block]:
     """The section: the gradients and their shapes, then each part of it."""
-    gradients = {g.output: g for g in calculus.backward(entry.graph)}
+    gradients = {g.output: g for g in checked_backward(entry)}  # each checked by numbers
     base = entry.base.name if entry.base is not None else ""
     differing = _differing(entry, gradients)
     intro = entry.document.words("backward", PV.VARIANT_BACKWARD.format(base=base))

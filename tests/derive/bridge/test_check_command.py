@@ -63,6 +63,8 @@ def test_the_backward_pass_is_checked_too(capsys):
         "dW_v": "3×2",
         "dX": "4×3",
     }
+    printed = dict(re.findall(r"^  (d\w+) · printed\s+(\d+×\d+)\s+\S+\s+1e-10\s+pass$", out, re.M))
+    assert printed == rows  # every gradient as the documents print it, against autograd too
     assert "C · CausalAttention" in out
     for name, shape in (("dX", "4×3"), ("dW_q", "3×2"), ("dW_k", "3×2"), ("dW_v", "3×2")):
         assert re.search(
@@ -70,7 +72,7 @@ def test_the_backward_pass_is_checked_too(capsys):
         ), name
     # the declared mask against attention's causal_mask, entry by entry
     assert re.search(r"^  M\s+4×4\s+0\s+exact\s+pass$", out, re.M)
-    assert out.rstrip().endswith("derive check: 25 step values compared, all pass")
+    assert out.rstrip().endswith("derive check: 35 step values compared, all pass")
 
 
 def test_sizes_over_the_gradient_limit_check_the_forward_pass_only(capsys):

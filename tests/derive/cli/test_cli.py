@@ -425,7 +425,7 @@ def test_a_broken_tex_engine_is_one_line_and_leaves_the_pdf(tmp_path, engine):
     target.write_bytes(b"before")
     env = {**_env(), "PATH": str(tools)}  # nothing else: no real engine behind it
     done = subprocess.run(
-        [sys.executable, "-m", "derive", "pdf", "-o", str(target)],
+        [sys.executable, "-m", "derive", "pdf", "-q", "-o", str(target)],
         capture_output=True,
         text=True,
         env=env,
