@@ -270,13 +270,17 @@ def step(
             f"{where}: the left-hand side must be an entry of its output, "
             f"such as a[m, p]; got {lhs}"
         )
-    if len(lhs.indices) != 2 or not all(isinstance(k_, sp.Symbol) for k_ in lhs.indices):
-        raise DeclarationError(
-            f"{where}: the left-hand side {lhs} must have two index symbols, "
-            "the row and the column of its entry"
-        )
     if len(tuple(shape)) != 2:
         raise DeclarationError(f"{where}: shape is (rows, columns), got {shape!r}")
+    if len(lhs.indices) != 2 or not all(
+        isinstance(index, sp.Symbol) or (index == 1 and size == 1)
+        for index, size in zip(lhs.indices, shape, strict=True)
+    ):
+        raise DeclarationError(
+            f"{where}: the left-hand side {lhs} must have two indices, the row and the column "
+            "of its entry: an index symbol, or 1 on an axis of one entry (f[m, 1] for a step "
+            f"of shape (n, 1)); the shape is {tuple(shape)}"
+        )
     return Step(
         name,
         sp.Eq(lhs, element.rhs, evaluate=False),

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 from sympy import Eq, MatrixSymbol
+from sympy.matrices.expressions.matexpr import MatrixElement
 
 from ..graph import Declaration, Graph
 from ..graph.errors import deriving
@@ -66,9 +67,11 @@ def declared_matrix(step: Declaration, relations: tuple[Eq, ...] = ()) -> Eq | N
     symbols = symbols_of(dict(step.shapes))
     output = symbols[step.output]
     row, col = step.free
-    if isinstance(col, sp.Symbol):
-        rhs = zero_based(step.element.rhs, (row, col), symbols)
-        indices = (zero_index(row), zero_index(col))
+    if isinstance(row, sp.Symbol | sp.Integer) and isinstance(col, sp.Symbol | sp.Integer):
+        rhs = zero_based(step.element.rhs, tuple(x for x in (row, col) if x != 1), symbols)
+        rhs, indices = _vector_axes(
+            rhs, tuple(zero_index(x) if x != 1 else sp.S.Zero for x in (row, col))
+        )
         try:
             form = matrix_form(rhs, indices, shape=output.shape)
         except NoMatrixForm:  # the matrix of its entries, as declared
@@ -81,6 +84,28 @@ def declared_matrix(step: Declaration, relations: tuple[Eq, ...] = ()) -> Eq | N
     width = sp.expand(col - index).coeff(L.ell)
     count = sp.simplify((output.shape[1] / width).subs([(r.lhs, r.rhs) for r in relations]))
     return Eq(output, Concat(block, count), evaluate=False)
+
+
+def _vector_axes(rhs: sp.Expr, indices: tuple) -> tuple[sp.Expr, tuple]:
+    """A step with one entry per row (f[m, 1], n × 1) or per column: its axis of one entry given
+    an index of its own, which the vectors it reads along that axis (w_f[i, 1], d × 1) share,
+    so that its matrix form is found as any other's (σ(X w_f + b_f J)); entries of a 1 × 1
+    matrix stay numbers."""
+    found = list(indices)
+    for axis, index in enumerate(indices):
+        if index != 0:
+            continue
+        spare = found[axis] = sp.Dummy("u", integer=True)
+
+        def shared(element, axis=axis, spare=spare):
+            shape, at = element.parent.shape, [element.i, element.j]
+            if shape[axis] == 1 and shape[1 - axis] != 1 and at[axis] == 0:
+                at[axis] = spare
+                return element.parent[at[0], at[1]]
+            return element
+
+        rhs = rhs.replace(lambda e: isinstance(e, MatrixElement), shared)
+    return rhs, tuple(found)
 
 
 @functools.cache

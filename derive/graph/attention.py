@@ -203,6 +203,9 @@ def masked_scores(*, head: bool = False, dims: Dims = SELF) -> Declaration:
         "Masking the scores",
         Eq(_entry("omegahat", head, L.m, L.p), rhs, evaluate=False),
         dims.shapes("Omega_scaled" + s, "M", "Omega_masked" + s),
+        twin=StepTwin(
+            "attention.functional.masked_scores", ("Omega_scaled" + s,), (("mask", "M"),)
+        ),
     )
 
 

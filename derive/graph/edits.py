@@ -50,11 +50,68 @@ class Step:
 
 
 def _ranges(element: sp.Eq, shape: tuple) -> dict:
-    ranges = dict(zip(element.lhs.indices, ((1, size) for size in shape), strict=True))
-    for total in element.rhs.atoms(sp.Sum):
+    """The range of each index of a step: the output's free indices over its rows and columns
+    (an axis of one entry, written 1, has none), each sum's and product's over its limits."""
+    ranges = {
+        index: (1, size)
+        for index, size in zip(element.lhs.indices, shape, strict=True)
+        if isinstance(index, sp.Symbol)
+    }
+    for total in element.rhs.atoms(sp.Sum, sp.Product):
         for variable, low, high in total.limits:
             ranges[variable] = (low, high)
     return ranges
+
+
+def _innermost_first(ranges: dict) -> dict:
+    """The ranges ordered so that an index comes before the indices its limits read (ℓ = p + 1
+    … m before p and m), as `indices.decide` substitutes them."""
+    ordered: dict = {}
+    pending = dict(ranges)
+    while pending:
+        for index in pending:
+            if not any(
+                index in set().union(*(sp.sympify(x).free_symbols for x in other))
+                for name, other in pending.items()
+                if name != index
+            ):
+                break
+        else:  # limits that read each other: keep the declared order
+            index = next(iter(pending))
+        ordered[index] = pending.pop(index)
+    return ordered
+
+
+def _outside(index: sp.Expr, size: sp.Expr, ranges: dict) -> tuple[sp.Expr, sp.Expr] | None:
+    """(lowest, highest) value of an index over the ranges of what it reads, where it may leave
+    1 … size; None where it stays within. An index that is a sum's own symbol must be shown to
+    stay within (Σ_{j=1}^{d} q[m,j] on columns 1 … c is refused; Σ_{ℓ=p+1}^{m} f[ℓ,1] with
+    p, m = 1 … n is not); an expression of indices is refused only where the ranges decide
+    that it leaves (q[m, j + c] with j = 1 … c reaches 2c), shifts such as k[p − m + w, j]
+    reading a declared window being the declaration's to keep in range."""
+    low = _extreme(index, ranges, lowest=True)
+    high = _extreme(index, ranges, lowest=False)
+    if isinstance(index, sp.Symbol):
+        inside = (low - 1).is_nonnegative and (size - high).is_nonnegative
+        return None if inside else (low, high)
+    if (low - 1).is_negative or (size - high).is_negative:
+        return low, high
+    return None
+
+
+def _extreme(index: sp.Expr, ranges: dict, *, lowest: bool) -> sp.Expr:
+    value = sp.expand(index)
+    for variable, (low, high) in _innermost_first(ranges).items():
+        coefficient = value.coeff(variable)
+        if coefficient == 0:
+            continue
+        if coefficient.is_positive:
+            value = sp.expand(value.xreplace({variable: low if lowest else high}))
+        elif coefficient.is_negative:
+            value = sp.expand(value.xreplace({variable: high if lowest else low}))
+        else:
+            return sp.nan
+    return value
 
 
 #: What each of the book's indices counts, and the sizes it may run over: a token (a query m, a
@@ -113,19 +170,18 @@ def _declaration(spec: Step, graph: Graph) -> Declaration:
             )
         shapes[letter] = known[letter]
         for index, size, axis in zip(entry.indices, known[letter], ("row", "column"), strict=True):
-            if not isinstance(index, sp.Symbol):
-                continue
-            if index not in ranges:
+            if isinstance(index, sp.Symbol) and index not in ranges:
                 raise DeclarationError(
                     f"{where}: the index {index} of {plain(entry)} is "
-                    "neither an index of the output nor one a sum runs "
+                    "neither an index of the output nor one a sum or a product runs "
                     "over"
                 )
-            if sp.simplify(ranges[index][1] - size) != 0 or ranges[index][0] != 1:
-                low, high = ranges[index]
+            outside = _outside(sp.sympify(index), size, ranges)
+            if outside is not None:
+                low, high = outside
                 raise DeclarationError(
-                    f"{where}: {plain(entry)} reads {axis} {index} = {low} … {high} of {letter}, "
-                    f"whose {axis}s run 1 … {size}"
+                    f"{where}: {plain(entry)} reads {axis} {plain(index)} = {plain(low)} … "
+                    f"{plain(high)} of {letter}, whose {axis}s run 1 … {size}"
                 )
     for index, size, axis in zip(
         spec.element.lhs.indices[-2:], spec.shape, ("rows", "columns"), strict=True

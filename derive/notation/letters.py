@@ -222,6 +222,17 @@ _LETTERS: dict[str, str] = {}
 _AFTER: dict[str, tuple[str | None, int]] = {}
 
 
+def _subscriptable(tex: str) -> str:
+    """An entry's letter that takes its indices as a subscript: one with a subscript of its own
+    (a user's ``b_f``) in parentheses, as the book writes (W_q)_{i,j}, never b_f_{1,1}."""
+    depth = 0
+    for character in tex:
+        depth += {"{": 1, "}": -1}.get(character, 0)
+        if character == "_" and depth == 0 and not (tex.startswith("(") and tex.endswith(")")):
+            return f"({tex})"
+    return tex
+
+
 def _bar(tex: str) -> str:
     """The adjoint's bar: x -> \\bar{x}, (W_q) -> (\\bar{W}_q), W_q -> \\bar{W}_q."""
     if tex.startswith("(") and tex.endswith(")"):
@@ -244,7 +255,9 @@ def register_letter(letter: Letter) -> Letter:
     if name in BASES or matrix in _LETTERS:
         if LETTERS.get(name) == letter:
             return letter
-        same = BASES.get(name) == matrix and ENTRY_LATEX.get(name) == letter.letter_latex
+        same = BASES.get(name) == matrix and ENTRY_LATEX.get(name) == _subscriptable(
+            letter.letter_latex
+        )
         if same and MATRIX_LATEX.get(matrix) == letter.matrix_latex and name in LETTERS:
             LETTERS[name] = letter  # the same letter, said again with more words
             return letter
@@ -256,7 +269,10 @@ def register_letter(letter: Letter) -> Letter:
         raise ValueError(f"{name!r} reads as the gradient of {BASES[name[1:]]}; choose another")
     LETTERS[name] = letter
     BASES[name], _LETTERS[matrix] = matrix, name
-    ENTRY_LATEX[name], MATRIX_LATEX[matrix] = letter.letter_latex, letter.matrix_latex
+    ENTRY_LATEX[name], MATRIX_LATEX[matrix] = (
+        _subscriptable(letter.letter_latex),
+        letter.matrix_latex,
+    )
     MATRIX_LATEX[matrix + "_l"] = f"{letter.matrix_latex}^{{(\\ell)}}"
     _AFTER[name] = (letter.after, len(_AFTER))
     if letter.constant:
@@ -265,7 +281,7 @@ def register_letter(letter: Letter) -> Letter:
     else:
         gradient = "d" + name
         BASES[gradient], _LETTERS["d" + matrix] = "d" + matrix, gradient
-        ENTRY_LATEX[gradient] = _bar(letter.letter_latex)
+        ENTRY_LATEX[gradient] = _subscriptable(_bar(letter.letter_latex))
         MATRIX_LATEX["d" + matrix] = _bar(letter.matrix_latex)
         MATRIX_LATEX["d" + matrix + "_l"] = f"{_bar(letter.matrix_latex)}^{{(\\ell)}}"
         _AFTER[gradient] = (letter.gradient_after, len(_AFTER))

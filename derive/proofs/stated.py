@@ -9,6 +9,7 @@ import sympy as sp
 from sympy import Eq
 
 from ..calculus import canonical_sums, inline, readable_sums
+from ..calculus.indices import under_ranges
 from ..graph import Graph
 from ..graph.claims import Bound, Equality
 from ..notation import letters as L
@@ -16,6 +17,14 @@ from .fact import Fact, chain
 from .refute import counterexample
 
 __all__ = ["equality", "bound", "per_head"]
+
+#: The ranges of the book's free indices in a claim (a token m, p over n; a feature i over d, j
+#: over c): what decides a declared ``Piecewise`` inside a sum (Σ_{p=1}^{m} of a causal rule's
+#: [p ≤ m] branch is its first branch's sum).
+_RANGES = {
+    index: (sp.S.One, size)
+    for index, size in ((L.m, L.n), (L.p, L.n), (L.r, L.n), (L.t, L.n), (L.i, L.d), (L.j, L.c))
+}
 
 
 def _simplified(expr: sp.Expr) -> sp.Expr:
@@ -74,7 +83,10 @@ def equality(graph: Graph, claim: Equality) -> Fact:
     named = {L.letter_of(e) for side in sides for e in side.atoms(sp.Indexed)} & produced
     holds, letters, lhs = False, set(), sp.S.Zero  # _levels gives at least one level
     for letters in _levels(graph, named, produced):
-        lhs, rhs = (inline(sp.sympify(side), graph, letters) for side in (claim.lhs, claim.rhs))
+        lhs, rhs = (
+            under_ranges(inline(sp.sympify(side), graph, letters), _RANGES)
+            for side in (claim.lhs, claim.rhs)
+        )
         holds = _vanishes(lhs.doit() - rhs.doit())
         if holds:
             break

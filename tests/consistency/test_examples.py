@@ -14,12 +14,16 @@ from derive.graph.loading import _from_file
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
-#: file, variant, what its document must derive, and the mistake of a broken copy
+#: file, variant, what its document must derive
 CASES = [
     ("scalable_softmax.py", "SSMAX", r"\big|_{s_{1,1} = \frac{1}{\log{\left(n \right)}}}"),
     ("differential_attention.py", "DIFFERENTIAL", r"&= 1 - \lambda_{1,1}"),
     ("cosine_attention.py", "COSINE", r"\sum_{j=1}^{c} \hat{q}_{m,j}^{2} &="),
+    ("forgetting_transformer.py", "FOX", r"\prod_{\ell=p + 1}^{m} f_{\ell,1}"),
 ]
+
+#: where a file's layer holds what conform does not find by name (``--param``)
+PARAMS = {"FOX": {"B_f": "W_f.bias"}}
 
 
 def _run(capsys, *argv):
@@ -40,14 +44,18 @@ def test_the_example_goes_through_every_command(tmp_path, capsys, file, name, de
     assert status == 0 and "<table" in page.read_text(), err
     status, out, err = _run(capsys, "check", "--variant", spec, "--seed", "7")
     assert status == 0 and out.rstrip().endswith("all pass"), out + err
-    status, out, err = _run(capsys, "conform", f"{EXAMPLES / file}:layer", "--variant", spec)
+    params = [f"--param={k}={v}" for k, v in PARAMS.get(name, {}).items()]
+    status, out, err = _run(
+        capsys, "conform", f"{EXAMPLES / file}:layer", "--variant", spec, *params
+    )
     assert status == 0, out + err
     assert out.rstrip().splitlines()[-1].startswith("conforms")
 
 
 def _broken(file: str, name: str):
     """The file's layer with the variant's mistake: s left out of the scale (Scalable-Softmax),
-    λ added instead of subtracted (differential), the keys not normalised (cosine)."""
+    λ added instead of subtracted (differential), the keys not normalised (cosine), the key's
+    own gate counted in its decay (forgetting: Σ_{ℓ=p}^{m} where the paper sums from p + 1)."""
     module = _from_file(EXAMPLES / file)
     layer = module.layer()
 
@@ -68,6 +76,18 @@ def _broken(file: str, name: str):
             second = scores(self, self.W_q2(x), self.W_k2(x)).softmax(-1)
             return (first + self.lam * second) @ self.W_value(x)
 
+    elif name == "FOX":
+
+        def wrong(self, x):  # D[m, p] = Σ_{ℓ=p}^{m} log f_ℓ: one gate too many
+            q_, k_ = self.W_query(x), self.W_key(x)
+            logs = self.W_f(x).sigmoid().log().squeeze(-1)
+            total = logs.cumsum(-1)
+            decay = (total.unsqueeze(-1) - total.unsqueeze(-2) + logs.unsqueeze(-2)).tril()
+            n = x.shape[-2]
+            future = torch.ones(n, n, dtype=torch.bool).triu(1)
+            a = (scores(self, q_, k_).masked_fill(future, float("-inf")) + decay).softmax(-1)
+            return a @ self.W_value(x)
+
     else:
 
         def wrong(self, x):  # the keys' length left in
@@ -82,7 +102,9 @@ def _broken(file: str, name: str):
 def test_conform_fails_on_a_broken_copy(file, name, derived):
     import derive
 
-    report = derive.conform(_broken(file, name), variant=f"{EXAMPLES / file}:{name}")
+    report = derive.conform(
+        _broken(file, name), variant=f"{EXAMPLES / file}:{name}", params=PARAMS.get(name, {})
+    )
     assert not report.conforms
     failing = [check.name for check in report.checks if check.status == "FAIL"]
     assert "forward values" in failing, report.table()

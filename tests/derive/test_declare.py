@@ -129,6 +129,27 @@ MISTAKES = [
         r"step wide_scores \(Omega\): q\[m,j\] reads column j = 1 … d of Q, whose columns "
         r"run 1 … c",
     ),
+    # a shifted index the ranges put outside its axis: j + c reaches 2c
+    (
+        """
+        bad = declare.step("shifted", sp.Eq(omega[m, p], sp.Sum(q[m, j + c] * k[p, j], (j, 1, c))),
+                           shape=(n, n), title="Scores")
+        V = declare.variant("bad", title="Bad", replaces=[bad])
+     """,
+        r"step shifted \(Omega\): q\[m,c \+ j\] reads column c \+ j = c \+ 1 … 2 c of Q, "
+        r"whose columns run 1 … c",
+    ),
+    # a column written 1 on an axis of more than one entry
+    (
+        """
+        bad = declare.step("column", sp.Eq(a[m, 1], omega_tilde[m, m]), shape=(n, n),
+                           title="Weights")
+        V = declare.variant("bad", title="Bad", replaces=[bad])
+     """,
+        r"step column: the left-hand side a\[m, 1\] must have two indices, the row and the "
+        r"column of its entry: an index symbol, or 1 on an axis of one entry .*; the shape is "
+        r"\(n, n\)",
+    ),
     # an index neither free nor summed over
     (
         """
@@ -137,7 +158,7 @@ MISTAKES = [
         V = declare.variant("bad", title="Bad", replaces=[bad])
      """,
         r"step stray \(A\): the index j of ω̃\[m,j\] is neither an index of the output "
-        r"nor one a sum runs over",
+        r"nor one a sum or a product runs over",
     ),
     # shapes that do not chain: A made n × c, the context reads it as n × n
     (
@@ -178,7 +199,7 @@ MISTAKES = [
 @pytest.mark.parametrize(
     ("body", "message"),
     MISTAKES,
-    ids=["letter", "range", "stray-index", "shapes", "lhs", "replaces", "name"],
+    ids=["letter", "range", "shift", "column", "stray-index", "shapes", "lhs", "replaces", "name"],
 )
 def test_a_mistake_in_a_declaration_is_one_line_naming_the_step(tmp_path, capsys, body, message):
     spec = _file(tmp_path, body) + ":V"
@@ -312,3 +333,55 @@ def test_a_step_inserted_after_the_context_with_a_matrix_of_its_own(capsys):
     assert re.search(r"^  C_g\s+\d+×\d+\s+\S+\s+1e-12\s+pass$", out, re.M)
     assert re.search(r"^  dW_g\s+\d+×\d+\s+\S+\s+1e-10\s+pass$", out, re.M)
     assert "no entry point compared: no twin of the whole is declared" in out
+
+
+#: The Forgetting Transformer written on self-attention itself: the gates a column (f[m, 1]),
+#: the decay a sum whose range is the row's (ℓ = p+1 … m), the causal softmax a piecewise rule.
+FORGETTING = """
+x, i, r = declare.x, declare.i, declare.r
+ell = sp.Symbol("ell", integer=True, positive=True)
+W_f = declare.matrix("W_f", entry="wf", shape=(d, 1), latex="w_f", entry_latex="w_f")
+F = declare.matrix("F", entry="fg", shape=(n, 1), latex="f", entry_latex="f")
+D = declare.matrix("D", entry="dec", shape=(n, n), latex="D", entry_latex="D")
+
+def gates(x, w_f):
+    return (x @ w_f).sigmoid()
+
+def decay(f):
+    s = f.log().squeeze(-1).cumsum(-1)
+    return (s.unsqueeze(-1) - s.unsqueeze(-2)).tril()
+
+def causal_weights(omega_scaled, d):
+    future = omega_scaled.new_ones(omega_scaled.shape[-2:], dtype=bool).triu(1)
+    return (omega_scaled + d).masked_fill(future, float("-inf")).softmax(-1)
+
+def s(row, key):
+    return omega_tilde[row, key] + D[row, key]
+
+GATES = declare.step("gates", sp.Eq(F[m, 1], declare.sigmoid(sp.Sum(x[m, i] * W_f[i, 1],
+                     (i, 1, d)))), shape=(n, 1), title="Gates", twin=gates)
+DECAY = declare.step("decay", sp.Eq(D[m, p], sp.Sum(sp.log(F[ell, 1]), (ell, p + 1, m))),
+                     shape=(n, n), title="Decay", twin=decay)
+WEIGHTS = declare.step("fox_weights", sp.Eq(a[m, p], sp.Piecewise(
+    (sp.exp(s(m, p)) / sp.Sum(sp.exp(s(m, r)), (r, 1, m)), p <= m), (0, True))),
+    shape=(n, n), title="Weights", twin=causal_weights)
+V = declare.variant("forgetting-piecewise", title="Forgetting", inserts=[("V", GATES),
+                    ("F", DECAY)], replaces=[WEIGHTS], arguments=("X", "W_q", "W_k", "W_v", "W_f"))
+"""
+
+
+def test_a_column_step_a_cumulative_sum_and_a_piecewise_rule_are_derived_and_checked(
+    tmp_path, capsys
+):
+    spec = _file(tmp_path, FORGETTING, "forgetting.py") + ":V"
+    status, out, err = _run(capsys, "check", "--variant", spec, "--seed", "3")
+    assert status == 0 and out.rstrip().endswith("all pass"), out + err
+    assert re.search(r"dF · printed\s+\d×1 ", out), out  # the gates' gradient, a column
+    gradients = {g.output: g for g in derive.backward_steps(derive.load_variant(spec).name)}
+    # f_m is in D[p, r] for r < m ≤ p: the sum over those entries, divided by f_m
+    assert derive.latex(gradients["dF"].element.rhs) == (
+        r"\frac{\sum_{p=m}^{n} \sum_{r=1}^{m - 1} \bar{D}_{p,r}}{f_{m,1}}"
+    )
+    # a letter with a subscript of its own takes its indices in parentheses, as (W_q)_{i,j}
+    assert derive.latex(gradients["dW_f"].element.lhs) == r"(\bar{w}_f)_{i,1}"
+    assert r"(w_f)_{i,1}" in derive.latex(gradients["dX"].element.rhs)
