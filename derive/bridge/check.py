@@ -32,6 +32,7 @@ from ..explicit.checked import printed_gradients
 from ..explicit.forward import ExplicitGraph
 from ..explicit.gradients import ExplicitGradients
 from ..graph import Entry, explicit_sizes
+from ..graph.errors import DeclarationError
 from ..graph.fitting import drawn_sizes
 from ..graph.registry import ROOT
 from ..graph.twins import GradientTwin
@@ -235,6 +236,9 @@ def trial_rows(
 ) -> tuple[list[Row], str]:
     """Every row of one trial of `derive check` at these sizes, and a note on what was not
     checked (or "")."""
+    refused = twins.refused(entry)
+    if refused:
+        raise DeclarationError(refused)
     explicit = explicit_of(entry, sizes, seed)
     inputs = dyadic(explicit, seed)
     values = explicit.evaluate(**inputs)

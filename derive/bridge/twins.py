@@ -19,6 +19,7 @@ __all__ = [
     "applies",
     "lacks",
     "unfit",
+    "refused",
     "arguments",
     "options",
     "module_output",
@@ -59,6 +60,28 @@ def unfit(entry: Entry) -> str:
         return ""
     said = "; ".join(f"{label(t)} takes no {', '.join(lacks(t, entry.options))}" for t in functions)
     return f"no entry point computes it: {said}"
+
+
+def refused(entry: Entry) -> str:
+    """Why the entry's own twin of the whole cannot be called, where the variant declares one
+    that does not take an option a variant it is built on gives (a user's twin without
+    ``causal=`` on causal attention): a mistake in the declaration, never a row left out
+    silently. "" where it takes them all, where the twin is another variant's, or in a
+    combination asked for on the command line (``mine.py:V+causal``: its note says which
+    twins it lacks)."""
+    own = entry.chain[-1]
+    if "+" in entry.name or not isinstance(own.twin, Twin) or applies(own.twin, entry.options):
+        return ""
+    missing = lacks(own.twin, entry.options)
+    givers = {key: v.title for v in entry.chain for key, _ in v.options}
+    said = "; ".join(
+        f"{key}={entry.options[key]!r} (from {givers.get(key, 'a variant')})" for key in missing
+    )
+    return (
+        f"variant {own.name}: its twin {label(own.twin)} takes no "
+        f"{', '.join(missing)}, which the variants it is built on give to every twin: {said}; "
+        f"add the keyword to {label(own.twin)} (it may refuse any other value)"
+    )
 
 
 def arguments(twin: Twin | GradientTwin | StateTwin, explicit: ExplicitGraph, read: Reader) -> list:

@@ -241,6 +241,35 @@ def test_a_twin_that_is_missing_or_misshapen_is_one_line(tmp_path, capsys, twin,
     assert re.search(message, err), err
 
 
+def test_a_whole_twin_without_an_option_of_its_base_fails_check(tmp_path, capsys):
+    """A variant on causal attention whose twin takes no ``causal``: derive check cannot call
+    it, and says so (exit 2) where it used to leave the row out and pass; with the keyword,
+    the twin's row is there."""
+    body = """
+        def squared(omega_masked):
+            return omega_masked.exp() ** 2 / (omega_masked.exp() ** 2).sum(-1, keepdim=True)
+
+        def whole(x, w_q, w_k, w_v{keyword}):
+            q, k, v = x @ w_q, x @ w_k, x @ w_v
+            s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+            s = s.masked_fill(s.new_ones(s.shape, dtype=bool).triu(1), float("-inf"))
+            return squared(s) @ v
+
+        w = declare.step("sq", sp.Eq(a[m, p], sp.exp(2 * declare.omega_hat[m, p]) / sp.Sum(
+            sp.exp(2 * declare.omega_hat[m, declare.r]), (declare.r, 1, n))), shape=(n, n),
+            title="Weights", twin=squared)
+        V = declare.variant("sq", title="Squared", base="causal", replaces=[w], twin=whole)
+    """
+    spec = _file(tmp_path, body.replace("{keyword}", ""), "without.py") + ":V"
+    status, out, err = _run(capsys, "check", "--variant", spec, "--forward-only")
+    assert status == 2 and err.count("\n") == 1, out + err
+    assert "variant sq: its twin whole takes no causal" in err
+    assert "causal=True (from Causal attention)" in err
+    spec = _file(tmp_path, body.replace("{keyword}", ", *, causal"), "with.py") + ":V"
+    status, out, err = _run(capsys, "check", "--variant", spec, "--forward-only")
+    assert status == 0 and "C · whole " in out, out + err
+
+
 def test_a_file_or_attribute_that_is_not_there(tmp_path, capsys):
     spec = _file(tmp_path, "X = 1\n")
     status, _, err = _run(capsys, "latex", "--variant", spec + ":NOPE")
