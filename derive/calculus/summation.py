@@ -112,10 +112,9 @@ def _one_term(term: sp.Expr, limit: tuple, ranges: Ranges) -> sp.Expr:
                 kept.append(Indicator(part))  # free of v: in front of the sum
                 continue
             bound = _bound_of(part, variable)
-            chosen = None
+            side, chosen = ("", None) if bound is None else (bound[0], None)
             if bound is not None:
-                side, value = bound
-                chosen = _tighter(low if side == "low" else high, value, side, ranges)
+                chosen = _tighter(low if side == "low" else high, bound[1], side, ranges)
             if chosen is None:
                 inside_parts.append(part)
             elif side == "low":
