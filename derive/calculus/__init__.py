@@ -8,10 +8,20 @@ from .forward import Step, steps
 from .indices import canonical_sums, element_of, readable_sums, under_ranges, zero_based
 from .matrix_form import NoMatrixForm, matrix_form
 from .naming import book_indices
-from .reverse import Contribution, Gradient, backward
+from .reverse import (
+    KINK_CONVENTION,
+    Contribution,
+    Gradient,
+    almost_everywhere,
+    backward,
+    has_kinks,
+)
 
 __all__ = [
     "Contribution",
+    "KINK_CONVENTION",
+    "has_kinks",
+    "almost_everywhere",
     "Gradient",
     "NoMatrixForm",
     "Step",

@@ -365,9 +365,12 @@ def _canonical(expr: sp.Expr, depth: int) -> sp.Expr:
     return expr.func(*[_canonical(arg, depth) for arg in expr.args])
 
 
-def readable_sums(expr: sp.Expr, taken: frozenset = frozenset()) -> sp.Expr:
+def readable_sums(expr: sp.Expr, taken: frozenset | None = None) -> sp.Expr:
     """`expr` with the indices `canonical_sums` gave its sums named as the book names an index
-    over that size (r over n, j' over c), none that is free or bound around it."""
+    over that size (r over n, j' over c), none that is free anywhere in `expr` (the p of
+    a_{m,p} = f(p)/Σ_r f(r) is not the sum's) or bound around it."""
+    if taken is None:
+        taken = frozenset(expr.free_symbols)
     if isinstance(expr, Sum):
         inner, function, limits = set(taken) | expr.free_symbols, expr.function, []
         for variable, low, high in expr.limits:

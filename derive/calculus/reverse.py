@@ -237,11 +237,33 @@ def _expanded(expr: sp.Expr) -> sp.Expr:
     return sp.expand(expr, power_exp=False, power_base=False, log=False)
 
 
-def _almost_everywhere(expr: sp.Expr) -> sp.Expr:
-    """The derivative where it exists: a Dirac delta (the derivative of a step, of sign, of
-    |·|'s derivative) is 0 away from its kink, and the kink is a point (see the documents'
-    convention)."""
-    return expr.replace(lambda e: isinstance(e, sp.DiracDelta), lambda e: sp.S.Zero)
+#: The value of a derivative at a kink, where the function has none: torch's autograd's, so that
+#: the printed gradient is the number a module's backward pass computes there. ReLU's max(0, x)
+#: has θ(x) with θ(0) = 0 (SymPy's Heaviside would give 1/2), |x| has sign(x) with sign(0) = 0,
+#: and a step's or sign's own derivative (a Dirac delta) is 0, its kink a point. The documents
+#: state it under the backward pass (`KINK_CONVENTION`).
+KINK_CONVENTION = (
+    "At a kink, where the function has no derivative, the one printed takes torch's value: "
+    "$\\theta(0) = 0$ (the derivative of $\\max(0, x)$, ReLU's), "
+    "$\\operatorname{sign}(0) = 0$ (that of $|x|$), and a step's derivative is 0."
+)
+
+
+def has_kinks(expr: sp.Expr) -> bool:
+    """True where a derivative reads θ or sign: its value at a kink is a convention."""
+    return expr.has(sp.Heaviside, sp.sign)
+
+
+def almost_everywhere(expr: sp.Expr, of: sp.Expr) -> sp.Expr:
+    """The derivative `expr` of `of` where it exists, and torch's value at a kink
+    (`KINK_CONVENTION`): a Dirac delta is 0, and a θ the derivative brought (max's, ReLU's)
+    has θ(0) = 0; a θ declared in `of` keeps its own value at 0."""
+    expr = expr.replace(lambda e: isinstance(e, sp.DiracDelta), lambda e: sp.S.Zero)
+    declared = of.atoms(sp.Heaviside)
+    return expr.replace(
+        lambda e: isinstance(e, sp.Heaviside) and e not in declared,
+        lambda e: sp.Heaviside(e.args[0], sp.S.Zero),
+    )
 
 
 def _cut(expr: sp.Expr) -> bool:
@@ -278,7 +300,7 @@ def _element_route(step: Declaration, letter: str, shapes: dict) -> Contribution
     target = _entry(letter, m, p)
     derivative = sp.Derivative(_entry(step.output, out_row, out_col), target)
     chain = Sum(upstream * derivative, *over)
-    raw = _almost_everywhere(sp.diff(y, target))
+    raw = almost_everywhere(sp.diff(y, target), y)
     differentiated = Sum(_expanded(upstream * raw), *over)
     ranges = {
         index: (1, size)

@@ -74,7 +74,8 @@ class GradientStep:
 
 
 def _partials(formula: sp.Expr) -> list[tuple[Indexed, sp.Expr]]:
-    """(u, ∂formula/∂u) for each named entry u of one entry's formula, by `sympy.diff`.
+    """(u, ∂formula/∂u) for each named entry u of one entry's formula, by `sympy.diff`, its
+    value at a kink torch's (`derive.calculus.almost_everywhere`).
 
     Each entry stands in as a plain symbol for the derivative and is put back after: SymPy
     differentiates with respect to a symbol about twice as fast as with respect to an `Indexed`.
@@ -83,7 +84,10 @@ def _partials(formula: sp.Expr) -> list[tuple[Indexed, sp.Expr]]:
     plain = {u: sp.Symbol(str(u), real=True) for u in entries}
     back = {symbol: u for u, symbol in plain.items()}
     stand_in = formula.xreplace(plain)
-    return [(u, sp.diff(stand_in, plain[u]).xreplace(back)) for u in entries]
+    return [
+        (u, calculus.almost_everywhere(sp.diff(stand_in, plain[u]), stand_in).xreplace(back))
+        for u in entries
+    ]  # at a kink, torch's value (derive.calculus.KINK_CONVENTION), as the printed forms
 
 
 class ExplicitGradients:

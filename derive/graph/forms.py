@@ -116,11 +116,22 @@ def dropout_on_weights(graph: Graph, form: Form) -> Graph:
     return replaced(graph, "A" + suffix(form), weights)
 
 
+@functools.cache
+def _causal_by_itself(name: str) -> bool:
+    """True where the variant's weights already keep row m off the keys after it (a user's
+    stick-breaking; one built on causal attention): a causal module is read as it is, where
+    combining it with causal attention would replace its weights twice."""
+    from ..proofs.claims import reads_rows_before  # the proofs read the graphs: imported late
+
+    return reads_rows_before(variant(name).graph)
+
+
 def _with_variant(form: Form) -> Graph:
     """The registry's graph of the form's variants (with heads and causality as it says); a
     given mask M replaces the variant's own mask step, which the mask given folds in."""
     names = [*form.variant.split("+"), *(["multi-head"] if form.heads else [])]
-    graph = variant("+".join([*names, *(["causal"] if form.causal else [])])).graph
+    causal = form.causal and not _causal_by_itself("+".join(names))
+    graph = variant("+".join([*names, *(["causal"] if causal else [])])).graph
     own = next((s for s in graph.declarations if s.output == "M"), None)
     if own is not None and not form.causal and own.name == "causal_mask":
         graph = graph.replace("M", sp.S.Zero)  # a chain's causal mask the form does not have

@@ -288,6 +288,22 @@ class PlainPrinter(StrPrinter):
     def _print_Indicator(self, expr: sp.Expr) -> str:
         return f"[{self._print(expr.args[0])}]"
 
+    def _print_Product(self, expr: sp.Product) -> str:
+        limits = "".join(
+            f"∏_({self._print(v)}={self._print(lo)}…{self._print(hi)}) "
+            for v, lo, hi in reversed(expr.limits)
+        )
+        return limits + self.parenthesize(expr.function, PRECEDENCE["Mul"])
+
+    def _print_Sigmoid(self, expr: sp.Expr) -> str:
+        return f"σ({self._print(expr.args[0])})"
+
+    def _print_Heaviside(self, expr: sp.Expr) -> str:  # θ(0) is the document's convention
+        return f"θ({self._print(expr.args[0])})"
+
+    def _print_sign(self, expr: sp.Expr) -> str:
+        return f"sign({self._print(expr.args[0])})"
+
     def _print_Relational(self, expr: sp.Rel) -> str:
         if isinstance(expr, sp.GreaterThan | sp.StrictGreaterThan):
             expr = expr.reversed

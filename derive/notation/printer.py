@@ -208,6 +208,12 @@ class AttentionPrinter(MatrixPrinting, LatexPrinter):
         head = rf"\sum_{{{self._print(variable)}={self._print(low)}}}^{{{self._print(high)}}}"
         return f"{head} {self._print(inner)}"
 
+    def _print_Heaviside(self, expr: sp.Expr, exp: str | None = None) -> str:
+        """θ(x): its value at 0 (the second argument, 0 in a derivative) is the convention the
+        backward section states, not part of each formula."""
+        body = rf"\theta\left({self._print(expr.args[0])}\right)"
+        return body if exp is None else rf"{body}^{{{exp}}}"
+
     def _print_KroneckerDelta(self, expr: sp.KroneckerDelta, exp: str | None = None) -> str:
         body = rf"\delta_{{{self._print(expr.args[0])},{self._print(expr.args[1])}}}"
         return body if exp is None else rf"{body}^{{{exp}}}"

@@ -29,6 +29,7 @@ import sympy as sp
 from sympy import Eq, Sum
 
 from ..calculus import flop_count, step_flops, under_ranges
+from ..calculus.indices import decide
 from ..graph import Graph, variant
 from ..graph.claims import (
     BEFORE,
@@ -80,7 +81,7 @@ from .softmax import (
 from .stated import bound, equality, per_head
 from .variance import scaled_score_variance, score_variance
 
-__all__ = ["prove"]
+__all__ = ["prove", "reads_rows_before"]
 
 _RANGES = {L.m: (sp.S.One, L.n), L.p: (sp.S.One, L.n)}
 FLOPS = sp.Function("FLOPs")
@@ -145,6 +146,17 @@ def _same_as(graph: Graph, claim: SameAs) -> Fact:
     )
 
 
+def reads_rows_before(graph: Graph, letter: str = "C") -> bool:
+    """True where SymPy shows that row m of `letter` reads only the rows p ≤ m of the keys and
+    values (the `ReadsRows` claim): a graph causal by its own weights (stick-breaking's, the
+    Forgetting Transformer's on causal attention)."""
+    try:
+        fact = _reads_rows(graph, ReadsRows(letter=letter))
+    except (ValueError, KeyError, StopIteration):  # no weights to read, or no such step
+        return False
+    return fact.claim.rhs is not sp.nan
+
+
 def _reads_rows(graph: Graph, claim: ReadsRows) -> Fact:
     context = graph.step(claim.letter)
     weights, sources = weights_element(graph)
@@ -156,7 +168,8 @@ def _reads_rows(graph: Graph, claim: ReadsRows) -> Fact:
     decided = under_ranges(composed, _RANGES)
     limits = [limit for s in decided.atoms(Sum) for limit in s.limits]
     keys = [high for variable, _, high in limits if variable in (L.p, L.r)]
-    bound = sp.S.One if keys and all(high == L.m for high in keys) else sp.nan
+    within = keys and all(decide(sp.Le(high, L.m), _RANGES) is sp.true for high in keys)
+    bound = sp.S.One if within else sp.nan  # up to m (causal), or m − 1 (the keys before m)
     lhs = context.element.lhs
     return Fact(
         "reads_rows",

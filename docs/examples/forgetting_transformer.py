@@ -16,7 +16,7 @@ variant is declared on causal attention (``base="causal"``), so that its mask is
 and `derive conform` reads a causal layer as this variant. Two things the declaring language
 is asked for here: a step whose output is a column (F, n × 1, entries f[m, 1]) and a sum whose
 range is another index's (ℓ = p+1 … m, a cumulative sum). derive proves that the rows sum to
-1 and that row m reads only rows p ≤ m, and checks the gates' gradients by numbers like every
+1 and that row m reads only the rows p ≤ m, and checks the gates' gradients by numbers like every
 other. From this repository's root:
 
     derive latex --variant docs/examples/forgetting_transformer.py:FOX -o fox.tex
@@ -137,7 +137,13 @@ FOX = declare.variant(
             title="The rows still sum to 1",
             text="Whatever the gates, each row's denominator is the sum of its numerators:",
         ),
-        declare.ReadsRows(heading="Row m reads only the rows before it", letter="C"),
+        declare.ReadsRows(
+            heading="Row m reads only the rows up to it",
+            text="The weights put into the context (the mask's $-\\infty$ decided), and the "
+            "sums stopped where they vanish: row $m$ reads the gates and the values of the "
+            "tokens up to $m$ only, so a decoding step needs the cached rows alone.",
+            letter="C",
+        ),
     ],
     arguments=("X", "W_q", "W_k", "W_v", "W_f", "B_f"),
     twin=fox_attention,

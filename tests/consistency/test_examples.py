@@ -20,6 +20,8 @@ CASES = [
     ("differential_attention.py", "DIFFERENTIAL", r"&= 1 - \lambda_{1,1}"),
     ("cosine_attention.py", "COSINE", r"\sum_{j=1}^{c} \hat{q}_{m,j}^{2} &="),
     ("forgetting_transformer.py", "FOX", r"\prod_{\ell=p + 1}^{m} f_{\ell,1}"),
+    ("stick_breaking.py", "STICK_BREAKING", r"&= \sum_{p=1}^{m - 1} \sigma\left("),
+    ("softpick.py", "SOFTPICK", r"$\theta(0) = 0$"),
 ]
 
 #: where a file's layer holds what conform does not find by name (``--param``)
@@ -55,7 +57,9 @@ def test_the_example_goes_through_every_command(tmp_path, capsys, file, name, de
 def _broken(file: str, name: str):
     """The file's layer with the variant's mistake: s left out of the scale (Scalable-Softmax),
     λ added instead of subtracted (differential), the keys not normalised (cosine), the key's
-    own gate counted in its decay (forgetting: Σ_{ℓ=p}^{m} where the paper sums from p + 1)."""
+    own gate counted in its decay (forgetting: Σ_{ℓ=p}^{m} where the paper sums from p + 1),
+    the query's own break point in the product (stick-breaking: ∏ up to m, not m − 1), the
+    negative parts left out of the denominator (softpick: Σ max(0, ·) for Σ |·|)."""
     module = _from_file(EXAMPLES / file)
     layer = module.layer()
 
@@ -75,6 +79,23 @@ def _broken(file: str, name: str):
             first = scores(self, self.W_query(x), self.W_key(x)).softmax(-1)
             second = scores(self, self.W_q2(x), self.W_k2(x)).softmax(-1)
             return (first + self.lam * second) @ self.W_value(x)
+
+    elif name == "STICK_BREAKING":
+
+        def wrong(self, x):  # the query's own break in the product: ∏_{t=p+1}^{m}
+            omega = scores(self, self.W_query(x), self.W_key(x))
+            n = x.shape[-2]
+            before = torch.ones(n, n, dtype=torch.bool).tril(-1)
+            logs = (-omega).sigmoid().log() * torch.ones(n, n, dtype=torch.bool).tril()
+            after = logs.sum(-1, keepdim=True) - logs.cumsum(-1)
+            return ((omega.sigmoid().log() + after).exp() * before) @ self.W_value(x)
+
+    elif name == "SOFTPICK":
+
+        def wrong(self, x):  # the denominator of positive parts only: Σ max(0, e^ω̃ − 1)
+            shifted = scores(self, self.W_query(x), self.W_key(x)).exp() - 1
+            a = shifted.relu() / (shifted.relu().sum(-1, keepdim=True) + 1e-6)
+            return a @ self.W_value(x)
 
     elif name == "FOX":
 

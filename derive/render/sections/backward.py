@@ -96,5 +96,7 @@ def backward(entry: Entry) -> list[Block]:
                 blocks += claim_blocks(item, entry.graph)
     if entry.document.backward is None:
         blocks += _shown(Show(differing), gradients)
+    if any(calculus.has_kinks(g.element.rhs) for g in gradients.values()):
+        blocks.append(Prose(calculus.KINK_CONVENTION))  # θ(0), sign(0): said once, here
     end = entry.document.words("backward end")
     return blocks + ([Prose(end)] if end else [])

@@ -235,3 +235,56 @@ def test_every_printed_gradient_is_the_gradient_of_the_written_out_entries(drawn
     assert found == [], f"{name}: {found[0]}"
     for gradient in calculus.backward(graph):  # no index left free: each within its sum
         assert _free(gradient) == set(), (name, plain(gradient.element))
+
+
+SOFTPICK = """
+eps = sp.Symbol("epsilon", positive=True)
+
+def softpick(omega_scaled, *, epsilon):
+    e = omega_scaled.exp() - 1
+    return e.relu() / (e.abs().sum(-1, keepdim=True) + epsilon)
+
+def _e(key):
+    return sp.exp(omega_tilde[m, key]) - 1
+
+WEIGHTS = declare.step(
+    "softpick", sp.Eq(a[m, p], sp.Max(0, _e(p)) / (sp.Sum(sp.Abs(_e(r)), (r, 1, n)) + eps)),
+    shape=(n, n), title="Softpick", twin=softpick, options={"epsilon": eps})
+V = declare.variant("kink_probe", title="Kinks", replaces=[WEIGHTS],
+                    parameters={eps: sp.Rational(1, 4)})
+"""
+
+
+def test_a_kink_takes_torchs_derivative_and_the_document_says_so(tmp_path):
+    """max(0, x) and |x| at 0, every score 0 (W_k = 0): the printed gradient of Ω̃ is
+    autograd's (θ(0) = 0, sign(0) = 0; SymPy's θ(0) = 1/2 would give ā/(2ε)), and the
+    document states the convention."""
+    import torch
+
+    from derive.explicit.forward import ExplicitGraph
+    from derive.explicit.gradients import ExplicitGradients
+
+    entry = _load(tmp_path, SOFTPICK, "kinks")
+    explicit = ExplicitGraph(
+        entry.graph,
+        {n: 2, d: 2, c: 2, sp.Symbol("epsilon", positive=True): sp.Rational(1, 4)},
+        heads=1,
+    )
+    g = ExplicitGradients(explicit)
+    rng = torch.Generator().manual_seed(0)
+    values = {
+        x: torch.randint(-4, 5, tuple(s.shape), generator=rng).double() / 4
+        for x, s in g.inputs.items()
+    }
+    values["W_k"] = torch.zeros_like(values["W_k"])
+    given = {x: sp.ImmutableMatrix(v.tolist()) for x, v in values.items()}
+    printed = checked.printed_gradients(g, given)
+    leaves = {x: v.clone().requires_grad_() for x, v in values.items() if not x.startswith("d")}
+    q_, k_, v_ = (leaves["X"] @ leaves[w] for w in ("W_q", "W_k", "W_v"))
+    scores = (q_ @ k_.T / 2**0.5).detach().requires_grad_()
+    e = scores.exp() - 1
+    weights = e.relu() / (e.abs().sum(-1, keepdim=True) + 0.25)
+    ((weights @ v_) * values["dC"]).sum().backward()
+    got = torch.tensor(sp.matrix2numpy(printed["dOmega_scaled"], float))
+    assert torch.allclose(got, scores.grad, atol=1e-12), (got, scores.grad)
+    assert r"$\theta(0) = 0$" in derive.document(derive.DocumentOptions(variant=entry.name))
