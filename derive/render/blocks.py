@@ -198,6 +198,85 @@ _PREAMBLE = r"""\documentclass[11pt]{article}
 """
 
 
+#: The characters a title or a sentence may hold as Unicode (a user's "sums to 1 − λ", "σ′"),
+#: typeset by pdflatex as the math they stand for: its default input encoding knows none of them.
+_UNICODE_MATH = {
+    "−": "-",
+    "≤": r"\leq",
+    "≥": r"\geq",
+    "≠": r"\neq",
+    "≈": r"\approx",
+    "×": r"\times",
+    "·": r"\cdot",
+    "∘": r"\circ",
+    "…": r"\ldots",
+    "′": r"{}^{\prime}",
+    "″": r"{}^{\prime\prime}",
+    "∑": r"\sum",
+    "∏": r"\prod",
+    "√": r"\surd",
+    "∞": r"\infty",
+    "→": r"\to",
+    "∈": r"\in",
+    "∂": r"\partial",
+    "ℓ": r"\ell",
+    "θ": r"\theta",
+    **{
+        chr(0x3B1 + k): rf"\{name}"
+        for k, name in enumerate(
+            "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron "
+            "pi rho varsigma sigma tau upsilon phi chi psi omega".split()
+        )
+        if name not in ("omicron",)
+    },
+    **{
+        chr(0x391 + k): rf"\{name}"
+        for k, name in enumerate(
+            "Alpha Beta Gamma Delta Epsilon Zeta Eta Theta Iota Kappa Lambda Mu Nu Xi Omicron "
+            "Pi Rho - Sigma Tau Upsilon Phi Chi Psi Omega".split()
+        )
+        if name in ("Gamma", "Delta", "Theta", "Lambda", "Xi", "Pi", "Sigma", "Phi", "Psi", "Omega")
+    },
+}
+
+
+def _unicode_preamble(text: str) -> str:
+    """pdflatex told what each character of `_UNICODE_MATH` the document holds is."""
+    return "".join(
+        f"\\DeclareUnicodeCharacter{{{ord(ch):04X}}}{{\\ensuremath{{{tex}}}}}\n"
+        for ch, tex in _UNICODE_MATH.items()
+        if ch in text
+    )
+
+
+_ACCENTS = {"\u0303": "tilde", "\u0302": "hat", "\u0304": "bar", "\u0307": "dot"}
+
+
+def _accented(text: str) -> str:
+    """A letter with a combining accent (ω̃, written ω then U+0303) as LaTeX's accent on the
+    letter, \\ensuremath{\\tilde{\\omega}}: pdflatex reads no combining mark."""
+    return re.sub(
+        "(.)([" + "".join(_ACCENTS) + "])",
+        lambda found: (
+            f"\\ensuremath{{\\{_ACCENTS[found.group(2)]}"
+            f"{{{_UNICODE_MATH.get(found.group(1), found.group(1))}}}}}"
+        ),
+        text,
+    )
+
+
+def text_latex(text: str) -> str:
+    """A title as LaTeX text: the characters LaTeX reads as commands escaped (_ % & #) where no
+    backslash escapes them already, outside $…$ (a title may hold math: "At $s = 1/\\log n$")."""
+    parts = re.split(r"(\$[^$]*\$)", text)
+    return _accented(
+        "".join(
+            part if part.startswith("$") else re.sub(r"(?<!\\)([_%&#])", r"\\\1", part)
+            for part in parts
+        )
+    )
+
+
 def _printed(blocks: list[Block]) -> list[Block]:
     """The blocks LaTeX and Markdown print: all but the HTML's interactive `Matrices`."""
     return [block for block in blocks if not isinstance(block, Matrices)]
@@ -220,9 +299,9 @@ def matrix_display(block: Display) -> bool:
 def _latex_block(block: Block) -> str:
     if isinstance(block, Heading):
         command = {1: "section", 2: "subsection"}.get(block.level, "subsubsection")
-        return rf"\{command}*{{{block.text}}}"
+        return rf"\{command}*{{{text_latex(block.text)}}}"
     if isinstance(block, Prose):
-        return block.text
+        return _accented(block.text)
     if isinstance(block, Display):
         comment = f"% {block.provenance.comment()}\n"
         return comment + "\\begin{align*}\n" + _latex_lines(block) + "\n\\end{align*}"
@@ -266,7 +345,12 @@ def to_latex(blocks: list[Block], *, title: str, note: str, standalone: bool = T
     body = "\n\n".join(_latex_block(block) for block in _printed(blocks)) + "\n"
     if not standalone:
         return f"% {title}\n% {note}\n\n" + body
-    head = _PREAMBLE + _pdf_info(title) + f"\\title{{{title}}}\n\\author{{}}\n\\date{{}}\n"
+    head = (
+        _PREAMBLE
+        + _unicode_preamble(title + body)
+        + _pdf_info(title)
+        + f"\\title{{{text_latex(title)}}}\n\\author{{}}\n\\date{{}}\n"
+    )
     return (
         head + "\n\\begin{document}\n\\maketitle\n\n" + f"{note}\n\n" + body + "\\end{document}\n"
     )

@@ -48,8 +48,11 @@ POLICY = (
 )
 
 
-def _words(text: str) -> str:
+def _words(text: str, *, title: bool = False) -> str:
+    """Prose outside math as HTML; a title is text (a user's "a_{m,p}" shown as typed)."""
     text = escape(text, quote=False)
+    if title:
+        return re.sub(r"\\([_%&#])", r"\1", text)
     text = re.sub(r"\\emph\{([^{}\\]*)\}", r"<em>\1</em>", text)
     text = re.sub(r"\\texttt\{([^{}\\]*)\}", r"<code>\1</code>", text)
     text = text.replace("~", "\u00a0")
@@ -58,13 +61,14 @@ def _words(text: str) -> str:
     return text
 
 
-def inline(text: str) -> str:
-    """Prose as HTML: ``$…$`` becomes a math span (typeset by the page), the rest is escaped."""
+def inline(text: str, *, title: bool = False) -> str:
+    """Prose as HTML: ``$…$`` becomes a math span (typeset by the page), the rest is escaped;
+    a `title`'s words are text, whatever characters they hold."""
     parts = re.split(r"(\$[^$]+\$)", text)
     return "".join(
         f'<span class="math">{escape(part[1:-1], quote=False)}</span>'
         if part.startswith("$") and part.endswith("$") and len(part) > 1
-        else _words(part)
+        else _words(part, title=title)
         for part in parts
     )
 
@@ -178,7 +182,7 @@ def _matrices(block: Matrices) -> str:
 def _block(block: Block, figures: dict[str, str]) -> str:
     if isinstance(block, Heading):
         level = min(block.level + 1, 4)
-        return f"<h{level}>{inline(block.text)}</h{level}>"
+        return f"<h{level}>{inline(block.text, title=True)}</h{level}>"
     if isinstance(block, Prose):
         return f"<p>{inline(block.text)}</p>"
     if isinstance(block, Display):

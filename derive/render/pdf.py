@@ -59,9 +59,18 @@ def require_engine() -> str:
     return engine
 
 
+def _decoded(output: bytes) -> str:
+    """What pdflatex wrote: UTF-8 (TeX Live writes a UTF-8 source's characters as they are, so
+    "Unicode character − (U+2212)" reads as that, not as mojibake), else Latin-1."""
+    try:
+        return output.decode("utf-8")
+    except UnicodeDecodeError:
+        return output.decode("latin-1")
+
+
 def _tail(output: bytes, lines: int = 6) -> str:
     """The last lines pdflatex printed, on one line."""
-    text = output.decode("latin-1", errors="replace").strip().splitlines()
+    text = _decoded(output).strip().splitlines()
     return " | ".join(line.strip() for line in text[-lines:] if line.strip())
 
 
@@ -122,7 +131,7 @@ def compile_with_log(
         except OSError as error:  # on PATH but not a program that runs here
             raise EngineMissing(f"pdflatex at {engine} cannot run: {error.strerror}") from None
         log_path = root / "derivation.log"
-        log = log_path.read_text(encoding="latin-1") if log_path.exists() else ""
+        log = _decoded(log_path.read_bytes()) if log_path.exists() else ""
         problems = _problems(log)
         pdf = root / "derivation.pdf"
         if run.returncode != 0 or problems or not pdf.exists():

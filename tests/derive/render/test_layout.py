@@ -173,3 +173,42 @@ def test_the_pdf_has_its_metadata_and_no_page_holding_only_a_figure(tmp_path):
         for caption in captions:
             if caption[:30] in " ".join(page.split()):
                 assert len(words - set(re.findall(r"[A-Za-z]{3,}", caption))) > 10, page
+
+
+#: A variant whose titles are a user's plain text: Unicode math, an underscore, a percent sign.
+TITLED = """
+import sympy as sp
+from derive import declare
+from derive.declare import a, m, n, omega_tilde, p
+
+W = declare.step("cubed_w", sp.Eq(a[m, p], omega_tilde[m, p] ** 3), shape=(n, n),
+                 title="Weights σ′ ≤ 1 − λ for W_q", twin=lambda s: s ** 3)
+V = declare.variant("titled", title="Cubed_attention (100% − λ)", replaces=[W], claims=[
+    declare.claim(a[m, p], omega_tilde[m, p] ** 3, title="Each a_{m,p} is ω̃³ — 50% & more")])
+"""
+
+
+@pytest.mark.parametrize("form", ["pdf", "markdown", "html"])
+def test_titles_are_text_in_every_format(tmp_path, form):
+    """A user's titles with Unicode (−, ≤, λ, σ′, ω̃) and LaTeX's special characters (_, %, &)
+    are text: the PDF compiles and reads them back, Markdown and HTML keep them as written."""
+    from derive.cli import main
+
+    path = tmp_path / "titled.py"
+    path.write_text(TITLED)
+    out = tmp_path / f"d.{ {'markdown': 'md'}.get(form, form) }"
+    if form == "pdf":
+        require("pdflatex", "pdftotext")
+    assert main([form, "-q", "--variant", f"{path}:V", "-o", str(out)]) == 0
+    if form == "pdf":
+        text = subprocess.run(
+            ["pdftotext", str(out), "-"], check=True, capture_output=True, text=True
+        ).stdout
+        text = " ".join(text.split())
+    else:
+        text = out.read_text(encoding="utf-8")
+    for title in ("≤ 1 − λ for W_q", "Cubed_attention (100% − λ)", "— 50% & more"):
+        shown = title.replace("&", "&amp;") if form == "html" else title
+        if form == "pdf":  # LaTeX's \_ is a rule drawn, no glyph: pdftotext reads a space
+            shown = shown.replace("_", " ")
+        assert shown in text, (title, text[:2000])
