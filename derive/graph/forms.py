@@ -22,10 +22,12 @@ from sympy import Eq, Sum, exp
 
 from ..notation import letters as L
 from .declaration import Declaration, Graph
+from .errors import DeclarationError
 from .registry import self_attention, variant
 
 __all__ = [
     "RHO",
+    "combines_with_causal",
     "Form",
     "reference",
     "replaced",
@@ -117,20 +119,23 @@ def dropout_on_weights(graph: Graph, form: Form) -> Graph:
 
 
 @functools.cache
-def _causal_by_itself(name: str) -> bool:
-    """True where the variant's weights already keep row m off the keys after it (a user's
-    stick-breaking; one built on causal attention): a causal module is read as it is, where
-    combining it with causal attention would replace its weights twice."""
-    from ..proofs.claims import reads_rows_before  # the proofs read the graphs: imported late
-
-    return reads_rows_before(variant(name).graph)
+def combines_with_causal(name: str) -> bool:
+    """True where the variants `name` combine with causal attention; False where causal
+    attention's changes are ones they replace (a user's stick-breaking declares its own
+    weights). A causal module is then read as the variants alone, and `derive conform` checks
+    that their weights keep row m off the later keys themselves (`reads_rows_before`)."""
+    try:
+        variant(f"{name}+causal")
+    except DeclarationError:
+        return False
+    return True
 
 
 def _with_variant(form: Form) -> Graph:
     """The registry's graph of the form's variants (with heads and causality as it says); a
     given mask M replaces the variant's own mask step, which the mask given folds in."""
     names = [*form.variant.split("+"), *(["multi-head"] if form.heads else [])]
-    causal = form.causal and not _causal_by_itself("+".join(names))
+    causal = form.causal and combines_with_causal("+".join(names))
     graph = variant("+".join([*names, *(["causal"] if causal else [])])).graph
     own = next((s for s in graph.declarations if s.output == "M"), None)
     if own is not None and not form.causal and own.name == "causal_mask":

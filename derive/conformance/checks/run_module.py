@@ -16,8 +16,9 @@ from typing import Any
 
 import torch
 
-from ...graph.forms import Form, own_mask, reads_positions, reference
+from ...graph.forms import Form, combines_with_causal, own_mask, reads_positions, reference
 from ...notation import letters as L
+from ...proofs.claims import reads_rows_before
 from ..evaluate.elementwise import evaluate_element
 from ..evaluate.formulas import composed, declared
 from ..read.harness import ModuleHarness
@@ -168,6 +169,7 @@ class ModuleRun(Run):
                     "the last token changes row 1"
                 )
         form = self.form(causal=self.causal)
+        self._causal_by_itself(form)
         forward = self.scenario("forward", form, self.x, got, observed=observed)
         graph = reference(form)
         self.rows.append(
@@ -189,6 +191,23 @@ class ModuleRun(Run):
         self.rows += self._masks(form)
         self.rows += [gradients(self, forward), heads_separate(self, form), dropout(self, form)]
         return self
+
+    def _causal_by_itself(self, form: Form) -> None:
+        """A causal module whose variant does not combine with causal attention (its own
+        weights replace what causal attention changes) is read as the variant alone: its
+        weights must keep row m off the later keys themselves, else a ConformError says to
+        declare it on causal attention."""
+        if not (form.causal and form.variant):
+            return
+        names = "+".join([*form.variant.split("+"), *(["multi-head"] if form.heads else [])])
+        if combines_with_causal(names) or reads_rows_before(reference(form)):
+            return
+        raise ConformError(
+            f"{type(self.h.module).__name__} is causal (the last token leaves row 1), but "
+            f"variant {form.variant} neither combines with causal attention nor keeps row m "
+            "off the later keys by its weights: declare it on causal attention "
+            '(base="causal"), or check the module as not causal (--no-causal)'
+        )
 
     def _probe(self) -> tuple[bool, str]:
         if self.options.causal is not None:
