@@ -111,9 +111,26 @@ def _is_linear(form: sp.MatrixExpr) -> bool:
     )
 
 
+def _scalars_apart(form: sp.MatrixExpr) -> tuple[sp.MatrixExpr, dict]:
+    """`form` with each scalar factor of a product a plain symbol, and the map back: SymPy's
+    matrix derivative fails on some scalars (√2/√c, from a scale 1/√(c/2))."""
+    back: dict = {}
+
+    def apart(product: sp.MatMul) -> sp.MatrixExpr:
+        scalar = sp.Mul(*[f for f in product.args if not f.is_Matrix])
+        if scalar.is_Integer or scalar.is_Symbol:
+            return product
+        stand_in = sp.Dummy("s")
+        back[stand_in] = scalar
+        return sp.MatMul(stand_in, *[f for f in product.args if f.is_Matrix])
+
+    return form.replace(lambda e: isinstance(e, sp.MatMul), apart), back
+
+
 def _linear(step: Declaration, form: sp.MatrixExpr, letter: str, shapes: dict) -> Contribution:
     upstream = _symbol(L.gradient(step.output), shapes)
-    term = Trace(upstream.T * form).diff(_symbol(letter, shapes))
+    plain, back = _scalars_apart(form)
+    term = Trace(upstream.T * plain).diff(_symbol(letter, shapes)).xreplace(back)
     return Contribution(step, term, "the matrix derivative of the trace, by SymPy")
 
 
@@ -410,6 +427,17 @@ def _hint(step: Declaration, letter: str, shapes: dict) -> str:
     return ""
 
 
+def _live(graph: Graph) -> set[str]:
+    """The letters the output is computed from: a step whose output nothing after it reads (a
+    base's Ω̃ where a variant's weights read q and k themselves) has no gradient, and gives
+    none to what it reads."""
+    live = {graph.output}
+    for declaration in reversed(graph.declarations):
+        if declaration.output in live:
+            live |= set(declaration.inputs)
+    return live
+
+
 @functools.cache
 def backward(graph: Graph) -> tuple[Gradient, ...]:
     """Every gradient of `graph` at symbolic sizes, each as soon as it is complete (all the
@@ -417,9 +445,10 @@ def backward(graph: Graph) -> tuple[Gradient, ...]:
     shapes = graph.shapes
     pending: dict[str, list[Contribution]] = {}
     done: list[Gradient] = []
+    live = _live(graph)
     for step in reversed(steps(graph)):
         declaration = step.declaration
-        if declaration.constant:
+        if declaration.constant or declaration.output not in live:
             continue
         for letter in declaration.inputs:
             if letter in L.CONSTANT_LETTERS:  # a mask, RoPE's angles: not trained
@@ -431,7 +460,7 @@ def backward(graph: Graph) -> tuple[Gradient, ...]:
             with deriving(doing, _hint(declaration, letter, shapes)):
                 part = _contribution(declaration, letter, shapes, graph.relations)
             pending.setdefault(letter, []).insert(0, part)
-            readers = [s for s in graph.consumers(letter) if not s.constant]
+            readers = [s for s in graph.consumers(letter) if not s.constant and s.output in live]
             if len(pending[letter]) == len(readers):
                 with deriving(f"gather the gradient of {letter}"):
                     done.append(_gradient(letter, pending.pop(letter), shapes))

@@ -84,7 +84,14 @@ def register_variant(found: Variant) -> Variant:
     ``--variant NAME`` find it); a `DeclarationError` if its declaration does not resolve.
     Registering a name again replaces the user's earlier variant of that name."""
     if not isinstance(found, Variant):
-        raise DeclarationError(f"register_variant takes a derive.Variant, got {found!r}")
+        kind = type(found).__name__
+        said = (
+            f"the entry {found.name!r} (load_variant and variant return entries, and "
+            "load_variant has registered it already: register the Variant the file declares)"
+            if kind == "Entry"
+            else f"a {kind}"
+        )
+        raise DeclarationError(f"register_variant takes a derive.Variant, got {said}")
     name = found.name
     if not isinstance(name, str) or not name or "+" in name or ":" in name or " " in name:
         raise DeclarationError(

@@ -252,6 +252,11 @@ def register_letter(letter: Letter) -> Letter:
     name, matrix = letter.entry, letter.matrix
     if not (name.isidentifier() and matrix.isidentifier()):
         raise ValueError(f"a letter is named like a Python identifier, got {name!r}, {matrix!r}")
+    if matrix.endswith("_l") or name.endswith("_l"):
+        raise ValueError(
+            f"a name ending in _l is head ℓ's block of another matrix (Q_l is head ℓ's Q), "
+            f"got {matrix if matrix.endswith('_l') else name!r}: name it otherwise (T_ell, TL)"
+        )
     if name in BASES or matrix in _LETTERS:
         if LETTERS.get(name) == letter:
             return letter

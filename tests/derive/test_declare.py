@@ -4,6 +4,7 @@ that names the step and what is wrong, never a traceback."""
 
 import re
 import textwrap
+from pathlib import Path
 
 import pytest
 import sympy as sp
@@ -414,3 +415,157 @@ def test_a_column_step_a_cumulative_sum_and_a_piecewise_rule_are_derived_and_che
     # a letter with a subscript of its own takes its indices in parentheses, as (W_q)_{i,j}
     assert derive.latex(gradients["dW_f"].element.lhs) == r"(\bar{w}_f)_{i,1}"
     assert r"(w_f)_{i,1}" in derive.latex(gradients["dX"].element.rhs)
+
+
+def test_a_letter_ending_in_l_is_refused_as_a_head_s_block():
+    with pytest.raises(derive.DeclarationError, match=r"matrix T_l: a name ending in _l is head"):
+        declare.matrix("T_l", entry="tl", shape=(n, n), meaning="tempered")
+
+
+def test_registering_an_entry_says_so_in_a_line(tmp_path):
+    spec = _file(
+        tmp_path,
+        """
+        w = declare.step("squared_w", sp.Eq(a[m, p], omega_tilde[m, p] ** 2), shape=(n, n),
+                         title="Weights", twin=lambda s: s ** 2)
+        V = declare.variant("squared_reg", title="Squared", replaces=[w])
+        """,
+        "registered.py",
+    )
+    entry = derive.load_variant(spec + ":V")
+    with pytest.raises(derive.DeclarationError) as raised:
+        derive.register_variant(entry)
+    said = str(raised.value)
+    assert said.startswith("register_variant takes a derive.Variant, got the entry 'squared_reg'")
+    assert len(said) < 300 and "\n" not in said
+
+
+def test_a_scale_of_an_irrational_coefficient_is_differentiated():
+    """Ω̃ = Ω/√(c/2): SymPy's matrix derivative fails on the scalar √2/√c; derive keeps it
+    apart and prints Ω̄ = √2 Ω̃̄/√c."""
+    scale = declare.step(
+        "half_scale",
+        sp.Eq(declare.omega_tilde[m, p], declare.omega[m, p] / sp.sqrt(declare.c / 2)),
+        shape=(n, n),
+        title="Scaled by half",
+    )
+    derive.register_variant(
+        declare.variant(
+            "half_scaled", title="Half", replaces=[scale], requires=[declare.Even(declare.c, "")]
+        )
+    )
+    gradients = {g.output: g for g in derive.backward_steps("half_scaled")}
+    assert derive.latex(gradients["dOmega"].matrix.rhs) == (
+        r"\frac{\sqrt{2} \bar{\tilde{\Omega}}}{\sqrt{c}}"
+    )
+
+
+def test_a_base_step_no_step_reads_has_no_gradient(tmp_path):
+    """Weights computed from q and k themselves leave the base's Ω and Ω̃ unread: no gradient
+    flows through them (Q̄ reads no Ω̄), and conform reads such a layer (it raised KeyError)."""
+    spec = _file(
+        tmp_path,
+        """
+        import math
+        def direct(q, k):
+            return (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).sigmoid()
+        w = declare.step("direct_weights", sp.Eq(a[m, p], declare.sigmoid(
+            sp.Sum(q[m, j] * k[p, j], (j, 1, c)) / sp.sqrt(c))), shape=(n, n), title="Weights",
+            twin=direct)
+        V = declare.variant("direct_unread", title="Direct", replaces=[w])
+        def layer():
+            class Layer(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.W_query = torch.nn.Linear(4, 3, bias=False)
+                    self.W_key = torch.nn.Linear(4, 3, bias=False)
+                    self.W_value = torch.nn.Linear(4, 3, bias=False)
+                def forward(self, x):
+                    return direct(self.W_query(x), self.W_key(x)) @ self.W_value(x)
+            torch.manual_seed(0)
+            return Layer()
+        """,
+        "unread.py",
+    )
+    gradients = {g.output: g for g in derive.backward_steps(derive.load_variant(spec + ":V").name)}
+    assert "dOmega" not in gradients and "dOmega_scaled" not in gradients
+    assert r"\bar{\Omega}" not in derive.latex(gradients["dQ"].matrix.rhs)
+    from derive.graph.loading import _from_file
+
+    report = derive.conform(_from_file(Path(spec)).layer(), variant=spec + ":V")
+    assert report.conforms, report.table()
+
+
+def test_a_learnable_scalar_inside_the_context_step(capsys):
+    """Differential attention written as its paper writes it, λ inside the context step
+    (z = Σ_p (a − λ a₂) v, no difference step): derived, checked, its λ̄ a sum over the
+    entries."""
+    from derive.graph.loading import _from_file
+
+    example = (
+        Path(__file__).resolve().parents[2] / "docs" / "examples" / "differential_attention.py"
+    )
+    module = _from_file(example)
+    lam, a_2, v, z, j = module.LAMBDA, module.A_2, declare.v, declare.z, declare.j
+
+    def natural_context(a, a_2, v, lam):
+        return (a - lam * a_2) @ v
+
+    context = declare.step(
+        "natural_context",
+        sp.Eq(z[m, j], sp.Sum((a[m, p] - lam[1, 1] * a_2[m, p]) * v[p, j], (p, 1, n))),
+        shape=(n, declare.c),
+        title="Context vectors, of the difference",
+        twin=natural_context,
+        arguments=("A", "A_2", "V", "Lam"),
+    )
+    derive.register_variant(
+        declare.variant(
+            "differential_natural",
+            title="Differential, λ in the context",
+            inserts=module.STEPS[:3],
+            replaces=[context],
+            arguments=("X", "W_q", "W_k", "W_v", "W_q2", "W_k2", "Lam"),
+            twin=module.differential_attention,
+        )
+    )
+    status, out, err = _run(capsys, "check", "--variant", "differential_natural", "--seed", "5")
+    assert status == 0 and out.rstrip().endswith("all pass"), out + err
+    assert re.search(r"dLam · printed\s+1×1 ", out), out
+
+
+def test_a_causal_module_of_a_variant_whose_weights_are_not_causal_is_told_what_to_declare(
+    tmp_path,
+):
+    """Sigmoid weights declared on self-attention do not combine with causal attention (both
+    change A); a causal layer of them is refused with what to declare, where conform crashed
+    on the combination."""
+    spec = _file(
+        tmp_path,
+        """
+        import math
+        def sig(omega_scaled):
+            return omega_scaled.sigmoid()
+        w = declare.step("sig_only", sp.Eq(a[m, p], declare.sigmoid(omega_tilde[m, p])),
+                         shape=(n, n), title="Weights", twin=sig)
+        V = declare.variant("sig_noncausal", title="Sigmoid", replaces=[w])
+        def layer():
+            class Layer(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.W_query = torch.nn.Linear(4, 3, bias=False)
+                    self.W_key = torch.nn.Linear(4, 3, bias=False)
+                    self.W_value = torch.nn.Linear(4, 3, bias=False)
+                def forward(self, x):
+                    s = self.W_query(x) @ self.W_key(x).transpose(-2, -1) / math.sqrt(3)
+                    future = torch.ones(s.shape[-2:], dtype=torch.bool).triu(1)
+                    return s.sigmoid().masked_fill(future, 0.0) @ self.W_value(x)
+            torch.manual_seed(0)
+            return Layer()
+        """,
+        "sig_causal.py",
+    )
+    from derive.graph.loading import _from_file
+
+    with pytest.raises(derive.ConformError, match=r"declare it on causal attention"):
+        derive.conform(_from_file(Path(spec)).layer(), variant=spec + ":V")
