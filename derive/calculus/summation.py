@@ -28,9 +28,21 @@ from .indices import Ranges, decide
 __all__ = ["simplified", "bound_apart", "readable", "bracket"]
 
 
+def _non_strict(part: sp.Basic) -> sp.Basic:
+    """A strict bound between integers as the non-strict one it is (p < m is p ≤ m − 1), so
+    that one condition written two ways is one bracket."""
+    if not isinstance(part, sp.StrictLessThan | sp.StrictGreaterThan):
+        return part
+    small, large = part.lts, part.gts
+    if not all(s.is_integer for s in (small, large)):
+        return part
+    return sp.Le(small, large - 1)
+
+
 def bracket(condition: sp.Basic, ranges: Ranges) -> sp.Expr:
     """[condition], decided where the ranges decide it (1 or 0), each part of a conjunction
-    decided on its own (the parts that always hold dropped)."""
+    decided on its own (the parts that always hold dropped), strict bounds between integers
+    written non-strict."""
     parts = sp.And.make_args(condition)
     kept = []
     for part in parts:
@@ -38,8 +50,48 @@ def bracket(condition: sp.Basic, ranges: Ranges) -> sp.Expr:
         if decided is sp.false:
             return sp.S.Zero
         if decided is not sp.true:
-            kept.append(part)
+            kept.append(_non_strict(part))
     return Indicator(sp.And(*kept)) if kept else sp.S.One
+
+
+def _under_brackets(ranges: Ranges, brackets: list[sp.Expr]) -> dict:
+    """The ranges narrowed by what the brackets of a product say of its indices ([p ≤ m − 1]
+    puts p in 1 … m − 1): the other factors are read where the brackets hold, and are 0
+    elsewhere anyway."""
+    narrowed = dict(ranges)
+    for factor in brackets:
+        for part in sp.And.make_args(factor.args[0]):
+            for variable in part.free_symbols & set(narrowed):
+                bound = _bound_of(part, variable)
+                if bound is None:
+                    continue
+                side, value = bound
+                low, high = narrowed[variable]
+                chosen = _tighter(low if side == "low" else high, value, side, narrowed)
+                if chosen is not None:
+                    narrowed[variable] = (chosen, high) if side == "low" else (low, chosen)
+    return narrowed
+
+
+def _product(expr: sp.Mul, ranges: Ranges) -> sp.Expr:
+    """A product whose brackets narrow the ranges its other factors are simplified under;
+    each bracket is simplified under the others' narrowing, so that one implied by another
+    (or the same written twice) is 1."""
+    factors = [simplified(f, ranges) for f in expr.args]
+    brackets = [f for f in factors if isinstance(f, Indicator)]
+    if not brackets:
+        return sp.Mul(*factors)
+    others = [f for f in factors if not isinstance(f, Indicator)]
+    kept: list[sp.Expr] = []
+    for k, factor in enumerate(brackets):
+        around = _under_brackets(ranges, kept + brackets[k + 1 :])
+        decided = bracket(factor.args[0], around)
+        if decided == 0:
+            return sp.S.Zero
+        if decided != 1:
+            kept.append(decided)
+    narrowed = _under_brackets(ranges, kept)
+    return sp.Mul(*kept, *[simplified(f, narrowed) for f in others])
 
 
 def _solve(difference: sp.Expr, variable: sp.Symbol) -> sp.Expr | None:
@@ -172,6 +224,8 @@ def simplified(expr: sp.Expr, ranges: Ranges) -> sp.Expr:
         return Product(simplified(expr.function, inner), *expr.limits)
     if not expr.args or not expr.has(Sum, Indicator, KroneckerDelta, Product):
         return expr
+    if isinstance(expr, sp.Mul):
+        return _product(expr, ranges)
     return expr.func(*[simplified(arg, ranges) for arg in expr.args])
 
 
