@@ -288,6 +288,19 @@ class PlainPrinter(StrPrinter):
     def _print_Indicator(self, expr: sp.Expr) -> str:
         return f"[{self._print(expr.args[0])}]"
 
+    def _print_Abs(self, expr: sp.Expr) -> str:
+        return f"|{self._print(expr.args[0])}|"
+
+    def _print_Max(self, expr: sp.Expr) -> str:
+        return f"max({', '.join(self._print(a) for a in expr.args)})"
+
+    def _print_Min(self, expr: sp.Expr) -> str:
+        return f"min({', '.join(self._print(a) for a in expr.args)})"
+
+    def _print_Entries(self, expr: sp.Expr) -> str:  # a matrix given by its entry
+        indices = ",".join(self._print(index) for index in expr.indices)
+        return f"[{self._print(expr.entry)}]_({indices})"
+
     def _print_Product(self, expr: sp.Product) -> str:
         limits = "".join(
             f"∏_({self._print(v)}={self._print(lo)}…{self._print(hi)}) "

@@ -52,6 +52,10 @@ def test_the_example_goes_through_every_command(tmp_path, capsys, file, name, de
     )
     assert status == 0, out + err
     assert out.rstrip().splitlines()[-1].startswith("conforms")
+    for raw in ("Entries(", "Sigmoid(", "Abs(", "Max(", "Product("):  # the report's words
+        assert raw not in out, out
+    if name in ("STICK_BREAKING", "SOFTPICK"):  # the rows show the variant's weights, not softmax
+        assert "a[m,p] = exp(ω̃[m,p])/" not in out, out
 
 
 def _broken(file: str, name: str):

@@ -204,7 +204,9 @@ def heads_separate(self: Any, form: Form) -> Check:
 def dropout(self: Any, form: Form) -> Check:
 
     what = "dropout acts on the weights, after the softmax"
-    formula = declared(reference(Form(dropout=True)), "A")
+    own = reference(dataclasses.replace(form, dropout=True))  # the variant's weights, kept
+    letter = next((x for x in ("A", "A_l") if own.producer(x) is not None), None)
+    formula = declared(own if letter else reference(Form(dropout=True)), letter or "A")
     name = self.h.adapter.dropout
     module = copy.deepcopy(self.h.module)
     found = [

@@ -236,7 +236,9 @@ class ModuleRun(Run):
 
     def _permutation(self, got: Any, bound: Any) -> Any:
         what = "permuting the tokens permutes the outputs"
-        formula = declared(reference(Form()), "A")
+        own = reference(self.form(causal=self.causal))  # the weights the variant declares
+        letter = next((x for x in ("A", "A_l") if own.producer(x) is not None), None)
+        formula = declared(own if letter else reference(Form()), letter or "A")
         if self.causal:
             return self.missing("permutation", what, formula, "causal attention reads positions")
         positional = reads_positions(reference(self.form()))
