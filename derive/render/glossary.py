@@ -139,6 +139,25 @@ _JAXTYPING = (
 )
 
 
+#: The functions a derivation may print, beside the registry's own symbols (a user's variant
+#: prints them too: a gate's σ, a rectifier's θ and sign).
+_FUNCTIONS = (
+    ("\\sigma(x)", "the logistic sigmoid, 1 / (1 + exp(−x)); its derivative is σ(x)(1 − σ(x))"),
+    ("[P]", "Iverson's bracket: 1 where the condition P on indices holds, else 0"),
+    (
+        "\\theta(x)",
+        "the Heaviside step, the derivative of max(0, x): 0 for x < 0, 1 for x > 0, and 0 at "
+        "x = 0 in a derivative (torch's value at the kink)",
+    ),
+    (
+        "\\operatorname{sign}(x)",
+        "the sign of x, the derivative of the absolute value: −1, 0 or 1 (0 at the kink, as "
+        "torch's)",
+    ),
+    ("\\prod_{t=a}^{b}", "a product over t = a … b; an empty one (b < a) is 1"),
+)
+
+
 def _built_in() -> tuple:
     from ..graph.entries import BUILT_IN
 
@@ -248,6 +267,7 @@ def glossary_markdown() -> str:
         _row("symbol", "meaning"),
         _row("---", "---"),
         *(_row(f"${_symbol(n.symbol)}$", n.meaning) for n in names if n.kind == "other"),
+        *(_row(f"${symbol}$", meaning) for symbol, meaning in _FUNCTIONS),
         "",
         "## Shapes in `attention` (jaxtyping)",
         "",

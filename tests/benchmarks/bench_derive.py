@@ -20,8 +20,9 @@ fresh processes, `import derive` and the `derive` command (start-up included). W
 SymPy derives at symbolic sizes from the declarations of each graph: the matrix forms, the
 backward pass, the facts. With ``--variants`` it times each variant's document (symbolic, and
 explicit) and its check, each in a fresh process. With ``--first-try`` it times the published
-variants of docs/examples/ (Scalable-Softmax, differential and cosine attention: latex, check,
-conform, each in a fresh process), `derive.explicit_variant("self-attention", 6, 6, 6)` and
+variants of docs/examples/ (Scalable-Softmax, differential and cosine attention, the
+Forgetting Transformer, stick-breaking attention and Softpick: latex, check, conform, each in a
+fresh process), `derive.explicit_variant("self-attention", 6, 6, 6)` and
 `derive html --example --n 3`. With ``--profile`` it prints where `derive latex` spends its time
 (cProfile, in this process, the 15 functions of largest cumulative time under the command).
 """
@@ -223,11 +224,15 @@ def bench_variants(repeats: int = 3) -> None:
 _HERE = Path(__file__).resolve().parents[2]
 _EXAMPLES = _HERE / "docs" / "examples"
 
-#: The published variants: (file, declaration's name) — each run through latex, check, conform.
+#: The published variants: (file, declaration's name, what conform is told besides) — each
+#: run through latex, check, conform.
 FIRST_TRY = (
-    ("scalable_softmax.py", "SSMAX"),
-    ("differential_attention.py", "DIFFERENTIAL"),
-    ("cosine_attention.py", "COSINE"),
+    ("scalable_softmax.py", "SSMAX", ()),
+    ("differential_attention.py", "DIFFERENTIAL", ()),
+    ("cosine_attention.py", "COSINE", ()),
+    ("forgetting_transformer.py", "FOX", ("--param", "B_f=W_f.bias")),
+    ("stick_breaking.py", "STICK_BREAKING", ()),
+    ("softpick.py", "SOFTPICK", ()),
 )
 
 #: Calls timed beside them, in a fresh process each.
@@ -271,12 +276,13 @@ def bench_first_try(repeats: int = 3) -> None:
     variant's latex, check and conform, then the calls of `OTHERS`."""
     print("| variant (docs/examples/) | latex | check | conform |\n|---|--:|--:|--:|")
     with tempfile.TemporaryDirectory() as folder:
-        for file, name in FIRST_TRY:
+        for file, name, told in FIRST_TRY:
             spec = f"{_EXAMPLES / file}:{name}"
+            layer = f"{_EXAMPLES / file}:layer"
             runs = (
                 ["-m", "derive", "latex", "-q", "--variant", spec, "-o", "v.tex"],
                 ["-m", "derive", "check", "-q", "--variant", spec, "--seed", "7"],
-                ["-m", "derive", "conform", "-q", f"{_EXAMPLES / file}:layer", "--variant", spec],
+                ["-m", "derive", "conform", "-q", layer, "--variant", spec, *told],
             )
             cells = [f"{_best(argv, folder, repeats):.2f} s" for argv in runs]
             print(f"| `{file}` | " + " | ".join(cells) + " |", flush=True)
