@@ -326,17 +326,26 @@ def _latex_block(block: Block) -> str:
     raise TypeError(f"unknown block {block!r}")
 
 
+def _pdf_string(text: str) -> str:
+    """A PDF text string: ``(text)`` where it is plain ASCII with nothing TeX or PDF reads as
+    a command, else UTF-16 in hexadecimal (``<FEFF…>``), so that a user's "1 − λ" or "W_q"
+    reads as typed in a viewer's window."""
+    if re.fullmatch(r"[ -~]*", text) and not re.search(r"[\\{}%#&~^_()$]", text):
+        return f"({text})"
+    return "<FEFF" + text.encode("utf-16-be").hex().upper() + ">"
+
+
 def _pdf_info(title: str) -> str:
     """The PDF's Title and Subject (what a viewer's window and a library's index show), in plain
     text: the title without its LaTeX."""
     plain = re.sub(r"\\[a-zA-Z]+\{([^{}]*)\}", r"\1", title).replace("$", "")
-    plain = re.sub(r"[\\{}%#&~^_]", "", plain)
+    plain = re.sub(r"\\([_%&#])", r"\1", plain)
     what = plain.removesuffix(", derived")
     subject = f"{what}: every formula derived by SymPy from its declarations"
     keywords = "attention, self-attention, transformer, SymPy, derivation, backward pass"
     return (
-        f"\\pdfinfo{{/Title ({plain}) /Subject ({subject}) /Author (the attention-derive "
-        f"authors) /Keywords ({keywords}) /Creator (attention-derive)}}\n"
+        f"\\pdfinfo{{/Title {_pdf_string(plain)} /Subject {_pdf_string(subject)} /Author (the "
+        f"attention-derive authors) /Keywords ({keywords}) /Creator (attention-derive)}}\n"
     )
 
 

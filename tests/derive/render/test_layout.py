@@ -191,20 +191,25 @@ V = declare.variant("titled", title="Cubed_attention (100% − λ)", replaces=[W
 @pytest.mark.parametrize("form", ["pdf", "markdown", "html"])
 def test_titles_are_text_in_every_format(tmp_path, form):
     """A user's titles with Unicode (−, ≤, λ, σ′, ω̃) and LaTeX's special characters (_, %, &)
-    are text: the PDF compiles and reads them back, Markdown and HTML keep them as written."""
+    are text: the PDF compiles and reads them back (its metadata's title too), Markdown and
+    HTML keep them as written."""
     from derive.cli import main
 
     path = tmp_path / "titled.py"
     path.write_text(TITLED)
     out = tmp_path / f"d.{ {'markdown': 'md'}.get(form, form) }"
     if form == "pdf":
-        require("pdflatex", "pdftotext")
+        require("pdflatex", "pdftotext", "pdfinfo")
     assert main([form, "-q", "--variant", f"{path}:V", "-o", str(out)]) == 0
     if form == "pdf":
         text = subprocess.run(
             ["pdftotext", str(out), "-"], check=True, capture_output=True, text=True
         ).stdout
         text = " ".join(text.split())
+        info = subprocess.run(
+            ["pdfinfo", str(out)], check=True, capture_output=True, text=True
+        ).stdout
+        assert "Title:           Cubed_attention (100% − λ), derived" in info, info
     else:
         text = out.read_text(encoding="utf-8")
     for title in ("≤ 1 − λ for W_q", "Cubed_attention (100% − λ)", "— 50% & more"):
