@@ -49,7 +49,15 @@ exits with status 1.
 How twins are called (the order of their arguments, the shapes of a 1 × 1 or per-head input,
 their options) is written once, in docs/twins.md; ``derive variants --show NAME`` prints the
 call of every twin of a variant. docs/examples/ holds complete files: sigmoid attention,
-Scalable-Softmax, differential attention, cosine attention.
+Scalable-Softmax, differential attention, cosine attention, the Forgetting Transformer,
+stick-breaking attention, Softpick.
+
+The forms of a step's formula: an output of one entry per row (``F[m, 1]`` with shape
+(n, 1)); sums and products (``sympy.Sum``, ``sympy.Product``) over ranges the other indices set
+(Σ_{ℓ=p+1}^{m}), every index shown by its ranges to stay on its axis; ``Piecewise``, ``Max``,
+``Min``, ``Abs`` and ``sign``, differentiated where they have a derivative and, at a kink, to
+torch's value (θ(0) = 0, sign(0) = 0). In derive's numbers an empty sum is 0 and an empty
+product 1, whatever the order of the limits (not SymPy's sum of a negative count).
 """
 
 from __future__ import annotations
