@@ -196,7 +196,30 @@ def _over(function: sp.Expr, limit: tuple, ranges: Ranges) -> sp.Expr:
     variable, low, high = limit
     inner = dict(ranges) | {variable: (low, high)}
     terms = sp.Add.make_args(sp.expand_mul(simplified(function, inner)))
-    return sp.Add(*[_one_term(term, limit, ranges) for term in terms])
+    return _merged(sp.Add(*[_one_term(term, limit, ranges) for term in terms]))
+
+
+def _merged(total: sp.Expr) -> sp.Expr:
+    """Sums over the same limits, with the same factors in front up to a number, written as
+    one sum with what their terms share factored out: Σ_m x f f̄ − Σ_m x f² f̄ is
+    Σ_m x f f̄ (1 − f), as a reader writes it. A sum alone is left as it is."""
+    groups: dict = {}
+    rest = []
+    for term in sp.Add.make_args(total):
+        sums = [f for f in sp.Mul.make_args(term) if isinstance(f, Sum)]
+        if len(sums) != 1:
+            rest.append(term)
+            continue
+        (found,) = sums
+        number, outside = (term / found).as_coeff_Mul()  # −Σ … joins Σ …
+        groups.setdefault((found.limits, outside), []).append((term, number * found.function))
+    merged = [
+        outside * Sum(sp.factor_terms(sp.Add(*(f for _, f in members))), *limits)
+        if len(members) > 1
+        else members[0][0]
+        for (limits, outside), members in groups.items()
+    ]
+    return sp.Add(*rest, *merged)
 
 
 def simplified(expr: sp.Expr, ranges: Ranges) -> sp.Expr:

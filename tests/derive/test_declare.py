@@ -412,6 +412,10 @@ def test_a_column_step_a_cumulative_sum_and_a_piecewise_rule_are_derived_and_che
     assert derive.latex(gradients["dF"].element.rhs) == (
         r"\frac{\sum_{p=m}^{n} \sum_{r=1}^{m - 1} \bar{D}_{p,r}}{f_{m,1}}"
     )
+    # sums over the same range are one, what their terms share factored out: σ' = f (1 − f)
+    assert derive.latex(gradients["dW_f"].element.rhs) == (
+        r"\sum_{m=1}^{n} x_{m,i} f_{m,1} \bar{f}_{m,1} \left(1 - f_{m,1}\right)"
+    )
     # a letter with a subscript of its own takes its indices in parentheses, as (W_q)_{i,j}
     assert derive.latex(gradients["dW_f"].element.lhs) == r"(\bar{w}_f)_{i,1}"
     assert r"(w_f)_{i,1}" in derive.latex(gradients["dX"].element.rhs)
