@@ -249,9 +249,10 @@ def _index_name(size: sp.Expr, taken: set, declared: sp.Symbol | None) -> sp.Sym
 
 
 def _expanded(expr: sp.Expr) -> sp.Expr:
-    """Products over sums multiplied out; exp(a + b) and log(a b) left whole (SymPy would turn
-    the exponential of a sum into a product of exponentials)."""
-    return sp.expand(expr, power_exp=False, power_base=False, log=False)
+    """Products over sums multiplied out; exp(a + b), log(a b) and a power of a sum, (s + ε)²,
+    left whole (SymPy would turn the exponential of a sum into a product of exponentials, and
+    the square into s² + 2εs + ε²)."""
+    return sp.expand(expr, power_exp=False, power_base=False, log=False, multinomial=False)
 
 
 #: The value of a derivative at a kink, where the function has none: torch's autograd's, so that

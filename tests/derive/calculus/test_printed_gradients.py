@@ -287,4 +287,7 @@ def test_a_kink_takes_torchs_derivative_and_the_document_says_so(tmp_path):
     ((weights @ v_) * values["dC"]).sum().backward()
     got = torch.tensor(sp.matrix2numpy(printed["dOmega_scaled"], float))
     assert torch.allclose(got, scores.grad, atol=1e-12), (got, scores.grad)
-    assert r"$\theta(0) = 0$" in derive.document(derive.DocumentOptions(variant=entry.name))
+    document = derive.document(derive.DocumentOptions(variant=entry.name))
+    assert r"$\theta(0) = 0$" in document
+    # the chain rule keeps the denominator's square whole: (Σ |·| + ε)², not Σ² + 2εΣ + ε²
+    assert r"+ \epsilon\right)^{2}" in document and r"2 \epsilon" not in document
