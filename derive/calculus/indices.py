@@ -136,9 +136,9 @@ def _bound(expr: sp.Expr, ranges: Ranges, lowest: bool) -> sp.Expr:
         if coefficient == 0:
             continue
         if coefficient.is_positive:
-            value = value.xreplace({index: low if lowest else high})
+            value = sp.sympify(value.xreplace({index: low if lowest else high}))
         elif coefficient.is_negative:
-            value = value.xreplace({index: high if lowest else low})
+            value = sp.sympify(value.xreplace({index: high if lowest else low}))
         else:
             return sp.nan
     return sp.expand(value)

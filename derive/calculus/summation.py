@@ -222,8 +222,21 @@ def _merged(total: sp.Expr) -> sp.Expr:
     return sp.Add(*rest, *merged)
 
 
+def _shadows(total: Sum | Product, ranges: Ranges) -> bool:
+    """True where the sum's own index is named like an index of the ranges around it, or one
+    their bounds read (Σ_m inside [p ≤ m − 1]): it is renamed while it is simplified."""
+    read = set(ranges).union(
+        *(sp.sympify(bound).free_symbols for span in ranges.values() for bound in span)
+    )
+    return any(v in read for v, _, _ in total.limits)
+
+
 def simplified(expr: sp.Expr, ranges: Ranges) -> sp.Expr:
     """`expr` with its sums, deltas and brackets simplified (see the module docstring)."""
+    if isinstance(expr, Sum | Product) and _shadows(expr, ranges):
+        fresh = {v: sp.Dummy(v.name, integer=True) for v, _, _ in expr.limits}
+        back = {dummy: v for v, dummy in fresh.items()}
+        return simplified(expr.xreplace(fresh), ranges).xreplace(back)
     if isinstance(expr, Sum):
         limits = list(expr.limits)  # innermost first
         inner = dict(ranges) | {v: (lo, hi) for v, lo, hi in limits}

@@ -118,12 +118,12 @@ def dropout_on_weights(graph: Graph, form: Form) -> Graph:
     return replaced(graph, "A" + suffix(form), weights)
 
 
-@functools.cache
 def combines_with_causal(name: str) -> bool:
     """True where the variants `name` combine with causal attention; False where causal
     attention's changes are ones they replace (a user's stick-breaking declares its own
     weights). A causal module is then read as the variants alone, and `derive conform` checks
-    that their weights keep row m off the later keys themselves (`reads_rows_before`)."""
+    that their weights keep row m off the later keys themselves (`reads_rows_before`). Not
+    cached: a name registered again is asked afresh (the registry caches its graphs)."""
     try:
         variant(f"{name}+causal")
     except DeclarationError:

@@ -220,6 +220,10 @@ _UNICODE_MATH = {
     "∈": r"\in",
     "∂": r"\partial",
     "ℓ": r"\ell",
+    "ᵀ": r"{}^{\top}",
+    "∇": r"\nabla",
+    "⊙": r"\odot",
+    "⊗": r"\otimes",
     "θ": r"\theta",
     **{
         chr(0x3B1 + k): rf"\{name}"
@@ -253,26 +257,36 @@ _ACCENTS = {"\u0303": "tilde", "\u0302": "hat", "\u0304": "bar", "\u0307": "dot"
 
 
 def _accented(text: str) -> str:
-    """A letter with a combining accent (ω̃, written ω then U+0303) as LaTeX's accent on the
-    letter, \\ensuremath{\\tilde{\\omega}}: pdflatex reads no combining mark."""
-    return re.sub(
-        "(.)([" + "".join(_ACCENTS) + "])",
-        lambda found: (
-            f"\\ensuremath{{\\{_ACCENTS[found.group(2)]}"
-            f"{{{_UNICODE_MATH.get(found.group(1), found.group(1))}}}}}"
-        ),
-        text,
-    )
+    """A letter with combining accents (ω̃, written ω then U+0303; Ω̃̄, two of them) as LaTeX's
+    accents on the letter, \\ensuremath{\\bar{\\tilde{\\Omega}}}: pdflatex reads no combining
+    mark."""
+
+    def accents(found: re.Match) -> str:
+        tex = _UNICODE_MATH.get(found.group(1), found.group(1))
+        for mark in found.group(2):
+            tex = f"\\{_ACCENTS[mark]}{{{tex}}}"
+        return f"\\ensuremath{{{tex}}}"
+
+    return re.sub("(.)([" + "".join(_ACCENTS) + "]+)", accents, text)
+
+
+def _text_part(part: str) -> str:
+    """Words outside math: _ % & # escaped where no backslash escapes them already, ^ and ~
+    written as the characters they are (LaTeX reads a superscript and a space)."""
+    part = re.sub(r"(?<!\\)([_%&#])", r"\\\1", part)
+    part = re.sub(r"(?<!\\)\^", r"\\textasciicircum{}", part)
+    return re.sub(r"(?<!\\)~", r"\\textasciitilde{}", part)
 
 
 def text_latex(text: str) -> str:
-    """A title as LaTeX text: the characters LaTeX reads as commands escaped (_ % & #) where no
-    backslash escapes them already, outside $…$ (a title may hold math: "At $s = 1/\\log n$")."""
-    parts = re.split(r"(\$[^$]*\$)", text)
+    """A title as LaTeX text: its words escaped (`_text_part`) outside $…$ (a title may hold
+    math: "At $s = 1/\\log n$"); a lone $ is a dollar sign."""
+    if text.count("$") % 2:
+        text = text.replace("$", "\\$")
+    parts = re.split(r"((?<!\\)\$[^$]*(?<!\\)\$)", text)
     return _accented(
         "".join(
-            part if part.startswith("$") else re.sub(r"(?<!\\)([_%&#])", r"\\\1", part)
-            for part in parts
+            part if part.startswith("$") and len(part) > 1 else _text_part(part) for part in parts
         )
     )
 
@@ -365,17 +379,18 @@ def to_latex(blocks: list[Block], *, title: str, note: str, standalone: bool = T
     )
 
 
-def _markdown_text(text: str) -> str:
-    """LaTeX prose to Markdown prose: emphasis, code and non-breaking marks; math stays as is."""
+def _markdown_text(text: str, *, title: bool = False) -> str:
+    """LaTeX prose to Markdown prose: emphasis, code and non-breaking marks; math stays as is.
+    A title is text: its ~ is a tilde."""
     text = re.sub(r"\\emph\{([^}]*)\}", r"*\1*", text)
     text = re.sub(r"\\texttt\{([^}]*)\}", r"`\1`", text)
-    return text.replace("~", " ")
+    return text if title else text.replace("~", " ")
 
 
 def markdown_block(block: Block) -> str:
     """One block as Markdown (the notebook's Markdown cells are made of these)."""
     if isinstance(block, Heading):
-        return "#" * (block.level + 1) + " " + _markdown_text(block.text)
+        return "#" * (block.level + 1) + " " + _markdown_text(block.text, title=True)
     if isinstance(block, Prose):
         return _markdown_text(block.text)
     if isinstance(block, Display):

@@ -573,3 +573,17 @@ def test_a_causal_module_of_a_variant_whose_weights_are_not_causal_is_told_what_
 
     with pytest.raises(derive.ConformError, match=r"declare it on causal attention"):
         derive.conform(_from_file(Path(spec)).layer(), variant=spec + ":V")
+
+
+def test_a_name_registered_again_is_asked_afresh_whether_it_combines_with_causal():
+    """Whether a variant combines with causal attention is not kept past a new registration
+    of its name (a stale answer made conform fail instead of reading the new variant)."""
+    from derive.graph.forms import combines_with_causal
+
+    squared = declare.step(
+        "sq_again", sp.Eq(a[m, p], omega_tilde[m, p] ** 2), shape=(n, n), title="Weights"
+    )
+    derive.register_variant(declare.variant("again_causal", title="Again", replaces=[squared]))
+    assert not combines_with_causal("again_causal")  # both change A
+    derive.register_variant(declare.variant("again_causal", title="Again"))  # changes nothing
+    assert combines_with_causal("again_causal")
