@@ -28,6 +28,7 @@ from .registry import self_attention, variant
 __all__ = [
     "RHO",
     "combines_with_causal",
+    "variant_names",
     "Form",
     "reference",
     "replaced",
@@ -131,19 +132,25 @@ def combines_with_causal(name: str) -> bool:
     return True
 
 
+def variant_names(form: Form) -> str:
+    """The registry's name of the form's variants, with multi-head where it has heads (causal
+    and a given mask are the form's to add)."""
+    return "+".join([*form.variant.split("+"), *(["multi-head"] if form.heads else [])])
+
+
 def _with_variant(form: Form) -> Graph:
     """The registry's graph of the form's variants (with heads and causality as it says); a
     given mask M replaces the variant's own mask step, which the mask given folds in."""
-    names = [*form.variant.split("+"), *(["multi-head"] if form.heads else [])]
-    causal = form.causal and combines_with_causal("+".join(names))
-    graph = variant("+".join([*names, *(["causal"] if causal else [])])).graph
+    names = variant_names(form)
+    causal = form.causal and combines_with_causal(names)
+    graph = variant(names + ("+causal" if causal else "")).graph
     own = next((s for s in graph.declarations if s.output == "M"), None)
     if own is not None and not form.causal and own.name == "causal_mask":
         graph = graph.replace("M", sp.S.Zero)  # a chain's causal mask the form does not have
     if not form.masked:
         return graph
     if own is None:
-        return variant("+".join([*names, "masked"])).graph
+        return variant(names + "+masked").graph
     steps = tuple(s for s in graph.declarations if s.output != "M")
     return Graph(graph.name + " with a given mask", steps, graph.relations)
 

@@ -266,12 +266,16 @@ class PlainPrinter(StrPrinter):
             return f"{base}^({self._print(expr.exp)})"
         return super()._print_Pow(expr, rational)
 
-    def _print_Sum(self, expr: sp.Sum) -> str:
+    def _big(self, expr: sp.Sum | sp.Product, symbol: str) -> str:
+        """Σ or ∏ with its limits, outermost first, then what it runs over."""
         limits = "".join(
-            f"Σ_({self._print(v)}={self._print(lo)}…{self._print(hi)}) "
+            f"{symbol}_({self._print(v)}={self._print(lo)}…{self._print(hi)}) "
             for v, lo, hi in reversed(expr.limits)
         )
         return limits + self.parenthesize(expr.function, PRECEDENCE["Mul"])
+
+    def _print_Sum(self, expr: sp.Sum) -> str:
+        return self._big(expr, "Σ")
 
     def _print_exp(self, expr: sp.Expr) -> str:
         return f"exp({self._print(expr.args[0])})"
@@ -302,11 +306,7 @@ class PlainPrinter(StrPrinter):
         return f"[{self._print(expr.entry)}]_({indices})"
 
     def _print_Product(self, expr: sp.Product) -> str:
-        limits = "".join(
-            f"∏_({self._print(v)}={self._print(lo)}…{self._print(hi)}) "
-            for v, lo, hi in reversed(expr.limits)
-        )
-        return limits + self.parenthesize(expr.function, PRECEDENCE["Mul"])
+        return self._big(expr, "∏")
 
     def _print_Sigmoid(self, expr: sp.Expr) -> str:
         return f"σ({self._print(expr.args[0])})"

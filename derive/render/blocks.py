@@ -224,23 +224,20 @@ _UNICODE_MATH = {
     "∇": r"\nabla",
     "⊙": r"\odot",
     "⊗": r"\otimes",
-    "θ": r"\theta",
-    **{
-        chr(0x3B1 + k): rf"\{name}"
-        for k, name in enumerate(
-            "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron "
-            "pi rho varsigma sigma tau upsilon phi chi psi omega".split()
+    **dict(
+        zip(
+            "αβγδεζηθικλμνξπρςστυφχψωΓΔΘΛΞΠΣΦΨΩ",
+            (
+                rf"\{name}"
+                for name in (
+                    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi pi "
+                    "rho varsigma sigma tau upsilon phi chi psi omega Gamma Delta Theta Lambda Xi "
+                    "Pi Sigma Phi Psi Omega"
+                ).split()
+            ),
+            strict=True,
         )
-        if name not in ("omicron",)
-    },
-    **{
-        chr(0x391 + k): rf"\{name}"
-        for k, name in enumerate(
-            "Alpha Beta Gamma Delta Epsilon Zeta Eta Theta Iota Kappa Lambda Mu Nu Xi Omicron "
-            "Pi Rho - Sigma Tau Upsilon Phi Chi Psi Omega".split()
-        )
-        if name in ("Gamma", "Delta", "Theta", "Lambda", "Xi", "Pi", "Sigma", "Phi", "Psi", "Omega")
-    },
+    ),
 }
 
 

@@ -20,7 +20,7 @@ from torch import nn
 
 from ...graph.forms import Form, reference
 from ...notation import letters as L
-from ..evaluate.formulas import composed, declared, softmax_gradient
+from ..evaluate.formulas import composed, declared, softmax_gradient, weights
 from ..read.harness import stand_in_dropout
 from ..report import Check
 from .compare import Scenario, agree, predict, why
@@ -205,8 +205,7 @@ def dropout(self: Any, form: Form) -> Check:
 
     what = "dropout acts on the weights, after the softmax"
     own = reference(dataclasses.replace(form, dropout=True))  # the variant's weights, kept
-    letter = next((x for x in ("A", "A_l") if own.producer(x) is not None), None)
-    formula = declared(own if letter else reference(Form(dropout=True)), letter or "A")
+    formula = weights(own, reference(Form(dropout=True)))
     name = self.h.adapter.dropout
     module = copy.deepcopy(self.h.module)
     found = [

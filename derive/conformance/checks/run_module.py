@@ -16,11 +16,18 @@ from typing import Any
 
 import torch
 
-from ...graph.forms import Form, combines_with_causal, own_mask, reads_positions, reference
+from ...graph.forms import (
+    Form,
+    combines_with_causal,
+    own_mask,
+    reads_positions,
+    reference,
+    variant_names,
+)
 from ...notation import letters as L
 from ...proofs.claims import reads_rows_before
 from ..evaluate.elementwise import evaluate_element
-from ..evaluate.formulas import composed, declared
+from ..evaluate.formulas import composed, declared, weights
 from ..read.harness import ModuleHarness
 from ..read.registry import find_adapter
 from ..read.target import ConformError, Target, says_causal
@@ -199,8 +206,7 @@ class ModuleRun(Run):
         declare it on causal attention."""
         if not (form.causal and form.variant):
             return
-        names = "+".join([*form.variant.split("+"), *(["multi-head"] if form.heads else [])])
-        if combines_with_causal(names) or reads_rows_before(reference(form)):
+        if combines_with_causal(variant_names(form)) or reads_rows_before(reference(form)):
             return
         raise ConformError(
             f"{type(self.h.module).__name__} is causal (the last token leaves row 1), but "
@@ -236,9 +242,7 @@ class ModuleRun(Run):
 
     def _permutation(self, got: Any, bound: Any) -> Any:
         what = "permuting the tokens permutes the outputs"
-        own = reference(self.form(causal=self.causal))  # the weights the variant declares
-        letter = next((x for x in ("A", "A_l") if own.producer(x) is not None), None)
-        formula = declared(own if letter else reference(Form()), letter or "A")
+        formula = weights(reference(self.form(causal=self.causal)), reference(Form()))
         if self.causal:
             return self.missing("permutation", what, formula, "causal attention reads positions")
         positional = reads_positions(reference(self.form()))

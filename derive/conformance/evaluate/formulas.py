@@ -57,6 +57,13 @@ def declared(graph: Graph, output: str) -> Formula:
     return _both(graph.step(output).element)
 
 
+def weights(graph: Graph, otherwise: Graph) -> Formula:
+    """The weights as `graph` declares them (a variant's own, per head where it has heads), or
+    as `otherwise` does where `graph` names no A."""
+    letter = next((x for x in ("A", "A_l") if graph.producer(x) is not None), None)
+    return declared(graph, letter) if letter else declared(otherwise, "A")
+
+
 def declaration(step: Declaration) -> Formula:
     return _both(step.element)
 

@@ -19,7 +19,7 @@ def _value(expr: sp.Expr, at: dict) -> sp.Expr:
     return done.replace(lambda e: isinstance(e, Indicator), lambda e: sp.S(bool(e.args[0])))
 
 
-def _same(expr: sp.Expr, ranges: dict, free: tuple) -> None:
+def assert_same_values(expr: sp.Expr, ranges: dict, free: tuple) -> None:
     got = simplified(expr, ranges)
     for size in (3, 5):
         for point in itertools.product(range(1, size + 1), repeat=len(free)):
@@ -31,7 +31,7 @@ def test_brackets_whose_bounds_read_a_later_index():
     """[p ≤ m − 2][m ≥ 2]: narrowing p by the first reads m, ranged after p (it raised
     AttributeError: 'int' object has no attribute 'coeff')."""
     expr = Indicator(sp.Le(p, m - 2)) * Indicator(sp.Ge(m, 2)) * f(p)
-    _same(expr, {m: (1, n), p: (1, n), t: (1, n)}, (m, p))
+    assert_same_values(expr, {m: (1, n), p: (1, n), t: (1, n)}, (m, p))
 
 
 def test_a_sum_whose_index_shadows_a_bound_of_the_ranges():
@@ -39,4 +39,4 @@ def test_a_sum_whose_index_shadows_a_bound_of_the_ranges():
     cut to the outer m's range)."""
     inner = sp.Sum(f(m) * Indicator(sp.Le(2 * p, 2 * m - 2)), (m, 1, n))
     expr = Indicator(sp.Le(p, m - 1)) * inner
-    _same(expr, {p: (1, n), m: (1, n)}, (m, p))
+    assert_same_values(expr, {p: (1, n), m: (1, n)}, (m, p))
