@@ -26,9 +26,10 @@ compares every step and every gradient with the twins.
 What this module gives:
 
 - the book's letters: the sizes (`n`, `d`, `c`, `h`, `c_h`), the indices (`m`, `p`, `r`, `t`
-  for tokens, `i` for input features, `j` for context features) and the entries of the book's
-  matrices (`x`, `w_q`, `w_k`, `w_v`, `q`, `k`, `v`, `omega`, `omega_tilde`, `mask`,
-  `omega_hat`, `a`, `z`, `w_o`), each an ``IndexedBase`` whose entries are 1-based;
+  for tokens, `i` for input features, `j` for context features, `ell` and `ell2` for heads)
+  and the entries of the book's matrices (`x`, `w_q`, `w_k`, `w_v`, `q`, `k`, `v`, `omega`,
+  `omega_tilde`, `mask`, `omega_hat`, `a`, `z`, `w_o`), each an ``IndexedBase`` whose entries
+  are 1-based;
   `RANGES`, the index each size's rows and columns run over; `matrix` adds a letter of yours;
   `sigmoid`, σ as one SymPy function (its derivative σ(1 − σ), its matrix form σ(Z));
 - `base_step`, a step of a registered entry by its output or its name, to read or change;
@@ -50,14 +51,18 @@ How twins are called (the order of their arguments, the shapes of a 1 × 1 or pe
 their options) is written once, in docs/twins.md; ``derive variants --show NAME`` prints the
 call of every twin of a variant. docs/examples/ holds complete files: sigmoid attention,
 Scalable-Softmax, differential attention, cosine attention, the Forgetting Transformer,
-stick-breaking attention, Softpick.
+stick-breaking attention, Softpick, talking-heads attention.
 
 The forms of a step's formula: an output of one entry per row (``F[m, 1]`` with shape
 (n, 1)); sums and products (``sympy.Sum``, ``sympy.Product``) over ranges the other indices set
 (Σ_{ℓ=p+1}^{m}), every index shown by its ranges to stay on its axis; ``Piecewise``, ``Max``,
 ``Min``, ``Abs`` and ``sign``, differentiated where they have a derivative and, at a kink, to
-torch's value (θ(0) = 0, sign(0) = 0). In derive's numbers an empty sum is 0 and an empty
-product 1, whatever the order of the limits (not SymPy's sum of a negative count).
+torch's value (θ(0) = 0, sign(0) = 0); on a base with heads (``base="multi-head"``), one
+head's entries, the head's index `ell` first (``s[ell, m, p]``), and a step that reads every
+head by a sum over another head `ell2` (``Σ_{ℓ'} P[ell2, ell] ω̃[ell2, m, p]``, talking heads),
+its twin given every head's matrices stacked (h × rows × cols). In derive's numbers an empty
+sum is 0 and an empty product 1, whatever the order of the limits (not SymPy's sum of a
+negative count).
 """
 
 from __future__ import annotations
@@ -100,6 +105,8 @@ __all__ = [
     "t",
     "i",
     "j",
+    "ell",
+    "ell2",
     "x",
     "w_q",
     "w_k",
@@ -148,6 +155,9 @@ __all__ = [
 
 n, d, c, h, c_h = L.n, L.d, L.c, L.h, L.c_h
 m, p, r, t, i, j = L.m, L.p, L.r, L.t, L.i, L.j
+#: The head ℓ of an entry of one head's matrix (ω̃[ell, m, p]), and another head ℓ′ a step that
+#: reads every head sums over.
+ell, ell2 = L.ell, L.ell2
 x, w_q, w_k, w_v, w_o = (L.base(name) for name in ("x", "wq", "wk", "wv", "wo"))
 q, k, v = (L.base(name) for name in "qkv")
 omega, omega_tilde, mask, omega_hat = (
@@ -161,7 +171,16 @@ sigmoid = Sigmoid
 #: of K, V; columns of Ω, A) over 1 … n, an input feature i over 1 … d, a context feature j
 #: over 1 … c. A free index of a step's formula runs over the rows or columns of its output; a
 #: summation index over its sum's limits.
-RANGES = {m: (1, n), p: (1, n), r: (1, n), t: (1, n), i: (1, d), j: (1, c)}
+RANGES = {
+    m: (1, n),
+    p: (1, n),
+    r: (1, n),
+    t: (1, n),
+    i: (1, d),
+    j: (1, c),
+    ell: (1, h),
+    ell2: (1, h),
+}
 
 
 def matrix(
@@ -200,6 +219,11 @@ def matrix(
 def letter_base(record: Letter) -> IndexedBase:
     """Register a `Letter` (its shape, where it gives one) and return the ``IndexedBase`` of
     its entries; a letter taken with another meaning is a `DeclarationError`."""
+    if "J" in (record.matrix, record.latex):
+        raise DeclarationError(
+            f"matrix {record.matrix}: J is the all-ones matrix of the derived matrix forms "
+            "(the softmax's gradient reads (A ∘ Ā) J): give yours another letter"
+        )
     try:
         L.register_letter(record)
     except ValueError as error:
@@ -280,14 +304,22 @@ def step(
         )
     if len(tuple(shape)) != 2:
         raise DeclarationError(f"{where}: shape is (rows, columns), got {shape!r}")
-    if len(lhs.indices) != 2 or not all(
+    head, entry = (lhs.indices[0], lhs.indices[1:]) if len(lhs.indices) == 3 else (None, ())
+    if head is not None and head != ell:
+        raise DeclarationError(
+            f"{where}: the left-hand side {lhs} has three indices, so it is an entry of one "
+            f"head's matrix, and its first must be the head's index ell (ℓ); got {head}"
+        )
+    entry = entry or lhs.indices
+    if len(entry) != 2 or not all(
         isinstance(index, sp.Symbol) or (index == 1 and size == 1)
-        for index, size in zip(lhs.indices, shape, strict=True)
+        for index, size in zip(entry, shape, strict=True)
     ):
         raise DeclarationError(
             f"{where}: the left-hand side {lhs} must have two indices, the row and the column "
-            "of its entry: an index symbol, or 1 on an axis of one entry (f[m, 1] for a step "
-            f"of shape (n, 1)); the shape is {tuple(shape)}"
+            "of its entry (after the head's ℓ, for one head's: a[ell, m, p]): an index "
+            "symbol, or 1 on an axis of one entry (f[m, 1] for a step of shape (n, 1)); the "
+            f"shape is {tuple(shape)}"
         )
     return Step(
         name,

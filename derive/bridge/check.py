@@ -217,7 +217,8 @@ def _shaped(explicit: ExplicitGraph) -> set:
 
 
 def _mask_rows(explicit: ExplicitGraph, computed: dict[str, Any]) -> list[Row]:
-    """Each declared mask against its twin's booleans: how many entries differ (none may)."""
+    """Each declared mask against its twin's booleans (each other constant against its twin's
+    numbers): how many entries differ (none may)."""
     rows = []
     for declaration in explicit.graph.declarations:
         if declaration.constant and declaration.output in computed:

@@ -64,13 +64,19 @@ def number(value: object) -> object:
 
 
 def mask_of(explicit: ExplicitGraph, letter: str) -> Any:
-    """The numbers of a mask (0 or −∞) as booleans, True where a query may attend."""
+    """The numbers of a constant step: a mask's (0 or −∞) as booleans, True where a query may
+    attend; any other's (a user's distances m − p) as float64."""
     base = L.base(L.name_of(letter))
     entries = {e: v for e, v in explicit.instance.folded.items() if e.base == base}
     if not entries:
         raise DeclarationError(f"the mask {letter} has no numbers at these sizes")
     rows = max(int(e.indices[0]) for e in entries)
     cols = max(int(e.indices[1]) for e in entries)
+    if not all(v == 0 or v == -sp.oo for v in entries.values()):
+        numbers = torch.zeros(rows, cols, dtype=torch.float64)
+        for entry, value in entries.items():
+            numbers[int(entry.indices[0]) - 1, int(entry.indices[1]) - 1] = float(value)
+        return numbers
     allowed = torch.zeros(rows, cols, dtype=torch.bool)
     for entry, value in entries.items():
         allowed[int(entry.indices[0]) - 1, int(entry.indices[1]) - 1] = bool(value == 0)
@@ -146,13 +152,27 @@ def _shape(explicit: ExplicitGraph, shape: tuple) -> tuple[int, ...]:
     return tuple(int(sp.sympify(x).xreplace(explicit.sizes)) for x in shape)
 
 
+def _every_head(read: Reader, letter: str) -> Any:
+    """A matrix computed per head, every head's stacked: (h, rows, cols)."""
+    if not letter.endswith("_l"):
+        return read(letter)
+    heads = read.explicit.heads
+    return torch.stack([read(letter, h if heads > 1 else None) for h in range(1, heads + 1)])
+
+
 def _call(declaration, head: int | None, read: Reader, expected: tuple) -> Any:
-    """The declaration's twin on what it reads (head `head`'s); its shape checked."""
+    """The declaration's twin on what it reads (head `head`'s; every head's, stacked, for a
+    step that reads every head, whose twin returns every head's output); its shape
+    checked."""
     twin = step_twin(declaration)
     where = f"step {declaration.output} ({declaration.name})"
     function = resolve(twin.function, where)
     letters = twin_letters(declaration, twin)
-    arguments = [read(letter, head) for letter in letters]
+    if declaration.across:
+        arguments = [_every_head(read, letter) for letter in letters]
+        expected = (read.explicit.heads, *expected)
+    else:
+        arguments = [read(letter, head) for letter in letters]
     options = {key: read.option(value, head) for key, value in twin.options}
     try:
         value = function(*arguments, **options)
@@ -191,7 +211,14 @@ def torch_values(explicit: ExplicitGraph, inputs: dict[str, Any]) -> dict[str, A
             expected = _shape(explicit, explicit.graph.shapes[declaration.output])
             values[declaration.output] = _call(declaration, None, read, expected)
     for step in explicit.steps:
-        values[step.output] = _call(step.step.declaration, step.head, read, step.entries.shape)
+        declaration = step.step.declaration
+        if not declaration.across:
+            values[step.output] = _call(declaration, step.head, read, step.entries.shape)
+        elif step.output not in values:  # every head's at once, the first time one is asked
+            every = _call(declaration, None, read, step.entries.shape)
+            for head in range(1, explicit.heads + 1):
+                at = head if explicit.heads > 1 else None
+                values[key_of(declaration.output, at)] = every[head - 1]
     return values
 
 

@@ -7,11 +7,12 @@ product of k matrices is k − 1 matrix products, a transpose is a transpose; a 
 diagonal scaling (diag γ) or a constant pattern (RoPE's rotation R, a signed permutation). A
 step SymPy finds no matrix form for (its entries, `Entries`) is counted off its element: each
 sum over an index k of two matrices' entries that both read k (Σ_j q̂_{m,j} k̂_{p,j}, the
-product Q̂ K̂ᵀ) is one matrix product, with a transpose where an operand is read by its columns,
-and an element-wise formula is no matrix product; two such sums of the same matrices read the
-same way are one product (a softmax's numerator and denominator read the same scores). A
-product of an (a × b) and a (b × e) matrix costs 2abe FLOPs (one multiply and one add per term),
-the count of ``torch.utils.flop_counter``.
+product Q̂ K̂ᵀ) is one matrix product, with a transpose where an operand is read by its columns
+(a sum over the heads, Σ_{ℓ'} P_{ℓ',ℓ} ω̃^{(ℓ')}, the product of P and the heads' matrices
+stacked), and an element-wise formula is no matrix product; two such sums of the same
+matrices read the same way are one product (a softmax's numerator and denominator read the
+same scores). A product of an (a × b) and a (b × e) matrix costs 2abe FLOPs (one multiply and
+one add per term), the count of ``torch.utils.flop_counter``.
 """
 
 from __future__ import annotations
@@ -67,6 +68,12 @@ def _form_products(form: sp.Basic) -> list[Product]:
     return found
 
 
+def _of_head(entry: Indexed, k: sp.Symbol) -> bool:
+    """True for an entry of head k, summed over k (Σ_{ℓ'} P_{ℓ',ℓ} ω̃^{(ℓ')}_{m,p}: the heads'
+    matrices stacked, h × n², multiplied by P_Lᵀ, one product per head ℓ)."""
+    return len(entry.indices) == 3 and entry.indices[0] == k
+
+
 def _entry_products(step: Step) -> list[Product]:
     """The matrix products in a step's element (see the module docstring)."""
     shapes, found, seen = step.shapes, [], set()
@@ -77,11 +84,17 @@ def _entry_products(step: Step) -> list[Product]:
         ((k, low, high),) = total.limits
         entries = [f for f in sp.Mul.make_args(total.function) if isinstance(f, Indexed)]
         read = [
-            e for e in entries if k in e.indices[-2:] and L.letter_of(e) not in L.CONSTANT_LETTERS
+            e
+            for e in entries
+            if k in e.indices[-2:] or _of_head(e, k)
+            if L.letter_of(e) not in L.CONSTANT_LETTERS
         ]
         if len(read) != 2:
             continue
-        orientation = tuple((L.letter_of(e), list(e.indices[-2:]).index(k)) for e in read)
+        read.sort(key=lambda e: _of_head(e, k))  # a stack of heads read at k: the right one
+        orientation = tuple(
+            (L.letter_of(e), 0 if _of_head(e, k) else list(e.indices[-2:]).index(k)) for e in read
+        )
         if orientation in seen:
             continue
         seen.add(orientation)

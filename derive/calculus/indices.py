@@ -37,7 +37,9 @@ __all__ = [
 Ranges = Mapping[sp.Symbol, tuple[sp.Expr, sp.Expr]]
 
 #: The summation index for a sum over each size, in order of preference.
-_PRIMED = {name: sp.Symbol(name, integer=True, positive=True) for name in ("j''", "r'", "t'", "i'")}
+_PRIMED = {
+    name: sp.Symbol(name, integer=True, positive=True) for name in ("j''", "r'", "t'", "i'", "l''")
+}
 _NAMES = {
     L.n: (L.m, L.p, L.r, L.t, _PRIMED["r'"], _PRIMED["t'"]),
     L.s: (L.p, L.r, L.t, _PRIMED["r'"]),
@@ -45,6 +47,7 @@ _NAMES = {
     L.c_h: (L.j, L.j2, _PRIMED["j''"]),
     L.d: (L.i, _PRIMED["i'"]),
     L.d_y: (L.i, _PRIMED["i'"]),
+    L.h: (L.ell, L.ell2, _PRIMED["l''"]),
 }
 
 

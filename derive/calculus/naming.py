@@ -60,5 +60,5 @@ def book_indices(letter: str, shape: tuple | None = None) -> tuple[sp.Expr, sp.E
     row = sp.S.One if rows == 1 else _ROW.get(rows, L.m)
     col = sp.S.One if cols == 1 else _COLUMN.get(cols, L.j)
     if row == col and row != 1:
-        col = L.j2 if row == L.j else L.t if row in (L.m, L.p) else col
+        col = {L.j: L.j2, L.m: L.t, L.p: L.t, L.ell: L.ell2}.get(row, col)
     return row, col

@@ -157,9 +157,9 @@ def _block(step: Declaration, form: sp.MatrixExpr, shapes: dict, relations) -> C
     return Contribution(step, term, "the adjoint of a block of columns: the blocks side by side")
 
 
-def _entry(letter: str, row: sp.Expr, col: sp.Expr) -> Indexed:
+def _entry(letter: str, row: sp.Expr, col: sp.Expr, head: sp.Expr = L.ell) -> Indexed:
     base = L.base(L.name_of(letter))
-    return base[L.ell, row, col] if letter.endswith("_l") else base[row, col]
+    return base[head, row, col] if letter.endswith("_l") else base[row, col]
 
 
 def in_outputs(expr: sp.Expr, step: Declaration, indices: set[sp.Symbol]) -> sp.Expr:
@@ -305,18 +305,26 @@ def _element_route(step: Declaration, letter: str, shapes: dict) -> Contribution
         )
     )
     # one number per head, ζ_{1,ℓ}, read by a head's step: its own index while deriving, not ℓ
-    stand_in = {L.ell: sp.Dummy("head", integer=True, positive=True)} if step.head else {}
+    across = step.across  # head ℓ's output reads every head: the chain sums over the heads too
+    stand_in = (
+        {L.ell: sp.Dummy("head", integer=True, positive=True)} if step.head and not across else {}
+    )
+    out_head = sp.Dummy("head", integer=True, positive=True) if across else L.ell
     m, p = (stand_in.get(index, index) for index in book)
     # the output's entry (m', t), summed over; an axis of one entry (f[m, 1]) keeps its 1
     out_row, out_col = (
         index if index.is_Integer else name for index, name in ((row, _ROW), (col, _COL))
     )
     over = [(x, 1, size) for x, size in ((out_col, cols), (out_row, rows)) if x.is_Symbol]
+    over += [(out_head, 1, L.h)] if across else []
     y = step.element.rhs.xreplace({x: y_ for x, y_ in ((row, out_row), (col, out_col)) if x != y_})
     y, declared = bound_apart(indicators(y))
-    upstream = _entry(L.gradient(step.output), out_row, out_col)
+    if across:  # the output's head, summed over, read where the formula reads ℓ
+        y = y.xreplace({L.ell: out_head})
+        declared = {**declared, out_head: L.ell2}
+    upstream = _entry(L.gradient(step.output), out_row, out_col, out_head)
     target = _entry(letter, m, p)
-    derivative = sp.Derivative(_entry(step.output, out_row, out_col), target)
+    derivative = sp.Derivative(_entry(step.output, out_row, out_col, out_head), target)
     chain = Sum(upstream * derivative, *over)
     raw = almost_everywhere(sp.diff(y, target), y)
     differentiated = Sum(_expanded(upstream * raw), *over)
@@ -330,13 +338,14 @@ def _element_route(step: Declaration, letter: str, shapes: dict) -> Contribution
     taken = {m, p, _ROW, _COL} | ({L.ell} if step.head else set())
     summed = readable(simplified(differentiated, ranges), declared, taken, _index_name)
     differentiated = readable(differentiated, declared, taken, _index_name)
+    chain = readable(chain, declared, taken, _index_name)
     written = in_outputs(summed, step, {m, p, _ROW, _COL} - {sp.S.One})
     for index, size in ((_ROW, rows), (_COL, cols)):  # the output's rows, then its columns
         if written.has(index):  # still summed over: named as the book names it
             name = _index_name(size, (written.atoms(sp.Symbol) | {m, p}) - {index}, None)
             written = written.xreplace({index: name})
     final = compact_roots(written)
-    if step.head and not letter.endswith("_l"):  # shared by the heads (gains): theirs add up
+    if step.head and not across and not letter.endswith("_l"):  # shared by the heads: add up
         final = Sum(final, (L.ell, 1, L.h))
         if final.has(sp.KroneckerDelta):  # a row of one number per head: head p's alone
             final = simplified(final, ranges)
@@ -452,8 +461,9 @@ def backward(graph: Graph) -> tuple[Gradient, ...]:
         if declaration.constant or declaration.output not in live:
             continue
         for letter in declaration.inputs:
-            if letter in L.CONSTANT_LETTERS:  # a mask, RoPE's angles: not trained
-                continue
+            made = graph.producer(letter)
+            if letter in L.CONSTANT_LETTERS or (made is not None and made.constant):
+                continue  # a mask, RoPE's angles, a user's distances: not trained
             doing = (
                 f"derive the gradient of {letter} through step {declaration.name} "
                 f"({declaration.output})"

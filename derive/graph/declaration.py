@@ -86,6 +86,14 @@ class Declaration:
         return self.output.endswith("_l")
 
     @property
+    def across(self) -> bool:
+        """True for a step of one head that reads other heads' entries (talking heads: Σ_{ℓ'}
+        P_{ℓ',ℓ} ω̃^{(ℓ')}): head ℓ's output depends on every head."""
+        return self.head and any(
+            len(e.indices) == 3 and e.indices[0] != L.ell for e in self.element.rhs.atoms(Indexed)
+        )
+
+    @property
     def free(self) -> tuple[sp.Expr, ...]:
         """The indices of the output entry: (m, p) for ω_{m,p}; an expression such as
         (ℓ − 1) c_h + j where the entry is a block of a larger matrix."""

@@ -52,9 +52,11 @@ class Step:
 def _ranges(element: sp.Eq, shape: tuple) -> dict:
     """The range of each index of a step: the output's free indices over its rows and columns
     (an axis of one entry, written 1, has none), each sum's and product's over its limits."""
-    ranges = {
+    indices = element.lhs.indices
+    ranges = {indices[0]: (1, L.h)} if len(indices) == 3 else {}  # one head's: ℓ = 1 … h
+    ranges |= {
         index: (1, size)
-        for index, size in zip(element.lhs.indices, shape, strict=True)
+        for index, size in zip(indices[-2:], shape, strict=True)
         if isinstance(index, sp.Symbol)
     }
     for total in element.rhs.atoms(sp.Sum, sp.Product):
@@ -158,7 +160,7 @@ def _declaration(spec: Step, graph: Graph) -> Declaration:
     it reads is known, every index within the range of the axis it indexes and of the kind the
     book gives that axis."""
     where = f"step {spec.name} ({spec.output})"
-    known = graph.shapes | SHAPES
+    known = graph.shapes | SHAPES | {f"{x}_l": shape for x, shape in SHAPES.items()}
     ranges = _ranges(spec.element, spec.shape)
     shapes = {spec.output: spec.shape}
     for entry in sorted(spec.element.rhs.atoms(Indexed), key=L.reading_key):
@@ -169,7 +171,10 @@ def _declaration(spec: Step, graph: Graph) -> Declaration:
                 f"{graph.name} computes and which is not declared (derive.declare.matrix)"
             )
         shapes[letter] = known[letter]
-        for index, size, axis in zip(entry.indices, known[letter], ("row", "column"), strict=True):
+        axes = tuple(zip(entry.indices[-2:], known[letter], ("row", "column"), strict=True))
+        if len(entry.indices) == 3:  # one head's entry: its head ℓ runs over 1 … h
+            axes = ((entry.indices[0], L.h, "head"), *axes)
+        for index, size, axis in axes:
             if isinstance(index, sp.Symbol) and index not in ranges:
                 raise DeclarationError(
                     f"{where}: the index {index} of {plain(entry)} is "
@@ -192,12 +197,16 @@ def _declaration(spec: Step, graph: Graph) -> Declaration:
             if low == 1:
                 _kind_of_index(where, variable, high, "a sum runs")
     twin = _bound_twin(where, spec.twin, shapes, spec.output)
+    # a step of the positions and sizes alone (δ_{m,p} = m − p), or of constants: numbers fixed
+    # by the sizes, through which no gradient flows
+    constant = all(x in L.CONSTANT_LETTERS for x in shapes if x != spec.output)
     return Declaration(
         spec.name,
         spec.output,
         spec.title,
         spec.element,
         shapes,
+        constant=constant,
         twin=twin,
         requires=spec.requires,
         text=spec.text,
@@ -252,17 +261,36 @@ def _heads_of(graph: Graph) -> set[str]:
     return {s.output.removesuffix("_l") for s in graph.declarations if s.head} | {"Q", "K", "V"}
 
 
+def _one_head(spec: Step, heads: set[str]) -> Step:
+    """A step written for one head without its ℓ (``a[m, p]`` on a base with heads), as one
+    head's: each entry of a matrix the graph computes per head gains ℓ, and c becomes c_h."""
+    bases = {L.base(L.name_of(letter)) for letter in heads}
+
+    def split(e: sp.Basic) -> bool:
+        return isinstance(e, Indexed) and e.base in bases and len(e.indices) == 2
+
+    def headed(entry: Indexed) -> Indexed:
+        return entry.base[(L.ell, *entry.indices)]
+
+    lhs, rhs = spec.element.lhs, spec.element.rhs.xreplace({L.c: L.c_h}).replace(split, headed)
+    element = sp.Eq(headed(lhs), rhs, evaluate=False)
+    shape = tuple(sp.sympify(size).xreplace({L.c: L.c_h}) for size in spec.shape)
+    return replace(spec, element=element, shape=shape)
+
+
 def _put(graph: Graph, spec: Step, base: Graph) -> Declaration:
     """The declaration of `spec` for `graph`: per head where the graph computes its output per
-    head; a step replaced must be the one the variant's base has (another variant of a
-    combination may have changed it)."""
+    head (one head's as declared, where the base has heads already); a step replaced must be
+    the one the variant's base has (another variant of a combination may have changed it)."""
     headed = graph.producer(spec.output) is None and graph.producer(spec.output + "_l") is not None
+    if headed and base.producer(spec.output + "_l") is not None:
+        return _declaration(_one_head(spec, _heads_of(graph) | {spec.output}), graph)
     declaration = _declaration(spec, base if headed else graph)
     return per_head(declaration, _heads_of(graph)) if headed else declaration
 
 
 def _replace(graph: Graph, spec: Step, base: Graph, name: str) -> Graph:
-    old = base.producer(spec.output)
+    old = base.producer(spec.output) or base.producer(spec.output + "_l")
     if old is None:
         raise DeclarationError(
             f"variant {name} replaces {spec.output}, which {base.name} does "
@@ -278,7 +306,7 @@ def _replace(graph: Graph, spec: Step, base: Graph, name: str) -> Graph:
         )
     new = _put(graph, spec, base)
     here = graph.producer(new.output)
-    expected = old if not new.head else per_head(old, _heads_of(graph))
+    expected = old if old.head or not new.head else per_head(old, _heads_of(graph))
     if here is None or here.element != expected.element:
         raise DeclarationError(
             f"variant {name} replaces {spec.output}, which another variant "

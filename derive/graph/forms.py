@@ -179,10 +179,40 @@ def reference(form: Form) -> Graph:
     return dropout_on_weights(graph, form) if form.dropout else graph
 
 
+#: The book's token indices; a sum's own index is one where its limits read n or one of them.
+_TOKENS = frozenset({L.m, L.p, L.r, L.t})
+
+
+def _positional(rhs: sp.Expr) -> bool:
+    """True where a formula reads the tokens' positions, not only their entries: a sum or a
+    product over a range another index sets (Σ_{ℓ=p+1}^{m}), a token index outside an entry
+    (a condition p ≤ m, a distance m − p), or a token's row read at an offset (k_{p−m+w,j})."""
+    tokens = set(_TOKENS)
+    for total in rhs.atoms(sp.Sum, sp.Product):
+        for variable, low, high in total.limits:
+            limits = sp.sympify(low).free_symbols | sp.sympify(high).free_symbols
+            if limits - set(L.SIZES):
+                return True
+            if L.n in limits:
+                tokens.add(variable)
+    entries = rhs.atoms(sp.Indexed)
+    for entry in entries:
+        for index in entry.indices:
+            if not index.is_Symbol and sp.sympify(index).free_symbols & tokens:
+                return True
+    bare = rhs.xreplace({entry: sp.Dummy() for entry in entries})
+    return bool(bare.free_symbols & tokens) or any(
+        total.function.free_symbols & tokens & set(total.variables)
+        for total in bare.atoms(sp.Sum, sp.Product)
+    )
+
+
 def reads_positions(graph: Graph) -> str | None:
-    """The title of a constant step that reads the tokens' positions m or p (RoPE's angles,
-    ALiBi's distances, a mask), or None: then permuting the tokens permutes the outputs."""
+    """The title of a step that reads the tokens' positions m or p (RoPE's angles, ALiBi's
+    distances, a mask; a user's sum up to the query, Σ_{p=1}^{m}), or None: then permuting
+    the tokens permutes the outputs."""
     for step in graph.declarations:
-        if step.constant and {L.m, L.p} & step.element.rhs.free_symbols:
+        rhs = step.element.rhs
+        if (step.constant and {L.m, L.p} & rhs.free_symbols) or _positional(rhs):
             return step.title.lower().removeprefix("the ")
     return None

@@ -223,11 +223,11 @@ def _spelled(name: str) -> str:
 def argument_order(twin: StepTwin, letters: tuple[str, ...]) -> tuple[str, ...]:
     """The matrices a step's twin is called with, in the order it takes them: `twin.arguments`
     where the declaration gives them; else, where the twin is a function whose positional
-    parameters name exactly the letters read (``def context(a_diff, v)`` for A_diff and V;
-    case and underscores aside), in the order it names them; else `letters` (the contract: the
-    book's letters in the book's order, X, A, …, V, then the user's in the order they were
-    declared). A function that cannot take that many matrices, or does not take one of its
-    options by name, is a TypeError that says its signature and the call."""
+    parameters name exactly the letters read (``def context(a_diff, v)`` for A_diff and V, a
+    head's V_l too; case and underscores aside), in the order it names them; else `letters`
+    (the contract: the book's letters in the book's order, X, A, …, V, then the user's in the
+    order they were declared). A function that cannot take that many matrices, or does not take
+    one of its options by name, is a TypeError that says its signature and the call."""
     if twin.arguments is not None:
         return tuple(twin.arguments)
     if not callable(twin.function):
@@ -253,7 +253,7 @@ def argument_order(twin: StepTwin, letters: tuple[str, ...]) -> tuple[str, ...]:
     for option, _ in twin.options:
         if option not in names and not keywords:
             raise TypeError(f"twin {called} takes no keyword {option!r}, an option of the step")
-    by_name = {_spelled(letter): letter for letter in letters}
+    by_name = {_spelled(letter.removesuffix("_l")): letter for letter in letters}  # a head's
     named = [by_name.get(_spelled(p.name)) for p in positional[: len(letters)]]
     if len(named) == len(letters) and None not in named and len(set(named)) == len(letters):
         return tuple(x for x in named if x is not None)

@@ -74,6 +74,7 @@ __all__ = [
     "j2",
     "f",
     "ell",
+    "ell2",
     "nu",
     "b",
     "lam",
@@ -133,6 +134,9 @@ m, p, r, t, i, j, b, f = sp.symbols("m p r t i j b f", integer=True, positive=Tr
 j2 = Symbol("j'", integer=True, positive=True)
 #: The head index (the letter l, named `ell` in Python so that it never reads as 1).
 ell = Symbol("l", integer=True, positive=True)
+#: Another head, the one a step that reads every head sums over (talking heads: Σ_{ℓ'} P_{ℓ',ℓ}
+#: ω̃^{(ℓ')}).
+ell2 = Symbol("l'", integer=True, positive=True)
 #: A group of keys and values (grouped-query attention).
 nu = Symbol("nu", integer=True, positive=True)
 #: The constant added to every score of a row (shift invariance of the softmax).
@@ -240,6 +244,9 @@ def _bar(tex: str) -> str:
     if "_" in tex and not tex.startswith("\\"):
         head, _, tail = tex.partition("_")
         return rf"\bar{{{head}}}_{tail}"
+    if "^" in tex and not tex.startswith("\\"):  # P^{L} -> \bar{P}^{L}
+        head, _, tail = tex.partition("^")
+        return rf"\bar{{{head}}}^{tail}"
     return rf"\bar{{{tex}}}"
 
 

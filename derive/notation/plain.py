@@ -31,7 +31,7 @@ __all__ = ["PlainPrinter", "plain"]
 
 #: The adjoint's bar, as a combining character: q̄, Ω̄.
 _BAR = "\u0304"
-_SUPERSCRIPT = str.maketrans("0123456789hℓ()", "⁰¹²³⁴⁵⁶⁷⁸⁹ʰˡ⁽⁾")
+_SUPERSCRIPT = str.maketrans("0123456789hℓ()'", "⁰¹²³⁴⁵⁶⁷⁸⁹ʰˡ⁽⁾′")
 #: LaTeX's accents, as combining characters (ω̃, ω̂, ω̆, ω̇, q̌, q̊, x̄).
 _ACCENTS = {
     "tilde": "\u0303",
@@ -91,7 +91,9 @@ def _matrix_letter(matrix: str) -> str:
 def _symbol(name: str) -> str:
     """A symbol's name in plain text: a Greek name as its letter (κ, α_l), ℓ for l."""
     head, underscore, tail = name.partition("_")
-    head = "ℓ" if name == "l" else _GREEK.get(head, head)
+    if name in ("l", "l'"):
+        return "ℓ" + name[1:]
+    head = _GREEK.get(head, head)
     return head + underscore + tail
 
 
@@ -107,7 +109,7 @@ def _head(index: str) -> str:
     """(ℓ) as a superscript where Unicode has one, else ^(…)."""
     wrapped = f"({index})"
     raised = wrapped.translate(_SUPERSCRIPT)
-    return raised if all(ch in "⁰¹²³⁴⁵⁶⁷⁸⁹ʰˡ⁽⁾" for ch in raised) else f"^{wrapped}"
+    return raised if all(ch in "⁰¹²³⁴⁵⁶⁷⁸⁹ʰˡ⁽⁾′" for ch in raised) else f"^{wrapped}"
 
 
 class PlainPrinter(StrPrinter):

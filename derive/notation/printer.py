@@ -101,7 +101,7 @@ class AttentionPrinter(MatrixPrinting, LatexPrinter):
         return r"\pi"
 
     def _print_Symbol(self, expr: sp.Symbol, style: str = "plain") -> str:
-        special = {L.ell: r"\ell", L.c_h: "c_h", L.j2: "j'", L.lam: r"\lambda"}
+        special = {L.ell: r"\ell", L.ell2: r"\ell'", L.c_h: "c_h", L.j2: "j'", L.lam: r"\lambda"}
         if expr in special:
             return special[expr]
         if expr.name.startswith("gmax_"):  # the largest gain of QK-norm, max_j |(γ_q)_{1,j}|

@@ -21,7 +21,7 @@ SymPy derives at symbolic sizes from the declarations of each graph: the matrix 
 backward pass, the facts. With ``--variants`` it times each variant's document (symbolic, and
 explicit) and its check, each in a fresh process. With ``--first-try`` it times the published
 variants of docs/examples/ (Scalable-Softmax, differential and cosine attention, the
-Forgetting Transformer, stick-breaking attention and Softpick: latex, check, conform, each in a
+Forgetting Transformer, stick-breaking attention, Softpick and talking heads: latex, check, conform, each in a
 fresh process), `derive.explicit_variant("self-attention", 6, 6, 6)` and
 `derive html --example --n 3`. With ``--profile`` it prints where `derive latex` spends its time
 (cProfile, in this process, the 15 functions of largest cumulative time under the command).
@@ -233,6 +233,7 @@ FIRST_TRY = (
     ("forgetting_transformer.py", "FOX", ("--param", "B_f=W_f.bias")),
     ("stick_breaking.py", "STICK_BREAKING", ()),
     ("softpick.py", "SOFTPICK", ()),
+    ("talking_heads.py", "TALKING_HEADS", ()),
 )
 
 #: Calls timed beside them, in a fresh process each.

@@ -22,6 +22,11 @@ CASES = [
     ("forgetting_transformer.py", "FOX", r"\prod_{\ell=p + 1}^{m} f_{\ell,1}"),
     ("stick_breaking.py", "STICK_BREAKING", r"&= \sum_{p=1}^{m - 1} \sigma\left("),
     ("softpick.py", "SOFTPICK", r"$\theta(0) = 0$"),
+    (
+        "talking_heads.py",
+        "TALKING_HEADS",
+        r"\sum_{\ell'=1}^{h} (P_L)_{\ell,\ell'} \bar{\check{\omega}}^{(\ell')}_{m,p}",
+    ),
 ]
 
 #: where a file's layer holds what conform does not find by name (``--param``)
@@ -63,7 +68,8 @@ def _broken(file: str, name: str):
     λ added instead of subtracted (differential), the keys not normalised (cosine), the key's
     own gate counted in its decay (forgetting: Σ_{ℓ=p}^{m} where the paper sums from p + 1),
     the query's own break point in the product (stick-breaking: ∏ up to m, not m − 1), the
-    negative parts left out of the denominator (softpick: Σ max(0, ·) for Σ |·|)."""
+    negative parts left out of the denominator (softpick: Σ max(0, ·) for Σ |·|), the heads
+    mixed by the transposes of P_L and P_W (talking heads: Σ_{ℓ'} P_{ℓ,ℓ'} for P_{ℓ',ℓ})."""
     module = _from_file(EXAMPLES / file)
     layer = module.layer()
 
@@ -112,6 +118,21 @@ def _broken(file: str, name: str):
             future = torch.ones(n, n, dtype=torch.bool).triu(1)
             a = (scores(self, q_, k_).masked_fill(future, float("-inf")) + decay).softmax(-1)
             return a @ self.W_value(x)
+
+    elif name == "TALKING_HEADS":
+
+        def wrong(self, x):  # head ℓ mixed by row ℓ of P, not its column
+            batch, n, _ = x.shape
+            heads, width = self.num_heads, self.W_query.out_features // self.num_heads
+
+            def split(y):
+                return y.view(batch, n, heads, width).transpose(1, 2)
+
+            omega = scores(self, split(self.W_query(x)), split(self.W_key(x)))
+            logits = torch.einsum("bgmp,lg->blmp", omega, self.P_L)
+            mixed = torch.einsum("bgmp,lg->blmp", logits.softmax(-1), self.P_W)
+            context = (mixed @ split(self.W_value(x))).transpose(1, 2)
+            return self.out_proj(context.reshape(batch, n, heads * width))
 
     else:
 

@@ -587,3 +587,164 @@ def test_a_name_registered_again_is_asked_afresh_whether_it_combines_with_causal
     assert not combines_with_causal("again_causal")  # both change A
     derive.register_variant(declare.variant("again_causal", title="Again"))  # changes nothing
     assert combines_with_causal("again_causal")
+
+
+#: Head ℓ's logits, every head's scaled scores mixed by a learnt h × h matrix (talking heads,
+#: before the softmax only): a step of one head that reads every head.
+MIXING = """
+ell, ell2, h, r, v = declare.ell, declare.ell2, declare.h, declare.r, declare.v
+P = declare.matrix("P_mix", entry="pmix", shape=(h, h), latex="P", entry_latex="P")
+S = declare.matrix("S_mix", entry="smix", shape=(n, n), latex="S", entry_latex="s")
+
+def mixed(omega_scaled, p_mix):
+    return torch.einsum("gmp,gl->lmp", omega_scaled, p_mix)
+
+def weights(s_mix):
+    return s_mix.softmax(-1)
+
+MIX = declare.step("mixed", sp.Eq(S[ell, m, p], sp.Sum(P[ell2, ell] * omega_tilde[ell2, m, p],
+                   (ell2, 1, h))), shape=(n, n), title="Mixed", twin=mixed)
+SOFTMAX = declare.step("mixed_weights", sp.Eq(a[ell, m, p], sp.exp(S[ell, m, p]) / sp.Sum(
+    sp.exp(S[ell, m, r]), (r, 1, n))), shape=(n, n), title="Weights", twin=weights)
+V = declare.variant("mixing", title="Mixing", base="multi-head",
+                    inserts=[("Omega_scaled", MIX)], replaces=[SOFTMAX])
+"""
+
+
+def test_a_step_that_reads_every_head_is_derived_checked_and_counted(tmp_path, capsys):
+    """Head ℓ's gradient gathers every head's (Σ_{ℓ'} P_{ℓ,ℓ'} s̄^{(ℓ')}), P's reads every
+    head's scores, the step's twin takes every head's matrices at once, and the mixing counts
+    as the product of P and the heads' matrices stacked."""
+    spec = _file(tmp_path, MIXING, "mixing.py") + ":V"
+    status, out, err = _run(capsys, "check", "--variant", spec, "--seed", "3")
+    assert status == 0 and out.rstrip().endswith("all pass"), out + err
+    assert re.search(r"dP_mix · printed\s+2×2 ", out), out
+    variant = derive.load_variant(spec)
+    gradients = {g.output: g for g in derive.backward_steps(variant.name)}
+    assert derive.latex(gradients["dOmega_scaled_l"].element.rhs) == (
+        r"\sum_{\ell'=1}^{h} P_{\ell,\ell'} \bar{s}^{(\ell')}_{m,p}"
+    )
+    assert derive.latex(gradients["dP_mix"].element) == (
+        r"\bar{P}_{\ell,\ell'} = \sum_{m=1}^{n} \sum_{p=1}^{n} \tilde{\omega}^{(\ell)}_{m,p} "
+        r"\bar{s}^{(\ell')}_{m,p}"
+    )
+    from derive.calculus.counts import flop_count
+
+    plain = flop_count(derive.variant("multi-head").graph)
+    assert sp.expand(flop_count(variant.graph) - plain) == 2 * declare.h**2 * n**2
+
+
+def test_a_twin_that_mixes_the_heads_the_wrong_way_fails_check(tmp_path, capsys):
+    """P where the formula reads Pᵀ: every head's value differs, and check names the step."""
+    body = MIXING.replace('"gmp,gl->lmp"', '"gmp,lg->lmp"')
+    spec = _file(tmp_path, body, "mixing_wrong.py") + ":V"
+    status, out, err = _run(capsys, "check", "--variant", spec, "--seed", "3")
+    assert status == 1, out + err
+    assert re.search(r"^  Omega_mix_1|^  S_mix_1\s.*FAIL$", out, re.M), out
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            ("omega_tilde[ell2, m, p]", "omega_tilde[ell2 + 1, m, p]"),
+            r"step mixed \(S_mix_l\): ω̃\^\(ℓ' \+ 1\)\[m,p\] reads head ℓ' \+ 1 = 2 … h \+ 1 of "
+            r"Omega_scaled_l, whose heads run 1 … h",
+        ),
+        (
+            ("S[ell, m, p], sp.Sum(P", "S[ell2, m, p], sp.Sum(P"),
+            r"step mixed: the left-hand side .* has three indices, so it is an entry of one "
+            r"head's matrix, and its first must be the head's index ell \(ℓ\); got l'",
+        ),
+        (
+            ('"S_mix", entry="smix", shape=(n, n), latex="S"', '"J", entry="smix", shape=(n, n)'),
+            r"matrix J: J is the all-ones matrix of the derived matrix forms",
+        ),
+    ],
+    ids=["head-range", "head-index", "ones-letter"],
+)
+def test_a_mistake_in_a_step_across_heads_is_one_line(tmp_path, capsys, change, message):
+    spec = _file(tmp_path, MIXING.replace(*change), "mixing_bad.py") + ":V"
+    status, out, err = _run(capsys, "latex", "--variant", spec)
+    assert status == 2 and out == "", err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert re.search(message, err), err
+
+
+#: A bias by the distance between query and key, δ_{m,p} = m − p, a step of the positions alone
+#: (a constant: no gradient flows through it), scaled by a learnt s.
+DISTANCES = """
+import math
+r = declare.r
+DIST = declare.letter_base(declare.Letter("Dist", "dist", "\\\\Delta", "\\\\delta", "distance",
+                           (), (n, n), constant=True))
+S = declare.matrix("S_b", entry="sb", shape=(1, 1), latex="s", entry_latex="s")
+
+def distances(*, n):
+    i = torch.arange(n, dtype=torch.float64)
+    return i[:, None] - i[None, :]
+
+def biased(omega_scaled, s_b, dist):
+    return (omega_scaled - s_b * dist).softmax(-1)
+
+D = declare.step("distances", sp.Eq(DIST[m, p], m - p), shape=(n, n), title="Distances",
+                 twin=distances, options={"n": n})
+W = declare.step("biased_weights", sp.Eq(a[m, p], sp.exp(omega_tilde[m, p] - S[1, 1] * DIST[m, p])
+                 / sp.Sum(sp.exp(omega_tilde[m, r] - S[1, 1] * DIST[m, r]), (r, 1, n))),
+                 shape=(n, n), title="Weights", twin=biased, arguments=("Omega_scaled", "S_b", "Dist"))
+V = declare.variant("distance_bias", title="Distance bias", inserts=[("Omega_scaled", D)],
+                    replaces=[W])
+"""
+
+
+def test_a_step_of_the_positions_alone_is_a_constant_with_no_gradient(tmp_path, capsys):
+    """δ_{m,p} = m − p reads no entry: its numbers are fixed by the sizes, checked against its
+    twin's numbers (not read as a mask), and no δ̄ is derived (the gradients crashed on the
+    constant letter's missing gradient, "unknown entry letter 'ddist'")."""
+    spec = _file(tmp_path, DISTANCES, "distances.py") + ":V"
+    status, out, err = _run(capsys, "check", "--variant", spec, "--seed", "3")
+    assert status == 0 and out.rstrip().endswith("all pass"), out + err
+    assert re.search(r"^  Dist\s+\d×\d\s+0\s+exact\s+pass$", out, re.M), out
+    assert re.search(r"dS_b · printed\s+1×1 ", out), out
+    gradients = {g.output for g in derive.backward_steps(derive.load_variant(spec).name)}
+    assert "dDist" not in gradients and "dS_b" in gradients
+    wrong = _file(tmp_path, DISTANCES.replace("i[:, None] - i[None, :]", "i[None, :] - i[:, None]"))
+    status, out, err = _run(capsys, "check", "--variant", wrong + ":V", "--seed", "3")
+    assert status == 1 and re.search(r"^  Dist\s+.*FAIL$", out, re.M), out + err
+
+
+def test_conform_reads_a_variant_whose_context_has_no_matrix_form(tmp_path):
+    """C = [Σ_{p=1}^{m} a_{m,p} v_{p,j}]: no matrix form, so conform's formula of C is its
+    declared entry (it raised KeyError: 'C'), and the sum up to the query reads positions
+    (permutation does not apply)."""
+    spec = _file(
+        tmp_path,
+        """
+        import math
+        def cut_context(a, v):
+            return a.tril() @ v
+        CTX = declare.step("cut_context", sp.Eq(z[m, j], sp.Sum(declare.a[m, p] * declare.v[p, j],
+                           (p, 1, m))), shape=(n, c), title="Context", twin=cut_context)
+        V = declare.variant("cut_context", title="Cut", replaces=[CTX])
+        def layer():
+            class Layer(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.W_query = torch.nn.Linear(4, 3, bias=False)
+                    self.W_key = torch.nn.Linear(4, 3, bias=False)
+                    self.W_value = torch.nn.Linear(4, 3, bias=False)
+                def forward(self, x):
+                    s = self.W_query(x) @ self.W_key(x).transpose(-2, -1) / math.sqrt(3)
+                    return cut_context(s.softmax(-1), self.W_value(x))
+            torch.manual_seed(0)
+            return Layer()
+        """,
+        "cut.py",
+    )
+    from derive.graph.loading import _from_file
+
+    report = derive.conform(_from_file(Path(spec)).layer(), variant=spec + ":V")
+    assert report.conforms, report.table()
+    rows = {check.name: check for check in report.checks}
+    assert "[m,j] = Σ_(p=1…m) (a[m,p] v[p,j])" in rows["forward values"].formula, report.table()
+    assert rows["permutation"].status == "n/a", report.table()

@@ -150,12 +150,17 @@ def large_scores(self: Any, form: Form, graph: Any) -> Check:
     return self.value_row(name, what, composed(graph), scenario)
 
 
-def heads_separate(self: Any, form: Form) -> Check:
+def heads_separate(self: Any, form: Form, graph: Any) -> Check:
     what = "changing one head's queries changes only that head's block of Ĉ"
     formula = declared(reference(Form(heads=True)), "Q_l")
     h = self.h
     if h.heads == 1:
         return self.missing("heads kept separate", what, formula, "one head")
+    mixing = [step for step in graph.declarations if step.across]
+    if mixing:
+        step = mixing[0]
+        reason = f"step {step.name} ({step.output}) reads every head: the heads are mixed"
+        return self.missing("heads kept separate", what, formula, reason)
     if h.c_out != h.c:
         return self.missing(
             "heads kept separate",

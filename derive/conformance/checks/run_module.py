@@ -196,7 +196,11 @@ class ModuleRun(Run):
             self._batch(got, bound),
         ]
         self.rows += self._masks(form)
-        self.rows += [gradients(self, forward), heads_separate(self, form), dropout(self, form)]
+        self.rows += [
+            gradients(self, forward),
+            heads_separate(self, form, graph),
+            dropout(self, form),
+        ]
         return self
 
     def _causal_by_itself(self, form: Form) -> None:

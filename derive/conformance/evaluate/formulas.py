@@ -27,7 +27,8 @@ def _both(expr: sp.Basic) -> Formula:
 
 def composed(graph: Graph) -> Formula:
     """C as one derived expression in Q, K, V (per head) and W_o: each step's matrix form put
-    into the next, C = softmax(Q Kᵀ/√c) V. Printed once per graph and kept between runs with
+    into the next, C = softmax(Q Kᵀ/√c) V (C's entries as declared, where SymPy finds C no
+    matrix form). Printed once per graph and kept between runs with
     what SymPy derives (`cache`): printing it is a third of a first check's time. The key holds
     the letters the printers read, which a user's file may add to."""
     return cached(f"composed-{_letters()}", graph, lambda: _composed(graph))
@@ -43,6 +44,8 @@ def _composed(graph: Graph) -> Formula:
     for step, form in zip(graph.declarations, graph_forms(graph), strict=True):
         if form is not None and step.output not in _KEPT:
             forms[step.output] = form
+    if graph.output not in forms:  # C has no matrix form: its entries, as declared
+        return declared(graph, graph.output)
     symbols = {s for form in forms.values() for s in form.atoms(sp.MatrixSymbol)}
     by_name = {str(s.name): s for s in symbols}
     expr = forms[graph.output]
