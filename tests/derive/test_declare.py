@@ -148,7 +148,7 @@ MISTAKES = [
         V = declare.variant("bad", title="Bad", replaces=[bad])
      """,
         r"step column: the left-hand side a\[m, 1\] must have two indices, the row and the "
-        r"column of its entry: an index symbol, or 1 on an axis of one entry .*; the shape is "
+        r"column of its entry .*: an index symbol, or 1 on an axis of one entry .*; the shape is "
         r"\(n, n\)",
     ),
     # an index neither free nor summed over
