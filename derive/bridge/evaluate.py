@@ -124,9 +124,9 @@ class Reader:
 
     def option(self, value: Any, head: int | None = None) -> object:  # Any: see _exact
         """A twin's option: a size or parameter at these sizes, a matrix by its letter (a mask
-        as booleans, a row as a vector), one entry of a matrix (``μ_{1,ℓ}``: head ℓ's, as a
-        0-d tensor, so that a gradient reaches the matrix), a dict of (name, value) pairs
-        (Llama 3.1's ``freq_config``), or the value itself."""
+        as booleans, a row as a vector; masks by their letters, joined), one entry of a matrix
+        (``μ_{1,ℓ}``: head ℓ's, as a 0-d tensor, so that a gradient reaches the matrix), a dict
+        of (name, value) pairs (Llama 3.1's ``freq_config``), or the value itself."""
         if isinstance(value, sp.Indexed):
             at = {L.ell: head or 1} | self.explicit.sizes
             rows = [int(sp.sympify(index).xreplace(at)) - 1 for index in value.indices]
@@ -138,6 +138,11 @@ class Reader:
             return number(self.explicit.sizes[value])
         if isinstance(value, str):
             return self(value, head)
+        if isinstance(value, tuple) and value and all(x in L.CONSTANT_LETTERS for x in value):
+            allowed = self(value[0], head)  # masks joined: a key allowed by each of them
+            for letter in value[1:]:
+                allowed = allowed & self(letter, head)
+            return allowed
         if isinstance(value, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in value):
             return {name: self.option(v, head) for name, v in value}  # freq_config={...}
         if isinstance(value, Built):  # an object made at these sizes: a modification

@@ -249,6 +249,8 @@ def glossary_markdown() -> str:
     shapes |= _per_head_rows()
     for record in letters:
         letter = record.matrix
+        if letter not in shapes and record.shape:  # a letter of combinations only (M̊)
+            shapes[letter] = record.shape
         matrix = latex(L.matrix_symbol(letter, *shapes[letter]))
         entry = latex(L.base(record.entry)[_index(record.entry)])
         lines.append(

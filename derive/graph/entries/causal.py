@@ -8,6 +8,11 @@ variants it joins.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import sympy as sp
+from sympy import Eq
+
 from ...notation import letters as L
 from ...notation.letters import Letter, register_letter
 from .. import attention as S
@@ -42,7 +47,24 @@ OMEGA_MASKED = register_letter(
     )
 )
 
-__all__ = ["VARIANT", "with_mask"]
+#: The mask's fixed pattern (causal, a window) where a given mask M joins it (masked attention
+#: on a causal base: a batch's padding and the causal mask together).
+MASK_FIXED = register_letter(
+    Letter(
+        "M_fixed",
+        "maskfixed",
+        r"\mathring{M}",
+        r"\mathring{M}",
+        meaning="the mask's fixed pattern (causal, a window), where a given mask $M$ joins it: "
+        "0 where token m may attend to p, minus infinity where not",
+        indices=(L.m, L.p),
+        shape=(L.n, L.n),
+        constant=True,
+        after="omegahat",
+    )
+)
+
+__all__ = ["VARIANT", "MASK_FIXED", "with_mask", "fixed_pattern", "with_pattern"]
 
 TEXT = (
     "Causal attention: when processing token $m$, a decoder may not look at the tokens after "
@@ -55,10 +77,72 @@ TEXT = (
 )
 
 
+def fixed_pattern(pattern: Declaration) -> Declaration:
+    """The mask's pattern as M̊: the same numbers, under its own letter."""
+    lhs = L.base("maskfixed")[pattern.element.lhs.indices]
+    shapes = {("M_fixed" if k == "M" else k): v for k, v in pattern.shapes.items()}
+    element = Eq(lhs, pattern.element.rhs, evaluate=False)
+    return replace(pattern, output="M_fixed", element=element, shapes=shapes)
+
+
+def _joined(step: Declaration) -> Declaration:
+    """A step that reads the mask M (the masked scores), reading M̊ + M; a twin given the mask
+    as an option given both, each query's allowed keys those both allow."""
+    rhs = step.element.rhs.xreplace(
+        {
+            e: e + L.base("maskfixed")[e.indices]
+            for e in step.element.rhs.atoms(sp.Indexed)
+            if e.base == L.base("mask")
+        }
+    )
+    shapes = {**step.shapes, "M_fixed": step.shapes["M"]} if "M" in step.shapes else step.shapes
+    twin = step.twin
+    if twin is not None and ("mask", "M") in twin.options:
+        options = tuple(
+            (k, ("M", "M_fixed")) if (k, v) == ("mask", "M") else (k, v) for k, v in twin.options
+        )
+        twin = replace(twin, options=options)
+    return replace(
+        step, element=Eq(step.element.lhs, rhs, evaluate=False), shapes=shapes, twin=twin
+    )
+
+
+def _given_and_fixed(graph: Graph, pattern: Declaration, name: str) -> Graph:
+    """`graph`, masked by a given M or by `pattern` already, masked by both: the pattern as M̊
+    (`fixed_pattern`), the masked scores ω̂ = ω̃ + M̊ + M."""
+    steps: list[Declaration] = []
+    for step in graph.declarations:
+        if step.output == "M":
+            continue
+        if step.name == "masked_scores" and not any(s.output == "M_fixed" for s in steps):
+            steps.append(fixed_pattern(pattern))
+        steps.append(_joined(step) if "M" in step.inputs or _reads_mask(step) else step)
+    named = graph.name.replace("self-attention", f"{name} self-attention")
+    return Graph(named, tuple(steps), graph.relations)
+
+
+def _reads_mask(step: Declaration) -> bool:
+    return step.twin is not None and ("mask", "M") in step.twin.options
+
+
+def with_pattern(graph: Graph, mask: Declaration) -> Graph:
+    """`graph` with `mask` in place of its mask's pattern: M, or M̊ where a given M joins it."""
+    if graph.producer("M_fixed") is not None:
+        return graph.with_step(fixed_pattern(mask))
+    return graph.with_step(mask)
+
+
 def with_mask(graph: Graph, mask: Declaration | None, name: str) -> Graph:
     """`graph` with a mask M added to the scaled scores before the softmax (each head's): the
-    declared `mask` (None: M is an input, given)."""
-    if graph.producer("M") is not None or "M" in graph.inputs:
+    declared `mask` (None: M is an input, given). Where the graph is masked already, by a
+    pattern (causal, a window) and now by a given M or the other way round, it is masked by
+    both (`_given_and_fixed`); two patterns, or two given masks, are refused."""
+    existing = graph.producer("M")
+    if existing is not None and mask is None:
+        return _given_and_fixed(graph, existing, name)
+    if "M" in graph.inputs and mask is not None:
+        return _given_and_fixed(graph, mask, name)
+    if existing is not None or "M" in graph.inputs:
         raise ValueError(f"{graph.name} has a mask M already")
     steps: list[Declaration] = []
     for step in graph.declarations:

@@ -15,6 +15,7 @@ from ..declaration import Declaration, Graph
 from ..sizes import AtLeast, Size
 from ..twins import Built, StepTwin
 from ..variant import Variant
+from .causal import with_pattern
 
 __all__ = ["VARIANT", "CHUNK", "chunked_mask"]
 
@@ -41,7 +42,7 @@ def chunked_mask() -> Declaration:
 
 
 def _chunked(graph: Graph) -> Graph:
-    steps = graph.with_step(chunked_mask()).declarations
+    steps = with_pattern(graph, chunked_mask()).declarations
     return Graph(graph.name.replace("causal", "chunked"), steps, graph.relations)
 
 

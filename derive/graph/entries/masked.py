@@ -1,12 +1,14 @@
 """Masked attention: a mask M given as an input (0 where a query may attend, −∞ where not:
 padding, or any pattern), added to the scaled scores before the softmax. Its twin:
-`self_attention(..., mask=M)`, M as booleans (True where a query may attend)."""
+`self_attention(..., mask=M)`, M as booleans (True where a query may attend). On a graph masked
+already (causal attention, a window, a chunk: every batched decoder), both mask the scores,
+ω̂ = ω̃ + M̊ + M, the pattern written M̊ (`causal.with_mask`)."""
 
 from __future__ import annotations
 
 from ..claims import RowsSumToOne
 from ..variant import Variant
-from .causal import with_mask
+from .causal import MASK_FIXED, with_mask
 
 __all__ = ["VARIANT"]
 
@@ -22,4 +24,5 @@ VARIANT = Variant(
     options=(("mask", "M"),),
     rank=30,
     short="a given mask",
+    notation=(MASK_FIXED,),
 )

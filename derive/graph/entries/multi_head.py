@@ -39,6 +39,9 @@ W_O = register_letter(
 NAMES = (
     Name(L.c_h, "width of one head", "size"),
     Name(L.ell, "a head (multi-head attention)", "index"),
+    Name(
+        L.ell2, "another head, summed over by a step that reads every head (talking heads)", "index"
+    ),
 )
 
 __all__ = ["VARIANT"]

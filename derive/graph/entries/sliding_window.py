@@ -13,6 +13,7 @@ from ..declaration import Declaration, Graph
 from ..sizes import AtLeast, Size
 from ..twins import StepTwin
 from ..variant import Variant
+from .causal import with_pattern
 
 __all__ = ["VARIANT", "sliding_window_mask"]
 
@@ -33,7 +34,7 @@ def sliding_window_mask() -> Declaration:
 
 
 def _windowed(graph: Graph) -> Graph:
-    steps = graph.with_step(sliding_window_mask()).declarations
+    steps = with_pattern(graph, sliding_window_mask()).declarations
     return Graph(graph.name.replace("causal", "sliding-window"), steps, graph.relations)
 
 

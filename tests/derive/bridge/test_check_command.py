@@ -341,3 +341,33 @@ def test_flash_weights_recomputed_from_the_maximum_fail(capsys, monkeypatch):
     assert status == 1
     assert rows["C · blocked reference"] == "pass" and rows["dQ · flash_gradients"] == "FAIL"
     assert rows["dV^(1) · flash_gradients"] == "FAIL"
+
+
+@pytest.mark.parametrize("name", ["masked+causal", "masked+gqa+rope+sliding-window+sinks"])
+def test_a_given_mask_joins_the_causal_or_windowed_one(capsys, name):
+    """A batch's padding on a decoder: the given M and the causal (or window) pattern M̊ both
+    mask the scores, ω̂ = ω̃ + M̊ + M; every step and gradient checks, the pattern's numbers
+    against its twin's."""
+    status = main(["check", "--variant", name, "--n", "4", "--seed", "4"])
+    out = capsys.readouterr().out
+    assert status == 0 and out.rstrip().endswith("all pass"), out
+    assert re.search(r"^  M_fixed\s+4×4\s+0\s+exact\s+pass$", out, re.M), out
+    graph = derive.variant(name).graph
+    masked = next(s for s in graph.declarations if s.name == "masked_scores")
+    assert {"M", "M_fixed"} <= set(masked.inputs)
+
+
+def test_a_twin_given_the_padding_alone_fails_check(capsys, monkeypatch):
+    """The weights' twin handed the given mask without the causal pattern attends to later
+    tokens the padding allows: check fails at A."""
+    from derive.bridge.evaluate import Reader
+
+    original = Reader.option
+
+    def padding_only(self, value, head=None):
+        return original(self, "M" if value == ("M", "M_fixed") else value, head)
+
+    monkeypatch.setattr(Reader, "option", padding_only)
+    status = main(["check", "--variant", "masked+causal", "--n", "4", "--seed", "4"])
+    out = capsys.readouterr().out
+    assert status == 1 and re.search(r"^  A\s.*FAIL$", out, re.M), out
