@@ -748,3 +748,34 @@ def test_conform_reads_a_variant_whose_context_has_no_matrix_form(tmp_path):
     rows = {check.name: check for check in report.checks}
     assert "[m,j] = Σ_(p=1…m) (a[m,p] v[p,j])" in rows["forward values"].formula, report.table()
     assert rows["permutation"].status == "n/a", report.table()
+
+
+def test_a_gate_on_the_context_itself_on_the_causal_base(tmp_path, capsys):
+    """z = G ∘ (A V) in the context step, on causal attention: derived and checked (issue 47
+    reported "Invalid limits given: ((p + 1, 1, n),)" for it)."""
+    spec = _file(
+        tmp_path,
+        """
+        x, i = declare.x, declare.i
+        W_u = declare.matrix("W_u", entry="wu", shape=(d, c), latex="W_u", entry_latex="w_u")
+        G = declare.matrix("G_u", entry="gu", shape=(n, c), latex="G", entry_latex="g")
+        def gate(x, w_u):
+            return (x @ w_u).sigmoid()
+        def gated_context(a, v, g_u):
+            return g_u * (a @ v)
+        GATE = declare.step("gate_u", sp.Eq(G[m, j], declare.sigmoid(sp.Sum(x[m, i] * W_u[i, j],
+                            (i, 1, d)))), shape=(n, c), title="Gate", twin=gate)
+        CTX = declare.step("gated_context", sp.Eq(z[m, j], G[m, j] * sp.Sum(a[m, p] * declare.v[p, j],
+                           (p, 1, n))), shape=(n, c), title="Gated context", twin=gated_context)
+        V = declare.variant("gated_causal_context", title="Gated", base="causal",
+                            inserts=[("V", GATE)], replaces=[CTX])
+        """,
+        "gated.py",
+    )
+    status, out, err = _run(
+        capsys, "latex", "--variant", spec + ":V", "-o", str(tmp_path / "g.tex")
+    )
+    assert status == 0, err
+    status, out, err = _run(capsys, "check", "--variant", spec + ":V", "--seed", "3")
+    assert status == 0 and out.rstrip().endswith("all pass"), out + err
+    assert re.search(r"dW_u · printed\s+\d+×\d+ ", out), out
