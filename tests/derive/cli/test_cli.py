@@ -159,7 +159,7 @@ BAD = [
     (["html", "--c", "4", "--heads", "3"], "h=3 does not divide c=4"),
     (["html", "-o", "/nonexistent-folder/d.html"], "no such directory /nonexistent-folder"),
     (["html", "--variant", "kv-cache", "--heads", "2"], "kv-cache does not combine"),
-    (["html", "--variant", "causal", "--variant", "masked"], "cannot be put into the graph"),
+    (["html", "--variant", "qk-norm", "--variant", "l2-qk-norm"], "cannot be put into the graph"),
     (["latex", "--variant", "rope", "--example"], "rope has no worked example"),
     (["notebook", "--d", "0"], "argument --d: must be a positive integer, got 0"),
     (["notebook", "--example", "--n", "8"], "takes --n up to 7, got --n 8"),
