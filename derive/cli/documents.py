@@ -79,7 +79,12 @@ def add(commands, argparse) -> None:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         sub.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
-        sub.add_argument("-o", "--output", metavar="FILE", help="write here, not to stdout")
+        sub.add_argument(
+            "-o",
+            "--output",
+            metavar="FILE",
+            help="write here (default: stdout; on a terminal, a file named after the variant)",
+        )
         sub.add_argument(
             "--strict",
             action="store_true",
@@ -197,6 +202,28 @@ def render(
     return pdf, figures
 
 
+#: The file a document goes to without -o on a terminal: named after its variant.
+_SUFFIXES = {
+    "latex": ".tex",
+    "markdown": ".md",
+    "html": ".html",
+    "notebook": ".ipynb",
+    "pdf": ".pdf",
+}
+
+
+def _unused(variant: str, command: str) -> Path:
+    """``causal.html`` in the working folder, or ``causal.1.html``, … where it is taken: a file
+    the user did not name is never written over."""
+    stem = variant.rpartition(":")[2].replace("/", "-") or "derivation"
+    suffix = _SUFFIXES[command]
+    path, count = Path(stem + suffix), 0
+    while path.exists():
+        count += 1
+        path = Path(f"{stem}.{count}{suffix}")
+    return path
+
+
 def _options(args) -> DocumentOptions:
     name = entry_of(args)
     given = {letter: getattr(args, letter) for letter in "ndc"}
@@ -234,9 +261,10 @@ def run(args, progress: Progress) -> int:
     check_output(args.output)
     if args.figures is not None and args.command not in INLINE_FIGURES:  # before any work
         check_folder(args.figures, "--figures")
-    if args.command == "pdf" and args.output is None and os.isatty(1):
-        raise UsageError(f"{PROG} pdf: refusing to write a PDF to a terminal; use -o FILE")
     options = _options(args)
+    if args.output is None and os.isatty(1):  # a page is not for a terminal: a file, named
+        args.output = str(_unused(options.variant or "derivation", args.command))
+        progress(f"no -o on a terminal: writing {args.output}", always=True)
     if args.command == "pdf":
         from ..render import pdf
 

@@ -166,6 +166,11 @@ class Graph:
                 raise ValueError(f"graph {self.name}: {step.output} is produced twice")
             produced.add(step.output)
 
+    def __repr__(self) -> str:
+        """Short, at a prompt: its name, its steps' outputs in order."""
+        outputs = ", ".join(step.output for step in self.declarations)
+        return f"Graph({self.name!r}: {outputs})"
+
     def producer(self, letter: str) -> Declaration | None:
         """The step that computes `letter`, or None for an input of the graph."""
         for step in self.declarations:

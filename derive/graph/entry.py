@@ -48,6 +48,15 @@ class Entry:
     claims: tuple[tuple[Claim, Stage], ...]
     document: Document
 
+    def __repr__(self) -> str:
+        """Short, at a prompt: its name, title, steps and claims (``derive variants --show
+        NAME`` prints the whole)."""
+        steps, inputs = len(self.graph.declarations), ", ".join(self.graph.inputs)
+        return (
+            f"Entry({self.name!r}: {self.title}; {steps} steps from {inputs}, "
+            f"{len(self.claims)} claim{'' if len(self.claims) == 1 else 's'})"
+        )
+
     @property
     def heads(self) -> bool:
         """True when its graph has heads (then h is one of its sizes)."""

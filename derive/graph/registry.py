@@ -19,6 +19,7 @@ wrong.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import typing
 
@@ -136,8 +137,10 @@ def _forget() -> None:
 def _lookup(name: str) -> Variant:
     found = _registry().get(name)
     if found is None:
+        close = difflib.get_close_matches(name, variants(), n=1)
+        guess = f"did you mean {close[0]!r}? " if close else ""
         raise ValueError(
-            f"unknown variant {name!r}; known: {', '.join(variants())} "
+            f"unknown variant {name!r}; {guess}known: {', '.join(variants())} "
             "(they combine with +: gqa+rope)"
         )
     return found

@@ -136,6 +136,10 @@ class Variant:
     document: Document = Document()
     notation: tuple[Letter | Name, ...] = ()
 
+    def __repr__(self) -> str:
+        """Short, at a prompt: its name, title, base and rank (the fields hold the rest)."""
+        return f"Variant({self.name!r}: {self.title}; base {self.base}, rank {self.rank})"
+
     @property
     def paragraphs(self) -> tuple[str, ...]:
         return (self.text,) if isinstance(self.text, str) else tuple(self.text)

@@ -34,6 +34,24 @@ def test_latex_to_stdout(capsysbinary):
     assert all(line.startswith("derive: ") and line.endswith(" s)") for line in err.splitlines())
 
 
+def test_a_page_for_a_terminal_goes_to_a_file_named_after_its_variant(
+    tmp_path, capsysbinary, monkeypatch
+):
+    """No -o, standard output a terminal: the page goes to causal.html in the working folder,
+    then causal.1.html (never over a file the user did not name), and stderr says where."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(os, "isatty", lambda fd: fd == 1)
+    for expected in ("causal.html", "causal.1.html"):
+        status, out, err = _run(capsysbinary, "html", "--variant", "causal", "--n", "2")
+        assert status == 0 and out == b"", err
+        assert f"no -o on a terminal: writing {expected}" in err
+        assert (tmp_path / expected).read_text().lstrip().startswith("<!DOCTYPE html>")
+    status, out, err = _run(
+        capsysbinary, "markdown", "--variant", "gqa+rope", "--n", "2", "--c", "4"
+    )
+    assert status == 0 and (tmp_path / "gqa+rope.md").exists(), err
+
+
 def test_latex_options(tmp_path, capsysbinary):
     target = tmp_path / "d.tex"
     args = ("latex", "-o", str(target), "--fragment", "--n", "3", "--c", "4")

@@ -266,6 +266,28 @@ def test_what_does_not_combine_is_refused(name, message):
         derive.variant(name)
 
 
+def test_a_misspelled_variant_is_told_the_closest_name(capsys):
+    with pytest.raises(ValueError, match=r"unknown variant 'casual'; did you mean 'causal'\?"):
+        derive.variant("casual")
+    with pytest.raises(ValueError, match=r"unknown variant 'xyzzy'; known: "):  # none is close
+        derive.variant("xyzzy")
+    from derive.cli import main
+
+    assert main(["latex", "--variant", "gqa+rpoe"]) == 2
+    assert "did you mean 'rope'?" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["causal", "gqa+rope+sliding-window+sinks", "multi-head"])
+def test_what_the_prompt_shows_is_short(name):
+    """A variant, its graph and its registry record print in a line at the Python prompt (the
+    whole ran to 24,799 characters for causal attention)."""
+    entry = derive.variant(name)
+    for shown in (repr(entry), repr(entry.graph), repr(entry.parts[-1])):
+        assert len(shown) <= 200 and "\n" not in shown, shown
+    assert repr(entry).startswith(f"Entry({entry.name!r}: {entry.title};")
+    assert entry.graph.output in repr(entry.graph)
+
+
 def test_the_transforms_keep_the_steps_they_do_not_touch():
     graph = grouped(HEADS)
     before = {s.output: s for s in HEADS.declarations}
