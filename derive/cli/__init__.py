@@ -29,7 +29,7 @@ import sys
 
 from . import check, conform, docs, documents, variants
 from .errors import EnvironmentProblem, InternalFailure, UsageError
-from .parsing import PROG, Parser, Progress, load_user_variants, users_mistakes
+from .parsing import PROG, Parser, Progress, did_you_mean, load_user_variants, users_mistakes
 
 __all__ = ["main", "COMMANDS"]
 
@@ -93,17 +93,28 @@ def _parser() -> Parser:
     return parser
 
 
+def _closest_option(parser: argparse.ArgumentParser, command: str, extra: list[str]) -> str:
+    """ "; did you mean '--variant'?" for the first unrecognized option of `command`."""
+    flag = next((x.partition("=")[0] for x in extra if x.startswith("--")), None)
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    options = commands.choices[command]._option_string_actions
+    long = [option for option in options if option.startswith("--")]
+    return did_you_mean(flag, long, strip="-") if flag else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `derive` console script and of ``python -m derive``."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         load_user_variants(argv)
-        args, extra = _parser().parse_known_args(argv)
+        parser = _parser()
+        args, extra = parser.parse_known_args(argv)
         if extra and args.command is not None:  # named by the subcommand, whose help lists them
             where = f"{PROG} {args.command}"
             _figures_take_no_folder(where, argv, extra)
             raise UsageError(
-                f"{where}: unrecognized arguments: {' '.join(extra)} (see '{where} --help')"
+                f"{where}: unrecognized arguments: {' '.join(extra)}"
+                f"{_closest_option(parser, args.command, extra)} (see '{where} --help')"
             )
         if extra:
             raise UsageError(

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import os
+import re
 import sys
 import time
 import warnings
@@ -54,7 +56,19 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **{"allow_abbrev": False, **kwargs})
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        choice = re.match(r"argument .*: invalid choice: '(.*?)' \(choose from (.*)\)$", message)
+        if choice:  # a misspelled command or choice: the closest named
+            offered = [c.strip(" '") for c in choice.group(2).split(",")]
+            message += did_you_mean(choice.group(1), offered)
         raise UsageError(f"{self.prog}: {message} (see '{self.prog} --help')")
+
+
+def did_you_mean(given: str, known, *, strip: str = "") -> str:
+    """``"; did you mean '--variant'?"`` for the closest of `known` (difflib), compared with
+    the characters `strip` off both ends (an option's dashes, alike in all); else ``""``."""
+    bare = {option.strip(strip): option for option in known}
+    close = difflib.get_close_matches(given.strip(strip), list(bare), n=1)
+    return f"; did you mean {bare[close[0]]!r}?" if close else ""
 
 
 class Progress:

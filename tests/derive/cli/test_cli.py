@@ -153,7 +153,12 @@ BAD = [
         "h=3 does not divide c=4 (each head gets c / h columns)",
     ),
     (["markdown", "--heads", "0"], "argument --heads: must be a positive integer, got 0"),
-    (["latex", "--bogus"], "unrecognized arguments: --bogus"),
+    (["latex", "--bogus"], "unrecognized arguments: --bogus (see 'derive latex --help')"),
+    (["latex", "--vairant", "causal"], "--vairant causal; did you mean '--variant'?"),
+    (["check", "--sede", "3"], "--sede 3; did you mean '--seed'?"),
+    (["latx"], "invalid choice: 'latx' (choose from 'latex', "),
+    (["latx"], "; did you mean 'latex'? (see 'derive --help')"),
+    (["latex", "--variant", "casual"], "unknown variant 'casual'; did you mean 'causal'?"),
     (["markdown", "--fragment"], "unrecognized arguments: --fragment"),  # latex only
     (["htm"], "invalid choice: 'htm'"),
     ([], "missing command: latex, markdown, pdf, html, notebook, docs, check, conform or variants"),
@@ -181,7 +186,10 @@ BAD = [
     (["latex", "--variant", "rope", "--example"], "rope has no worked example"),
     (["notebook", "--d", "0"], "argument --d: must be a positive integer, got 0"),
     (["notebook", "--example", "--n", "8"], "takes --n up to 7, got --n 8"),
-    (["notebook", "--variant", "nope"], "unknown variant 'nope'; known: self-attention, causal"),
+    (
+        ["notebook", "--variant", "nope"],
+        "unknown variant 'nope'; did you mean 'rope'? known: self-attention",
+    ),
     (["notebook", "--w", "2"], "self-attention has no size 'w' (w is a size of sliding-window)"),
     (["latex", "--variant", "mla", "--variant", "rope"], "mla does not combine"),
     (

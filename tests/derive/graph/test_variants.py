@@ -44,7 +44,10 @@ def test_the_registered_names():
         "deltanet",
         "gated-deltanet",
     )
-    with pytest.raises(ValueError, match=r"unknown variant 'nope'; known: self-attention, causal"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown variant 'nope'; did you mean 'rope'\? known: self-attention, causal",
+    ):
         derive.variant("nope")
 
 
