@@ -21,7 +21,7 @@ from sympy import Indexed
 from ..notation import letters as L
 from ..notation.plain import plain
 from .declaration import Declaration, Graph
-from .heads import per_head
+from .heads import one_head, per_head
 from .registry import DeclarationError, variant
 from .twins import StepTwin, argument_order
 
@@ -263,19 +263,9 @@ def _heads_of(graph: Graph) -> set[str]:
 
 def _one_head(spec: Step, heads: set[str]) -> Step:
     """A step written for one head without its ℓ (``a[m, p]`` on a base with heads), as one
-    head's: each entry of a matrix the graph computes per head gains ℓ, and c becomes c_h."""
-    bases = {L.base(L.name_of(letter)) for letter in heads}
-
-    def split(e: sp.Basic) -> bool:
-        return isinstance(e, Indexed) and e.base in bases and len(e.indices) == 2
-
-    def headed(entry: Indexed) -> Indexed:
-        return entry.base[(L.ell, *entry.indices)]
-
-    lhs, rhs = spec.element.lhs, spec.element.rhs.xreplace({L.c: L.c_h}).replace(split, headed)
-    element = sp.Eq(headed(lhs), rhs, evaluate=False)
+    head's (`heads.one_head`), its shape's c become c_h."""
     shape = tuple(sp.sympify(size).xreplace({L.c: L.c_h}) for size in spec.shape)
-    return replace(spec, element=element, shape=shape)
+    return replace(spec, element=one_head(spec.element, heads), shape=shape)
 
 
 def _put(graph: Graph, spec: Step, base: Graph) -> Declaration:

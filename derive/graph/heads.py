@@ -20,7 +20,7 @@ from . import attention as S
 from .declaration import Declaration, Graph
 from .twins import StepTwin
 
-__all__ = ["per_head", "with_heads", "SPLIT"]
+__all__ = ["one_head", "per_head", "with_heads", "SPLIT"]
 
 #: The matrices split into heads, each right after it is projected.
 SPLIT = ("Q", "K", "V")
@@ -43,16 +43,21 @@ def _twin(twin: StepTwin | None, letters: set[str]) -> StepTwin | None:
     return StepTwin(twin.function, arguments, options)
 
 
-def per_head(step: Declaration, letters: set[str]) -> Declaration:
-    """`step` for head ℓ: each entry of a matrix in `letters` (per head) gains ℓ, and c (the
-    width the step sums over, or scales by) becomes c_h."""
+def one_head(element: Eq, letters: set[str]) -> Eq:
+    """`element` for head ℓ: its entry and each entry of a matrix in `letters` (per head) gain
+    ℓ, and c (the width the step sums over, or scales by) becomes c_h."""
     bases = {L.base(L.name_of(letter)) for letter in letters}
 
     def split(e: sp.Basic) -> bool:
         return isinstance(e, Indexed) and e.base in bases and len(e.indices) == 2
 
-    rhs = step.element.rhs.xreplace({L.c: L.c_h}).replace(split, _headed)
-    element = Eq(_headed(step.element.lhs), rhs, evaluate=False)
+    rhs = element.rhs.xreplace({L.c: L.c_h}).replace(split, _headed)
+    return Eq(_headed(element.lhs), rhs, evaluate=False)
+
+
+def per_head(step: Declaration, letters: set[str]) -> Declaration:
+    """`step` for head ℓ (`one_head`), its shapes and its twin's letters those of one head."""
+    element = one_head(step.element, letters)
     shapes = {}
     for letter, (rows, cols) in step.shapes.items():
         if letter in letters or letter == step.output:

@@ -779,3 +779,21 @@ def test_a_gate_on_the_context_itself_on_the_causal_base(tmp_path, capsys):
     status, out, err = _run(capsys, "check", "--variant", spec + ":V", "--seed", "3")
     assert status == 0 and out.rstrip().endswith("all pass"), out + err
     assert re.search(r"dW_u · printed\s+\d+×\d+ ", out), out
+
+
+def test_a_step_written_without_its_head_on_a_base_with_heads_is_one_head_s():
+    """a[m, p] = σ(ω̃[m, p]) on multi-head attention reads as head ℓ's, a⁽ℓ⁾ = σ(ω̃⁽ℓ⁾)."""
+    weights = declare.step(
+        "sig_heads_weights",
+        sp.Eq(a[m, p], declare.sigmoid(omega_tilde[m, p])),
+        shape=(n, n),
+        title="Weights",
+        twin=lambda omega_scaled: omega_scaled.sigmoid(),
+    )
+    found = derive.register_variant(
+        declare.variant("sig_heads", title="Sigmoid heads", base="multi-head", replaces=[weights])
+    )
+    step = derive.variant(found.name).graph.step("A_l")
+    ell = declare.ell
+    assert step.element.rhs == declare.sigmoid(omega_tilde[ell, m, p])
+    assert step.element.lhs == a[ell, m, p]
