@@ -39,7 +39,7 @@ from ..graph.twins import GradientTwin
 from ..notation import letters as L
 from ..notation.plain import plain
 from . import twins
-from .evaluate import Reader, dyadic, mask_of, resolve, torch_values
+from .evaluate import Reader, constant_of, dyadic, resolve, torch_values
 from .steps import compare
 
 __all__ = [
@@ -222,7 +222,7 @@ def _mask_rows(explicit: ExplicitGraph, computed: dict[str, Any]) -> list[Row]:
     rows = []
     for declaration in explicit.graph.declarations:
         if declaration.constant and declaration.output in computed:
-            derived = mask_of(explicit, declaration.output)
+            derived = constant_of(explicit, declaration.output)
             differing = int((computed[declaration.output] != derived).sum())
             rows.append(
                 Row(

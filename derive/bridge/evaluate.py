@@ -31,7 +31,7 @@ __all__ = [
     "torch_values",
     "number",
     "Reader",
-    "mask_of",
+    "constant_of",
     "callee_name",
     "dyadic",
     "called",
@@ -63,13 +63,13 @@ def number(value: object) -> object:
     return int(sympified) if sympified.is_Integer else float(sympified)
 
 
-def mask_of(explicit: ExplicitGraph, letter: str) -> Any:
+def constant_of(explicit: ExplicitGraph, letter: str) -> Any:
     """The numbers of a constant step: a mask's (0 or −∞) as booleans, True where a query may
     attend; any other's (a user's distances m − p) as float64."""
     base = L.base(L.name_of(letter))
     entries = {e: v for e, v in explicit.instance.folded.items() if e.base == base}
     if not entries:
-        raise DeclarationError(f"the mask {letter} has no numbers at these sizes")
+        raise DeclarationError(f"the constant {letter} has no numbers at these sizes")
     rows = max(int(e.indices[0]) for e in entries)
     cols = max(int(e.indices[1]) for e in entries)
     if not all(v == 0 or v == -sp.oo for v in entries.values()):
@@ -94,7 +94,9 @@ class Reader:
 
     def __call__(self, letter: str, head: int | None = None) -> Any:
         if letter in L.CONSTANT_LETTERS:  # a mask: its twin's booleans, or the declared ones
-            return self.values[letter] if letter in self.values else mask_of(self.explicit, letter)
+            return (
+                self.values[letter] if letter in self.values else constant_of(self.explicit, letter)
+            )
         value = self._tensor(letter, head)
         rows = self.explicit.graph.shapes.get(letter, (None,))[0]
         return value.reshape(-1) if rows == 1 and value.shape[-2] == 1 else value
