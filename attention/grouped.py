@@ -31,8 +31,15 @@ from . import _core
 from . import mods as M
 from ._arguments import check_alibi, check_cap, check_per_head, check_positive, check_window
 from ._checks import checked
-from ._layer import LayerWeights, attention_layer
-from ._shapes import OwnDtype, ShapeError
+from ._layer import (
+    LayerWeights,
+    attention_layer,
+    finish,
+    normalise_and_rotate,
+    project_heads,
+    scaling_width,
+)
+from ._shapes import DtypeError, OwnDtype, ShapeError
 from .modules._grouped import GroupedQueryAttention, RMSNorm, check_groups
 from .rope import check_rotated, compute_rope_params, interleaved_order
 
@@ -40,6 +47,9 @@ __all__ = [
     "rms_norm",
     "expand_groups",
     "grouped_query_attention",
+    "grouped_decode_step",
+    "grouped_cross_attention",
+    "DecodeCache",
     "RMSNorm",
     "GroupedQueryAttention",
 ]
@@ -173,6 +183,282 @@ def grouped_query_attention(
     torch.Size([5, 8])
     """
     where = "grouped_query_attention"
+    layer = _layer(
+        where,
+        x,
+        w_q,
+        w_k,
+        w_v,
+        w_o,
+        length=x.shape[-2],
+        heads=heads,
+        groups=groups,
+        causal=causal,
+        theta_base=theta_base,
+        rope_width=rope_width,
+        rope_interleaved=rope_interleaved,
+        freq_config=freq_config,
+        q_gain=q_gain,
+        k_gain=k_gain,
+        eps=eps,
+        window=window,
+        softcap=softcap,
+        alibi=alibi,
+        sinks=sinks,
+        w_g=w_g,
+        query_pre_attn_scalar=query_pre_attn_scalar,
+        mods=mods,
+    )
+    return attention_layer(
+        x,
+        layer.weights,
+        heads=heads,
+        groups=layer.groups,
+        mods=layer.mods,
+        allowed=mask,
+        rope=layer.rope,
+    )
+
+
+@checked
+def grouped_cross_attention(
+    x: Float[Tensor, "*batch n d"],
+    y: Float[Tensor, "*batch s d_y"],
+    w_q: Float[Tensor, "d c"],
+    w_k: Float[Tensor, "d_y c_kv"],
+    w_v: Float[Tensor, "d_y c_kv"],
+    w_o: Float[Tensor, "c c_out"] | None = None,
+    *,
+    heads: int = 1,
+    groups: int | None = None,
+    q_gain: OwnDtype[Float[Tensor, " q_width"]] | float | None = None,
+    k_gain: OwnDtype[Float[Tensor, " k_width"]] | float | None = None,
+    eps: float = 1e-6,
+    mask: Bool[Tensor, "*#batch n s"] | None = None,
+    softcap: float | None = None,
+    sinks: Float[Tensor, " h"] | None = None,
+    w_g: Float[Tensor, "d c"] | None = None,
+    query_pre_attn_scalar: float | None = None,
+    mods: tuple = (),
+) -> Float[Tensor, "*batch n c_out"]:
+    """Grouped-query cross-attention: the queries from X, the keys and values from another
+    sequence Y (an encoder's output, an image's patches), h query heads sharing g groups of
+    keys and values (Whisper's and BART's cross layers with g = h; Llama 3.2 Vision's with
+    grouped keys and QK-norm).
+
+    x: X (*batch, n, d); y: Y (*batch, s, d_y); w_q (d, h·c_h); w_k, w_v (d_y, g·c_h); w_o
+    (h·c_h, c_out) or None. The other options are `grouped_query_attention`'s that do not
+    read positions (the keys are another sequence: no causal mask, window, ALiBi or RoPE);
+    mask (*batch, n, s): True where query m may attend key p of Y. Returns C (*batch, n, c_out).
+
+    >>> X, Y = torch.rand(5, 8), torch.rand(3, 6)
+    >>> W_q, W_kv = torch.rand(8, 8), torch.rand(6, 4)
+    >>> grouped_cross_attention(X, Y, W_q, W_kv, W_kv, heads=4, groups=2).shape
+    torch.Size([5, 8])
+    """
+    layer = _layer(
+        "grouped_cross_attention",
+        x,
+        w_q,
+        w_k,
+        w_v,
+        w_o,
+        length=x.shape[-2],
+        heads=heads,
+        groups=groups,
+        causal=False,
+        theta_base=None,
+        rope_width=None,
+        rope_interleaved=False,
+        freq_config=None,
+        q_gain=q_gain,
+        k_gain=k_gain,
+        eps=eps,
+        window=None,
+        softcap=softcap,
+        alibi=False,
+        sinks=sinks,
+        w_g=w_g,
+        query_pre_attn_scalar=query_pre_attn_scalar,
+        mods=mods,
+    )
+    return attention_layer(
+        x,
+        layer.weights,
+        heads=heads,
+        groups=layer.groups,
+        y=y,
+        mods=layer.mods,
+        allowed=mask,
+    )
+
+
+class DecodeCache(typing.NamedTuple):
+    """What `grouped_decode_step` keeps between calls: each group's keys (QK-normalised and
+    rotated at their positions) and values, (*batch, g, m, c_h) each (the last w with a
+    window), and how many tokens came before (the next token's position)."""
+
+    keys: Float[Tensor, "*batch g m c_h"]
+    values: Float[Tensor, "*batch g m c_h"]
+    position: int
+
+
+@checked
+def grouped_decode_step(
+    x_new: Float[Tensor, "*batch t d"],
+    w_q: Float[Tensor, "d c"],
+    w_k: Float[Tensor, "d c_kv"],
+    w_v: Float[Tensor, "d c_kv"],
+    w_o: Float[Tensor, "c c_out"] | None = None,
+    cache: DecodeCache | None = None,
+    *,
+    heads: int = 1,
+    groups: int | None = None,
+    theta_base: float | None = None,
+    rope_width: int | None = None,
+    rope_interleaved: bool = False,
+    freq_config: Mapping[str, float] | None = None,
+    q_gain: OwnDtype[Float[Tensor, " q_width"]] | float | None = None,
+    k_gain: OwnDtype[Float[Tensor, " k_width"]] | float | None = None,
+    eps: float = 1e-6,
+    window: int | None = None,
+    softcap: float | None = None,
+    alibi: bool | Float[Tensor, " h"] = False,
+    sinks: Float[Tensor, " h"] | None = None,
+    w_g: Float[Tensor, "d c"] | None = None,
+    query_pre_attn_scalar: float | None = None,
+    mods: tuple = (),
+) -> tuple[Float[Tensor, "*batch t c_out"], DecodeCache]:
+    """One step of generation with a key-value cache, for every composition that
+    `grouped_query_attention` computes causally: the rows of t new tokens against the cache.
+
+    x_new: the new rows of X (*batch, t, d); cache: None for the prompt, or the `DecodeCache`
+    the last call returned. The options are `grouped_query_attention`'s (it is causal, and takes
+    no mask). The new tokens sit at positions m … m + t − 1 (m = cache.position): RoPE rotates
+    their queries and keys there, ALiBi, chunks and temperature tuning read those positions, and
+    new token i attends the cached keys and the new ones up to its own (the last w with a
+    window). Returns (the context rows (*batch, t, c_out), the cache grown by the new keys and
+    values): rows m … m + t − 1 of ``grouped_query_attention(X, ..., causal=True)``, at the cost
+    of t rows of scores. The cache holds g groups, not h heads: grouped-query attention's saving.
+
+    >>> X, W_q, W_kv = torch.rand(6, 8), torch.rand(8, 8), torch.rand(8, 4)
+    >>> rows, cache = grouped_decode_step(X[:4], W_q, W_kv, W_kv, heads=4, groups=2, theta_base=1e4)
+    >>> row, cache = grouped_decode_step(X[4:5], W_q, W_kv, W_kv, None, cache, heads=4, groups=2,
+    ...                                  theta_base=1e4)
+    >>> row.shape, cache.keys.shape, cache.position
+    (torch.Size([1, 8]), torch.Size([2, 5, 2]), 5)
+    """
+    where = "grouped_decode_step"
+    position = 0
+    if cache is not None:
+        _check_cache(where, x_new, cache)
+        position = cache.position
+    t = x_new.shape[-2]
+    layer = _layer(
+        where,
+        x_new,
+        w_q,
+        w_k,
+        w_v,
+        w_o,
+        length=position + t,
+        heads=heads,
+        groups=groups,
+        causal=True,
+        theta_base=theta_base,
+        rope_width=rope_width,
+        rope_interleaved=rope_interleaved,
+        freq_config=freq_config,
+        q_gain=q_gain,
+        k_gain=k_gain,
+        eps=eps,
+        window=window,
+        softcap=softcap,
+        alibi=alibi,
+        sinks=sinks,
+        w_g=w_g,
+        query_pre_attn_scalar=query_pre_attn_scalar,
+        mods=mods,
+    )
+    q, k, v, gate = project_heads(x_new, layer.weights, heads=heads, groups=layer.groups)
+    q, k = normalise_and_rotate(q, k, layer.weights, layer.rope, position)
+    if cache is not None:
+        k = torch.cat([cache.keys, k], dim=-2)  # (*batch, g, m, c_h) + t rows
+        v = torch.cat([cache.values, v], dim=-2)
+    start = position + t - k.shape[-2]  # the position of the first key kept
+    mods_now = M.moved(layer.mods, start)
+    per_head = _core.attend_new_rows(
+        q,
+        k,
+        v,
+        scale=_core.scale(M.scaled_width(mods_now, scaling_width(layer.weights, heads))),
+        mods=mods_now,
+        dropout_p=0.0,
+        heads=True,
+    )
+    kept = DecodeCache(_core.kept_rows(k, window), _core.kept_rows(v, window), position + t)
+    return finish(per_head, gate, layer.weights), kept
+
+
+def _check_cache(where: str, x_new: Tensor, cache: DecodeCache) -> None:
+    """The cache must be one `grouped_decode_step` returned for sequences like x_new's."""
+    if cache.keys.shape[:-3] != x_new.shape[:-2]:
+        raise ShapeError(
+            f"{where}: x_new has batch={tuple(x_new.shape[:-2])} but the cache has "
+            f"batch={tuple(cache.keys.shape[:-3])}"
+        )
+    if cache.keys.dtype != x_new.dtype:
+        raise DtypeError(
+            f"{where}: x_new has dtype {x_new.dtype} but the cache holds {cache.keys.dtype}"
+        )
+    if isinstance(cache.position, bool) or not isinstance(cache.position, int):
+        raise TypeError(f"{where}: cache.position must be an int, got {cache.position!r}")
+    if cache.position < cache.keys.shape[-2]:
+        raise ValueError(
+            f"{where}: cache.position={cache.position} is less than the {cache.keys.shape[-2]} "
+            "keys the cache holds"
+        )
+
+
+class _Layer(typing.NamedTuple):
+    """What a call of grouped-query attention computes with: its weights (the gains and the
+    interleaved order applied), its modifications, RoPE's tables and its groups."""
+
+    weights: LayerWeights
+    mods: tuple
+    rope: tuple[Tensor, Tensor] | None
+    groups: int
+
+
+def _layer(
+    where: str,
+    x: Tensor,
+    w_q: Tensor,
+    w_k: Tensor,
+    w_v: Tensor,
+    w_o: Tensor | None,
+    *,
+    length: int,
+    heads: int,
+    groups: int | None,
+    causal: bool,
+    theta_base: float | None,
+    rope_width: int | None,
+    rope_interleaved: bool,
+    freq_config: Mapping[str, float] | None,
+    q_gain: Tensor | float | None,
+    k_gain: Tensor | float | None,
+    eps: float,
+    window: int | None,
+    softcap: float | None,
+    alibi: bool | Tensor,
+    sinks: Tensor | None,
+    w_g: Tensor | None,
+    query_pre_attn_scalar: float | None,
+    mods: tuple,
+) -> _Layer:
+    """The options of `grouped_query_attention` checked and turned into a `_Layer`, RoPE's
+    tables for positions 0 … length − 1 (on x's device)."""
     groups = heads if groups is None else groups
     check_positive(where, heads=heads, groups=groups)
     check_window(where, "window", window, causal)
@@ -217,7 +503,7 @@ def grouped_query_attention(
     rope = None
     if theta_base is not None:
         exact = torch.float64 if x.dtype == torch.float64 else torch.float32  # as the books
-        cos, sin = compute_rope_params(rotated, theta_base, x.shape[-2], freq_config, exact)
+        cos, sin = compute_rope_params(rotated, theta_base, length, freq_config, exact)
         rope = (cos.to(x.device), sin.to(x.device))  # on x's device (the tables start on the CPU)
 
     def norm(gain: Tensor | float | None):  # applied to (*batch, heads, n, c_h)
@@ -241,6 +527,4 @@ def grouped_query_attention(
         query_pre_attn_scalar=query_pre_attn_scalar,
     )
     mods = M.joined(where, built, mods, heads)
-    return attention_layer(
-        x, weights, heads=heads, groups=groups, mods=mods, allowed=mask, rope=rope
-    )
+    return _Layer(weights, mods, rope, groups)

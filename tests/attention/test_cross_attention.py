@@ -11,6 +11,7 @@ from reference import cross_reference
 
 from attention import CrossAttention, DtypeError, ShapeError
 from attention import functional as F
+from attention.grouped import grouped_cross_attention
 
 # (batch, n, s, d, d_y, c): pairwise-distinct sizes, so that a swapped axis cannot pass
 SHAPES = [
@@ -319,3 +320,62 @@ def test_torch_compile_gives_the_same_numbers_and_keeps_the_checks():
     torch.testing.assert_close(compiled(x, y), module(x, y), rtol=0, atol=1e-6)
     with pytest.raises(ShapeError, match=r"W_key.weight has d_y=5 but y has d_y=4"):
         compiled(x, torch.randn(2, 7, 4))
+
+
+# grouped_cross_attention: h query heads on g groups of keys and values read from Y ----------
+
+
+@pytest.mark.parametrize(("heads", "groups"), [(1, 1), (4, 4), (4, 2), (4, 1)])
+def test_grouped_cross_attention_is_each_head_s_cross_attention(heads, groups):
+    """Head ℓ is `cross_attention` on its block of W_q and its group's block of W_k and W_v;
+    the heads side by side, times W_o."""
+    g = torch.Generator().manual_seed(3)
+    n, s, d, d_y, c_h = 5, 3, 4, 6, 2
+    x = torch.randn(2, n, d, generator=g, dtype=torch.float64)
+    y = torch.randn(2, s, d_y, generator=g, dtype=torch.float64)
+    w_q = torch.randn(d, heads * c_h, generator=g, dtype=torch.float64)
+    w_k, w_v = (torch.randn(d_y, groups * c_h, generator=g, dtype=torch.float64) for _ in "kv")
+    w_o = torch.randn(heads * c_h, 7, generator=g, dtype=torch.float64)
+    got = grouped_cross_attention(x, y, w_q, w_k, w_v, w_o, heads=heads, groups=groups)
+    blocks = []
+    for head in range(heads):
+        group = head * groups // heads
+        q_cols, kv_cols = slice(head * c_h, (head + 1) * c_h), slice(group * c_h, (group + 1) * c_h)
+        blocks.append(F.cross_attention(x, y, w_q[:, q_cols], w_k[:, kv_cols], w_v[:, kv_cols]))
+    torch.testing.assert_close(got, torch.cat(blocks, dim=-1) @ w_o, rtol=0, atol=1e-12)
+
+
+def test_grouped_cross_attention_with_qk_norm_and_a_mask_of_n_by_s():
+    x, y, w_q, w_k, w_v = make((), 4, 3, 5, 6, 4)
+    gain = torch.linspace(0.5, 1.5, 2, dtype=torch.float64)
+    allowed = torch.tensor([[1, 0, 1], [1, 1, 0], [0, 1, 1], [1, 1, 1]], dtype=torch.bool)
+    got = grouped_cross_attention(
+        x, y, w_q, w_k, w_v, heads=2, q_gain=gain, k_gain=gain, eps=0.0, mask=allowed
+    )
+
+    def rms(t):
+        return t / t.pow(2).mean(-1, keepdim=True).sqrt() * gain
+
+    heads = []
+    for head in range(2):
+        cols = slice(2 * head, 2 * head + 2)
+        q, k, v = rms(x @ w_q[:, cols]), rms(y @ w_k[:, cols]), y @ w_v[:, cols]
+        scores = (q @ k.T / math.sqrt(2)).masked_fill(~allowed, -math.inf)
+        heads.append(scores.softmax(-1) @ v)
+    torch.testing.assert_close(got, torch.cat(heads, dim=-1), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("keywords", "message"),
+    [
+        ({"w_k": torch.zeros(5, 4)}, "w_k"),
+        ({"heads": 3}, "heads=3"),
+    ],
+    ids=["w_k rows are not d_y", "heads do not divide c"],
+)
+def test_grouped_cross_attention_names_a_bad_argument(keywords, message):
+    x, y, w_q, w_k, w_v = make((), 4, 3, 5, 6, 4)
+    given = {"w_k": w_k, **keywords}
+    heads = given.pop("heads", 2)
+    with pytest.raises((ShapeError, ValueError), match=message):
+        grouped_cross_attention(x, y, w_q, given["w_k"].double(), w_v, heads=heads)

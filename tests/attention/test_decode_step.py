@@ -2,6 +2,8 @@
 causal (or sliding-window) self-attention, one token at a time or in chunks; bad caches are
 named."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +11,8 @@ from reference import batched_reference, causal_allowed, window_allowed
 
 from attention import DtypeError, ShapeError
 from attention import functional as F
+from attention import mods as M
+from attention.grouped import DecodeCache, grouped_decode_step, grouped_query_attention
 
 
 def make(batch, n, d, c, seed=0, dtype=torch.float64):
@@ -189,3 +193,105 @@ def test_bad_input_is_named(changes, error, message):
     positional = [arguments.pop(name) for name in ("x_new", "w_q", "w_k", "w_v")]
     with pytest.raises(error, match=message):
         F.decode_step(*positional, **arguments)
+
+
+# grouped_decode_step: every option of grouped-query attention, decoded -------------------------
+
+H, G, CH = 4, 2, 4
+
+
+def _grouped(n, d=6, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, n, d, generator=g, dtype=torch.float64)
+    w_q = torch.randn(d, H * CH, generator=g, dtype=torch.float64)
+    w_k, w_v = (torch.randn(d, G * CH, generator=g, dtype=torch.float64) for _ in range(2))
+    w_o = torch.randn(H * CH, 5, generator=g, dtype=torch.float64)
+    return x, (w_q, w_k, w_v, w_o)
+
+
+def _f64(*shape):
+    return torch.linspace(0.5, 1.5, int(np.prod(shape)), dtype=torch.float64).reshape(shape)
+
+
+#: Each composition of grouped_query_attention a model decodes with (its keywords).
+DECODED = {
+    "gqa": {},
+    "rope": {"theta_base": 100.0},
+    "interleaved partial rope": {"theta_base": 100.0, "rope_interleaved": True, "rope_width": 2},
+    "llama3 rope": {
+        "theta_base": 10.0,
+        "freq_config": {
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_context_length": 4,
+        },
+    },
+    "window": {"window": 3},
+    "softcap": {"softcap": 2.0},
+    "alibi": {"alibi": True},
+    "sinks": {"sinks": _f64(H) - 1.0},
+    "gate": {"w_g": _f64(6, H * CH) - 1.0},
+    "qk-norm": {"q_gain": _f64(CH), "k_gain": _f64(CH)},
+    "whole qk-norm": {"q_gain": _f64(H * CH), "k_gain": _f64(G * CH)},
+    "chunked": {"mods": (M.Chunked(3),)},
+    "temperature": {"mods": (M.Temperature(2.0, 0.1),)},
+    "gpt-oss": {"theta_base": 10.0, "window": 2, "sinks": _f64(H) - 1.0},
+    "gemma 2": {"theta_base": 10.0, "window": 2, "softcap": 1.5, "query_pre_attn_scalar": 3.0},
+}
+
+
+@pytest.mark.parametrize("options", DECODED.values(), ids=DECODED)
+@pytest.mark.parametrize("chunks", [[1] * 7, [3, 1, 2, 1]], ids=["token by token", "chunks"])
+def test_grouped_decoding_gives_the_rows_of_grouped_query_attention(options, chunks):
+    n = sum(chunks)
+    x, weights = _grouped(n)
+    whole = grouped_query_attention(x, *weights, heads=H, groups=G, causal=True, **options)
+    rows, cache, start = [], None, 0
+    for size in chunks:
+        row, cache = grouped_decode_step(
+            x[..., start : start + size, :], *weights, cache, heads=H, groups=G, **options
+        )
+        rows.append(row)
+        start += size
+        kept = start if options.get("window") is None else min(start, options["window"])
+        assert cache.keys.shape == cache.values.shape == (2, G, kept, CH)  # g groups, not h
+        assert cache.position == start
+    torch.testing.assert_close(torch.cat(rows, dim=-2), whole, rtol=0, atol=1e-11)
+
+
+def test_a_decoded_token_at_the_wrong_position_is_not_the_row():
+    """The cache's position is what RoPE rotates the new token by: one token off, another row."""
+    x, weights = _grouped(5)
+    options = {"heads": H, "groups": G, "theta_base": 10.0}
+    whole = grouped_query_attention(x, *weights, causal=True, **options)
+    _, cache = grouped_decode_step(x[:, :4], *weights, **options)
+    row, _ = grouped_decode_step(x[:, 4:], *weights, cache, **options)
+    torch.testing.assert_close(row, whole[:, 4:], rtol=0, atol=1e-11)
+    moved = cache._replace(position=cache.position + 1)
+    off, _ = grouped_decode_step(x[:, 4:], *weights, moved, **options)
+    assert (off - whole[:, 4:]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("cache", "error", "message"),
+    [
+        ((torch.zeros(2, G, 3, CH),) * 2, TypeError, "cache must be attention.grouped.DecodeCache"),
+        ("batch", ShapeError, "x_new has batch=(2,) but the cache has batch=(3,)"),
+        ("dtype", DtypeError, "x_new has dtype torch.float64 but the cache holds torch.float32"),
+        ("position", ValueError, "cache.position=1 is less than the 3 keys the cache holds"),
+    ],
+    ids=["not a cache", "batch", "dtype", "position"],
+)
+def test_a_bad_decode_cache_is_named(cache, error, message):
+    x, weights = _grouped(4)
+    keys = torch.zeros(2, G, 3, CH, dtype=torch.float64)
+    other = torch.zeros(3, G, 3, CH, dtype=torch.float64)
+    made = {
+        "batch": lambda: DecodeCache(other, other, 3),
+        "dtype": lambda: DecodeCache(keys.float(), keys.float(), 3),
+        "position": lambda: DecodeCache(keys, keys, 1),
+    }
+    cache = made[cache]() if isinstance(cache, str) else cache
+    with pytest.raises(error, match=re.escape(message)):
+        grouped_decode_step(x[:, :1], *weights, cache, heads=H, groups=G)
