@@ -345,15 +345,19 @@ def _element_route(step: Declaration, letter: str, shapes: dict) -> Contribution
             name = _index_name(size, (written.atoms(sp.Symbol) | {m, p}) - {index}, None)
             written = written.xreplace({index: name})
     final = compact_roots(written)
-    if step.head and not across and not letter.endswith("_l"):  # shared by the heads: add up
+    shared = step.head and not across and not letter.endswith("_l")
+    if shared:  # shared by the heads: add up
         final = Sum(final, (L.ell, 1, L.h))
         if final.has(sp.KroneckerDelta):  # a row of one number per head: head p's alone
             final = simplified(final, ranges)
     lhs = _entry(L.gradient(letter), m, p)
+    steps_before = (chain, differentiated, summed)
+    if shared:  # every head's term, in every equation (the heads summed as ℓ′, ℓ stays free)
+        steps_before = tuple(
+            Sum(e.xreplace({L.ell: L.ell2}), (L.ell2, 1, L.h)) for e in steps_before
+        )
     equations = (
-        Eq(lhs, chain, evaluate=False),
-        Eq(lhs, differentiated, evaluate=False),
-        Eq(lhs, summed, evaluate=False),
+        *(Eq(lhs, e, evaluate=False) for e in steps_before),
         Eq(lhs, final, evaluate=False),
     )
     if stand_in and not final.has(L.ell):  # the head's own index back where it is free

@@ -164,11 +164,6 @@ def _term_mismatches(
     for number, equation in enumerate(part.chain[1:], 1):
         form = ("the chain rule, differentiated", "the chain rule, deltas summed out")
         label = form[min(number - 1, 1)] if number < len(part.chain) - 1 else "the derived entry"
-        last = number == len(part.chain) - 1
-        shared = part.step.head and not part.step.across and not gradient.of.endswith("_l")
-        if shared and not last:  # a gain the heads share: the chain rule is one head's, the
-            # derived entry the sum over the heads (a step that reads every head sums them)
-            equation = sp.Eq(equation.lhs, sp.Sum(equation.rhs, (L.ell, 1, L.h)), evaluate=False)
         for _, lhs, rhs in _cells(equation, shape, values):
             printed = values.at(rhs)
             expected = term.get(lhs)

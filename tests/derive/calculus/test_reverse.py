@@ -133,3 +133,24 @@ def test_no_gradient_is_typed_in():
         }
         built = names & {"MatMul", "Transpose", "HadamardProduct", "OneMatrix"}
         assert not built or relative in allowed, (relative, built)
+
+
+@pytest.mark.parametrize(
+    ("name", "output"),
+    [("gqa+sinks", "dZeta"), ("gqa+qk-norm", "dG_q"), ("gqa+qk-norm", "dG_k")],
+)
+def test_a_gradient_the_heads_share_sums_every_head_in_every_equation(name, output):
+    """ζ̄_{1,ℓ} and the gains' ḡ_j gather what every head sends back: each equation of the
+    chain, not only the last, sums over the heads, and reads no index its left side lacks."""
+    (gradient,) = [g for g in derive.backward_steps(name) if g.output == output]
+    sizes = {L.n, L.c, L.c_h, L.h, L.g, L.d, L.eps}
+    for part in gradient.contributions:
+        *before, _ = part.chain  # the last: the deltas summed out (ζ: head ℓ's own term)
+        for equation in before:
+            free = (
+                equation.rhs.free_symbols
+                - sizes
+                - {s for s in equation.rhs.free_symbols if not s.is_integer}
+            )
+            assert free <= equation.lhs.free_symbols, (equation, free)
+            assert L.h in equation.rhs.free_symbols  # summed over the h heads
