@@ -60,6 +60,16 @@ def test_the_declared_variant_is_the_example_files():
     assert "derive check --variant docs/examples/sigmoid_attention.py:SIGMOID" in guide
 
 
+def test_the_count_of_pairs_that_combine_is_the_registry_s():
+    from derive.graph.entries import BUILT_IN
+    from derive.graph.registry import compatibility
+
+    pairs = compatibility(tuple(found.name for found in BUILT_IN))
+    combine = sum(1 for why in pairs.values() if not why)
+    said = re.search(r"(\d+) of the (\d+) pairs of built-in variants combine", README)
+    assert said and (int(said[1]), int(said[2])) == (combine, len(pairs))
+
+
 def test_no_link_or_image_is_relative():
     """The README is also the package's description (its metadata, an index's page), where a
     relative link or image leads nowhere: files are named as paths instead."""

@@ -17,6 +17,8 @@ one add per term), the count of ``torch.utils.flop_counter``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import sympy as sp
 from sympy import Indexed, MatMul, MatrixExpr, MatrixSymbol, Sum, Transpose
 
@@ -25,10 +27,27 @@ from ..notation import Diag, Entries
 from ..notation import letters as L
 from .forward import Step, steps
 
-__all__ = ["operation_count", "flop_count", "step_flops", "Product"]
+__all__ = ["operation_count", "flop_count", "step_flops", "decode_flops", "Product"]
 
 #: What one part of a step costs: (matrix products, their FLOPs, transposes).
 Product = tuple[sp.Expr, sp.Expr, sp.Expr]
+
+#: What an (a × b) by (b × e) product costs, from (a, b, e).
+Cost = Callable[[sp.Expr, sp.Expr, sp.Expr], sp.Expr]
+
+
+def _flops(rows: sp.Expr, inner: sp.Expr, cols: sp.Expr) -> sp.Expr:
+    """2abe: one multiply and one add per term."""
+    return 2 * rows * inner * cols
+
+
+def _one_row(rows: sp.Expr, inner: sp.Expr, cols: sp.Expr) -> sp.Expr:
+    """The product for one new token of a cache of m: its one row (the rows n of the
+    product are the tokens), every other n the m keys it reads."""
+    return _flops(
+        sp.sympify(rows).xreplace({L.n: 1}),
+        *(sp.sympify(x).xreplace({L.n: L.m}) for x in (inner, cols)),
+    )
 
 
 def _matrices(product: MatMul) -> list[MatrixExpr]:
@@ -44,7 +63,7 @@ def _matrices(product: MatMul) -> list[MatrixExpr]:
     ]
 
 
-def _form_products(form: sp.Basic) -> list[Product]:
+def _form_products(form: sp.Basic, cost: Cost = _flops) -> list[Product]:
     """The matrix products of a matrix form (each distinct sub-expression once) and its
     transposes (as products of no FLOPs)."""
     found: list[Product] = []
@@ -57,7 +76,7 @@ def _form_products(form: sp.Basic) -> list[Product]:
         if isinstance(expr, MatMul) and len(factors := _matrices(expr)) > 1:
             rows = factors[0].shape[0]  # a number times a matrix (μ Δ) is no product
             for left, right in zip(factors, factors[1:], strict=False):
-                found.append((sp.S.One, 2 * rows * left.shape[1] * right.shape[1], sp.S.Zero))
+                found.append((sp.S.One, cost(rows, left.shape[1], right.shape[1]), sp.S.Zero))
         elif isinstance(expr, Transpose):
             found.append((sp.S.Zero, sp.S.Zero, sp.S.One))
         for arg in expr.args:
@@ -74,7 +93,7 @@ def _of_head(entry: Indexed, k: sp.Symbol) -> bool:
     return len(entry.indices) == 3 and entry.indices[0] == k
 
 
-def _entry_products(step: Step) -> list[Product]:
+def _entry_products(step: Step, cost: Cost = _flops) -> list[Product]:
     """The matrix products in a step's element (see the module docstring)."""
     shapes, found, seen = step.shapes, [], set()
     rows, cols = shapes[step.output]
@@ -100,16 +119,16 @@ def _entry_products(step: Step) -> list[Product]:
         seen.add(orientation)
         (_, first), (_, second) = orientation
         transposes = sp.Integer(int(first == 0) + int(second == 1))  # Y Z: y_{a,k} z_{k,b}
-        found.append((sp.S.One, 2 * rows * cols * (high - low + 1), transposes))
+        found.append((sp.S.One, cost(rows, high - low + 1, cols), transposes))
     return found
 
 
-def _products(step: Step) -> list[Product]:
+def _products(step: Step, cost: Cost = _flops) -> list[Product]:
     """The products of one step, each as often as the step is computed (h times per head)."""
     if step.matrix is None:  # a constant: a pattern of numbers
         return []
     form = step.matrix.rhs
-    found = _entry_products(step) if isinstance(form, Entries) else _form_products(form)
+    found = _entry_products(step, cost) if isinstance(form, Entries) else _form_products(form, cost)
     times = L.h if step.head else sp.S.One
     return [tuple(times * part for part in product) for product in found]
 
@@ -131,6 +150,14 @@ def operation_count(graph: Graph) -> dict[str, int | sp.Expr]:
 def flop_count(graph: Graph) -> sp.Expr:
     """FLOPs of the graph's matrix products, in n, d, c (and h)."""
     total = sp.Add(*[flops for step in steps(graph) for _, flops, _ in _products(step)])
+    return _relations(graph, total)
+
+
+def decode_flops(graph: Graph) -> sp.Expr:
+    """FLOPs of one new token generated with a cache of the m tokens before it: each product
+    of the graph for that token's one row (its query, its own key and value, its row of scores
+    against the m keys, its context row), every other n read as the m cached keys."""
+    total = sp.Add(*[flops for step in steps(graph) for _, flops, _ in _products(step, _one_row)])
     return _relations(graph, total)
 
 

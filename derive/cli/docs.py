@@ -51,7 +51,11 @@ def generate_docs(*, pdf: bool = True, progress: Progress = _quiet) -> dict[str,
     from ..render.explanations import explanation_pages
     from ..render.glossary import glossary_markdown
     from ..render.mistakes_page import mistakes_markdown
-    from ..render.variants_page import variants_markdown
+    from ..render.variants_page import (
+        COMPATIBILITY_FIGURE,
+        compatibility_figure,
+        variants_markdown,
+    )
     from .reference import cli_markdown
 
     example = example_for(DOCS_OPTIONS)
@@ -72,6 +76,7 @@ def generate_docs(*, pdf: bool = True, progress: Progress = _quiet) -> dict[str,
     files = {
         "glossary.md": glossary_markdown().encode("utf-8"),
         "variants.md": variants_markdown().encode("utf-8"),
+        COMPATIBILITY_FIGURE: compatibility_figure().encode("utf-8"),
         "mistakes.md": mistakes_markdown(LINEAR_MISTAKES).encode("utf-8"),
         "reference/cli.md": cli_markdown().encode("utf-8"),
         "derivation.tex": tex.encode("utf-8"),

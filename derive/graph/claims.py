@@ -14,6 +14,7 @@ the words between the assumptions and the derivation), keyword-only.
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 
 import sympy as sp
@@ -96,11 +97,9 @@ class CacheSize(Presented):
 
 @dataclass(frozen=True)
 class DecodeCost(Presented):
-    """FLOPs of one new token: `attend` (its row against a cache of m rows) plus `append` (its
-    own key and value), against recomputing the whole graph at length m."""
-
-    attend: Graph
-    append: Graph
+    """FLOPs of one new token (its query, key and value, its row against a cache of m rows),
+    against recomputing the whole graph at length m: counted on the graph the claim is proved
+    on, so that a combination (a cache of grouped keys, a gate) counts what it computes."""
 
 
 @dataclass(frozen=True)
@@ -223,7 +222,10 @@ class RowsSumToOne(Presented):
 
 @dataclass(frozen=True)
 class RowsSumWithSink(Presented):
-    """Σ_p a_{m,p} = 1 − the sink's weight < 1: an attention sink takes the rest of a row."""
+    """Σ_p a_{m,p} = 1 − the sink's weight < 1: an attention sink takes the rest of a row. In
+    a combination it stands for every part's `RowsSumToOne` (what the rows sum to changes)."""
+
+    supersedes: typing.ClassVar[tuple[type, ...]] = (RowsSumToOne,)
 
 
 @dataclass(frozen=True)

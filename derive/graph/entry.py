@@ -51,9 +51,10 @@ class Entry:
     def __repr__(self) -> str:
         """Short, at a prompt: its name, title, steps and claims (``derive variants --show
         NAME`` prints the whole)."""
-        steps, inputs = len(self.graph.declarations), ", ".join(self.graph.inputs)
+        steps, inputs = len(self.graph.declarations), len(self.graph.inputs)
+        title = self.title if len(self.title) <= 80 else self.title[:79] + "…"
         return (
-            f"Entry({self.name!r}: {self.title}; {steps} steps from {inputs}, "
+            f"Entry({self.name!r}: {title}; {steps} steps from {inputs} inputs, "
             f"{len(self.claims)} claim{'' if len(self.claims) == 1 else 's'})"
         )
 

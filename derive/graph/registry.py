@@ -22,8 +22,11 @@ from __future__ import annotations
 import difflib
 import functools
 import typing
+from dataclasses import replace
 
-from .claims import Claim
+import sympy as sp
+
+from .claims import Bound, Claim, Equality
 from .declaration import Graph
 from .entry import Entry, Stage
 from .errors import DeclarationError, DerivationError
@@ -43,6 +46,7 @@ __all__ = [
     "declared",
     "registered",
     "unregister_variant",
+    "compatibility",
 ]
 
 #: The entry every other builds on.
@@ -196,9 +200,9 @@ def _said(error: Exception) -> str:
     return text[1:-1] if isinstance(error, KeyError) and text.startswith(("'", '"')) else text
 
 
-def _stage(found: Variant, names: frozenset[str]) -> Stage:
+def _stage(found: Variant, names: frozenset[str], dropped: frozenset[str] = frozenset()) -> Stage:
     ranked = {v.name for v in _ranked(names) if v.rank <= found.rank}
-    upto = frozenset(ranked | _chain(found.name))
+    upto = frozenset(ranked | _chain(found.name)) - dropped
     before = upto - {found.name}
     graph = graph_of(upto)
     return Stage(found, graph, graph_of(before) if before else graph)
@@ -241,29 +245,110 @@ def variant(name: str) -> Entry:
 def _resolve(name: str) -> Entry:
     parts = tuple(_lookup(part) for part in name.split("+"))
     if len(parts) > 1:
-        alone = [p.name for p in parts if not p.combines]
+        alone = [p for p in parts if p.alone]
         if alone:
-            joining = sorted(v for v in variants() if _lookup(v).combines)
-            raise ValueError(
-                f"{name}: {', '.join(alone)} does not combine; only {', '.join(joining)} combine"
-            )
-    names = frozenset().union(*(_chain(p.name) for p in parts))
+            said = "; ".join(f"{p.name} joins no other variant: {p.alone}" for p in alone)
+            raise ValueError(f"{name}: {said}")
+    dropped = _dropped(name, parts)
+    names = frozenset().union(*(_chain(p.name) for p in parts)) - dropped
     chain = _ranked(names)
     graph = graph_of(names)
     bases = frozenset().union(*(_chain(p.base) for p in parts if p.base is not None))
-    bases -= {p.name for p in parts}
+    bases -= {p.name for p in parts} | dropped
     base = graph_of(bases) if bases else None
     claims: list[tuple[Claim, Stage]] = []
     for part in parts:  # a claim two parts make is proved once, at the later one's stage
-        stage = _stage(part, names)
+        stage = _stage(part, names, dropped)
         seen = [claim for claim, _ in claims]
         claims = [(c, stage if c in part.claims else at) for c, at in claims]
         claims += [(c, stage) for c in part.claims if c not in seen]
+    claims = [(_followed(claim, stage), stage) for claim, stage in claims]
+    claims = _superseded_out(claims)
     single = parts[0] if len(parts) == 1 else None
     text = single.paragraphs if single else tuple(x for p in parts for x in p.paragraphs)
     figures = tuple(dict.fromkeys(f for p in parts for f in p.document.figures))
     document = single.document if single else Document(figures=figures)
     return Entry(name, _title(parts), text, parts, chain, graph, base, tuple(claims), document)
+
+
+def _followed(claim: Claim, stage: Stage) -> Claim:
+    """A claim written for its variant alone, about what the variant's steps read (ALiBi's
+    bias, ω_b − ω̃), restated for a combination where a step of another part comes between
+    (ALiBi after softcapping reads the capped scores: ω_b − ω_cap). The entries of the matrix
+    a step of the variant's own (an output its base has not) reads alone are those of the
+    matrix the same step reads here."""
+    if not isinstance(claim, Equality | Bound):
+        return claim
+    names = _chain(stage.variant.name)
+    alone = graph_of(names)
+    under = names - {stage.variant.name}
+    before = graph_of(under) if under else None
+    moved: dict[sp.Basic, sp.Basic] = {}
+    for step in alone.declarations:  # the steps of its own: outputs its base has not
+        there = stage.graph.producer(step.output) or stage.graph.producer(f"{step.output}_l")
+        if there is None or (before is not None and before.producer(step.output) is not None):
+            continue
+        ours, theirs = _bases(step), _bases(there)
+        if len(ours - theirs) == 1 and len(theirs - ours) == 1:
+            moved[(ours - theirs).pop()] = (theirs - ours).pop()
+    if not moved:
+        return claim
+    if isinstance(claim, Equality):
+        return replace(claim, lhs=claim.lhs.xreplace(moved), rhs=claim.rhs.xreplace(moved))
+    return replace(
+        claim, smaller=claim.smaller.xreplace(moved), larger=claim.larger.xreplace(moved)
+    )
+
+
+def _bases(step) -> set[sp.Basic]:
+    """The matrices a step's formula reads, as SymPy's bases."""
+    return {e.base for e in step.element.rhs.atoms(sp.Indexed)}
+
+
+def _dropped(name: str, parts: tuple[Variant, ...]) -> frozenset[str]:
+    """The variants the parts take out of the combination's chains (`Variant.drops`); a
+    ValueError where one of them is named as a part."""
+    dropped = frozenset(x for p in parts for x in p.drops)
+    for part in parts:  # a variant of claims about its base alone (the cache) has no base left
+        if part.build is None and part.base in dropped:
+            (taker,) = [p for p in parts if part.base in p.drops][:1]
+            raise ValueError(
+                f"{name}: {part.name} declares no step, only what holds of {part.base}, which "
+                f"{taker.name} takes out (the queries and the keys are two sequences)"
+            )
+    named = [p.name for p in parts if p.name in dropped]
+    if named:
+        (taker,) = [p for p in parts if named[0] in p.drops][:1]
+        raise ValueError(
+            f"{name}: {taker.name} takes {named[0]} out of what it joins ({taker.title.lower()}: "
+            f"the queries and the keys are two sequences, no position compares them); name "
+            f"{taker.name} without {named[0]}"
+        )
+    return dropped
+
+
+def _superseded_out(claims: list[tuple[Claim, Stage]]) -> list[tuple[Claim, Stage]]:
+    """The claims of a combination less those another part's claim restates for the whole (a
+    claim's class names those it `supersedes`: with sinks, the rows sum to less than one, so
+    the sink's claim stands for every part's "the rows sum to one")."""
+    kinds = tuple(k for claim, _ in claims for k in getattr(claim, "supersedes", ()))
+    return [(claim, stage) for claim, stage in claims if not (kinds and isinstance(claim, kinds))]
+
+
+def compatibility(names: tuple[str, ...] | None = None) -> dict[tuple[str, str], str]:
+    """Every pair of the variants `names` (default: the built-in ones, in the registry's
+    order), each once: "" where ``variant("a+b")`` resolves, else why it is refused (the rule,
+    and the step or variant that collides)."""
+    names = tuple(_built_in()) if names is None else names
+    found: dict[tuple[str, str], str] = {}
+    for i, first in enumerate(names):
+        for second in names[i + 1 :]:
+            try:
+                variant(f"{first}+{second}")
+                found[first, second] = ""
+            except (ValueError, DeclarationError) as error:
+                found[first, second] = str(error)
+    return found
 
 
 def entry_name(name: str | None = None, *, causal: bool = False, heads: int = 1) -> str:

@@ -110,7 +110,11 @@ class Variant:
             classes, a written-out backward pass); `options`, what it adds to the twins of the
             variants it is combined with (``causal=True``).
         rank: where it goes in a combination (applied in increasing rank).
-        combines: False for a variant that is its own graph and joins no other.
+        alone: why it joins no other variant, where it does not (the step it replaces and
+            what is derived for that graph alone: "" for a variant that combines).
+        drops: variants it takes out of a combination's chains (cross-attention takes out
+            causal attention, on which GQA and QK-norm are declared: a query's position and a
+            key's are in two sequences); naming one of them beside it is refused.
         document: how its document reads (`Document`).
         notation: the letters its steps introduce (`derive.notation.letters.Letter`, each
             registered where it is declared) and the other symbols it names (`Name`): what the
@@ -131,7 +135,8 @@ class Variant:
     also: tuple[Twin | ModuleTwin | GradientTwin | StateTwin, ...] = ()
     options: tuple[tuple[str, object], ...] = ()
     rank: int = 100
-    combines: bool = True
+    alone: str = ""
+    drops: tuple[str, ...] = ()
     short: str = ""
     document: Document = Document()
     notation: tuple[Letter | Name, ...] = ()

@@ -28,7 +28,8 @@ from dataclasses import replace
 import sympy as sp
 from sympy import Eq, Sum
 
-from ..calculus import flop_count, step_flops, under_ranges
+from ..calculus import flop_count, under_ranges
+from ..calculus.counts import decode_flops
 from ..calculus.indices import decide
 from ..graph import Graph, variant
 from ..graph.claims import (
@@ -158,12 +159,15 @@ def reads_rows_before(graph: Graph, letter: str = "C") -> bool:
 
 
 def _reads_rows(graph: Graph, claim: ReadsRows) -> Fact:
-    context = graph.step(claim.letter)
     weights, sources = weights_element(graph)
+    context = graph.step(claim.letter)
+    if sources[0] not in context.inputs:  # with heads, each head's context reads the weights
+        context = next(s for s in graph.declarations if sources[0] in s.inputs)
+    free = graph.step(sources[0]).element.lhs.indices  # (m, p), or (ℓ, m, p) for a head
     a = L.base("a")
     composed = context.element.rhs.replace(
         lambda e: isinstance(e, sp.Indexed) and e.base == a,
-        lambda e: weights.xreplace(dict(zip((L.m, L.p), e.indices, strict=True))),
+        lambda e: weights.xreplace(dict(zip(free, e.indices, strict=True))),
     )
     decided = under_ranges(composed, _RANGES)
     limits = [limit for s in decided.atoms(Sum) for limit in s.limits]
@@ -185,18 +189,39 @@ def _cache_size(graph: Graph, claim: CacheSize) -> Fact:
     shapes = graph.shapes
     counted = sp.Add(*[shapes[letter][0] * shapes[letter][1] for letter in claim.letters])
     lhs = ENTRIES(*[sp.Symbol(L.MATRIX_LATEX[letter]) for letter in claim.letters])
+    kept = _rows_read_last(graph)
+    lines = (Eq(lhs, counted, evaluate=False),)
+    if kept != L.n:  # a window: the last token reads (and the cache keeps) fewer than n rows
+        lines += (Eq(lhs, sp.factor(counted.xreplace({L.n: kept})), evaluate=False),)
     return Fact(
         "cache_size",
         "What the cache holds",
-        (Eq(lhs, counted, evaluate=False),),
-        Eq(lhs, counted, evaluate=False),
+        lines,
+        lines[-1],
         claim.letters,
-        "the entries of the cached matrices, from their declared shapes",
+        "the entries of the cached matrices, from their declared shapes, kept for the rows "
+        "the last of n tokens reads (its sums' ranges, derived)",
     )
 
 
+def _rows_read_last(graph: Graph) -> sp.Expr:
+    """How many rows of the keys and values the last of n tokens reads: n − L(n) + 1, L(m) the
+    lowest key of row m's sums as `ReadsRows` derives them (min(n, w) with a window of w);
+    n where they cannot be read."""
+    try:
+        fact = _reads_rows(graph, ReadsRows("C"))
+    except (ValueError, KeyError, StopIteration):
+        return L.n
+    lows = {low for s in fact.claim.rhs.atoms(Sum) for v, low, _ in s.limits if v in (L.p, L.r)}
+    if len(lows) != 1:
+        return L.n
+    low = lows.pop().xreplace({L.m: L.n})
+    lowest = low.args if isinstance(low, sp.Max) else (low,)  # n + 1 − max(a, b) = min(…)
+    return sp.Min(*(sp.expand(L.n - x + 1) for x in lowest))
+
+
 def _decode_cost(graph: Graph, claim: DecodeCost) -> Fact:
-    one = flop_count(claim.attend) + step_flops(claim.append)
+    one = decode_flops(graph)
     full = flop_count(graph).xreplace({L.n: L.m})
     token, whole = FLOPS(sp.Symbol(r"\text{one token}")), FLOPS(sp.Symbol(r"\text{recomputed}"))
     lines = (Eq(token, sp.expand(one), evaluate=False), Eq(whole, full, evaluate=False))

@@ -175,7 +175,7 @@ def _per_head_rows() -> dict[str, tuple[sp.Expr, sp.Expr]]:
     multi-head attention declares them (an entry alone has one head, 1 × 1)."""
     found = {}
     for entry in _built_in():
-        if entry.combines and entry.name != "multi-head":
+        if not entry.alone and entry.name != "multi-head":
             graph = variant(f"multi-head+{entry.name}").graph
             found |= {letter: shape for letter, shape in graph.shapes.items() if shape == (1, L.h)}
     return found

@@ -82,7 +82,10 @@ CLAIM_TEXT = {
         "row is what a decoding step computes from the new token's query and the cached rows, "
         "so decoding with a cache gives the rows of causal attention, one at a time."
     ),
-    "cache_size": "The cache holds the keys and values of every token, per head and per layer:",
+    "cache_size": (
+        "The cache holds the keys and values of the tokens a new token can still read, "
+        "per layer (every token, or the last $w$ with a window):"
+    ),
     "decode_cost": (
         "One new token costs its own projections and one row of scores and of context against "
         "the $m$ cached rows; recomputing everything at length $m$ costs the whole mechanism:"

@@ -25,6 +25,7 @@ __all__ = [
     "saturation_svg",
     "qk_norm_svg",
     "rounding_svg",
+    "compatibility_svg",
 ]
 
 #: viridis at 0, 1/4, 1/2, 3/4, 1 (the colour map of the PNG heatmap).
@@ -337,3 +338,47 @@ FIGURES = {
 def figure(name: str) -> Svg:
     """One of an entry's figures (`FIGURES`) as an object a notebook shows."""
     return Svg(name.replace("-", " "), FIGURES[name]())
+
+
+def compatibility_svg(names: tuple[str, ...], pairs: dict[tuple[str, str], str]) -> str:
+    """The variants against each other: a filled cell where the two combine, an outlined one
+    where they are refused, the reason in the cell's tooltip (its <title>)."""
+    cell, left, top = 14, 118, 118
+    size = len(names)
+    width, height = left + size * cell + 80, top + size * cell + 52
+    body = []
+    for k, name in enumerate(names):
+        y = top + k * cell + cell - 3
+        body.append(_text(left - 4, y, name, "end"))
+        x = left + k * cell + cell - 3
+        body.append(
+            _text(x, top - 4, name, "start", f' transform="rotate(-60 {_n(x)} {_n(top - 4)})"')
+        )
+    for i, first in enumerate(names):
+        for j, second in enumerate(names):
+            if i == j:
+                continue
+            why = pairs.get((first, second), pairs.get((second, first)))
+            if why is None:
+                continue
+            x, y = left + j * cell, top + i * cell
+            said = f"{first} + {second}: " + (why or "they combine")
+            shape = (
+                f'<rect x="{_n(x + 1)}" y="{_n(y + 1)}" width="{cell - 2}" height="{cell - 2}" '
+                + (
+                    f'fill="{colour(0.75)}"'
+                    if not why
+                    else 'fill="none" stroke="currentColor" stroke-opacity="0.35"'
+                )
+                + f"><title>{html.escape(said)}</title></rect>"
+            )
+            body.append(shape)
+    combine = sum(1 for why in pairs.values() if not why)
+    legend_y = top + size * cell + 24
+    body.append(
+        _text(left, legend_y, f"filled: the two combine ({combine} of {len(pairs)})", "start")
+    )
+    body.append(
+        _text(left, legend_y + 16, "outlined: refused (the rule: the cell's tooltip)", "start")
+    )
+    return _svg("Which registered variants combine", width, height, [f"<g {FONT}>", *body, "</g>"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..graph import variant
 from ..notation import latex
 
-__all__ = ["variants_markdown"]
+__all__ = ["variants_markdown", "compatibility_figure", "COMPATIBILITY_FIGURE"]
 
 
 def _cell(text: str) -> str:
@@ -84,4 +84,49 @@ def variants_markdown() -> str:
             _models(found.name, MODELS),
         )
         lines.append("| " + " | ".join(_cell(cell) for cell in row) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *_combinations()]) + "\n"
+
+
+#: Where docs/variants.md finds the picture of which variants combine (`compatibility_svg`).
+COMPATIBILITY_FIGURE = "figures/compatibility.svg"
+
+
+def compatibility_figure() -> str:
+    """The picture of which built-in variants combine (docs/figures/compatibility.svg)."""
+    from ..graph.registry import compatibility, variants
+    from .svg import compatibility_svg
+
+    names = tuple(v for v in variants() if v in _built_in_names())
+    return compatibility_svg(names, compatibility(names))
+
+
+def _built_in_names() -> set[str]:
+    from ..graph.entries import BUILT_IN
+
+    return {found.name for found in BUILT_IN}
+
+
+def _combinations() -> list[str]:
+    """The section on pairs: how many combine, the picture, and each refusal with its rule."""
+    from ..graph.entries import BUILT_IN
+    from ..graph.registry import compatibility
+
+    pairs = compatibility(tuple(found.name for found in BUILT_IN))
+    refused = {pair: why for pair, why in pairs.items() if why}
+    lines = [
+        "",
+        "## Which variants combine",
+        "",
+        f"Of the {len(pairs)} pairs of built-in variants, {len(pairs) - len(refused)} combine "
+        f"(`derive latex --variant A --variant B`); {len(refused)} are refused, each with the "
+        "rule that refuses it and the step that collides. A variant is applied in the order of "
+        "its rank, on the graph the others built; whether two combine follows from what their "
+        "declarations do to that graph.",
+        "",
+        f"![Which variants combine: a filled cell where two combine]({COMPATIBILITY_FIGURE})",
+        "",
+        "| pair | why it is refused |",
+        "|---|---|",
+    ]
+    lines += [f"| `{a}+{b}` | {_cell(why)} |" for (a, b), why in refused.items()]
+    return lines

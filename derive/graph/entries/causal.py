@@ -8,7 +8,9 @@ variants it joins.
 
 from __future__ import annotations
 
-from dataclasses import replace
+import importlib
+import typing
+from dataclasses import dataclass, replace
 
 import sympy as sp
 from sympy import Eq
@@ -18,7 +20,7 @@ from ...notation.letters import Letter, register_letter
 from .. import attention as S
 from ..claims import RowsSumToOne
 from ..declaration import Declaration, Graph
-from ..twins import ModuleTwin
+from ..twins import ModuleTwin, StepTwin
 from ..variant import Document, Variant
 
 #: The mask, 0 or −∞, and the scores it masks (causal and masked attention).
@@ -126,10 +128,67 @@ def _reads_mask(step: Declaration) -> bool:
 
 
 def with_pattern(graph: Graph, mask: Declaration) -> Graph:
-    """`graph` with `mask` in place of its mask's pattern: M, or M̊ where a given M joins it."""
-    if graph.producer("M_fixed") is not None:
-        return graph.with_step(fixed_pattern(mask))
-    return graph.with_step(mask)
+    """`graph` with `mask` in its mask's pattern (M, or M̊ where a given M joins it): in place of
+    the causal mask, which every pattern keeps (p ≤ m); with another pattern, both (a window cut
+    at the chunks' borders: a key is read where each allows it)."""
+    letter = "M_fixed" if graph.producer("M_fixed") is not None else "M"
+    existing = graph.producer(letter)
+    if existing is None:
+        raise ValueError(
+            f"{mask.title[0].lower()}{mask.title[1:]} cuts the causal mask, which {graph.name} "
+            "does not have"
+        )
+    if existing.name != S.causal_mask().name:
+        mask = both_patterns(existing, mask)
+    return graph.with_step(fixed_pattern(mask) if letter == "M_fixed" else mask)
+
+
+def both_patterns(first: Declaration, second: Declaration) -> Declaration:
+    """One mask of two patterns: 0 where both allow the key, −∞ elsewhere; its twin the two
+    twins' masks, True where both are."""
+    allowed = sp.And(*(_allowed(step) for step in (first, second)))
+    rhs = sp.Piecewise((0, allowed), (-sp.oo, True))
+    twins = tuple(typing.cast(StepTwin, step.twin) for step in (first, second))
+    title = f"{first.title} and {second.title[0].lower()}{second.title[1:]}"
+    return replace(
+        second,
+        name=f"{first.name}_and_{second.name}",
+        title=title,
+        element=Eq(L.base("mask")[L.m, L.p], rhs, evaluate=False),
+        twin=StepTwin(
+            BothMasks(twins), (), tuple(dict.fromkeys(o for t in twins for o in t.options))
+        ),
+        requires=tuple(dict.fromkeys((*first.requires, *second.requires))),
+    )
+
+
+def _allowed(step: Declaration) -> sp.Basic:
+    """Where a pattern's mask is 0: the condition of its first piece."""
+    (value, condition), _ = step.element.rhs.args
+    if value != 0:
+        raise ValueError(f"{step.title} is not 0 where a key is allowed and −∞ elsewhere")
+    return condition
+
+
+@dataclass(frozen=True)
+class BothMasks:
+    """The twin of `both_patterns`: each pattern's twin called with its own options, True where
+    both masks are."""
+
+    twins: tuple[StepTwin, ...]
+
+    def __call__(self, **options: object) -> typing.Any:
+        masks = []
+        for twin in self.twins:
+            function = twin.function
+            if isinstance(function, str):
+                module, _, name = function.rpartition(".")
+                function = getattr(importlib.import_module(module), name)
+            masks.append(function(**{key: options[key] for key, _ in twin.options}))
+        first, *rest = masks
+        for mask in rest:
+            first = first & mask
+        return first
 
 
 def with_mask(graph: Graph, mask: Declaration | None, name: str) -> Graph:

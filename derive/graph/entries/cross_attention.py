@@ -4,11 +4,16 @@ and s keys instead of n. Its twin: `attention.functional.cross_attention`."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import sympy as sp
+from sympy import Eq
+
 from ...notation import letters as L
 from ...notation.letters import Letter, register_letter
 from .. import attention as S
 from ..claims import BEFORE, RowsSumToOne, SameAs
-from ..declaration import Graph
+from ..declaration import Declaration, Graph
 from ..sizes import AtLeast, Size
 from ..twins import Twin
 from ..variant import Variant
@@ -30,18 +35,69 @@ __all__ = ["VARIANT", "CROSS", "cross_attention"]
 CROSS = S.Dims(queries=L.n, keys=L.s, width=L.d, source_width=L.d_y, source="y")
 
 
-def cross_attention(_: Graph | None = None) -> Graph:
-    """Queries from X (n × d), keys and values from Y (s × d_y)."""
-    steps = (
-        S.projection("q", CROSS),
-        S.projection("k", CROSS),
-        S.projection("v", CROSS),
-        S.scores(dims=CROSS),
-        S.scaled_scores(dims=CROSS),
-        S.weights(dims=CROSS),
-        S.context(dims=CROSS),
+def cross_attention(graph: Graph) -> Graph:
+    """`graph` reading its keys and values from Y (s × d_y): K and V projected from Y, every
+    step of the keys alone (a head's block, its norm) s rows long, every step of the queries
+    and the keys together (the scores, the weights, a given mask) s columns wide, and each
+    sum over the keys up to s. What reads the queries alone (RoPE's angles are the
+    queries' positions) or a pattern of positions (causal attention, a window) is refused:
+    the keys are another sequence."""
+    _refuse_positions(graph)
+    keys = {"K", "V"}
+    both: set[str] = set()
+    queries = {"Q"}
+    steps: list[Declaration] = []
+    for step in graph.declarations:
+        read = set(step.inputs)
+        if step.output in keys:
+            which = step.output.lower()
+            kv = graph.shapes[step.output][1]
+            steps.append(S.projection(which, replace(CROSS, kv_width=kv)))
+            continue
+        if read & (both | (keys if read & queries else set())):
+            both.add(step.output)
+        elif read & keys:
+            keys.add(step.output)
+        elif read & queries:
+            queries.add(step.output)
+        steps.append(_to_keys(step, keys, both))
+    return Graph(
+        graph.name.replace("self-attention", "cross-attention"), tuple(steps), graph.relations
     )
-    return Graph("cross-attention", steps)
+
+
+def _refuse_positions(graph: Graph) -> None:
+    """A step of positions alone (a mask's pattern, ALiBi's distances, RoPE's angles) reads a
+    query's position and a key's in one sequence: refused, naming it."""
+    for step in graph.declarations:
+        if step.constant:
+            raise ValueError(
+                f"{step.title[0].lower()}{step.title[1:]} ({step.output}): a pattern of the "
+                "queries' and the keys' positions in one sequence, and cross-attention's keys "
+                "are another sequence Y (a given mask of n × s is the masked variant)"
+            )
+
+
+def _to_keys(step: Declaration, keys: set[str], both: set[str]) -> Declaration:
+    """A step with s keys: its key-side matrices s rows long, its (query, key) matrices s
+    columns wide, its sums over the keys (p, r) up to s."""
+
+    def shape(letter: str, rows: sp.Expr, cols: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
+        if letter in keys:
+            return (L.s if rows == L.n else rows, cols)
+        if letter in both or letter == "M":
+            return (rows, L.s if cols == L.n else cols)
+        return (rows, cols)
+
+    shapes = {letter: shape(letter, *size) for letter, size in step.shapes.items()}
+    rhs = step.element.rhs.replace(
+        lambda e: isinstance(e, sp.Sum),
+        lambda e: sp.Sum(
+            e.function,
+            *((v, lo, L.s if v in (L.p, L.r) and hi == L.n else hi) for v, lo, hi in e.limits),
+        ),
+    )
+    return replace(step, element=Eq(step.element.lhs, rhs, evaluate=False), shapes=shapes)
 
 
 VARIANT = Variant(
@@ -67,7 +123,16 @@ VARIANT = Variant(
     ),
     draws=(AtLeast(L.s, 2, "with one key every weight is 1"),),
     twin=Twin("attention.functional.cross_attention", ("X", "Y", "W_q", "W_k", "W_v")),
-    rank=10,
-    combines=False,
+    also=(
+        Twin(
+            "attention.grouped.grouped_cross_attention",
+            ("X", "Y", "W_q", "W_k", "W_v", "W_o?"),
+            label="grouped cross-attention",
+        ),
+    ),
+    rank=85,
+    drops=(
+        "causal",
+    ),  # after every variant that changes the graph: its keys read Y wherever they are
     notation=(Y,),
 )

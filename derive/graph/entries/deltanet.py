@@ -162,7 +162,8 @@ DELTANET = Variant(
         ("X", "W_q", "W_k", "U_written"),
         label="recurrent read",
     ),
-    combines=False,
+    alone="its state's update (the delta rule) is derived for one head of causal linear "
+    "attention, in its recurrent, chunked and parallel forms",
     rank=6,
     short="DeltaNet",
     document=_DOCUMENT,
@@ -193,7 +194,8 @@ GATED_DELTANET = Variant(
         ("X", "W_q", "W_k", "U_written", "Gamma_decay"),
         label="parallel read",
     ),
-    combines=False,
+    alone="its state's update (the gated delta rule) is derived for one head of causal linear "
+    "attention, in its recurrent, chunked and parallel forms",
     rank=7,
     short="Gated DeltaNet",
     document=_DOCUMENT,

@@ -271,7 +271,9 @@ VARIANT = Variant(
             options=_BLOCKS,
         ),
     ),
-    combines=False,
+    alone="its facts (the online softmax over blocks of keys, the blocked backward pass, the "
+    "causal block skip and the streamed score rules of its own document) are derived for one "
+    "head of self-attention's softmax, not for the graph of another variant",
     document=Document(
         sections=("introduction", "steps", "facts", "figures", "explicit"),
         figures=("flash-rounding",),

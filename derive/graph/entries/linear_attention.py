@@ -133,7 +133,8 @@ VARIANT = Variant(
             label="parallel form",
         ),
     ),
-    combines=False,
+    alone="it replaces the softmax weights (A) by the causal scaled scores, and its "
+    "recurrent, chunked and parallel forms are derived for one head of that graph",
     rank=5,
     short="linear attention",
     document=Document(

@@ -129,6 +129,8 @@ VARIANT = Variant(
     ),
     twin=Twin("attention.latent.latent_attention", ("X", "W_q", "W_dkv", "W_uk", "W_uv", "W_o")),
     rank=20,
-    combines=False,
+    alone="it computes the keys and values (K, V) from a latent U and derives the absorbed "
+    "form for multi-head attention as declared; with another variant's steps between the "
+    "latent and the scores (RoPE: DeepSeek's decoupled keys) the absorption is not derived",
     notation=(U, W_DKV, W_UK, W_UV, *NAMES),
 )

@@ -181,7 +181,7 @@ BAD = [
     (["html", "--n", "17"], "argument --n: 17 is over the limit of 16"),
     (["html", "--c", "4", "--heads", "3"], "h=3 does not divide c=4"),
     (["html", "-o", "/nonexistent-folder/d.html"], "no such directory /nonexistent-folder"),
-    (["html", "--variant", "kv-cache", "--heads", "2"], "kv-cache does not combine"),
+    (["html", "--variant", "flash", "--heads", "2"], "flash joins no other variant"),
     (["html", "--variant", "qk-norm", "--variant", "l2-qk-norm"], "cannot be put into the graph"),
     (["latex", "--variant", "rope", "--example"], "rope has no worked example"),
     (["notebook", "--d", "0"], "argument --d: must be a positive integer, got 0"),
@@ -191,7 +191,7 @@ BAD = [
         "unknown variant 'nope'; did you mean 'rope'? known: self-attention",
     ),
     (["notebook", "--w", "2"], "self-attention has no size 'w' (w is a size of sliding-window)"),
-    (["latex", "--variant", "mla", "--variant", "rope"], "mla does not combine"),
+    (["latex", "--variant", "mla", "--variant", "rope"], "mla joins no other variant"),
     (
         ["latex", "--variant", "gqa", "--heads", "3", "--g", "2", "--c", "6"],
         "g=2 does not divide h=3 (each group serves h / g heads)",
@@ -205,7 +205,7 @@ BAD = [
         "RoPE rotates pairs of features: c=3 must be even",
     ),
     (["check", "--variant", "gqa", "--heads", "4", "--g", "3"], "g=3 does not divide h=4"),
-    (["check", "--variant", "kv-cache", "--heads", "2"], "kv-cache does not combine"),
+    (["check", "--variant", "flash", "--heads", "2"], "flash joins no other variant"),
 ]
 
 

@@ -43,8 +43,9 @@ def test_shared_steps_are_referenced_not_repeated():
 def test_variant_options_are_checked():
     with pytest.raises(ValueError, match=r"unknown variant 'nope'"):
         DocumentOptions(variant="nope")
-    with pytest.raises(ValueError, match=r"kv-cache does not combine"):
-        DocumentOptions(variant="kv-cache", heads=2)
+    with pytest.raises(ValueError, match=r"flash joins no other variant: its facts"):
+        DocumentOptions(variant="flash", heads=2)
+    assert DocumentOptions(variant="kv-cache", heads=2).entry.name == "multi-head+kv-cache"
     with pytest.raises(ValueError, match=r"kv-cache has no worked example"):
         DocumentOptions(variant="kv-cache", example=True)
     assert DocumentOptions(variant="kv-cache", causal=True).entry.name == "kv-cache"  # causal
