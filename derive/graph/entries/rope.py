@@ -208,8 +208,11 @@ VARIANT = Variant(
     "each key by angles proportional to its position, pair of features by pair of "
     "features, before the scores. The book's code pairs feature $j$ with feature "
     "$j + c/2$ of a width $c$ ($c_h$, each head's, where there are heads) and counts "
-    "positions from 0; the angles use the base $\\beta = 10\\,000$.",
-    base="causal",
+    "positions from 0; the angles use the base $\\beta = 10\\,000$. RoPE is declared on "
+    "self-attention as it is: an encoder (RoFormer, ModernBERT) rotates without a mask, a "
+    "decoder is causal attention with RoPE (`causal+rope`, and every variant on causal "
+    "attention: `gqa+rope` is Llama 3's).",
+    base="self-attention",
     build=with_rope,
     claims=(RowsSumToOne(), RelativePosition(), ZeroAngles(BEFORE)),
     parameters=(
