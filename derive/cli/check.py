@@ -15,7 +15,7 @@ from typing import TextIO
 
 from ..graph import DeclarationError, variant
 from .errors import EnvironmentProblem, UsageError
-from .parsing import PROG, add_sizes, add_variant, entry_of, given_sizes, integer
+from .parsing import PROG, add_sizes, add_variant, entry_of, given_sizes, integer, model_layer
 
 __all__ = ["add", "run", "run_check", "SEED_LIMIT"]
 
@@ -67,8 +67,19 @@ def run(args, progress=None) -> int:
 def run_check(args, out: TextIO | None = None) -> int:
     """Execute `derive check`; 0 when every step of every trial passes, 1 otherwise."""
     out = sys.stdout if out is None else out
-    entry = variant(entry_of(args))
+    layer = model_layer(
+        args, lambda message, always=False: print(f"{PROG}: {message}", file=sys.stderr)
+    )
+    entry = variant(entry_of(args, layer))
     given = given_sizes(args) | {k: getattr(args, k) for k in "ndc" if getattr(args, k)}
+    if layer is not None:  # the model's numbers; its sizes (h, g, a window) too large to check
+        sizes = {str(s.symbol) for v in entry.chain for s in v.sizes}
+        kept = {k: v for k, v in layer.values if k not in sizes}
+        given = kept | given
+        print(
+            f"{PROG} check: {layer.said()}; its parameters given, its sizes drawn small",
+            file=out,
+        )
     if args.heads > 1:
         given["h"] = args.heads
     try:

@@ -14,7 +14,15 @@ from pathlib import Path
 from ..render import DocumentOptions, html_document, latex_document, markdown_document
 from .errors import EnvironmentProblem, UsageError
 from .files import check_folder, check_output, write, write_files, write_stdout
-from .parsing import DEFAULT_SIZES, PROG, add_sizes, add_variant, entry_of, given_sizes
+from .parsing import (
+    DEFAULT_SIZES,
+    PROG,
+    add_sizes,
+    add_variant,
+    entry_of,
+    given_sizes,
+    model_layer,
+)
 
 __all__ = [
     "COMMANDS",
@@ -224,8 +232,9 @@ def _unused(variant: str, command: str) -> Path:
     return path
 
 
-def _options(args) -> DocumentOptions:
-    name = entry_of(args)
+def _options(args, progress: Progress | None = None) -> DocumentOptions:
+    layer = model_layer(args, progress)
+    name = entry_of(args, layer)
     given = {letter: getattr(args, letter) for letter in "ndc"}
     sizes: tuple[int, int, int] | None = None
     if any(value is not None for value in given.values()):
@@ -245,11 +254,12 @@ def _options(args) -> DocumentOptions:
     try:
         return DocumentOptions(
             sizes=sizes,
-            heads=args.heads,
+            heads=args.heads if layer is None else layer.heads,
             example=args.example,
             figures=figures,
             variant=name,
-            extra=tuple(given_sizes(args).items()),
+            extra=tuple(((dict(layer.values) if layer else {}) | given_sizes(args)).items()),
+            source="" if layer is None else layer.where(),
         )
     except ValueError as error:
         raise UsageError(f"{PROG} {args.command}: {error}") from None
@@ -261,7 +271,7 @@ def run(args, progress: Progress) -> int:
     check_output(args.output)
     if args.figures is not None and args.command not in INLINE_FIGURES:  # before any work
         check_folder(args.figures, "--figures")
-    options = _options(args)
+    options = _options(args, progress)
     if args.output is None and os.isatty(1):  # a page is not for a terminal: a file, named
         args.output = str(_unused(options.variant or "derivation", args.command))
         progress(f"no -o on a terminal: writing {args.output}", always=True)

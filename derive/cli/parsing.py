@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from fractions import Fraction
 
 from ..explicit import MAX_SIZE
-from ..graph import DeclarationError, declared, entry_name, load_variant, variants
+from ..graph import DeclarationError, declared, entry_name, load_variant, variant, variants
 from ..graph.errors import DerivationError
 from ..graph.registry import ROOT, registered
 from ..render.sections.common import UnprovedClaim
@@ -157,6 +157,26 @@ def add_variant(sub: argparse.ArgumentParser, what: str) -> None:
         "rope); --heads gives the heads of one that has them",
     )
     sub.add_argument(
+        "--model",
+        metavar="TYPE",
+        help="a transformers model type (gemma2, llama, qwen3): the attention it computes, as "
+        "the combination of variants the Hugging Face adapter of derive conform reads from a "
+        "layer built from its default config, with the config's values (needs transformers)",
+    )
+    sub.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a model's own config.json (no weights), read as --model reads a model type's",
+    )
+    sub.add_argument(
+        "--layer",
+        metavar="K",
+        type=integer(minimum=0),
+        default=0,
+        help="with --model or --config: which kind of attention layer (0, the first; a "
+        "model's local and global layers are two kinds)",
+    )
+    sub.add_argument(
         "--value",
         metavar="NAME=NUMBER",
         action="append",
@@ -231,9 +251,47 @@ def given_sizes(args) -> dict[str, object]:
     return found
 
 
-def entry_of(args) -> str:
+def model_layer(args, progress=None):
+    """The kind of attention layer ``--model`` or ``--config`` (and ``--layer``) names, as a
+    `derive.conformance.read.models.ModelLayer`; None where neither is given. The kinds the
+    model has are said on stderr where it has more than one."""
+    if not (getattr(args, "model", None) or getattr(args, "config", None)):
+        return None
+    if args.model and args.config:
+        raise UsageError(f"{PROG} {args.command}: give --model or --config, not both")
+    if args.variant:
+        raise UsageError(
+            f"{PROG} {args.command}: --model and --config name the variants (the model's); "
+            "drop --variant"
+        )
+    from ..conformance.read.models import ModelError, model_layers
+
+    try:
+        kinds = model_layers(model=args.model, config=args.config)
+    except ModelError as error:
+        raise UsageError(f"{PROG} {args.command}: {error}") from None
+    listed = "; ".join(f"{k}: {kind.path} ({kind.variant})" for k, kind in enumerate(kinds))
+    if args.layer >= len(kinds):
+        raise UsageError(
+            f"{PROG} {args.command}: --layer {args.layer}, but {kinds[0].model} has "
+            f"{len(kinds)} kind{'s' if len(kinds) > 1 else ''} of attention layer: {listed}"
+        )
+    if len(kinds) > 1 and progress is not None:
+        progress(
+            f"{len(kinds)} kinds of attention layer ({listed}); --layer {args.layer}", always=True
+        )
+    return kinds[args.layer]
+
+
+def entry_of(args, layer=None) -> str:
     """The entry the command line names: ``--variant`` (repeated: combined; a file's by its
-    NAME), ``--causal``, ``--heads``; a usage error naming what is wrong."""
+    NAME), ``--causal``, ``--heads``, or the model's `layer` (`model_layer`); a usage error
+    naming what is wrong."""
+    if layer is not None:
+        try:
+            return variant(layer.variant).name
+        except ValueError as error:
+            raise UsageError(f"{PROG} {args.command}: {layer.model}: {error}") from None
     try:
         names = [load_variant(spec).name for spec in (args.variant or [])]
         parts = [part for name in names for part in name.split("+")]

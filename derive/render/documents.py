@@ -68,6 +68,8 @@ class DocumentOptions:
         figures: the folder, relative to the document, that holds the figures (None: no figures).
         variant: the entry of the registry (None: self-attention), or a combination.
         extra: the entry's own sizes and parameters (``(("w", 3),)``); its defaults otherwise.
+        source: where `heads` and `extra` come from, where a model's config gave them
+            (``derive latex --model gemma2``): the document says so after its introduction.
     """
 
     sizes: tuple[int, int, int] | None = None
@@ -77,6 +79,7 @@ class DocumentOptions:
     figures: str | None = None
     variant: str | None = None
     extra: tuple[tuple[str, object], ...] = ()
+    source: str = ""
 
     def __post_init__(self) -> None:
         if self.sizes is not None:
@@ -89,7 +92,7 @@ class DocumentOptions:
         for name, value in self.extra:
             if name not in own:
                 raise ValueError(not_its_own(found, name))
-            if name in sizes:
+            if name in sizes and self.sizes is not None:  # explicit matrices: small sizes
                 check_size(name, value)
         check_given(found, dict(self.extra))  # each within its domain, the conditions they decide
         if self.example and "example" not in found.document.sections:
@@ -169,7 +172,7 @@ def document_blocks(
     declarations in place of the entry's."""
     entry = options.entry if graph is None else options.entry.with_graph(graph)
     sections = {
-        "introduction": lambda: I.introduction(entry),
+        "introduction": lambda: [*I.introduction(entry), *I.values_of(entry, options)],
         "shapes": lambda: I.shapes(entry),
         "steps": lambda: S.steps(entry),
         "facts": lambda: F.facts(entry),

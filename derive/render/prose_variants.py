@@ -13,6 +13,11 @@ VARIANT_NOTHING_NEW = (
 )
 
 VARIANT_SHAPES = "Its matrices of new shapes: {shapes}."
+MODEL_VALUES = (
+    "This is the attention of {source}, as the Hugging Face adapter of derive conform reads "
+    "the layer built from its config: the combination of variants derived here, with the "
+    "config's values {values}."
+)
 
 QK_NORM_FIGURE_TEXT = (
     "The bound does not depend on the scale of the inputs. Queries and keys whose components "

@@ -3,6 +3,8 @@ one, where the entry has no base; else those of new shapes)."""
 
 from __future__ import annotations
 
+import sympy as sp
+
 from ...graph import Entry
 from ...notation import latex
 from ...notation import letters as L
@@ -11,7 +13,7 @@ from .. import prose_variants as PV
 from ..blocks import Block, Heading, Prose, Table
 from .common import shape
 
-__all__ = ["introduction", "shapes"]
+__all__ = ["introduction", "shapes", "values_of"]
 
 
 def introduction(entry: Entry) -> list[Block]:
@@ -37,3 +39,17 @@ def shapes(entry: Entry) -> list[Block]:
         if entry.base.shapes.get(letter) != known[letter]
     )
     return [Prose(PV.VARIANT_SHAPES.format(shapes=new))] if new else []
+
+
+def values_of(entry: Entry, options) -> list[Block]:
+    """Where a model's config gave the document its values (`DocumentOptions.source`): which
+    model and layer, and each value by its symbol."""
+    if not options.source:
+        return []
+    symbols = {str(x.symbol): x.symbol for v in entry.chain for x in (*v.sizes, *v.parameters)}
+    given = dict(options.given)
+    said = ", ".join(
+        f"${latex(symbols.get(name, sp.Symbol(name)))} = {latex(sp.nsimplify(value))}$"
+        for name, value in given.items()
+    )
+    return [Prose(PV.MODEL_VALUES.format(source=options.source, values=said))]
