@@ -19,6 +19,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from ..explicit import MAX_SIZE
 from ..graph import DeclarationError, declared, entry_name, load_variant, variant, variants
@@ -26,6 +27,9 @@ from ..graph.errors import DerivationError
 from ..graph.registry import ROOT, registered
 from ..render.sections.common import UnprovedClaim
 from .errors import EnvironmentProblem, InternalFailure, UsageError
+
+if TYPE_CHECKING:
+    from ..conformance.read.models import ModelLayer
 
 __all__ = [
     "PROG",
@@ -251,7 +255,7 @@ def given_sizes(args) -> dict[str, object]:
     return found
 
 
-def model_layer(args, progress=None):
+def model_layer(args, progress=None) -> ModelLayer | None:
     """The kind of attention layer ``--model`` or ``--config`` (and ``--layer``) names, as a
     `derive.conformance.read.models.ModelLayer`; None where neither is given. The kinds the
     model has are said on stderr where it has more than one."""
@@ -280,10 +284,11 @@ def model_layer(args, progress=None):
         progress(
             f"{len(kinds)} kinds of attention layer ({listed}); --layer {args.layer}", always=True
         )
-    return kinds[args.layer]
+    chosen: int = args.layer
+    return kinds[chosen]
 
 
-def entry_of(args, layer=None) -> str:
+def entry_of(args, layer: ModelLayer | None = None) -> str:
     """The entry the command line names: ``--variant`` (repeated: combined; a file's by its
     NAME), ``--causal``, ``--heads``, or the model's `layer` (`model_layer`); a usage error
     naming what is wrong."""
