@@ -143,12 +143,35 @@ def test_the_variants_page_has_a_row_for_every_built_in_entry(generated):
     from derive.graph.entries import BUILT_IN
 
     page = generated["variants.md"].decode("utf-8")
-    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    table, pairs = page.split("## Which variants combine")
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
     assert [row.split("`")[1] for row in rows] == [found.name for found in BUILT_IN]
     gated = next(row for row in rows if row.startswith("| `gated-deltanet`"))
     assert "`linear-attention`" in gated and "`attention.linear.read_written`" in gated
     gqa = next(row for row in rows if row.startswith("| `gqa`"))
     assert "Llama 3" in gqa and "Qwen 3" in gqa
+
+
+def test_the_variants_page_pictures_which_pairs_combine_and_why_not(generated):
+    """Its section on pairs: the count, the picture (written beside it), and a row per refused
+    pair with the rule that refuses it, as the registry resolves them."""
+    from derive.graph.entries import BUILT_IN
+    from derive.graph.registry import compatibility
+
+    names = tuple(found.name for found in BUILT_IN)
+    pairs = compatibility(names)
+    refused = {f"{a}+{b}": why for (a, b), why in pairs.items() if why}
+    section = generated["variants.md"].decode("utf-8").split("## Which variants combine")[1]
+    assert (
+        f"Of the {len(pairs)} pairs of built-in variants, {len(pairs) - len(refused)} combine"
+        in section
+    )
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == list(refused)
+    picture = generated["figures/compatibility.svg"].decode("utf-8")
+    assert picture.count("<rect") == 2 * len(pairs)  # each pair twice, across the diagonal
+    assert picture.count('fill="none"') == 2 * len(refused)
+    assert "figures/compatibility.svg" in section
 
 
 def test_the_mistakes_page_shows_every_mistake_with_the_step_it_changes(generated):
