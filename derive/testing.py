@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from .conformance import ConformError, Report, Weights, conform, register_adapter
+from .conformance.read.layers import layer_kinds
 
 __all__ = [
     "assert_conforms",
@@ -47,53 +48,14 @@ def attention_layers(model: Any) -> dict[str, Any]:
     and global layers, its layers with and without RoPE, are two kinds); a hybrid model's
     linear-attention layers (Gated DeltaNet's) are a kind of their own. The layers an adapter
     recognises and refuses to read are `refused_layers`'."""
-    return _walk(model)[0]
+    return layer_kinds(model)[0]
 
 
 def refused_layers(model: Any) -> dict[str, str]:
     """The layers of `model` an adapter recognises and refuses to read (the Hugging Face
     adapter's refusals: BitNet's norm of the merged heads, a scale no variant declares, ...),
     each kind (class and reason) once, by the path of its first layer: path -> the reason."""
-    return _walk(model)[1]
-
-
-def _walk(model: Any) -> tuple[dict[str, Any], dict[str, str]]:
-    from .conformance.linear import recognised
-    from .conformance.read.registry import find_adapter
-
-    found: dict[str, Any] = {}
-    refused: dict[str, str] = {}
-    kinds: set = set()
-    inside: list[str] = []
-    for path, module in model.named_modules():
-        if any(path.startswith(prefix + ".") for prefix in inside):
-            continue
-        reader = recognised(module)  # a linear-attention layer: Gated DeltaNet's
-        if reader is not None:
-            inside.append(path)
-            if (type(module).__name__, reader.name) not in kinds:
-                kinds.add((type(module).__name__, reader.name))
-                found[path] = module
-            continue
-        try:
-            adapter = find_adapter(module)
-        except ConformError:  # not an attention layer any adapter recognises
-            continue
-        inside.append(path)
-        try:
-            weights = adapter.read(module)
-        except ConformError as error:  # recognised, and refused by name
-            kind = (type(module).__name__, str(error))
-            if kind not in kinds:
-                kinds.add(kind)
-                refused[path] = str(error)
-            continue
-        values = tuple(sorted((k, str(v)) for k, v in weights.values.items()))
-        kind = (type(module).__name__, adapter.name, weights.variants, values)
-        if kind not in kinds:
-            kinds.add(kind)
-            found[path] = module
-    return found, refused
+    return layer_kinds(model)[1]
 
 
 def assert_model_conforms(model: Any, **options: Any) -> dict[str, Report]:
@@ -102,7 +64,7 @@ def assert_model_conforms(model: Any, **options: Any) -> dict[str, Report]:
     layer that does not conform, with its report, and every layer an adapter refuses to read
     (`refused_layers`), with the reason; returns the reports by layer path. A model with no
     attention layer an adapter recognises raises ConformError."""
-    layers, refused = _walk(model)
+    layers, refused = layer_kinds(model)
     if not layers and not refused:
         raise ConformError(
             f"assert_model_conforms: no attention layer of {type(model).__name__} is read by an "

@@ -6,7 +6,7 @@ The model is built as `derive conform`'s sweep builds one (tests/benchmarks/swee
 from its config, with random weights, small where smallness changes nothing the attention
 computes (a vocabulary of 64 tokens, small feed-forward layers and experts, as many layers as
 its kinds of layer need, the width d of X cut to 64 where the config states the head width).
-Each kind of attention layer (`derive.testing.attention_layers`: a model's local and global
+Each kind of attention layer (`layers.layer_kinds`: a model's local and global
 layers are two kinds) is then read by the Hugging Face adapter, the reading `derive conform`
 checks layers with: the variants it computes, its heads, the width of its keys (groups),
 whether it is causal, and its numbers. A layer the adapter refuses is refused with its reason
@@ -180,7 +180,7 @@ def _model_layers(
     import torch
     import transformers
 
-    from ...testing import attention_layers, refused_layers
+    from .layers import layer_kinds
     from .registry import find_adapter
 
     found, source = _config(model, config)
@@ -191,7 +191,7 @@ def _model_layers(
     except Exception as error:  # noqa: BLE001 - any failure to build is the model's answer
         said = f"{type(error).__name__}: {error}".splitlines()[0][:200]
         raise ModelError(f"{source} does not build: {said}") from None
-    layers, refused = attention_layers(built), refused_layers(built)
+    layers, refused = layer_kinds(built)
     if not layers:
         why = "; ".join(f"{path}: {reason}" for path, reason in refused.items())
         raise ModelError(

@@ -1,0 +1,53 @@
+"""The kinds of attention layer of a model: the modules an adapter recognises (not those inside
+one), a kind being the layer's class, the variant the adapter reads and its values; those an
+adapter recognises and refuses, with the reason. `derive.testing` and `models` read them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..linear import recognised
+from .registry import find_adapter
+from .target import ConformError
+
+__all__ = ["layer_kinds"]
+
+
+def layer_kinds(model: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """The attention layers of `model` an adapter reads, each kind once, by the path of its
+    first layer, and those an adapter recognises and refuses, each kind once, with the reason
+    (`derive.testing.attention_layers` and `refused_layers`)."""
+
+    found: dict[str, Any] = {}
+    refused: dict[str, str] = {}
+    kinds: set = set()
+    inside: list[str] = []
+    for path, module in model.named_modules():
+        if any(path.startswith(prefix + ".") for prefix in inside):
+            continue
+        reader = recognised(module)  # a linear-attention layer: Gated DeltaNet's
+        if reader is not None:
+            inside.append(path)
+            if (type(module).__name__, reader.name) not in kinds:
+                kinds.add((type(module).__name__, reader.name))
+                found[path] = module
+            continue
+        try:
+            adapter = find_adapter(module)
+        except ConformError:  # not an attention layer any adapter recognises
+            continue
+        inside.append(path)
+        try:
+            weights = adapter.read(module)
+        except ConformError as error:  # recognised, and refused by name
+            kind = (type(module).__name__, str(error))
+            if kind not in kinds:
+                kinds.add(kind)
+                refused[path] = str(error)
+            continue
+        values = tuple(sorted((k, str(v)) for k, v in weights.values.items()))
+        kind = (type(module).__name__, adapter.name, weights.variants, values)
+        if kind not in kinds:
+            kinds.add(kind)
+            found[path] = module
+    return found, refused
