@@ -7,6 +7,7 @@
     PYTHONPATH=. python tests/benchmarks/bench_derive.py --sizes 2 1 --symbolic
     PYTHONPATH=. python tests/benchmarks/bench_derive.py --variants
     PYTHONPATH=. python tests/benchmarks/bench_derive.py --sizes 2 1 --first-try --profile
+    PYTHONPATH=. python tests/benchmarks/bench_derive.py --sizes 2 1 --models
 
 ``--commands`` includes a user's variant (docs/examples/sigmoid_attention.py). For each size it
 reports, in seconds: building `explicit_attention(n, n, n)` (the steps),
@@ -23,7 +24,10 @@ explicit) and its check, each in a fresh process. With ``--first-try`` it times 
 variants of docs/examples/ (Scalable-Softmax, differential and cosine attention, the
 Forgetting Transformer, stick-breaking attention, Softpick and talking heads: latex, check, conform, each in a
 fresh process), `derive.explicit_variant("self-attention", 6, 6, 6)` and
-`derive html --example --n 3`. With ``--profile`` it prints where `derive latex` spends its time
+`derive html --example --n 3`. With ``--models`` it times the combination of each model the
+registry names (`derive.graph.entries.MODELS`), in a fresh process each (cold caches): `derive
+latex` as a command, and, in one more process, where that time goes (the steps' declarations
+and matrix forms, the facts, the backward pass checked by numbers, the printing). With ``--profile`` it prints where `derive latex` spends its time
 (cProfile, in this process, the 15 functions of largest cumulative time under the command).
 """
 
@@ -257,6 +261,56 @@ OTHERS = {
 }
 
 
+#: What one process times, phase by phase, for --models (each phase reuses what the one
+#: before it derived, as derive latex does).
+_PHASES = """
+import sys, time
+start = time.perf_counter()
+import derive
+from derive.render import DocumentOptions, latex_document
+name = sys.argv[1]
+marks = [("import", time.perf_counter())]
+derive.steps(name); marks.append(("steps", time.perf_counter()))
+derive.facts(name); marks.append(("facts", time.perf_counter()))
+derive.backward_steps(name); marks.append(("backward", time.perf_counter()))
+latex_document(DocumentOptions(variant=name)); marks.append(("printing", time.perf_counter()))
+last = start
+for label, when in marks:
+    print(f"{label}={when - last:.2f}")
+    last = when
+"""
+
+
+def bench_models(repeats: int = 2) -> None:
+    """`derive latex` of each model's combination, cold, best of `repeats` fresh processes,
+    and its phases in one more."""
+    from derive.graph.entries import MODELS
+
+    print(
+        "| model | combination | derive latex (cold) | import | steps | facts | backward | printing |"
+    )
+    print("|---|---|--:|--:|--:|--:|--:|--:|")
+    with tempfile.TemporaryDirectory() as folder:
+        for parts, model in MODELS.items():
+            name = "+".join(parts)
+            flags = [x for part in parts for x in ("--variant", part)]
+            whole = _best(["-m", "derive", "latex", "-o", "m.tex", "-q", *flags], folder, repeats)
+            done = subprocess.run(
+                [sys.executable, "-c", _PHASES, name],
+                cwd=folder,
+                check=True,
+                capture_output=True,
+                text=True,
+                env={**os.environ, "PYTHONPATH": str(_HERE)},
+            )
+            phases = dict(line.split("=") for line in done.stdout.split())
+            cells = " | ".join(
+                f"{float(phases[k]):.2f}"
+                for k in ("import", "steps", "facts", "backward", "printing")
+            )
+            print(f"| {model} | `{name}` | {whole:.2f} s | {cells} |", flush=True)
+
+
 def _best(argv: list[str], folder: str, repeats: int) -> float:
     times = []
     for _ in range(repeats):
@@ -355,7 +409,10 @@ def main() -> None:
     parser.add_argument("--variants", action="store_true", help="each variant's document, check")
     parser.add_argument("--first-try", action="store_true", help="the published variants")
     parser.add_argument("--profile", action="store_true", help="a profile of derive latex")
+    parser.add_argument("--models", action="store_true", help="each model's combination")
     args = parser.parse_args()
+    if args.models:
+        bench_models()
     if args.first_try:
         bench_first_try()
     if args.profile:
