@@ -1,7 +1,7 @@
 """Every combination of two built-in variants that resolves derives its document (LaTeX) and
 passes `derive check`: an accepted pair never fails. The whole sweep (every accepted pair) runs
 with ``DERIVE_SWEEP=all`` (``bash .ci/run sweep``); the test command runs a sample of `SAMPLE`
-pairs drawn with a seed that changes from day to day (``DERIVE_SWEEP_SEED=N`` replays one), and
+pairs drawn with a seed that changes from run to run (``DERIVE_SWEEP_SEED=N`` replays one), and
 always the combinations the published models use (`derive.graph.entries.MODELS`)."""
 
 import datetime
@@ -18,7 +18,13 @@ SAMPLE = 6
 
 NAMES = tuple(found.name for found in BUILT_IN)
 ACCEPTED = sorted(f"{a}+{b}" for (a, b), why in compatibility(NAMES).items() if not why)
-SEED = int(os.environ.get("DERIVE_SWEEP_SEED", datetime.date.today().toordinal()))
+#: One draw per run: the run's id where pytest-xdist gives one (every worker collects the same
+#: pairs), else the day; DERIVE_SWEEP_SEED replays a draw (a failure names its seed).
+SEED = int(
+    os.environ.get("DERIVE_SWEEP_SEED")
+    or int(os.environ.get("PYTEST_XDIST_TESTRUNUID", "") or "0", 16) % 2**32
+    or datetime.date.today().toordinal()
+)
 SWEPT = (
     ACCEPTED
     if os.environ.get("DERIVE_SWEEP") == "all"
