@@ -23,6 +23,7 @@ EPILOG = """examples:
   derive conform my_model.py:build --json         # build() returns the module
   derive conform my_model.py:attention --causal --dtype bfloat16 --markdown
   derive conform my_model.py:llama_layer --variant rope --value beta=500000
+  derive conform --model gemma2                   # each kind of layer of transformers' Gemma 2
 
 exit status: 0 when it conforms, 1 when it does not, 2 for bad input"""
 
@@ -40,7 +41,20 @@ def add(commands, argparse) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub.add_argument(
-        "target", metavar="TARGET", help="module:attribute or path/to/file.py:attribute"
+        "target",
+        metavar="TARGET",
+        nargs="?",
+        help="module:attribute or path/to/file.py:attribute (or --model, --config)",
+    )
+    sub.add_argument(
+        "--model",
+        metavar="TYPE",
+        help="a transformers model type (gemma2, llama, qwen3): its model built from its "
+        "default config with random weights, each kind of attention layer conformed "
+        "(needs transformers)",
+    )
+    sub.add_argument(
+        "--config", metavar="FILE", help="a model's own config.json (no weights), as --model"
     )
     sub.add_argument("--kind", choices=("sdpa", "module", "self"), help="say what it is")
     causal = sub.add_mutually_exclusive_group()
@@ -188,10 +202,70 @@ def run_conform(args, out: TextIO | None = None) -> int:
     }
     if args.dtype is not None:
         options["dtype"] = getattr(torch, args.dtype)
+    if (args.target is None) == (args.model is None and args.config is None):
+        raise UsageError(
+            "derive conform: give a TARGET, or --model TYPE or --config FILE (one of them)"
+        )
+    if args.target is None:
+        return _conform_model(args, options, out)
     try:
         report = conform(args.target, **options)
     except ConformError as error:
         raise UsageError(f"derive conform: {error}") from None
+    _print(report, args, out)
+    return 0 if report.conforms else 1
+
+
+def _conform_model(args, options: dict, out: TextIO | None) -> int:
+    """Each kind of attention layer of the model --model or --config names, conformed (every
+    layer read with what its adapter reads: --variant, --value and --param are one module's);
+    0 when every kind conforms and none is refused."""
+    from ..conformance import ConformError, conform
+    from ..conformance.read.layers import layer_kinds
+    from ..conformance.read.models import ModelError, built_model
+
+    if args.model and args.config:
+        raise UsageError("derive conform: give --model or --config, not both")
+    told = [flag for flag in ("variant", "value", "param") if getattr(args, flag)]
+    if told:
+        raise UsageError(
+            f"derive conform: --{told[0]} is for one module; with --model each layer is read "
+            "with what its adapter reads"
+        )
+    try:
+        built, source = built_model(model=args.model, config=args.config)
+    except ModelError as error:
+        raise UsageError(f"derive conform: {error}") from None
+    layers, refused = layer_kinds(built)
+    if not layers and not refused:
+        raise UsageError(f"derive conform: {source}: no attention layer an adapter reads")
+    options = {k: v for k, v in options.items() if k not in ("variant", "values", "params")}
+    reports = {}
+    for path, layer in layers.items():
+        try:
+            reports[path] = conform(layer, **options)
+        except ConformError as error:
+            refused[path] = str(error)
+    if args.json:
+        shown = {path: report.as_json() for path, report in reports.items()}
+        shown |= {path: {"not read": why} for path, why in refused.items()}
+        document = {"model": source, "layers": shown}
+        print(json.dumps(document, indent=2, ensure_ascii=False), file=out)
+    else:
+        kinds = len(reports) + len(refused)
+        said = f"{kinds} kind{'s' if kinds > 1 else ''} of attention layer"
+        print(f"{source}: {said}", file=out)
+        for path, report in reports.items():
+            print(f"\n{path} ({type(built.get_submodule(path)).__name__}):", file=out)
+            _print(report, args, out)
+        for path, why in refused.items():
+            print(f"\n{path}: not read: {why}", file=out)
+    conforms = not refused and all(report.conforms for report in reports.values())
+    return 0 if conforms else 1
+
+
+def _print(report, args, out: TextIO | None) -> None:
+    """One report as the options ask: JSON, Markdown, its verdict only, or its table."""
     if args.json:
         print(json.dumps(report.as_json(), indent=2, ensure_ascii=False), file=out)
     elif args.markdown:
@@ -201,4 +275,3 @@ def run_conform(args, out: TextIO | None = None) -> int:
     else:
         colour = out is not None and out.isatty() and not os.environ.get("NO_COLOR")
         print(report.table(colour=colour), file=out)
-    return 0 if report.conforms else 1

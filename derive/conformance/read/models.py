@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ModelLayer", "model_layers", "ModelError"]
+__all__ = ["ModelLayer", "model_layers", "built_model", "ModelError"]
 
 #: The sizes made small: none of them changes what an attention layer computes.
 SMALL = {
@@ -173,24 +173,30 @@ def model_layers(
     return _model_layers(model, str(config) if config is not None else None, text)
 
 
-@functools.cache
-def _model_layers(
-    model: str | None, config: str | None, text: str | None
-) -> tuple[ModelLayer, ...]:
+def built_model(*, model: str | None = None, config: str | Path | None = None) -> tuple[Any, str]:
+    """(the causal language model built small from the config, random weights from seed 0, in
+    eval mode; where its config came from), as `model_layers` reads it."""
     import torch
     import transformers
-
-    from .layers import layer_kinds
-    from .registry import find_adapter
 
     found, source = _config(model, config)
     found = _small(found)
     torch.manual_seed(0)
     try:
-        built = transformers.AutoModelForCausalLM.from_config(found).eval()
+        return transformers.AutoModelForCausalLM.from_config(found).eval(), source
     except Exception as error:  # noqa: BLE001 - any failure to build is the model's answer
         said = f"{type(error).__name__}: {error}".splitlines()[0][:200]
         raise ModelError(f"{source} does not build: {said}") from None
+
+
+@functools.cache
+def _model_layers(
+    model: str | None, config: str | None, text: str | None
+) -> tuple[ModelLayer, ...]:
+    from .layers import layer_kinds
+    from .registry import find_adapter
+
+    built, source = built_model(model=model, config=config)
     layers, refused = layer_kinds(built)
     if not layers:
         why = "; ".join(f"{path}: {reason}" for path, reason in refused.items())

@@ -86,3 +86,34 @@ def test_a_model_that_cannot_be_read_is_one_line(argv, message, capsys, tmp_path
 def test_the_reading_refuses_neither_or_both():
     with pytest.raises(ModelError, match="one of them"):
         model_layers()
+
+
+def test_conform_checks_each_kind_of_layer_of_a_model(capsys):
+    """derive conform --model: the model built from its config, each kind of layer conformed;
+    0 where all conform, 1 where a layer is not read (its reason said), the JSON by layer."""
+    assert main(["conform", "--model", "gemma2", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "gemma2 (transformers' default config): 2 kinds of attention layer" in out
+    assert out.count("conforms (") == 2 and "model.layers.1.self_attn (Gemma2Attention)" in out
+    assert main(["conform", "--model", "gemma2", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert set(shown["layers"]) == {"model.layers.0.self_attn", "model.layers.1.self_attn"}
+    assert all(layer["conforms"] for layer in shown["layers"].values())
+    assert main(["conform", "--model", "gpt_oss", "-q"]) == 1
+    assert "model.layers.0.self_attn: not read: GptOssAttention: rope_type 'yarn'" in (
+        capsys.readouterr().out
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["conform"], "give a TARGET, or --model TYPE or --config FILE"),
+        (["conform", "x.py:f", "--model", "gemma2"], "give a TARGET, or --model TYPE"),
+        (["conform", "--model", "gemma2", "--variant", "rope"], "--variant is for one module"),
+        (["conform", "--model", "gema2"], "did you mean 'gemma2'?"),
+    ],
+)
+def test_conform_of_a_model_refuses_in_one_line(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
