@@ -13,6 +13,8 @@ name. The public face:
   at symbolic sizes), `facts` (each claim proved), `explicit_variant` and `explicit_gradients`
   (concrete sizes, entry by entry), `latex` (the printer);
 - documents: `DocumentOptions`, `document` (LaTeX, Markdown or an HTML page);
+- code: `torch_function` (a variant's forward generated from its declaration, its derived
+  gradients as the backward) and `torch_module` (the same with its weights as parameters);
 - against torch: `check` (every step and gradient with the twins), `conform` (anyone's
   attention against the derivation), `Report`, `ConformError`, `Weights`, `register_adapter`;
   `derive.testing` has `assert_conforms` for a test suite.
@@ -48,6 +50,8 @@ __all__ = [
     "latex",
     "DocumentOptions",
     "document",
+    "torch_function",
+    "torch_module",
     "check",
     "conform",
     "Report",
@@ -75,6 +79,8 @@ _WHERE = {
     "latex": ("derive.notation.printer", "latex"),
     "DocumentOptions": ("derive.render.documents", "DocumentOptions"),
     "document": ("derive.public", "document"),
+    "torch_function": ("derive.bridge.generated", "torch_function"),
+    "torch_module": ("derive.bridge.generated", "torch_module"),
     "check": ("derive.bridge.check", "check"),
     "conform": ("derive.conformance", "conform"),
     "Report": ("derive.conformance", "Report"),
@@ -92,6 +98,7 @@ _MODULES = (
     "proofs",
     "explicit",
     "render",
+    "codegen",
     "bridge",
     "conformance",
     "cli",
@@ -119,6 +126,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what a type checker and an editor see
     from . import declare
     from .bridge.check import check
+    from .bridge.generated import torch_function, torch_module
     from .conformance import ConformError, Report, Weights, conform, register_adapter
     from .explicit.named import explicit_gradients, explicit_variant
     from .graph.entry import Entry

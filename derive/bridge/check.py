@@ -131,6 +131,27 @@ def _printed_row(step: Any, shown: Any, autograd: Any) -> Row:
     return Row(label, row.shape, row.difference, False, False, row.limit)
 
 
+def _generated_output(
+    entry: Entry, explicit: ExplicitGraph, inputs: dict, leaves: dict | None = None
+) -> Any:
+    """C by the torch code generated from the entry's declarations (`derive.codegen`), with the
+    derived gradients as its backward; `leaves` (by letter) receive their gradients."""
+    from .generated import torch_function
+
+    function = torch_function(entry.name)
+    given = dict(inputs) | (leaves or {})
+    tensors = []
+    for letter in function.inputs:
+        if letter in given:
+            tensors.append(given[letter])
+            continue
+        allowed = constant_of(explicit, letter)  # a mask given as booleans: 0 or −∞
+        tensors.append(
+            torch.zeros(allowed.shape, dtype=torch.float64).masked_fill(~allowed, float("-inf"))
+        )
+    return function.apply(tensors, function.at(explicit.sizes))
+
+
 def _gradient_rows(entry: Entry, explicit: ExplicitGraph, inputs: dict, seed: int) -> list[Row]:
     """Every gradient by the chain rule at these sizes against autograd through the twins, and
     the entry's written-out backward passes."""
@@ -157,6 +178,13 @@ def _gradient_rows(entry: Entry, explicit: ExplicitGraph, inputs: dict, seed: in
             [[float(e) for e in row] for row in printed[step.output].tolist()], dtype=torch.float64
         )
         rows.append(_printed_row(step, shown, tensor.grad))
+    generated = {k: v.detach().clone().requires_grad_() for k, v in inputs.items()}
+    _generated_output(entry, explicit, inputs, generated).backward(upstream)
+    for letter, tensor in generated.items():
+        name = L.gradient(letter)
+        if tensor.grad is not None and name in values.matrices:
+            expected = torch.tensor(values.floats(name), dtype=torch.float64)
+            rows.append(_row(f"{name} · generated", expected, tensor.grad, GRADIENT_TOLERANCE))
     read = Reader(explicit, dict(inputs) | {gradients.upstream: upstream})
     for twin in entry.twins:
         if not (isinstance(twin, GradientTwin) and twins.applies(twin, entry.options)):
@@ -255,6 +283,8 @@ def trial_rows(
         _row(f"C · {name}", expected, got, TOLERANCE)
         for name, got in twins.outputs(entry, explicit, inputs)
     ]
+    generated = _generated_output(entry, explicit, inputs)
+    rows.append(_row("C · generated", expected, generated.detach(), TOLERANCE))
     read = Reader(explicit, dict(inputs))
     rows += _state_rows(twins.states(entry, explicit, read, values.matrices, backward=False))
     notes = [twins.unfit(entry)]

@@ -167,10 +167,55 @@ def _every_head(read: Reader, letter: str) -> Any:
     return torch.stack([read(letter, h if heads > 1 else None) for h in range(1, heads + 1)])
 
 
+def _generated(declaration, head: int | None, read: Reader, expected: tuple) -> Any:
+    """A step with no twin, computed by the code generated from its formula
+    (`derive.codegen`): every head's at once, head `head`'s returned."""
+    from ..codegen.printer import python_name
+    from .generated import step_function
+
+    explicit = read.explicit
+    function, letters, sizes = step_function(declaration, explicit.graph.shapes, explicit.sizes)
+    arguments = []
+    for letter in letters:
+        if letter in L.CONSTANT_LETTERS:
+            value = read(letter)
+            if value.dtype == torch.bool:  # a mask as its twin's booleans: 0 or −∞ again
+                value = torch.zeros(value.shape, dtype=torch.float64).masked_fill(
+                    ~value, float("-inf")
+                )
+            arguments.append(value)
+        elif letter.endswith("_l"):
+            arguments.append(_every_head(read, letter))
+        else:
+            arguments.append(read._tensor(letter, None))
+    names = {python_name(k): number(v) for k, v in explicit.sizes.items()}
+    value = function(*arguments, **{name: names[name] for name in sizes})
+    if declaration.head:
+        value = value[(head or 1) - 1]
+    if tuple(value.shape) != tuple(expected):
+        raise DeclarationError(
+            f"step {declaration.output}: its generated code returned shape "
+            f"{tuple(value.shape)}, the declaration says {tuple(expected)}"
+        )
+    return value
+
+
+def _has_twin(declaration) -> bool:
+    """True where a step says how torch computes it: its own twin, or a function of
+    `attention.functional` with its name."""
+    if declaration.twin is not None:
+        return True
+    import attention.functional
+
+    return callable(getattr(attention.functional, declaration.name, None))
+
+
 def _call(declaration, head: int | None, read: Reader, expected: tuple) -> Any:
     """The declaration's twin on what it reads (head `head`'s; every head's, stacked, for a
     step that reads every head, whose twin returns every head's output); its shape
-    checked."""
+    checked. A step with no twin is computed by its generated code."""
+    if not _has_twin(declaration):
+        return _generated(declaration, head, read, expected)
     twin = step_twin(declaration)
     where = f"step {declaration.output} ({declaration.name})"
     function = resolve(twin.function, where)

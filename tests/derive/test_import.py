@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "derive"
 
 #: The pipeline, bottom to top: a layer may import the layers before it, never after.
-LAYERS = ["notation", "graph", "calculus", "proofs", "explicit", "render", "cli"]
+LAYERS = ["notation", "graph", "calculus", "proofs", "explicit", "codegen", "render", "cli"]
 #: The wings touch torch and may use every layer; only cli and the package's facade import them.
 #: conform may use bridge, bridge never conform.
 WINGS = ["bridge", "conformance"]

@@ -40,11 +40,11 @@ def test_given_sizes_every_step_passes(capsys):
     assert all(s[4] == "pass" for s in steps)
     assert all(float(s[2]) == 0 for s in steps if s[3] == "exact")
     assert "(backward pass not checked (--forward-only))" in out
-    for entry_point in ("fused path", "explicit path", "SelfAttentionV1"):
+    for entry_point in ("fused path", "explicit path", "SelfAttentionV1", "generated"):
         assert re.search(rf"^  C · {entry_point}\s+5×2\s+\S+\s+1e-12\s+pass$", out, re.M), (
             entry_point
         )
-    assert out.rstrip().endswith("derive check: 10 step values compared, all pass")
+    assert out.rstrip().endswith("derive check: 11 step values compared, all pass")
 
 
 def test_the_backward_pass_is_checked_too(capsys):
@@ -67,12 +67,13 @@ def test_the_backward_pass_is_checked_too(capsys):
     assert printed == rows  # every gradient as the documents print it, against autograd too
     assert "C · CausalAttention" in out
     for name, shape in (("dX", "4×3"), ("dW_q", "3×2"), ("dW_k", "3×2"), ("dW_v", "3×2")):
-        assert re.search(
-            rf"^  {name} · self_attention_backward\s+{shape}\s+\S+\s+1e-10\s+pass$", out, re.M
-        ), name
+        for computed in ("self_attention_backward", "generated"):  # the derived backward, run
+            assert re.search(
+                rf"^  {name} · {computed}\s+{shape}\s+\S+\s+1e-10\s+pass$", out, re.M
+            ), (name, computed)
     # the declared mask against attention's causal_mask, entry by entry
     assert re.search(r"^  M\s+4×4\s+0\s+exact\s+pass$", out, re.M)
-    assert out.rstrip().endswith("derive check: 35 step values compared, all pass")
+    assert out.rstrip().endswith("derive check: 40 step values compared, all pass")
 
 
 def test_sizes_over_the_gradient_limit_check_the_forward_pass_only(capsys):
@@ -244,7 +245,8 @@ def test_a_combination_that_no_entry_point_computes_is_said_so(capsys):
     assert status == 0
     assert "(no entry point computes it: doubled_attention takes no causal; backward " in out
     assert re.search(r"^  M\s+\d+×\d+\s+0\s+exact\s+pass$", out, re.M)  # the mask, checked
-    assert not re.search(r"^  C · ", out, re.M)
+    # no entry point of the user's; the code generated from the declaration computes it
+    assert re.findall(r"^  C · (\S+)", out, re.M) == ["generated"]
 
 
 def test_a_size_of_another_variant_is_refused_not_ignored(capsys):
