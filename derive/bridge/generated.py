@@ -27,6 +27,7 @@ from ..codegen.printer import python_name
 from ..codegen.program import program, step_source
 from ..graph import Entry, variant
 from ..graph.fitting import check_given, explicit_sizes, not_its_own, with_relations
+from ..graph.loading import load_variant
 from ..notation import letters as L
 
 __all__ = ["GeneratedFunction", "torch_function", "torch_module", "GeneratedModule"]
@@ -166,7 +167,7 @@ def torch_function(name: str) -> GeneratedFunction:
     """The torch code of a variant (a registered name, a combination, a user's loaded
     ``file.py:NAME``), generated from its declaration: forward from each step's formula,
     backward from the derived gradients (`GeneratedFunction`)."""
-    entry = variant(name)
+    entry = load_variant(name)
     return _generated(entry.name)
 
 

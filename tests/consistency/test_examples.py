@@ -155,3 +155,26 @@ def test_conform_fails_on_a_broken_copy(file, name, derived):
     failing = [check.name for check in report.checks if check.status == "FAIL"]
     assert "forward values" in failing, report.table()
     assert report.table().rstrip().splitlines()[-1].startswith("does not conform")
+
+
+def test_a_variant_declared_with_no_torch_is_checked_and_conformed(tmp_path, capsys):
+    """docs/examples/softmax_one.py declares one step and its variant, and writes no twin and
+    no module: derive check computes every step by the generated code, and its `layer` (the
+    generated module) conforms; the same module running the plain softmax does not."""
+    import derive
+
+    spec = f"{EXAMPLES / 'softmax_one.py'}:SOFTMAX_ONE"
+    status, _, err = _run(capsys, "latex", "-q", "--variant", spec, "-o", str(tmp_path / "s.tex"))
+    assert status == 0, err
+    status, out, err = _run(capsys, "check", "--variant", spec, "--seed", "5")
+    assert status == 0 and out.rstrip().endswith("all pass"), out + err
+    assert "no twin of the whole is declared" in out and "C · generated" in out
+    status, out, err = _run(
+        capsys, "conform", f"{EXAMPLES / 'softmax_one.py'}:layer", "--variant", spec
+    )
+    assert status == 0 and out.rstrip().splitlines()[-1].startswith("conforms"), out + err
+    layer = _from_file(EXAMPLES / "softmax_one.py").layer()
+    layer.function = derive.torch_function("self-attention")  # Σ e^ω̃ alone below
+    report = derive.conform(layer, variant=spec)
+    assert not report.conforms
+    assert "forward values" in [c.name for c in report.checks if c.status == "FAIL"]

@@ -16,6 +16,8 @@
 - ``grouped``: the book's `GroupedQueryAttention` and this package's, with the variants it
   was built with (`derive.conformance.read.grouped`);
 - ``latent``: the book's `MultiHeadLatentAttention` and this package's (the mla variant);
+- ``generated``: a module of `derive.torch_module` (its weights by letter, its variant the one
+  it was generated from; ``generated-masked`` when it takes a mask M);
 - ``book``: the book's classes and this package's (``W_query``, ``W_key``, ``W_value`` as
   ``nn.Parameter`` d × c or ``nn.Linear``; ``out_proj`` and ``num_heads`` with heads; or
   ``heads``, a list of single-head modules side by side; ``mask`` True = may attend).
@@ -33,6 +35,7 @@ from torch import nn
 
 from ..checks.cached import with_use_cache
 from .adapters import Adapter, Weights, linear_weights, norm_gains, per_head_parts
+from .generated import GENERATED, GENERATED_MASKED
 from .grouped import GROUPED, LATENT
 from .huggingface import HUGGING_FACE
 from .huggingface_tables import LAYOUTS as HUGGING_FACE_LAYOUTS
@@ -256,6 +259,8 @@ _PROJECTIONS = (
 _C_ATTN_C_PROJ = (("c_attn", "output", ("Q", "K", "V")), ("c_proj", "input", ("C_concat",)))
 
 BUILT_IN: tuple[Adapter, ...] = (
+    GENERATED,
+    GENERATED_MASKED,
     Adapter(
         "torch-mha",
         _is_mha,
