@@ -571,7 +571,7 @@ def _natural(
     """Each index that an entry of `expr` reads at its own position, and the size of that
     position (ℓ of q^{(ℓ)}_{m,j}: h; m: n; j: c_h)."""
     found: dict[sp.Symbol, sp.Expr] = {}
-    for entry in sp.sympify(expr).atoms(Indexed):
+    for entry in sorted(sp.sympify(expr).atoms(Indexed), key=L.reading_key):
         letter = L.letter_of(entry)
         sizes = (heads, *shape(letter)) if letter.endswith("_l") else tuple(shape(letter))
         for index, size in zip(entry.indices, sizes, strict=True):

@@ -46,6 +46,12 @@ def _source(name: str, arguments: str, printer: Printer, body: list[str], result
     return "\n".join(lines) + "\n"
 
 
+def _dictionary(items: Mapping[str, str]) -> str:
+    """A dict of the function's results, one per line, as a formatter lays it out."""
+    lines = "".join(f'        "{key}": {value},\n' for key, value in items.items())
+    return "{\n" + lines + "    }"
+
+
 def _forward(entry: Entry) -> tuple[str, Printer]:
     graph = entry.graph
     printer = Printer(graph.shapes, _sizes(entry))
@@ -54,8 +60,8 @@ def _forward(entry: Entry) -> tuple[str, Printer]:
     for step in graph.declarations:
         printer.lines.append(f"# {step.output}: {step.title}")
         printer.equation(step.element, variable=step.output)
-    steps = ", ".join(f'"{s.output}": {s.output}' for s in graph.declarations)
-    source = _source("forward", ", ".join(graph.inputs), printer, printer.lines, f"{{{steps}}}")
+    steps = _dictionary({s.output: s.output for s in graph.declarations})
+    source = _source("forward", ", ".join(graph.inputs), printer, printer.lines, steps)
     return source, printer
 
 
@@ -69,7 +75,7 @@ def _backward(entry: Entry) -> tuple[str, Printer, tuple[str, ...]]:
     computed = {upstream} | {g.output for g in gradients}
     read: list[str] = []
     for gradient in gradients:
-        for atom in gradient.element.rhs.atoms(sp.Indexed):
+        for atom in sorted(gradient.element.rhs.atoms(sp.Indexed), key=L.reading_key):
             letter = L.letter_of(atom)
             if letter not in computed and letter not in read:
                 read.append(letter)
@@ -80,8 +86,8 @@ def _backward(entry: Entry) -> tuple[str, Printer, tuple[str, ...]]:
         printer.lines.append(f"# {gradient.output}")
         printer.equation(gradient.element, variable=gradient.output)
     given = tuple(g.of for g in gradients if g.of in graph.inputs)
-    result = ", ".join(f'"{letter}": {L.gradient(letter)}' for letter in given)
-    source = _source("backward", f"{upstream}, values", printer, printer.lines, f"{{{result}}}")
+    result = _dictionary({letter: L.gradient(letter) for letter in given})
+    source = _source("backward", f"{upstream}, values", printer, printer.lines, result)
     return source, printer, given
 
 

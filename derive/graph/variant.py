@@ -31,7 +31,17 @@ __all__ = ["Variant", "Document", "Group", "Show", "SECTIONS", "Build"]
 Build = Callable[[Graph], Graph]
 
 #: The sections of a document, in order (`derive.render.sections`); an entry says which it has.
-SECTIONS = ("introduction", "shapes", "steps", "facts", "figures", "counts", "backward", "explicit")
+SECTIONS = (
+    "introduction",
+    "shapes",
+    "steps",
+    "facts",
+    "figures",
+    "counts",
+    "backward",
+    "explicit",
+    "code",
+)
 
 
 @dataclass(frozen=True)

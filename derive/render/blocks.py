@@ -34,6 +34,7 @@ __all__ = [
     "Entry",
     "Matrix",
     "Matrices",
+    "Code",
     "Block",
     "to_latex",
     "to_markdown",
@@ -184,7 +185,16 @@ class Matrices:
     provenance: Provenance
 
 
-Block = Heading | Prose | Display | Table | Figure | Matrices
+@dataclass(frozen=True)
+class Code:
+    """A listing of code (the torch code generated from the declarations): printed as it is,
+    in a monospaced block."""
+
+    text: str
+    language: str = "python"
+
+
+Block = Heading | Prose | Display | Table | Figure | Matrices | Code
 
 _PREAMBLE = r"""\documentclass[11pt]{article}
 \usepackage[margin=2.2cm]{geometry}
@@ -328,6 +338,9 @@ def _latex_block(block: Block) -> str:
             r"\end{tabular}",
         ]
         return "\\begin{center}\n" + "\n".join(lines) + "\n\\end{center}"
+    if isinstance(block, Code):  # plain LaTeX (a fragment needs no package); ASCII only
+        text = block.text.encode("ascii", "replace").decode("ascii").rstrip()
+        return f"{{\\scriptsize\n\\begin{{verbatim}}\n{text}\n\\end{{verbatim}}\n}}"
     if isinstance(block, Figure):
         return (
             "\\begin{figure}[!htbp]\n\\centering\n"
@@ -399,6 +412,8 @@ def markdown_block(block: Block) -> str:
     if isinstance(block, Table):
         rows = [block.header, tuple("---" for _ in block.header), *block.rows]
         return "\n".join("| " + " | ".join(_markdown_text(c) for c in row) + " |" for row in rows)
+    if isinstance(block, Code):
+        return f"```{block.language}\n{block.text.rstrip()}\n```"
     if isinstance(block, Figure):
         caption = _markdown_text(block.caption)
         return f"![{caption}]({block.path})\n\n*{caption}*"

@@ -28,6 +28,7 @@ from . import prose_variants as PV
 from .blocks import Block, Figure, Prose, to_latex, to_markdown
 from .html import to_html
 from .sections import backward as B
+from .sections import code as C
 from .sections import explicit as E
 from .sections import facts as F
 from .sections import introduction as I
@@ -180,6 +181,7 @@ def document_blocks(
         "counts": lambda: F.counts(entry),
         "batches": lambda: F.batches(entry),
         "backward": lambda: B.backward(entry),
+        "code": lambda: C.code(entry),
         "explicit": lambda: _explicit(entry, options, example, progress),
         "example": lambda: _example(entry, options, example),
     }

@@ -26,6 +26,7 @@ from html import escape
 from . import prose as P
 from .blocks import (
     Block,
+    Code,
     Display,
     Entry,
     Figure,
@@ -193,6 +194,8 @@ def _block(block: Block, figures: dict[str, str]) -> str:
         return _figure(block, figures)
     if isinstance(block, Matrices):
         return _matrices(block)
+    if isinstance(block, Code):
+        return f'<pre class="code"><code>{escape(block.text.rstrip())}</code></pre>'
     raise TypeError(f"unknown block {block!r}")
 
 

@@ -100,3 +100,17 @@ EXAMPLE_AGREEMENT = (
 HEATMAP_CAPTION = "Attention weights of the worked example (row: query token, column: key token)."
 
 GRADIENT_TABLE_HEADER = ("gradient", "shape", "gradient of $L$ with respect to")
+
+CODE_HEADING = "The generated code"
+CODE_TEXT = (
+    "The torch code derive generates from these declarations, as it runs: each step's formula "
+    "printed as operations on whole matrices, with no loop over entries (each sum of products "
+    "one call of torch's einsum, each condition on the indices one of its where); the sizes and "
+    "parameters are its keywords. The command derive check compares what it computes with the "
+    "derivation."
+)
+CODE_BACKWARD = (
+    "Its backward pass, run as the backward of a function of torch's autograd: the gradients "
+    "derived above, each checked by numbers before it was printed, printed again as torch code."
+)
+CODE_REFUSED = "derive cannot print this variant as torch code: {reason}."

@@ -239,6 +239,6 @@ VARIANT = Variant(
     ),
     rank=30,
     short="causal attention",
-    document=Document(sections=(*Document().sections, "example")),
+    document=Document(sections=(*Document().sections[:-1], "example", "code")),
     notation=(MASK, OMEGA_MASKED),
 )

@@ -130,7 +130,7 @@ def _claims(rule: str) -> tuple[WithoutSoftmax, ...]:
 
 
 _DOCUMENT = Document(
-    sections=("introduction", "shapes", "steps", "facts", "backward", "explicit"),
+    sections=("introduction", "shapes", "steps", "facts", "backward", "explicit", "code"),
     states="derive.proofs.linear.chunk_states",
 )
 

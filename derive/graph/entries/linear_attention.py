@@ -138,7 +138,7 @@ VARIANT = Variant(
     rank=5,
     short="linear attention",
     document=Document(
-        sections=("introduction", "shapes", "steps", "facts", "backward", "explicit"),
+        sections=("introduction", "shapes", "steps", "facts", "backward", "explicit", "code"),
         states="derive.proofs.linear.chunk_states",
     ),
     notation=(S_STATE,),

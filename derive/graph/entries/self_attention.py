@@ -148,6 +148,7 @@ VARIANT = Variant(
             "backward",
             "explicit",
             "example",
+            "code",
         ),
         prose=(
             ("steps", W.STEPS_INTRO),

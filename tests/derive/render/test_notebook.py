@@ -241,8 +241,8 @@ def test_the_check_shows_its_table_without_the_machine_dependent_column():
     assert lines[0] == "trial 1/1: self-attention, n=3 d=4 c=2, inputs seed 0"
     assert lines[1].split() == ["step", "shape", "tolerance", "result"]
     assert lines[2].split() == ["Q", "3×2", "exact", "pass"]
-    assert lines[-1] == "derive check: 34 step values compared, all pass"
-    assert len(lines) == 34 + 3  # one row per step value, the trial, the header and the summary
+    assert lines[-1] == "derive check: 39 step values compared, all pass"
+    assert len(lines) == 39 + 3  # one row per step value, the trial, the header and the summary
     assert not re.search(r"\d\.\d+e-\d+|difference", shown)  # no difference left to vary
 
 
@@ -326,7 +326,7 @@ def test_every_code_cell_shows_something_and_nothing_failed(text):
         assert call in sources, call
     streams = [o.text for cell in code for o in cell.outputs if o.output_type == "stream"]
     assert [text.splitlines()[-1] for text in streams] == [
-        "derive check: 34 step values compared, all pass"
+        "derive check: 39 step values compared, all pass"
     ]
 
 
