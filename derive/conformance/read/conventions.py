@@ -16,11 +16,11 @@
 - ``grouped``: the book's `GroupedQueryAttention` and this package's, with the variants it
   was built with (`derive.conformance.read.grouped`);
 - ``latent``: the book's `MultiHeadLatentAttention` and this package's (the mla variant);
-- ``generated``: a module of `derive.torch_module` (its weights by letter, its variant the one
-  it was generated from; ``generated-masked`` when it takes a mask M);
 - ``book``: the book's classes and this package's (``W_query``, ``W_key``, ``W_value`` as
   ``nn.Parameter`` d × c or ``nn.Linear``; ``out_proj`` and ``num_heads`` with heads; or
-  ``heads``, a list of single-head modules side by side; ``mask`` True = may attend).
+  ``heads``, a list of single-head modules side by side; ``mask`` True = may attend);
+- ``generated``: a module of `derive.torch_module` (its weights by letter, its variant the one
+  it was generated from; ``generated-masked`` when it takes a mask M).
 
 Every matrix is returned as a view of the module's parameter (nn.Linear stores Wᵀ: ``.mT``),
 except the heads of a list, which are concatenated.
@@ -259,8 +259,6 @@ _PROJECTIONS = (
 _C_ATTN_C_PROJ = (("c_attn", "output", ("Q", "K", "V")), ("c_proj", "input", ("C_concat",)))
 
 BUILT_IN: tuple[Adapter, ...] = (
-    GENERATED,
-    GENERATED_MASKED,
     Adapter(
         "torch-mha",
         _is_mha,
@@ -307,4 +305,6 @@ BUILT_IN: tuple[Adapter, ...] = (
         looks_for="W_query, W_key, W_value (+ out_proj, num_heads), or heads",
         decode=with_use_cache,
     ),
+    GENERATED,
+    GENERATED_MASKED,
 )

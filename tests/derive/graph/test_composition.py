@@ -115,7 +115,10 @@ def test_cross_attention_joins_heads_groups_norms_and_a_gate(name):
     facts = derive.facts(name)
     assert all(fact.holds for fact in facts), [f.title for f in facts if not f.holds]
     (trial,) = derive.check(name, forward_only=True).trials
-    assert [r.step for r in trial.rows if "·" in r.step] == ["C · grouped cross-attention"]
+    assert [r.step for r in trial.rows if "·" in r.step] == [
+        "C · grouped cross-attention",
+        "C · generated",
+    ]
     assert all(row.passed for row in trial.rows)
 
 
