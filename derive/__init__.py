@@ -14,7 +14,9 @@ name. The public face:
   (concrete sizes, entry by entry), `latex` (the printer);
 - documents: `DocumentOptions`, `document` (LaTeX, Markdown or an HTML page);
 - code: `torch_function` (a variant's forward generated from its declaration, its derived
-  gradients as the backward) and `torch_module` (the same with its weights as parameters);
+  gradients as the backward), `torch_module` (the same with its weights as parameters) and
+  `score_mod` (a variant's rule on the scores, with its derived derivative, for
+  `attention.mods`, FlexAttention and FlashAttention 4);
 - against torch: `check` (every step and gradient with the twins), `conform` (anyone's
   attention against the derivation), `Report`, `ConformError`, `Weights`, `register_adapter`;
   `derive.testing` has `assert_conforms` for a test suite.
@@ -52,6 +54,7 @@ __all__ = [
     "document",
     "torch_function",
     "torch_module",
+    "score_mod",
     "check",
     "conform",
     "Report",
@@ -81,6 +84,7 @@ _WHERE = {
     "document": ("derive.public", "document"),
     "torch_function": ("derive.bridge.generated", "torch_function"),
     "torch_module": ("derive.bridge.generated", "torch_module"),
+    "score_mod": ("derive.bridge.score_mod", "score_mod"),
     "check": ("derive.bridge.check", "check"),
     "conform": ("derive.conformance", "conform"),
     "Report": ("derive.conformance", "Report"),
@@ -127,6 +131,7 @@ if TYPE_CHECKING:  # what a type checker and an editor see
     from . import declare
     from .bridge.check import check
     from .bridge.generated import torch_function, torch_module
+    from .bridge.score_mod import score_mod
     from .conformance import ConformError, Report, Weights, conform, register_adapter
     from .explicit.named import explicit_gradients, explicit_variant
     from .graph.entry import Entry

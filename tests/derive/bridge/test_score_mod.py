@@ -1,0 +1,318 @@
+"""A variant's rule on the scores generated from its declaration (`derive.score_mod`): as an
+`attention.mods` modification on the fast path, the explicit path and flash, its values and
+gradients (a learned number per head included) equal the hand-written modifications' and the
+generated code's in float64; FlexAttention's forward with its score_mod and mask_mod equals
+ours; its score_mod_bwd equals autograd's; a derivative derive got wrong is never given; what
+is not a rule on the scores is refused by its step."""
+
+import dataclasses
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import sympy as sp
+import torch
+
+import derive
+from attention import _core, flash
+from attention import mods as M
+from attention.grouped import grouped_query_attention
+from derive.bridge.score_mod import ScoreMod
+from derive.codegen.rule import SCORE
+
+ROOT = Path(__file__).resolve().parents[3]
+SSMAX = f"{ROOT}/docs/examples/scalable_softmax.py:SSMAX"
+N, D = 7, 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """A rule, its sizes, and the same attention by hand: `attention`'s own keywords and
+    modifications given the per-head number (None where the rule reads none)."""
+
+    name: str
+    values: dict
+    heads: int
+    groups: int
+    learned: bool
+    by_hand: Callable[[torch.Tensor | None], dict]
+
+
+CASES = [
+    Case("softcap", {"kappa": 2}, 1, 1, False, lambda _: {"softcap": 2.0}),
+    Case("causal+softcap", {"kappa": 2}, 1, 1, False, lambda _: {"causal": True, "softcap": 2.0}),
+    Case("multi-head+softcap", {"kappa": 2}, 2, 2, False, lambda _: {"softcap": 2.0}),
+    Case(
+        "gqa+alibi+softcap",
+        {"kappa": 3},
+        4,
+        2,
+        True,
+        lambda mu: {"causal": True, "softcap": 3.0, "alibi": mu},
+    ),
+    Case(
+        "causal+temperature-tuning",
+        {"F": 2, "alpha": 0.5},
+        1,
+        1,
+        False,
+        lambda _: {"causal": True, "mods": (M.Temperature(2.0, 0.5),)},
+    ),
+    Case(
+        "sliding-window+alibi",
+        {"w": 3},
+        1,
+        1,
+        True,
+        lambda mu: {"causal": True, "window": 3, "alibi": mu},
+    ),
+    Case(
+        "chunked+temperature-tuning",
+        {"chi": 3, "F": 2, "alpha": 0.25},
+        1,
+        1,
+        False,
+        lambda _: {"causal": True, "mods": (M.Chunked(3), M.Temperature(2.0, 0.25))},
+    ),
+]
+
+
+def _inputs(case: Case, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    generator = torch.Generator().manual_seed(seed)
+    kw = {"dtype": torch.float64, "generator": generator}
+    width, kv = 4 * case.heads, 4 * case.groups
+    x = torch.randn(2, N, D, **kw)
+    w_q, w_k, w_v = (torch.randn(D, c, **kw) / 2 for c in (width, kv, kv))
+    mu = torch.rand(case.heads, **kw) if case.learned else None
+    return x, w_q, w_k, w_v, mu
+
+
+def _leaves(*tensors):
+    return [None if t is None else t.clone().requires_grad_() for t in tensors]
+
+
+def _gradients(c: torch.Tensor, leaves: list, seed: int = 1) -> list[torch.Tensor]:
+    upstream = torch.randn(c.shape, dtype=c.dtype, generator=torch.Generator().manual_seed(seed))
+    wanted = [t for t in leaves if t is not None]
+    return list(torch.autograd.grad(c, wanted, upstream))
+
+
+def _run(case: Case, keywords: Callable, tensors) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    x, *leaves = _leaves(*tensors)
+    w_q, w_k, w_v, mu = leaves
+    c = grouped_query_attention(
+        x, w_q, w_k, w_v, None, heads=case.heads, groups=case.groups, **keywords(mu)
+    )
+    return c, _gradients(c, leaves)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_the_rule_on_the_fast_path_is_attention_by_hand(case: Case) -> None:
+    """C and the gradients of W_q, W_k, W_v and the per-head number: the generated rule as a
+    modification against `attention`'s hand-written modifications, on the fast path."""
+    rule = derive.score_mod(case.name, **case.values)
+    tensors = _inputs(case)
+    got, got_grads = _run(case, lambda mu: {"mods": rule.mods(mu)}, tensors)
+    want, want_grads = _run(case, case.by_hand, tensors)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    assert len(got_grads) == len(want_grads) == 3 + case.learned
+    for have, expected in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(have, expected, rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_the_rule_is_the_generated_code_of_its_declaration(case: Case) -> None:
+    """The fast path with the rule against the variant's whole generated code (its forward
+    from the declaration, its backward the derived gradients), C and every gradient."""
+    rule = derive.score_mod(case.name, **case.values)
+    x, w_q, w_k, w_v, mu = _inputs(case)
+    got, got_grads = _run(case, lambda m: {"mods": rule.mods(m)}, (x, w_q, w_k, w_v, mu))
+    function = derive.torch_function(case.name)
+    heads = {"h": case.heads, "g": case.groups}
+    own = dict(case.values) | {k: v for k, v in heads.items() if k in function.sizes}
+    given = {"X": x, "W_q": w_q, "W_k": w_k, "W_v": w_v}
+    if mu is not None:
+        given["Mu"] = mu[None, :]
+    if "W_o" in function.inputs:
+        given["W_o"] = torch.eye(4 * case.heads, dtype=torch.float64)
+    leaves = {k: v.clone().requires_grad_() for k, v in given.items()}
+    want = function(*(leaves[k] for k in function.inputs), **own)
+    names = ["W_q", "W_k", "W_v", *(["Mu"] if mu is not None else [])]
+    want_grads = _gradients(want, [leaves[k] for k in names])
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    for have, expected in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(have.reshape(expected.shape), expected, rtol=1e-9, atol=1e-11)
+
+
+def _heads(case: Case, tensors) -> tuple[torch.Tensor, ...]:
+    """Q (2, h, n, c_h), K and V (2, g, n, c_h)."""
+    x, w_q, w_k, w_v, _ = tensors
+    return (
+        _core.split_heads(x @ w_q, case.heads),
+        _core.split_heads(x @ w_k, case.groups),
+        _core.split_heads(x @ w_v, case.groups),
+    )
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_the_explicit_path_and_the_fast_path_agree(case: Case) -> None:
+    """The explicit path (A wanted: the rule's `scores` under autograd) and the fast path (its
+    derived `backward`) give the same C and the same gradients of Q, K, V and the number."""
+    rule = derive.score_mod(case.name, **case.values)
+    tensors = _inputs(case)
+    results = []
+    for weights in (True, False):
+        q, k, v = _leaves(*_heads(case, tensors))
+        (mu,) = _leaves(tensors[-1])
+        c = _core.attend(q, k, v, scale=0.5, heads=True, mods=rule.mods(mu), return_weights=weights)
+        c = c[0] if weights else c
+        results.append((c, _gradients(c, [q, k, v, mu])))
+    (explicit, explicit_grads), (fast, fast_grads) = results
+    torch.testing.assert_close(fast, explicit, rtol=1e-10, atol=1e-12)
+    for have, expected in zip(fast_grads, explicit_grads, strict=True):
+        torch.testing.assert_close(have, expected, rtol=1e-9, atol=1e-11)
+
+
+FLASH = {  # flash's own keywords for the masks (it takes no mask object but chunks)
+    "causal+softcap": {"causal": True},
+    "causal+temperature-tuning": {"causal": True},
+    "sliding-window+alibi": {"causal": True, "window": 3},
+    "chunked+temperature-tuning": {"causal": True, "mods": (M.Chunked(3),)},
+    "softcap": {},
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLASH))
+def test_the_rule_runs_in_flash(name: str) -> None:
+    """FlashAttention's blocked forward and backward with the rule (one head, constants) equal
+    the fast path's C and gradients of Q, K, V."""
+    case = next(case for case in CASES if case.name == name)
+    rule = derive.score_mod(case.name, **case.values)
+    tensors = _inputs(dataclasses.replace(case, heads=1, groups=1))
+    q, k, v = (t[:, 0] for t in _heads(dataclasses.replace(case, heads=1, groups=1), tensors))
+    mu = None if tensors[-1] is None else tensors[-1][:1]
+    leaves = _leaves(q, k, v)
+    fast = _core.attend(*leaves, scale=0.5, heads=False, mods=rule.mods(mu))
+    upstream = torch.randn(fast.shape, dtype=torch.float64)
+    want = torch.autograd.grad(fast, leaves, upstream)
+    own = dict(FLASH[name])
+    own["mods"] = (*own.get("mods", ()), rule.modification(mu))
+    options = {"block_rows": 3, "block_keys": 2, "scale": 0.5, **own}
+    c = flash.flash_attention(q, k, v, **options)
+    got = flash.flash_gradients(q, k, v, upstream, **options)
+    torch.testing.assert_close(c, fast.detach(), rtol=1e-10, atol=1e-12)
+    for have, expected in zip((got.dQ, got.dK, got.dV), want, strict=True):
+        torch.testing.assert_close(have, expected, rtol=1e-9, atol=1e-11)
+
+
+def test_flexattention_with_the_generated_score_mod_and_mask_mod_is_ours() -> None:
+    """FlexAttention compiled on this CPU (float32: its CPU kernels take no float64), with the
+    rule's score_mod (a learned slope per head read as param[h]) and its mask_mod as the block
+    mask, against our fast path with the rule, and against the hand-written modifications in
+    float64."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    case = next(case for case in CASES if case.name == "gqa+alibi+softcap")
+    rule = derive.score_mod(case.name, **case.values)
+    generator = torch.Generator().manual_seed(3)
+    n, width = 40, 8
+    q = torch.randn(1, case.heads, n, width, generator=generator)
+    k, v = (torch.randn(1, case.groups, n, width, generator=generator) for _ in range(2))
+    mu = torch.rand(case.heads, generator=generator)
+    block_mask = create_block_mask(rule.mask_mod, None, None, n, n, device="cpu")
+    flex = torch.compile(flex_attention)(
+        q, k, v, score_mod=rule.score_mod(mu), block_mask=block_mask, enable_gqa=True
+    )
+    scale = 1 / math.sqrt(width)
+    ours = _core.attend(q, k, v, scale=scale, heads=True, mods=rule.mods(mu))
+    torch.testing.assert_close(flex, ours, rtol=1e-5, atol=1e-5)
+    by_hand = M.modifications(causal=True, softcap=3.0, alibi=mu.double())
+    exact = _core.attend(q.double(), k.double(), v.double(), scale=scale, heads=True, mods=by_hand)
+    torch.testing.assert_close(flex.double(), exact, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_score_mod_bwd_is_autograd_through_score_mod(case: Case) -> None:
+    """score_mod_bwd(grad, score, b, h, q_idx, kv_idx) = grad · ∂score_mod/∂score, at every
+    entry of a grid of scores, heads and positions (float64)."""
+    rule = derive.score_mod(case.name, **case.values)
+    generator = torch.Generator().manual_seed(4)
+    mu = torch.rand(case.heads, dtype=torch.float64, generator=generator)
+    param = mu if case.learned else None
+    shape = (case.heads, N, N)
+    score = (torch.randn(shape, dtype=torch.float64, generator=generator) * 4).requires_grad_()
+    h = torch.arange(case.heads)[:, None, None]
+    q_idx, kv_idx = torch.arange(N)[:, None], torch.arange(N)[None, :]
+    grad = torch.randn(shape, dtype=torch.float64, generator=generator)
+    out = rule.score_mod(param)(score, 0, h, q_idx, kv_idx)
+    (want,) = torch.autograd.grad(out, score, grad)
+    got = rule.score_mod_bwd(param)(grad, score.detach(), 0, h, q_idx, kv_idx)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-14)
+
+
+def test_a_users_rule_scalable_softmax_with_its_learned_scale() -> None:
+    """Scalable-Softmax as declared in docs/examples (its weights the softmax of s log n ω̃):
+    a rule on the scores once n is given, s its learned number; on the fast path equal to its
+    hand-written twin, C and the gradients of the weights and of s."""
+    rule = derive.score_mod(SSMAX, n=N)
+    assert rule.rule.parameter == "S"
+
+    def by_hand(x, w_q, w_k, w_v, s):  # softmax(s log n ω̃) V, as the example's twin
+        scores = (x @ w_q) @ (x @ w_k).T / math.sqrt(w_q.shape[1])
+        return (s * math.log(N) * scores).softmax(-1) @ (x @ w_v)
+
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(N, D, dtype=torch.float64, generator=generator)
+    weights = [torch.randn(D, 3, dtype=torch.float64, generator=generator) for _ in range(3)]
+    s = torch.tensor([0.8], dtype=torch.float64)
+    leaves = _leaves(*weights, s)
+    got = grouped_query_attention(x, *leaves[:3], None, mods=rule.mods(leaves[3]))
+    twin_leaves = _leaves(*weights, s)
+    want = by_hand(x, *twin_leaves)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    for have, expected in zip(_gradients(got, leaves), _gradients(want, twin_leaves), strict=True):
+        torch.testing.assert_close(have, expected, rtol=1e-9, atol=1e-11)
+
+
+def test_a_changed_declaration_changes_the_rule() -> None:
+    """The cap read off the declaration: the rule at κ = 2 is not the hand-written κ = 3."""
+    rule = derive.score_mod("causal+softcap", kappa=2)
+    case = next(case for case in CASES if case.name == "causal+softcap")
+    tensors = _inputs(case)
+    got, _ = _run(case, lambda mu: {"mods": rule.mods(mu)}, tensors)
+    want, _ = _run(case, lambda _: {"causal": True, "softcap": 3.0}, tensors)
+    assert (got - want).abs().max() > 1e-3
+
+
+def test_a_wrong_derivative_is_never_given() -> None:
+    """A rule whose derivative is not f's (tanh' written as 1 + tanh²) is refused when made."""
+    rule = derive.score_mod("causal+softcap", kappa=2).rule
+    wrong = dataclasses.replace(rule, derivative=1 + sp.tanh(SCORE / 2) ** 2)
+    with pytest.raises(derive.DerivationError, match="df/dscore"):
+        ScoreMod(wrong)
+
+
+@pytest.mark.parametrize(
+    ("name", "values", "message"),
+    [
+        ("qk-norm", {}, "its step rms_norm"),
+        ("sinks", {}, "weights are not a softmax"),
+        ("sliding-window+alibi", {}, r"reads w.*w=\.\.\."),
+        (SSMAX, {}, r"reads n.*n=\.\.\."),
+        ("softcap", {"cap": 3}, "no parameter or size 'cap'.*kappa"),
+    ],
+)
+def test_what_is_not_a_rule_is_refused_by_name(name: str, values: dict, message: str) -> None:
+    with pytest.raises(derive.DeclarationError, match=message):
+        derive.score_mod(name, **values)
+
+
+def test_a_missing_or_misshapen_number_per_head_is_named() -> None:
+    rule = derive.score_mod("gqa+alibi+softcap")
+    with pytest.raises(ValueError, match=r"reads Mu, one number per head: give param="):
+        rule.mods()
+    with pytest.raises(ValueError, match=r"param \(Mu\) must be .* shape \(h,\), got \(2, 2\)"):
+        rule.score_mod(torch.ones(2, 2))
+    with pytest.raises(ValueError, match="reads no learned number"):
+        derive.score_mod("softcap").modification(torch.ones(1))
