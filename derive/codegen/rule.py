@@ -73,6 +73,8 @@ class Rule:
     mask: sp.Basic | None  # where key kv_idx may be read by query q_idx (None: every key)
     masks: tuple[tuple[str, int | None], ...]  # the masks as `attention.mods` objects
     heads: bool
+    unmapped: tuple[str, ...] = ()  # the mask steps `attention.mods` has no object for
+    shifts: bool = True  # f reads the positions through q_idx − kv_idx only (`_shifts`)
 
     @property
     def source(self) -> str:
@@ -253,9 +255,11 @@ def score_rule(entry: Entry, values: Mapping[str, float] | None = None) -> Rule:
                 f"given: give it as a number (derive.score_mod({entry.name!r}, {missing[0]}=...))"
             )
     by_name = {str(x): v for x, v in numbers.items()}
-    objects = {  # a mask attention.mods has no object for is the mask_mod's alone
+    parts = [part for name in masks for part in name.split("_and_")]  # a merged mask's parts
+    unknown = tuple(name for name in parts if name not in MASKS)
+    objects = {
         (kind, None if size is None else int(by_name[size]))
-        for name in masks
+        for name in parts
         for kind, size in MASKS.get(name, ())
     }
     return Rule(
@@ -268,7 +272,17 @@ def score_rule(entry: Entry, values: Mapping[str, float] | None = None) -> Rule:
         mask,
         tuple(sorted(objects, key=str)),
         heads,
+        unknown,
+        _shifts(value),
     )
+
+
+def _shifts(value: sp.Expr) -> bool:
+    """Whether f reads the positions only through q_idx − kv_idx (ALiBi's distance), so that it
+    is the same counted from any first position: f(q + t, kv + t) = f(q, kv)."""
+    t = sp.Symbol("t", integer=True)
+    moved = value.xreplace({Q_IDX: Q_IDX + t, KV_IDX: KV_IDX + t})
+    return sp.simplify(moved - value) == 0
 
 
 def _numbers(entry: Entry, values: Mapping[str, float]) -> dict[sp.Symbol, sp.Expr]:
@@ -464,11 +478,15 @@ def _passes(rule: Rule) -> list[str]:
     ahead_printer, behind_printer = _InPlace(ahead_once, shapes), _InPlace(behind_once, shapes)
     along = behind_printer.code(reduced[2]) if len(reduced) > 2 else "None"
     derivative = behind_printer.code(reduced[1])
+    value = ahead_printer.code(reduced[0])
+    if isinstance(reduced[0], sp.Symbol) and (reduced[0] in saved or reduced[0] in arguments):
+        value = f"torch.clone({value})"  # f is what the backward takes (or an input): the
+        # path's masks write −∞ into f in place, and must not write into that
     return [
         "def forward(score, q_idx, kv_idx, param):",
         '    """f, and what the backward pass takes."""',
         *(f"    {x} = {ahead_printer.code(reps[x])}" for x in ahead),
-        f"    return {ahead_printer.code(reduced[0])}, {kept}",
+        f"    return {value}, {kept}",
         "",
         f"def backward({names}):",
         '    """(df/dscore, df/dparam or None) from what the forward pass kept."""',

@@ -464,7 +464,7 @@ def test_a_matrix_given_as_a_value_is_told_it_is_drawn(tmp_path, capsys):
 
 
 def test_the_public_face_is_about_twenty_names_in_one_dialect():
-    assert 18 <= len(derive.__all__) <= 25
+    assert 18 <= len(derive.__all__) <= 26  # 26 since score_mod, beside torch_function
     import inspect
 
     for name in ("steps", "backward_steps", "facts", "explicit_variant", "explicit_gradients"):

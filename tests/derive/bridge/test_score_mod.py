@@ -20,6 +20,7 @@ from attention import mods as M
 from attention.grouped import grouped_query_attention
 from derive.bridge.score_mod import ScoreMod
 from derive.codegen.rule import SCORE
+from derive.graph.registry import unregister_variant
 
 ROOT = Path(__file__).resolve().parents[3]
 SSMAX = f"{ROOT}/docs/examples/scalable_softmax.py:SSMAX"
@@ -41,7 +42,9 @@ class Case:
 
 CASES = [
     Case("softcap", {"kappa": 2}, 1, 1, False, lambda _: {"softcap": 2.0}),
-    Case("causal+softcap", {"kappa": 2}, 1, 1, False, lambda _: {"causal": True, "softcap": 2.0}),
+    # κ = 1: f = tanh(ω̃) is the very tensor the backward pass keeps (the masks must not write
+    # into it)
+    Case("causal+softcap", {"kappa": 1}, 1, 1, False, lambda _: {"causal": True, "softcap": 1.0}),
     Case("multi-head+softcap", {"kappa": 2}, 2, 2, False, lambda _: {"softcap": 2.0}),
     Case(
         "gqa+alibi+softcap",
@@ -50,6 +53,14 @@ CASES = [
         2,
         True,
         lambda mu: {"causal": True, "softcap": 3.0, "alibi": mu},
+    ),
+    Case(  # two masks of the declaration merged into one step: both kept
+        "chunked+sliding-window+softcap",
+        {"chi": 4, "w": 3, "kappa": 2},
+        1,
+        1,
+        False,
+        lambda _: {"causal": True, "window": 3, "softcap": 2.0, "mods": (M.Chunked(4),)},
     ),
     Case(
         "causal+temperature-tuning",
@@ -180,6 +191,7 @@ FLASH = {  # flash's own keywords for the masks (it takes no mask object but chu
     "sliding-window+alibi": {"causal": True, "window": 3},
     "chunked+temperature-tuning": {"causal": True, "mods": (M.Chunked(3),)},
     "softcap": {},
+    "chunked+sliding-window+softcap": {"causal": True, "window": 3, "mods": (M.Chunked(4),)},
 }
 
 
@@ -275,6 +287,55 @@ def test_a_users_rule_scalable_softmax_with_its_learned_scale() -> None:
         torch.testing.assert_close(have, expected, rtol=1e-9, atol=1e-11)
 
 
+def test_generation_with_a_cache_that_drops_keys_counts_positions_from_the_start() -> None:
+    """Temperature tuning reads the query's position itself: decoding token by token with a
+    window (the cache keeps its last w keys) gives the rows of the whole sequence's attention,
+    as the hand-written `Temperature` does (`moved`)."""
+    from attention.grouped import grouped_decode_step
+
+    rule = derive.score_mod("causal+temperature-tuning", F=2, alpha=0.5)
+    generator = torch.Generator().manual_seed(6)
+    x = torch.randn(10, D, dtype=torch.float64, generator=generator)
+    w_q, w_k, w_v = (torch.randn(D, 8, dtype=torch.float64, generator=generator) for _ in "qkv")
+    options = {"heads": 2, "window": 3, "mods": (rule.modification(),)}
+    whole = grouped_query_attention(x, w_q, w_k, w_v, None, causal=True, **options)
+    rows, cache = grouped_decode_step(x[:4], w_q, w_k, w_v, **options)
+    decoded = [rows]
+    for m in range(4, 10):
+        row, cache = grouped_decode_step(x[m : m + 1], w_q, w_k, w_v, None, cache, **options)
+        decoded.append(row)
+    torch.testing.assert_close(torch.cat(decoded), whole, rtol=1e-10, atol=1e-12)
+
+
+def test_a_mask_attention_mods_has_no_object_for_is_refused_not_dropped() -> None:
+    """A user's mask step (causal, and every query reads the first two keys): not one of
+    `attention.mods`' masks, so `mods()` refuses by the step's name, and `mask_mod` is its
+    condition."""
+    from derive import declare
+    from derive.declare import m, mask, n, p
+
+    prefix = declare.step(
+        "prefix_mask",
+        sp.Eq(mask[m, p], sp.Piecewise((0, (m >= p) | (p <= 2)), (-sp.oo, True))),
+        shape=(n, n),
+        title="The causal mask with a prefix",
+    )
+    user = declare.variant(
+        "prefix-causal", title="Causal attention with a prefix", base="causal", replaces=[prefix]
+    )
+    derive.register_variant(user)
+    try:
+        rule = derive.score_mod("prefix-causal+softcap")
+        with pytest.raises(ValueError, match=r"mask \(prefix_mask\) has no attention.mods"):
+            rule.mods()
+        q_idx, kv_idx = torch.arange(5)[:, None], torch.arange(5)[None, :]
+        assert rule.mask_mod is not None
+        allowed = rule.mask_mod(0, 0, q_idx, kv_idx)
+        assert torch.equal(allowed, (q_idx >= kv_idx) | (kv_idx <= 1))
+    finally:
+        unregister_variant("prefix-causal")
+
+
 def test_a_changed_declaration_changes_the_rule() -> None:
     """The cap read off the declaration: the rule at κ = 2 is not the hand-written κ = 3."""
     rule = derive.score_mod("causal+softcap", kappa=2)
@@ -285,12 +346,19 @@ def test_a_changed_declaration_changes_the_rule() -> None:
     assert (got - want).abs().max() > 1e-3
 
 
-def test_a_wrong_derivative_is_never_given() -> None:
-    """A rule whose derivative is not f's (tanh' written as 1 + tanh²) is refused when made."""
-    rule = derive.score_mod("causal+softcap", kappa=2).rule
-    wrong = dataclasses.replace(rule, derivative=1 + sp.tanh(SCORE / 2) ** 2)
+@pytest.mark.parametrize(
+    ("name", "wrong"),
+    [
+        ("causal+softcap", 1 + sp.tanh(SCORE / 50) ** 2),  # tanh' written as 1 + tanh²
+        ("causal+temperature-tuning", sp.Integer(1)),  # τ_m forgotten: 1 below F = 8192 only
+    ],
+)
+def test_a_wrong_derivative_is_never_given(name: str, wrong: sp.Expr) -> None:
+    """A rule whose derivative is not f's is refused when made, the derivative named, though
+    the error shows only at positions past the rule's own scale."""
+    rule = derive.score_mod(name).rule
     with pytest.raises(derive.DerivationError, match="df/dscore"):
-        ScoreMod(wrong)
+        ScoreMod(dataclasses.replace(rule, derivative=wrong))
 
 
 @pytest.mark.parametrize(
