@@ -152,7 +152,7 @@ def attend_explicitly(
     }
     scaled = scores(q * scale, k)  # (scale Q) Kᵀ: no overflow where the scaled scores fit
     scaled, _ = M.forward(scaled, mods, block, shaped, inplace=False)
-    sink = shaped.get(M.Sinks.__name__)
+    sink = shaped.get(M.sink_kind(mods) or "")
     a = softmax_rows(scaled, allowed, sink, guarded=bool(mods))
     if dropout_p > 0.0:
         a = F.dropout(a, p=dropout_p)

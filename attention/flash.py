@@ -242,10 +242,10 @@ def _modifications(
         )
     objects = M.check(where, given, 1)
     for mod in objects:
-        if isinstance(mod, M.Sinks | M.Causal | M.Window):
+        if mod.sink or isinstance(mod, M.Causal | M.Window):
             raise ValueError(
-                f"{where}: give {type(mod).__name__} by its keyword (causal=, window=, sink=), "
-                f"not in mods=, got {mod!r}"
+                f"{where}: give {type(mod).__name__} by its keyword (causal=, window=, sink=: "
+                f"flash starts each row's state at the sink's logit), not in mods=, got {mod!r}"
             )
     mods = M.joined(where, modified.mods(q), objects, 1)
     if not causal and any(mod.bounds(0) != (None, None) for mod in objects):

@@ -19,8 +19,12 @@ Each object states, once: its effect on a block of scores (`scores`: queries at 
 first … last − 1, keys low … high − 1), what the backward pass does through it (`backward`: a
 factor on the scores' gradient, and its learned parameter's gradient), and, for the masks, the
 keys each query may read (`bounds`: L(m) and H(m)), from which the keys a block of queries reads
-and the blocks it skips follow (`key_range`). A user's own masks (boolean tensors) stay tensors:
-they are data, not a rule.
+and the blocks it skips follow (`key_range`). The paths read only the protocol, never the class:
+a subclass of yours that states `bounds` alone is a mask on every path (its −∞ written by the
+default `scores`, its blocks skipped); one that states `scores` and `backward` is a rule on the
+scores; one with `sink = True` and a `parameter` is a sink; `query_offset`, `query_scale` and
+`resolved` are the rest. Masks given as boolean tensors stay tensors: they are data, not a
+rule.
 
 Build the tuple from the public keywords with `modifications(...)`; the functions and modules
 of the package do, and take the same keywords as before.
@@ -61,6 +65,7 @@ __all__ = [
     "ordered",
     "offset_of",
     "sinks_of",
+    "sink_kind",
     "masks_only",
     "key_range",
     "row_bounds",
@@ -101,12 +106,45 @@ class Modification:
     stage: ClassVar[int] = 0
     #: The name of its learned tensor field, if it has one (a tensor of one number per head).
     parameter: ClassVar[str | None] = None
+    #: Whether its tensor is a sink's logit per head, e^{ζ_ℓ} in each row's denominator (`Sinks`):
+    #: the paths then normalise each row with it (`sink_normalised`) and give its gradient.
+    sink: ClassVar[bool] = False
 
     def scores(self, s: Tensor, block: Block, param: Tensor | None, inplace: bool) -> tuple:
         """(the block's scores after it, what its backward needs). s: (…, b, K); `param`: its
         tensor, shaped by the path to broadcast against s (one number per head); `inplace`: s
-        may be overwritten (no autograd through it)."""
+        may be overwritten (no autograd through it). The default: a mask (one that states
+        `bounds`) puts −∞ at the keys it rules out; anything else leaves s as it is."""
+        if self.is_mask:
+            return _cut(s, block, self.bounds, inplace), None
         return s, None
+
+    @property
+    def is_mask(self) -> bool:
+        """Whether it rules keys out: its class states `bounds`. The paths read a mask's
+        bounds for the blocks each query reads and skips, and the masks alone go to torch's
+        fused kernel."""
+        return type(self).bounds is not Modification.bounds
+
+    @property
+    def changes_scores(self) -> bool:
+        """Whether it changes the scores' values: its class states its own `scores` (a mask
+        that only states `bounds` does not)."""
+        return type(self).scores is not Modification.scores
+
+    def query_offset(self) -> int:
+        """The position of the first query, where it places the queries after a cache's keys
+        (`Causal.offset`); 0 otherwise."""
+        return 0
+
+    def query_scale(self) -> float | None:
+        """The c of the factor 1/√c of q·k, where it sets one (`QueryScale`); None otherwise."""
+        return None
+
+    def resolved(self, heads: int, like: Tensor) -> "Modification":
+        """The same with what it takes from the call filled in (ALiBi's default slopes for
+        `heads` heads, in `like`'s dtype and device): itself by default."""
+        return self
 
     def backward(
         self, d_s: Tensor, saved: Any, block: Block, param: Tensor | None
@@ -153,8 +191,8 @@ class Causal(Modification):
     def bounds(self, m):
         return None, m + 1
 
-    def scores(self, s, block, param, inplace):
-        return _cut(s, block, self.bounds, inplace), None
+    def query_offset(self) -> int:
+        return self.offset
 
 
 @dataclass(frozen=True)
@@ -173,9 +211,6 @@ class Window(Modification):
 
     def reach(self) -> int | None:
         return self.size - 1
-
-    def scores(self, s, block, param, inplace):
-        return _cut(s, block, self.bounds, inplace), None
 
 
 @dataclass(frozen=True)
@@ -203,9 +238,6 @@ class Chunked(Modification):
 
     def reach(self) -> int | None:
         return self.size - 1
-
-    def scores(self, s, block, param, inplace):
-        return _cut(s, block, self.bounds, inplace), None
 
 
 def _cut(s: Tensor, block: Block, bounds, inplace: bool) -> Tensor:
@@ -253,6 +285,9 @@ class QueryScale(Modification):
     def __post_init__(self):
         check_finite("QueryScale", "scalar", self.scalar)
         check_cap("QueryScale", "scalar", self.scalar)
+
+    def query_scale(self) -> float | None:
+        return self.scalar
 
 
 @dataclass(frozen=True)
@@ -369,6 +404,7 @@ class Sinks(Modification):
     logits: Tensor | None = None
     stage: ClassVar[int] = 40
     parameter: ClassVar[str | None] = "logits"
+    sink: ClassVar[bool] = True
 
     def __post_init__(self):
         _check_per_head("Sinks", "logits", self.logits)
@@ -485,14 +521,15 @@ def modifications(
 
 
 def scaled_width(mods, width: int) -> float:
-    """The c of the factor 1/√c of q·k: `QueryScale.scalar` if given, else `width` (c_h)."""
-    return next((mod.scalar for mod in mods if isinstance(mod, QueryScale)), width)
+    """The c of the factor 1/√c of q·k: a modification's `query_scale` (`QueryScale.scalar`)
+    if one sets it, else `width` (c_h)."""
+    return next((c for mod in mods if (c := mod.query_scale()) is not None), width)
 
 
 def resolved(mods, heads: int, like: Tensor) -> tuple[Modification, ...]:
-    """The modifications with what they take from the call filled in (ALiBi's default slopes
-    for `heads` heads, in `like`'s dtype and device)."""
-    return tuple(mod.resolved(heads, like) if isinstance(mod, ALiBi) else mod for mod in mods)
+    """The modifications with what they take from the call filled in (`Modification.resolved`:
+    ALiBi's default slopes for `heads` heads, in `like`'s dtype and device)."""
+    return tuple(mod.resolved(heads, like) for mod in mods)
 
 
 def trimmed(mods, block: Block) -> tuple[Modification, ...]:
@@ -500,7 +537,7 @@ def trimmed(mods, block: Block) -> tuple[Modification, ...]:
     than the sequence, one chunk holding it all): the fused kernel then takes the rest whole."""
     kept = []
     for mod in mods:
-        if isinstance(mod, Causal | Window | Chunked) and not isinstance(mod, Causal):
+        if mod.is_mask and mod.query_offset() == 0:  # a mask that places the queries stays
             lower, _ = mod.bounds(block.last - 1)
             _, upper = mod.bounds(block.first)
             if (lower is None or lower <= block.low) and (upper is None or upper >= block.high):
@@ -510,24 +547,30 @@ def trimmed(mods, block: Block) -> tuple[Modification, ...]:
 
 
 def offset_of(mods) -> int:
-    """The position of the first query (`Causal.offset`; 0 without causal)."""
-    return next((mod.offset for mod in mods if isinstance(mod, Causal)), 0)
+    """The position of the first query (a modification's `query_offset`: `Causal.offset`; 0
+    where none places the queries)."""
+    return next((offset for mod in mods if (offset := mod.query_offset())), 0)
+
+
+def sink_kind(mods) -> str | None:
+    """The kind (class name) of the modification whose tensor is a sink's logits, or None."""
+    return next((type(mod).__name__ for mod in mods if mod.sink), None)
 
 
 def sinks_of(mods) -> Tensor | None:
     """The sinks' logits (h,), or None."""
-    return next((mod.logits for mod in mods if isinstance(mod, Sinks)), None)
+    return next((getattr(mod, mod.parameter) for mod in mods if mod.sink and mod.parameter), None)
 
 
 def masks_only(mods) -> bool:
     """Whether the modifications only mask (no value changed, no sink; the query scale is
     applied before the products): then torch's fused kernel computes the scores itself, given
     the masks."""
-    return all(isinstance(mod, Causal | Window | Chunked | QueryScale) for mod in mods)
+    return all(not mod.changes_scores and not mod.sink for mod in mods)
 
 
 def _masks(mods) -> list[Modification]:
-    return [mod for mod in mods if isinstance(mod, Causal | Window | Chunked)]
+    return [mod for mod in mods if mod.is_mask]
 
 
 def reach(mods) -> int | None:

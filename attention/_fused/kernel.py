@@ -19,7 +19,7 @@ __all__ = ["forward"]
 def forward(q: Tensor, k: Tensor, v: Tensor, scale: float, mods: tuple, allowed) -> Tensor:
     """C (B, h, n, c_h) for q (B, h, n, c_h), k and v (B, g, s, c_h), masks only in `mods`,
     the user's `allowed` (B or 1, 1, R, s) or None."""
-    mods = tuple(mod for mod in mods if not isinstance(mod, M.QueryScale))  # in `scale`
+    mods = tuple(mod for mod in mods if mod.is_mask)  # the query scale is in `scale` already
     if mods and mods != (M.Causal(0),):
         return _banded(q, k, v, scale, mods, allowed)
     causal = bool(mods)  # the kernel's own flag: query m reads p ≤ m

@@ -38,7 +38,7 @@ def sweep(
     params = {  # each learned tensor (h,) as (g, h/g, 1, 1): a pack picks its groups
         kind: t.to(q.dtype).view(groups, r)[..., None, None] for kind, t in M.learned(mods).items()
     }
-    sink_kind = next((kind for kind in params if kind == M.Sinks.__name__), None)
+    sink_kind = M.sink_kind(mods)
     backward = grad_out is not None
     if backward:
         g_all = tensors[3]
