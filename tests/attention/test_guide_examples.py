@@ -4,15 +4,18 @@ latent attention, the modification objects and the one entry point, linear atten
 import re
 from pathlib import Path
 
+import torch
+
 GUIDES = Path(__file__).parents[2] / "docs" / "guides"
 
 
 def _run(guide: str, heading: str = "") -> dict:
-    """The one ```py block of a guide (of its section under `heading`), run: its names."""
+    """The ```py blocks of a guide (of its section under `heading`), run in order in one
+    namespace: its names."""
     section = (GUIDES / guide).read_text(encoding="utf-8")
     section = section.split(heading, 1)[1] if heading else section
     section = section.split("\n## ", 1)[0]
-    (example,) = re.findall(r"```py\n(.*?)```", section, re.S)
+    example = "\n".join(re.findall(r"```py\n(.*?)```", section, re.S))
     namespace: dict = {}
     exec(compile(example, guide, "exec"), namespace)  # noqa: S102 - our own guide
     return namespace
@@ -32,6 +35,12 @@ def test_the_modification_objects_example_runs():
     x, w = namespace["x"], namespace["w"]
     plain = F.multi_head_attention(x, w, w, w, w, heads=4, causal=True)
     assert (namespace["out"] - plain).abs().max() > 1e-4  # the chunks were applied
+    # the user's mask stated by its bounds: query m reads its chunk of 4 and the one before
+    m, p = torch.arange(10)[:, None], torch.arange(10)[None, :]
+    allowed = (p <= m) & (p >= (m // 4) * 4 - 4)
+    by_mask = F.multi_head_attention(x, w, w, w, w, heads=4, mask=allowed)
+    torch.testing.assert_close(namespace["own"], by_mask)
+    assert (namespace["own"] - plain).abs().max() > 1e-4
 
 
 def test_the_linear_attention_example_runs():
