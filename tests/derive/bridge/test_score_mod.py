@@ -384,3 +384,41 @@ def test_a_missing_or_misshapen_number_per_head_is_named() -> None:
         rule.score_mod(torch.ones(2, 2))
     with pytest.raises(ValueError, match="reads no learned number"):
         derive.score_mod("softcap").modification(torch.ones(1))
+
+
+#: The rules on the scores the registry declares, and the same by `attention.mods`' objects.
+ORDERED = {
+    "temperature-tuning": ({"F": 2, "alpha": 0.5}, lambda _: (M.Temperature(2.0, 0.5),)),
+    "softcap": ({"kappa": 2}, lambda _: (M.Softcap(2.0),)),
+    "alibi": ({}, lambda mu: (M.ALiBi(mu),)),
+}
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ("softcap", "alibi"),
+        ("alibi", "temperature-tuning"),
+        ("softcap", "temperature-tuning"),
+        ("alibi", "softcap", "temperature-tuning"),
+    ],
+    ids="+".join,
+)
+def test_derive_composes_the_rules_in_the_order_attention_applies_them(names) -> None:
+    """The order is stated twice, derive's ranks (where each step goes in a combination) and
+    `attention.mods`' stages (where each object acts): a combination's rule, composed in
+    derive's order, gives the numbers of the objects applied in attention's, so the two
+    cannot disagree unseen (temperature, the cap and ALiBi do not commute)."""
+    name = "gqa+" + "+".join(names)
+    values = {k: v for n in names for k, v in ORDERED[n][0].items()}
+    rule = derive.score_mod(name, **values)
+    case = Case(name, values, 4, 2, "alibi" in names, lambda _: {})
+    objects = lambda mu: {  # noqa: E731
+        "mods": (M.Causal(), *(o for n in names for o in ORDERED[n][1](mu)))
+    }
+    tensors = _inputs(case)
+    got, got_grads = _run(case, lambda mu: {"mods": rule.mods(mu)}, tensors)
+    want, want_grads = _run(case, objects, tensors)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    for have, expected in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(have, expected, rtol=1e-9, atol=1e-11)
