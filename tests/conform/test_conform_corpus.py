@@ -29,7 +29,7 @@ CORRECT = {
     "ours_mha": ("self", "book", True),
     "nanogpt": ("module", "nanogpt", True),  # the fused kernel
     "nanogpt_written": ("module", "nanogpt", True),  # the written-out path, attn_dropout
-    "gpt2": ("module", "gpt2", True),  # Conv1D, a tuple returned
+    "gpt2": ("module", "gpt2-own-mask", True),  # Conv1D, a tuple returned, its own causal buffer
     "timm": ("module", "timm", False),  # takes attn_mask
     "timm_written": ("module", "timm", False),
     "torch_mha": ("module", "torch-mha", False),  # batch_first, attn_mask True = masked

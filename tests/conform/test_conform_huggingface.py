@@ -472,3 +472,17 @@ def test_stablelm_s_layernorms_per_head_are_refused_too():
     layer = transformers.StableLmForCausalLM(config).model.layers[0].self_attn
     with pytest.raises(ConformError, match="LayerNorms of the queries and keys"):
         conform(layer)
+
+
+def test_gpt2_s_layer_alone_conforms_with_the_mask_its_model_gives():
+    """transformers 5's GPT2Attention applies no causal mask of its own: its model gives one
+    as attention_mask, as to every decoder layer. Conformed alone, it is called that way, so it
+    is causal (never causal-mask-missing) and its mask checks run."""
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
+
+    config = transformers.GPT2Config(n_embd=32, n_head=4, n_layer=1, vocab_size=64)
+    torch.manual_seed(0)
+    report = conform(GPT2Attention(config, layer_idx=0))
+    assert report.conforms, report
+    checks = {check.name: check.status for check in report.checks}
+    assert checks["causality"] == "PASS" and checks["mask convention"] == "PASS"

@@ -4,7 +4,10 @@
   …, ``in_proj_bias``, ``out_proj``, ``num_heads``; called as ``mha(x, x, x)``, ``batch_first``
   or not, ``attn_mask`` True = masked; returns a tuple);
 - ``gpt2``: Hugging Face GPT-2 attention (``c_attn`` a ``Conv1D`` whose weight is d × 3c, x W + b
-  with no transpose; ``c_proj``; ``num_heads``; returns a tuple);
+  with no transpose; ``c_proj``; ``num_heads``; returns a tuple), called as its model calls it,
+  with the model's additive causal mask as ``attention_mask`` (transformers 5's layer applies no
+  causal mask of its own: its model builds one); ``gpt2-own-mask``: the same layout with no
+  ``attention_mask`` (a layer that masks by its own causal buffer, called as ``layer(x)``);
 - ``nanogpt``: nanoGPT / minGPT ``CausalSelfAttention`` (``c_attn`` an ``nn.Linear`` packing
   q, k, v; ``c_proj``; ``n_head``);
 - ``huggingface``: Hugging Face's attention layers (Llama, Mistral, Qwen 2/3, Gemma 2/3,
@@ -28,6 +31,7 @@ except the heads of a list, which are concatenated.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -37,7 +41,7 @@ from ..checks.cached import with_use_cache
 from .adapters import Adapter, Weights, linear_weights, norm_gains, per_head_parts
 from .generated import GENERATED, GENERATED_MASKED
 from .grouped import GROUPED, LATENT
-from .huggingface import HUGGING_FACE
+from .huggingface import HUGGING_FACE, layer_call
 from .huggingface_tables import LAYOUTS as HUGGING_FACE_LAYOUTS
 from .ours import read_modifications
 from .target import ConformError
@@ -109,9 +113,26 @@ def _mha_call(module: Any, x: Any, allowed: Any) -> Any:
 # -- packed q, k, v: nanoGPT, Hugging Face GPT-2, timm ---------------------------------------
 
 
-def _is_gpt2(module: Any) -> bool:
+def _is_conv1d_packed(module: Any) -> bool:
     packed = getattr(module, "c_attn", None)
     return packed is not None and hasattr(packed, "nf") and hasattr(module, "c_proj")
+
+
+def _takes_attention_mask(module: Any) -> bool:
+    try:
+        return "attention_mask" in inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _is_gpt2(module: Any) -> bool:
+    """Hugging Face's GPT-2 layer: its model gives it the causal mask (`attention_mask`)."""
+    return _is_conv1d_packed(module) and _takes_attention_mask(module)
+
+
+def _is_gpt2_own_mask(module: Any) -> bool:
+    """A GPT-2 layer that takes no mask: it masks by its own causal buffer."""
+    return _is_conv1d_packed(module) and not _takes_attention_mask(module)
 
 
 def _gpt2_weights(module: Any) -> Weights:
@@ -271,9 +292,19 @@ BUILT_IN: tuple[Adapter, ...] = (
         "gpt2",
         _is_gpt2,
         _gpt2_weights,
+        call=layer_call,
+        mask="attention_mask",
         dropout="attn_dropout",
         observe=_C_ATTN_C_PROJ,
         looks_for="c_attn as a Conv1D, c_proj, num_heads",
+    ),
+    Adapter(
+        "gpt2-own-mask",
+        _is_gpt2_own_mask,
+        _gpt2_weights,
+        dropout="attn_dropout",
+        observe=_C_ATTN_C_PROJ,
+        looks_for="the same with no attention_mask",
     ),
     Adapter(
         "nanogpt",

@@ -66,7 +66,7 @@ from . import huggingface_tables as T
 from .adapters import Adapter, Weights, linear_weights
 from .target import ConformError
 
-__all__ = ["HUGGING_FACE"]
+__all__ = ["HUGGING_FACE", "layer_call"]
 
 
 def _is_layer(module: Any) -> bool:
@@ -152,7 +152,7 @@ def _mask(module: Any, n: int, allowed: Any, like: Any) -> Any:
     return torch.where(keep, 0.0, fill).to(like).expand(like.shape[0], 1, n, n)
 
 
-def _layer_call(module: Any, x: Any, allowed: Any) -> Any:
+def layer_call(module: Any, x: Any, allowed: Any) -> Any:
     """The layer as its model calls it: the rotary tables at positions 0 … n − 1 (the model's
     own embedding, in float32 like the model's, then x's dtype) and the model's mask."""
     if x.ndim == 2:
@@ -175,7 +175,7 @@ def _positions_given(module: Any, x: Any, positions: Any) -> dict:
 
     parameters = inspect.signature(module.forward).parameters
     # Falcon's forward takes `alibi` whether its layer adds ALiBi or not: None where not
-    # (a layer that adds it, BLOOM's, is called with its bias by `_layer_call`)
+    # (a layer that adds it, BLOOM's, is called with its bias by `layer_call`)
     given = {"alibi": None} if "alibi" in parameters else {}
     takes = "position_embeddings" in parameters
     if H.beta(module) is not None or (takes and H.rope(module) is not None):
@@ -237,7 +237,7 @@ HUGGING_FACE = Adapter(
     "huggingface",
     _is_layer,
     _layer_weights,
-    call=_layer_call,
+    call=layer_call,
     mask="attention_mask",
     looks_for="; ".join(row.family for row in T.LAYOUTS),
     conventions=_conventions,
