@@ -8,6 +8,9 @@ terminal), `Report.markdown()` for a bug report (formulas as LaTeX), `Report.as_
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import sympy as sp
 
 __all__ = ["Check", "Diagnosis", "Report"]
 
@@ -194,28 +197,45 @@ class Report:
         return "\n".join(lines) + "\n"
 
     def as_json(self) -> dict:
-        """``{"conforms", "kind", "checks", "diagnosis", …}``, ready for `json.dumps`."""
+        """``{"conforms", "kind", "checks", "diagnosis", …}``, ready for `json.dumps`: every
+        SymPy number as a Python one (a size given by ``--value w=3`` is an Integer)."""
         found = self.diagnosis
-        return {
-            "conforms": self.conforms,
-            "kind": self.kind,
-            "target": self.target,
-            "convention": self.convention,
-            "variant": self.variant,
-            "causal": self.causal,
-            "causal_how": self.causal_how,
-            "dtype": self.dtype,
-            "sizes": dict(self.sizes),
-            "checks": [asdict(check) for check in self.checks],
-            "diagnosis": None if found is None else found.id,
-            "mistake": None if found is None or found.id is None else asdict(found),
-            "first_difference": None if found is None else found.first_difference or None,
-            "unchecked": list(self.unchecked),
-            "notes": list(self.notes),  # what the table says under its rows, every line of it
-        }
+        return _plain(
+            {
+                "conforms": self.conforms,
+                "kind": self.kind,
+                "target": self.target,
+                "convention": self.convention,
+                "variant": self.variant,
+                "causal": self.causal,
+                "causal_how": self.causal_how,
+                "dtype": self.dtype,
+                "sizes": dict(self.sizes),
+                "checks": [asdict(check) for check in self.checks],
+                "diagnosis": None if found is None else found.id,
+                "mistake": None if found is None or found.id is None else asdict(found),
+                "first_difference": None if found is None else found.first_difference or None,
+                "unchecked": list(self.unchecked),
+                "notes": list(self.notes),  # what the table says under its rows, every line of it
+            }
+        )
 
     def __str__(self) -> str:
         return self.table()
+
+
+def _plain(value: Any) -> Any:
+    """`value` with SymPy's numbers as Python's (an integer as int, any other number as float)
+    and any other SymPy expression as its text, in dicts, lists and tuples at any depth."""
+    if isinstance(value, dict):
+        return {str(_plain(k)): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, sp.Basic):
+        if value.is_Integer:
+            return int(value)
+        return float(value) if value.is_number and value.is_real else str(value)
+    return value
 
 
 def _number(value: float | None) -> str:

@@ -56,6 +56,19 @@ def test_json_for_tools(capsys):
     assert report["mistake"]["wrong"] != report["mistake"]["right"]
 
 
+def test_json_survives_a_size_given_by_value(capsys):
+    """--value w=3 makes a SymPy Integer among the sizes: --json writes it as a number (it
+    crashed with "Integer is not JSON serializable")."""
+    target = f"{CORPUS / 'correct.py'}:sdpa_written"
+    status, out, err = run(
+        capsys, target, "--variant", "sliding-window", "--value", "w=3", "--json"
+    )
+    assert status in (0, 1) and err == ""
+    report = json.loads(out)
+    assert report["sizes"]["w"] == 3 and isinstance(report["sizes"]["w"], int)
+    assert report["variant"] == "sliding-window"
+
+
 def test_json_carries_every_note_the_table_shows(capsys):
     """The stated conventions (a query with no key's weights) are in --json as in the table."""
     target = f"{CORPUS / 'correct.py'}:sdpa_lowest"
