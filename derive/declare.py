@@ -45,7 +45,7 @@ not exist, cannot take what the step reads or returns the wrong shape, a claim a
 counter-example refutes) is a `DeclarationError` whose message names the step and what is
 wrong; the command line prints it as one line and exits with status 2. A failure of derive's
 own (SymPy failing on a step) is a `DerivationError` that says what derive could not do, and
-exits with status 1.
+exits with status 3.
 
 How twins are called (the order of their arguments, the shapes of a 1 × 1 or per-head input,
 their options) is written once, in docs/twins.md; ``derive variants --show NAME`` prints the

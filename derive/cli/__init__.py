@@ -18,7 +18,9 @@ with `add(commands, argparse)` and `run(args, progress)`, its parser built from 
 (`derive.cli.parsing`). Bad input (a size or seed out of range, a variant that does not exist or
 whose declaration is wrong, an output that cannot be written) exits with status 2 and one line
 on stderr; a missing or broken TeX engine, matplotlib or torch exits with status 1 and one line
-saying what to do. Outputs are written to a temporary file and renamed into place, so an
+saying what to do; a failure of derive's own exits with status 3 and one line saying what it
+could not do (distinct from 1, which `derive check` and `derive conform` also give for a port
+that fails: a script tells a broken tool from a broken port). Outputs are written to a temporary file and renamed into place, so an
 existing file is never truncated. No traceback.
 """
 
@@ -136,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except InternalFailure as error:
         print(str(error), file=sys.stderr)
-        return 1
+        return 3
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130

@@ -197,3 +197,17 @@ def test_a_target_file_with_postponed_annotations_and_a_dataclass_loads(capsys, 
     )
     status, out, _ = run(capsys, f"{target}:sdpa")
     assert status == 0 and out.rstrip().endswith("PASS)")
+
+
+def test_a_failure_of_derive_s_own_exits_3_not_the_verdict_s_1(capsys, monkeypatch):
+    """A script tells a broken tool from a broken port: conform's own failure exits 3 (one
+    line saying what derive could not do), never 1, the code of "does not conform"."""
+    import derive.conformance
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug of the tool")
+
+    monkeypatch.setattr(derive.conformance, "conform", broken)
+    status, out, err = run(capsys, f"{CORPUS / 'correct.py'}:sdpa_written")
+    assert status == 3 and out == "" and err.count("\n") == 1, err
+    assert "derive could not run conform" in err and "RuntimeError: a bug of the tool" in err

@@ -104,7 +104,7 @@ def test_a_failure_of_derive_is_exit_1_naming_what_and_the_step(tmp_path, capsys
         status, out, err = _run(capsys, "latex", "--variant", spec)
     finally:
         reverse.backward.cache_clear()
-    assert status == 1 and out == "" and err.count("\n") == 1, err
+    assert status == 3 and out == "" and err.count("\n") == 1, err
     assert err.startswith("derive latex: derive could not derive the gradient of ")
     assert re.search(r"through step \w+ \(\w+\): ValueError: too many values", err), err
     assert "DERIVE_TRACEBACK=1" in err  # the hint: how to see more, and to report it
