@@ -486,3 +486,15 @@ def test_gpt2_s_layer_alone_conforms_with_the_mask_its_model_gives():
     assert report.conforms, report
     checks = {check.name: check.status for check in report.checks}
     assert checks["causality"] == "PASS" and checks["mask convention"] == "PASS"
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3"])
+def test_a_users_subclass_of_a_layer_is_read_as_its_base(name):
+    """A layer patched by subclassing, in the user's own module, its forward unchanged: read
+    as its base (its family's row, the rotary embedding beside the base), and it conforms."""
+    layer = _layer(name)
+    patched = type("Patched" + type(layer).__name__, (type(layer),), {"__module__": __name__})
+    layer.__class__ = patched
+    report = conform(layer)
+    assert report.conforms, report.table()
+    assert report.variant == LAYERS[name][3]

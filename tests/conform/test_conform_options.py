@@ -51,7 +51,9 @@ def test_the_tolerance_follows_the_dtype(dtype, larger):
 
 def test_an_adapter_can_be_named_and_an_unknown_one_is_refused():
     assert conform(correct.book_mha(), adapter="book").convention == "book"
-    with pytest.raises(ConformError, match=r"no adapter 'mine'; known: torch-mha, gpt2, nanogpt"):
+    with pytest.raises(
+        ConformError, match=r"no adapter 'mine'; known: torch-mha, gpt2, gpt2-own-mask, nanogpt"
+    ):
         conform(correct.book_mha(), adapter="mine")
 
 

@@ -28,6 +28,24 @@ __all__ = [
 ]
 
 
+def library_class(module: Any) -> type:
+    """The Hugging Face class a layer is or derives from: the first class of its MRO defined in
+    transformers. A user's subclass (a patched ``LlamaAttention`` in the user's own module, its
+    forward unchanged or not) is read as its base: its family's row, its rotary embedding and
+    its ``rotate_half`` are those beside the base."""
+    for kind in type(module).__mro__:
+        if kind.__module__.startswith("transformers."):
+            return kind
+    return type(module)
+
+
+def library_module(module: Any) -> Any:
+    """The module of transformers that defines the layer's class (`library_class`)."""
+    import sys
+
+    return sys.modules[library_class(module).__module__]
+
+
 def head_width(module: Any) -> int:
     for name in ("head_dim", "attention_head_size", "head_size"):
         if getattr(module, name, None):
@@ -85,7 +103,7 @@ def rotates(module: Any) -> bool:
     """Whether this layer rotates its queries and keys, asked of the layer: its family's rule
     (`ROTATES`), else its ``use_rope`` (Llama 4's and SmolLM3's layers beside those of
     ``no_rope_layers``), else yes."""
-    rule = ROTATES.get(type(module).__name__)
+    rule = ROTATES.get(library_class(module).__name__)
     if rule is not None:
         return bool(rule(module))
     return bool(getattr(module, "use_rope", True))
@@ -134,9 +152,8 @@ def interleaved(module: Any) -> bool:
     """True where the model's own ``rotate_half`` (beside the layer's class) pairs neighbouring
     features (Cohere, GLM): probed on [1, 2, 3, 4], which it turns into [−2, 1, −4, 3], where
     Llama's turns it into [−3, −4, 1, 2]."""
-    import sys
 
-    turn = getattr(sys.modules[type(module).__module__], "rotate_half", None)
+    turn = getattr(library_module(module), "rotate_half", None)
     if turn is None:  # Llama 4: e^{iθ} on the pairs (2i, 2i + 1), complex tables
         embedding, _ = rotary(module)
         found = embedding(torch.zeros(1, 1, 1), torch.zeros(1, 1, dtype=torch.long))
@@ -169,9 +186,8 @@ def window(module: Any) -> int | None:
 
 def alibi(module: Any, n: int, dtype: Any, batch: int = 1) -> Any:
     """BLOOM's bias μ_ℓ p (batch·h, 1, n), from its model's own function beside the layer."""
-    import sys
 
-    build = getattr(sys.modules[type(module).__module__], "build_alibi_tensor", None)
+    build = getattr(library_module(module), "build_alibi_tensor", None)
     if build is None:
         raise ConformError(
             f"{type(module).__name__} takes alibi, and no build_alibi_tensor "
@@ -212,10 +228,9 @@ def rotary(module: Any) -> Any:
     """The model's own rotary embedding class, from the module that defines the layer (already
     imported: the layer exists), built from the layer's config."""
     import inspect
-    import sys
 
-    home = sys.modules[type(module).__module__]
-    name = type(module).__name__.removesuffix("Attention")
+    home = library_module(module)
+    name = library_class(module).__name__.removesuffix("Attention")
     for candidate in (name + "RotaryEmbedding", name + "TextRotaryEmbedding"):
         found = getattr(home, candidate, None)
         if found is not None:

@@ -218,8 +218,8 @@ LAYOUTS = (
 
 def layout_of(module: Any) -> Layout | None:
     """The row of `LAYOUTS` that reads this layer: one for its class first, else the first
-    whose attributes it holds."""
-    name = type(module).__name__
+    whose attributes it holds (a user's subclass: its base's row, `library_class`)."""
+    name = H.library_class(module).__name__
     for row in LAYOUTS:
         if name in row.classes:
             return row
@@ -373,7 +373,9 @@ REFUSED: tuple[tuple[Callable[[Any], bool], str], ...] = (
         "attention other than Gated DeltaNet's, which has its own adapter)",
     ),
     (
-        lambda layer: type(layer).__name__ == "FalconAttention" and layer.config.alibi is True,
+        lambda layer: (
+            H.library_class(layer).__name__ == "FalconAttention" and layer.config.alibi is True
+        ),
         "Falcon's ALiBi layers are not read: its bias and its call differ from BLOOM's in "
         "transformers 5.24, and from 5.25 its model adds the bias to the mask, which the "
         "adapter does not build (its RoPE layers are read)",
