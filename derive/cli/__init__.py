@@ -20,8 +20,8 @@ whose declaration is wrong, an output that cannot be written) exits with status 
 on stderr; a missing or broken TeX engine, matplotlib or torch exits with status 1 and one line
 saying what to do; a failure of derive's own exits with status 3 and one line saying what it
 could not do (distinct from 1, which `derive check` and `derive conform` also give for a port
-that fails: a script tells a broken tool from a broken port). Outputs are written to a temporary file and renamed into place, so an
-existing file is never truncated. No traceback.
+that fails: a script tells a broken tool from a broken port). Outputs are written to a
+temporary file and renamed into place, so an existing file is never truncated. No traceback.
 """
 
 from __future__ import annotations
