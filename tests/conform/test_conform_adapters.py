@@ -128,3 +128,19 @@ def test_every_argument_of_register_adapter_is_documented():
         assert re.search(rf"^    {name}: \S", doc, re.M), name
     assert "allowed[m, p]" in doc and "True when" in doc  # what `allowed` is
     assert "register_adapter" in (adapters.__doc__ or "")
+
+
+def test_a_buffer_is_read_by_what_it_holds_not_by_its_shape():
+    """ALiBi's slopes as a buffer (h, 1, 1) in a submodule are square in their last two axes,
+    and no causal mask: the module's longest sequence is its causal mask's (6), not 1."""
+    import attention
+    from derive import conform
+
+    torch.manual_seed(0)
+    layer = attention.MultiHeadAttention(8, 8, 6, 0.0, 2)
+    holder = torch.nn.Module()
+    holder.register_buffer("slopes", torch.rand(2, 1, 1))
+    layer.alibi_holder = holder
+    report = conform(layer)
+    assert report.conforms, report.table()
+    assert report.sizes["n"] >= 2

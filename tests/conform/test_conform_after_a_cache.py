@@ -109,3 +109,18 @@ def test_a_user_adapter_s_decode_is_used(monkeypatch):
     module = attention.MultiHeadAttention(16, 16, context_length=8, dropout=0.0, num_heads=4)
     report = conform(module, adapter="two-calls")
     assert seen == [(slice(0, 2), slice(2, 4), slice(4, 5))] and _row(report).status == "FAIL"
+
+
+@pytest.mark.skipif(book_kv is None, reason="llms-from-scratch is not installed")
+@pytest.mark.parametrize("where", ["llama3", "kv_cache.llama3"])
+def test_the_book_s_fast_layer_that_takes_no_mask_conforms(where):
+    """`GroupedQueryAttentionFast` (forward(x, cos, sin), causal by torch's kernel's flag)
+    takes no mask: read by grouped-causal, never handed one, it conforms as causal GQA with
+    RoPE (it was refused: the adapter passed it a mask its signature does not take)."""
+    import importlib
+
+    layer_class = importlib.import_module(f"llms_from_scratch.{where}").GroupedQueryAttentionFast
+    torch.manual_seed(0)
+    report = conform(layer_class(16, 16, 4, 2), variant="gqa+rope")
+    assert report.conforms, report.table()
+    assert report.convention == "grouped-causal" and report.causal

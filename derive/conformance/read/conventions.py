@@ -17,7 +17,8 @@
   ``num_heads``; ``attn_mask`` True = may attend, when it takes one), with its QK-norm (an RMS
   norm: the qk-norm variant) and its output gate (the gate variant);
 - ``grouped``: the book's `GroupedQueryAttention` and this package's, with the variants it
-  was built with (`derive.conformance.read.grouped`);
+  was built with (`derive.conformance.read.grouped`); ``grouped-causal``: the same weights with
+  a forward that takes no mask (the book's `GroupedQueryAttentionFast`, causal by itself);
 - ``latent``: the book's `MultiHeadLatentAttention` and this package's (the mla variant);
 - ``book``: the book's classes and this package's (``W_query``, ``W_key``, ``W_value`` as
   ``nn.Parameter`` d × c or ``nn.Linear``; ``out_proj`` and ``num_heads`` with heads; or
@@ -40,7 +41,7 @@ from torch import nn
 from ..checks.cached import with_use_cache
 from .adapters import Adapter, Weights, linear_weights, norm_gains, per_head_parts
 from .generated import GENERATED, GENERATED_MASKED
-from .grouped import GROUPED, LATENT
+from .grouped import GROUPED, GROUPED_CAUSAL, LATENT
 from .huggingface import HUGGING_FACE, layer_call
 from .huggingface_tables import LAYOUTS as HUGGING_FACE_LAYOUTS
 from .ours import read_modifications
@@ -325,6 +326,7 @@ BUILT_IN: tuple[Adapter, ...] = (
         looks_for="qkv, proj, num_heads",
     ),
     GROUPED,
+    GROUPED_CAUSAL,
     LATENT,
     Adapter(
         "book",

@@ -22,6 +22,7 @@ cache too (`derive.conformance.checks.cached`).
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -34,9 +35,28 @@ from .target import ConformError
 __all__ = ["GROUPED", "LATENT"]
 
 
-def _is_grouped(module: Any) -> bool:
+def _grouped_layout(module: Any) -> bool:
     names = ("W_query", "W_key", "W_value", "out_proj", "num_heads", "num_kv_groups")
     return all(hasattr(module, name) for name in names)
+
+
+def _takes_mask(module: Any) -> bool:
+    """Whether its forward takes a mask (the book's ``mask``, this package's ``blocked``)."""
+    try:
+        parameters = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return True
+    return "mask" in parameters or "blocked" in parameters
+
+
+def _is_grouped(module: Any) -> bool:
+    return _grouped_layout(module) and _takes_mask(module)
+
+
+def _is_grouped_causal(module: Any) -> bool:
+    """The book's fast layers (``GroupedQueryAttentionFast``: ``forward(x, cos, sin)``, causal
+    by torch's kernel's own flag): the same weights, no mask to give."""
+    return _grouped_layout(module) and not _takes_mask(module)
 
 
 def _queries_and_gate(module: Any) -> tuple[Any, Any]:
@@ -128,6 +148,22 @@ GROUPED = Adapter(
     mask="blocked",
     looks_for="W_query, W_key, W_value, out_proj, num_heads, num_kv_groups",
     decode=with_start_pos,
+)
+
+
+def _grouped_causal_call(
+    module: Any, x: Any, allowed: Any, variant: str = "", values: Any = None
+) -> Any:
+    """``module(x, cos, sin)``: no mask (the module is causal by itself)."""
+    return module(x, *rope_tables(module, x, variant, values))
+
+
+GROUPED_CAUSAL = Adapter(
+    "grouped-causal",
+    _is_grouped_causal,
+    _grouped_weights,
+    call=_grouped_causal_call,
+    looks_for="the same with a forward that takes no mask",
 )
 
 

@@ -39,6 +39,28 @@ def _first_tensor(result: Any) -> Any:
     return result
 
 
+def _causal_mask(buffer: Any) -> bool:
+    """Whether a buffer is a causal mask of some length L > 1: L × L in its last two axes (any
+    leading axes of one), triangular one way and not the other: the book's ``triu`` of ones
+    (1 where masked), GPT-2's ``tril`` of booleans (True where read), or an additive one (0
+    and −∞)."""
+    if buffer.ndim < 2 or buffer.shape[-1] != buffer.shape[-2] or buffer.shape[-1] < 2:
+        return False
+    if any(size != 1 for size in buffer.shape[:-2]):
+        return False
+    square = buffer.reshape(buffer.shape[-2:])
+    if square.is_floating_point():
+        square = square != 0  # 1 or −∞ where masked, 0 where read: the nonzero entries
+    elif square.dtype != torch.bool:
+        square = square != 0
+    ones = torch.ones(square.shape, dtype=torch.bool, device=square.device)
+    above, below = square[torch.triu(ones, 1)], square[torch.tril(ones, -1)]
+    diagonal = torch.diagonal(square)
+    masked_above = bool(above.all()) and not below.any() and not diagonal.any()
+    read_below = bool(below.all()) and bool(diagonal.all()) and not above.any()
+    return masked_above or read_below
+
+
 def _passed(x: Any, mask: Any) -> str:
     """What a call was given, by shape: ``x of shape (2, 5, 6)`` and the mask if one."""
     given = f"x of shape {tuple(x.shape)}"
@@ -92,10 +114,10 @@ class ModuleHarness:
         return self.adapter.mask in parameters
 
     def max_tokens(self) -> int | None:
-        """The smallest square buffer (a causal mask of context_length), if any."""
-        sizes = [
-            b.shape[-1] for b in self.module.buffers() if b.ndim >= 2 and b.shape[-1] == b.shape[-2]
-        ]
+        """The length of the smallest causal mask the module holds as a buffer (the book's
+        ``mask`` of context_length tokens), if any: a buffer read by what it holds, never by
+        its shape alone (ALiBi's slopes (h, 1, 1) are square in their last two axes too)."""
+        sizes = [b.shape[-1] for b in self.module.buffers() if _causal_mask(b)]
         return min(sizes) if sizes else None
 
     def __call__(self, x: Any, allowed: Any = None, module: Any = None, grad: bool = False) -> Any:
