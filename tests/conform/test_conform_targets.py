@@ -124,3 +124,25 @@ def test_an_import_from_the_files_folder_works(capsys, tmp_path):
     )
     (tmp_path / "model.py").write_text("from conform_sibling import attend\n")
     assert main(["conform", f"{tmp_path / 'model.py'}:attend"]) == 0
+
+
+def _windowed(q, k, v, attn_mask=None, is_causal=False):
+    """sdpa with a causal sliding window of 3 keys, and the caller's boolean mask."""
+    n, s = q.shape[-2], k.shape[-2]
+    m, p = torch.arange(n)[:, None], torch.arange(s)[None, :]
+    allowed = (p <= m) & (p > m - 3)
+    if attn_mask is not None:
+        allowed = allowed & attn_mask
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+
+def test_a_function_s_mask_checks_keep_the_declared_window():
+    """A correct windowed function told its window (--variant sliding-window --value w=3):
+    its mask checks' reference is the given mask and the window together, so it conforms
+    (the reference dropped the window, and a correct function failed both mask checks)."""
+    report = conform(_windowed, variant="sliding-window", values={"w": 3})
+    assert report.conforms, report.table()
+    checks = {check.name: check.status for check in report.checks}
+    assert checks["mask convention"] == checks["query with no key"] == "PASS"
+    # the window is checked, not assumed: told a wider one, it does not conform
+    assert not conform(_windowed, variant="sliding-window", values={"w": 4}).conforms

@@ -19,8 +19,9 @@ from typing import Any
 
 import torch
 
-from ...graph.forms import Form, reference
+from ...graph.forms import Form, own_mask, reference
 from ...notation import letters as L
+from ..evaluate.elementwise import evaluate_element
 from ..evaluate.formulas import composed, declared, softmax_gradient
 from ..read.harness import FunctionHarness
 from ..read.target import ConformError, Target
@@ -194,9 +195,10 @@ class FunctionRun(Run):
         without = allowed.clone()
         without[1] = False
         scenarios = []
+        own = self._own_allowed(self.form(causal=self.causal))
         for title, mask in ((name, allowed), (empty, without)):
             got = self.call(attn_mask=mask)
-            whole = mask & torch.ones_like(mask).tril() if self.causal else mask
+            whole = mask & own  # the given mask and the form's own (causal, a window)
             given = {"M": torch.where(whole, 0.0, -torch.inf).double()}
             seen = {"allowed": mask}
             scenarios.append(self.scenario(title, masked, got, inputs=given, observed=seen))
@@ -204,6 +206,16 @@ class FunctionRun(Run):
             self.value_row(name, what, formula, scenarios[0]),
             self.empty_row(says, weights, scenarios[1]),
         ]
+
+    def _own_allowed(self, form: Form) -> Any:
+        """Where the form's own mask (causal, the variant's window or chunks at its values)
+        lets a query attend: (n, n) booleans; all True where it has none."""
+        step = own_mask(form)
+        if step is None:
+            return torch.ones(self.n, self.n, dtype=torch.bool)
+        sizes = {L.n: self.n, L.c: self.c, L.h: 1, L.c_h: self.c}
+        sizes |= at_sizes(self.values, sizes)
+        return evaluate_element(step, {}, sizes, 1)[0] == 0
 
     def _gradients(self, forward: Scenario) -> Check:
         from .compare import predict
