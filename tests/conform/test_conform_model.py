@@ -116,3 +116,26 @@ def test_a_layer_an_adapter_refuses_fails_the_model_by_its_path(monkeypatch):
     said = str(failed.value)
     assert "model.layers.1.self_attn:\nnot read:" in said and "told to refuse" in said
     assert "model.layers.0.self_attn" not in said
+
+
+def test_a_layer_named_like_attention_that_no_adapter_reads_fails_the_model():
+    """MiniMax alternates lightning (linear) layers with softmax ones. No adapter reads the
+    lightning layers; they were silently left out, and the model passed with half its attention
+    unchecked. Now they are named, with what was looked for, and the model does not pass."""
+    from derive.testing import refused_layers
+
+    config = transformers.MiniMaxConfig(
+        **(SIZES | {"num_hidden_layers": 2}),
+        num_local_experts=2,
+        layer_types=["linear_attention", "full_attention"],
+    )
+    torch.manual_seed(0)
+    model = transformers.MiniMaxForCausalLM(config)
+    refused = refused_layers(model)
+    assert list(refused) == ["model.layers.0.self_attn"]
+    assert refused["model.layers.0.self_attn"].startswith(
+        "MiniMaxLightningAttention is named like an attention layer: no adapter finds"
+    )
+    assert list(attention_layers(model)) == ["model.layers.1.self_attn"]
+    with pytest.raises(AssertionError, match=r"model.layers.0.self_attn:\nnot read: MiniMax"):
+        assert_model_conforms(model)

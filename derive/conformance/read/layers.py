@@ -1,6 +1,9 @@
 """The kinds of attention layer of a model: the modules an adapter recognises (not those inside
 one), a kind being the layer's class, the variant the adapter reads and its values; those an
-adapter recognises and refuses, with the reason. `derive.testing` and `models` read them."""
+adapter recognises and refuses, with the reason; and those named like an attention layer (its
+class's name says attention) that no adapter recognises and that hold no layer an adapter
+reads, with what was looked for: a layer no adapter reads is never silently left out (MiniMax's
+lightning layers beside its softmax ones). `derive.testing` and `models` read them."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ def layer_kinds(model: Any) -> tuple[dict[str, Any], dict[str, str]]:
     refused: dict[str, str] = {}
     kinds: set = set()
     inside: list[str] = []
+    unread: dict[str, tuple[Any, str]] = {}  # named like attention, no adapter recognises it
     for path, module in model.named_modules():
         if any(path.startswith(prefix + ".") for prefix in inside):
             continue
@@ -34,7 +38,9 @@ def layer_kinds(model: Any) -> tuple[dict[str, Any], dict[str, str]]:
             continue
         try:
             adapter = find_adapter(module)
-        except ConformError:  # not an attention layer any adapter recognises
+        except ConformError as error:  # not an attention layer any adapter recognises
+            if _named_like_attention(module):
+                unread[path] = (module, str(error))
             continue
         inside.append(path)
         try:
@@ -50,4 +56,19 @@ def layer_kinds(model: Any) -> tuple[dict[str, Any], dict[str, str]]:
         if kind not in kinds:
             kinds.add(kind)
             found[path] = module
+    read = [*inside]
+    for path, (module, why) in unread.items():
+        holds = any(other.startswith(path + ".") for other in read)  # BERT's BertAttention
+        within = any(path.startswith(other + ".") for other in read)
+        kind = (type(module).__name__, "unread")
+        if not holds and not within and kind not in kinds:
+            kinds.add(kind)
+            refused[path] = f"{type(module).__name__} is named like an attention layer: {why}"
     return found, refused
+
+
+def _named_like_attention(module: Any) -> bool:
+    """Whether a module's class is named as an attention layer (…Attention, …Attn), not a part
+    of one (…AttentionOutput, …RotaryEmbedding, a norm)."""
+    name = type(module).__name__.lower()
+    return name.endswith(("attention", "attn"))
