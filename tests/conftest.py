@@ -14,6 +14,12 @@ ATTENTION_MUTANT=<name> runs the whole suite against one deliberately broken var
 import os
 
 import pytest
+
+# No test depends on the machine's speed: `derive`'s progress lines show once a job has run for
+# a second, which a loaded machine reaches where an idle one does not, and a test reading
+# stderr would see them or not. Here they never show (subprocesses inherit it); the lines
+# themselves are tested with a fake clock, and the variable with its own values.
+os.environ["DERIVE_PROGRESS_AFTER"] = "inf"
 from hypothesis import HealthCheck, Phase, settings
 
 settings.register_profile(

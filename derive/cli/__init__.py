@@ -22,6 +22,8 @@ saying what to do; a failure of derive's own exits with status 3 and one line sa
 could not do (distinct from 1, which `derive check` and `derive conform` also give for a port
 that fails: a script tells a broken tool from a broken port). Outputs are written to a
 temporary file and renamed into place, so an existing file is never truncated. No traceback.
+Progress goes to stderr once a job has run for a second (``DERIVE_PROGRESS_AFTER=SECONDS``
+sets when: 0 for every line, inf for none).
 """
 
 from __future__ import annotations
@@ -104,6 +106,27 @@ def _closest_option(parser: argparse.ArgumentParser, command: str, extra: list[s
     return did_you_mean(flag, long, strip="-") if flag else ""
 
 
+def progress_after() -> float:
+    """How many seconds a job runs before its progress lines show: ``DERIVE_PROGRESS_AFTER``
+    (a number of seconds, ``0`` for every line, ``inf`` for none but those always shown, such
+    as the file written), 1 by default; a UsageError naming the variable otherwise."""
+    import math
+    import os
+
+    given = os.environ.get("DERIVE_PROGRESS_AFTER")
+    if given is None:
+        return 1.0
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = math.nan
+    if math.isnan(seconds) or seconds < 0:
+        raise UsageError(
+            f"{PROG}: DERIVE_PROGRESS_AFTER must be a number of seconds ≥ 0 (or inf), got {given!r}"
+        )
+    return seconds
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `derive` console script and of ``python -m derive``."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -127,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(
                 f"{PROG}: missing command: {', '.join(others)} or {last} (see '{PROG} --help')"
             )
-        progress = Progress(getattr(args, "quiet", False))
+        progress = Progress(getattr(args, "quiet", False), after=progress_after())
         with users_mistakes(args):
             return COMMANDS[args.command].run(args, progress)
     except UsageError as error:

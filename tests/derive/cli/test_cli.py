@@ -3,6 +3,7 @@ line, never a traceback), atomic writes."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,8 +31,7 @@ def test_latex_to_stdout(capsysbinary):
     status, out, err = _run(capsysbinary, "latex")
     assert status == 0
     assert out.startswith(rb"\documentclass") and out.rstrip().endswith(rb"\end{document}")
-    # nothing on stderr but progress, which appears once a run takes over 1 s (a loaded machine)
-    assert all(line.startswith("derive: ") and line.endswith(" s)") for line in err.splitlines())
+    assert err == ""  # progress shows after DERIVE_PROGRESS_AFTER seconds: never, in the tests
 
 
 def test_a_page_for_a_terminal_goes_to_a_file_named_after_its_variant(
@@ -259,6 +259,21 @@ def test_progress_lines_show_each_steps_own_time(tmp_path, capsysbinary, monkeyp
     progress("third", always=True)  # 2.25: 0.25 s of its own
     err = capsysbinary.readouterr().err.decode().splitlines()
     assert err == ["derive: second (1.50 s)", "derive: third (0.25 s)"]
+
+
+def test_derive_progress_after_sets_when_progress_shows(capsysbinary, monkeypatch):
+    """DERIVE_PROGRESS_AFTER=0: every step's line, each with its time; a value that is not a
+    number of seconds is refused in one line naming the variable (exit 2)."""
+    monkeypatch.setenv("DERIVE_PROGRESS_AFTER", "0")
+    status, _, err = _run(capsysbinary, "latex")
+    lines = err.splitlines()
+    assert status == 0 and len(lines) >= 2, err  # the derivation, the printing
+    assert all(re.fullmatch(r"derive: .+ \(\d+\.\d\d s\)", line) for line in lines), err
+    for bad in ("-1", "soon", "nan"):
+        monkeypatch.setenv("DERIVE_PROGRESS_AFTER", bad)
+        status, out, err = _run(capsysbinary, "latex")
+        assert (status, out) == (2, b"") and err.count("\n") == 1, err
+        assert f"DERIVE_PROGRESS_AFTER must be a number of seconds ≥ 0 (or inf), got {bad!r}" in err
 
 
 def test_docs_creates_its_folder_and_can_skip_the_pdf(tmp_path, capsysbinary):
