@@ -55,6 +55,9 @@ def test_an_adapter_can_be_named_and_an_unknown_one_is_refused():
         ConformError, match=r"no adapter 'mine'; known: torch-mha, gpt2, gpt2-own-mask, nanogpt"
     ):
         conform(correct.book_mha(), adapter="mine")
+    # a misspelled name gets the closest known one ('mine' is close to none)
+    with pytest.raises(ConformError, match=r"no adapter 'gtp2' \(did you mean 'gpt2'\?\); known"):
+        conform(correct.book_mha(), adapter="gtp2")
 
 
 def test_an_unknown_option_is_a_type_error():

@@ -3,6 +3,7 @@ the built-in conventions (`derive.conformance.read.conventions`)."""
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from .adapters import Adapter, registered
@@ -24,7 +25,10 @@ def find_adapter(module: Any, name: str | None = None) -> Adapter:
         for adapter in every:
             if adapter.name == name:
                 return adapter
-        raise ConformError(f"no adapter {name!r}; known: {', '.join(a.name for a in every)}")
+        names = [a.name for a in every]
+        closest = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+        hint = f" (did you mean {closest[0]!r}?)" if closest else ""
+        raise ConformError(f"no adapter {name!r}{hint}; known: {', '.join(names)}")
     for adapter in every:
         try:
             if adapter.recognises(module):
