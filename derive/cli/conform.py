@@ -151,7 +151,12 @@ def _convention(text: str) -> tuple[str, str]:
     import argparse
 
     name, equals, value = text.partition("=")
-    known = {"softmax": _DTYPES, "tables": _DTYPES, "empty rows": ("zero", "nan", "any")}
+    known = {
+        "softmax": _DTYPES,
+        "tables": _DTYPES,
+        "precision": _DTYPES,
+        "empty rows": ("zero", "nan", "any"),
+    }
     if not equals or name.strip() not in known or value.strip() not in known[name.strip()]:
         choices = "; ".join(f"{k}={'|'.join(v)}" for k, v in known.items())
         raise argparse.ArgumentTypeError(f"expected one of {choices}, got {text!r}")

@@ -76,11 +76,14 @@ def conform(obj: Any, **options: Any) -> Report:
         conventions: conventions told, over those the adapter knows its modules keep (the
             huggingface adapter: an eager layer's softmax and every model's RoPE tables in
             float32): ``{"softmax": "float32"}`` (the dtype the softmax runs in),
-            ``{"tables": "float32"}`` (that of RoPE's tables), ``{"empty rows": "zero"}`` (or
+            ``{"tables": "float32"}`` (that of RoPE's tables), ``{"precision": "float32"}``
+            (every step: a layer that casts to float32 inside), ``{"empty rows": "zero"}`` (or
             ``"nan"``, ``"any"``: what a query with no key must get). A float64 target that
             fails is tried again with its softmax, its tables, then both in float32, and the
             report says when that would conform (it still fails: only the caller can say the
-            rest of the layer is float64).
+            rest of the layer is float64); then, unless `strict`, with every step in float32:
+            where that passes, it conforms at float32's precision, and the report's verdict,
+            its `precision` and a finding say so (never "no mistake matches").
         mistakes: the catalogue to diagnose with (default `derive.graph.mistakes.MISTAKES`).
 
     Returns:
@@ -137,6 +140,13 @@ def conform(obj: Any, **options: Any) -> Report:
                 relaxed = found.report()
             if relaxed.conforms:
                 return _hint(report, coarser)
+        if settings.strict:
+            return report
+        told = {**settings.conventions, "precision": "float32"}  # the whole layer in float32
+        with torch.random.fork_rng(devices=[]):
+            relaxed = kind(target, dataclasses.replace(settings, conventions=told)).run().report()
+        if relaxed.conforms:
+            return _at_precision(relaxed, "float32")
         return report
     finally:
         torch.set_num_threads(threads)
@@ -150,6 +160,19 @@ def _builder(obj: Any) -> bool:
         return False
     required, total = _positional(obj)
     return required == 0 and total == 0
+
+
+def _at_precision(report: Report, precision: str) -> Report:
+    """A float64 target that fails within float64's rounding and passes every check within
+    `precision`'s: it computes in `precision` inside (Qwen 3.5's linear layers cast to
+    float32), and the report says so, its verdict naming the precision, rather than "no
+    mistake matches"."""
+    line = (
+        f"finding: it computes at {precision}'s precision: given {report.dtype}, it passes every "
+        f"check within {precision}'s rounding and not within {report.dtype}'s (a layer that "
+        f"casts to {precision} inside); --strict holds it to {report.dtype}"
+    )
+    return dataclasses.replace(report, notes=(*report.notes, line), precision=precision)
 
 
 def _hint(report: Report, coarser: tuple) -> Report:

@@ -89,6 +89,9 @@ class Report:
     notes: tuple[str, ...] = field(default=())
     unchecked: tuple[str, ...] = field(default=())
     variant: str = ""
+    #: The dtype it computes in where that is coarser than its inputs' (a float64 layer that
+    #: casts to float32 inside), found by conform: its checks are within that dtype's rounding.
+    precision: str | None = None
 
     @property
     def conforms(self) -> bool:
@@ -107,6 +110,8 @@ class Report:
         counts = {s: sum(c.status == s for c in self.checks) for s in ("PASS", "FAIL", "n/a")}
         tally = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
         verdict = ("conforms" if self.conforms else "does not conform") + f" ({tally})"
+        if self.precision is not None and self.conforms:
+            verdict = f"conforms at {self.precision}'s precision, not {self.dtype}'s ({tally})"
         return verdict + "".join(f", but {what}" for what in self.unchecked)
 
     def table(self, colour: bool = False) -> str:
@@ -210,6 +215,7 @@ class Report:
                 "causal": self.causal,
                 "causal_how": self.causal_how,
                 "dtype": self.dtype,
+                "precision": self.precision,
                 "sizes": dict(self.sizes),
                 "checks": [asdict(check) for check in self.checks],
                 "diagnosis": None if found is None else found.id,

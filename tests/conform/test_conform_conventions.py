@@ -102,12 +102,17 @@ class _Float32Inside(torch.nn.Module):
         return (torch.softmax(q @ k.mT / 8**0.5, dim=-1) @ v).to(x.dtype)
 
 
-def test_a_layer_computed_in_float32_throughout_is_not_excused_as_a_convention():
-    """Found alone, a float32 softmax only hints: the report fails, and says what to tell if
-    that is the layer's convention."""
+def test_a_layer_computed_in_float32_throughout_conforms_at_float32_s_precision_only():
+    """Given float64 and computing in float32 throughout: not excused as a convention, but
+    named. It conforms at float32's precision, which the verdict, `precision` and a finding
+    say (never "no mistake matches"); --strict holds it to float64, and it fails."""
     report = conform(_Float32Inside(), dtype=torch.float64)
-    assert not report.conforms
+    assert report.conforms and report.precision == "float32", report.table()
+    assert report.table().splitlines()[-1].startswith("conforms at float32's precision, not")
     assert not any(note.startswith("convention") for note in report.notes)
+    assert "float32 (its inputs float64) rounding" in _row(report, "forward values").why
+    strict = conform(_Float32Inside(), dtype=torch.float64, strict=True)
+    assert not strict.conforms and strict.precision is None
 
 
 def test_a_convention_can_be_told_and_strict_is_a_flag(monkeypatch, capsys):

@@ -54,10 +54,14 @@ def rounding_for(dtype: Any, *, conventions: dict | None = None) -> Rounding:
     from ..read.target import ConformError
 
     name, told = dtype_name(dtype), conventions or {}
-    for given in (name, told.get("softmax"), told.get("tables")):
+    for given in (name, told.get("softmax"), told.get("tables"), told.get("precision")):
         if given is not None and given not in _UNITS:
             raise ConformError(f"dtype {given}: expected one of {', '.join(_UNITS)}")
     store, sums = _UNITS[name]
+    if "precision" in told:  # the whole layer computes in a coarser dtype than its inputs'
+        store, sums = (
+            max(a, b) for a, b in zip((store, sums), _UNITS[told["precision"]], strict=True)
+        )
 
     def coarser(key: str) -> float:
         unit = _UNITS[told[key]][0] + _REFERENCE if key in told else 0.0
@@ -69,7 +73,12 @@ def rounding_for(dtype: Any, *, conventions: dict | None = None) -> Rounding:
 def why(dtype: Any, what: str = "forward", conventions: dict | None = None) -> str:
     """Why the tolerance is what it is, in one line."""
     name = dtype_name(dtype)
-    store, sums = _UNITS[name]
+    precision = (conventions or {}).get("precision")
+    if precision is not None and _UNITS[precision][0] > _UNITS[name][0]:
+        name = f"{precision} (its inputs {name})"  # computed in the coarser dtype throughout
+        store, sums = _UNITS[precision]
+    else:
+        store, sums = _UNITS[name]
     unit = f"u = 2^{round(math.log2(store))}"
     inside = "" if store == sums else ", sums in float32"
     for key, words in (("softmax", "softmax"), ("tables", "RoPE's tables")):

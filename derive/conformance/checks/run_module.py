@@ -332,7 +332,12 @@ class ModuleRun(Run):
 
 
 #: How a report states a convention an adapter knows its modules keep.
-_KNOWN = {"softmax": "the softmax in", "tables": "RoPE's tables in", "empty rows": "empty rows:"}
+_KNOWN = {
+    "softmax": "the softmax in",
+    "tables": "RoPE's tables in",
+    "precision": "every step in",
+    "empty rows": "empty rows:",
+}
 
 
 def _s(form: Form) -> str:
