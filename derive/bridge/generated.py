@@ -30,13 +30,25 @@ from ..graph.fitting import check_given, explicit_sizes, not_its_own, with_relat
 from ..graph.loading import load_variant
 from ..notation import letters as L
 
-__all__ = ["GeneratedFunction", "torch_function", "torch_module", "GeneratedModule"]
+__all__ = [
+    "GeneratedFunction",
+    "torch_function",
+    "torch_module",
+    "GeneratedModule",
+    "compiled_scope",
+]
+
+
+def compiled_scope(source: str, label: str) -> dict[str, Any]:
+    """The names generated `source` defines, run with torch and math in scope (`label` names it
+    in tracebacks)."""
+    scope: dict[str, Any] = {"torch": torch, "math": math}
+    exec(compile(source, f"<derive: {label}>", "exec"), scope)  # noqa: S102 - our own code
+    return scope
 
 
 def _compiled(source: str, name: str, label: str) -> Any:
-    scope: dict[str, Any] = {"torch": torch, "math": math}
-    exec(compile(source, f"<derive: {label} {name}>", "exec"), scope)  # noqa: S102 - our own code
-    return scope[name]
+    return compiled_scope(source, f"{label} {name}")[name]
 
 
 class _Generated(torch.autograd.Function):

@@ -34,14 +34,9 @@ from attention import mods as M
 from ..codegen.rule import Rule, score_rule
 from ..graph.errors import DerivationError
 from ..graph.loading import load_variant
+from .generated import compiled_scope
 
 __all__ = ["ScoreMod", "score_mod", "GeneratedRule"]
-
-
-def _compiled(source: str, label: str) -> dict[str, Any]:
-    scope: dict[str, Any] = {"torch": torch, "math": math}
-    exec(compile(source, f"<derive: {label} score rule>", "exec"), scope)  # noqa: S102 - our own code
-    return scope
 
 
 def _positions(block: M.Block, like: Tensor, start: int = 0) -> tuple[Tensor, Tensor]:
@@ -103,7 +98,7 @@ class ScoreMod:
     def __init__(self, rule: Rule) -> None:
         self.rule = rule
         self.source = rule.source
-        self._functions = _compiled(self.source, rule.variant)
+        self._functions = compiled_scope(self.source, f"{rule.variant} score rule")
         self._checked()
         kind = type(
             f"ScoreRule[{rule.variant}]",
