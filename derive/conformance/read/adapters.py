@@ -28,6 +28,7 @@ the built-in ones (`derive.conformance.read.conventions`) after them.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,7 +47,18 @@ __all__ = [
     "per_head_parts",
     "norm_gains",
     "norm_width",
+    "forward_takes",
 ]
+
+
+def forward_takes(module: Any, *names: str) -> bool | None:
+    """Whether the module's forward takes a parameter of one of `names`; None where its
+    signature cannot be read (a builtin, a C extension)."""
+    try:
+        parameters = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return None
+    return any(name in parameters for name in names)
 
 
 @dataclass

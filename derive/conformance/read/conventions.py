@@ -32,14 +32,20 @@ except the heads of a list, which are concatenated.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
 from torch import nn
 
 from ..checks.cached import with_use_cache
-from .adapters import Adapter, Weights, linear_weights, norm_gains, per_head_parts
+from .adapters import (
+    Adapter,
+    Weights,
+    forward_takes,
+    linear_weights,
+    norm_gains,
+    per_head_parts,
+)
 from .generated import GENERATED, GENERATED_MASKED
 from .grouped import GROUPED, GROUPED_CAUSAL, LATENT
 from .huggingface import HUGGING_FACE, layer_call
@@ -119,21 +125,14 @@ def _is_conv1d_packed(module: Any) -> bool:
     return packed is not None and hasattr(packed, "nf") and hasattr(module, "c_proj")
 
 
-def _takes_attention_mask(module: Any) -> bool:
-    try:
-        return "attention_mask" in inspect.signature(module.forward).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def _is_gpt2(module: Any) -> bool:
     """Hugging Face's GPT-2 layer: its model gives it the causal mask (`attention_mask`)."""
-    return _is_conv1d_packed(module) and _takes_attention_mask(module)
+    return _is_conv1d_packed(module) and bool(forward_takes(module, "attention_mask"))
 
 
 def _is_gpt2_own_mask(module: Any) -> bool:
     """A GPT-2 layer that takes no mask: it masks by its own causal buffer."""
-    return _is_conv1d_packed(module) and not _takes_attention_mask(module)
+    return _is_conv1d_packed(module) and not forward_takes(module, "attention_mask")
 
 
 def _gpt2_weights(module: Any) -> Weights:

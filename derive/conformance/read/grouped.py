@@ -22,13 +22,12 @@ cache too (`derive.conformance.checks.cached`).
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
 
 from ..checks.cached import rope_tables, with_start_pos, with_use_cache
-from .adapters import Adapter, Weights, norm_gains, norm_width, per_head_parts
+from .adapters import Adapter, Weights, forward_takes, norm_gains, norm_width, per_head_parts
 from .ours import read_modifications
 from .target import ConformError
 
@@ -41,12 +40,9 @@ def _grouped_layout(module: Any) -> bool:
 
 
 def _takes_mask(module: Any) -> bool:
-    """Whether its forward takes a mask (the book's ``mask``, this package's ``blocked``)."""
-    try:
-        parameters = inspect.signature(module.forward).parameters
-    except (TypeError, ValueError):
-        return True
-    return "mask" in parameters or "blocked" in parameters
+    """Whether its forward takes a mask (the book's ``mask``, this package's ``blocked``; an
+    unreadable signature is taken to)."""
+    return forward_takes(module, "mask", "blocked") is not False
 
 
 def _is_grouped(module: Any) -> bool:

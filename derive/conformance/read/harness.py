@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ...notation import letters as L
-from .adapters import Adapter, Weights
+from .adapters import Adapter, Weights, forward_takes
 from .target import ConformError, Target
 from .variant_values import at_sizes, found_inputs, found_values, variant_inputs, variant_sizes
 
@@ -110,8 +110,7 @@ class ModuleHarness:
             return False
         if self.adapter.call is not None:
             return True
-        parameters = inspect.signature(self.module.forward).parameters
-        return self.adapter.mask in parameters
+        return bool(forward_takes(self.module, self.adapter.mask))
 
     def max_tokens(self) -> int | None:
         """The length of the smallest causal mask the module holds as a buffer (the book's
