@@ -47,6 +47,18 @@ def dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def _computed(name: str, told: dict) -> tuple[str, float, float]:
+    """(what it computes in, its stored result's and its sums' unit roundoffs): the target's
+    dtype, or, where the convention ``"precision"`` says a coarser one (a float64 layer that
+    casts to float32 inside), that one's, named with its inputs'."""
+    store, sums = _UNITS[name]
+    precision = told.get("precision")
+    if precision is None or _UNITS[precision][0] <= store:
+        return name, store, sums
+    coarse_store, coarse_sums = _UNITS[precision]
+    return f"{precision} (its inputs {name})", coarse_store, max(sums, coarse_sums)
+
+
 def rounding_for(dtype: Any, *, conventions: dict | None = None) -> Rounding:
     """The target's unit roundoffs plus the float64 reference's own; `conventions` may say the
     dtype its ``"softmax"`` and its ``"tables"`` (RoPE's angles) are computed in, where that is
@@ -57,11 +69,7 @@ def rounding_for(dtype: Any, *, conventions: dict | None = None) -> Rounding:
     for given in (name, told.get("softmax"), told.get("tables"), told.get("precision")):
         if given is not None and given not in _UNITS:
             raise ConformError(f"dtype {given}: expected one of {', '.join(_UNITS)}")
-    store, sums = _UNITS[name]
-    if "precision" in told:  # the whole layer computes in a coarser dtype than its inputs'
-        store, sums = (
-            max(a, b) for a, b in zip((store, sums), _UNITS[told["precision"]], strict=True)
-        )
+    _, store, sums = _computed(name, told)
 
     def coarser(key: str) -> float:
         unit = _UNITS[told[key]][0] + _REFERENCE if key in told else 0.0
@@ -72,13 +80,7 @@ def rounding_for(dtype: Any, *, conventions: dict | None = None) -> Rounding:
 
 def why(dtype: Any, what: str = "forward", conventions: dict | None = None) -> str:
     """Why the tolerance is what it is, in one line."""
-    name = dtype_name(dtype)
-    precision = (conventions or {}).get("precision")
-    if precision is not None and _UNITS[precision][0] > _UNITS[name][0]:
-        name = f"{precision} (its inputs {name})"  # computed in the coarser dtype throughout
-        store, sums = _UNITS[precision]
-    else:
-        store, sums = _UNITS[name]
+    name, store, sums = _computed(dtype_name(dtype), conventions or {})
     unit = f"u = 2^{round(math.log2(store))}"
     inside = "" if store == sums else ", sums in float32"
     for key, words in (("softmax", "softmax"), ("tables", "RoPE's tables")):
