@@ -297,7 +297,8 @@ def _numbers(entry: Entry, values: Mapping[str, float]) -> dict[sp.Symbol, sp.Ex
         )
     numbers: dict[sp.Symbol, sp.Expr] = {x.symbol: x.default for x in entry.parameters}
     numbers |= {known[name]: sp.nsimplify(given) for name, given in values.items()}
-    sized = {x: x.xreplace(numbers) for x in numbers}  # a default that reads a given size
+    sized = {x: sp.sympify(v).xreplace(numbers) for x, v in numbers.items()}  # a default that
+    # reads a given size (1/log n)
     return {x: _numeric(v) for x, v in sized.items()}
 
 

@@ -336,6 +336,36 @@ def test_a_mask_attention_mods_has_no_object_for_is_refused_not_dropped() -> Non
         unregister_variant("prefix-causal")
 
 
+def test_a_parameter_whose_default_reads_a_size_takes_the_size_given() -> None:
+    """A user's rule, softmax(b ω̃) with b's default 1/log n: given n, b is the number 1/log n
+    (the default read n, and the rule asked for n though it was given)."""
+    from derive import declare
+    from derive.declare import a, m, n, omega_tilde, p, r
+
+    b = sp.Symbol("b", positive=True)
+    weights = declare.step(
+        "tempered_weights",
+        sp.Eq(
+            a[m, p],
+            sp.exp(b * omega_tilde[m, p]) / sp.Sum(sp.exp(b * omega_tilde[m, r]), (r, 1, n)),
+        ),
+        shape=(n, n),
+        title="Attention weights, tempered by b",
+    )
+    user = declare.variant(
+        "tempered-by-length",
+        title="Attention tempered by the row's length",
+        replaces=[weights],
+        parameters={b: 1 / sp.log(n)},
+    )
+    derive.register_variant(user)
+    try:
+        rule = derive.score_mod("tempered-by-length", n=8).rule
+        assert float(rule.value / SCORE) == pytest.approx(1 / math.log(8), rel=1e-15)
+    finally:
+        unregister_variant("tempered-by-length")
+
+
 def test_a_changed_declaration_changes_the_rule() -> None:
     """The cap read off the declaration: the rule at κ = 2 is not the hand-written κ = 3."""
     rule = derive.score_mod("causal+softcap", kappa=2)
