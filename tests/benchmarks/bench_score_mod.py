@@ -15,9 +15,9 @@ gradient too.
 import argparse
 import os
 import statistics
-import time
 
 import torch
+from bench_modifications import timed  # the same clock as the modifications' benchmark
 
 import derive
 from attention import _core
@@ -47,12 +47,6 @@ def cases(heads: int) -> dict[str, tuple]:
         ),
         "temperature tuning, generated": (tuned.mods(), "temperature tuning, by hand"),
     }
-
-
-def timed(call) -> float:
-    start = time.perf_counter()
-    call()
-    return time.perf_counter() - start
 
 
 def main() -> None:

@@ -41,7 +41,9 @@ def test_our_module_conforms_one_call_and_token_by_token():
     assert [check.status for check in report.checks] == ["PASS", "PASS"]
 
 
-def test_a_qwen_3_5_linear_layer_conforms_token_by_token_with_its_cache():
+def _qwen_3_5_linear_layer():
+    """The linear (Gated DeltaNet) layer of a small Qwen 3.5 built from its config, random
+    weights, eval mode."""
     config = Qwen3_5TextConfig(
         vocab_size=64,
         hidden_size=32,
@@ -59,7 +61,11 @@ def test_a_qwen_3_5_linear_layer_conforms_token_by_token_with_its_cache():
     )
     torch.manual_seed(2)
     model = AutoModelForCausalLM.from_config(copy.deepcopy(config)).eval()
-    layer = model.model.layers[0].linear_attn
+    return model.model.layers[0].linear_attn
+
+
+def test_a_qwen_3_5_linear_layer_conforms_token_by_token_with_its_cache():
+    layer = _qwen_3_5_linear_layer()
     report = conform(layer)
     assert report.conforms, report.table()
     assert report.kind == "linear attention (huggingface)"
@@ -75,24 +81,7 @@ def test_a_float64_layer_that_computes_in_float32_conforms_at_that_precision():
     float32's rounding of the rule's, not float64's. The verdict names the precision it
     computes at, in the table, the finding and the JSON (it said "no mistake matches"); our
     own module in float64 computes in float64, and conforms at float64's precision."""
-    config = Qwen3_5TextConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        layer_types=["linear_attention", "full_attention"],
-        linear_num_key_heads=2,
-        linear_num_value_heads=4,
-        linear_key_head_dim=8,
-        linear_value_head_dim=6,
-        linear_conv_kernel_dim=3,
-    )
-    torch.manual_seed(2)
-    model = AutoModelForCausalLM.from_config(copy.deepcopy(config)).eval().double()
-    report = conform(model.model.layers[0].linear_attn)
+    report = conform(_qwen_3_5_linear_layer().double())
     assert report.conforms and report.precision == "float32", report.table()
     assert "conforms at float32's precision, not float64's" in report.table()
     assert report.as_json()["precision"] == "float32" and report.diagnosis is None
