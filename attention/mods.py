@@ -8,6 +8,7 @@ A row of scores passes through the modifications in their `stage` order (`ordere
     ω̃_{m,p} = scale · q_m · k_p                        the scaled scores (the scale: a number)
     ω̃_{m,p} ← τ_m ω̃_{m,p}                              `Temperature` (Llama 4's NoPE layers)
     ω̃_{m,p} ← κ tanh(ω̃_{m,p} / κ)                      `Softcap` (Gemma 2)
+    ω̃_{m,p} ← min(max(ω̃_{m,p}, −γ), γ)                 `Clamp` (its hard counterpart)
     ω̃_{m,p} ← ω̃_{m,p} − μ_ℓ (m − p)                    `ALiBi` (BLOOM, MPT), a slope per head
     ω̃_{m,p} ← −∞ unless L(m) ≤ p < H(m)                the masks: `Causal` (H = m + 1, its
                                                         `offset` places query m at m + offset),
@@ -53,6 +54,7 @@ __all__ = [
     "Chunked",
     "Temperature",
     "Softcap",
+    "Clamp",
     "ALiBi",
     "Sinks",
     "QueryScale",
@@ -344,6 +346,31 @@ class Softcap(Modification):
 
     def backward(self, d_s, saved, block, param):
         d_s.mul_(saved.square_().neg_().add_(1.0))  # 1 − tanh², saved's memory reused
+        return None
+
+
+@dataclass(frozen=True)
+class Clamp(Modification):
+    """Clamping: each score ω̃ held within [−γ, γ] (`bound` γ), the hard counterpart of
+    `Softcap`; a score beyond the bound passes no gradient back (torch.clamp's rule: the bound
+    itself still does). `derive latex --variant clamp` derives it; the guide adds it as the
+    example of a modification of one's own (docs/guides/modifications.md)."""
+
+    bound: float
+    stage: ClassVar[int] = 22
+
+    def __post_init__(self):
+        check_finite("Clamp", "bound", self.bound)
+        check_cap("Clamp", "bound", self.bound)
+
+    def scores(self, s, block, param, inplace):
+        inside = s.abs() <= self.bound  # where the gradient passes: −γ ≤ ω̃ ≤ γ
+        return (
+            s.clamp_(-self.bound, self.bound) if inplace else s.clamp(-self.bound, self.bound)
+        ), inside
+
+    def backward(self, d_s, saved, block, param):
+        d_s.mul_(saved)
         return None
 
 

@@ -113,15 +113,26 @@ def equality(graph: Graph, claim: Equality) -> Fact:
 
 def _nonnegative(value: sp.Expr) -> bool:
     """True where SymPy's assumptions show `value` ≥ 0: as it is, factored, or a Piecewise whose
-    every branch is (each read under its own condition)."""
+    every branch is. A branch holds where its condition does and every earlier condition fails,
+    so it is read under any one of these (a clamp's middle branch, ω ≤ γ after ω < −γ, is
+    read under ω ≤ γ for the upper bound and under ω ≥ −γ for the lower)."""
     if value.is_nonnegative:
         return True
     if sp.factor(value).is_nonnegative:  # a product of signs SymPy knows
         return True
     if isinstance(value, sp.Piecewise):
-        return all(_nonnegative(_under(branch, condition)) for branch, condition in value.args)
+        return all(
+            any(_nonnegative(_under(branch, known)) for known in _holding(value.args, i))
+            for i, (branch, _) in enumerate(value.args)
+        )
     folded = sp.piecewise_fold(value)
     return isinstance(folded, sp.Piecewise) and folded != value and _nonnegative(folded)
+
+
+def _holding(branches: tuple, i: int) -> list[sp.Basic]:
+    """What is known where branch i of a Piecewise is taken: nothing more, its own condition, or
+    the negation of a condition before it."""
+    return [sp.true, branches[i][1], *(sp.Not(condition) for _, condition in branches[:i])]
 
 
 def _under(expr: sp.Expr, condition: sp.Basic) -> sp.Expr:

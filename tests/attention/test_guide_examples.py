@@ -27,6 +27,18 @@ def test_the_variants_example_runs():
     assert namespace["gqa"].q_norm is not None and namespace["cos"].shape == (32, 8)
 
 
+def test_the_modification_added_end_to_end_runs_and_clamps():
+    """The guide's example of adding a modification: its object holds every score within the
+    bound, so the layer equals one whose scores are clamped by hand."""
+    namespace = _run("modifications.md", "## Adding a modification to the package")
+    x, w = namespace["x"], namespace["w"]
+    q = (x @ w).view(2, 10, 4, 4).transpose(1, 2)
+    s = (q @ q.mT / 2).clamp(-0.5, 0.5)
+    s = s.masked_fill(torch.ones(10, 10, dtype=torch.bool).triu(1), float("-inf"))
+    by_hand = (s.softmax(-1) @ q).transpose(1, 2).reshape(2, 10, 16) @ w
+    torch.testing.assert_close(namespace["held"], by_hand, rtol=1e-5, atol=1e-6)
+
+
 def test_the_modification_objects_example_runs():
     namespace = _run("modifications.md")
     assert namespace["out"].shape == (2, 10, 16)

@@ -58,6 +58,12 @@ TABLE = {
         scores=lambda s, head, o: o["softcap"] * torch.tanh(s / o["softcap"]),
         variant="softcap",
     ),
+    # the hard cap, given as an object: the example of a modification added end to end
+    "clamp": Row(
+        {"mods": (M.Clamp(0.8),)},
+        scores=lambda s, head, o: s.clamp(-0.8, 0.8),
+        variant="clamp",
+    ),
     "alibi": Row(
         {},
         tensors={"alibi": _slopes},

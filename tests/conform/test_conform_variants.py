@@ -91,6 +91,43 @@ VARIANTS = {
 }
 
 
+def _declared_objects():
+    """(variant, the object its twins are given, built at the variant's default values): every
+    registered variant that declares its modification as an `attention.mods` object."""
+    from derive.bridge.evaluate import number, resolve
+    from derive.graph.registry import declared, variants
+    from derive.graph.twins import Built
+
+    found = []
+    for name in variants():
+        entry = declared(name)
+        defaults = {p.symbol: p.default for p in entry.parameters}
+        defaults |= {size.symbol: size.default for size in entry.sizes}
+        for option, value in entry.options:
+            for built in value if option == "mods" else ():
+                if isinstance(built, Built):
+                    arguments = [number(defaults.get(a, a)) for a in built.arguments]
+                    kind = resolve(built.factory, name)
+                    found.append(pytest.param(name, kind(*arguments), id=name))
+    return found
+
+
+@pytest.mark.parametrize(("name", "mod"), _declared_objects())
+def test_each_object_a_variant_declares_is_read_back_as_that_variant(name, mod):
+    """Read from the registry, not a list: a variant that gives its twins an object
+    (``mods=(Built(...),)``) is the variant conform names for a module built with that object,
+    at its values, and the module conforms. A new modification declared this way is covered
+    by its declaration alone."""
+    report = conform(_module(mods=(mod,)))
+    assert report.conforms, report.table()
+    assert report.variant == f"gqa+{name}"
+
+
+def test_the_registry_declares_the_clamp_as_an_object():
+    """The test above reads the registry: it covers the modification added end to end."""
+    assert "clamp" in [p.id for p in _declared_objects()]
+
+
 def _row(report, name):
     return next(check for check in report.checks if check.name == name)
 

@@ -1,30 +1,67 @@
 """This package's own modules (`attention.modules`): the modifications each was built with read
 from the objects its forward uses (`attention.mods`, the module's `score_mods` with its tensors,
-`module_mods`), one table row per kind of modification: the registry's variant that declares it
-and the numbers and matrices that variant reads. A kind with no row is refused by name."""
+`module_mods`): the registry's variant that declares each kind and the numbers and matrices
+that variant reads. A variant that gives its twins an object (``mods=(Built("attention.mods.
+Chunked", (χ,)),)``) says so itself, and the object's fields, in order, are the values of
+those symbols: such a variant, a user's registered one included, needs no row here. The kinds
+the keywords give (a softcap, ALiBi's slopes, the sinks' logits) have their row below. A kind
+with neither is refused by name."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
+import sympy as sp
+
+from ...graph.registry import declared, variants
+from ...graph.twins import Built
 from .target import ConformError
 
 __all__ = ["read_modifications"]
 
+Reading = Callable[[Any], tuple[dict[str, Any], dict[str, Any]]]
 
-def _rows() -> dict:
+
+def _given() -> dict[type, tuple[str, Reading]]:
+    """The kinds the keywords give: (the variant, (values by symbol, matrices by letter))."""
     from attention import mods as M
 
     return {
         M.Softcap: ("softcap", lambda mod: ({"kappa": mod.cap}, {})),
         M.ALiBi: ("alibi", lambda mod: ({}, {"Mu": mod.slopes[None]})),  # (h,) -> (1, h)
         M.Sinks: ("sinks", lambda mod: ({}, {"Zeta": mod.logits[None]})),
-        M.Chunked: ("chunked", lambda mod: ({"chi": mod.size}, {})),
-        M.Temperature: (
-            "temperature-tuning",
-            lambda mod: ({"F": mod.floor, "alpha": mod.scale}, {}),
-        ),
     }
+
+
+def _fields(kind: type, symbols: tuple) -> Reading:
+    """The values of `symbols` read from an object's first fields, in order (a `Built`'s
+    arguments are its constructor's)."""
+    names = [field.name for field in dataclasses.fields(kind)][: len(symbols)]
+    pairs = [
+        (str(symbol), name)
+        for symbol, name in zip(symbols, names, strict=True)
+        if isinstance(symbol, sp.Symbol)
+    ]
+    return lambda mod: ({symbol: getattr(mod, name) for symbol, name in pairs}, {})
+
+
+def _rows() -> dict[type, tuple[str, Reading]]:
+    """Each kind of modification: the registry's variants that build it (``mods=``), then the
+    keywords' kinds."""
+    from ...bridge.evaluate import resolve
+
+    rows: dict[type, tuple[str, Reading]] = {}
+    for name in variants():
+        for option, value in declared(name).options:
+            if option != "mods" or not isinstance(value, tuple):
+                continue
+            for built in value:
+                if isinstance(built, Built):
+                    kind = resolve(built.factory, f"variant {name!r}")
+                    rows[kind] = (name, _fields(kind, built.arguments))
+    return rows | _given()
 
 
 def read_modifications(module: Any) -> tuple[list[str], dict[str, Any], dict[str, Any]]:

@@ -9,6 +9,7 @@ from . import causal, multi_head  # isort: skip
 from . import (
     alibi,
     chunked,
+    clamp,
     cross_attention,
     deltanet,
     flash,
@@ -51,6 +52,7 @@ BUILT_IN = (
     mla.VARIANT,
     temperature.VARIANT,
     softcap.VARIANT,
+    clamp.VARIANT,
     alibi.VARIANT,
     sinks.VARIANT,
     gate.VARIANT,

@@ -153,7 +153,7 @@ VARIANT = Variant(
         RowsSumToOne(),
     ),
     options=(("alibi", "Mu"),),
-    rank=46,
+    rank=47,
     short="ALiBi",
     notation=(GAP, MU, OMEGA_BIASED),
 )

@@ -1,5 +1,8 @@
 """Where a modification of the scores goes: after the last step that computes them before the
-masks, each later step reading the modified scores (softcapping, temperature tuning, ALiBi)."""
+masks, each later step reading the modified scores (temperature tuning, softcapping, clamping,
+ALiBi). The steps that compute them are the scaled scores and every step placed here: a rule
+placed by `after_scores` is where the next one (of a higher rank) goes after, so that adding a
+rule on the scores takes no list of them."""
 
 from __future__ import annotations
 
@@ -12,9 +15,10 @@ from ..declaration import Declaration, Graph
 
 __all__ = ["SCORES", "after_scores"]
 
-#: The steps that compute a row's scores before the masks, in the order they act (as
-#: `attention.mods` applies them): the scaled scores, tempered, capped.
-SCORES = ("scaled_scores", "temperature_scores", "softcapped_scores")
+#: The steps that compute a row's scores before the masks: the scaled scores, then each step
+#: `after_scores` has placed (added as it places them; a rule is placed in its rank's order, so
+#: a rule of a lower rank is in it before one of a higher rank looks).
+SCORES: set[str] = {"scaled_scores"}
 
 
 def after_scores(
@@ -25,8 +29,9 @@ def after_scores(
 ) -> Graph:
     """`graph` with the steps ``made(source, head, rows, keys)`` right after the last of its
     `SCORES` steps (`source`: the entry name that step computes), every later step reading
-    `entry` (the modified scores) in place of it; a ValueError naming the graph where it has
-    no scaled scores (`what` ends the sentence: ``"to softcap"``)."""
+    `entry` (the modified scores) in place of it, the new steps among `SCORES` from then on; a
+    ValueError naming the graph where it has no scaled scores (`what` ends the sentence:
+    ``"to softcap"``)."""
     sources = [step for step in graph.declarations if step.name in SCORES]
     if not sources:
         raise ValueError(f"{graph.name} has no scaled scores {what}")
@@ -35,5 +40,6 @@ def after_scores(
     rows, keys = last.shapes[last.output]
     at = graph.declarations.index(last) + 1
     new = tuple(made(source, last.head, rows, keys))
+    SCORES.update(step.name for step in new)
     later = tuple(step.reading({source: entry}) for step in graph.declarations[at:])
     return Graph(graph.name, (*graph.declarations[:at], *new, *later), graph.relations)

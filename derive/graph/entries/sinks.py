@@ -90,7 +90,7 @@ VARIANT = Variant(
         ),
     ),
     options=(("sinks", "Zeta"),),
-    rank=47,
+    rank=48,
     short="sinks",
     notation=(ZETA,),
 )

@@ -420,6 +420,7 @@ def test_a_missing_or_misshapen_number_per_head_is_named() -> None:
 ORDERED = {
     "temperature-tuning": ({"F": 2, "alpha": 0.5}, lambda _: (M.Temperature(2.0, 0.5),)),
     "softcap": ({"kappa": 2}, lambda _: (M.Softcap(2.0),)),
+    "clamp": ({"gamma": sp.Rational(7, 10)}, lambda _: (M.Clamp(0.7),)),
     "alibi": ({}, lambda mu: (M.ALiBi(mu),)),
 }
 
@@ -431,6 +432,8 @@ ORDERED = {
         ("alibi", "temperature-tuning"),
         ("softcap", "temperature-tuning"),
         ("alibi", "softcap", "temperature-tuning"),
+        ("clamp", "softcap"),
+        ("alibi", "clamp", "temperature-tuning"),
     ],
     ids="+".join,
 )
@@ -452,3 +455,22 @@ def test_derive_composes_the_rules_in_the_order_attention_applies_them(names) ->
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
     for have, expected in zip(got_grads, want_grads, strict=True):
         torch.testing.assert_close(have, expected, rtol=1e-9, atol=1e-11)
+
+
+def test_every_rule_on_the_scores_acts_where_derive_ranks_it() -> None:
+    """Read from the two sides, not a list: conform's table of `attention.mods` kinds to the
+    registry's variants (the registry's own ``mods=`` objects, then the keywords' kinds) gives,
+    for every kind that changes the scores or is a sink, its stage and its variant's rank; the
+    two orders are one. (The masks are left out: a −∞ commutes with every rule.)"""
+    from derive.conformance.read.ours import _rows
+    from derive.graph.registry import declared
+
+    kinds = [
+        (kind, name)
+        for kind, (name, _) in _rows().items()
+        if kind.sink or kind.scores is not M.Modification.scores
+    ]
+    assert {"softcap", "clamp", "alibi", "temperature-tuning", "sinks"} <= {n for _, n in kinds}
+    by_stage = [name for _, name in sorted(kinds, key=lambda pair: pair[0].stage)]
+    by_rank = [name for _, name in sorted(kinds, key=lambda pair: declared(pair[1]).rank)]
+    assert by_stage == by_rank
