@@ -15,6 +15,7 @@ import sympy as sp
 from sympy import Add, ImmutableMatrix
 
 from ..notation import letters as L
+from ..notation.functions import Indicator
 
 __all__ = ["residual", "rowsum_residual"]
 
@@ -50,11 +51,22 @@ def residual(g, step) -> ImmutableMatrix:
 
 def _polynomial_or_root(value: sp.Expr) -> sp.Expr:
     """`expand`; where roots remain (an RMS normalisation's), over one denominator and
-    simplified."""
+    simplified; where a rule is piecewise (a clamp's derivative, written by the chain rule as a
+    Piecewise and by the symbolic form as an indicator), both as Piecewise, folded into one."""
+    value = _one_piecewise(value)
     value = sp.expand(value)
     if value == 0 or not any(not p.exp.is_Integer for p in value.atoms(sp.Pow)):
         return value
     return sp.simplify(sp.together(value))
+
+
+def _one_piecewise(value: sp.Expr) -> sp.Expr:
+    """`value` with each indicator [P] written as a Piecewise and every Piecewise folded into
+    one, whose branches SymPy then compares (two writings of one piecewise rule cancel)."""
+    if not value.has(Indicator, sp.Piecewise):
+        return value
+    written = value.replace(Indicator, lambda condition: sp.Piecewise((1, condition), (0, True)))
+    return sp.piecewise_fold(written)
 
 
 def rowsum_residual(g) -> ImmutableMatrix:

@@ -36,6 +36,7 @@ def test_the_registered_names():
         "mla",
         "temperature-tuning",
         "softcap",
+        "clamp",
         "alibi",
         "sinks",
         "gate",
