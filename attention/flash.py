@@ -30,17 +30,21 @@ each block's contribution kept (`BlockedGradients`). This is how every FlashAtte
 computes; `attention._fused` explains why our fast path does not (in float32, at large scores,
 e^{ω̃ − L} and dA − D lose what an exact softmax keeps; `derive.proofs.rounding` derives it).
 
-Score modifications (`Modifications`, keyword options of every function), in the fast path's
-order: softcapping ω̆ = κ tanh(ω̃ / κ) and ALiBi's bias −μ (m − p) change each block's scores
-before the running maximum sees them; `causal` and a `window` w set the scores of keys a query
-may not read to −∞, and a block of keys that every query of the block may not read is skipped
-(`skipped`: the rule `derive.proofs.online_softmax.skipped_blocks` derives from the mask; a
-skipped block leaves the state as it was, which the derivation proves and the tests check); a
-`sink` ζ starts every row at μ^{(0)} = ζ, ℓ^{(0)} = 1, one more term of the sum with no value.
-The backward pass recomputes the weights from L (the sink is in it) and multiplies dω̆ by
-1 − tanh²(ω̃ / κ) under a softcap; ALiBi's bias and the mask need nothing more. The slope and
-the sink are constants here (numbers, not learned: no gradient is returned for them; the fast
-path `attention._fused` learns both).
+Score modifications are the objects of `attention.mods` (`mods=`, as every path takes them;
+`flash_attention` and `flash_gradients` also take `causal`, a `window` and a `softcap` by
+keyword, turned into the same objects by `attention.mods.modifications`), in the fast path's
+order: a rule on the scores (softcapping ω̆ = κ tanh(ω̃ / κ), ALiBi's bias −μ (m − p), Llama
+4's temperature, a rule of one's own) changes each block's scores before the running maximum
+sees them; a mask (`Causal`, `Window`, `Chunked`, one's own by its `bounds`) sets the scores of
+keys a query may not read to −∞, and a block of keys that every query of the block may not read
+is skipped (`skipped`: the rule `derive.proofs.online_softmax.skipped_blocks` derives from the
+mask; a skipped block leaves the state as it was, which the derivation proves and the tests
+check); a sink (`Sinks`, or one's own with `sink = True`) ζ starts every row at μ^{(0)} = ζ,
+ℓ^{(0)} = 1, one more term of the sum with no value. The backward pass recomputes the weights
+from L (the sink is in it) and takes each rule's `backward` (1 − tanh²(ω̃ / κ) under a softcap);
+a mask needs nothing more. Flash computes one head: a modification's number per head (ALiBi's
+slope, the sink's logit) is one number here, a constant (no gradient is returned for it; the
+fast path `attention._fused` learns both).
 """
 
 import math
@@ -57,7 +61,6 @@ from ._checks import checked
 __all__ = [
     "OnlineState",
     "BlockedGradients",
-    "Modifications",
     "online_softmax",
     "blocked_backward",
     "flash_attention",
@@ -87,67 +90,24 @@ class BlockedGradients(NamedTuple):
     dV_blocks: Tensor  # (T_r, *batch, s, c_v): from each block of queries
 
 
-class Modifications(NamedTuple):
-    """The score modifications of one head: `causal`, a `window` w (with causal), a `softcap`
-    κ, an ALiBi `slope` μ, a `sink` logit ζ (see the module docstring)."""
-
-    causal: bool = False
-    window: int | None = None
-    softcap: float | None = None
-    slope: float | None = None
-    sink: float | None = None
-
-    def check(self, where: str) -> None:
-        check_window(where, "window", self.window, self.causal)
-        check_cap(where, "softcap", self.softcap)
-        for name in ("slope", "sink"):
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-            ):
-                raise ValueError(
-                    f"{where}: {name} must be a finite number or None, got {name}={value!r}"
-                )
-        if self.slope is not None and not self.causal:
-            raise ValueError(
-                f"{where}: slope={self.slope} needs causal=True (ALiBi's bias "
-                "−μ (m − p) is for the keys p ≤ m)"
-            )
-
-    def mods(self, like: Tensor | None = None) -> tuple:
-        """The same modifications as the objects every path takes (`attention.mods`), the
-        slope and the sink as 0-d tensors in `like`'s dtype."""
-        dtype = None if like is None else like.dtype
-        number = lambda value: None if value is None else torch.tensor(value, dtype=dtype)  # noqa: E731
-        return M.modifications(
-            causal=self.causal,
-            window=self.window,
-            softcap=self.softcap,
-            alibi=False if self.slope is None else torch.tensor(self.slope, dtype=dtype),
-            sinks=number(self.sink),
-        )
-
-
-def skipped(rows: slice, keys: slice, modified: "Modifications | tuple") -> bool:
+def skipped(rows: slice, keys: slice, mods: tuple) -> bool:
     """Whether the block of keys `keys` is masked for every query of `rows` (0-based slices of
     a self-attention, query m reading key p ≤ m, and p > m − w with a window, in its own chunk
     with chunks): it lies wholly outside the keys those queries may attend (`key_range`, the
-    fast path's rule too). `modified`: the keywords' `Modifications`, or the objects."""
+    fast path's rule too). `mods`: the modifications (`attention.mods` objects)."""
     total = max(keys.stop, rows.stop)  # at least the keys read, and the rows' own positions
-    mods = modified.mods() if isinstance(modified, Modifications) else modified
     low, high = M.key_range(mods, rows.start, rows.stop, total)
     return keys.start >= high or keys.stop <= low
 
 
 def _scores(
-    q: Tensor, k: Tensor, rows: slice, keys: slice, factor: float, mods: tuple
+    q: Tensor, k: Tensor, rows: slice, keys: slice, factor: float, mods: tuple, offset: int
 ) -> tuple[Tensor, list]:
     """A block's scores through the modifications (`attention.mods.forward`: capped, biased,
-    masked), and what their backward needs (`attention.mods.backward`)."""
+    masked), and what their backward needs (`attention.mods.backward`); the rows' positions
+    after `offset` tokens."""
     omega = factor * q[..., rows, :] @ k[..., keys, :].transpose(-2, -1)
-    block = M.Block(rows.start, rows.stop, keys.start, keys.stop)
+    block = M.Block(rows.start + offset, rows.stop + offset, keys.start, keys.stop)
     return M.forward(omega, mods, block, M.learned(mods), inplace=True)
 
 
@@ -176,24 +136,17 @@ def online_softmax(
     block_keys: int,
     scale: float | None = None,
     rescale: bool = True,
-    causal: bool = False,
-    window: int | None = None,
-    softcap: float | None = None,
-    slope: float | None = None,
-    sink: float | None = None,
     mods: tuple = (),
 ) -> OnlineState:
     """The forward pass of FlashAttention, every block's state kept (see the module docstring).
 
     q: n queries; k, v: s keys and values; block_rows, block_keys: B_r, B_c (≥ 1); scale: the
-    scores' factor (default 1/√c); causal, window, softcap, slope, sink: the score
-    modifications (`Modifications`; causal and a window need s = n); mods: more of them as
-    objects of `attention.mods` (Llama 4's `Chunked`, `Temperature`; constants here). Returns
-    an `OnlineState`; a skipped block's state is the one before it.
+    scores' factor (default 1/√c); mods: the score modifications as objects of `attention.mods`
+    (one number per head's modification, a constant here; a mask places query m at position
+    m + offset among the keys: s = n + offset). Returns an `OnlineState`; a skipped block's
+    state is the one before it.
     """
-    modified, mods = _modifications(
-        "online_softmax", q, k, causal, window, softcap, slope, sink, mods
-    )
+    mods, sink = _modifications("online_softmax", q, k, mods)
     _sizes("online_softmax", block_rows, block_keys, scale)
     factor = _scale(scale, q.shape[-1])
     keys = _blocks(k.shape[-2], block_keys)
@@ -202,13 +155,14 @@ def online_softmax(
     ell = q.new_zeros((len(keys), *rows))
     o = q.new_zeros((len(keys), *rows, v.shape[-1]))
     start, ell_start = M.online_start(sink)  # μ^{(0)}, ℓ^{(0)}: (ζ, 1) with a sink
+    offset = M.offset_of(mods)
     for i in _blocks(q.shape[-2], block_rows):
         mu_i = q.new_full(q[..., i, 0].shape, start)
         ell_i = torch.full_like(mu_i, ell_start)
         o_i = q.new_zeros((*mu_i.shape, v.shape[-1]))
         for t, block in enumerate(keys):
-            if not skipped(i, block, mods):
-                omega, _ = _scores(q, k, i, block, factor, mods)
+            if not skipped(_moved(i, offset), block, mods):
+                omega, _ = _scores(q, k, i, block, factor, mods, offset)
                 mu_next = torch.maximum(mu_i, omega.amax(dim=-1))
                 shift = torch.where(mu_next > -math.inf, mu_next, 0.0)  # a row masked so far
                 rescaled = torch.exp(mu_i - shift) if rescale else torch.ones_like(mu_i)
@@ -221,36 +175,41 @@ def online_softmax(
 
 
 def _modifications(
-    where: str,
-    q: Tensor,
-    k: Tensor,
-    causal: bool,
-    window: int | None,
-    softcap: float | None,
-    slope: float | None,
-    sink: float | None,
-    given: object = (),
-) -> tuple[Modifications, tuple]:
-    """The keywords' `Modifications`, and every modification of the call as objects: the
-    keywords' and those `given` by `mods=` (Llama 4's chunks and temperature, a user's own),
-    checked; a sink is the keyword's (it starts the state, μ^{(0)} = ζ)."""
-    modified = Modifications(causal, window, softcap, slope, sink)
-    modified.check(where)
-    if causal and q.shape[-2] != k.shape[-2]:
+    where: str, q: Tensor, k: Tensor, given: object
+) -> tuple[tuple[M.Modification, ...], float | None]:
+    """(the call's modifications, checked and in order; the sink's logit ζ, a number, or None).
+    Flash computes one head: a number per head is one number. A mask places query m at
+    position m + offset among the keys, so with one the keys are s = n + offset."""
+    mods = M.check(where, given, 1)
+    offset = M.offset_of(mods)
+    n, s = q.shape[-2], k.shape[-2]
+    if any(mod.is_mask for mod in mods) and s != n + offset:
         raise ValueError(
-            f"{where}: causal needs as many queries as keys, got n={q.shape[-2]}, s={k.shape[-2]}"
+            f"{where}: the masks place query m at position m + offset among the keys, so they "
+            f"need s = n + offset keys, got n={n}, s={s}, offset={offset}"
         )
-    objects = M.check(where, given, 1)
-    for mod in objects:
-        if mod.sink or isinstance(mod, M.Causal | M.Window):
-            raise ValueError(
-                f"{where}: give {type(mod).__name__} by its keyword (causal=, window=, sink=: "
-                f"flash starts each row's state at the sink's logit), not in mods=, got {mod!r}"
-            )
-    mods = M.joined(where, modified.mods(q), objects, 1)
-    if not causal and any(mod.bounds(0) != (None, None) for mod in objects):
-        raise ValueError(f"{where}: the masks in mods= need causal=True")
-    return modified, mods
+    logits = M.sinks_of(mods)
+    if logits is None:
+        return mods, None
+    sink = float(logits.reshape(-1)[0])
+    if not math.isfinite(sink):
+        raise ValueError(f"{where}: the sink's logit must be a finite number, got {sink}")
+    return mods, sink
+
+
+def _keywords(
+    where: str, causal: bool, window: int | None, softcap: float | None, given: object
+) -> tuple:
+    """The keywords `causal`, `window` and `softcap` as objects (`attention.mods.modifications`),
+    checked, before those `given` by `mods=`."""
+    check_window(where, "window", window, causal)
+    check_cap(where, "softcap", softcap)
+    return M.joined(where, M.modifications(causal=causal, window=window, softcap=softcap), given, 1)
+
+
+def _moved(rows: slice, offset: int) -> slice:
+    """The rows' positions among the keys: after `offset` tokens."""
+    return slice(rows.start + offset, rows.stop + offset)
 
 
 @checked
@@ -265,18 +224,14 @@ def blocked_backward(
     block_rows: int,
     block_keys: int,
     scale: float | None = None,
-    causal: bool = False,
-    window: int | None = None,
-    softcap: float | None = None,
-    slope: float | None = None,
-    sink: float | None = None,
     mods: tuple = (),
 ) -> BlockedGradients:
     """The backward pass of FlashAttention from C and its log-sum-exp L (see the module
     docstring): the weights recomputed block by block as e^{ω̃ − L}, D = rowsum(dC ∘ C) in place
     of rowsum(A ∘ dA); the same modifications as the forward pass, skipped blocks skipped.
     Returns a `BlockedGradients`."""
-    _, mods = _modifications("blocked_backward", q, k, causal, window, softcap, slope, sink, mods)
+    mods, _ = _modifications("blocked_backward", q, k, mods)
+    offset = M.offset_of(mods)
     _sizes("blocked_backward", block_rows, block_keys, scale)
     factor = _scale(scale, q.shape[-1])
     queries, keys = _blocks(q.shape[-2], block_rows), _blocks(k.shape[-2], block_keys)
@@ -286,14 +241,14 @@ def blocked_backward(
     dv_blocks = v.new_zeros((len(queries), *v.shape))
     for i, rows in enumerate(queries):
         for t, block in enumerate(keys):
-            if skipped(rows, block, mods):
+            if skipped(_moved(rows, offset), block, mods):
                 continue
-            omega, saved = _scores(q, k, rows, block, factor, mods)
+            omega, saved = _scores(q, k, rows, block, factor, mods, offset)
             a = torch.exp(omega - lse[..., rows, None])
             dv_blocks[i, ..., block, :] += a.transpose(-2, -1) @ dc[..., rows, :]
             da = dc[..., rows, :] @ v[..., block, :].transpose(-2, -1)
             domega = a * (da - d[..., rows, None])
-            where = M.Block(rows.start, rows.stop, block.start, block.stop)
+            where = M.Block(rows.start + offset, rows.stop + offset, block.start, block.stop)
             M.backward(domega, mods, saved, where, {})  # e.g. the softcap's 1 − tanh²(ω̃ / κ)
             dq_blocks[t, ..., rows, :] += factor * domega @ k[..., block, :]
             dk_blocks[i, ..., block, :] += factor * domega.transpose(-2, -1) @ q[..., rows, :]
@@ -315,12 +270,12 @@ def flash_attention(
     causal: bool = False,
     window: int | None = None,
     softcap: float | None = None,
-    slope: float | None = None,
-    sink: float | None = None,
     mods: tuple = (),
 ) -> Float[Tensor, "*batch n c_v"]:
     """The context C = softmax(scale · Q Kᵀ) V by the online softmax (`online_softmax`), with
-    its score modifications."""
+    its score modifications: `mods` (objects of `attention.mods`), and `causal`, a `window` w
+    (with causal) and a `softcap` κ by keyword, the same objects."""
+    mods = _keywords("flash_attention", causal, window, softcap, mods)
     return online_softmax(
         q,
         k,
@@ -329,11 +284,6 @@ def flash_attention(
         block_keys=block_keys,
         scale=scale,
         rescale=rescale,
-        causal=causal,
-        window=window,
-        softcap=softcap,
-        slope=slope,
-        sink=sink,
         mods=mods,
     ).c
 
@@ -351,22 +301,11 @@ def flash_gradients(
     causal: bool = False,
     window: int | None = None,
     softcap: float | None = None,
-    slope: float | None = None,
-    sink: float | None = None,
     mods: tuple = (),
 ) -> BlockedGradients:
     """dQ, dK, dV for the upstream gradient dC: the forward pass, then the backward pass from
-    its C and log-sum-exp, with the same modifications."""
-    options: dict[str, Any] = dict(
-        block_rows=block_rows,
-        block_keys=block_keys,
-        scale=scale,
-        causal=causal,
-        window=window,
-        softcap=softcap,
-        slope=slope,
-        sink=sink,
-        mods=mods,
-    )
-    state = online_softmax(q, k, v, **options)
-    return blocked_backward(q, k, v, state.c, state.lse, dc, **options)
+    its C and log-sum-exp, with the same modifications (as `flash_attention` takes them)."""
+    mods = _keywords("flash_gradients", causal, window, softcap, mods)
+    sizes: dict[str, Any] = dict(block_rows=block_rows, block_keys=block_keys, scale=scale)
+    state = online_softmax(q, k, v, **sizes, mods=mods)
+    return blocked_backward(q, k, v, state.c, state.lse, dc, **sizes, mods=mods)

@@ -11,6 +11,7 @@ import torch
 
 from attention import flash
 from attention import functional as F
+from attention import mods as M
 
 mpmath.mp.dps = 50
 
@@ -156,8 +157,9 @@ def test_a_nan_sink_gives_nan_where_it_is_read(path):
 def test_a_nan_sink_given_as_a_number_is_refused_by_name():
     with pytest.raises(ValueError, match=r"^weights: sink must be a number .*got sink=nan"):
         F.weights(torch.randn(3, 3), 3, sink=float("nan"))
-    with pytest.raises(ValueError, match=r"online_softmax: sink must be a finite number"):
-        flash.flash_attention(*_qkv(torch.float32), block_rows=2, block_keys=2, sink=math.nan)
+    with pytest.raises(ValueError, match=r"online_softmax: the sink's logit must be a finite"):
+        nan = (M.Sinks(torch.tensor([math.nan])),)
+        flash.flash_attention(*_qkv(torch.float32), block_rows=2, block_keys=2, mods=nan)
 
 
 # -- attention.flash in every floating dtype, with every modification ------------------------
@@ -172,6 +174,16 @@ FLASH_MODS = {
     "sink": {"sink": 0.3},
 }
 FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+def _as_flash(options, dtype):
+    """The options as flash takes them: ALiBi's slope and the sink's logit as objects of one
+    number in `dtype`, the rest by keyword."""
+    options = dict(options)
+    number = lambda key: torch.tensor([options.pop(key)], dtype=dtype)  # noqa: E731
+    mods = (M.ALiBi(number("slope")),) if "slope" in options else ()
+    mods += (M.Sinks(number("sink")),) if "sink" in options else ()
+    return options | {"mods": mods}
 
 
 def _flash_reference(q, k, v, mods):
@@ -203,7 +215,7 @@ def test_flash_computes_in_the_dtype_it_is_given(mods, dtype):
     precision out: nothing inside computes in float32)."""
     g = torch.Generator().manual_seed(5)
     q, k, v, dc = (torch.randn(2, 7, 4, generator=g, dtype=torch.float64).to(dtype) for _ in "qkvd")
-    options = dict(block_rows=2, block_keys=3, **FLASH_MODS[mods])
+    options = dict(block_rows=2, block_keys=3, **_as_flash(FLASH_MODS[mods], dtype))
     out = flash.flash_attention(q, k, v, **options)
     found = flash.flash_gradients(q, k, v, dc, **options)
     expected, leaves = _flash_reference(q, k, v, FLASH_MODS[mods])

@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from attention import flash as F
+from attention import mods as M
+from attention._shapes import ShapeError
 
 
 def _drawn(*shape, scale=3.0, seed=0):
@@ -151,6 +153,18 @@ def _modified_reference(q, k, v, *, causal=False, window=None, softcap=None, slo
     return torch.softmax(omega, dim=-1) @ v
 
 
+def _flash(options):
+    """The options as flash takes them: `causal`, `window` and `softcap` by keyword, ALiBi's
+    slope and the sink's logit as `attention.mods` objects of one number (one head)."""
+    options = dict(options)
+    slope, sink = options.pop("slope", None), options.pop("sink", None)
+    number = lambda value: torch.tensor([value], dtype=torch.float64)  # noqa: E731
+    mods = (() if slope is None else (M.ALiBi(number(slope)),)) + (
+        () if sink is None else (M.Sinks(number(sink)),)
+    )
+    return options | {"mods": mods}
+
+
 MODIFIED = [
     dict(causal=True),
     dict(causal=True, window=3),
@@ -166,11 +180,12 @@ MODIFIED = [
 def test_the_modifications_stream_as_the_whole_softmax(options, block_rows, block_keys):
     g = torch.Generator().manual_seed(block_rows * 7 + block_keys)
     q, k, v, dc = (torch.randn(2, 7, 3, generator=g, dtype=torch.float64) for _ in range(4))
-    got = F.flash_attention(q, k, v, block_rows=block_rows, block_keys=block_keys, **options)
+    sizes = dict(block_rows=block_rows, block_keys=block_keys)
+    got = F.flash_attention(q, k, v, **sizes, **_flash(options))
     torch.testing.assert_close(got, _modified_reference(q, k, v, **options), rtol=1e-12, atol=1e-12)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     expected = torch.autograd.grad(_modified_reference(*leaves, **options), leaves, dc)
-    found = F.flash_gradients(q, k, v, dc, block_rows=block_rows, block_keys=block_keys, **options)
+    found = F.flash_gradients(q, k, v, dc, **sizes, **_flash(options))
     for mine, theirs in zip((found.dQ, found.dK, found.dV), expected, strict=True):
         torch.testing.assert_close(mine, theirs, rtol=1e-10, atol=1e-12)
 
@@ -186,7 +201,7 @@ def test_skipped_blocks_are_the_derived_ones(window):
     name = "causal" if window is None else "sliding-window"
     rule = streamed.skipped_blocks(derive.variant(name).graph).claim.rhs
     i, j = sp.symbols("i j", integer=True, positive=True)
-    modified = F.Modifications(causal=True, window=window)
+    modified = M.modifications(causal=True, window=window)
     n = 9
     for rows in range(1, n + 1):
         for keys in range(1, n + 1):
@@ -206,14 +221,14 @@ def test_skipping_the_masked_blocks_changes_no_state(options, monkeypatch):
     g = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(9, 2, generator=g, dtype=torch.float64) for _ in range(3))
     sizes = dict(block_rows=2, block_keys=3)
-    skipping = F.online_softmax(q, k, v, **sizes, **options)
-    count = [
-        F.skipped(r, b, F.Modifications(**options))
-        for r in F._blocks(9, 2)
-        for b in F._blocks(9, 3)
-    ]
+    keywords = _flash(options)
+    mods = F._keywords(
+        "test", *(keywords.get(o) for o in ("causal", "window", "softcap")), keywords["mods"]
+    )
+    skipping = F.online_softmax(q, k, v, **sizes, mods=mods)
+    count = [F.skipped(r, b, mods) for r in F._blocks(9, 2) for b in F._blocks(9, 3)]
     monkeypatch.setattr(F, "skipped", lambda rows, keys, modified: False)
-    every = F.online_softmax(q, k, v, **sizes, **options)
+    every = F.online_softmax(q, k, v, **sizes, mods=mods)
     assert any(count) == options.get("causal", False)  # a mask skips blocks; no mask, none
     for mine, full in zip(skipping, every, strict=True):
         torch.testing.assert_close(mine, full, rtol=0, atol=0)
@@ -225,12 +240,18 @@ def test_bad_modifications_are_named():
         F.flash_attention(q, q, q, block_rows=2, block_keys=2, window=2)
     with pytest.raises(ValueError, match="softcap must be a positive number"):
         F.flash_attention(q, q, q, block_rows=2, block_keys=2, softcap=-1.0)
-    with pytest.raises(ValueError, match="slope=0.5 needs causal=True"):
-        F.flash_attention(q, q, q, block_rows=2, block_keys=2, slope=0.5)
-    with pytest.raises(ValueError, match="sink must be a finite number"):
-        F.flash_attention(q, q, q, block_rows=2, block_keys=2, sink=math.inf)
-    with pytest.raises(ValueError, match="causal needs as many queries as keys, got n=4, s=3"):
+    with pytest.raises(ValueError, match="the sink's logit must be a finite number, got inf"):
+        F.flash_attention(
+            q, q, q, block_rows=2, block_keys=2, mods=(M.Sinks(torch.tensor([math.inf])),)
+        )
+    with pytest.raises(ValueError, match=r"need s = n \+ offset keys, got n=4, s=3, offset=0"):
         F.flash_attention(q, q[:3], q[:3], block_rows=2, block_keys=2, causal=True)
+    with pytest.raises(ShapeError, match=r"mods\[0\] \(ALiBi\) has slopes of shape \(2,\)"):
+        F.flash_attention(
+            q, q, q, block_rows=2, block_keys=2, causal=True, mods=(M.ALiBi(torch.ones(2)),)
+        )
+    with pytest.raises(TypeError, match=r"mods\[0\] must be a modification"):
+        F.online_softmax(q, q, q, block_rows=2, block_keys=2, mods=("causal",))
 
 
 def test_llama_4_s_chunks_and_temperature_given_as_objects():
@@ -238,7 +259,6 @@ def test_llama_4_s_chunks_and_temperature_given_as_objects():
     path's context and gradients with the same objects (and not plain causal attention's), and
     a block of keys outside every query's chunk is skipped."""
     from attention import _core
-    from attention import mods as M
 
     gen = torch.Generator().manual_seed(3)
     q, k, v, dc = (torch.randn(2, 11, 4, generator=gen, dtype=torch.float64) for _ in range(4))
@@ -259,11 +279,41 @@ def test_llama_4_s_chunks_and_temperature_given_as_objects():
     assert not F.skipped(slice(8, 11), slice(4, 6), M.modifications(causal=True))
 
 
-def test_a_sink_or_a_mask_in_mods_is_refused_by_name():
-    from attention import mods as M
+def test_every_modification_is_an_object_in_mods_the_keywords_the_same_objects():
+    """Causal, a window, a softcap, ALiBi and a sink given as objects (`mods=`) compute what the
+    keywords and the objects do together, and the queries placed after a cache (`Causal(t)`,
+    s = n + t keys) give the last rows of the whole."""
+    q, k, v, dc = (_drawn(2, 7, 3, seed=s) for s in range(4))
+    number = lambda value: torch.tensor([value], dtype=torch.float64)  # noqa: E731
+    objects = (
+        M.Causal(),
+        M.Window(3),
+        M.Softcap(2.0),
+        M.ALiBi(number(0.25)),
+        M.Sinks(number(-0.5)),
+    )
+    sizes = dict(block_rows=2, block_keys=3)
+    options = dict(causal=True, window=3, softcap=2.0, slope=0.25, sink=-0.5)
+    whole = F.flash_attention(q, k, v, **sizes, mods=objects)
+    torch.testing.assert_close(
+        whole, _modified_reference(q, k, v, **options), rtol=1e-12, atol=1e-12
+    )
+    mixed = F.flash_attention(q, k, v, **sizes, **_flash(options))
+    torch.testing.assert_close(mixed, whole, rtol=0, atol=0)
+    late = (M.Causal(4), *objects[1:])
+    last = F.flash_attention(q[..., 4:, :], k, v, **sizes, mods=late)
+    torch.testing.assert_close(last, whole[..., 4:, :], rtol=1e-12, atol=1e-12)
+    grads = F.flash_gradients(q[..., 4:, :], k, v, dc[..., 4:, :], **sizes, mods=late)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    expected = _modified_reference(*leaves, **options)[..., 4:, :]
+    wanted = torch.autograd.grad(expected, leaves, dc[..., 4:, :])
+    for mine, theirs in zip(
+        (grads.dQ, grads.dK, grads.dV), (wanted[0][..., 4:, :], *wanted[1:]), strict=True
+    ):
+        torch.testing.assert_close(mine, theirs, rtol=1e-10, atol=1e-12)
 
+
+def test_the_keywords_and_objects_are_one_of_each_kind():
     q = torch.randn(5, 4)
-    with pytest.raises(ValueError, match="give Sinks by its keyword"):
-        F.flash_attention(q, q, q, block_rows=2, block_keys=2, mods=(M.Sinks(None),))
-    with pytest.raises(ValueError, match="the masks in mods= need causal=True"):
-        F.flash_attention(q, q, q, block_rows=2, block_keys=2, mods=(M.Chunked(2),))
+    with pytest.raises(ValueError, match=r"Causal given twice .*say the same thing twice"):
+        F.flash_attention(q, q, q, block_rows=2, block_keys=2, causal=True, mods=(M.Causal(),))

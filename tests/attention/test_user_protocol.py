@@ -189,10 +189,15 @@ def test_a_users_modification_in_flash(user):
         torch.testing.assert_close(have, wanted, rtol=1e-9, atol=1e-11)
 
 
-def test_flash_refuses_a_users_sink_by_name():
+def test_a_users_sink_in_flash_is_the_built_in_sink():
+    """Flash starts each row's state at the logit of whatever object says `sink = True`."""
     q, k, v = (t[0, 0] for t in _qkv(heads=1))
-    with pytest.raises(ValueError, match=r"give OwnSink by its keyword .*sink="):
-        flash.flash_attention(q, k, v, block_rows=2, block_keys=2, mods=(OwnSink(torch.ones(1)),))
+    logit = torch.tensor([0.7], dtype=torch.float64)
+    sizes = {"block_rows": 2, "block_keys": 2, "causal": True}
+    own = flash.flash_attention(q, k, v, **sizes, mods=(OwnSink(logit),))
+    built = flash.flash_attention(q, k, v, **sizes, mods=(M.Sinks(logit),))
+    torch.testing.assert_close(own, built, rtol=0, atol=0)
+    assert (own - flash.flash_attention(q, k, v, **sizes)).abs().max() > 1e-3
 
 
 @pytest.mark.parametrize("user", sorted(USERS))
