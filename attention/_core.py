@@ -16,10 +16,10 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from . import _fused
+from . import _fused, _modify
 from . import mods as M
 from ._masks import hide_unattended, masked_softmax
-from .mods import softcap_parts
+from ._scores import softcap_parts
 
 
 def projection(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
@@ -137,22 +137,22 @@ def attend_explicitly(
 ) -> tuple[Tensor, Tensor]:
     """(C, A) step by step: ω̃ = (scale·Q) Kᵀ (scale·Ω with Ω = QKᵀ, but finite wherever the
     scaled scores are, even where Ω itself would overflow), through the modifications `mods`
-    (`attention.mods.forward`, on the whole matrix as one block), the user's masks `allowed`,
+    (`attention._modify.forward`, on the whole matrix as one block), the user's masks `allowed`,
     A the softmax of each row (with the sink's logit in its denominator), dropout on A, C = AV.
 
     q: (..., n, c), k, v: (..., s, c) (with `heads`, (..., h, ·, c_h), the modifications'
     tensors one number per head); `allowed` broadcasts to (..., n, s).
     """
     n, s = q.shape[-2], k.shape[-2]
-    offset = M.offset_of(mods)
+    offset = _modify.offset_of(mods)
     block = M.Block(offset, offset + n, 0, s)
     shaped = {  # one number per head: (h,) -> (h, 1, 1), or (1, 1) for one head
         kind: t.to(q.dtype)[:, None, None] if heads else t.to(q.dtype).reshape(1, 1)
-        for kind, t in M.learned(mods).items()
+        for kind, t in _modify.learned(mods).items()
     }
     scaled = scores(q * scale, k)  # (scale Q) Kᵀ: no overflow where the scaled scores fit
-    scaled, _ = M.forward(scaled, mods, block, shaped, inplace=False)
-    sink = shaped.get(M.sink_kind(mods) or "")
+    scaled, _ = _modify.forward(scaled, mods, block, shaped, inplace=False)
+    sink = shaped.get(_modify.sink_kind(mods) or "")
     a = softmax_rows(scaled, allowed, sink, guarded=bool(mods))
     if dropout_p > 0.0:
         a = F.dropout(a, p=dropout_p)
@@ -213,9 +213,9 @@ def attend(
     Keys that no query may attend are zeroed first (`_masks.hide_unattended`).
     """
     n, s = q.shape[-2], k.shape[-2]
-    offset = M.offset_of(mods)
-    mods = M.resolved(mods, q.shape[-3] if heads else 1, q)
-    mods = M.trimmed(mods, M.Block(offset, offset + n, 0, s))
+    offset = _modify.offset_of(mods)
+    mods = _modify.resolved(mods, q.shape[-3] if heads else 1, q)
+    mods = _modify.trimmed(mods, M.Block(offset, offset + n, 0, s))
     k, v = hide_unattended(k, v, mods, allowed, heads)
     if heads and allowed is not None:
         allowed = allowed.unsqueeze(-3)  # (*batch, R, s) -> (*batch, 1, R, s): shared by heads

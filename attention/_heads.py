@@ -6,7 +6,7 @@ project by W_o (`attention._layer`, which the modules call too). Re-exported by
 from jaxtyping import Float
 from torch import Tensor
 
-from . import _core
+from . import _core, _modify
 from . import mods as M
 from ._arguments import (
     check_alibi,
@@ -121,7 +121,7 @@ def multi_head_attention(
         sinks=sinks,
         query_pre_attn_scalar=query_pre_attn_scalar,
     )
-    mods = M.joined("multi_head_attention", built, mods, heads)
+    mods = _modify.joined("multi_head_attention", built, mods, heads)
     return attention_layer(
         x,
         weights,

@@ -18,8 +18,7 @@ from jaxtyping import Bool, Float
 from jaxtyping import config as jaxtyping_config
 from torch import Tensor
 
-from . import _core, _masks
-from . import mods as M
+from . import _core, _masks, _modify
 from ._arguments import check_positive, check_probability
 from ._checks import checked
 from ._masks import silence_cross, silence_isolated
@@ -133,7 +132,7 @@ def attention(
     check_probability(where, dropout_p=dropout_p)
     if not jaxtyping_config.jaxtyping_disable:  # the shapes' checks, which that switches off
         _check_layer(where, x, weights, heads, groups, y, mask, key_padding_mask, rope)
-    mods = M.check(where, mods, heads)
+    mods = _modify.check(where, mods, heads)
     return attention_layer(
         x,
         weights,
@@ -269,7 +268,7 @@ def attention_layer(
         q,
         k,
         v,
-        scale=_core.scale(M.scaled_width(mods, scaling_width(weights, heads))),
+        scale=_core.scale(_modify.scaled_width(mods, scaling_width(weights, heads))),
         heads=True,
         mods=mods,
         allowed=allowed,

@@ -28,8 +28,9 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
+from . import _modify
 from . import mods as M
-from .mods import sink_normalised
+from ._scores import sink_normalised
 
 Mask = Tensor | None
 #: The annotation of a full mask argument: entry (m, p) True where query m may attend key p.
@@ -40,13 +41,13 @@ KeyPaddingArg = Bool[Tensor, "*#batch n"] | None
 
 def causal_allowed(n: int, device: torch.device) -> Tensor:
     """(n, n) lower-triangular: True where p ≤ m (`mods.Causal`'s rule)."""
-    return M.allowed((M.Causal(),), M.Block(0, n, 0, n), device)  # pyright: ignore[reportReturnType]  # a mask given
+    return _modify.allowed((M.Causal(),), M.Block(0, n, 0, n), device)  # pyright: ignore[reportReturnType]  # a mask given
 
 
 def window_allowed(n: int, window: int, device: torch.device) -> Tensor:
     """(n, n): True where 0 ≤ m − p < w (the sliding window, the diagonal included)."""
     rule = (M.Causal(), M.Window(window))
-    return M.allowed(rule, M.Block(0, n, 0, n), device)  # pyright: ignore[reportReturnType]  # masks given
+    return _modify.allowed(rule, M.Block(0, n, 0, n), device)  # pyright: ignore[reportReturnType]  # masks given
 
 
 def given_masks(mask: Mask, key_padding_mask: Mask) -> Tensor | None:
@@ -63,9 +64,9 @@ def allowed_positions(
     """True where query m may attend key p, broadcastable to (*batch, n, s) (s = `keys`, n if
     None): the masks of `mods` (query m at position m + their offset) and the user's `allowed`;
     None if all may."""
-    offset = M.offset_of(mods)
+    offset = _modify.offset_of(mods)
     s = n if keys is None else keys
-    rule = M.allowed(mods, M.Block(offset, offset + n, 0, s), device)
+    rule = _modify.allowed(mods, M.Block(offset, offset + n, 0, s), device)
     if rule is None:
         return allowed
     return rule if allowed is None else allowed & rule
@@ -84,13 +85,17 @@ def attending_queries(mods: tuple, allowed: Tensor) -> Tensor:
     if allowed.shape[-2] == 1:
         padding = allowed.squeeze(-2)  # (*batch, 1, n) -> (*batch, n)
         n = padding.shape[-1]
-        low, high = M.row_bounds(mods, torch.arange(n, device=padding.device))
+        low, high = _modify.row_bounds(mods, torch.arange(n, device=padding.device))
         if low is None and high is None:
             return padding.any(dim=-1, keepdim=True)  # the same answer for every query
         # query m reads the keys L(m) ≤ p < H(m): is any of them there? (counts by cumsum)
         seen = torch.nn.functional.pad(padding.long().cumsum(dim=-1), (1, 0))  # (*batch, n + 1)
-        low = torch.zeros(n, dtype=torch.long) if low is None else low.clamp(0, n)
-        high = torch.full((n,), n, dtype=torch.long) if high is None else high.clamp(0, n)
+        low = torch.zeros(n, dtype=torch.long) if low is None else torch.as_tensor(low).clamp(0, n)
+        high = (
+            torch.full((n,), n, dtype=torch.long)
+            if high is None
+            else torch.as_tensor(high).clamp(0, n)
+        )
         return seen[..., high.to(seen.device)] > seen[..., low.to(seen.device)]
     n = allowed.shape[-1]
     return allowed_positions(n, allowed.device, mods, allowed).any(dim=-1)  # pyright: ignore[reportOptionalMemberAccess]  # allowed given

@@ -8,7 +8,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from . import _core
+from . import _core, _modify
 from . import mods as M
 from ._arguments import check_positive, check_probability, check_window
 from ._checks import checked
@@ -96,7 +96,7 @@ def chunked_mask(n: int, size: int) -> Bool[Tensor, "n n"]:
     """
     check_positive("chunked_mask", n=n, size=size)
     rule = (M.Causal(), M.Chunked(size))
-    return M.allowed(rule, M.Block(0, n, 0, n), torch.device("cpu"))  # pyright: ignore[reportReturnType]  # masks given
+    return _modify.allowed(rule, M.Block(0, n, 0, n), torch.device("cpu"))  # pyright: ignore[reportReturnType]  # masks given
 
 
 @checked

@@ -54,9 +54,11 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from . import _modify
 from . import mods as M
 from ._arguments import check_cap, check_positive, check_window
 from ._checks import checked
+from ._scores import online_start
 
 __all__ = [
     "OnlineState",
@@ -96,19 +98,19 @@ def skipped(rows: slice, keys: slice, mods: tuple) -> bool:
     with chunks): it lies wholly outside the keys those queries may attend (`key_range`, the
     fast path's rule too). `mods`: the modifications (`attention.mods` objects)."""
     total = max(keys.stop, rows.stop)  # at least the keys read, and the rows' own positions
-    low, high = M.key_range(mods, rows.start, rows.stop, total)
+    low, high = _modify.key_range(mods, rows.start, rows.stop, total)
     return keys.start >= high or keys.stop <= low
 
 
-def _scores(
+def _block_scores(
     q: Tensor, k: Tensor, rows: slice, keys: slice, factor: float, mods: tuple, offset: int
 ) -> tuple[Tensor, list]:
-    """A block's scores through the modifications (`attention.mods.forward`: capped, biased,
-    masked), and what their backward needs (`attention.mods.backward`); the rows' positions
+    """A block's scores through the modifications (`attention._modify.forward`: capped, biased,
+    masked), and what their backward needs (`attention._modify.backward`); the rows' positions
     after `offset` tokens."""
     omega = factor * q[..., rows, :] @ k[..., keys, :].transpose(-2, -1)
     block = M.Block(rows.start + offset, rows.stop + offset, keys.start, keys.stop)
-    return M.forward(omega, mods, block, M.learned(mods), inplace=True)
+    return _modify.forward(omega, mods, block, _modify.learned(mods), inplace=True)
 
 
 def _blocks(size: int, block: int) -> list[slice]:
@@ -154,15 +156,15 @@ def online_softmax(
     mu = q.new_full((len(keys), *rows), -math.inf)
     ell = q.new_zeros((len(keys), *rows))
     o = q.new_zeros((len(keys), *rows, v.shape[-1]))
-    start, ell_start = M.online_start(sink)  # μ^{(0)}, ℓ^{(0)}: (ζ, 1) with a sink
-    offset = M.offset_of(mods)
+    start, ell_start = online_start(sink)  # μ^{(0)}, ℓ^{(0)}: (ζ, 1) with a sink
+    offset = _modify.offset_of(mods)
     for i in _blocks(q.shape[-2], block_rows):
         mu_i = q.new_full(q[..., i, 0].shape, start)
         ell_i = torch.full_like(mu_i, ell_start)
         o_i = q.new_zeros((*mu_i.shape, v.shape[-1]))
         for t, block in enumerate(keys):
             if not skipped(_moved(i, offset), block, mods):
-                omega, _ = _scores(q, k, i, block, factor, mods, offset)
+                omega, _ = _block_scores(q, k, i, block, factor, mods, offset)
                 mu_next = torch.maximum(mu_i, omega.amax(dim=-1))
                 shift = torch.where(mu_next > -math.inf, mu_next, 0.0)  # a row masked so far
                 rescaled = torch.exp(mu_i - shift) if rescale else torch.ones_like(mu_i)
@@ -180,15 +182,15 @@ def _modifications(
     """(the call's modifications, checked and in order; the sink's logit ζ, a number, or None).
     Flash computes one head: a number per head is one number. A mask places query m at
     position m + offset among the keys, so with one the keys are s = n + offset."""
-    mods = M.check(where, given, 1)
-    offset = M.offset_of(mods)
+    mods = _modify.check(where, given, 1)
+    offset = _modify.offset_of(mods)
     n, s = q.shape[-2], k.shape[-2]
     if any(mod.is_mask for mod in mods) and s != n + offset:
         raise ValueError(
             f"{where}: the masks place query m at position m + offset among the keys, so they "
             f"need s = n + offset keys, got n={n}, s={s}, offset={offset}"
         )
-    logits = M.sinks_of(mods)
+    logits = _modify.sinks_of(mods)
     if logits is None:
         return mods, None
     sink = float(logits.reshape(-1)[0])
@@ -204,7 +206,9 @@ def _keywords(
     checked, before those `given` by `mods=`."""
     check_window(where, "window", window, causal)
     check_cap(where, "softcap", softcap)
-    return M.joined(where, M.modifications(causal=causal, window=window, softcap=softcap), given, 1)
+    return _modify.joined(
+        where, M.modifications(causal=causal, window=window, softcap=softcap), given, 1
+    )
 
 
 def _moved(rows: slice, offset: int) -> slice:
@@ -231,7 +235,7 @@ def blocked_backward(
     of rowsum(A ∘ dA); the same modifications as the forward pass, skipped blocks skipped.
     Returns a `BlockedGradients`."""
     mods, _ = _modifications("blocked_backward", q, k, mods)
-    offset = M.offset_of(mods)
+    offset = _modify.offset_of(mods)
     _sizes("blocked_backward", block_rows, block_keys, scale)
     factor = _scale(scale, q.shape[-1])
     queries, keys = _blocks(q.shape[-2], block_rows), _blocks(k.shape[-2], block_keys)
@@ -243,13 +247,13 @@ def blocked_backward(
         for t, block in enumerate(keys):
             if skipped(_moved(rows, offset), block, mods):
                 continue
-            omega, saved = _scores(q, k, rows, block, factor, mods, offset)
+            omega, saved = _block_scores(q, k, rows, block, factor, mods, offset)
             a = torch.exp(omega - lse[..., rows, None])
             dv_blocks[i, ..., block, :] += a.transpose(-2, -1) @ dc[..., rows, :]
             da = dc[..., rows, :] @ v[..., block, :].transpose(-2, -1)
             domega = a * (da - d[..., rows, None])
             where = M.Block(rows.start + offset, rows.stop + offset, block.start, block.stop)
-            M.backward(domega, mods, saved, where, {})  # e.g. the softcap's 1 − tanh²(ω̃ / κ)
+            _modify.backward(domega, mods, saved, where, {})  # e.g. the softcap's 1 − tanh²(ω̃ / κ)
             dq_blocks[t, ..., rows, :] += factor * domega @ k[..., block, :]
             dk_blocks[i, ..., block, :] += factor * domega.transpose(-2, -1) @ q[..., rows, :]
     return BlockedGradients(

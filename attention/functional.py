@@ -35,7 +35,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from . import _core, _masks
+from . import _core, _masks, _modify
 from . import mods as M
 from ._arguments import (
     check_alibi,
@@ -357,7 +357,7 @@ def self_attention(
             x,
             LayerWeights(w_q, w_k, w_v, b_q=b_q, b_k=b_k, b_v=b_v),
             heads=1,
-            mods=M.joined("self_attention", built, mods, 1),
+            mods=_modify.joined("self_attention", built, mods, 1),
             allowed=given_masks(mask, key_padding_mask),
             dropout_p=dropout_p,
             return_weights=return_weights,

@@ -27,7 +27,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from . import _core
+from . import _core, _modify
 from . import mods as M
 from ._arguments import check_alibi, check_cap, check_per_head, check_positive, check_window
 from ._checks import checked
@@ -386,12 +386,12 @@ def grouped_decode_step(
         k = torch.cat([cache.keys, k], dim=-2)  # (*batch, g, m, c_h) + t rows
         v = torch.cat([cache.values, v], dim=-2)
     start = position + t - k.shape[-2]  # the position of the first key kept
-    mods_now = M.moved(layer.mods, start)
+    mods_now = _modify.moved(layer.mods, start)
     per_head = _core.attend_new_rows(
         q,
         k,
         v,
-        scale=_core.scale(M.scaled_width(mods_now, scaling_width(layer.weights, heads))),
+        scale=_core.scale(_modify.scaled_width(mods_now, scaling_width(layer.weights, heads))),
         mods=mods_now,
         dropout_p=0.0,
         heads=True,
@@ -526,5 +526,5 @@ def _layer(
         sinks=sinks,
         query_pre_attn_scalar=query_pre_attn_scalar,
     )
-    mods = M.joined(where, built, mods, heads)
+    mods = _modify.joined(where, built, mods, heads)
     return _Layer(weights, mods, rope, groups)

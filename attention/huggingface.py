@@ -41,7 +41,7 @@ import typing
 import torch
 from torch import Tensor
 
-from . import _core
+from . import _core, _modify
 from . import mods as M
 from .modules import MultiHeadAttention
 
@@ -233,7 +233,7 @@ class FromHF(torch.nn.Module):
 
 
 def _core_causal(n: int, device) -> Tensor:
-    return M.allowed((M.Causal(),), M.Block(0, n, 0, n), device)  # pyright: ignore[reportReturnType]
+    return _modify.allowed((M.Causal(),), M.Block(0, n, 0, n), device)  # pyright: ignore[reportReturnType]
 
 
 @torch.no_grad()

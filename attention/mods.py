@@ -1,3 +1,4 @@
+# pyright: strict
 """The score modifications, one immutable object each, written once for every path: the explicit
 path (`attention._core`), the fast path (`attention._fused`) and `attention.flash` all take one
 tuple of these objects and call the methods below; none of them knows what a softcap or a window
@@ -28,64 +29,48 @@ scores; one with `sink = True` and a `parameter` is a sink; `query_offset`, `que
 rule.
 
 Build the tuple from the public keywords with `modifications(...)`; the functions and modules
-of the package do, and take the same keywords as before.
+of the package do, and take the same keywords as before. `distance` gives m − p over a block,
+for a rule of one's own that reads the positions. What the paths do with the tuple (check and
+order it, find the keys a block reads, run it forward and backward over a block) is private
+(`attention._modify`, the numbers in `attention._scores`): a modification is its methods.
 """
 
 import functools
 import math
 import typing
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
 
 from ._arguments import check_cap, check_finite, check_offset, check_positive
+from ._scores import distance, masked_outside, softcap_parts
 from ._shapes import ShapeError
 
 __all__ = [
-    "Block",
     "Modification",
-    "check",
-    "joined",
+    "Block",
     "Causal",
     "Window",
     "Chunked",
+    "QueryScale",
     "Temperature",
     "Softcap",
     "Clamp",
     "ALiBi",
     "Sinks",
-    "QueryScale",
-    "modifications",
-    "scaled_width",
-    "resolved",
-    "trimmed",
     "default_slopes",
-    "sink_gradient",
-    "ordered",
-    "offset_of",
-    "sinks_of",
-    "sink_kind",
-    "masks_only",
-    "key_range",
-    "row_bounds",
-    "reach",
-    "shifts",
-    "moved",
-    "allowed",
-    "cut",
-    "forward",
-    "backward",
-    "learned",
-    "unbound",
-    "bound",
     "distance",
-    "sink_normalised",
-    "online_start",
-    "softcap_parts",
+    "modifications",
 ]
+
+
+#: A position (0-based), or an integer tensor of positions.
+Position = int | Tensor
+#: One end of the keys a query may read, L(m) or H(m), for a `Position`; None: no bound.
+Bound = int | Tensor | None
 
 
 class Block(NamedTuple):
@@ -112,13 +97,15 @@ class Modification:
     #: the paths then normalise each row with it (`sink_normalised`) and give its gradient.
     sink: ClassVar[bool] = False
 
-    def scores(self, s: Tensor, block: Block, param: Tensor | None, inplace: bool) -> tuple:
+    def scores(
+        self, s: Tensor, block: Block, param: Tensor | None, inplace: bool
+    ) -> tuple[Tensor, Any]:
         """(the block's scores after it, what its backward needs). s: (…, b, K); `param`: its
         tensor, shaped by the path to broadcast against s (one number per head); `inplace`: s
         may be overwritten (no autograd through it). The default: a mask (one that states
         `bounds`) puts −∞ at the keys it rules out; anything else leaves s as it is."""
         if self.is_mask:
-            return _cut(s, block, self.bounds, inplace), None
+            return masked_outside(s, block, self.bounds, inplace), None
         return s, None
 
     @property
@@ -155,7 +142,7 @@ class Modification:
         returns its parameter's gradient summed over the block's rows and keys (…,), or None."""
         return None
 
-    def bounds(self, m):
+    def bounds(self, m: Position) -> tuple[Bound, Bound]:
         """(L(m), H(m)): query m (an int or an integer tensor of positions) may read the keys
         L(m) ≤ p < H(m); None for no bound. Both never decrease as m grows."""
         return None, None
@@ -190,7 +177,7 @@ class Causal(Modification):
     def __post_init__(self):
         check_offset("Causal", self.offset)
 
-    def bounds(self, m):
+    def bounds(self, m: Position) -> tuple[Bound, Bound]:
         return None, m + 1
 
     def query_offset(self) -> int:
@@ -208,7 +195,7 @@ class Window(Modification):
     def __post_init__(self):
         check_positive("Window", size=self.size)
 
-    def bounds(self, m):
+    def bounds(self, m: Position) -> tuple[Bound, Bound]:
         return m - self.size + 1, None
 
     def reach(self) -> int | None:
@@ -231,7 +218,7 @@ class Chunked(Modification):
         check_positive("Chunked", size=self.size)
         check_offset("Chunked", self.start)
 
-    def bounds(self, m):
+    def bounds(self, m: Position) -> tuple[Bound, Bound]:
         first = ((m + self.start) // self.size) * self.size - self.start  # m's chunk's start
         return first, first + self.size
 
@@ -240,35 +227,6 @@ class Chunked(Modification):
 
     def reach(self) -> int | None:
         return self.size - 1
-
-
-def _cut(s: Tensor, block: Block, bounds, inplace: bool) -> Tensor:
-    """s with −∞ at the keys outside L(m) ≤ p < H(m) of `bounds`. Only two strips of columns can
-    hold such keys (the bounds grow with m): those before L(last − 1) and those from H(first)
-    on; the rest of the block is read by every query and left alone."""
-    first, last, low, high = block
-    lower, _ = bounds(last - 1)
-    _, upper = bounds(first)
-    strips = []
-    if lower is not None and lower > low:
-        strips.append((low, min(high, lower)))
-    if upper is not None and upper < high:
-        strips.append((max(low, upper), high))
-    if not strips:
-        return s
-    if not inplace:
-        s = s.clone()
-    queries = torch.arange(first, last, device=s.device)[:, None]
-    below, above = bounds(queries)
-    for start, stop in strips:
-        keys = torch.arange(start, stop, device=s.device)[None, :]
-        outside = torch.zeros(last - first, stop - start, dtype=torch.bool, device=s.device)
-        if below is not None:
-            outside |= keys < below
-        if above is not None:
-            outside |= keys >= above
-        s[..., start - low : stop - low].masked_fill_(outside, float("-inf"))
-    return s
 
 
 # ---------------------------------------------------------------------------------------------
@@ -320,11 +278,15 @@ class Temperature(Modification):
     def moved(self, start: int) -> "Temperature":
         return Temperature(self.floor, self.scale, self.start + start)
 
-    def scores(self, s, block, param, inplace):
+    def scores(
+        self, s: Tensor, block: Block, param: Tensor | None, inplace: bool
+    ) -> tuple[Tensor, Any]:
         tau = self.factors(block.first, block.last, s)
         return (s.mul_(tau) if inplace else s * tau), tau
 
-    def backward(self, d_s, saved, block, param):
+    def backward(
+        self, d_s: Tensor, saved: Any, block: Block, param: Tensor | None
+    ) -> Tensor | None:
         d_s.mul_(saved)  # ∂(τ_m ω̃)/∂ω̃ = τ_m
         return None
 
@@ -341,10 +303,14 @@ class Softcap(Modification):
         check_finite("Softcap", "cap", self.cap)
         check_cap("Softcap", "cap", self.cap)
 
-    def scores(self, s, block, param, inplace):
+    def scores(
+        self, s: Tensor, block: Block, param: Tensor | None, inplace: bool
+    ) -> tuple[Tensor, Any]:
         return softcap_parts(s, self.cap, overwrite=inplace)
 
-    def backward(self, d_s, saved, block, param):
+    def backward(
+        self, d_s: Tensor, saved: Any, block: Block, param: Tensor | None
+    ) -> Tensor | None:
         d_s.mul_(saved.square_().neg_().add_(1.0))  # 1 − tanh², saved's memory reused
         return None
 
@@ -363,13 +329,17 @@ class Clamp(Modification):
         check_finite("Clamp", "bound", self.bound)
         check_cap("Clamp", "bound", self.bound)
 
-    def scores(self, s, block, param, inplace):
+    def scores(
+        self, s: Tensor, block: Block, param: Tensor | None, inplace: bool
+    ) -> tuple[Tensor, Any]:
         inside = s.abs() <= self.bound  # where the gradient passes: −γ ≤ ω̃ ≤ γ
         return (
             s.clamp_(-self.bound, self.bound) if inplace else s.clamp(-self.bound, self.bound)
         ), inside
 
-    def backward(self, d_s, saved, block, param):
+    def backward(
+        self, d_s: Tensor, saved: Any, block: Block, param: Tensor | None
+    ) -> Tensor | None:
         d_s.mul_(saved)
         return None
 
@@ -394,12 +364,16 @@ class ALiBi(Modification):
             return self
         return ALiBi(default_slopes(heads, dtype=like.dtype, device=like.device))
 
-    def scores(self, s, block, param, inplace):
+    def scores(
+        self, s: Tensor, block: Block, param: Tensor | None, inplace: bool
+    ) -> tuple[Tensor, Any]:
         slope = typing.cast(Tensor, param)  # the path gives it: the slopes are resolved first
         gaps = distance(*block, s)
         return (s.addcmul_(slope, gaps, value=-1.0) if inplace else s - slope * gaps), None
 
-    def backward(self, d_s, saved, block, param):
+    def backward(
+        self, d_s: Tensor, saved: Any, block: Block, param: Tensor | None
+    ) -> Tensor | None:
         if param is None:  # not learned
             return None
         return -(d_s * distance(*block, d_s)).sum(dim=(-2, -1))
@@ -416,7 +390,9 @@ def _geometric(heads: int) -> tuple[float, ...]:
     return tuple(slopes + extra[: heads - below])
 
 
-def default_slopes(heads: int, *, dtype: torch.dtype = torch.float32, device=None) -> Tensor:
+def default_slopes(
+    heads: int, *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+) -> Tensor:
     """ALiBi's default slopes μ (h,) (Press, Smith and Lewis, *Train Short, Test Long*, 2022)."""
     return torch.tensor(_geometric(heads), dtype=dtype, device=device)
 
@@ -454,54 +430,11 @@ def _check_per_head(where: str, name: str, value: object) -> None:
         )
 
 
-def check(where: str, mods: object, heads: int) -> tuple["Modification", ...]:
-    """A user's `mods`: a tuple or list of modification objects (`Modification`), at most one of
-    each kind, the per-head tensors with `heads` entries; returned in order. TypeError,
-    ValueError or ShapeError naming the argument otherwise."""
-    if not isinstance(mods, tuple | list):
-        raise TypeError(
-            f"{where}: mods must be a tuple of modifications (attention.mods), got "
-            f"{type(mods).__name__}"
-        )
-    for i, mod in enumerate(mods):
-        if not isinstance(mod, Modification):
-            raise TypeError(
-                f"{where}: mods[{i}] must be a modification (attention.mods: Causal, Window, "
-                f"Chunked, Temperature, Softcap, ALiBi, Sinks, QueryScale, or a subclass of "
-                f"Modification), got {type(mod).__name__}"
-            )
-        if mod.parameter is not None:
-            value = getattr(mod, mod.parameter)
-            if value is not None and value.numel() != heads and value.dim() == 1:
-                raise ShapeError(
-                    f"{where}: mods[{i}] ({type(mod).__name__}) has {mod.parameter} of shape "
-                    f"{tuple(value.shape)} but there are heads={heads}; give one per head"
-                )
-    try:
-        return ordered(mods)
-    except ValueError as error:
-        raise ValueError(
-            f"{where}: {error} (mods and the keywords say the same thing twice)"
-        ) from None
-
-
-def joined(where: str, built: tuple, given: object, heads: int) -> tuple["Modification", ...]:
-    """The modifications of one call: those its keywords `built` and those `given` by `mods=`
-    (checked first, `check`), one of each kind, in order."""
-    return check(where, (*built, *check(where, given, heads)), heads)
-
-
-def sink_gradient(sink_weight: Tensor, along: Tensor) -> Tensor:
-    """dζ_ℓ summed over a block's rows: −Σ_m a_{m,ζ} rowsum(A ∘ dA)_m, from the sink's weights
-    (…, b) and the rows' Σ_p a_{m,p} dA_{m,p} (…, b)."""
-    return -(sink_weight * along).sum(dim=-1)
-
-
 # ---------------------------------------------------------------------------------------------
-# The tuple: built once, read by every path
+# The tuple of one call
 
 
-def ordered(mods) -> tuple[Modification, ...]:
+def ordered(mods: Iterable[Modification]) -> tuple[Modification, ...]:
     """The modifications in the order they act (their `stage`); two of the same kind are a
     mistake of the caller (ValueError)."""
     kinds = [type(mod) for mod in mods]
@@ -545,277 +478,3 @@ def modifications(
     if sinks is not None:
         mods.append(Sinks(sinks))
     return ordered(mods)
-
-
-def scaled_width(mods, width: int) -> float:
-    """The c of the factor 1/√c of q·k: a modification's `query_scale` (`QueryScale.scalar`)
-    if one sets it, else `width` (c_h)."""
-    return next((c for mod in mods if (c := mod.query_scale()) is not None), width)
-
-
-def resolved(mods, heads: int, like: Tensor) -> tuple[Modification, ...]:
-    """The modifications with what they take from the call filled in (`Modification.resolved`:
-    ALiBi's default slopes for `heads` heads, in `like`'s dtype and device)."""
-    return tuple(mod.resolved(heads, like) for mod in mods)
-
-
-def trimmed(mods, block: Block) -> tuple[Modification, ...]:
-    """The modifications without the masks that rule out no key of `block` (a window wider
-    than the sequence, one chunk holding it all): the fused kernel then takes the rest whole."""
-    kept = []
-    for mod in mods:
-        if mod.is_mask and mod.query_offset() == 0:  # a mask that places the queries stays
-            lower, _ = mod.bounds(block.last - 1)
-            _, upper = mod.bounds(block.first)
-            if (lower is None or lower <= block.low) and (upper is None or upper >= block.high):
-                continue
-        kept.append(mod)
-    return tuple(kept)
-
-
-def offset_of(mods) -> int:
-    """The position of the first query (a modification's `query_offset`: `Causal.offset`; 0
-    where none places the queries)."""
-    return next((offset for mod in mods if (offset := mod.query_offset())), 0)
-
-
-def sink_kind(mods) -> str | None:
-    """The kind (class name) of the modification whose tensor is a sink's logits, or None."""
-    return next((type(mod).__name__ for mod in mods if mod.sink), None)
-
-
-def sinks_of(mods) -> Tensor | None:
-    """The sinks' logits (h,), or None."""
-    return next((getattr(mod, mod.parameter) for mod in mods if mod.sink and mod.parameter), None)
-
-
-def masks_only(mods) -> bool:
-    """Whether the modifications only mask (no value changed, no sink; the query scale is
-    applied before the products): then torch's fused kernel computes the scores itself, given
-    the masks."""
-    return all(not mod.changes_scores and not mod.sink for mod in mods)
-
-
-def _masks(mods) -> list[Modification]:
-    return [mod for mod in mods if mod.is_mask]
-
-
-def reach(mods) -> int | None:
-    """At most how many keys before its own any query reads (None: unbounded)."""
-    reaches = [r for mod in _masks(mods) if (r := mod.reach()) is not None]
-    return min(reaches) if reaches else None
-
-
-def shifts(mods) -> bool:
-    """Whether every mask moves with the query (`Modification.shifts`)."""
-    return all(mod.shifts for mod in _masks(mods))
-
-
-def moved(mods, start: int) -> tuple[Modification, ...]:
-    """The modifications for positions counted from `start` (`Modification.moved`)."""
-    return tuple(mod.moved(start) for mod in mods)
-
-
-def row_bounds(mods, m):
-    """(L(m), H(m)) of all the masks together (the largest L, the smallest H; None where none
-    bounds), for m an int or an integer tensor."""
-    low = high = None
-    for mod in _masks(mods):
-        lo, hi = mod.bounds(m)
-        if lo is not None:
-            low = lo if low is None else _larger(low, lo)
-        if hi is not None:
-            high = hi if high is None else _smaller(high, hi)
-    return low, high
-
-
-def _larger(a, b):
-    return torch.maximum(a, b) if isinstance(a, Tensor) else max(a, b)
-
-
-def _smaller(a, b):
-    return torch.minimum(a, b) if isinstance(a, Tensor) else min(a, b)
-
-
-def key_range(mods, first: int, last: int, total: int) -> tuple[int, int]:
-    """(low, high): the keys low … high − 1 that the queries at positions first … last − 1 may
-    read among `total`, before any mask of the user's: from the first query's L to the last
-    query's H (both grow with m). The one rule for which keys a block reads (the fast path) and
-    which blocks are skipped (`attention.flash`); empty when high ≤ low."""
-    low, _ = row_bounds(mods, first)
-    _, high = row_bounds(mods, last - 1)
-    return (0 if low is None else max(0, int(low))), (
-        total if high is None else min(total, int(high))
-    )
-
-
-def allowed(mods, block: Block, device: torch.device) -> Tensor | None:
-    """(b, K) True where the block's query m may read key p (L(m) ≤ p < H(m)); None if every
-    key may be read."""
-    first, last, low, high = block
-    queries = torch.arange(first, last, device=device)[:, None]
-    keys = torch.arange(low, high, device=device)[None, :]
-    below, above = row_bounds(mods, queries)
-    result = None
-    if below is not None:
-        result = keys >= below
-    if above is not None:
-        result = keys < above if result is None else result & (keys < above)
-    return result
-
-
-def cut(s: Tensor, mods, block: Block, inplace: bool = True) -> Tensor:
-    """s with −∞ at the keys the masks forbid (each mask's `scores`)."""
-    for mod in _masks(mods):
-        s = mod.scores(s, block, None, inplace)[0]
-    return s
-
-
-def forward(
-    s: Tensor, mods, block: Block, params: Mapping[str, Tensor], inplace: bool
-) -> tuple[Tensor, list]:
-    """The block's scaled scores s through every modification in order (the masks included),
-    and what each one's backward needs. `params`: each parameter's tensor by its modification's
-    kind (the class name), shaped by the path to broadcast against s."""
-    saved = []
-    for mod in mods:
-        s, kept = mod.scores(s, block, params.get(type(mod).__name__), inplace)
-        saved.append(kept)
-    return s, saved
-
-
-def backward(
-    d_s: Tensor, mods, saved: list, block: Block, params: Mapping[str, Tensor]
-) -> dict[str, Tensor]:
-    """dL/d(the scaled scores) in place from dL/d(the modified scores) `d_s`, through every
-    modification in reverse order; returns each learned parameter's gradient summed over the
-    block, by its modification's kind."""
-    grads = {}
-    for mod, kept in zip(reversed(mods), reversed(saved), strict=True):
-        name = type(mod).__name__
-        grad = mod.backward(d_s, kept, block, params.get(name))
-        if grad is not None:
-            grads[name] = grad
-    return grads
-
-
-def learned(mods) -> dict[str, Tensor]:
-    """The modifications' tensors (ALiBi's slopes, the sinks' logits) by kind."""
-    found = {}
-    for mod in mods:
-        if mod.parameter is not None and getattr(mod, mod.parameter) is not None:
-            found[type(mod).__name__] = getattr(mod, mod.parameter)
-    return found
-
-
-def unbound(mods) -> tuple[tuple[Modification, ...], tuple[Tensor, ...]]:
-    """(the modifications without their tensors, the tensors in order): an autograd Function
-    takes tensors as arguments of their own (so that their gradients flow) and the rest as
-    constants. `bound` puts them back."""
-    tensors = []
-    bare = []
-    for mod in mods:
-        if mod.parameter is not None and getattr(mod, mod.parameter) is not None:
-            tensors.append(getattr(mod, mod.parameter))
-            mod = replace(mod, **{mod.parameter: None})
-        bare.append(mod)
-    return tuple(bare), tuple(tensors)
-
-
-def bound(bare, tensors) -> tuple[Modification, ...]:
-    """The modifications of `unbound` with their tensors back."""
-    given = iter(tensors)
-    return tuple(
-        replace(mod, **{mod.parameter: next(given)}) if mod.parameter is not None else mod
-        for mod in bare
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# The numbers behind them
-
-
-def distance(first: int, last: int, low: int, high: int, like: Tensor) -> Tensor:
-    """m − p for the queries at positions first … last − 1 and the keys low … high − 1:
-    (b, K), in `like`'s dtype and device: ALiBi's distance and the factor of its slope's
-    gradient. The positions are subtracted as integers and the difference rounded once: bfloat16
-    holds whole numbers exactly only up to 256 (float16 to 2048), so positions in it would
-    meet."""
-    queries = torch.arange(first, last, device=like.device)
-    gaps = queries[:, None] - torch.arange(low, high, device=like.device)
-    return gaps.to(like.dtype)
-
-
-def sink_normalised(
-    scores: Tensor, sink: Tensor | None, *, overwrite: bool = False
-) -> tuple[Tensor, Tensor | None]:
-    """(A, the sink's weight (…, 1) or None): each row's softmax over its keys, with exp(ζ) in its
-    denominator where a sink ζ (broadcastable to (…, n, 1)) is given. The row's maximum (the
-    sink's logit among them) is subtracted first and held constant (softmax is shift
-    invariant), so large scores stay finite; a row with no key and no sink divides 0 by 1 (zero
-    weights, zero gradients); a NaN (a NaN sink) stays NaN, never rows that do not sum to 1.
-    The explicit path and the fast path (`overwrite`: the block's scores reused) call it;
-    `attention.flash` starts each row from the sink (`online_start`)."""
-    top = scores.amax(dim=-1, keepdim=True)
-    if sink is not None:
-        top = torch.maximum(top, sink)
-    top = top.detach()
-    top = torch.where(torch.isneginf(top), torch.zeros_like(top), top)
-    e = scores.sub_(top).exp_() if overwrite else torch.exp(scores - top)
-    total = e.sum(dim=-1, keepdim=True)
-    e_sink = None
-    if sink is not None:
-        e_sink = torch.exp(sink - top)
-        total = total + e_sink
-    total = torch.where(total == 0, torch.ones_like(total), total)
-    weights = e.div_(total) if overwrite else e / total
-    return weights, None if e_sink is None else e_sink / total
-
-
-def online_start(sink: float | None) -> tuple[float, float]:
-    """(μ⁽⁰⁾, ℓ⁽⁰⁾): the online softmax's running maximum and sum before any key: (−∞, 0), or
-    with a sink ζ the state after reading it as one more key, (ζ, e^{ζ − ζ} = 1)."""
-    return (-math.inf, 0.0) if sink is None else (float(sink), 1.0)
-
-
-def _limits(dtype: torch.dtype) -> tuple[float, float, float]:
-    info = torch.finfo(dtype)
-    return math.sqrt(info.max), math.sqrt(info.eps), info.smallest_normal
-
-
-#: √max, √eps and the smallest normal number of each floating dtype, computed once (a dict
-#: look-up, which torch.compile traces; a cached function call it does not).
-_RANGES = {
-    dtype: _limits(dtype) for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-}
-
-
-def _range(dtype: torch.dtype) -> tuple[float, float, float]:
-    """√max, √eps and the smallest normal number of a floating dtype (torch.finfo is a call)."""
-    found = _RANGES.get(dtype)
-    return found if found is not None else _limits(dtype)
-
-
-def softcap_parts(scaled: Tensor, cap: float, *, overwrite: bool = False) -> tuple[Tensor, Tensor]:
-    """(κ tanh(ω̃/κ), tanh(ω̃/κ)): the capped scores and the factor's tanh (the gradient takes
-    1 − tanh²), right for every positive finite κ in `scaled`'s dtype.
-
-    The plain route, ω̃/κ then tanh then times κ, fails at the ends of the dtype's range: a κ
-    above its largest number is ∞ there (∞ · tanh(0) = NaN), and one below its smallest is 0
-    (0/0 at ω̃ = 0). So a κ above the square root of the dtype's largest number (1.8·10¹⁹ in
-    float32) takes κ tanh(y) = ω̃ · tanh(y)/y with y = ω̃ · (1/κ), the ratio 1 where y² is below
-    the dtype's precision (there κ tanh(ω̃/κ) is ω̃ to that precision); a κ that is 0 in the
-    dtype takes tanh(ω̃/κ) = sign(ω̃) (|ω̃/κ| is beyond any float's range, tanh of it is ±1
-    exactly, and 0 at ω̃ = 0)."""
-    large, precision, small = _range(scaled.dtype)
-    if cap > large:
-        y = scaled * (1.0 / cap)
-        flat = y.abs() < precision
-        away = torch.where(flat, 1.0, y)  # no 0/0, not even in the gradient of the branch not taken
-        ratio = torch.where(flat, 1.0, torch.tanh(away) / away)
-        return scaled * ratio, torch.tanh(y)
-    if cap < small and float(torch.tensor(cap, dtype=scaled.dtype)) == 0.0:
-        squashed = torch.sign(scaled)
-        return squashed * cap, squashed
-    squashed = scaled.div_(cap).tanh_() if overwrite else torch.tanh(scaled / cap)
-    return squashed * cap, squashed

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as torch_F
 
 import derive
-from attention import _core, _layer
+from attention import _core, _layer, _modify
 from attention import functional as F
 from attention import mods as M
 from derive.bridge.steps import check_against_torch, dyadic_inputs
@@ -61,9 +61,11 @@ def _fused_with_k_for_v(q, k, v, **options):
 
 def _explicit_dropout_first(q, k, v, *, scale, mods=(), allowed=None, dropout_p=0.0, **_):
     scaled = _core.scores(q, k) * scale
-    offset = M.offset_of(mods)
+    offset = _modify.offset_of(mods)
     block = M.Block(offset, offset + q.shape[-2], 0, k.shape[-2])
-    scaled = M.cut(scaled, mods, block, inplace=False)  # the masks; no other modification here
+    scaled = _modify.cut(
+        scaled, mods, block, inplace=False
+    )  # the masks; no other modification here
     if dropout_p > 0.0:
         scaled = torch_F.dropout(scaled, p=dropout_p)
     a = _core.softmax_rows(scaled, allowed)

@@ -45,7 +45,7 @@ row maximum subtracted, so the winning key gets exp(0) = 1), then the derived fo
 
     dV = Aᵀ dC,  dA = dC Vᵀ,  dΩ̃' = A ∘ (dA − rowsum(A ∘ dA)),
     dσ_ℓ = −Σ_m a_{m,σ} rowsum(A ∘ dA)_m      (a sink carries no value: its dA is 0),
-    dΩ̃ from dΩ̃' through each modification in reverse (`mods.backward`: softcapping's factor
+    dΩ̃ from dΩ̃' through each modification in reverse (`_modify.backward`: softcapping's factor
         1 − tanh²(ω̃/κ), the temperature's τ_m, ALiBi's slope's gradient −Σ dΩ̃' (m + o − p)),
     dQ = scale · dΩ̃ K,  dK = scale · dΩ̃ᵀ Q
 
@@ -70,7 +70,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .. import mods as M
+from .. import _modify
 from . import blocks
 from .blocks import BLOCK_ENTRIES, MIN_ROWS, ROW_ENTRIES, plan
 from .kernel import forward as kernel_forward
@@ -86,14 +86,14 @@ def attention(
     (`attention.mods`, in order), the user's masks `allowed` (B or 1, 1, R, s) with R ∈ {1, n},
     True = may attend, or None. With gradients, through `_Attention` (the exact blockwise
     backward, the modifications' learned tensors among its arguments)."""
-    bare, tensors = M.unbound(mods)
+    bare, tensors = _modify.unbound(mods)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *tensors)):
         return _Attention.apply(q, k, v, allowed, scale, bare, *tensors)
     return _forward(q, k, v, scale, mods, allowed)
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, scale: float, mods: tuple, allowed) -> Tensor:
-    if M.masks_only(mods):
+    if _modify.masks_only(mods):
         return kernel_forward(q, k, v, scale, mods, allowed)
     return sweep(q, k, v, scale, mods, allowed)[0]
 
@@ -108,15 +108,15 @@ class _Attention(torch.autograd.Function):
     def forward(ctx, q, k, v, allowed, scale, bare, *tensors):  # type: ignore[override]
         ctx.save_for_backward(q, k, v, allowed, *tensors)
         ctx.constants = (scale, bare)
-        return _forward(q, k, v, scale, M.bound(bare, tensors), allowed)
+        return _forward(q, k, v, scale, _modify.bound(bare, tensors), allowed)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out):  # type: ignore[override]
         q, k, v, allowed, *tensors = ctx.saved_tensors
         scale, bare = ctx.constants
-        mods = M.bound(bare, tensors)
-        kinds = list(M.learned(mods))  # in the order of the tensors
+        mods = _modify.bound(bare, tensors)
+        kinds = list(_modify.learned(mods))  # in the order of the tensors
         wanted = frozenset(k for k, w in zip(kinds, ctx.needs_input_grad[6:], strict=True) if w)
         dq, dk, dv, grads = gradients(q, k, v, grad_out, scale, mods, allowed, wanted)
         return dq, dk, dv, None, None, None, *(grads.get(kind) for kind in kinds)
@@ -134,5 +134,5 @@ def gradients(
 ) -> tuple[Tensor, Tensor, Tensor, dict[str, Tensor]]:
     """(dQ, dK, dV, {kind: the gradient of the modification's tensor (h,)}) for the upstream
     gradient dC (B, h, n, c_h); the tensors' gradients for the kinds in `wanted` (None: all)."""
-    wanted = frozenset(M.learned(mods)) if wanted is None else wanted
+    wanted = frozenset(_modify.learned(mods)) if wanted is None else wanted
     return sweep(q, k, v, scale, mods, allowed, grad_out, wanted)  # type: ignore[return-value]

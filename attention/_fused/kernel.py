@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .. import _modify
 from .. import mods as M
 from .blocks import plan
 
@@ -30,7 +31,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, scale: float, mods: tuple, allowed)
         )  # the scale on Q first: no overflow of q·k where the scaled scores fit
     # the kernel takes a mask or its causal flag, not both: with a mask, causal joins it
     n = q.shape[-2]
-    rule = M.allowed(mods, M.Block(0, n, 0, k.shape[-2]), q.device)
+    rule = _modify.allowed(mods, M.Block(0, n, 0, k.shape[-2]), q.device)
     allowed = allowed if rule is None else allowed & rule
     dead = _dead_rows(allowed)
     out = F.scaled_dot_product_attention(
@@ -48,7 +49,7 @@ def _banded(q: Tensor, k: Tensor, v: Tensor, scale: float, mods: tuple, allowed)
     """The fused kernel on each block of query rows against the keys its masks reach, with
     the block's mask (and the user's) as the kernel's mask.
 
-    When every mask moves with the query (`mods.shifts`: causal and a window, not chunks),
+    When every mask moves with the query (`_modify.shifts`: causal and a window, not chunks),
     blocks whose keys start at the same distance before their first row see the same mask, so
     one additive mask (0 or −∞, in q's dtype) serves them all: a boolean mask would be turned
     into such a one by the kernel at every call, which costs more than the block's attention
@@ -56,25 +57,25 @@ def _banded(q: Tensor, k: Tensor, v: Tensor, scale: float, mods: tuple, allowed)
     """
     batch, heads, n, _ = q.shape
     groups, total = k.shape[1], k.shape[2]
-    offset = M.offset_of(mods)
-    _, rows = plan(batch * groups, n, total, M.reach(mods), heads // groups)
+    offset = _modify.offset_of(mods)
+    _, rows = plan(batch * groups, n, total, _modify.reach(mods), heads // groups)
     shared: dict[tuple, Tensor] = {}
     out = q.new_empty(q.shape)
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
         block = M.Block(
-            r0 + offset, r1 + offset, *M.key_range(mods, r0 + offset, r1 + offset, total)
+            r0 + offset, r1 + offset, *_modify.key_range(mods, r0 + offset, r1 + offset, total)
         )
         first, last, low, high = block
         if high <= low:  # no key for any of these queries: zero rows
             out[:, :, r0:r1] = 0.0
             continue
         where = (first - low, last - first, high - low)
-        mask = shared.get(where) if M.shifts(mods) else None
+        mask = shared.get(where) if _modify.shifts(mods) else None
         if mask is None:
-            rule = typing.cast(Tensor, M.allowed(mods, block, q.device))  # banded: some mask
+            rule = typing.cast(Tensor, _modify.allowed(mods, block, q.device))  # banded: some mask
             mask = _additive(rule, q.dtype)
-            if M.shifts(mods):
+            if _modify.shifts(mods):
                 shared[where] = mask
         dead = None
         if allowed is not None:

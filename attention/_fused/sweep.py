@@ -1,15 +1,16 @@
 """The blocks of the fast path when torch's kernel cannot compute the scores (a modification
 that changes their values, or a sink), and the exact backward pass of every case: each block of
 query rows against the keys its masks reach, its scores computed, modified by each modification
-of the tuple (`attention.mods.forward`) and normalised in full; with the upstream gradient, the
+of the tuple (`attention._modify.forward`) and normalised in full; with the upstream gradient, the
 block's gradients (the package docstring's formulas), through each modification in reverse
-(`attention.mods.backward`)."""
+(`attention._modify.backward`)."""
 
 import typing
 
 import torch
 from torch import Tensor
 
+from .. import _modify, _scores
 from .. import mods as M
 from .blocks import each, packs, plan
 
@@ -31,14 +32,15 @@ def sweep(
     batch, heads, n, width = q.shape
     groups, total = k.shape[1], k.shape[2]
     r = heads // groups
-    pack, rows = plan(batch * groups, n, total, M.reach(mods), r)
+    pack, rows = plan(batch * groups, n, total, _modify.reach(mods), r)
     tensors, where = packs(q, k, v, grad_out, pack)
     q_all, k_all, v_all = tensors[:3]
-    offset = M.offset_of(mods)
+    offset = _modify.offset_of(mods)
     params = {  # each learned tensor (h,) as (g, h/g, 1, 1): a pack picks its groups
-        kind: t.to(q.dtype).view(groups, r)[..., None, None] for kind, t in M.learned(mods).items()
+        kind: t.to(q.dtype).view(groups, r)[..., None, None]
+        for kind, t in _modify.learned(mods).items()
     }
-    sink_kind = M.sink_kind(mods)
+    sink_kind = _modify.sink_kind(mods)
     backward = grad_out is not None
     if backward:
         g_all = tensors[3]
@@ -60,7 +62,7 @@ def sweep(
         for r0 in range(0, n, rows):
             r1 = min(n, r0 + rows)
             first, last = r0 + offset, r1 + offset
-            block = M.Block(first, last, *M.key_range(mods, first, last, total))
+            block = M.Block(first, last, *_modify.key_range(mods, first, last, total))
             low, high = block.low, block.high
             target = (dq if backward else out)[index]  # pyright: ignore[reportPossiblyUnboundVariable]
             if high <= low:  # no key for any of these queries: zero rows, no gradient
@@ -70,7 +72,7 @@ def sweep(
             q_b = q_s[:, :, r0:r1].reshape(shape[0], -1, width) * scale  # (G, r·b, c_h)
             k_b, v_b = k_s[:, low:high], v_s[:, low:high]
             s = torch.bmm(q_b, k_b.transpose(1, 2)).view(shape)  # (G, r·b, c_h) @ (G, c_h, K)
-            s, saved = M.forward(s, mods, block, own, inplace=True)
+            s, saved = _modify.forward(s, mods, block, own, inplace=True)
             if given is not None:
                 rows_of = slice(r0, r1) if given.shape[-2] > 1 else slice(None)
                 s = s.masked_fill_(~given[..., rows_of, low:high], float("-inf"))
@@ -80,7 +82,7 @@ def sweep(
                 if given is not None:  # a row with no key: 0/0 above, zero weights by convention
                     a.masked_fill_(torch.isneginf(s.amax(dim=-1, keepdim=True)), 0.0)
             else:
-                a, sink_weight = M.sink_normalised(s, sink, overwrite=True)
+                a, sink_weight = _scores.sink_normalised(s, sink, overwrite=True)
             a_b = a.view(shape[0], -1, shape[3])  # (G, h/g, b, K) -> (G, r·b, K)
             if not backward:
                 target[:, :, r0:r1] = torch.bmm(a_b, v_b).view(*shape[:3], width)
@@ -92,8 +94,8 @@ def sweep(
             if sink_kind in learning:  # the sink's: a key with no value, read by every row
                 along = (a_b * d_a).sum(dim=-1).view(shape[:3])  # (G, r, b)
                 weight = typing.cast(Tensor, sink_weight).squeeze(-1)  # with a sink: a tensor
-                grads[sink_kind][entries, group_of] += M.sink_gradient(weight, along)  # pyright: ignore[reportPossiblyUnboundVariable]
-            found = M.backward(d_s.view(shape), mods, saved, block, learning)
+                grads[sink_kind][entries, group_of] += _scores.sink_gradient(weight, along)  # pyright: ignore[reportPossiblyUnboundVariable]
+            found = _modify.backward(d_s.view(shape), mods, saved, block, learning)
             for kind, grad in found.items():
                 grads[kind][entries, group_of] += grad  # pyright: ignore[reportPossiblyUnboundVariable]
             target[:, :, r0:r1] = torch.bmm(d_s, k_b).view(*shape[:3], width)
@@ -103,7 +105,7 @@ def sweep(
     if not backward:
         return (out.view(q.shape),)  # pyright: ignore[reportPossiblyUnboundVariable]
     dq = dq.view(q.shape).mul_(scale)  # dQ = scale · dΩ̃ K  # pyright: ignore[reportPossiblyUnboundVariable]
-    learned = M.learned(mods)
+    learned = _modify.learned(mods)
     summed = {
         kind: grad.sum(dim=0).view(heads).to(learned[kind].dtype)  # (B, g, r) -> (h,)
         for kind, grad in grads.items()  # pyright: ignore[reportPossiblyUnboundVariable]

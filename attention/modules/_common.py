@@ -11,7 +11,7 @@ import torch.nn as nn
 from jaxtyping import Float
 from torch import Tensor
 
-from .. import _core
+from .. import _core, _modify
 from .. import mods as M
 from .._arguments import (
     check_alibi,
@@ -159,7 +159,7 @@ def set_score_options(
     built = M.modifications(
         softcap=softcap, alibi=alibi is not False, query_pre_attn_scalar=query_pre_attn_scalar
     )  # the tensors (the slopes given, the sinks) are read at each call: `module_mods`
-    mods = M.check(where, mods, module.num_heads)
+    mods = _modify.check(where, mods, module.num_heads)
     for i, mod in enumerate(mods):
         if isinstance(mod, M.Causal | M.Window):
             raise ValueError(
@@ -172,7 +172,7 @@ def set_score_options(
                 f"{where}: mods[{i}] ({type(mod).__name__}) carries a tensor; a module's tensors "
                 f"are its parameters and buffers: give them by keyword (alibi=, sinks=)"
             )
-    module.score_mods = M.check(where, (*built, *mods), module.num_heads)
+    module.score_mods = _modify.check(where, (*built, *mods), module.num_heads)
 
 
 def add_gate(module: MultiHeadModule) -> None:

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .. import _core
+from .. import _core, _modify
 from .. import mods as M
 from .._layer import finish, normalise_and_rotate, project_heads
 from .._shapes import DeviceError, DtypeError, ShapeError
@@ -77,12 +77,12 @@ class KVCache:
             cached_v = typing.cast(Tensor, cached_v)  # set and reset with cache_k
             values = torch.cat([cached_v, values], dim=-3)
         start = self.ptr_current_pos + t - keys.shape[-3]  # the first kept key's position
-        mods = M.moved(module_mods(module, *M.modifications(window=window)), start)
+        mods = _modify.moved(module_mods(module, *M.modifications(window=window)), start)
         per_head = _core.attend_new_rows(
             q,
             keys.transpose(-3, -2),
             values.transpose(-3, -2),  # -> (*batch, g, m + t, c_h)
-            scale=_core.scale(M.scaled_width(mods, q.shape[-1])),
+            scale=_core.scale(_modify.scaled_width(mods, q.shape[-1])),
             mods=mods,
             dropout_p=dropout_rate(module),
             heads=True,

@@ -232,7 +232,7 @@ def test_flash_computes_in_the_dtype_it_is_given(mods, dtype):
 def test_alibi_s_distances_are_whole_numbers_at_any_position(dtype):
     """m − p rounded once into the dtype: bfloat16 holds whole numbers exactly only up to 256,
     so positions taken in it first would meet (1000 … 1003 all 1000)."""
-    from attention.mods import distance
+    from attention._scores import distance
 
     like = torch.zeros((), dtype=dtype)
     got = distance(1000, 1004, 990, 1004, like)

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from attention import _modify
 from attention import flash as F
 from attention import mods as M
 from attention._shapes import ShapeError
@@ -263,7 +264,7 @@ def test_llama_4_s_chunks_and_temperature_given_as_objects():
     gen = torch.Generator().manual_seed(3)
     q, k, v, dc = (torch.randn(2, 11, 4, generator=gen, dtype=torch.float64) for _ in range(4))
     extra = (M.Chunked(4), M.Temperature(3.0, 0.5))
-    mods = M.joined("test", M.modifications(causal=True), extra, 1)
+    mods = _modify.joined("test", M.modifications(causal=True), extra, 1)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     expected = _core.attend(*leaves, scale=0.5, heads=True, mods=mods)
     (expected * dc).sum().backward()

@@ -138,3 +138,20 @@ def test_a_moved_chunk_and_temperature_count_from_the_cache_s_first_key():
     tau = M.Temperature(2.0, 1.0)
     like = torch.zeros((), dtype=torch.float64)
     torch.testing.assert_close(tau.moved(5).factors(0, 5, like), tau.factors(5, 10, like))
+
+
+def test_the_module_users_extend_holds_the_protocol_and_the_objects_alone():
+    """At most 15 names, each a user's: the protocol, the built-in objects, the keywords' builder,
+    ALiBi's default slopes and the distances m − p a rule of one's own reads; the paths'
+    helpers are private. The module is checked by pyright in strict mode."""
+    from pathlib import Path
+
+    assert len(M.__all__) <= 15
+    for name in M.__all__:
+        value = getattr(M, name)
+        objects = isinstance(value, type) and issubclass(value, M.Modification | M.Block)
+        assert objects or name in {"modifications", "default_slopes", "distance"}, name
+    for helper in ("key_range", "forward", "backward", "check", "learned", "cut"):
+        assert not hasattr(M, helper), helper
+    first = Path(M.__file__).read_text(encoding="utf-8").splitlines()[0]
+    assert first == "# pyright: strict"

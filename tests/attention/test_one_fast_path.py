@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from reference_variants import band_matrix, modified_attention
 from test_fused import Record
 
-from attention import _core, _fused
+from attention import _core, _fused, _modify
 from attention import mods as M
 
 
@@ -288,13 +288,13 @@ def test_the_packs_on_a_pool_of_threads_give_the_serial_gradients(monkeypatch, s
     logits = torch.randn(4, generator=g, dtype=torch.float64) if sinks else None
     mods = M.modifications(causal=True, softcap=20.0, sinks=logits)
     seen = set()
-    original = M.forward
+    original = _modify.forward
 
     def spy(*args, **kwargs):  # every block's scores go through the modifications
         seen.add(threading.current_thread().name)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(M, "forward", spy)
+    monkeypatch.setattr(_modify, "forward", spy)
     threads = torch.get_num_threads()
     results = {}
     for pool in (1, 3):

@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from attention import _core, flash
+from attention import _core, _modify, _scores, flash
 from attention import mods as M
 
 
@@ -84,19 +84,19 @@ CHANGES = {
         {"softcap": 2.0},
     ),
     "distance": (
-        M,
+        _scores,
         "distance",
         lambda original: lambda *a: 2 * original(*a),
         {"slope": 0.5},
     ),
     "sink_normalised": (
-        M,
+        _scores,
         "sink_normalised",
         lambda original: lambda scores, sink, **kw: original(scores, sink + 1.0, **kw),
         {"sink": 0.5},
     ),
     "online_start": (
-        M,
+        _scores,
         "online_start",
         lambda original: lambda sink: original(sink + 1.0),
         {"sink": 0.5},
@@ -120,7 +120,7 @@ CHANGES = {
         {"tau": 0.5},
     ),
     "key_range": (
-        M,
+        _modify,
         "key_range",
         lambda original: (
             lambda mods, first, last, total: (lambda low, high: (max(low, high - 1), high))(

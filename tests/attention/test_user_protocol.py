@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from attention import _core, flash
+from attention import _core, _modify, flash
 from attention import mods as M
 
 N, WIDTH = 9, 4
@@ -154,8 +154,8 @@ def test_a_users_mask_skips_the_blocks_it_rules_out():
     """The keys the fast path reads for a block follow the user's bounds: the last queries of
     a long sequence read two chunks, not every key before them."""
     mods = (M.Causal(), TwoChunks(4))
-    assert M.key_range(mods, 12, 16, 16) == (8, 16)
-    assert M.masks_only(mods) and not M.masks_only((M.Causal(), Clamp(1.0)))
+    assert _modify.key_range(mods, 12, 16, 16) == (8, 16)
+    assert _modify.masks_only(mods) and not _modify.masks_only((M.Causal(), Clamp(1.0)))
 
 
 def test_a_users_sink_is_the_built_in_sink():

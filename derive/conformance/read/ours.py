@@ -68,12 +68,13 @@ def read_modifications(module: Any) -> tuple[list[str], dict[str, Any], dict[str
     """(the variants, their values by symbol name, their matrices by letter) of the score
     modifications `module` was built with; a query scale other than 1/√c_h is refused (no
     registered variant declares it)."""
+    from attention import _modify
     from attention import mods as M
     from attention.modules._common import module_mods
 
     if not hasattr(module, "score_mods"):
         return [], {}, {}
-    mods = M.resolved(module_mods(module), module.num_heads, module.W_query.weight)
+    mods = _modify.resolved(module_mods(module), module.num_heads, module.W_query.weight)
     rows = _rows()
     parts, values, inputs = [], {}, {}
     for mod in mods:
