@@ -3,7 +3,7 @@
 Each round times, one after the other (interleaved, so that a busy machine slows all alike):
 torch's `scaled_dot_product_attention` (causal), the fast path plain (causal, which goes to that
 kernel forward and to our exact backward), and the fast path with each modification (softcap,
-ALiBi, sinks, a window, chunks, Llama 4's temperature, all four), and grouped keys (g = h/4); and plain and softcap with the
+ALiBi, sinks, a window, chunks, Llama 4's temperature, a clamp, all four), and grouped keys (g = h/4); and plain and softcap with the
 blocks' packs one after the other on torch's threads rather than on the pool
 (`_fused.blocks.each`). Reports the median of the rounds, each ratio against torch and against our plain path. With --busy loop, a one-core Python busy
 loop runs beside the measurement; with --busy torch, another process runs torch's matrix
@@ -38,6 +38,7 @@ CASES = {
     "window 256": {"window": 256},
     "chunked 256": {"chunk": 256},
     "temperature": {"temperature": True},
+    "clamp 5": {"clamp": 5.0},
     "all four": {"softcap": 50.0, "slopes": True, "sinks": True, "window": 256},
     "gqa g = h/4": {"groups": 4},
     "plain, packs serial": {"serial": True},
@@ -67,6 +68,8 @@ def ours(q, k, v, heads, options):
             alibi=False if slopes is None else slopes,
             sinks=sinks,
         )
+        if options.get("clamp"):  # the modification added end to end, as an object
+            mods = M.ordered((*mods, M.Clamp(options["clamp"])))
         out = _core.attend(q, k, v, scale=q.shape[-1] ** -0.5, heads=True, mods=mods)
         out.sum().backward()
     finally:
