@@ -41,7 +41,7 @@ def scores(q: Tensor, k: Tensor) -> Tensor:
     return q @ k.mT  # k: (..., s, c) -> (..., c, s)
 
 
-def scaled_scores(omega: Tensor, width: int) -> Tensor:
+def scaled_scores(omega: Tensor, width: float) -> Tensor:
     """Ω / √c."""
     return omega * scale(width)
 

@@ -130,13 +130,15 @@ def scores(
 
 
 @checked
-def scaled_scores(omega: Float[Tensor, "*batch n s"], c: int) -> Float[Tensor, "*batch n s"]:
+def scaled_scores(omega: Float[Tensor, "*batch n s"], c: float) -> Float[Tensor, "*batch n s"]:
     """Scores over the square root of the context width, $\\Omega / \\sqrt{c}$.
 
     If the c components of q and k are independent with mean 0 and variance 1, q·k has variance
-    c; dividing by √c brings it back to 1 and keeps the softmax away from a step function.
+    c; dividing by √c brings it back to 1 and keeps the softmax away from a step function. A
+    model may take another number for c (Gemma's `query_pre_attn_scalar`; `derive latex
+    --variant query-scale`), so c is any positive number.
     """
-    check_positive("scaled_scores", c=c)
+    check_cap("scaled_scores", "c", c)
     return _core.scaled_scores(omega, c)
 
 

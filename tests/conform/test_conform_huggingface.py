@@ -234,11 +234,33 @@ def test_told_another_base_a_cap_or_a_sink_a_layer_does_not_conform():
     assert not conform(_layer("llama"), variant="softcap").conforms
 
 
-def test_a_scale_no_variant_declares_is_refused():
-    config = transformers.Gemma2Config(**(SIZES | {"query_pre_attn_scalar": 12}))
-    layer = transformers.Gemma2ForCausalLM(config).model.layers[0].self_attn
-    with pytest.raises(ConformError, match=r"scales the scores by 0.288675, not 1/√c_h = 1/√8"):
-        conform(layer)
+@pytest.mark.parametrize(
+    ("family", "build", "c_q"),
+    [
+        # Gemma 2 27B's kind: query_pre_attn_scalar (here 12) other than the head's width (8)
+        (
+            "gemma2",
+            lambda: transformers.Gemma2Config(**(SIZES | {"query_pre_attn_scalar": 12})),
+            12,
+        ),
+        # Granite: the scores times attention_multiplier μ, c_q = 1/μ²
+        (
+            "granite",
+            lambda: transformers.GraniteConfig(**(SIZES | {"attention_multiplier": 0.25})),
+            16,
+        ),
+    ],
+)
+def test_a_scale_of_the_config_is_read_as_query_scale(family, build, c_q):
+    """The layer scales by its config's number, not 1/√c_h: read as the variant that declares
+    it (query-scale) with that number, it conforms; told the book's scale, it does not."""
+    model = transformers.AutoModelForCausalLM.from_config(build())
+    layer = model.model.layers[0].self_attn
+    report = conform(layer)
+    assert report.conforms, report.table()
+    assert "query-scale" in report.variant.split("+")
+    assert report.sizes["c_q"] == pytest.approx(c_q)
+    assert not conform(layer, values={"c_q": 8}).conforms  # 1/√c_h: the wrong scale
 
 
 def test_scaled_rope_is_refused():

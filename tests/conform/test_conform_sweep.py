@@ -100,3 +100,16 @@ def test_the_sweep_tells_a_broken_layer_a_refused_one_and_an_unread_family_apart
     assert "attn_sub_norm" in found["bitnet"].why
     assert found["gptj"].verdict == "not read"
     assert "no adapter finds the weights of GPTJAttention" in found["gptj"].why
+
+
+def test_a_scale_of_the_config_is_read_and_what_else_a_layer_does_still_refused():
+    """Granite scales by its attention_multiplier and HyperCLOVA X by another number: read as
+    query-scale, they conform. Inkling scales by 1/c_h too (its queries and keys RMS-normalised),
+    but it also convolves its keys and values and adds relative logits: reading its scale must
+    not read it as conforming or not, it is refused with what it does that no variant declares."""
+    rows = sweep_transformers.sweep(["granite", "hyperclovax", "inkling_text"])
+    for row in rows:
+        if row.family == "inkling_text":
+            assert row.verdict == "not read" and "k_sconv" in row.why, row
+        else:
+            assert row.verdict == "conforms" and "query-scale" in row.variant, row

@@ -83,11 +83,8 @@ def _read_attributes(module: Any) -> tuple[list[str], dict, dict]:
         parts.append("sinks")
         inputs["Zeta"] = module.sinks[None]
     if getattr(module, "query_pre_attn_scalar", None) not in (None, module.head_dim):
-        raise ConformError(
-            f"{type(module).__name__} scales by 1/√query_pre_attn_scalar = "
-            f"1/√{module.query_pre_attn_scalar}, not 1/√c_h = 1/√{module.head_dim}: "
-            "no registered variant declares that scale"
-        )
+        parts.append("query-scale")  # scores over √query_pre_attn_scalar, not √c_h
+        values["c_q"] = module.query_pre_attn_scalar
     return parts, values, inputs
 
 

@@ -56,7 +56,6 @@ weights, finite.
 from __future__ import annotations
 
 import inspect
-import math
 from typing import Any
 
 import torch
@@ -85,17 +84,11 @@ def _is_layer(module: Any) -> bool:
 
 
 def _refuse(module: Any) -> None:
-    """A layer the tables say is not read (`REFUSED`), or whose scale no variant declares."""
+    """A layer the tables say is not read (`REFUSED`)."""
     name = type(module).__name__
     for test, why in T.REFUSED:
         if test(module):
             raise ConformError(f"{name}: {why}; not read")
-    width = H.head_width(module)
-    if not math.isclose(H.scaling(module), width**-0.5, rel_tol=1e-9):
-        raise ConformError(
-            f"{name} scales the scores by {H.scaling(module):.6g}, not 1/√c_h = "
-            f"1/√{width}: no registered variant declares that scale"
-        )
 
 
 def _layer_weights(module: Any) -> Weights:

@@ -11,6 +11,7 @@ family's rule where its layers decide from their window whether they rotate.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -308,6 +309,15 @@ def _window(module: Any, found: Projections, width: int) -> list[Said]:
     return [] if window is None else [Said("sliding-window", {"w": window})]
 
 
+def _scale(module: Any, found: Projections, width: int) -> list[Said]:
+    """The scores times `scaling`: the book's 1/√c_h, or 1/√c_q with c_q = 1/scaling² (Gemma's
+    query_pre_attn_scalar, Granite's attention_multiplier)."""
+    scaling = H.scaling(module)
+    if math.isclose(scaling, width**-0.5, rel_tol=1e-9):
+        return []
+    return [Said("query-scale", {"c_q": 1.0 / scaling**2})]
+
+
 def _softcap(module: Any, found: Projections, width: int) -> list[Said]:
     kappa = getattr(module, "attn_logit_softcapping", None)
     return [] if kappa is None else [Said("softcap", {"kappa": kappa})]
@@ -348,6 +358,7 @@ READINGS: tuple[tuple[str, Callable[[Any, Projections, int], list[Said]]], ...] 
     ("attention_chunk_size on a chunked_attention layer", _chunks),
     ("attn_temperature_tuning, floor_scale, attn_scale", _temperature),
     ("sliding_window, is_sliding", _window),
+    ("scaling (query_pre_attn_scalar, attention_multiplier)", _scale),
     ("attn_logit_softcapping", _softcap),
     ("alibi (a forward that takes it), build_alibi_tensor", _alibi),
     ("sinks", _sinks),
@@ -379,6 +390,12 @@ REFUSED: tuple[tuple[Callable[[Any], bool], str], ...] = (
         "Falcon's ALiBi layers are not read: its bias and its call differ from BLOOM's in "
         "transformers 5.24, and from 5.25 its model adds the bias to the mask, which the "
         "adapter does not build (its RoPE layers are read)",
+    ),
+    (
+        _holds("k_sconv"),
+        "short convolutions of its keys and values (k_sconv, v_sconv) and logits of the "
+        "relative positions added to the scores (r_proj, as Inkling's): steps no registered "
+        "variant declares",
     ),
     (
         _holds("attn_sub_norm"),

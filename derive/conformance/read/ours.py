@@ -66,10 +66,9 @@ def _rows() -> dict[type, tuple[str, Reading]]:
 
 def read_modifications(module: Any) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
     """(the variants, their values by symbol name, their matrices by letter) of the score
-    modifications `module` was built with; a query scale other than 1/√c_h is refused (no
-    registered variant declares it)."""
+    modifications `module` was built with; a query scale that is the book's (1/√c_h) is
+    no modification."""
     from attention import _modify
-    from attention import mods as M
     from attention.modules._common import module_mods
 
     if not hasattr(module, "score_mods"):
@@ -78,14 +77,8 @@ def read_modifications(module: Any) -> tuple[list[str], dict[str, Any], dict[str
     rows = _rows()
     parts, values, inputs = [], {}, {}
     for mod in mods:
-        if isinstance(mod, M.QueryScale):
-            if mod.scalar != module.head_dim:
-                raise ConformError(
-                    f"{type(module).__name__} scales by 1/√query_pre_attn_scalar = "
-                    f"1/√{mod.scalar}, not 1/√c_h = 1/√{module.head_dim}: no registered "
-                    "variant declares that scale"
-                )
-            continue
+        if mod.query_scale() == module.head_dim:
+            continue  # the book's scale, 1/√c_h, said again
         if type(mod) not in rows:
             raise ConformError(
                 f"{type(module).__name__} was built with {type(mod).__name__}, which no "

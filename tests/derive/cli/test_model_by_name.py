@@ -38,7 +38,7 @@ def test_a_config_file_gives_its_own_values(tmp_path):
         num_attention_heads=4,
         num_key_value_heads=1,
         head_dim=64,
-        query_pre_attn_scalar=64,  # the scale 1/√c_h (another: a scale no variant declares)
+        query_pre_attn_scalar=64,  # the scale 1/√c_h (another: the variant query-scale)
     )
     local = model_layers(config=path)[0]
     assert (local.heads, local.width) == (4, 64)

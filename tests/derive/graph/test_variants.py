@@ -34,6 +34,7 @@ def test_the_registered_names():
         "whole-qk-norm",
         "l2-qk-norm",
         "mla",
+        "query-scale",
         "temperature-tuning",
         "softcap",
         "clamp",
