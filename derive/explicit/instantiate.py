@@ -77,14 +77,21 @@ def _structural(step: Step, constants: set[str]) -> bool:
 
 
 def _rational_polynomial(value: sp.Expr) -> bool:
+    """Whether float64 computes the step exactly from dyadic inputs: a polynomial in the
+    entries whose coefficients are rationals a float holds (denominators powers of 2: not
+    cos(1) q_{1,1}, nor q_{1,1}/12, a scale 1/√144)."""
     gens = sorted(value.atoms(Indexed), key=sp.default_sort_key)
     if not gens:
-        return value.is_Rational
+        return _dyadic(value)
     if not value.is_polynomial(*gens):
         return False
     if any(power.exp.is_Rational and not power.exp.is_Integer for power in value.atoms(sp.Pow)):
         return False
-    return all(c.is_Rational for c in sp.Poly(value, *gens).coeffs())  # not cos(1) q_{1,1}
+    return all(_dyadic(c) for c in sp.Poly(value, *gens).coeffs())
+
+
+def _dyadic(value: sp.Expr) -> bool:
+    return bool(value.is_Rational) and int(value.q) & (int(value.q) - 1) == 0
 
 
 def _cells(step: Step, sizes: dict, heads: int, known: dict | None = None):
