@@ -138,7 +138,10 @@ def scaled_scores(omega: Float[Tensor, "*batch n s"], c: float) -> Float[Tensor,
     model may take another number for c (Gemma's `query_pre_attn_scalar`; `derive latex
     --variant query-scale`), so c is any positive number.
     """
-    check_cap("scaled_scores", "c", c)
+    if isinstance(c, int) and not isinstance(c, bool):
+        check_positive("scaled_scores", c=c)  # a width: also one too large for a float
+    else:
+        check_cap("scaled_scores", "c", c)
     return _core.scaled_scores(omega, c)
 
 

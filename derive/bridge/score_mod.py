@@ -143,9 +143,17 @@ class ScoreMod:
         where the rule reads one (learned where it requires grad)."""
         return self.kind(self._param(param, "modification"))
 
+    @property
+    def scale(self) -> float | None:
+        """The factor of q·k where the variant declares its own (1/√c_q: give it to
+        FlexAttention as ``scale=``); None for the book's 1/√c_h."""
+        width = self.rule.scaled_width
+        return None if width is None else width**-0.5
+
     def mods(self, param: Tensor | None = None) -> tuple[M.Modification, ...]:
         """Every modification of the variant: its masks as `attention.mods` objects (causal,
-        a window, chunks) and the rule (`modification`)."""
+        a window, chunks), its own scale of q·k where it declares one (`QueryScale`), and the
+        rule (`modification`)."""
         if self.rule.unmapped:
             raise ValueError(
                 f"mods: {self.rule.variant}'s mask ({', '.join(self.rule.unmapped)}) has no "
@@ -154,7 +162,9 @@ class ScoreMod:
             )
         kinds = {"Causal": M.Causal, "Window": M.Window, "Chunked": M.Chunked}
         masks = tuple(kinds[k]() if size is None else kinds[k](size) for k, size in self.rule.masks)
-        return M.ordered((*masks, self.modification(param)))
+        width = self.rule.scaled_width
+        scale = () if width is None else (M.QueryScale(width),)
+        return M.ordered((*masks, *scale, self.modification(param)))
 
     @property
     def mask_mod(self) -> Callable | None:

@@ -33,6 +33,7 @@ from sympy import Indexed
 from sympy.printing.pytorch import TorchPrinter
 
 from ..graph import DeclarationError, Entry
+from ..graph.declaration import Declaration
 from ..graph.registry import variant
 from ..notation import letters as L
 from ..notation.functions import Indicator, Sigmoid
@@ -75,6 +76,9 @@ class Rule:
     heads: bool
     unmapped: tuple[str, ...] = ()  # the mask steps `attention.mods` has no object for
     shifts: bool = True  # f reads the positions through q_idx − kv_idx only (`_shifts`)
+    #: The c of the factor 1/√c of q·k where the variant declares its own (a number of its
+    #: config, c_q), None for the book's c_h (the head's width, given at the call).
+    scaled_width: float | None = None
 
     @property
     def source(self) -> str:
@@ -147,9 +151,10 @@ def score_rule(entry: Entry, values: Mapping[str, float] | None = None) -> Rule:
         raise _refused(entry, "it has no scaled scores followed by one step of weights A")
     start, end = names.index("scaled_scores"), weights[0]
     plain = _plain()
-    for step in (*declarations[: start + 1], *declarations[end + 1 :]):
+    for step in (*declarations[:start], *declarations[end + 1 :]):
         if step.element not in plain.get(step.name, ()):
             raise _refused(entry, f"its step {step.name} ({step.output}) is not plain attention's")
+    own_scale = _own_scale(declarations[start], plain, values, entry)
     current = _label(declarations[start].element.lhs)
     value: sp.Expr = SCORE
     steps: list[str] = []
@@ -274,7 +279,30 @@ def score_rule(entry: Entry, values: Mapping[str, float] | None = None) -> Rule:
         heads,
         unknown,
         _shifts(value),
+        own_scale,
     )
+
+
+def _own_scale(
+    step: Declaration,
+    plain: dict[str, tuple[sp.Basic, ...]],
+    values: Mapping[str, float],
+    entry: Entry,
+) -> float | None:
+    """None where the scaled scores are plain attention's (ω/√c); where the variant scales them
+    by a number of its own (ω/√c_q: its parameters, no entry), c_q at `values` (the factor's
+    inverse square, exact); a refusal for anything else."""
+    if step.element in plain.get(step.name, ()):
+        return None
+    reads = step.element.rhs.atoms(Indexed)
+    plain_reads = {x for e in plain.get(step.name, ()) for x in e.rhs.atoms(Indexed)}
+    if len(reads) == 1 and reads <= plain_reads:
+        (omega,) = reads
+        factor = sp.simplify(step.element.rhs / omega)
+        number = factor.xreplace(_numbers(entry, values))
+        if not factor.has(Indexed) and number.is_number and number.is_positive:
+            return float(1 / number**2)
+    raise _refused(entry, f"its step {step.name} ({step.output}) is not plain attention's")
 
 
 def _shifts(value: sp.Expr) -> bool:

@@ -136,10 +136,10 @@ def test_step_functions_are_checked_too():
         F.weights(torch.randn(N, 4), 2, causal=True)
     with pytest.raises(ShapeError, match=r"weights: mask has s=5 but omega has s=4"):
         F.weights(torch.randn(N, 4), 2, mask=torch.ones(N, N, dtype=torch.bool))
-    with pytest.raises(
-        ValueError, match=r"scaled_scores: c must be a positive number or None, got c=0"
-    ):
+    with pytest.raises(ValueError, match=r"scaled_scores: c must be a positive integer, got c=0"):
         F.scaled_scores(torch.randn(N, N), 0)
+    with pytest.raises(ValueError, match=r"scaled_scores: c must be a positive number .*c=-1.5"):
+        F.scaled_scores(torch.randn(N, N), -1.5)  # a config's number (query-scale), not a width
 
 
 def test_multi_head_errors_name_heads_and_widths():

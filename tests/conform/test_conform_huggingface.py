@@ -450,6 +450,7 @@ REFUSED_FAMILIES = {
     "persimmon": "LayerNorms of the queries and keys",
     "lfm3": "an output gate of another kind",
     "beam": "gate_bias",
+    "inkling_text": "short convolutions of its keys and values",
 }
 #: where a family's first attention layer is, and what building it takes (LFM3's first layers
 #: are convolutions; GPT-Neo's layers are typed)

@@ -57,9 +57,9 @@ VARIANT = Variant(
     "query-scale",
     "The config's scale of the scores",
     "Some models scale the scores by a number of their config rather than by the head's width: "
-    "$\\tilde\\omega = \\omega / \\sqrt{c_q}$. Gemma 2 and 3 call $c_q$ "
-    "`query_pre_attn_scalar` (Gemma 2 27B: $c_h = 128$, $c_q = 144$); Granite multiplies the "
-    "scores by its `attention_multiplier` $\\mu$, that is $c_q = 1/\\mu^2$. With $c_q$ the "
+    "$\\tilde\\omega = \\omega / \\sqrt{c_q}$. Gemma 2 and 3 call $c_q$ their query "
+    "pre-attention scalar (Gemma 2 27B: $c_h = 128$, $c_q = 144$); Granite multiplies the "
+    "scores by its attention multiplier $\\mu$, that is $c_q = 1/\\mu^2$. With $c_q$ the "
     "head's width it is the book's scale.",
     base="self-attention",
     build=with_query_scale,
@@ -68,9 +68,9 @@ VARIANT = Variant(
         Parameter(
             C_Q,
             sp.Integer(144),
-            "the number under the root (Gemma 2 27B's query_pre_attn_scalar)",
+            "the number under the root (Gemma 2 27B's query pre-attention scalar)",
             meaning="the number $c_q$ whose square root divides the scores "
-            "(Gemma's query_pre_attn_scalar)",
+            "(Gemma's query pre-attention scalar)",
         ),
     ),
     options=(("mods", (Built("attention.mods.QueryScale", (C_Q,)),)),),

@@ -474,3 +474,23 @@ def test_every_rule_on_the_scores_acts_where_derive_ranks_it() -> None:
     by_stage = [name for _, name in sorted(kinds, key=lambda pair: pair[0].stage)]
     by_rank = [name for _, name in sorted(kinds, key=lambda pair: declared(pair[1]).rank)]
     assert by_stage == by_rank
+
+
+def test_a_scale_of_the_variant_s_own_is_given_with_the_rule() -> None:
+    """Gemma 2 27B's kind (query-scale: the scores over √c_q, c_q = 144 for heads of width 4
+    here): the rule's mods() carry that scale (`QueryScale`) and equal the keywords that say
+    it, values and gradients; `.scale` is the factor FlexAttention takes. Without it, the
+    book's 1/√c_h: no scale of the rule's, and the numbers differ."""
+    rule = derive.score_mod("gqa+query-scale+softcap", c_q=144, kappa=2)
+    assert rule.scale == pytest.approx(1 / 12)
+    assert derive.score_mod("gqa+softcap", kappa=2).scale is None
+    case = Case("gqa+query-scale+softcap", {"c_q": 144, "kappa": 2}, 4, 2, False, lambda _: {})
+    tensors = _inputs(case)
+    got, got_grads = _run(case, lambda _: {"mods": rule.mods()}, tensors)
+    keywords = {"causal": True, "softcap": 2.0, "query_pre_attn_scalar": 144.0}
+    want, want_grads = _run(case, lambda _: keywords, tensors)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    for have, expected in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(have, expected, rtol=1e-9, atol=1e-11)
+    plain, _ = _run(case, lambda _: {"causal": True, "softcap": 2.0}, tensors)
+    assert (plain - got).abs().max() > 1e-3
