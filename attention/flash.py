@@ -118,8 +118,16 @@ def _blocks(size: int, block: int) -> list[slice]:
     return [slice(start, min(start + block, size)) for start in range(0, size, block)]
 
 
-def _scale(scale: float | None, c: int) -> float:
-    return 1 / math.sqrt(c) if scale is None else scale
+def _scale(where: str, scale: float | None, mods: tuple, c: int) -> float:
+    """The factor of q·k: `scale`, or 1/√c with c a modification's own (`QueryScale`) or the
+    width; both given is the scale said twice (ValueError)."""
+    width = _modify.scaled_width(mods, c)
+    if scale is not None and width != c:
+        raise ValueError(
+            f"{where}: scale={scale} and a query scale in mods= (1/√{width}) say the scale "
+            "twice; give one"
+        )
+    return 1 / math.sqrt(width) if scale is None else scale
 
 
 def _sizes(where: str, block_rows: int, block_keys: int, scale: float | None) -> None:
@@ -150,7 +158,7 @@ def online_softmax(
     """
     mods, sink = _modifications("online_softmax", q, k, mods)
     _sizes("online_softmax", block_rows, block_keys, scale)
-    factor = _scale(scale, q.shape[-1])
+    factor = _scale("online_softmax", scale, mods, q.shape[-1])
     keys = _blocks(k.shape[-2], block_keys)
     rows = q.shape[:-1]
     mu = q.new_full((len(keys), *rows), -math.inf)
@@ -182,7 +190,7 @@ def _modifications(
     """(the call's modifications, checked and in order; the sink's logit ζ, a number, or None).
     Flash computes one head: a number per head is one number. A mask places query m at
     position m + offset among the keys, so with one the keys are s = n + offset."""
-    mods = _modify.check(where, given, 1)
+    mods = _modify.resolved(_modify.check(where, given, 1), 1, q)  # ALiBi() gets its slope
     offset = _modify.offset_of(mods)
     n, s = q.shape[-2], k.shape[-2]
     if any(mod.is_mask for mod in mods) and s != n + offset:
@@ -237,7 +245,7 @@ def blocked_backward(
     mods, _ = _modifications("blocked_backward", q, k, mods)
     offset = _modify.offset_of(mods)
     _sizes("blocked_backward", block_rows, block_keys, scale)
-    factor = _scale(scale, q.shape[-1])
+    factor = _scale("blocked_backward", scale, mods, q.shape[-1])
     queries, keys = _blocks(q.shape[-2], block_rows), _blocks(k.shape[-2], block_keys)
     d = (dc * c).sum(dim=-1)  # D_m = Σ_j dc_{m,j} c_{m,j}, the rowsum identity
     dq_blocks = q.new_zeros((len(keys), *q.shape))

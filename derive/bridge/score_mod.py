@@ -140,7 +140,8 @@ class ScoreMod:
 
     def modification(self, param: Tensor | None = None) -> GeneratedRule:
         """The rule as an `attention.mods` modification: `param` its number per head (h,)
-        where the rule reads one (learned where it requires grad)."""
+        where the rule reads one (learned where it requires grad). The rule alone: a variant's
+        own scale of q·k is in `mods()` (and `scale`), not here."""
         return self.kind(self._param(param, "modification"))
 
     @property

@@ -318,3 +318,26 @@ def test_the_keywords_and_objects_are_one_of_each_kind():
     q = torch.randn(5, 4)
     with pytest.raises(ValueError, match=r"Causal given twice .*say the same thing twice"):
         F.flash_attention(q, q, q, block_rows=2, block_keys=2, causal=True, mods=(M.Causal(),))
+
+
+def test_a_query_scale_and_alibi_s_default_slope_in_mods_are_applied():
+    """A query scale in mods= sets flash's factor 1/√c_q (it was left at 1/√c), and ALiBi()
+    with no slopes takes Press et al.'s for one head, as on the fast path (it failed); a scale
+    given twice is refused."""
+    from attention import _core
+
+    q, k, v, dc = (_drawn(2, 7, 4, seed=s, scale=1.0) for s in range(4))
+    mods = (M.Causal(), M.QueryScale(7.0), M.ALiBi())
+    sizes = dict(block_rows=2, block_keys=3)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    resolved = (M.Causal(), M.ALiBi(M.default_slopes(1, dtype=torch.float64)))
+    one_head = [t[:, None] for t in leaves]  # (batch, 1 head, n, c): flash computes one head
+    expected = _core.attend(*one_head, scale=7.0**-0.5, heads=True, mods=resolved)[:, 0]
+    (expected * dc).sum().backward()
+    got = F.flash_attention(q, k, v, **sizes, mods=mods)
+    torch.testing.assert_close(got, expected.detach(), rtol=1e-12, atol=1e-12)
+    found = F.flash_gradients(q, k, v, dc, **sizes, mods=mods)
+    for mine, leaf in zip((found.dQ, found.dK, found.dV), leaves, strict=True):
+        torch.testing.assert_close(mine, leaf.grad, rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match=r"scale=0.5 and a query scale in mods= .* say the scale"):
+        F.flash_attention(q, k, v, **sizes, scale=0.5, mods=mods)

@@ -540,3 +540,34 @@ def test_a_rope_layer_s_report_prints_the_book_s_notation_in_every_form():
     assert "Lambda" not in json.dumps(report.as_json())
     markdown = report.markdown()
     assert "\\sin \\Phi" in markdown and "Lambda" not in markdown
+
+
+def test_a_variant_whose_object_is_not_a_dataclass_breaks_no_other_reading():
+    """A user's variant may build its object with any callable: conform cannot read such an
+    object back, and the modules built with other objects are read as before."""
+    import dataclasses
+
+    from derive.graph.entries import clamp
+    from derive.graph.registry import register_variant, unregister_variant
+    from derive.graph.twins import Built
+
+    def make(bound):
+        return M.Clamp(bound)
+
+    register_variant(
+        dataclasses.replace(
+            clamp.VARIANT, name="made-clamp", options=(("mods", (Built(make, (clamp.GAMMA,)),)),)
+        )
+    )
+    try:
+        report = conform(_module(softcap=5.0))
+        assert report.conforms and report.variant == "gqa+softcap"
+    finally:
+        unregister_variant("made-clamp")
+
+
+def test_an_object_counted_from_another_start_is_refused_by_name():
+    """Chunked's start (a cache's first position) is no symbol of the chunked variant: a module
+    built with a chunk counted from elsewhere is refused, not compared as if it started at 0."""
+    with pytest.raises(ConformError, match=r"Chunked has start=3, which its registered variant"):
+        conform(_module(mods=(M.Chunked(4, start=3),)))

@@ -35,16 +35,34 @@ def _given() -> dict[type, tuple[str, Reading]]:
     }
 
 
-def _fields(kind: type, symbols: tuple) -> Reading:
+def _fields(kind: type, symbols: tuple) -> Reading | None:
     """The values of `symbols` read from an object's first fields, in order (a `Built`'s
-    arguments are its constructor's)."""
-    names = [field.name for field in dataclasses.fields(kind)][: len(symbols)]
+    arguments are its constructor's); None where its factory is not a dataclass (nothing to
+    read back). A field after them that is not at its default (a `Chunked` or `Temperature`
+    counted from another start) says something the variant does not: refused by name."""
+    if not (isinstance(kind, type) and dataclasses.is_dataclass(kind)) or len(symbols) > len(
+        dataclasses.fields(kind)
+    ):
+        return None
+    fields = dataclasses.fields(kind)
     pairs = [
-        (str(symbol), name)
-        for symbol, name in zip(symbols, names, strict=True)
+        (str(symbol), field.name)
+        for symbol, field in zip(symbols, fields, strict=False)
         if isinstance(symbol, sp.Symbol)
     ]
-    return lambda mod: ({symbol: getattr(mod, name) for symbol, name in pairs}, {})
+    rest = [field for field in fields[len(symbols) :] if field.default is not dataclasses.MISSING]
+
+    def read(mod: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        reads = ", ".join(symbol for symbol, _ in pairs)
+        for field in rest:
+            if getattr(mod, field.name) != field.default:
+                raise ConformError(
+                    f"{type(mod).__name__} has {field.name}={getattr(mod, field.name)!r}, which "
+                    f"its registered variant does not declare (it reads {reads})"
+                )
+        return {symbol: getattr(mod, name) for symbol, name in pairs}, {}
+
+    return read
 
 
 def _rows() -> dict[type, tuple[str, Reading]]:
@@ -60,7 +78,9 @@ def _rows() -> dict[type, tuple[str, Reading]]:
             for built in value:
                 if isinstance(built, Built):
                     kind = resolve(built.factory, f"variant {name!r}")
-                    rows[kind] = (name, _fields(kind, built.arguments))
+                    reading = _fields(kind, built.arguments)
+                    if reading is not None:
+                        rows[kind] = (name, reading)
     return rows | _given()
 
 
