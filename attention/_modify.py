@@ -9,6 +9,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
+from . import mods as M
 from ._shapes import ShapeError
 from .mods import Block, Modification, ordered
 
@@ -37,6 +38,16 @@ __all__ = [
 ]
 
 
+#: The built-in modifications a user may give, as `attention.mods` exports them.
+_BUILT_IN = ", ".join(
+    name
+    for name in M.__all__
+    if isinstance(kind := getattr(M, name), type)
+    and issubclass(kind, Modification)
+    and kind is not Modification
+)
+
+
 def check(where: str, mods: object, heads: int) -> tuple["Modification", ...]:
     """A user's `mods`: a tuple or list of modification objects (`Modification`), at most one of
     each kind, the per-head tensors with `heads` entries; returned in order. TypeError,
@@ -49,9 +60,8 @@ def check(where: str, mods: object, heads: int) -> tuple["Modification", ...]:
     for i, mod in enumerate(mods):
         if not isinstance(mod, Modification):
             raise TypeError(
-                f"{where}: mods[{i}] must be a modification (attention.mods: Causal, Window, "
-                f"Chunked, Temperature, Softcap, ALiBi, Sinks, QueryScale, or a subclass of "
-                f"Modification), got {type(mod).__name__}"
+                f"{where}: mods[{i}] must be a modification (attention.mods: {_BUILT_IN}, or a "
+                f"subclass of Modification), got {type(mod).__name__}"
             )
         if mod.parameter is not None:
             value = getattr(mod, mod.parameter)

@@ -16,6 +16,7 @@ import sympy as sp
 
 from ..explicit import Values
 from ..explicit.forward import ExplicitGraph
+from ..explicit.instantiate import float_exact
 from ..graph.registry import ROOT
 
 __all__ = ["Comparison", "torch_steps", "dyadic_inputs", "compare", "check_against_torch"]
@@ -50,11 +51,6 @@ def dyadic_inputs(ea: ExplicitGraph, *, seed: int = 0, dtype: Any = None) -> dic
     return dyadic(ea, seed, dtype)
 
 
-def _dyadic(entry: sp.Rational) -> bool:
-    """A rational a float holds exactly (its denominator a power of 2)."""
-    return int(entry.q) & (int(entry.q) - 1) == 0
-
-
 def compare(values: Values, tensors: dict[str, Any]) -> list[Comparison]:
     """Step by step: exact equality of rationals a float holds where the symbolic value is
     exact, else the largest absolute difference between the symbolic value (rounded once) and
@@ -68,7 +64,7 @@ def compare(values: Values, tensors: dict[str, Any]) -> list[Comparison]:
             for entry, number in zip(row_s, row_t, strict=True)
         ]
         error = max(abs(float(entry) - number) for entry, number in pairs)
-        if all(isinstance(entry, sp.Rational) and _dyadic(entry) for entry, _ in pairs):
+        if all(float_exact(entry) for entry, _ in pairs):
             equal = all(entry == sp.Rational(number) for entry, number in pairs)
             report.append(Comparison(output, equal, error))
         else:

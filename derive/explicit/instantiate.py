@@ -82,15 +82,16 @@ def _rational_polynomial(value: sp.Expr) -> bool:
     cos(1) q_{1,1}, nor q_{1,1}/12, a scale 1/√144)."""
     gens = sorted(value.atoms(Indexed), key=sp.default_sort_key)
     if not gens:
-        return _dyadic(value)
+        return float_exact(value)
     if not value.is_polynomial(*gens):
         return False
     if any(power.exp.is_Rational and not power.exp.is_Integer for power in value.atoms(sp.Pow)):
         return False
-    return all(_dyadic(c) for c in sp.Poly(value, *gens).coeffs())
+    return all(float_exact(c) for c in sp.Poly(value, *gens).coeffs())
 
 
-def _dyadic(value: sp.Expr) -> bool:
+def float_exact(value: sp.Expr) -> bool:
+    """Whether `value` is a rational a float holds exactly (its denominator a power of 2)."""
     return bool(value.is_Rational) and int(value.q) & (int(value.q) - 1) == 0
 
 

@@ -30,7 +30,7 @@ C_Q = sp.Symbol("c_q", positive=True)
 
 def _rescaled(step: Declaration) -> Declaration:
     """The scaled scores' step with ω / √c_q for ω / √c (or √c_h)."""
-    (omega,) = [e for e in step.element.rhs.atoms(sp.Indexed)]
+    (omega,) = step.element.rhs.atoms(sp.Indexed)
     return Declaration(
         step.name,
         step.output,

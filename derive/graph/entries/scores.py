@@ -16,7 +16,8 @@ from ..declaration import Declaration, Graph
 __all__ = ["SCORES", "after_scores"]
 
 #: The steps that compute a row's scores before the masks: the scaled scores, then each step
-#: `after_scores` has placed (added as it places them; a rule is placed in its rank's order, so
+#: `after_scores` has placed that computes the modified scores (added as it places them, not
+#: the helper steps placed with it, ALiBi's distances; a rule is placed in its rank's order, so
 #: a rule of a lower rank is in it before one of a higher rank looks).
 SCORES: set[str] = {"scaled_scores"}
 
@@ -40,6 +41,6 @@ def after_scores(
     rows, keys = last.shapes[last.output]
     at = graph.declarations.index(last) + 1
     new = tuple(made(source, last.head, rows, keys))
-    SCORES.update(step.name for step in new)
+    SCORES.update(step.name for step in new if L.name_of(step.output) == entry)
     later = tuple(step.reading({source: entry}) for step in graph.declarations[at:])
     return Graph(graph.name, (*graph.declarations[:at], *new, *later), graph.relations)
