@@ -78,6 +78,9 @@ __all__ = [
     "delta_rule",
     "gated_delta_rule",
     "chunk_states",
+    "ssd",
+    "stepped_values",
+    "ssd_read",
     "FEATURE_MAPS",
 ]
 
@@ -518,3 +521,120 @@ def chunk_states(
     zero = q.new_zeros((*q.shape[:-2], q.shape[-1], v.shape[-1]))
     chunked(q, k, v, g, beta, zero, chunk_size, states)
     return torch.stack(states)
+
+
+# ---------------------------------------------------------------------------------------------
+# Mamba-2's state-space dual (SSD): gated linear attention in the layout of state-space layers
+
+
+def _ssd_layout(
+    where: str, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(q, k, v, g) of the gated rule, heads among the batch dimensions (*batch, h, n, ·): q the
+    C_t of each head's group, k its B_t, v = Δ_t x_t (`stepped_values`), g_t = Δ_t A."""
+    heads, groups = x.shape[-2], B.shape[-2]
+    if heads % groups:
+        raise ShapeError(
+            f"{where}: B and C have g={groups} groups, which must divide the h={heads} heads "
+            "of x (each group's B and C are shared by h/g consecutive heads)"
+        )
+    shared = heads // groups
+    k, q = (t.repeat_interleave(shared, dim=-2).transpose(-3, -2) for t in (B, C))
+    dt = dt.transpose(-2, -1)  # (*batch, h, n)
+    v = stepped_values(x.transpose(-3, -2), dt[..., None])
+    return q, k, v, dt * A[:, None]
+
+
+@checked
+def ssd(
+    x: Float[Tensor, "*batch n h p"],
+    dt: OwnDtype[Float[Tensor, "*batch n h"]],
+    A: OwnDtype[Float[Tensor, " h"]],
+    B: Float[Tensor, "*batch n g d_state"],
+    C: Float[Tensor, "*batch n g d_state"],
+    *,
+    D: OwnDtype[Float[Tensor, " h"]] | OwnDtype[Float[Tensor, "h p"]] | None = None,
+    chunk_size: int | None = None,
+    parallel: bool = False,
+    initial_state: OwnDtype[Float[Tensor, "*batch h p d_state"]] | None = None,
+    return_state: bool = False,
+) -> (
+    Float[Tensor, "*batch n h p"]
+    | tuple[Float[Tensor, "*batch n h p"], Float[Tensor, "*batch h p d_state"]]
+):
+    """Mamba-2's state-space dual layer (SSD; Dao and Gu, *Transformers are SSMs*, 2024), per
+    head: h_t = a_t h_{t−1} + x_t B_tᵀ (p × d_state), y_t = h_t C_t + D x_t, with the scalar
+    decay a_t = e^{Δ_t A}. It is the gated rule of this module without the delta rule's
+    correction: queries C_t, keys B_t, written values Δ_t x_t and log-decays g_t = Δ_t A, so that
+    the quadratic (dual) form is
+
+        Y = (L ∘ C Bᵀ) (diag(Δ) X) + D X,    L_{t,i} = a_{i+1} ⋯ a_t for i ≤ t, 0 after
+
+    (L is 1-semiseparable: `derive`'s ssd entry proves the three forms one, and that with
+    a ≡ 1 and Δ ≡ 1 it is causal linear attention without a feature map).
+
+    x: (*batch, n, h, p), the heads' inputs; dt: Δ (*batch, n, h), used as given — the softplus
+    and its bias are the layer's (`transformers`' Mamba2Mixer applies both before the scan);
+    A: (h,), negative for a decay (Mamba-2 keeps A = −e^{A_log}); B, C: (*batch, n, g,
+    d_state), g groups each shared by h/g consecutive heads; D: the skip, (h,) or (h, p).
+    chunk_size: None for the recurrence, C for chunks of C tokens (Mamba-2's algorithm: the
+    quadratic form within a chunk, the states passed between chunks; 256 in Mamba-2), or
+    parallel=True for the n × n form. initial_state and the returned state are Mamba's
+    ssm_state layout, (*batch, h, p, d_state).
+
+    >>> import torch
+    >>> x, dt, A = torch.randn(1, 6, 4, 3), torch.rand(1, 6, 4), -torch.rand(4)
+    >>> B, C = torch.randn(1, 6, 2, 5), torch.randn(1, 6, 2, 5)
+    >>> y = ssd(x, dt, A, B, C, D=torch.ones(4))
+    >>> bool(torch.allclose(y, ssd(x, dt, A, B, C, D=torch.ones(4), chunk_size=4), atol=1e-5))
+    True
+    """
+    where = "ssd"
+    dtype = _computing(x)
+    q, k, v, g = _ssd_layout(where, *(t.to(dtype) for t in (x, dt, A, B, C)))
+    state = None if initial_state is None else initial_state.transpose(-2, -1)
+    out, final = _run(
+        where,
+        q,
+        k,
+        v,
+        g,
+        None,
+        chunk_size=chunk_size,
+        parallel_form=parallel,
+        initial_state=state,
+        return_state=True,
+    )
+    y = out.to(dtype).transpose(-3, -2)
+    if D is not None:
+        skip = D.to(dtype)
+        y = y + (skip[:, None] if skip.dim() == 1 else skip) * x.to(dtype)
+    y = y.to(x.dtype)
+    return (y, final.transpose(-2, -1)) if return_state else y
+
+
+@checked
+def stepped_values(
+    v: Float[Tensor, "*batch n c_v"], delta: Float[Tensor, "*#batch n 1"]
+) -> Float[Tensor, "*batch n c_v"]:
+    """U = diag(Δ) V, u_{p,j} = Δ_p v_{p,j}: what SSD writes into its state, each token's
+    input scaled by its step Δ_p (the discretisation of Mamba's B̄_p x_p). The step `derive`'s
+    ssd entry declares."""
+    return delta * v
+
+
+@checked
+def ssd_read(
+    x: Float[Tensor, "*batch n d"],
+    w_q: Float[Tensor, "d c"],
+    w_k: Float[Tensor, "d c"],
+    w_v: Float[Tensor, "d c_v"],
+    delta: Float[Tensor, "*#batch n 1"],
+    decays: Float[Tensor, "*#batch n n"],
+) -> Float[Tensor, "*batch n c_v"]:
+    """SSD's quadratic form with the book's weights, given the steps Δ and the decays Γ
+    (γ_{m,p} = a_{p+1} ⋯ a_m, Mamba-2's semiseparable mask): C = (Q Kᵀ ∘ Γ ∘ M) diag(Δ) V, with
+    Q = X W_q (Mamba's C), K = X W_k (its B) and V = X W_v (its x), unscaled. What `derive`'s
+    ssd entry declares; `ssd` computes the same numbers in its three forms."""
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    return causal_weights(q @ k.transpose(-2, -1), decays=decays) @ stepped_values(v, delta)

@@ -191,10 +191,12 @@ class Streamed(Presented):
 @dataclass(frozen=True)
 class WithoutSoftmax(Presented):
     """Attention without the softmax (`derive.proofs.linear`): `rule` is ``"linear-attention"``,
-    ``"deltanet"`` or ``"gated-deltanet"``; `part` is ``"written"`` (what token m writes into
-    the state: a row of the delta rule's triangular system), ``"state"`` (the recurrence keeps
-    the invariant), ``"output"`` (a token's read is the parallel form's row) or ``"carried"``
-    (a state carried from chunk to chunk is the unsplit one: the chunked form)."""
+    ``"deltanet"``, ``"gated-deltanet"`` or ``"ssd"``; `part` is ``"written"`` (what token m
+    writes into the state: a row of the delta rule's triangular system), ``"state"`` (the
+    recurrence keeps the invariant), ``"output"`` (a token's read is the parallel form's row),
+    ``"carried"`` (a state carried from chunk to chunk is the unsplit one: the chunked form),
+    and for SSD ``"linear"`` (with a ≡ 1 and Δ ≡ 1 it is causal linear attention) or
+    ``"delta"`` (its write is the gated delta rule's without the correction)."""
 
     part: str
     rule: str

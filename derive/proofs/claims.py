@@ -303,10 +303,15 @@ def _online_softmax(graph: Graph, claim: OnlineSoftmax) -> Fact:
 def _without_softmax(graph: Graph, claim: WithoutSoftmax) -> Fact:
     parts = {"written": linear.written, "state": linear.state, "output": linear.output}
     parts["carried"] = linear.carried
+    # SSD's own: what it is at a ≡ 1 and Δ ≡ 1, and beside the gated delta rule
+    ssd = {"linear": linear.as_linear_attention, "delta": linear.without_correction}
+    if claim.rule == "ssd" and claim.part in ssd:
+        return ssd[claim.part]()
     if claim.part not in parts or claim.rule not in linear.RULES:
         raise ValueError(
-            f"WithoutSoftmax: part must be one of {', '.join(parts)} and rule one of "
-            f"{', '.join(linear.RULES)}, got part={claim.part!r}, rule={claim.rule!r}"
+            f"WithoutSoftmax: part must be one of {', '.join(parts)} (for ssd also "
+            f"{', '.join(ssd)}) and rule one of {', '.join(linear.RULES)}, got "
+            f"part={claim.part!r}, rule={claim.rule!r}"
         )
     return parts[claim.part](linear.RULES[claim.rule])
 

@@ -65,6 +65,8 @@ __all__ = [
     "recurrent_outputs",
     "gradients",
     "chunk_states",
+    "as_linear_attention",
+    "without_correction",
 ]
 
 M, P, J, J2 = L.m, L.p, L.j, L.j2
@@ -73,6 +75,8 @@ C = L.c
 S = sp.Symbol("s", integer=True, nonnegative=True)
 q, k, v = L.base("q"), L.base("k"), L.base("v")
 u, g, beta, G = (IndexedBase(name, real=True) for name in ("u", "g", "beta", "G"))
+#: SSD's step Δ_m (Mamba-2): the write is Δ_m v_m, the decay α_m = e^{Δ_m A}.
+STEP = IndexedBase("Delta", positive=True)
 STATE = IndexedBase("S", real=True)
 
 
@@ -84,19 +88,23 @@ def _initial(j: sp.Expr) -> sp.Expr:
 class Rule(NamedTuple):
     """A rule of attention without the softmax: `gated` (a decay α_m = e^{g_m} on the state
     before each write), `delta` (the delta rule's write β_m (v_m − α_m S^{(m−1)ᵀ} k_m), or v_m
-    as it is), `title`; `inclusive` is a port's mistake: token p's own decay kept in γ_{m,p}."""
+    as it is), `stepped` (SSD's write Δ_m v_m, each token's value scaled by its step; at
+    explicit sizes the steps are the β symbols), `title`; `inclusive` is a port's mistake:
+    token p's own decay kept in γ_{m,p}."""
 
     name: str
     title: str
     gated: bool
     delta: bool
     inclusive: bool = False
+    stepped: bool = False
 
 
 RULES = {
     "linear-attention": Rule("linear-attention", "linear attention", gated=False, delta=False),
     "deltanet": Rule("deltanet", "the delta rule", gated=False, delta=True),
     "gated-deltanet": Rule("gated-deltanet", "the gated delta rule", gated=True, delta=True),
+    "ssd": Rule("ssd", "Mamba-2's state-space dual", gated=True, delta=False, stepped=True),
 }
 
 
@@ -122,8 +130,11 @@ def _dot(a: IndexedBase, m: sp.Expr, b: IndexedBase, p: sp.Expr) -> sp.Expr:
 
 
 def _writes(p: sp.Expr, rule: Rule) -> sp.Expr:
-    """What token p writes beside k_p: u_{p,j'} (the delta rule's), or v_{p,j'}."""
-    return u[p, J2] if rule.delta else v[p, J2]
+    """What token p writes beside k_p: u_{p,j'} (the delta rule's), Δ_p v_{p,j'} (SSD's), or
+    v_{p,j'}."""
+    if rule.delta:
+        return u[p, J2]
+    return STEP[p] * v[p, J2] if rule.stepped else v[p, J2]
 
 
 def invariant(m: sp.Expr, rule: Rule, j: sp.Expr = J) -> sp.Expr:
@@ -215,14 +226,16 @@ def written(rule: Rule) -> Fact:
     m = M
     predicted = _cumulative(predicted_by_state(m, rule), m)
     if not rule.delta:
-        value = v[m, J2]
+        value = _writes(m, rule)
         return _fact(
             f"{rule.name}_written",
             "What token m writes",
             u[m, J2],
             (value,),
             value,
-            "linear attention writes v_m as it is",
+            "SSD writes v_m scaled by its step Δ_m"
+            if rule.stepped
+            else "linear attention writes v_m as it is",
         )
     recurrence = delta_write(m, predicted)
     system = beta[m] * (
@@ -312,6 +325,47 @@ def carried(rule: Rule) -> Fact:
     )
 
 
+def as_linear_attention() -> Fact:
+    """SSD without decay and with unit steps (a_m = e^{Δ_m A} ≡ 1, Δ_m ≡ 1) reads what causal
+    linear attention without a feature map reads: its parallel form's row, G ≡ 0 and Δ ≡ 1 put
+    in, is linear attention's."""
+    ssd, plain = RULES["ssd"], RULES["linear-attention"]
+    row = output(ssd).claim.rhs
+    undecayed = row.replace(lambda e: isinstance(e, sp.Indexed) and e.base == G, lambda e: 0)
+    unit = undecayed.replace(
+        lambda e: isinstance(e, sp.Indexed) and e.base == STEP, lambda e: sp.S.One
+    )
+    return _fact(
+        "ssd_as_linear_attention",
+        "Without decay and with unit steps, SSD is causal linear attention",
+        sp.Symbol("o_{m,j'}"),
+        (row, unit, canonical(unit)),
+        output(plain).claim.rhs,
+        "G ≡ 0 (every a_m = 1) and Δ ≡ 1 put into SSD's row",
+    )
+
+
+def without_correction() -> Fact:
+    """SSD's write is the gated delta rule's with no correction: β_m (v_m − α_m S^{(m−1)ᵀ} k_m)
+    with the correction's strength 0 and β_m = Δ_m is Δ_m v_m; the two rules keep the same
+    state otherwise (α_m S^{(m−1)} + k_m u_mᵀ), so SSD is the gated delta rule that writes
+    without first removing what the state predicts."""
+    m = M
+    predicted = _cumulative(predicted_by_state(m, RULES["gated-deltanet"]), m)
+    strength = sp.Symbol("epsilon", nonnegative=True)  # the correction's strength
+    write = beta[m] * v[m, J2] - strength * beta[m] * predicted  # ε = 1: the gated delta rule
+    taken = write.xreplace({strength: 0})
+    return _fact(
+        "ssd_without_correction",
+        "SSD is the gated delta rule without the correction",
+        u[m, J2],
+        (write, taken, taken.xreplace({beta[m]: STEP[m]})),
+        _writes(m, RULES["ssd"]),
+        "the gated delta rule's write with its correction's strength ε set to 0 and the "
+        "strength β_m taken as the step Δ_m",
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Explicit sizes: every split into chunks, and the gradients
 
@@ -356,6 +410,8 @@ def recurrent_outputs(x: Symbols, rule: Rule) -> sp.Matrix:
         state = a * state
         k_m, v_m = x.K[m, :].T, x.V[m, :].T
         write = x.beta[m] * (v_m - state.T * k_m) if rule.delta else v_m
+        if rule.stepped:
+            write = x.beta[m] * v_m
         state = state + k_m * write.T
         rows.append((state.T * x.Q[m, :].T).T)
     return sp.Matrix.vstack(*rows).applyfunc(sp.expand)
@@ -389,7 +445,7 @@ def chunk(
         right = sp.diag(*strengths) * (V - sp.diag(*kept) * K * start)
         written = (sp.eye(size) + system).lower_triangular_solve(right)
     else:
-        written = V
+        written = sp.diag(*strengths) * V if rule.stepped else V
     scores = (Q * K.T).multiply_elementwise(gamma)
     outputs = sp.diag(*kept) * Q * start + scores * written
     last = [decay(size - 1, p) for p in range(size)]  # e^{G_C − G_p}
@@ -458,7 +514,15 @@ def chunk_states(graph, sizes: dict) -> list:
 
     n, c = (int(sizes[symbol]) for symbol in (L.n, L.c))
     size = int(sizes.get(L.B_c, 2))
-    written = L.base("uwritten") if "U_written" in graph.inputs else v
+    values = L.base("uwritten") if "U_written" in graph.inputs else v
+    step = L.base("deltastep") if "Delta_step" in graph.inputs else None
+
+    def written(p: int, j2: int) -> sp.Expr:  # SSD's u_{p,j'} = Δ_p v_{p,j'}, in its graph
+        return values[p, j2] if step is None else step[p, 1] * v[p, j2]
+
+    def read(p: int) -> tuple[sp.Expr, ...]:  # what token p's write shows on the page
+        return (values[p, 1],) if step is None else (v[p, 1], step[p, 1])
+
     decay = L.base("gammadecay") if "Gamma_decay" in graph.inputs else None
     state = L.base("sstate")
     found = []
@@ -469,16 +533,14 @@ def chunk_states(graph, sizes: dict) -> list:
         def entry(j: int, j2: int, last: int = last, tokens: range = tokens) -> sp.Expr:
             return sp.Add(
                 *(
-                    (1 if decay is None else decay[last, p]) * k[p, j] * written[p, j2]
+                    (1 if decay is None else decay[last, p]) * k[p, j] * written(p, j2)
                     for p in tokens
                 )
             )
 
         formulas = sp.Matrix(c, c, lambda j, j2: entry(j + 1, j2 + 1))
         entries = sp.Matrix(c, c, lambda j, j2, t=t: state[t, j + 1, j2 + 1])
-        seen = tuple(
-            x for p in tokens for x in (*(k[p, j] for j in range(1, c + 1)), written[p, 1])
-        )
+        seen = tuple(x for p in tokens for x in (*(k[p, j] for j in range(1, c + 1)), *read(p)))
         where = f"after chunk {t} (tokens 1 to {last})"
         found.append(BlockState(rf"S^{{({t})}}", f"the state {where}", entries, formulas, seen))
     return found

@@ -186,8 +186,10 @@ def _row(*cells: str) -> str:
 
 
 def _index(name: str) -> tuple[sp.Expr, sp.Expr]:
-    """The indices the documents give an entry of this letter (its gradient's alike)."""
-    return calculus.book_indices(L.BASES[name.removeprefix("d")])
+    """The indices the documents give an entry of this letter (its gradient's alike: a name
+    that is no letter's but ``d`` and a letter's; a letter may begin with d, ``deltastep``)."""
+    gradient = name not in L.BASES and name.startswith("d")
+    return calculus.book_indices(L.BASES[name[1:] if gradient else name])
 
 
 def _declared() -> tuple[list[Name], list[tuple[sp.Symbol, str]], list[Letter]]:

@@ -29,6 +29,7 @@ from . import (
     sinks,
     sliding_window,
     softcap,
+    ssd,
     temperature,
     whole_qk_norm,
 )
@@ -62,6 +63,7 @@ BUILT_IN = (
     linear_attention.VARIANT,
     deltanet.DELTANET,
     deltanet.GATED_DELTANET,
+    ssd.VARIANT,
 )
 
 #: Combinations whose title names the model that uses them (parts in their order).

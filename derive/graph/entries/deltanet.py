@@ -34,8 +34,8 @@ WRITTEN = register_letter(
         "uwritten",
         "U",
         "u",
-        meaning="value token $p$ writes into the state, $\\beta_p (v_p - \\alpha_p "
-        "S^{(p-1)\\top} k_p)$ (the delta rule's)",
+        meaning="value token $p$ writes into the state: $\\beta_p (v_p - \\alpha_p "
+        "S^{(p-1)\\top} k_p)$ (the delta rule's), $\\Delta_p v_p$ (SSD's)",
         indices=(L.p, L.j),
         after="a",
     )

@@ -45,6 +45,7 @@ def test_the_registered_names():
         "linear-attention",
         "deltanet",
         "gated-deltanet",
+        "ssd",
     )
     with pytest.raises(
         ValueError,
@@ -54,7 +55,7 @@ def test_the_registered_names():
 
 
 #: The variants whose rows of weights do not sum to 1: a sink's, and attention without the softmax.
-UNNORMALISED = ("sinks", "linear-attention", "deltanet", "gated-deltanet")
+UNNORMALISED = ("sinks", "linear-attention", "deltanet", "gated-deltanet", "ssd")
 WITHOUT_SOFTMAX = UNNORMALISED[1:]
 
 

@@ -1,9 +1,10 @@
 """Attention without the softmax, derived (`derive.proofs.linear`): for linear attention, the delta
-rule and the gated delta rule, the recurrence keeps the invariant at symbolic sizes, its write is
-the triangular system's row, its read the parallel form's row, a state carried from chunk to
-chunk is the unsplit one; every split of a few tokens into chunks gives the recurrence; the
-parallel form's gradient derived by SymPy is autograd's on the recurrent form (`attention.
-linear`); and each port mistake breaks a proof or a split."""
+rule, the gated delta rule and Mamba-2's SSD, the recurrence keeps the invariant at symbolic
+sizes, its write is the triangular system's row, its read the parallel form's row, a state
+carried from chunk to chunk is the unsplit one; every split of a few tokens into chunks gives
+the recurrence; the parallel form's gradient derived by SymPy is autograd's on the recurrent
+form (`attention.linear`); SSD is linear attention at a ≡ 1, Δ ≡ 1 and the gated delta rule
+without its correction; and each port mistake breaks a proof or a split."""
 
 import pytest
 import sympy as sp
@@ -135,6 +136,11 @@ def test_the_parallel_form_s_gradient_is_autograd_s_on_the_recurrence(rule):
     q, k, v = (numbers[name].clone().requires_grad_() for name in ("Q", "K", "V"))
     g = alpha.log().requires_grad_()
     b = strengths.clone().requires_grad_()
+    number = lambda matrix: torch.tensor(  # noqa: E731
+        [[float(e.xreplace(table)) for e in row] for row in matrix.tolist()], dtype=torch.float64
+    )
+    if rule.stepped:  # SSD in Mamba's layout, one head: x = V, B = K, C = Q, Δ = β, α = e^{Δ A}
+        return _ssd_gradients(derived, number, numbers, strengths, x, table)
     if rule.name == "linear-attention":
         out = linear.linear_attention(q, k, v)
     elif rule.name == "deltanet":
@@ -142,9 +148,6 @@ def test_the_parallel_form_s_gradient_is_autograd_s_on_the_recurrence(rule):
     else:
         out = linear.gated_delta_rule(q, k, v, g, b)
     (out * numbers["bar"]).sum().backward()
-    number = lambda matrix: torch.tensor(  # noqa: E731
-        [[float(e.xreplace(table)) for e in row] for row in matrix.tolist()], dtype=torch.float64
-    )
     for name, tensor in (("dQ", q), ("dK", k), ("dV", v)):
         torch.testing.assert_close(number(derived[name]), tensor.grad, rtol=1e-12, atol=1e-12)
     if rule.gated:  # dL/dα = dL/dg / α
@@ -153,7 +156,31 @@ def test_the_parallel_form_s_gradient_is_autograd_s_on_the_recurrence(rule):
         torch.testing.assert_close(number(derived["dbeta"])[0], b.grad)
 
 
-@pytest.mark.parametrize("name", ["linear-attention", "deltanet", "gated-deltanet"])
+def _ssd_gradients(derived, number, numbers, steps, x, table):
+    """SSD's derived gradients, α_m and Δ_m independent symbols, against autograd through
+    `attention.linear.ssd`, where α_m = e^{Δ_m A} ties them: dΔ_m = ∂L/∂Δ_m + ∂L/∂α_m α_m A and
+    dA = Σ_m ∂L/∂α_m α_m Δ_m."""
+    from attention import linear
+
+    A = torch.tensor([-0.7], dtype=torch.float64, requires_grad=True)
+    alpha = torch.exp(steps * A.detach())
+    table |= {s: float(a) for s, a in zip(x.alpha, alpha, strict=True)}
+    layout = lambda name: numbers[name].clone()[None, :, None, :].requires_grad_()  # noqa: E731
+    C, B, v = layout("Q"), layout("K"), layout("V")
+    dt = steps.clone()[None, :, None].requires_grad_()
+    out = linear.ssd(v, dt, A, B, C)
+    (out[0, :, 0, :] * numbers["bar"]).sum().backward()
+    for name, tensor in (("dQ", C), ("dK", B), ("dV", v)):
+        assert tensor.grad is not None
+        got = tensor.grad[0, :, 0, :]
+        torch.testing.assert_close(number(derived[name]), got, rtol=1e-12, atol=1e-12)
+    by_alpha, by_step = number(derived["dalpha"])[0], number(derived["dbeta"])[0]
+    assert dt.grad is not None and A.grad is not None
+    torch.testing.assert_close(by_step + by_alpha * alpha * A.detach(), dt.grad[0, :, 0])
+    torch.testing.assert_close((by_alpha * alpha * steps).sum(), A.grad[0])
+
+
+@pytest.mark.parametrize("name", ["linear-attention", "deltanet", "gated-deltanet", "ssd"])
 def test_the_page_s_states_are_the_chunked_form_s(name):
     """The state after each chunk the HTML page shows, its formulas evaluated, against
     `attention.linear.chunk_states` on the same numbers (the delta rules' written values and
@@ -170,11 +197,16 @@ def test_the_page_s_states_are_the_chunked_form_s(name):
         torch.randn(n, c, generator=gen, dtype=torch.float64),
         torch.randn(n, c, generator=gen, dtype=torch.float64),
     )
-    g = -torch.rand(n, generator=gen, dtype=torch.float64) if name == "gated-deltanet" else None
+    gated = name in ("gated-deltanet", "ssd")
+    g = -torch.rand(n, generator=gen, dtype=torch.float64) if gated else None
     G = torch.zeros(n, dtype=torch.float64) if g is None else g.cumsum(0)
-    values = "uwritten" if name != "linear-attention" else "v"
+    values = "uwritten" if name in ("deltanet", "gated-deltanet") else "v"
     table = {L.base("k")[p + 1, j + 1]: float(k[p, j]) for p in range(n) for j in range(c)}
     table |= {L.base(values)[p + 1, j + 1]: float(u[p, j]) for p in range(n) for j in range(c)}
+    if name == "ssd":  # SSD writes Δ_p v_p, its steps in the graph
+        steps = torch.rand(n, generator=gen, dtype=torch.float64) + 0.5
+        table |= {L.base("timestep")[p + 1, 1]: float(steps[p]) for p in range(n)}
+        u = steps[:, None] * u
     table |= {
         L.base("gammadecay")[m + 1, p + 1]: float((G[m] - G[p]).exp())
         for m in range(n)
@@ -197,3 +229,20 @@ def test_canonical_forms_keep_two_sums_over_one_index_apart():
     assert D.canonical(product) != D.canonical(single)
     at = {D.C: 2, a[1]: 1, a[2]: 2, b[1]: 3, b[2]: 4}
     assert D.canonical(product).xreplace({D.C: 2}).doit().xreplace(at) == 21  # (1 + 2)(3 + 4)
+
+
+def test_ssd_without_decay_and_with_unit_steps_is_linear_attention():
+    fact = D.as_linear_attention()
+    assert fact.holds and fact.claim.rhs == D.output(D.RULES["linear-attention"]).claim.rhs
+    row = D.output(D.RULES["ssd"]).claim.rhs
+    undecayed = row.replace(lambda e: isinstance(e, sp.Indexed) and e.base == D.G, lambda e: 0)
+    assert D.canonical(undecayed) != fact.claim.rhs  # the steps kept: not linear attention
+
+
+def test_ssd_s_write_is_the_gated_delta_rule_s_without_the_correction():
+    fact = D.without_correction()
+    assert fact.holds and fact.claim.rhs == D.STEP[L.m] * D.v[L.m, D.J2]
+    corrected = fact.derivation[0].rhs.xreplace({sp.Symbol("epsilon", nonnegative=True): 1})
+    assert D.canonical(corrected) != D.canonical(
+        fact.claim.rhs.xreplace({D.STEP[L.m]: D.beta[L.m]})
+    )
