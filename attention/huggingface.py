@@ -255,6 +255,8 @@ def from_hf(layer: torch.nn.Module, rotary: torch.nn.Module | None = None) -> to
         return from_bloom(source)
     if kind in LINEAR_FAMILIES:
         return from_linear(source)
+    if kind in SSM_FAMILIES:
+        return from_ssm(source)
     if kind not in FAMILIES:
         raise TypeError(
             f"from_hf: {kind} is not read (the families read: BloomAttention, "
@@ -457,17 +459,104 @@ def from_linear(layer: torch.nn.Module) -> FromHFLinear:
     return FromHFLinear(ours, int(getattr(source, "layer_idx", 0)))
 
 
+#: The state-space layers `from_hf` reads (`from_ssm`): Mamba-2's mixer as the models that use it
+#: name it, each with transformers' parameter names and Mamba2Mixer's computation.
+SSM_FAMILIES = (
+    "Mamba2Mixer",
+    "BambaMixer",
+    "GraniteMoeHybridMambaLayer",
+    "NemotronHMamba2Mixer",
+    "Zamba2MambaMixer",
+)
+
+
+class FromHFSSM(torch.nn.Module):
+    """A Hugging Face Mamba-2 mixer as this package's `attention.ssm.Mamba2` (`ssm`), called as
+    the layer is: ``module(hidden_states, cache=None, attention_mask=None)``. With a cache
+    (transformers' `Cache` of the model), the convolution's inputs and the state are read from
+    it and written back as the layer does, so the module replaces the layer in its model,
+    generation included (`replace_linear_attention`)."""
+
+    def __init__(self, ssm, layer_idx: int) -> None:
+        super().__init__()
+        self.ssm = ssm
+        self.layer_idx = layer_idx
+
+    def forward(self, hidden_states: Tensor, cache=None, attention_mask=None, **kwargs) -> Tensor:
+        keep = attention_mask if attention_mask is not None and attention_mask.dim() == 2 else None
+        if keep is not None and keep.shape[-1] != hidden_states.shape[-2]:
+            keep = None  # a decoding step: the mask covers the whole sequence, the token is kept
+        if cache is None:
+            return self.ssm.continued(hidden_states, None, None, keep)[0]
+        index, width = self.layer_idx, self.ssm.conv1d.kernel_size[0]
+        state = cache.get_recurrent_state(index)
+        kept = cache.get_conv_state(index)  # the last inputs (b, channels, ≥ width), or None
+        past = None if kept is None else kept[..., kept.shape[-1] - (width - 1) :].mT.clone()
+        x = (
+            hidden_states
+            if keep is None
+            else hidden_states * keep[..., None].to(hidden_states.dtype)
+        )
+        mixed = self.ssm.in_proj(x)[..., self.ssm.intermediate_size : -self.ssm.num_heads]
+        out, state, _ = self.ssm.continued(hidden_states, state, past, keep)
+        cache.update_conv_state(mixed.mT, index, conv_kernel_size=width)
+        cache.update_recurrent_state(state.to(hidden_states.dtype), index)
+        return out
+
+
+@torch.no_grad()
+def from_ssm(layer: torch.nn.Module) -> FromHFSSM:
+    """A Hugging Face Mamba-2 mixer (`SSM_FAMILIES`) as this package's `attention.ssm.Mamba2`
+    with its weights (loaded by name: the two share them), in a `FromHFSSM`. A layer with a
+    tensor Mamba2 does not hold (Falcon H1's µP multipliers) or another activation is refused by
+    name."""
+    from .ssm import Mamba2
+
+    source: typing.Any = layer
+    kind = type(source).__name__
+    if kind not in SSM_FAMILIES:
+        raise TypeError(
+            f"from_hf: {kind} is not a state-space layer read (those read: "
+            f"{', '.join(SSM_FAMILIES)})"
+        )
+    activation = getattr(source, "activation", "silu")
+    if activation not in ("silu", "swish"):
+        raise ValueError(f"from_hf: {kind} convolves with {activation!r}; read: silu")
+    ours = Mamba2(
+        source.in_proj.in_features,
+        num_heads=source.num_heads,
+        head_dim=source.head_dim,
+        state_size=source.ssm_state_size,
+        n_groups=source.n_groups,
+        conv_kernel=source.conv1d.kernel_size[0],
+        use_bias=source.in_proj.bias is not None,
+        use_conv_bias=source.conv1d.bias is not None,
+        norm_eps=float(source.norm.variance_epsilon),
+        chunk_size=int(source.chunk_size),
+        time_step_limit=tuple(float(t) for t in source.time_step_limit),
+    )
+    weight = source.in_proj.weight
+    ours = ours.to(dtype=weight.dtype, device=weight.device)
+    theirs = source.state_dict()
+    unread = sorted(set(theirs) - set(ours.state_dict()))
+    if unread:
+        raise ValueError(f"from_hf: {kind} holds {', '.join(unread)}, which Mamba2 does not read")
+    ours.load_state_dict(theirs)
+    return FromHFSSM(ours, int(getattr(source, "layer_idx", 0)))
+
+
 def replace_linear_attention(model: torch.nn.Module) -> int:
-    """Replace every linear-attention layer of `model` (`LINEAR_FAMILIES`) by this package's
-    (`from_linear`), in place; returns how many were replaced. With `register()` for its
-    softmax layers, a hybrid model (Qwen 3.5, Qwen3-Next) then runs on this package in both kinds
-    of layer."""
+    """Replace every linear-attention and state-space layer of `model` (`LINEAR_FAMILIES`,
+    `SSM_FAMILIES`) by this package's (`from_linear`, `from_ssm`), in place; returns how many
+    were replaced. With `register()` for its softmax layers, a hybrid model (Qwen 3.5,
+    Qwen3-Next, Bamba, Granite 4) then runs on this package in both kinds of layer."""
     found = [
         (parent, name, child)
         for parent in model.modules()
         for name, child in parent.named_children()
-        if type(child).__name__ in LINEAR_FAMILIES
+        if type(child).__name__ in (*LINEAR_FAMILIES, *SSM_FAMILIES)
     ]
     for parent, name, child in found:
-        setattr(parent, name, from_linear(child))
+        kind = type(child).__name__
+        setattr(parent, name, from_linear(child) if kind in LINEAR_FAMILIES else from_ssm(child))
     return len(found)

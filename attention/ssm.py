@@ -1,0 +1,225 @@
+r"""State-space layers: Mamba-2's mixer (Dao and Gu, *Transformers are SSMs*, 2024; the layers of
+Mamba 2, and of the hybrids Bamba, Granite 4 and Falcon H1), on `attention.linear.ssd`.
+
+From x (*batch, n, d), with h heads of width p (the inner width e = h p), g groups of B and C and
+a state of d_state numbers per channel:
+
+    z, xBC, dt = x W_in                    (split: e, e + 2 g d_state, h)
+    xBC ← SiLU(causal depthwise conv(xBC) + bias)
+    x', B, C = xBC                         (split: e, g d_state, g d_state)
+    Δ = softplus(dt + dt_bias), held within time_step_limit;   A = −e^{A_log}
+    y = SSD(x', Δ, A, B, C) + D x'         (per head: h_t = e^{Δ_t A} h_{t−1} + Δ_t x'_t B_tᵀ,
+                                            y_t = h_t C_t)
+    out = RMSNorm_g(y ∘ SiLU(z)) W_out     (the norm over each of the g groups of channels)
+
+`Mamba2` keeps transformers' parameter names (in_proj, conv1d, dt_bias, A_log, D, norm.weight,
+out_proj), so the state dict of a `Mamba2Mixer` loads into it as it is
+(`attention.huggingface.from_hf` reads one). `forward(x, use_cache=True)` keeps the state (h p
+d_state numbers a head) and the convolution's last inputs between calls: each new token then
+costs the same whatever its position. transformers computes the scan and the norm in float32
+whatever the model's dtype; so does this module (`attention.linear`'s computing dtype: float32
+at least, float64 kept).
+"""
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from jaxtyping import Float
+from torch import Tensor
+
+from . import linear
+from ._arguments import check_positive
+from ._checks import Weights, checked_forward
+from ._shapes import ShapeError
+from ._weights import parameter, submodule
+
+__all__ = ["Mamba2", "GatedRMSNorm", "gated_group_norm"]
+
+#: The weights every call checks: d the input's width, r the in-projection's rows (2e + 2 g
+#: d_state + h), k the convolution's channels (e + 2 g d_state), w its width, e the inner width,
+#: h the heads.
+_NAMES = (
+    ("in_proj.weight", Float[Tensor, "r d"]),
+    ("in_proj.bias", Float[Tensor, " r"] | None),
+    ("conv1d.weight", Float[Tensor, "k 1 w"]),
+    ("conv1d.bias", Float[Tensor, " k"] | None),
+    ("dt_bias", Float[Tensor, " h"]),
+    ("A_log", Float[Tensor, " h"]),
+    ("D", Float[Tensor, " h"]),
+    ("norm.weight", Float[Tensor, " e"]),
+    ("out_proj.weight", Float[Tensor, "d e"]),
+    ("out_proj.bias", Float[Tensor, " d"] | None),
+)
+
+
+def _weights(module: nn.Module) -> Weights:
+    tensors = tuple(
+        parameter(submodule(module, name.split(".")[0]), name.split(".")[1])
+        if "." in name
+        else parameter(module, name)
+        for name, _ in _NAMES
+    )
+    return _NAMES, tensors
+
+
+def gated_group_norm(y: Tensor, z: Tensor, weight: Tensor, *, groups: int, eps: float) -> Tensor:
+    """RMSNorm_g(y ∘ SiLU(z)) · weight: y gated by SiLU(z), then each of `groups` equal groups of
+    its last dimension divided by its root mean square (+ ε under the root), in float32, and the
+    gains applied in y's dtype (Mamba-2's `RMSNormGated`, the norm after the gate)."""
+    gated = y.float() * F.silu(z.float())
+    parts = gated.unflatten(-1, (groups, -1))
+    normed = parts * torch.rsqrt(parts.square().mean(-1, keepdim=True) + eps)
+    return weight * normed.flatten(-2).to(y.dtype)
+
+
+class GatedRMSNorm(nn.Module):
+    """`gated_group_norm` with its gains (`weight`, of the inner width), over `groups` groups."""
+
+    def __init__(self, width: int, *, groups: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.groups, self.eps = groups, eps
+
+    def forward(self, y: Tensor, z: Tensor) -> Tensor:
+        return gated_group_norm(y, z, self.weight, groups=self.groups, eps=self.eps)
+
+
+class Mamba2(nn.Module):
+    """Mamba-2's mixer (the module docstring).
+
+    d_model: the input's and output's width; num_heads (h) and head_dim (p): the SSD's heads,
+    e = h p the inner width; state_size: d_state; n_groups: the groups of B and C (h must be a
+    multiple); conv_kernel: the convolution's width; use_bias: biases on in_proj and out_proj;
+    use_conv_bias: a bias on the convolution; norm_eps: the gated RMSNorm's ε; chunk_size: the
+    chunked form's C (None: the recurrence); time_step_limit: (low, high) that Δ is held within
+    after its softplus.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        *,
+        num_heads: int,
+        head_dim: int,
+        state_size: int = 128,
+        n_groups: int = 1,
+        conv_kernel: int = 4,
+        use_bias: bool = False,
+        use_conv_bias: bool = True,
+        norm_eps: float = 1e-5,
+        chunk_size: int | None = 256,
+        time_step_limit: tuple[float, float] = (0.0, math.inf),
+    ) -> None:
+        super().__init__()
+        where = "Mamba2"
+        check_positive(
+            where,
+            d_model=d_model,
+            num_heads=num_heads,
+            head_dim=head_dim,
+            state_size=state_size,
+            n_groups=n_groups,
+            conv_kernel=conv_kernel,
+        )
+        if chunk_size is not None:
+            check_positive(where, chunk_size=chunk_size)
+        if num_heads % n_groups:
+            raise ShapeError(
+                f"{where}: num_heads={num_heads} is not a multiple of n_groups={n_groups}"
+            )
+        low, high = time_step_limit
+        if not 0 <= low <= high:
+            raise ValueError(
+                f"{where}: time_step_limit must be (low, high) with 0 <= low <= high, got "
+                f"time_step_limit={time_step_limit!r}"
+            )
+        self.num_heads, self.head_dim, self.ssm_state_size = num_heads, head_dim, state_size
+        self.n_groups, self.chunk_size, self.time_step_limit = n_groups, chunk_size, (low, high)
+        self.intermediate_size = inner = num_heads * head_dim
+        self.conv_dim = channels = inner + 2 * n_groups * state_size
+        self.in_proj = nn.Linear(d_model, inner + channels + num_heads, bias=use_bias)
+        self.conv1d = nn.Conv1d(
+            channels, channels, conv_kernel, groups=channels, bias=use_conv_bias
+        )
+        self.dt_bias = nn.Parameter(torch.ones(num_heads))
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, num_heads + 1, dtype=torch.float32)))
+        self.D = nn.Parameter(torch.ones(num_heads))
+        self.norm = GatedRMSNorm(inner, groups=n_groups, eps=norm_eps)
+        self.out_proj = nn.Linear(inner, d_model, bias=use_bias)
+        self.register_buffer("cache_state", None, persistent=False)
+        self.register_buffer("cache_conv", None, persistent=False)
+
+    def reset_cache(self) -> None:
+        """Forget the state: the next `forward(x, use_cache=True)` starts a new sequence."""
+        self.cache_state, self.cache_conv = None, None
+
+    @checked_forward(_weights)
+    def forward(
+        self, x: Float[Tensor, "*batch n d"], use_cache: bool = False
+    ) -> Float[Tensor, "*batch n d"]:
+        """(*batch, n, d_model) -> (*batch, n, d_model); with `use_cache=True`, continuing the
+        sequence of the calls since `reset_cache()`."""
+        if not use_cache:
+            return self.continued(x, None, None)[0]
+        state = self.cache_state
+        if state is not None and state.shape[:-3] != x.shape[:-2]:
+            raise ShapeError(
+                f"Mamba2.forward: x has batch {tuple(x.shape[:-2])} but the cache holds "
+                f"{tuple(state.shape[:-3])}; call reset_cache() to start another sequence"
+            )
+        out, state, past = self.continued(x, state, self.cache_conv)
+        self.cache_state, self.cache_conv = state.detach(), past.detach()
+        return out
+
+    def continued(
+        self,
+        x: Tensor,
+        state: Tensor | None,
+        past: Tensor | None,
+        keep: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The output on x after a sequence summed up by `state` (*batch, h, p, d_state) and
+        `past` (*batch, conv_kernel − 1, channels: the convolution's last inputs), None for a new
+        sequence; returns (output, state, past) after x. `keep` (*batch, n; 1 for a token, 0 for
+        padding): a padding token's input and its convolved channels are zeroed, so that it
+        writes nothing into the state (as transformers' layers do with `attention_mask`)."""
+        if keep is not None:
+            x = x * keep[..., None].to(x.dtype)
+        z, xbc, dt = self.in_proj(x).split(
+            [self.intermediate_size, self.conv_dim, self.num_heads], dim=-1
+        )
+        xbc, past = self.convolved(xbc, past)
+        if keep is not None:
+            xbc = xbc * keep[..., None].to(xbc.dtype)
+        groups = self.n_groups * self.ssm_state_size
+        inner, B, C = xbc.split([self.intermediate_size, groups, groups], dim=-1)
+        low, high = self.time_step_limit
+        step = F.softplus(dt.float() + self.dt_bias.float()).clamp(low, high)
+        n = x.shape[-2]
+        y, state = linear.ssd(
+            inner.unflatten(-1, (self.num_heads, self.head_dim)),
+            step,
+            -self.A_log.float().exp(),
+            B.unflatten(-1, (self.n_groups, self.ssm_state_size)),
+            C.unflatten(-1, (self.n_groups, self.ssm_state_size)),
+            D=self.D,
+            chunk_size=None if n == 1 or self.chunk_size is None else self.chunk_size,
+            initial_state=state,
+            return_state=True,
+        )  # pyright: ignore[reportGeneralTypeIssues]
+        y = self.norm(y.flatten(-2), z)
+        return self.out_proj(y.to(x.dtype)), state, past
+
+    def convolved(self, xbc: Tensor, past: Tensor | None) -> tuple[Tensor, Tensor]:
+        """The causal depthwise convolution of each channel, its bias and SiLU, continuing from
+        `past` (zeros for a new sequence); returns (output, the last conv_kernel − 1 inputs)."""
+        width = self.conv1d.kernel_size[0]
+        if past is None:
+            past = xbc.new_zeros((*xbc.shape[:-2], width - 1, xbc.shape[-1]))
+        full = torch.cat([past.to(xbc.dtype), xbc], dim=-2)
+        flat = full.reshape(-1, *full.shape[-2:]).transpose(-2, -1)
+        out = F.conv1d(flat, self.conv1d.weight, self.conv1d.bias, groups=flat.shape[-2])
+        out = F.silu(out).transpose(-2, -1).reshape(*full.shape[:-2], -1, xbc.shape[-1])
+        return out, full[..., full.shape[-2] - (width - 1) :, :]
