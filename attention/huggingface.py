@@ -522,6 +522,7 @@ def from_ssm(layer: torch.nn.Module) -> FromHFSSM:
     activation = getattr(source, "activation", "silu")
     if activation not in ("silu", "swish"):
         raise ValueError(f"from_hf: {kind} convolves with {activation!r}; read: silu")
+    low, high = (float(limit) for limit in source.time_step_limit)
     ours = Mamba2(
         source.in_proj.in_features,
         num_heads=source.num_heads,
@@ -533,7 +534,7 @@ def from_ssm(layer: torch.nn.Module) -> FromHFSSM:
         use_conv_bias=source.conv1d.bias is not None,
         norm_eps=float(source.norm.variance_epsilon),
         chunk_size=int(source.chunk_size),
-        time_step_limit=tuple(float(t) for t in source.time_step_limit),
+        time_step_limit=(low, high),
     )
     weight = source.in_proj.weight
     ours = ours.to(dtype=weight.dtype, device=weight.device)

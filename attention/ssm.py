@@ -40,17 +40,20 @@ __all__ = ["Mamba2", "GatedRMSNorm", "gated_group_norm"]
 #: The weights every call checks: d the input's width, r the in-projection's rows (2e + 2 g
 #: d_state + h), k the convolution's channels (e + 2 g d_state), w its width, e the inner width,
 #: h the heads.
+_R = Float[Tensor, " r"] | None
+_K = Float[Tensor, " k"] | None
+_D = Float[Tensor, " d"] | None
 _NAMES = (
     ("in_proj.weight", Float[Tensor, "r d"]),
-    ("in_proj.bias", Float[Tensor, " r"] | None),
+    ("in_proj.bias", _R),
     ("conv1d.weight", Float[Tensor, "k 1 w"]),
-    ("conv1d.bias", Float[Tensor, " k"] | None),
+    ("conv1d.bias", _K),
     ("dt_bias", Float[Tensor, " h"]),
     ("A_log", Float[Tensor, " h"]),
     ("D", Float[Tensor, " h"]),
     ("norm.weight", Float[Tensor, " e"]),
     ("out_proj.weight", Float[Tensor, "d e"]),
-    ("out_proj.bias", Float[Tensor, " d"] | None),
+    ("out_proj.bias", _D),
 )
 
 
