@@ -7,12 +7,13 @@
     from attention.functional import cross_attention, decode_step, sliding_window_mask
     from attention import mods  # the score modifications as objects: mods=(mods.Chunked(8),)
     from attention import GatedDeltaNet, linear  # attention without the softmax (ch04/08)
+    from attention import Mamba2, ssm  # Mamba-2's layer, on linear.ssd (state-space duality)
 
 Checks (jaxtyping + beartype, on every public function and `forward`) are on by default; turn
 them off with `JAXTYPING_DISABLE=1` or `jaxtyping.config.update("jaxtyping_disable", True)`.
 """
 
-from . import functional, linear, mods
+from . import functional, linear, mods, ssm
 from ._shapes import AttentionError, DeviceError, DtypeError, ShapeError, checks_enabled
 from .deltanet import GatedDeltaNet
 from .grouped import GroupedQueryAttention, RMSNorm
@@ -29,6 +30,7 @@ from .modules import (
     copy_weights,
 )
 from .rope import apply_rope, compute_rope_params
+from .ssm import Mamba2
 
 __all__ = [
     "functional",
@@ -59,3 +61,6 @@ __all__ += ["MultiHeadLatentAttention"]
 
 # linear attention, DeltaNet and Gated DeltaNet (the book's ch04/08_deltanet, Qwen 3.5's layers)
 __all__ += ["linear", "GatedDeltaNet"]
+
+# Mamba-2's state-space dual layer (Mamba 2, Bamba, Granite 4, Nemotron-H, Zamba 2)
+__all__ += ["ssm", "Mamba2"]

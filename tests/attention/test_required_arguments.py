@@ -171,7 +171,13 @@ def good_calls():
 def variant_calls(x):
     """The classes of Llama 3, Qwen 3 and latent attention (`attention.grouped`, `.latent`), and
     attention without the softmax (`attention.linear`, `.deltanet`)."""
-    from attention import GatedDeltaNet, GroupedQueryAttention, MultiHeadLatentAttention, RMSNorm
+    from attention import (
+        GatedDeltaNet,
+        GroupedQueryAttention,
+        Mamba2,
+        MultiHeadLatentAttention,
+        RMSNorm,
+    )
     from attention import linear as L
 
     q, v = torch.randn(HEADS, N, C), torch.randn(HEADS, N, D)
@@ -221,6 +227,40 @@ def variant_calls(x):
             {"x": x, "w_q": w, "w_k": w, "u": u},
             ["x", "w_q", "w_k", "u"],
             ["decays"],
+        ),
+        (
+            "ssd",
+            L.ssd,
+            {
+                "x": torch.randn(1, N, HEADS, C),
+                "dt": torch.rand(1, N, HEADS),
+                "A": -torch.rand(HEADS),
+                "B": torch.randn(1, N, 1, D),
+                "C": torch.randn(1, N, 1, D),
+            },
+            ["x", "dt", "A", "B", "C"],
+            ["D", "initial_state"],
+        ),
+        (
+            "stepped_values",
+            L.stepped_values,
+            {"v": u, "delta": torch.rand(N, 1)},
+            ["v", "delta"],
+            [],
+        ),
+        (
+            "ssd_read",
+            L.ssd_read,
+            {"x": x, "w_q": w, "w_k": w, "w_v": w, "delta": torch.rand(N, 1), "decays": omega},
+            ["x", "w_q", "w_k", "w_v", "delta", "decays"],
+            [],
+        ),
+        (
+            "Mamba2.forward",
+            Mamba2(D, num_heads=HEADS, head_dim=2, state_size=3),
+            {"x": x},
+            ["x"],
+            [],
         ),
         (  # g and beta may be None there: no decay, no delta rule (another rule, not optional)
             "chunk_states",
