@@ -188,6 +188,28 @@ class Mamba2(nn.Module):
         sequence; returns (output, state, past) after x. `keep` (*batch, n; 1 for a token, 0 for
         padding): a padding token's input and its convolved channels are zeroed, so that it
         writes nothing into the state (as transformers' layers do with `attention_mask`)."""
+        inner, dt, B, C, z, past = self.parts(x, past, keep)
+        n = x.shape[-2]
+        y, state = linear.ssd(
+            inner,
+            self.steps(dt),
+            -self.A_log.float().exp(),
+            B,
+            C,
+            D=self.D,
+            chunk_size=None if n == 1 or self.chunk_size is None else self.chunk_size,
+            initial_state=state,
+            return_state=True,
+        )  # pyright: ignore[reportGeneralTypeIssues]
+        return self.finished(y, z, x.dtype), state, past
+
+    def parts(
+        self, x: Tensor, past: Tensor | None = None, keep: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """What the scan reads from x (`continued`'s arguments): the heads' inputs x'
+        (*batch, n, h, p), dt + dt_bias (*batch, n, h; float32 at least, before the softplus),
+        B and C (*batch, n, g, d_state), the gate z (*batch, n, e), and the convolution's
+        `past` after x."""
         if keep is not None:
             x = x * keep[..., None].to(x.dtype)
         z, xbc, dt = self.in_proj(x).split(
@@ -198,22 +220,24 @@ class Mamba2(nn.Module):
             xbc = xbc * keep[..., None].to(xbc.dtype)
         groups = self.n_groups * self.ssm_state_size
         inner, B, C = xbc.split([self.intermediate_size, groups, groups], dim=-1)
-        low, high = self.time_step_limit
-        step = F.softplus(dt.float() + self.dt_bias.float()).clamp(low, high)
-        n = x.shape[-2]
-        y, state = linear.ssd(
+        state = (self.n_groups, self.ssm_state_size)
+        return (
             inner.unflatten(-1, (self.num_heads, self.head_dim)),
-            step,
-            -self.A_log.float().exp(),
-            B.unflatten(-1, (self.n_groups, self.ssm_state_size)),
-            C.unflatten(-1, (self.n_groups, self.ssm_state_size)),
-            D=self.D,
-            chunk_size=None if n == 1 or self.chunk_size is None else self.chunk_size,
-            initial_state=state,
-            return_state=True,
-        )  # pyright: ignore[reportGeneralTypeIssues]
-        y = self.norm(y.flatten(-2), z)
-        return self.out_proj(y.to(x.dtype)), state, past
+            dt.float() + self.dt_bias.float(),
+            B.unflatten(-1, state),
+            C.unflatten(-1, state),
+            z,
+            past,
+        )
+
+    def steps(self, dt: Tensor) -> Tensor:
+        """Δ = softplus(dt + dt_bias), held within `time_step_limit`."""
+        low, high = self.time_step_limit
+        return F.softplus(dt).clamp(low, high)
+
+    def finished(self, y: Tensor, z: Tensor, dtype: torch.dtype) -> Tensor:
+        """The layer's output from the scan's y (*batch, n, h, p): the gated RMSNorm, W_out."""
+        return self.out_proj(self.norm(y.flatten(-2), z).to(dtype))
 
     def convolved(self, xbc: Tensor, past: Tensor | None) -> tuple[Tensor, Tensor]:
         """The causal depthwise convolution of each channel, its bias and SiLU, continuing from

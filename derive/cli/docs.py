@@ -47,7 +47,7 @@ def add(commands, argparse) -> None:
 
 def generate_docs(*, pdf: bool = True, progress: Progress = _quiet) -> dict[str, bytes]:
     """Every generated file under docs/, by path relative to docs/ (deterministic)."""
-    from ..conformance.linear import MISTAKES as LINEAR_MISTAKES
+    from ..conformance import linear, ssm
     from ..render.explanations import explanation_pages
     from ..render.glossary import glossary_markdown
     from ..render.mistakes_page import mistakes_markdown
@@ -77,7 +77,16 @@ def generate_docs(*, pdf: bool = True, progress: Progress = _quiet) -> dict[str,
         "glossary.md": glossary_markdown().encode("utf-8"),
         "variants.md": variants_markdown().encode("utf-8"),
         COMPATIBILITY_FIGURE: compatibility_figure().encode("utf-8"),
-        "mistakes.md": mistakes_markdown(LINEAR_MISTAKES).encode("utf-8"),
+        "mistakes.md": mistakes_markdown(
+            (
+                (
+                    "Gated DeltaNet's ports",
+                    f"the gated delta rule's recurrence, {linear.RULE}",
+                    linear.MISTAKES,
+                ),
+                ("Mamba-2's ports", f"SSD's recurrence, {ssm.RULE}", ssm.MISTAKES),
+            )
+        ).encode("utf-8"),
         "reference/cli.md": cli_markdown().encode("utf-8"),
         "derivation.tex": tex.encode("utf-8"),
         "derivation.md": derivation_md.encode("utf-8"),

@@ -7,7 +7,8 @@ its own weights (`derive.conformance.evaluate.matrices`), checks the properties 
 and when a check fails names the mistake of the catalogue (`derive.graph.mistakes`) it
 computes. A wing of its own beside `derive.bridge`: `read` (targets, adapters, the Hugging Face
 tables), `evaluate` (the derivation on the target's weights), `checks`, `diagnosis`, `report`;
-and `linear` for attention without the softmax.
+and `linear` and `ssm` for attention without the softmax and state-space layers (`recurrent`
+finds which).
 
 The package is named for what it does, not for its function: `derive.conform` is the function,
 and a package of the same name would replace it on `derive` once any of its modules is
@@ -21,7 +22,7 @@ from typing import Any
 
 import torch
 
-from . import linear
+from . import recurrent
 from .read.adapters import Adapter, Weights, register_adapter
 from .read.target import KINDS, ConformError
 from .report import Check, Diagnosis, Report
@@ -113,12 +114,11 @@ def conform(obj: Any, **options: Any) -> Report:
     if _builder(loaded):  # a function that builds the target: built once, here
         name = f"{name or getattr(loaded, '__name__', 'target')}()"
         loaded = recognise(loaded, settings.kind, name).obj
-    reader = linear.recognised(loaded)
-    if reader is not None:  # attention without the softmax: its own checks
+    found = recurrent.recognised(loaded)
+    if found is not None:  # a recurrent layer (a delta rule, Mamba-2): its own checks
+        reader, run = found
         with torch.random.fork_rng(devices=[]):
-            return linear.run(
-                loaded, reader, n=settings.n or 7, seed=settings.seed, name=name or ""
-            )
+            return run(loaded, reader, n=settings.n or 7, seed=settings.seed, name=name or "")
     target = recognise(loaded, settings.kind, name)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is fastest, and spins on no other core

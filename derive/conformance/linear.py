@@ -20,7 +20,7 @@ import torch
 
 from .report import Check, Diagnosis, Report
 
-__all__ = ["recognised", "run", "MISTAKES", "READERS"]
+__all__ = ["recognised", "run", "judged", "dyadic", "Rule", "Reader", "MISTAKES", "READERS"]
 
 _BOOK = ("W_query", "W_key", "W_value", "W_gate", "W_beta", "W_alpha", "dt_bias", "A_log")
 RULE = "o_t = S_tᵀ q_t, S_t = α_t S_{t−1} + k_t u_tᵀ, u_t = β_t (v_t − α_t S_{t−1}ᵀ k_t)"
@@ -250,11 +250,52 @@ def run(obj: Any, reader: Reader, *, n: int = 7, seed: int = 0, name: str = "") 
     layer = obj
     ours = reader.read(layer).eval()
     ours.chunk_size = None  # the recurrence: the rule as the derivation states it
-    weight = ours.W_query.weight
-    dtype = weight.dtype
-    gen = torch.Generator().manual_seed(seed)
     d = ours.W_query.weight.shape[1]
-    x = (torch.randint(-8, 9, (2, n, d), generator=gen) / 8).to(dtype)  # dyadic inputs
+    return judged(
+        layer,
+        reader,
+        ours,
+        dyadic(n, d, ours.W_query.weight.dtype, seed),
+        Rule("gated-deltanet", "the gated delta rule", RULE, RULE_LATEX, MISTAKES),
+        kind="linear attention",
+        sizes={"n": n, "d": d, "h": ours.num_heads, "c_k": ours.key_dim, "c_h": ours.head_dim},
+        name=name,
+    )
+
+
+def dyadic(n: int, d: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """Inputs (2, n, d) of multiples of 1/8 in [−1, 1]: exact in every float type."""
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randint(-8, 9, (2, n, d), generator=gen) / 8).to(dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """What a recurrent layer is checked against: the variant that derives it, its name in
+    words, the rule in plain text and LaTeX, and the mistakes of its ports."""
+
+    variant: str
+    title: str
+    text: str
+    latex: str
+    mistakes: tuple[Mistake, ...]
+
+
+def judged(
+    layer: Any,
+    reader: Reader,
+    ours: Any,
+    x: torch.Tensor,
+    rule: Rule,
+    *,
+    kind: str,
+    sizes: dict[str, int],
+    name: str = "",
+) -> Report:
+    """The report of a recurrent layer against `ours` (our module on its weights, running the
+    recurrence) on x: in one call, and token by token with the layer's state where it keeps
+    one; where it fails, the first of the rule's mistakes whose output the layer gives."""
+    n, dtype = x.shape[-2], x.dtype
     with torch.no_grad():
         expected = ours(x)
         got = layer(x)
@@ -280,9 +321,9 @@ def run(obj: Any, reader: Reader, *, n: int = 7, seed: int = 0, name: str = "") 
             Check(
                 "forward values",
                 "PASS" if error <= tolerance else "FAIL",
-                "the layer's output is the gated delta rule's on its own weights",
-                RULE,
-                RULE_LATEX,
+                f"the layer's output is {rule.title}'s on its own weights",
+                rule.text,
+                rule.latex,
                 error,
                 tolerance,
                 f"64 u n max|o|: u = {unit:.1e} ({named}), n = {n}",
@@ -316,13 +357,13 @@ def run(obj: Any, reader: Reader, *, n: int = 7, seed: int = 0, name: str = "") 
             )
         diagnosis = None
         if error > tolerance:
-            found = [m for m in MISTAKES if _matches(m, ours, x, got, tolerance)]
+            found = [m for m in rule.mistakes if _matches(m, ours, x, got, tolerance)]
             diagnosis = (
                 Diagnosis(
                     found[0].id,
                     found[0].title,
                     wrong=found[0].wrong,
-                    right=RULE,
+                    right=rule.text,
                     also=tuple(m.id for m in found[1:]),
                     matched_on=("one call",),
                 )
@@ -331,15 +372,15 @@ def run(obj: Any, reader: Reader, *, n: int = 7, seed: int = 0, name: str = "") 
             )
     return Report(
         target=name or type(layer).__name__,
-        kind=f"linear attention ({reader.name})",
+        kind=f"{kind} ({reader.name})",
         convention=None,
         causal=True,
         causal_how="a recurrence",
         dtype=str(dtype).removeprefix("torch."),
-        sizes={"n": n, "d": d, "h": ours.num_heads, "c_k": ours.key_dim, "c_h": ours.head_dim},
+        sizes=sizes,
         checks=tuple(checks),
         diagnosis=diagnosis,
-        variant="gated-deltanet",
+        variant=rule.variant,
         notes=(
             (
                 "finding: it computes at float32's precision: given float64, its outputs are "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..linear import recognised
+from ..recurrent import recognised
 from .registry import find_adapter
 from .target import ConformError
 
@@ -29,8 +29,9 @@ def layer_kinds(model: Any) -> tuple[dict[str, Any], dict[str, str]]:
     for path, module in model.named_modules():
         if any(path.startswith(prefix + ".") for prefix in inside):
             continue
-        reader = recognised(module)  # a linear-attention layer: Gated DeltaNet's
-        if reader is not None:
+        found_here = recognised(module)  # a recurrent layer: Gated DeltaNet's, Mamba-2's
+        if found_here is not None:
+            reader, _ = found_here
             inside.append(path)
             if (type(module).__name__, reader.name) not in kinds:
                 kinds.add((type(module).__name__, reader.name))
