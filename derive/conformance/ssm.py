@@ -19,7 +19,7 @@ import torch
 from .linear import Mistake, Reader, Rule, dyadic, judged
 from .report import Report
 
-__all__ = ["READERS", "MISTAKES", "RULE", "run"]
+__all__ = ["READERS", "MISTAKES", "RULE", "run", "read_families"]
 
 _NAMES = ("in_proj", "conv1d", "dt_bias", "A_log", "D", "norm", "out_proj")
 RULE = (
@@ -42,6 +42,13 @@ def _hugging_face(obj: Any) -> bool:
     from attention.huggingface import SSM_FAMILIES
 
     return kind.__name__ in SSM_FAMILIES
+
+
+def read_families() -> tuple[str, ...]:
+    """The classes of transformers' layers read (`attention.huggingface.SSM_FAMILIES`)."""
+    from attention.huggingface import SSM_FAMILIES
+
+    return SSM_FAMILIES
 
 
 def _ours(obj: Any) -> bool:

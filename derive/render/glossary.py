@@ -113,6 +113,32 @@ _JAXTYPING = (
     ("chunks *batch d_k d_v", "the states", "`attention.linear.chunk_states`: after each chunk"),
     ("*#batch n n", "the decays $\\Gamma$", "`attention.linear.causal_weights(..., decays=)`"),
     (
+        "*#batch n 1",
+        "the steps $\\Delta$",
+        "`attention.linear.stepped_values`, `ssd_read`: one a token",
+    ),
+    (
+        "*batch n h p",
+        "$x$, $y$ of Mamba-2",
+        "`attention.linear.ssd`: each token's inputs and outputs, h heads of width p",
+    ),
+    ("*batch n h", "the steps $\\Delta$ of Mamba-2", "`attention.linear.ssd`'s `dt`, one per head"),
+    (
+        "*batch n g d_state",
+        "$B$, $C$ of Mamba-2",
+        "`attention.linear.ssd`: its keys and queries, g groups of d_state, shared by h/g heads",
+    ),
+    (
+        "*batch h p d_state",
+        "Mamba-2's state",
+        "`attention.linear.ssd`: `initial_state` and the final state (Mamba's ssm_state layout)",
+    ),
+    (
+        "h p",
+        "the skip $D$ per channel",
+        "`attention.linear.ssd(..., D=)`: one per head or per channel",
+    ),
+    (
         "h",
         "ALiBi's slopes $\\mu$, the sinks $\\zeta$",
         "one per head: `alibi=`, `sinks=` of "

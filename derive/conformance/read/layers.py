@@ -1,9 +1,10 @@
 """The kinds of attention layer of a model: the modules an adapter recognises (not those inside
 one), a kind being the layer's class, the variant the adapter reads and its values; those an
 adapter recognises and refuses, with the reason; and those named like an attention layer (its
-class's name says attention) that no adapter recognises and that hold no layer an adapter
-reads, with what was looked for: a layer no adapter reads is never silently left out (MiniMax's
-lightning layers beside its softmax ones). `derive.testing` and `models` read them."""
+class's name says attention) or a state-space layer (…Mixer) that nothing recognises and that
+hold no layer an adapter reads, with what was looked for: a layer no adapter reads is never
+silently left out (MiniMax's lightning layers beside its softmax ones, Falcon Mamba's Mamba-1
+mixers, Falcon H1's). `derive.testing` and `models` read them."""
 
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ def layer_kinds(model: Any) -> tuple[dict[str, Any], dict[str, str]]:
                 kinds.add((type(module).__name__, reader.name))
                 found[path] = module
             continue
+        if _named_like_a_mixer(module):  # a state-space layer no reader reads (Mamba-1's)
+            unread[path] = (module, _unread_mixer(module))
+            continue
         try:
             adapter = find_adapter(module)
         except ConformError as error:  # not an attention layer any adapter recognises
@@ -64,7 +68,8 @@ def layer_kinds(model: Any) -> tuple[dict[str, Any], dict[str, str]]:
         kind = (type(module).__name__, "unread")
         if not holds and not within and kind not in kinds:
             kinds.add(kind)
-            refused[path] = f"{type(module).__name__} is named like an attention layer: {why}"
+            named = "a state-space layer" if _named_like_a_mixer(module) else "an attention layer"
+            refused[path] = f"{type(module).__name__} is named like {named}: {why}"
     return found, refused
 
 
@@ -73,3 +78,17 @@ def _named_like_attention(module: Any) -> bool:
     of one (…AttentionOutput, …RotaryEmbedding, a norm)."""
     name = type(module).__name__.lower()
     return name.endswith(("attention", "attn"))
+
+
+def _named_like_a_mixer(module: Any) -> bool:
+    """Whether a module's class is named as a state-space layer (Mamba's …Mixer)."""
+    return type(module).__name__.lower().endswith("mixer")
+
+
+def _unread_mixer(module: Any) -> str:
+    from ..ssm import read_families
+
+    return (
+        f"no reader reads {type(module).__name__}: read are Mamba-2's mixers "
+        f"({', '.join(read_families())}) and modules with their parameter names"
+    )

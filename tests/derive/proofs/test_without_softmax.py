@@ -205,7 +205,7 @@ def test_the_page_s_states_are_the_chunked_form_s(name):
     table |= {L.base(values)[p + 1, j + 1]: float(u[p, j]) for p in range(n) for j in range(c)}
     if name == "ssd":  # SSD writes Δ_p v_p, its steps in the graph
         steps = torch.rand(n, generator=gen, dtype=torch.float64) + 0.5
-        table |= {L.base("timestep")[p + 1, 1]: float(steps[p]) for p in range(n)}
+        table |= {L.base("deltastep")[p + 1, 1]: float(steps[p]) for p in range(n)}
         u = steps[:, None] * u
     table |= {
         L.base("gammadecay")[m + 1, p + 1]: float((G[m] - G[p]).exp())
