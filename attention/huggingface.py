@@ -522,6 +522,13 @@ def from_ssm(layer: torch.nn.Module) -> FromHFSSM:
     activation = getattr(source, "activation", "silu")
     if activation not in ("silu", "swish"):
         raise ValueError(f"from_hf: {kind} convolves with {activation!r}; read: silu")
+    inner = int(getattr(source, "intermediate_size", source.num_heads * source.head_dim))
+    if inner != source.num_heads * source.head_dim:
+        raise ValueError(
+            f"from_hf: {kind} has num_heads={source.num_heads} of head_dim={source.head_dim} "
+            f"but an inner width of {inner}: its heads do not tile its channels (the layer "
+            "itself cannot run on them)"
+        )
     low, high = (float(limit) for limit in source.time_step_limit)
     ours = Mamba2(
         source.in_proj.in_features,

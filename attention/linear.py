@@ -77,6 +77,9 @@ __all__ = [
     "read_written",
     "delta_rule",
     "gated_delta_rule",
+    "kimi_delta_rule",
+    "channel_decayed",
+    "kda_read",
     "chunk_states",
     "ssd",
     "stepped_values",
@@ -97,7 +100,28 @@ Result = Output | tuple[Output, Float[Tensor, "*batch d_k d_v"]]
 
 # ---------------------------------------------------------------------------------------------
 # The three forms, on (*batch, n, ·) tensors already checked and in the computing dtype.
-# g: the log-decays or None (no decay); beta: the write strengths or None (no delta rule).
+# g: the log-decays or None (no decay), one per token (*batch, n) or one per key channel
+# (*batch, n, d_k: Kimi Delta Attention's); beta: the write strengths or None (no delta rule).
+
+
+def _channels(g: Tensor | None, q: Tensor) -> bool:
+    """Whether g holds a log-decay per key channel (*batch, n, d_k) rather than per token."""
+    return g is not None and g.dim() == q.dim()
+
+
+def _rows(G: Tensor, channel: bool) -> Tensor:
+    """G as a factor of (*batch, n, d_k) rows: per channel as it is, per token a column."""
+    return G if channel else G[..., None]
+
+
+def _last(G: Tensor, channel: bool) -> Tensor:
+    """G at a block's last token, kept as one row (*batch, 1) or (*batch, 1, d_k)."""
+    return G[..., -1:, :] if channel else G[..., -1:]
+
+
+def _state_factor(last: Tensor, channel: bool) -> Tensor:
+    """e^{G_C} as a factor of the state (d_k × d_v): a number, or one per row (key channel)."""
+    return last.exp().transpose(-2, -1) if channel else last.exp()[..., None]
 
 
 def recurrent(
@@ -105,13 +129,16 @@ def recurrent(
 ) -> tuple[Tensor, Tensor]:
     """The recurrence, token by token: (outputs, final state)."""
     n = q.shape[-2]
-    alphas = [None] * n if g is None else g.exp()[..., None, None].unbind(-3)
+    if g is None:
+        alphas = [None] * n
+    else:  # α_t a number (…, 1, 1), or one per row of the state (…, d_k, 1)
+        alphas = (g.exp()[..., None] if _channels(g, q) else g.exp()[..., None, None]).unbind(-3)
     betas = [None] * n if beta is None else beta[..., None].unbind(-2)
     tokens = zip(q.unbind(-2), k.unbind(-2), v.unbind(-2), alphas, betas, strict=True)
     outputs = []
     for q_t, k_t, v_t, alpha_t, beta_t in tokens:  # unbound once: see `chunked`
         if alpha_t is not None:
-            state = alpha_t * state  # α_t S_{t−1}
+            state = alpha_t * state  # α_t S_{t−1}, or diag(α_t) S_{t−1}
         u = v_t
         if beta_t is not None:  # u_t = β_t (v_t − (α_t S_{t−1})ᵀ k_t)
             predicted = (k_t[..., None, :] @ state).squeeze(-2)
@@ -122,15 +149,29 @@ def recurrent(
 
 
 def decays(g: Tensor | None, n: int, like: Tensor) -> tuple[Tensor, Tensor]:
-    """(G, Γ ∘ M): the cumulative log-decays G_t = g_1 + … + g_t (over the last dimension) and
-    the causal matrix of decays γ_{t,i} = e^{G_t − G_i} for i ≤ t, 0 above the diagonal (masked
-    before the exponential, which would overflow there). Without g: G = 0 and Γ ∘ M = M."""
+    """(G, Γ ∘ M): the cumulative log-decays G_t = g_1 + … + g_t (over the tokens) and the causal
+    decays γ_{t,i} = e^{G_t − G_i} for i ≤ t, 0 above the diagonal (masked before the
+    exponential, which would overflow there): an n × n matrix, or with a decay per key channel
+    (g of `like`'s rank) n × n × d_k, γ_{t,i,j} = e^{G_{t,j} − G_{i,j}}. Without g: G = 0 and
+    Γ ∘ M = M."""
     causal = torch.ones(n, n, dtype=torch.bool, device=like.device).tril()
     if g is None:
         return like.new_zeros(()), causal.to(like.dtype)
+    if _channels(g, like):
+        G = g.cumsum(-2)
+        gaps = G[..., :, None, :] - G[..., None, :, :]
+        return G, gaps.masked_fill(~causal[..., None], -torch.inf).exp()
     G = g.cumsum(-1)
     gaps = (G[..., :, None] - G[..., None, :]).masked_fill(~causal, -torch.inf)
     return G, gaps.exp()
+
+
+def mixed(a: Tensor, b: Tensor, gamma: Tensor) -> Tensor:
+    """(A Bᵀ) ∘ Γ: Σ_j a_{t,j} b_{i,j} γ_{t,i}, or with a decay per channel Σ_j a_{t,j} b_{i,j}
+    γ_{t,i,j} (without forming e^{−G}, which overflows where decays are strong)."""
+    if gamma.dim() == a.dim() + 1:
+        return torch.einsum("...tj,...ij,...tij->...ti", a, b, gamma)
+    return (a @ b.transpose(-2, -1)) * gamma
 
 
 def written(
@@ -138,30 +179,35 @@ def written(
 ) -> tuple[Tensor, Tensor | None]:
     """(U_V, W): the values written when the state before the block is 0, and the part of the
     block's initial state each write removes (U = U_V − W S_0), from the delta rule's unit
-    lower-triangular system (I + L) U = diag(β) (V − diag(e^G) K S_0). Without the delta rule
+    lower-triangular system (I + L) U = diag(β) (V − (e^G ∘ K) S_0). Without the delta rule
     every v_t is written as it is: (V, None)."""
     if beta is None:
         return v, None
     # I + L, of which the solver reads the strictly lower part only (unitriangular: the
     # diagonal is taken as 1s; Γ ∘ M is 0 above it), and to which it returns gradients only
-    system = (k @ k.transpose(-2, -1)) * (beta[..., :, None] * gamma)
+    system = mixed(k, k, gamma) * beta[..., :, None]
     solve = lambda right: torch.linalg.solve_triangular(  # noqa: E731
         system, right, upper=False, unitriangular=True
     )
-    return solve(beta[..., None] * v), solve((beta * G.exp())[..., None] * k)
+    channel = gamma.dim() == k.dim() + 1
+    return solve(beta[..., None] * v), solve(beta[..., None] * _rows(G, channel).exp() * k)
 
 
 def parallel(
     q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, beta: Tensor | None, state: Tensor
 ) -> tuple[Tensor, Tensor]:
     """The parallel form, one n × n matrix: (outputs, final state)."""
+    channel = _channels(g, q)
     G, gamma = decays(g, q.shape[-2], q)
     u_v, w = written(k, v, G, gamma, beta)
     u = u_v if w is None else u_v - w @ state
-    last = G[..., -1:] if g is not None else G
-    outputs = (G.exp()[..., None] * q) @ state + ((q @ k.transpose(-2, -1)) * gamma) @ u
-    kept = (last - G).exp()[..., None] * k if g is not None else k
-    return outputs, last.exp()[..., None] * state + kept.transpose(-2, -1) @ u
+    outputs = mixed(q, k, gamma) @ u
+    if g is None:
+        return outputs + q @ state, state + k.transpose(-2, -1) @ u
+    last = _last(G, channel)
+    outputs = outputs + (_rows(G, channel).exp() * q) @ state
+    kept = _rows(last - G, channel).exp() * k
+    return outputs, _state_factor(last, channel) * state + kept.transpose(-2, -1) @ u
 
 
 def chunked(
@@ -176,22 +222,26 @@ def chunked(
 ) -> tuple[Tensor, Tensor]:
     """The chunked form, chunks of `size` tokens: (outputs, final state); the state after each
     chunk appended to `states` when given."""
-    n = q.shape[-2]
+    n, channel = q.shape[-2], _channels(g, q)
     pad = -n % size
     if pad:  # tokens that write nothing: k = v = 0, β = 0, g = 0
         q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
-        g, beta = (None if x is None else F.pad(x, (0, pad)) for x in (g, beta))
+        if g is not None:
+            g = F.pad(g, (0, 0, 0, pad) if channel else (0, pad))
+        beta = None if beta is None else F.pad(beta, (0, pad))
     chunks = (n + pad) // size
     q, k, v = (x.unflatten(-2, (chunks, size)) for x in (q, k, v))
-    g, beta = (None if x is None else x.unflatten(-1, (chunks, size)) for x in (g, beta))
+    if g is not None:
+        g = g.unflatten(-2 if channel else -1, (chunks, size))
+    beta = None if beta is None else beta.unflatten(-1, (chunks, size))
     G, gamma = decays(g, size, q)
     u_v, w = written(k, v, G, gamma, beta)
-    within = (q @ k.transpose(-2, -1)) * gamma  # Q Kᵀ ∘ Γ ∘ M, each chunk's own
+    within = mixed(q, k, gamma)  # Q Kᵀ ∘ Γ ∘ M, each chunk's own
     carried = None
     if g is not None:
-        last = G[..., -1:]
-        q, k = G.exp()[..., None] * q, (last - G).exp()[..., None] * k
-        carried = last.exp()[..., None]  # e^{G_C}, the decay of the whole chunk
+        last = _last(G, channel)
+        q, k = _rows(G, channel).exp() * q, _rows(last - G, channel).exp() * k
+        carried = _state_factor(last, channel)  # e^{G_C}, the decay of the whole chunk
     # each chunk's parts taken apart once: a part read by indexing would give autograd's
     # backward a gradient of the whole tensor for each chunk (a cost quadratic in n)
     parts = [
@@ -502,11 +552,85 @@ def gated_delta_rule(
 
 
 @checked
+def kimi_delta_rule(
+    q: Float[Tensor, "*batch n d_k"],
+    k: Float[Tensor, "*batch n d_k"],
+    v: Float[Tensor, "*batch n d_v"],
+    g: OwnDtype[Float[Tensor, "*batch n d_k"]],
+    beta: OwnDtype[Float[Tensor, "*batch n"]],
+    *,
+    chunk_size: int | None = None,
+    parallel: bool = False,
+    initial_state: OwnDtype[Float[Tensor, "*batch d_k d_v"]] | None = None,
+    return_state: bool = False,
+) -> Result:
+    """Kimi Delta Attention (KDA; Kimi Linear's linear layers, 2025): the gated delta rule with a
+    decay per key channel, S_t = diag(α_t) S_{t−1} + β_t k_t (v_t − (diag(α_t) S_{t−1})ᵀ k_t)ᵀ,
+    o_t = S_tᵀ q_t, α_t = e^{g_t} (the module docstring's three forms; within a chunk, and in
+    the parallel form, the decays γ_{t,i,j} = e^{G_{t,j} − G_{i,j}} of each channel j are formed
+    as an n × n × d_k tensor, never as e^{−G}, which overflows).
+
+    g: the log-decays (*batch, n, d_k), ≤ 0 and finite, one per token and key channel; beta:
+    β_t, the write strength. With every channel's g equal it is `gated_delta_rule`. q and k are
+    used as given (Kimi Linear normalises them and scales q by 1/√d_k first). Returns o
+    (*batch, n, d_v), and the final state (*batch, d_k, d_v) with `return_state=True`.
+
+    >>> import torch
+    >>> q, k, v = torch.rand(2, 7, 4), torch.rand(2, 7, 4), torch.rand(2, 7, 3)
+    >>> g, beta = -torch.rand(2, 7, 4), torch.rand(2, 7)
+    >>> o = kimi_delta_rule(q, k, v, g, beta)
+    >>> bool(torch.allclose(o, kimi_delta_rule(q, k, v, g, beta, chunk_size=3), atol=1e-5))
+    True
+    """
+    return _run(
+        "kimi_delta_rule",
+        q,
+        k,
+        v,
+        g,
+        beta,
+        chunk_size=chunk_size,
+        parallel_form=parallel,
+        initial_state=initial_state,
+        return_state=return_state,
+    )
+
+
+@checked
+def channel_decayed(
+    x: Float[Tensor, "*batch n c"], log_decays: Float[Tensor, "*#batch n c"], *, sign: int
+) -> Float[Tensor, "*batch n c"]:
+    """x ∘ e^{±G}: each channel j of row m scaled by e^{G_{m,j}} (`sign=1`, the queries) or
+    e^{−G_{m,j}} (`sign=-1`, the keys), G the cumulative log-decays of each channel: the step
+    `derive`'s kda entry declares (the parallel read; `kimi_delta_rule` never forms e^{−G})."""
+    if sign not in (1, -1):
+        raise ValueError(f"channel_decayed: sign must be 1 or -1, got sign={sign!r}")
+    return x * (sign * log_decays).exp()
+
+
+@checked
+def kda_read(
+    x: Float[Tensor, "*batch n d"],
+    w_q: Float[Tensor, "d c"],
+    w_k: Float[Tensor, "d c"],
+    u: Float[Tensor, "*batch n c_v"],
+    log_decays: Float[Tensor, "*#batch n c"],
+) -> Float[Tensor, "*batch n c_v"]:
+    """What Kimi Delta Attention's tokens read, given the values they wrote, U, and the
+    cumulative log-decays of each key channel, G: C = ((Q ∘ e^{G}) (K ∘ e^{−G})ᵀ/√c ∘ M) U, with
+    Q = X W_q and K = X W_k (the parallel form's read, what `derive`'s kda entry declares)."""
+    q, k = x @ w_q, x @ w_k
+    q = channel_decayed(q, log_decays, sign=1) / q.shape[-1] ** 0.5
+    scores = q @ channel_decayed(k, log_decays, sign=-1).transpose(-2, -1)
+    return causal_weights(scores) @ u
+
+
+@checked
 def chunk_states(
     q: Float[Tensor, "*batch n d_k"],
     k: Float[Tensor, "*batch n d_k"],
     v: Float[Tensor, "*batch n d_v"],
-    g: OwnDtype[Float[Tensor, "*batch n"]] | None,
+    g: OwnDtype[Float[Tensor, "*batch n"]] | OwnDtype[Float[Tensor, "*batch n d_k"]] | None,
     beta: OwnDtype[Float[Tensor, "*batch n"]] | None,
     *,
     chunk_size: int,

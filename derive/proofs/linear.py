@@ -89,8 +89,9 @@ class Rule(NamedTuple):
     """A rule of attention without the softmax: `gated` (a decay α_m = e^{g_m} on the state
     before each write), `delta` (the delta rule's write β_m (v_m − α_m S^{(m−1)ᵀ} k_m), or v_m
     as it is), `stepped` (SSD's write Δ_m v_m, each token's value scaled by its step; at
-    explicit sizes the steps are the β symbols), `title`; `inclusive` is a port's mistake:
-    token p's own decay kept in γ_{m,p}."""
+    explicit sizes the steps are the β symbols), `channel` (Kimi Delta Attention's decay per
+    key channel: α_{m,j} = e^{g_{m,j}}, diag(α_m) on the state's rows, G_{m,j}), `title`;
+    `inclusive` is a port's mistake: token p's own decay kept in γ_{m,p}."""
 
     name: str
     title: str
@@ -98,6 +99,7 @@ class Rule(NamedTuple):
     delta: bool
     inclusive: bool = False
     stepped: bool = False
+    channel: bool = False
 
 
 RULES = {
@@ -105,6 +107,7 @@ RULES = {
     "deltanet": Rule("deltanet", "the delta rule", gated=False, delta=True),
     "gated-deltanet": Rule("gated-deltanet", "the gated delta rule", gated=True, delta=True),
     "ssd": Rule("ssd", "Mamba-2's state-space dual", gated=True, delta=False, stepped=True),
+    "kda": Rule("kda", "Kimi Delta Attention", gated=True, delta=True, channel=True),
 }
 
 
@@ -112,17 +115,25 @@ RULES = {
 # The invariant and the recurrence, at symbolic sizes
 
 
-def _kept(m: sp.Expr, rule: Rule) -> sp.Expr:
-    """e^{G_m}: what is left at token m of the segment's initial state (1 ungated)."""
-    return exp(G[m]) if rule.gated else sp.S.One
+def _decay(m: sp.Expr, j: sp.Expr, rule: Rule) -> sp.Expr:
+    """G_m, or G_{m,j} with a decay per key channel (row j of the state)."""
+    return G[m, j] if rule.channel else G[m]
 
 
-def _gamma(m: sp.Expr, p: sp.Expr, rule: Rule) -> sp.Expr:
-    """γ_{m,p} = e^{G_m − G_p}, the decay from token p's write to token m (1 ungated; the
-    mistake `inclusive`: e^{G_m − G_{p−1}}, token p's own α in it)."""
+def _kept(m: sp.Expr, rule: Rule, j: sp.Expr = J) -> sp.Expr:
+    """e^{G_m}: what is left at token m of the segment's initial state (1 ungated; e^{G_{m,j}}
+    in row j with a decay per channel)."""
+    return exp(_decay(m, j, rule)) if rule.gated else sp.S.One
+
+
+def _gamma(m: sp.Expr, p: sp.Expr, rule: Rule, j: sp.Expr = J) -> sp.Expr:
+    """γ_{m,p} = e^{G_m − G_p}, the decay from token p's write to token m (1 ungated; per
+    channel γ_{m,p,j} = e^{G_{m,j} − G_{p,j}}; the mistake `inclusive`: e^{G_m − G_{p−1}}, token
+    p's own α in it)."""
     if not rule.gated:
         return sp.S.One
-    return exp(G[m] - G[p - 1]) if rule.inclusive else exp(G[m] - G[p])
+    before = _decay(p - 1, j, rule) if rule.inclusive else _decay(p, j, rule)
+    return exp(_decay(m, j, rule) - before)
 
 
 def _dot(a: IndexedBase, m: sp.Expr, b: IndexedBase, p: sp.Expr) -> sp.Expr:
@@ -139,18 +150,21 @@ def _writes(p: sp.Expr, rule: Rule) -> sp.Expr:
 
 def invariant(m: sp.Expr, rule: Rule, j: sp.Expr = J) -> sp.Expr:
     """S^{(m)}_{j,j'} = e^{G_m} S_{0 j,j'} + Σ_{p = s+1}^{m} γ_{m,p} k_{p,j} u_{p,j'}."""
-    written_by = Sum(_gamma(m, P, rule) * k[P, j] * _writes(P, rule), (P, S + 1, m))
-    return _kept(m, rule) * _initial(j) + written_by
+    written_by = Sum(_gamma(m, P, rule, j) * k[P, j] * _writes(P, rule), (P, S + 1, m))
+    return _kept(m, rule, j) * _initial(j) + written_by
 
 
-def _alpha(m: sp.Expr, rule: Rule) -> sp.Expr:
-    return exp(g[m]) if rule.gated else sp.S.One
+def _alpha(m: sp.Expr, rule: Rule, j: sp.Expr = J) -> sp.Expr:
+    """α_m = e^{g_m} (1 ungated; α_{m,j} = e^{g_{m,j}} on row j with a decay per channel)."""
+    if not rule.gated:
+        return sp.S.One
+    return exp(g[m, j]) if rule.channel else exp(g[m])
 
 
 def predicted_by_state(m: sp.Expr, rule: Rule) -> sp.Expr:
     """(α_m S^{(m−1)ᵀ} k_m)_{j'}: what the decayed state predicts for token m's key, the state
-    the invariant at m − 1."""
-    return Sum(k[m, J] * _alpha(m, rule) * invariant(m - 1, rule), (J, 1, C))
+    the invariant at m − 1 (per channel: Σ_j k_{m,j} α_{m,j} S^{(m−1)}_{j,j'})."""
+    return Sum(k[m, J] * _alpha(m, rule, J) * invariant(m - 1, rule, J), (J, 1, C))
 
 
 def delta_write(m: sp.Expr, predicted: sp.Expr) -> sp.Expr:
@@ -159,8 +173,16 @@ def delta_write(m: sp.Expr, predicted: sp.Expr) -> sp.Expr:
 
 
 def _cumulative(expr: sp.Expr, m: sp.Expr) -> sp.Expr:
-    """G_{m−1} written as G_m − g_m (the cumulative sum's own step)."""
-    return expr.xreplace({G[m - 1]: G[m] - g[m]})
+    """G_{m−1} written as G_m − g_m (the cumulative sum's own step; G_{m−1,j} as
+    G_{m,j} − g_{m,j} for every channel j)."""
+
+    def step(entry: sp.Indexed) -> sp.Expr:
+        rest = entry.indices[1:]
+        return G[(m, *rest)] - g[(m, *rest)]
+
+    return expr.replace(
+        lambda e: isinstance(e, sp.Indexed) and e.base == G and e.indices[0] == m - 1, step
+    )
 
 
 def _apart(total: Sum, taken: set) -> Sum:
@@ -238,11 +260,13 @@ def written(rule: Rule) -> Fact:
             else "linear attention writes v_m as it is",
         )
     recurrence = delta_write(m, predicted)
-    system = beta[m] * (
-        v[m, J2]
-        - _kept(m, rule) * Sum(k[m, J] * _initial(J), (J, 1, C))
-        - Sum(_gamma(m, P, rule) * Sum(k[m, J] * k[P, J], (J, 1, C)) * u[P, J2], (P, S + 1, m - 1))
-    )
+    if rule.channel:  # the decays inside the sums over the channels
+        initial = Sum(k[m, J] * _kept(m, rule) * _initial(J), (J, 1, C))
+        coupled = Sum(k[m, J] * k[P, J] * _gamma(m, P, rule), (J, 1, C))
+    else:
+        initial = _kept(m, rule) * Sum(k[m, J] * _initial(J), (J, 1, C))
+        coupled = _gamma(m, P, rule) * Sum(k[m, J] * k[P, J], (J, 1, C))
+    system = beta[m] * (v[m, J2] - initial - Sum(coupled * u[P, J2], (P, S + 1, m - 1)))
     return _fact(
         f"{rule.name}_written",
         "What token m writes: a row of a triangular system",
@@ -258,7 +282,7 @@ def state(rule: Rule) -> Fact:
     """The recurrence takes the invariant at token m − 1 to the invariant at token m."""
     m = M
     before = _cumulative(invariant(m - 1, rule), m)
-    stepped = _alpha(m, rule) * before + k[m, J] * _writes(m, rule)
+    stepped = _alpha(m, rule, J) * before + k[m, J] * _writes(m, rule)
     after = invariant(m, rule)
     return _fact(
         f"{rule.name}_state",
@@ -288,9 +312,15 @@ def output(rule: Rule) -> Fact:
     Σ_{p ≤ m} γ_{m,p} (q_m · k_p) u_{p,j'}."""
     m = M
     read = Sum(q[m, J] * invariant(m, rule), (J, 1, C))
-    parallel = _kept(m, rule) * Sum(q[m, J] * _initial(J), (J, 1, C)) + Sum(
-        _gamma(m, P, rule) * _dot(q, m, k, P) * _writes(P, rule), (P, S + 1, m)
-    )
+    if rule.channel:  # Σ_j q_{m,j} e^{G_{m,j}} S_0 + Σ_p (Σ_j q_{m,j} k_{p,j} γ_{m,p,j}) u_p
+        parallel = Sum(q[m, J] * _kept(m, rule) * _initial(J), (J, 1, C)) + Sum(
+            Sum(q[m, J] * k[P, J] * _gamma(m, P, rule), (J, 1, C)) * _writes(P, rule),
+            (P, S + 1, m),
+        )
+    else:
+        parallel = _kept(m, rule) * Sum(q[m, J] * _initial(J), (J, 1, C)) + Sum(
+            _gamma(m, P, rule) * _dot(q, m, k, P) * _writes(P, rule), (P, S + 1, m)
+        )
     return _fact(
         f"{rule.name}_output",
         "What token m reads: the parallel form's row",
@@ -309,7 +339,7 @@ def carried(rule: Rule) -> Fact:
     ended = invariant(t, rule)  # the state carried, at the chunk before's last token
     # the next chunk's own cumulative decays G'_m = G_m − G_t: its initial state kept by
     # e^{G'_m}, its own writes from token t + 1 decayed by e^{G'_m − G'_p} = γ_{m,p}
-    decayed = exp(G[m] - G[t]) if rule.gated else sp.S.One
+    decayed = exp(_decay(m, J, rule) - _decay(t, J, rule)) if rule.gated else sp.S.One
     own = Sum(_gamma(m, P, rule) * k[P, J] * _writes(P, rule), (P, t + 1, m))
     restarted = decayed * ended + own
     pieces = Sum(_gamma(m, P, rule) * k[P, J] * _writes(P, rule), (P, S + 1, t)) + own
@@ -381,21 +411,27 @@ def splits(n: int) -> Iterator[tuple[int, ...]]:
 
 
 class Symbols(NamedTuple):
-    """Explicit entries: Q, K (n × c), V (n × c_v), the decays α_m (positive symbols, e^{g_m})
-    and the strengths β_m."""
+    """Explicit entries: Q, K (n × c), V (n × c_v), the decays α_m (positive symbols, e^{g_m};
+    with a decay per channel, α_m is a tuple of c symbols α_{m,j}) and the strengths β_m."""
 
     Q: sp.Matrix
     K: sp.Matrix
     V: sp.Matrix
-    alpha: tuple[sp.Symbol, ...]
+    alpha: tuple
     beta: tuple[sp.Symbol, ...]
 
 
-def explicit(n: int, c: int, c_v: int) -> Symbols:
+def explicit(n: int, c: int, c_v: int, *, channel: bool = False) -> Symbols:
     def matrix(name: str, cols: int) -> sp.Matrix:
         return sp.Matrix(n, cols, lambda a, b: sp.Symbol(f"{name}_{a + 1}{b + 1}", real=True))
 
-    alpha = sp.symbols(f"alpha_1:{n + 1}", positive=True)
+    if channel:
+        alpha = tuple(
+            tuple(sp.Symbol(f"alpha_{m + 1}{j + 1}", positive=True) for j in range(c))
+            for m in range(n)
+        )
+    else:
+        alpha = sp.symbols(f"alpha_1:{n + 1}", positive=True)
     strengths = sp.symbols(f"beta_1:{n + 1}", positive=True)
     return Symbols(matrix("q", c), matrix("k", c), matrix("v", c_v), alpha, strengths)
 
@@ -406,8 +442,10 @@ def recurrent_outputs(x: Symbols, rule: Rule) -> sp.Matrix:
     state = sp.zeros(x.K.shape[1], c_v)
     rows = []
     for m in range(n):
-        a = x.alpha[m] if rule.gated else 1
-        state = a * state
+        if rule.channel:  # diag(α_m): each row of the state its own decay
+            state = sp.diag(*x.alpha[m]) * state
+        elif rule.gated:
+            state = x.alpha[m] * state
         k_m, v_m = x.K[m, :].T, x.V[m, :].T
         write = x.beta[m] * (v_m - state.T * k_m) if rule.delta else v_m
         if rule.stepped:
@@ -426,6 +464,8 @@ def chunk(
 ) -> tuple[sp.Matrix, sp.Matrix]:
     """One chunk of the chunked form (`attention.linear.chunked`), written out: Γ ∘ M, the
     triangular system solved by forward substitution, the outputs and the state after it."""
+    if rule.channel:
+        return _chunk_per_channel(Q, K, V, alpha, strengths, start, rule)
     size = Q.shape[0]
 
     def decay(m: int, p: int) -> sp.Expr:  # γ_{m,p}: the α of tokens p + 1 … m
@@ -453,6 +493,31 @@ def chunk(
     return outputs, after
 
 
+def _chunk_per_channel(
+    Q: sp.Matrix, K: sp.Matrix, V: sp.Matrix, alpha, strengths, start: sp.Matrix, rule: Rule
+) -> tuple[sp.Matrix, sp.Matrix]:
+    """`chunk` with a decay per key channel (Kimi Delta Attention): γ_{m,p,j} the α_{·,j} of
+    tokens p + 1 … m, inside every product over the channels."""
+    size, c = Q.shape
+
+    def decay(m: int, p: int, j: int) -> sp.Expr:
+        first = p if rule.inclusive else p + 1
+        return sp.Mul(*(alpha[r][j] for r in range(first, m + 1)))
+
+    def mixed(A: sp.Matrix, B: sp.Matrix, m: int, p: int) -> sp.Expr:
+        return sp.Add(*(A[m, j] * B[p, j] * decay(m, p, j) for j in range(c)))
+
+    kept = sp.Matrix(size, c, lambda m, j: decay(m, -1, j))  # e^{G_{m,j}}
+    system = sp.Matrix(size, size, lambda m, p: strengths[m] * mixed(K, K, m, p) if p < m else 0)
+    right = sp.diag(*strengths) * (V - K.multiply_elementwise(kept) * start)
+    written = (sp.eye(size) + system).lower_triangular_solve(right) if rule.delta else V
+    scores = sp.Matrix(size, size, lambda m, p: mixed(Q, K, m, p) if p <= m else 0)
+    outputs = Q.multiply_elementwise(kept) * start + scores * written
+    last = sp.Matrix(size, c, lambda p, j: decay(size - 1, p, j))  # e^{G_{C,j} − G_{p,j}}
+    after = sp.diag(*kept.row(size - 1)) * start + K.multiply_elementwise(last).T * written
+    return outputs, after
+
+
 def chunked_outputs(x: Symbols, sizes: tuple[int, ...], rule: Rule, form: ChunkRule = chunk):
     """The chunked form over chunks of the given sizes, from S = 0: the outputs (n × c_v)."""
     state = sp.zeros(x.K.shape[1], x.V.shape[1])
@@ -472,7 +537,7 @@ def every_split(n: int, rule: Rule, *, c: int = 2, c_v: int = 1, form: ChunkRule
     n tokens (the parallel form is the split into one chunk); every value the zero matrix when
     the chunked form is the recurrence. The recurrence is always the correct one; `rule` and
     `form` choose the chunked form's (a mistake's, for the tests)."""
-    x = explicit(n, c, c_v)
+    x = explicit(n, c, c_v, channel=rule.channel)
     right = RULES[rule.name] if rule.name in RULES else rule._replace(inclusive=False)
     expected = recurrent_outputs(x, right._replace(inclusive=False))
     return {
@@ -485,8 +550,8 @@ def gradients(n: int, rule: Rule, *, c: int = 2, c_v: int = 1) -> dict[str, sp.M
     """The gradient of L = Σ o̅_{m,j'} o_{m,j'} (o̅ the outputs' gradient, symbols) with respect
     to Q, K, V, α and β, derived by SymPy from the parallel form (one chunk of n tokens) at
     explicit sizes: {"dQ", "dK", "dV", "dalpha", "dbeta"} with the symbols of `explicit` and
-    ``obar_{m}{j'}``."""
-    x = explicit(n, c, c_v)
+    ``obar_{m}{j'}``; with a decay per channel, dalpha is n × c."""
+    x = explicit(n, c, c_v, channel=rule.channel)
     out = chunked_outputs(x, (n,), rule)
     bar = sp.Matrix(n, c_v, lambda a, b: sp.Symbol(f"obar_{a + 1}{b + 1}", real=True))
     loss = sum((bar[a, b] * out[a, b] for a in range(n) for b in range(c_v)), sp.S.Zero)
@@ -495,7 +560,9 @@ def gradients(n: int, rule: Rule, *, c: int = 2, c_v: int = 1) -> dict[str, sp.M
         "dQ": derivative(x.Q),
         "dK": derivative(x.K),
         "dV": derivative(x.V),
-        "dalpha": sp.Matrix([[sp.diff(loss, a) for a in x.alpha]]),
+        "dalpha": sp.Matrix([[sp.diff(loss, a) for a in row] for row in x.alpha])
+        if rule.channel
+        else sp.Matrix([[sp.diff(loss, a) for a in x.alpha]]),
         "dbeta": sp.Matrix([[sp.diff(loss, b) for b in x.beta]]),
     }
 
@@ -524,6 +591,13 @@ def chunk_states(graph, sizes: dict) -> list:
         return (values[p, 1],) if step is None else (v[p, 1], step[p, 1])
 
     decay = L.base("gammadecay") if "Gamma_decay" in graph.inputs else None
+    logs = L.base("glog") if "G_log" in graph.inputs else None  # KDA's, per key channel
+
+    def decayed(last: int, p: int, j: int) -> sp.Expr:  # from token p's write to token last
+        if logs is not None:
+            return sp.exp(logs[last, j] - logs[p, j])
+        return 1 if decay is None else decay[last, p]
+
     state = L.base("sstate")
     found = []
     for t, stop in enumerate(range(size, n + size, size), 1):
@@ -531,12 +605,7 @@ def chunk_states(graph, sizes: dict) -> list:
         tokens = range(1, last + 1)
 
         def entry(j: int, j2: int, last: int = last, tokens: range = tokens) -> sp.Expr:
-            return sp.Add(
-                *(
-                    (1 if decay is None else decay[last, p]) * k[p, j] * written(p, j2)
-                    for p in tokens
-                )
-            )
+            return sp.Add(*(decayed(last, p, j) * k[p, j] * written(p, j2) for p in tokens))
 
         formulas = sp.Matrix(c, c, lambda j, j2: entry(j + 1, j2 + 1))
         entries = sp.Matrix(c, c, lambda j, j2, t=t: state[t, j + 1, j2 + 1])

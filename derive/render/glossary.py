@@ -113,6 +113,11 @@ _JAXTYPING = (
     ("chunks *batch d_k d_v", "the states", "`attention.linear.chunk_states`: after each chunk"),
     ("*#batch n n", "the decays $\\Gamma$", "`attention.linear.causal_weights(..., decays=)`"),
     (
+        "*#batch n c",
+        "the log-decays $G$ of KDA",
+        "`attention.linear.channel_decayed`, `kda_read`: one per token and key channel",
+    ),
+    (
         "*#batch n 1",
         "the steps $\\Delta$",
         "`attention.linear.stepped_values`, `ssd_read`: one a token",

@@ -30,12 +30,21 @@ def inputs(seed=0, n=N, dtype=torch.float64):
     return q, k, v, g, beta, draw(B, H, DK, DV)
 
 
-#: The rules: name -> (function, which of (g, β) it takes).
+#: The rules: name -> (function, which of (g, β) it takes; "g_channel": a decay per key channel).
 RULES = {
     "linear": (L.linear_attention, ()),
     "delta": (L.delta_rule, ("beta",)),
     "gated-delta": (L.gated_delta_rule, ("g", "beta")),
+    "kimi-delta": (L.kimi_delta_rule, ("g_channel", "beta")),
 }
+
+
+def per_channel(g):
+    """A log-decay per key channel from one per token: channel j's g_t times 0.5 + j/(d_k − 1),
+    so that channels decay at different rates (and channel 0 at half the token's)."""
+    return g[..., None] * torch.linspace(0.5, 1.5, DK, dtype=g.dtype)
+
+
 #: The forms other than the recurrence: the n × n matrix, and chunks of C tokens (C = 1, an
 #: uneven 2, 3 and 5, the whole sequence, more than it).
 FORMS = [dict(parallel=True)] + [dict(chunk_size=c) for c in (1, 2, 3, 5, N, 16)]
@@ -43,7 +52,7 @@ FORMS = [dict(parallel=True)] + [dict(chunk_size=c) for c in (1, 2, 3, 5, N, 16)
 
 def call(rule, q, k, v, g, beta, **options):
     function, takes = RULES[rule]
-    extra = {"g": g, "beta": beta}
+    extra = {"g": g, "beta": beta, "g_channel": per_channel(g)}
     return function(q, k, v, *(extra[name] for name in takes), **options)
 
 
@@ -65,12 +74,14 @@ def test_each_form_against_the_formulas_on_two_tokens(rule, form):
     """S_1 = β_1 k_1 v_1ᵀ (linear: k_1 v_1ᵀ; decayed: α_1 S_0 first), and token 2's write
     u_2 = β_2 (v_2 − α_2 S_1ᵀ k_2), written out with a state S_0."""
     q, k, v, g, beta, s0 = inputs(seed=1, n=2)
-    alpha = g.exp() if rule == "gated-delta" else torch.ones_like(g)
+    alpha = g.exp()[..., None] if rule == "gated-delta" else torch.ones_like(g)[..., None]
+    if rule == "kimi-delta":  # diag(α_t): one decay per row of the state
+        alpha = per_channel(g).exp()
     b = beta if rule != "linear" else torch.ones_like(beta)
     state = s0
     rows = []
     for t in range(2):
-        state = alpha[..., t, None, None] * state
+        state = alpha[..., t, :, None] * state
         u = v[..., t, :]
         if rule != "linear":
             u = b[..., t, None] * (u - torch.einsum("...k,...kv->...v", k[..., t, :], state))
@@ -99,7 +110,7 @@ def test_gradients_of_every_input_equal_the_recurrence_s(rule, form):
 
     expected = gradients()
     got = gradients(**form)
-    used = {"linear": (0, 1, 2, 5), "delta": (0, 1, 2, 4, 5), "gated-delta": range(6)}[rule]
+    used = {"linear": (0, 1, 2, 5), "delta": (0, 1, 2, 4, 5)}.get(rule, range(6))
     for index in used:
         torch.testing.assert_close(got[index], expected[index], **TOL)
 
@@ -279,3 +290,36 @@ def test_a_chunk_longer_than_the_sequence_is_the_sequence():
     q, k, v, g, beta, _ = inputs(seed=11)
     whole = L.gated_delta_rule(q, k, v, g, beta, chunk_size=N)
     torch.testing.assert_close(L.gated_delta_rule(q, k, v, g, beta, chunk_size=10**6), whole)
+
+
+def test_kimi_delta_attention_with_every_channel_alike_is_the_gated_delta_rule():
+    q, k, v, g, beta, s0 = inputs(seed=11)
+    alike = g[..., None].expand(*g.shape, DK)
+    for form in (dict(), dict(chunk_size=3), dict(parallel=True)):
+        got = L.kimi_delta_rule(q, k, v, alike, beta, initial_state=s0, **form)
+        expected = L.gated_delta_rule(q, k, v, g, beta, initial_state=s0, **form)
+        torch.testing.assert_close(got, expected, **TOL)
+    apart = L.kimi_delta_rule(q, k, v, per_channel(g), beta, initial_state=s0)
+    assert (apart - expected).abs().max() > 1e-3  # channels that decay apart: another rule
+
+
+@pytest.mark.parametrize("form", ["recurrent", "chunk"])
+def test_kimi_delta_attention_is_transformers_torch_kda(form):
+    """transformers' Kimi Linear fallbacks (`recurrent_kimi_delta_attention`,
+    `chunk_kimi_delta_attention`) take (b, n, h, ·) and scale q by 1/√d_k themselves; they compute
+    in float32: 2⁻¹⁸ of the largest output."""
+    from transformers.models.kimi_linear import modeling_kimi_linear as kimi
+
+    q, k, v, g, beta, s0 = inputs(seed=12, dtype=torch.float32)
+    gc = per_channel(g)
+    t = lambda x: x.transpose(1, 2)  # noqa: E731  (b, n, h, ·), theirs
+    run = getattr(kimi, f"{form}_kimi_delta_attention")
+    theirs, state = run(
+        t(q), t(k), t(v), g=t(gc), beta=t(beta), initial_state=s0, output_final_state=True
+    )
+    ours, our_state = L.kimi_delta_rule(
+        q / DK**0.5, k, v, gc, beta, initial_state=s0, return_state=True, chunk_size=3
+    )
+    bound = 2**-18 * theirs.abs().max()
+    torch.testing.assert_close(ours, t(theirs), rtol=0, atol=bound)
+    torch.testing.assert_close(our_state, state, rtol=0, atol=2**-18 * state.abs().max())

@@ -229,6 +229,27 @@ def variant_calls(x):
             ["decays"],
         ),
         (
+            "kimi_delta_rule",
+            L.kimi_delta_rule,
+            {**qkv, "g": -torch.rand(HEADS, N, C), "beta": beta},
+            [*qkv, "g", "beta"],
+            ["initial_state"],
+        ),
+        (
+            "channel_decayed",
+            L.channel_decayed,
+            {"x": u, "log_decays": -torch.rand(N, C), "sign": 1},
+            ["x", "log_decays"],
+            [],
+        ),
+        (
+            "kda_read",
+            L.kda_read,
+            {"x": x, "w_q": w, "w_k": w, "u": u, "log_decays": -torch.rand(N, C)},
+            ["x", "w_q", "w_k", "u", "log_decays"],
+            [],
+        ),
+        (
             "ssd",
             L.ssd,
             {

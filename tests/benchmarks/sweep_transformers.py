@@ -51,6 +51,14 @@ SMALL = {
     "num_experts_per_tok": 2,
     "moe_intermediate_size": 32,
 }
+#: The state-space layers' heads, head width and expansion, as each family's config names them:
+#: heads of SMALL's head width, as many as make the inner width (expansion × hidden size), as
+#: the layers need (Mamba 2's default 128 heads would not run at SMALL's hidden size).
+SSM_HEADS = (
+    ("num_heads", "head_dim", "expand"),
+    ("mamba_n_heads", "mamba_d_head", "mamba_expand"),
+    ("n_mamba_heads", "mamba_headdim", "mamba_expand"),
+)
 #: The seconds one family may take to build and check before it is listed as too slow.
 PATIENCE = 30
 DOC = Path(__file__).resolve().parents[2] / "docs" / "conformance.md"
@@ -106,6 +114,11 @@ def build(family: str):
     for key, value in SMALL.items():
         if hasattr(config, key):
             setattr(config, key, value)
+    for heads, width, expand in SSM_HEADS:
+        if all(hasattr(config, key) for key in (heads, width, expand, "hidden_size")):
+            inner = int(getattr(config, expand) * config.hidden_size)
+            setattr(config, width, SMALL["head_dim"])
+            setattr(config, heads, inner // SMALL["head_dim"])
     if hasattr(config, "num_hidden_layers"):
         config.num_hidden_layers = layers
     pad = getattr(config, "pad_token_id", None)

@@ -16,6 +16,7 @@ from . import (
     gate,
     gqa,
     interleaved_rope,
+    kda,
     kv_cache,
     l2_qk_norm,
     linear_attention,
@@ -64,6 +65,7 @@ BUILT_IN = (
     deltanet.DELTANET,
     deltanet.GATED_DELTANET,
     ssd.VARIANT,
+    kda.VARIANT,
 )
 
 #: Combinations whose title names the model that uses them (parts in their order).

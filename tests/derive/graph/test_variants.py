@@ -46,6 +46,7 @@ def test_the_registered_names():
         "deltanet",
         "gated-deltanet",
         "ssd",
+        "kda",
     )
     with pytest.raises(
         ValueError,
@@ -55,7 +56,7 @@ def test_the_registered_names():
 
 
 #: The variants whose rows of weights do not sum to 1: a sink's, and attention without the softmax.
-UNNORMALISED = ("sinks", "linear-attention", "deltanet", "gated-deltanet", "ssd")
+UNNORMALISED = ("sinks", "linear-attention", "deltanet", "gated-deltanet", "ssd", "kda")
 WITHOUT_SOFTMAX = UNNORMALISED[1:]
 
 

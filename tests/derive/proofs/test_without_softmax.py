@@ -117,11 +117,12 @@ def test_the_parallel_form_s_gradient_is_autograd_s_on_the_recurrence(rule):
 
     n, c, c_v = 3, 2, 1
     derived = D.gradients(n, rule, c=c, c_v=c_v)
-    x = D.explicit(n, c, c_v)
+    x = D.explicit(n, c, c_v, channel=rule.channel)
     gen = torch.Generator().manual_seed(0)
     draw = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64)  # noqa: E731
     numbers = {"Q": draw(n, c), "K": draw(n, c), "V": draw(n, c_v), "bar": draw(n, c_v)}
-    alpha = torch.rand(n, generator=gen, dtype=torch.float64) * 0.5 + 0.4
+    decays = (n, c) if rule.channel else (n,)  # one per key channel: Kimi Delta Attention's
+    alpha = torch.rand(*decays, generator=gen, dtype=torch.float64) * 0.5 + 0.4
     strengths = torch.rand(n, generator=gen, dtype=torch.float64)
     table = {}
     for name in ("Q", "K", "V"):
@@ -129,7 +130,8 @@ def test_the_parallel_form_s_gradient_is_autograd_s_on_the_recurrence(rule):
         table |= {
             symbols[a, b]: float(values[a, b]) for a in range(n) for b in range(values.shape[1])
         }
-    table |= {s: float(a) for s, a in zip(x.alpha, alpha, strict=True)}
+    flat = [a for row in x.alpha for a in row] if rule.channel else x.alpha
+    table |= {s: float(a) for s, a in zip(flat, alpha.flatten(), strict=True)}
     table |= {s: float(b) for s, b in zip(x.beta, strengths, strict=True)}
     bar = sp.Matrix(n, c_v, lambda a, b: sp.Symbol(f"obar_{a + 1}{b + 1}", real=True))
     table |= {bar[a, b]: float(numbers["bar"][a, b]) for a in range(n) for b in range(c_v)}
@@ -145,13 +147,16 @@ def test_the_parallel_form_s_gradient_is_autograd_s_on_the_recurrence(rule):
         out = linear.linear_attention(q, k, v)
     elif rule.name == "deltanet":
         out = linear.delta_rule(q, k, v, b)
+    elif rule.channel:
+        out = linear.kimi_delta_rule(q, k, v, g, b)
     else:
         out = linear.gated_delta_rule(q, k, v, g, b)
     (out * numbers["bar"]).sum().backward()
     for name, tensor in (("dQ", q), ("dK", k), ("dV", v)):
         torch.testing.assert_close(number(derived[name]), tensor.grad, rtol=1e-12, atol=1e-12)
     if rule.gated:  # dL/dα = dL/dg / α
-        torch.testing.assert_close(number(derived["dalpha"])[0], g.grad / alpha)
+        found = number(derived["dalpha"])
+        torch.testing.assert_close(found if rule.channel else found[0], g.grad / alpha)
     if rule.delta:
         torch.testing.assert_close(number(derived["dbeta"])[0], b.grad)
 
@@ -180,7 +185,7 @@ def _ssd_gradients(derived, number, numbers, steps, x, table):
     torch.testing.assert_close((by_alpha * alpha * steps).sum(), A.grad[0])
 
 
-@pytest.mark.parametrize("name", ["linear-attention", "deltanet", "gated-deltanet", "ssd"])
+@pytest.mark.parametrize("name", ["linear-attention", "deltanet", "gated-deltanet", "ssd", "kda"])
 def test_the_page_s_states_are_the_chunked_form_s(name):
     """The state after each chunk the HTML page shows, its formulas evaluated, against
     `attention.linear.chunk_states` on the same numbers (the delta rules' written values and
@@ -200,7 +205,7 @@ def test_the_page_s_states_are_the_chunked_form_s(name):
     gated = name in ("gated-deltanet", "ssd")
     g = -torch.rand(n, generator=gen, dtype=torch.float64) if gated else None
     G = torch.zeros(n, dtype=torch.float64) if g is None else g.cumsum(0)
-    values = "uwritten" if name in ("deltanet", "gated-deltanet") else "v"
+    values = "uwritten" if name in ("deltanet", "gated-deltanet", "kda") else "v"
     table = {L.base("k")[p + 1, j + 1]: float(k[p, j]) for p in range(n) for j in range(c)}
     table |= {L.base(values)[p + 1, j + 1]: float(u[p, j]) for p in range(n) for j in range(c)}
     if name == "ssd":  # SSD writes Δ_p v_p, its steps in the graph
@@ -212,6 +217,12 @@ def test_the_page_s_states_are_the_chunked_form_s(name):
         for m in range(n)
         for p in range(m + 1)
     }
+    if name == "kda":  # a log-decay per key channel: G_{m,j} in the graph
+        g = -torch.rand(n, c, generator=gen, dtype=torch.float64)
+        logs = g.cumsum(0)
+        table |= {
+            L.base("glog")[m + 1, j + 1]: float(logs[m, j]) for m in range(n) for j in range(c)
+        }
     expected = linear.chunk_states(k, k, u, g, None, chunk_size=2)
     for state, numbers in zip(found, expected, strict=True):
         got = torch.tensor(
@@ -246,3 +257,32 @@ def test_ssd_s_write_is_the_gated_delta_rule_s_without_the_correction():
     assert D.canonical(corrected) != D.canonical(
         fact.claim.rhs.xreplace({D.STEP[L.m]: D.beta[L.m]})
     )
+
+
+def test_kda_s_decay_on_the_state_s_columns_breaks_the_invariant(monkeypatch):
+    """Kimi Delta Attention decays each row of the state, the key channel j: a port that decays
+    its columns (the value channel j') keeps another state."""
+    rule = D.RULES["kda"]
+    assert D.state(rule).holds and D.written(rule).holds
+    original = D._alpha
+
+    def columns(m, rule, j=D.J):
+        return sp.exp(D.g[m, D.J2]) if rule.channel else original(m, rule, j)
+
+    monkeypatch.setattr(D, "_alpha", columns)
+    assert not D.state(rule).holds
+    assert not D.written(rule).holds
+
+
+def test_kda_with_one_decay_for_every_channel_is_the_gated_delta_rule():
+    """Every split of KDA's chunked form, its channels' decays made one per token, is the gated
+    delta rule's recurrence: the per-channel forms reduce to the scalar ones."""
+    x = D.explicit(4, 2, 1, channel=True)
+    alike = x._replace(alpha=tuple((a[0], a[0]) for a in x.alpha))
+    scalar = x._replace(alpha=tuple(a[0] for a in x.alpha))
+    expected = D.recurrent_outputs(scalar, D.RULES["gated-deltanet"])
+    for sizes in D.splits(4):
+        got = D.chunked_outputs(alike, sizes, D.RULES["kda"])
+        assert (got - expected).applyfunc(sp.expand) == sp.zeros(4, 1), sizes
+    apart = D.chunked_outputs(x, (4,), D.RULES["kda"])
+    assert (apart - expected).applyfunc(sp.expand) != sp.zeros(4, 1)
