@@ -8,6 +8,7 @@
     from attention import mods  # the score modifications as objects: mods=(mods.Chunked(8),)
     from attention import GatedDeltaNet, linear  # attention without the softmax (ch04/08)
     from attention import Mamba2, ssm  # Mamba-2's layer, on linear.ssd (state-space duality)
+    from attention import KimiDeltaAttention  # Kimi Linear's KDA layer, on linear.kimi_delta_rule
 
 Checks (jaxtyping + beartype, on every public function and `forward`) are on by default; turn
 them off with `JAXTYPING_DISABLE=1` or `jaxtyping.config.update("jaxtyping_disable", True)`.
@@ -18,6 +19,7 @@ from ._shapes import AttentionError, DeviceError, DtypeError, ShapeError, checks
 from .deltanet import GatedDeltaNet
 from .grouped import GroupedQueryAttention, RMSNorm
 from .interop import from_torch_multihead, to_torch_multihead, torch_masks
+from .kimi import KimiDeltaAttention
 from .latent import MultiHeadLatentAttention
 from .modules import (
     CausalAttention,
@@ -62,5 +64,6 @@ __all__ += ["MultiHeadLatentAttention"]
 # linear attention, DeltaNet and Gated DeltaNet (the book's ch04/08_deltanet, Qwen 3.5's layers)
 __all__ += ["linear", "GatedDeltaNet"]
 
-# Mamba-2's state-space dual layer (Mamba 2, Bamba, Granite 4, Nemotron-H, Zamba 2)
-__all__ += ["ssm", "Mamba2"]
+# Mamba-2's state-space dual layer (Mamba 2, Bamba, Granite 4, Nemotron-H, Zamba 2), and Kimi
+# Delta Attention (Kimi Linear's linear layers)
+__all__ += ["ssm", "Mamba2", "KimiDeltaAttention"]

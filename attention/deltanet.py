@@ -36,6 +36,7 @@ from torch import Tensor
 from . import linear
 from ._arguments import check_positive, check_probability
 from ._checks import Weights, checked_forward
+from ._convolution import convolved
 from ._shapes import ShapeError
 from ._weights import parameter, submodule
 
@@ -233,15 +234,7 @@ class GatedDeltaNet(nn.Module):
         continuing from `past`; unchanged without `conv_size`."""
         if self.conv1d is None:
             return mixed, None
-        width = self.conv1d.kernel_size[0]
-        if past is None:
-            past = mixed.new_zeros((*mixed.shape[:-2], width - 1, mixed.shape[-1]))
-        full = torch.cat([past, mixed], dim=-2)  # (*batch, w − 1 + n, channels)
-        batch = full.shape[:-2]
-        flat = full.reshape(-1, *full.shape[-2:]).transpose(-2, -1)
-        out = F.conv1d(flat, self.conv1d.weight, groups=flat.shape[-2])
-        out = F.silu(out).transpose(-2, -1).reshape(*batch, -1, mixed.shape[-1])
-        return out, full[..., full.shape[-2] - (width - 1) :, :]
+        return convolved(self.conv1d, mixed, past)
 
     def rule(
         self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor | None

@@ -257,6 +257,8 @@ def from_hf(layer: torch.nn.Module, rotary: torch.nn.Module | None = None) -> to
         return from_linear(source)
     if kind in SSM_FAMILIES:
         return from_ssm(source)
+    if kind in KDA_FAMILIES:
+        return from_kda(source)
     if kind not in FAMILIES:
         raise TypeError(
             f"from_hf: {kind} is not read (the families read: BloomAttention, "
@@ -553,18 +555,55 @@ def from_ssm(layer: torch.nn.Module) -> FromHFSSM:
     return FromHFSSM(ours, int(getattr(source, "layer_idx", 0)))
 
 
+#: Kimi Delta Attention's layers `from_hf` reads (`from_kda`), with transformers' names.
+KDA_FAMILIES = ("KimiLinearDeltaAttention",)
+
+
+@torch.no_grad()
+def from_kda(layer: torch.nn.Module) -> FromHFLinear:
+    """A Hugging Face Kimi Delta Attention layer (`KDA_FAMILIES`: Kimi Linear's) as this
+    package's `attention.kimi.KimiDeltaAttention` with its weights (loaded by name: the two share
+    them), in a `FromHFLinear` (the same cache as Gated DeltaNet's)."""
+    from .kimi import KimiDeltaAttention
+
+    source: typing.Any = layer
+    kind = type(source).__name__
+    if kind not in KDA_FAMILIES:
+        raise TypeError(f"from_hf: {kind} is not read as KDA (read: {', '.join(KDA_FAMILIES)})")
+    activation = getattr(source, "activation", "silu")
+    if activation not in ("silu", "swish"):
+        raise ValueError(f"from_hf: {kind} convolves with {activation!r}; read: silu")
+    ours = KimiDeltaAttention(
+        source.hidden_size,
+        num_heads=source.num_heads,
+        head_dim=source.head_dim,
+        conv_size=source.conv_kernel_size,
+        norm_eps=float(source.o_norm.variance_epsilon),
+    )
+    weight = source.q_proj.weight
+    ours = ours.to(dtype=weight.dtype, device=weight.device)
+    theirs = source.state_dict()
+    unread = sorted(set(theirs) - set(ours.state_dict()))
+    if unread:
+        raise ValueError(f"from_hf: {kind} holds {', '.join(unread)}, which KDA does not read")
+    ours.load_state_dict(theirs)
+    return FromHFLinear(ours, int(getattr(source, "layer_idx", 0)))
+
+
 def replace_linear_attention(model: torch.nn.Module) -> int:
     """Replace every linear-attention and state-space layer of `model` (`LINEAR_FAMILIES`,
-    `SSM_FAMILIES`) by this package's (`from_linear`, `from_ssm`), in place; returns how many
-    were replaced. With `register()` for its softmax layers, a hybrid model (Qwen 3.5,
-    Qwen3-Next, Bamba, Granite 4) then runs on this package in both kinds of layer."""
+    `SSM_FAMILIES`, `KDA_FAMILIES`) by this package's (`from_linear`, `from_ssm`, `from_kda`),
+    in place; returns how many were replaced. With `register()` for its softmax layers, a hybrid
+    model (Qwen 3.5, Qwen3-Next, Bamba, Granite 4, Kimi Linear's KDA layers) then runs on this
+    package in both kinds of layer."""
     found = [
         (parent, name, child)
         for parent in model.modules()
         for name, child in parent.named_children()
-        if type(child).__name__ in (*LINEAR_FAMILIES, *SSM_FAMILIES)
+        if type(child).__name__ in (*LINEAR_FAMILIES, *SSM_FAMILIES, *KDA_FAMILIES)
     ]
     for parent, name, child in found:
         kind = type(child).__name__
-        setattr(parent, name, from_linear(child) if kind in LINEAR_FAMILIES else from_ssm(child))
+        read = from_linear if kind in LINEAR_FAMILIES else from_kda
+        setattr(parent, name, from_ssm(child) if kind in SSM_FAMILIES else read(child))
     return len(found)

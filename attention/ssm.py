@@ -32,6 +32,7 @@ from torch import Tensor
 from . import linear
 from ._arguments import check_positive
 from ._checks import Weights, checked_forward
+from ._convolution import convolved
 from ._shapes import ShapeError
 from ._weights import parameter, submodule
 
@@ -215,7 +216,7 @@ class Mamba2(nn.Module):
         z, xbc, dt = self.in_proj(x).split(
             [self.intermediate_size, self.conv_dim, self.num_heads], dim=-1
         )
-        xbc, past = self.convolved(xbc, past)
+        xbc, past = convolved(self.conv1d, xbc, past)
         if keep is not None:
             xbc = xbc * keep[..., None].to(xbc.dtype)
         groups = self.n_groups * self.ssm_state_size
@@ -238,15 +239,3 @@ class Mamba2(nn.Module):
     def finished(self, y: Tensor, z: Tensor, dtype: torch.dtype) -> Tensor:
         """The layer's output from the scan's y (*batch, n, h, p): the gated RMSNorm, W_out."""
         return self.out_proj(self.norm(y.flatten(-2), z).to(dtype))
-
-    def convolved(self, xbc: Tensor, past: Tensor | None) -> tuple[Tensor, Tensor]:
-        """The causal depthwise convolution of each channel, its bias and SiLU, continuing from
-        `past` (zeros for a new sequence); returns (output, the last conv_kernel − 1 inputs)."""
-        width = self.conv1d.kernel_size[0]
-        if past is None:
-            past = xbc.new_zeros((*xbc.shape[:-2], width - 1, xbc.shape[-1]))
-        full = torch.cat([past.to(xbc.dtype), xbc], dim=-2)
-        flat = full.reshape(-1, *full.shape[-2:]).transpose(-2, -1)
-        out = F.conv1d(flat, self.conv1d.weight, self.conv1d.bias, groups=flat.shape[-2])
-        out = F.silu(out).transpose(-2, -1).reshape(*full.shape[:-2], -1, xbc.shape[-1])
-        return out, full[..., full.shape[-2] - (width - 1) :, :]

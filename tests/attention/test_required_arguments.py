@@ -174,6 +174,7 @@ def variant_calls(x):
     from attention import (
         GatedDeltaNet,
         GroupedQueryAttention,
+        KimiDeltaAttention,
         Mamba2,
         MultiHeadLatentAttention,
         RMSNorm,
@@ -274,6 +275,13 @@ def variant_calls(x):
             L.ssd_read,
             {"x": x, "w_q": w, "w_k": w, "w_v": w, "delta": torch.rand(N, 1), "decays": omega},
             ["x", "w_q", "w_k", "w_v", "delta", "decays"],
+            [],
+        ),
+        (
+            "KimiDeltaAttention.forward",
+            KimiDeltaAttention(D, num_heads=HEADS, head_dim=2, conv_size=2),
+            {"x": x},
+            ["x"],
             [],
         ),
         (

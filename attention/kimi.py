@@ -1,0 +1,203 @@
+r"""Kimi Delta Attention (KDA), the linear layer of Kimi Linear (Kimi Team, *Kimi Linear*, 2025):
+the gated delta rule with a decay per key channel (`attention.linear.kimi_delta_rule`).
+
+From x (*batch, n, d), with h heads of width c_h (queries, keys and values alike):
+
+    Q, K, V = SiLU(causal depthwise conv(X W_q, X W_k, X W_v))
+    q_t ← q_t / (‖q_t‖ √c_h),  k_t ← k_t / ‖k_t‖         (the L2 norm, and the scale on q)
+    g_t = −e^{A_log} softplus(x_t W_fa W_fb + dt_bias)     (a log-decay per head and channel)
+    β_t = σ(x_t W_b)                                       (the write strength, per head)
+    S_t = diag(α_t) S_{t−1} + β_t k_t (v_t − (diag(α_t) S_{t−1})ᵀ k_t)ᵀ,  o_t = S_tᵀ q_t
+    out = (RMSNorm(o) ∘ σ(X W_ga W_gb)) W_o                 (a sigmoid gate, per head's norm)
+
+`KimiDeltaAttention` keeps transformers' parameter names (q_proj, k_proj, v_proj, conv1d,
+forget_gate.f_a_proj, forget_gate.f_b_proj, forget_gate.dt_bias, forget_gate.A_log, b_proj,
+g_a_proj, g_b_proj, o_norm.weight, o_proj), so a `KimiLinearDeltaAttention`'s state dict loads
+into it as it is (`attention.huggingface.from_hf` reads one). `forward(x, use_cache=True)` keeps
+the state and the convolution's last inputs between calls.
+"""
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from jaxtyping import Float
+from torch import Tensor
+
+from . import linear
+from ._arguments import check_positive
+from ._checks import Weights, checked_forward
+from ._convolution import convolved
+from ._shapes import ShapeError
+from ._weights import parameter, submodule
+from .deltanet import l2_normalised
+
+__all__ = ["KimiDeltaAttention"]
+
+#: The weights every call checks: d the input's width, e = h c_h, c the head width, h the heads,
+#: k the convolution's channels (3e), w its width.
+_NAMES = (
+    ("q_proj.weight", Float[Tensor, "e d"]),
+    ("k_proj.weight", Float[Tensor, "e d"]),
+    ("v_proj.weight", Float[Tensor, "e d"]),
+    ("conv1d.weight", Float[Tensor, "k 1 w"]),
+    ("b_proj.weight", Float[Tensor, "h d"]),
+    ("g_a_proj.weight", Float[Tensor, "c d"]),
+    ("g_b_proj.weight", Float[Tensor, "e c"]),
+    ("o_norm.weight", Float[Tensor, " c"]),
+    ("o_proj.weight", Float[Tensor, "d e"]),
+)
+
+
+def _weights(module: nn.Module) -> Weights:
+    tensors = tuple(
+        parameter(submodule(module, name.split(".")[0]), name.split(".")[1]) for name, _ in _NAMES
+    )
+    return _NAMES, tensors
+
+
+class ForgetGate(nn.Module):
+    """g = −e^{A_log} softplus(x W_fa W_fb + dt_bias): a log-decay per head and key channel,
+    through a low-rank projection (d → c_h → h c_h)."""
+
+    def __init__(self, d_model: int, num_heads: int, head_dim: int) -> None:
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, head_dim
+        self.f_a_proj = nn.Linear(d_model, head_dim, bias=False)
+        self.f_b_proj = nn.Linear(head_dim, num_heads * head_dim, bias=False)
+        self.dt_bias = nn.Parameter(torch.zeros(num_heads * head_dim))
+        self.A_log = nn.Parameter(torch.zeros(1, 1, num_heads, 1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(*batch, n, d) -> the log-decays (*batch, n, h, c_h), float32 at least."""
+        raw = self.f_b_proj(self.f_a_proj(x)).float() + self.dt_bias.float()
+        raw = raw.unflatten(-1, (self.num_heads, self.head_dim))
+        rate = self.A_log.float().exp().reshape(self.num_heads, 1)  # e^{A_log}, one per head
+        return -rate * F.softplus(raw)
+
+
+class GatedNorm(nn.Module):
+    """RMSNorm of each head's output (its gains `weight`, c_h of them), times σ(gate): in
+    float32, returned in the input's dtype."""
+
+    def __init__(self, head_dim: int, *, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(head_dim))
+        self.eps = eps
+
+    def forward(self, o: Tensor, gate: Tensor) -> Tensor:
+        found = o.float()
+        normed = found * torch.rsqrt(found.square().mean(-1, keepdim=True) + self.eps)
+        return (self.weight.float() * normed * torch.sigmoid(gate.float())).to(o.dtype)
+
+
+class KimiDeltaAttention(nn.Module):
+    """Kimi Linear's KDA layer (the module docstring).
+
+    d_model: the input's and output's width; num_heads (h), head_dim (c_h); conv_size: the causal
+    convolution's width; norm_eps: the gated RMSNorm's ε; chunk_size: the chunked form's C (None:
+    the recurrence).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        *,
+        num_heads: int,
+        head_dim: int,
+        conv_size: int = 4,
+        norm_eps: float = 1e-6,
+        chunk_size: int | None = 64,
+    ) -> None:
+        super().__init__()
+        where = "KimiDeltaAttention"
+        check_positive(
+            where, d_model=d_model, num_heads=num_heads, head_dim=head_dim, conv_size=conv_size
+        )
+        if chunk_size is not None:
+            check_positive(where, chunk_size=chunk_size)
+        self.num_heads, self.head_dim, self.chunk_size = num_heads, head_dim, chunk_size
+        inner = num_heads * head_dim
+        self.q_proj = nn.Linear(d_model, inner, bias=False)
+        self.k_proj = nn.Linear(d_model, inner, bias=False)
+        self.v_proj = nn.Linear(d_model, inner, bias=False)
+        self.conv1d = nn.Conv1d(3 * inner, 3 * inner, conv_size, groups=3 * inner, bias=False)
+        self.forget_gate = ForgetGate(d_model, num_heads, head_dim)
+        self.b_proj = nn.Linear(d_model, num_heads, bias=False)
+        self.g_a_proj = nn.Linear(d_model, head_dim, bias=False)
+        self.g_b_proj = nn.Linear(head_dim, inner, bias=False)
+        self.o_norm = GatedNorm(head_dim, eps=norm_eps)
+        self.o_proj = nn.Linear(inner, d_model, bias=False)
+        self.register_buffer("cache_state", None, persistent=False)
+        self.register_buffer("cache_conv", None, persistent=False)
+
+    def reset_cache(self) -> None:
+        """Forget the state: the next `forward(x, use_cache=True)` starts a new sequence."""
+        self.cache_state, self.cache_conv = None, None
+
+    @checked_forward(_weights)
+    def forward(
+        self, x: Float[Tensor, "*batch n d"], use_cache: bool = False
+    ) -> Float[Tensor, "*batch n d"]:
+        """(*batch, n, d_model) -> (*batch, n, d_model); with `use_cache=True`, continuing the
+        sequence of the calls since `reset_cache()`."""
+        if not use_cache:
+            return self.continued(x, None, None)[0]
+        state = self.cache_state
+        if state is not None and state.shape[:-3] != x.shape[:-2]:
+            raise ShapeError(
+                f"KimiDeltaAttention.forward: x has batch {tuple(x.shape[:-2])} but the cache "
+                f"holds {tuple(state.shape[:-3])}; call reset_cache() to start another sequence"
+            )
+        out, state, past = self.continued(x, state, self.cache_conv)
+        self.cache_state = state.detach()
+        self.cache_conv = None if past is None else past.detach()
+        return out
+
+    def mixed(self, x: Tensor) -> Tensor:
+        """X W_q, X W_k and X W_v side by side: the convolution's inputs."""
+        return torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+
+    def heads(self, t: Tensor) -> Tensor:
+        """(*batch, n, h c_h) -> (*batch, h, n, c_h)."""
+        return t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(-3, -2)
+
+    def parts(
+        self, x: Tensor, past: Tensor | None = None, mixed: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """What the rule reads from x, before the L2 norm and the scale: q, k, v (*batch, h, n,
+        c_h), the log-decays g (*batch, h, n, c_h; float32 at least), β (*batch, h, n), and the
+        convolution's `past` after x."""
+        mixed, past = convolved(self.conv1d, self.mixed(x) if mixed is None else mixed, past)
+        q, k, v = (self.heads(t) for t in mixed.chunk(3, dim=-1))
+        g = self.forget_gate(x).transpose(-3, -2)
+        beta = torch.sigmoid(self.b_proj(x)).transpose(-2, -1)
+        return q, k, v, g, beta, past
+
+    def finished(self, x: Tensor, o: Tensor) -> Tensor:
+        """The layer's output from the rule's o (*batch, h, n, c_h): each head's RMSNorm times
+        σ(X W_ga W_gb), then W_o."""
+        gates = self.g_b_proj(self.g_a_proj(x)).unflatten(-1, (self.num_heads, self.head_dim))
+        return self.o_proj(self.o_norm(o.transpose(-3, -2), gates).flatten(-2).to(x.dtype))
+
+    def continued(
+        self, x: Tensor, state: Tensor | None, past: Tensor | None, mixed: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The output on x after a sequence summed up by `state` (*batch, h, c_h, c_h) and `past`
+        (*batch, conv_size − 1, channels), None for a new sequence; returns (output, state,
+        past) after x. `mixed`: `self.mixed(x)`, if the caller has it already."""
+        q, k, v, g, beta, past = self.parts(x, past, mixed)
+        q = l2_normalised(q) / math.sqrt(self.head_dim)
+        n = x.shape[-2]
+        o, state = linear.kimi_delta_rule(
+            q,
+            l2_normalised(k),
+            v,
+            g,
+            beta,
+            chunk_size=None if n == 1 or self.chunk_size is None else self.chunk_size,
+            initial_state=state,
+            return_state=True,
+        )  # pyright: ignore[reportGeneralTypeIssues]
+        return self.finished(x, o), state, past
