@@ -47,7 +47,7 @@ def add(commands, argparse) -> None:
 
 def generate_docs(*, pdf: bool = True, progress: Progress = _quiet) -> dict[str, bytes]:
     """Every generated file under docs/, by path relative to docs/ (deterministic)."""
-    from ..conformance import linear, ssm
+    from ..conformance import kda, linear, ssm
     from ..render.explanations import explanation_pages
     from ..render.glossary import glossary_markdown
     from ..render.mistakes_page import mistakes_markdown
@@ -83,6 +83,11 @@ def generate_docs(*, pdf: bool = True, progress: Progress = _quiet) -> dict[str,
                     "Gated DeltaNet's ports",
                     f"the gated delta rule's recurrence, {linear.RULE}",
                     linear.MISTAKES,
+                ),
+                (
+                    "Kimi Delta Attention's ports",
+                    f"KDA's recurrence, {kda.RULE}",
+                    kda.MISTAKES,
                 ),
                 ("Mamba-2's ports", f"SSD's recurrence, {ssm.RULE}", ssm.MISTAKES),
             )

@@ -20,7 +20,18 @@ import torch
 
 from .report import Check, Diagnosis, Report
 
-__all__ = ["recognised", "run", "judged", "dyadic", "Rule", "Reader", "MISTAKES", "READERS"]
+__all__ = [
+    "recognised",
+    "run",
+    "judged",
+    "dyadic",
+    "steps_ours",
+    "steps_hugging_face",
+    "Rule",
+    "Reader",
+    "MISTAKES",
+    "READERS",
+]
 
 _BOOK = ("W_query", "W_key", "W_value", "W_gate", "W_beta", "W_alpha", "dt_bias", "A_log")
 RULE = "o_t = S_tᵀ q_t, S_t = α_t S_{t−1} + k_t u_tᵀ, u_t = β_t (v_t − α_t S_{t−1}ᵀ k_t)"
@@ -91,14 +102,14 @@ class Reader:
     steps: Callable[[Any, torch.Tensor], torch.Tensor] | None = None
 
 
-def _steps_ours(layer: Any, x: torch.Tensor) -> torch.Tensor:
+def steps_ours(layer: Any, x: torch.Tensor) -> torch.Tensor:
     layer.reset_cache()
     rows = [layer(x[:, t : t + 1], use_cache=True) for t in range(x.shape[1])]
     layer.reset_cache()
     return torch.cat(rows, dim=1)
 
 
-def _steps_hugging_face(layer: Any, x: torch.Tensor) -> torch.Tensor:
+def steps_hugging_face(layer: Any, x: torch.Tensor) -> torch.Tensor:
     """The layer with a cache of its own kind at its index (transformers' `LinearAttentionLayer`
     for the state and the convolution's inputs), one token a call."""
     from transformers.cache_utils import Cache, LinearAttentionLayer
@@ -115,8 +126,8 @@ def _ours(obj: Any) -> bool:
 
 #: The kinds of layer read, in the order they are tried.
 READERS = (
-    Reader("huggingface", _hugging_face, _read_hugging_face, _steps_hugging_face),
-    Reader("attention", _ours, _copied, _steps_ours),
+    Reader("huggingface", _hugging_face, _read_hugging_face, steps_hugging_face),
+    Reader("attention", _ours, _copied, steps_ours),
     Reader("book", _book_like, _read_book),
 )
 

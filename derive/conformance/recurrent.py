@@ -1,5 +1,6 @@
 """The recurrent layers `derive conform` checks by their own rules rather than by the softmax
-attention catalogue: Gated DeltaNet's (`linear`) and Mamba-2's (`ssm`). Each family is its
+attention catalogue: Gated DeltaNet's (`linear`), Kimi Delta Attention's (`kda`) and Mamba-2's
+(`ssm`). Each family is its
 readers and the run that checks a layer one of them reads."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import linear, ssm
+from . import kda, linear, ssm
 from .linear import Reader
 from .report import Report
 
@@ -18,6 +19,7 @@ Run = Callable[..., Report]
 #: Each family: its readers, in the order they are tried, and its run.
 FAMILIES: tuple[tuple[tuple[Reader, ...], Run], ...] = (
     (linear.READERS, linear.run),
+    (kda.READERS, kda.run),
     (ssm.READERS, ssm.run),
 )
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .linear import Mistake, Reader, Rule, dyadic, judged
+from .linear import Mistake, Reader, Rule, dyadic, judged, steps_hugging_face, steps_ours
 from .report import Report
 
 __all__ = ["READERS", "MISTAKES", "RULE", "run", "read_families"]
@@ -104,27 +104,10 @@ def _copied(layer: Any) -> Any:
     return copy.deepcopy(layer)
 
 
-def _steps_ours(layer: Any, x: torch.Tensor) -> torch.Tensor:
-    layer.reset_cache()
-    rows = [layer(x[:, t : t + 1], use_cache=True) for t in range(x.shape[1])]
-    layer.reset_cache()
-    return torch.cat(rows, dim=1)
-
-
-def _steps_hugging_face(layer: Any, x: torch.Tensor) -> torch.Tensor:
-    """The layer with a cache of its own kind at its index (transformers' `LinearAttentionLayer`
-    holds a Mamba-2 mixer's state and its convolution's inputs), one token a call."""
-    from transformers.cache_utils import Cache, LinearAttentionLayer
-
-    index = int(getattr(layer, "layer_idx", 0))
-    cache = Cache(layers=[LinearAttentionLayer() for _ in range(index + 1)])
-    return torch.cat([layer(x[:, t : t + 1], cache=cache) for t in range(x.shape[1])], dim=1)
-
-
 #: The kinds of layer read, in the order they are tried.
 READERS = (
-    Reader("huggingface", _hugging_face, _read_hugging_face, _steps_hugging_face),
-    Reader("attention", _ours, _copied, _steps_ours),
+    Reader("huggingface", _hugging_face, _read_hugging_face, steps_hugging_face),
+    Reader("attention", _ours, _copied, steps_ours),
     Reader("named", _named_like, _read_named),
 )
 

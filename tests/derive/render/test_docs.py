@@ -178,13 +178,14 @@ def test_the_mistakes_page_shows_every_mistake_with_the_step_it_changes(generate
     """docs/mistakes.md, generated from the catalogue: a row per mistake, in the catalogue's
     order, each with the formula it computes beside the derivation's (but the one that changes
     no formula, NaN on empty rows, which says so)."""
+    from derive.conformance.kda import MISTAKES as KDA
     from derive.conformance.linear import MISTAKES as LINEAR
     from derive.conformance.ssm import MISTAKES as SSM
     from derive.graph.mistakes import MISTAKES
 
     page = generated["mistakes.md"].decode("utf-8")
     rows = [line for line in page.splitlines() if line.startswith("| `")]
-    assert [row.split("`")[1] for row in rows] == [m.id for m in (*MISTAKES, *LINEAR, *SSM)]
+    assert [row.split("`")[1] for row in rows] == [m.id for m in (*MISTAKES, *LINEAR, *KDA, *SSM)]
     for row in rows[: len(MISTAKES)]:
         cells = [cell.strip() for cell in row.strip("| ").split(" | ")]
         assert len(cells) == 4 and cells[2] and cells[3] and cells[2] != cells[3], row
