@@ -556,12 +556,13 @@ def from_ssm(layer: torch.nn.Module) -> FromHFSSM:
 
 
 #: Kimi Delta Attention's layers `from_hf` reads (`from_kda`), with transformers' names.
-KDA_FAMILIES = ("KimiLinearDeltaAttention",)
+KDA_FAMILIES = ("KimiLinearDeltaAttention", "BailingHybridDeltaAttention")
 
 
 @torch.no_grad()
 def from_kda(layer: torch.nn.Module) -> FromHFLinear:
-    """A Hugging Face Kimi Delta Attention layer (`KDA_FAMILIES`: Kimi Linear's) as this
+    """A Hugging Face Kimi Delta Attention layer (`KDA_FAMILIES`: Kimi Linear's, Bailing's
+    hybrid delta layers, whole gate projections and a bounded forget gate) as this
     package's `attention.kimi.KimiDeltaAttention` with its weights (loaded by name: the two share
     them), in a `FromHFLinear` (the same cache as Gated DeltaNet's)."""
     from .kimi import KimiDeltaAttention
@@ -573,16 +574,21 @@ def from_kda(layer: torch.nn.Module) -> FromHFLinear:
     activation = getattr(source, "activation", "silu")
     if activation not in ("silu", "swish"):
         raise ValueError(f"from_hf: {kind} convolves with {activation!r}; read: silu")
+    gate = source.forget_gate
     ours = KimiDeltaAttention(
         source.hidden_size,
         num_heads=source.num_heads,
         head_dim=source.head_dim,
         conv_size=source.conv_kernel_size,
         norm_eps=float(source.o_norm.variance_epsilon),
+        low_rank=hasattr(source, "g_a_proj"),
+        decay_bound=float(gate.lower_bound) if getattr(gate, "safe_gate", False) else None,
     )
     weight = source.q_proj.weight
     ours = ours.to(dtype=weight.dtype, device=weight.device)
     theirs = source.state_dict()
+    # Kimi keeps A_log as (1, 1, h, 1), Bailing as (h,): the same numbers
+    theirs["forget_gate.A_log"] = theirs["forget_gate.A_log"].reshape(1, 1, source.num_heads, 1)
     unread = sorted(set(theirs) - set(ours.state_dict()))
     if unread:
         raise ValueError(f"from_hf: {kind} holds {', '.join(unread)}, which KDA does not read")

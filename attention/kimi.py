@@ -13,7 +13,9 @@ From x (*batch, n, d), with h heads of width c_h (queries, keys and values alike
 `KimiDeltaAttention` keeps transformers' parameter names (q_proj, k_proj, v_proj, conv1d,
 forget_gate.f_a_proj, forget_gate.f_b_proj, forget_gate.dt_bias, forget_gate.A_log, b_proj,
 g_a_proj, g_b_proj, o_norm.weight, o_proj), so a `KimiLinearDeltaAttention`'s state dict loads
-into it as it is (`attention.huggingface.from_hf` reads one). `forward(x, use_cache=True)` keeps
+into it as it is (`attention.huggingface.from_hf` reads one); with `low_rank=False` and
+`decay_bound`, Bailing's hybrid layers (`BailingHybridDeltaAttention`: whole gate projections
+`forget_gate.f_proj` and `g_proj`, the bounded forget gate). `forward(x, use_cache=True)` keeps
 the state and the convolution's last inputs between calls.
 """
 
@@ -43,8 +45,6 @@ _NAMES = (
     ("v_proj.weight", Float[Tensor, "e d"]),
     ("conv1d.weight", Float[Tensor, "k 1 w"]),
     ("b_proj.weight", Float[Tensor, "h d"]),
-    ("g_a_proj.weight", Float[Tensor, "c d"]),
-    ("g_b_proj.weight", Float[Tensor, "e c"]),
     ("o_norm.weight", Float[Tensor, " c"]),
     ("o_proj.weight", Float[Tensor, "d e"]),
 )
@@ -58,22 +58,35 @@ def _weights(module: nn.Module) -> Weights:
 
 
 class ForgetGate(nn.Module):
-    """g = −e^{A_log} softplus(x W_fa W_fb + dt_bias): a log-decay per head and key channel,
-    through a low-rank projection (d → c_h → h c_h)."""
+    """The log-decays per head and key channel from x: −e^{A_log} softplus(x W_f + dt_bias)
+    (Kimi Linear's), or with `bound` b the bounded gate b σ(e^{A_log} (x W_f + dt_bias)), in
+    (b, 0) (Bailing's "safe" gate); W_f low-rank (d → c_h → h c_h: `f_a_proj`, `f_b_proj`,
+    Kimi's) or whole (`f_proj`, Bailing's)."""
 
-    def __init__(self, d_model: int, num_heads: int, head_dim: int) -> None:
+    def __init__(
+        self, d_model: int, num_heads: int, head_dim: int, *, low_rank: bool, bound: float | None
+    ) -> None:
         super().__init__()
-        self.num_heads, self.head_dim = num_heads, head_dim
-        self.f_a_proj = nn.Linear(d_model, head_dim, bias=False)
-        self.f_b_proj = nn.Linear(head_dim, num_heads * head_dim, bias=False)
-        self.dt_bias = nn.Parameter(torch.zeros(num_heads * head_dim))
+        self.num_heads, self.head_dim, self.bound = num_heads, head_dim, bound
+        inner = num_heads * head_dim
+        if low_rank:
+            self.f_a_proj = nn.Linear(d_model, head_dim, bias=False)
+            self.f_b_proj = nn.Linear(head_dim, inner, bias=False)
+        else:
+            self.f_proj = nn.Linear(d_model, inner, bias=False)
+        self.dt_bias = nn.Parameter(torch.zeros(inner))
         self.A_log = nn.Parameter(torch.zeros(1, 1, num_heads, 1))
 
     def forward(self, x: Tensor) -> Tensor:
         """(*batch, n, d) -> the log-decays (*batch, n, h, c_h), float32 at least."""
-        raw = self.f_b_proj(self.f_a_proj(x)).float() + self.dt_bias.float()
-        raw = raw.unflatten(-1, (self.num_heads, self.head_dim))
+        if hasattr(self, "f_proj"):
+            projected = self.f_proj(x)
+        else:
+            projected = self.f_b_proj(self.f_a_proj(x))
+        raw = (projected.float() + self.dt_bias.float()).unflatten(-1, (self.num_heads, -1))
         rate = self.A_log.float().exp().reshape(self.num_heads, 1)  # e^{A_log}, one per head
+        if self.bound is not None:
+            return self.bound * torch.sigmoid(rate * raw)
         return -rate * F.softplus(raw)
 
 
@@ -97,7 +110,10 @@ class KimiDeltaAttention(nn.Module):
 
     d_model: the input's and output's width; num_heads (h), head_dim (c_h); conv_size: the causal
     convolution's width; norm_eps: the gated RMSNorm's ε; chunk_size: the chunked form's C (None:
-    the recurrence).
+    the recurrence); low_rank: the forget and output gates' projections through c_h (Kimi
+    Linear's `f_a_proj`/`f_b_proj`, `g_a_proj`/`g_b_proj`), or whole (`f_proj`, `g_proj`: Bailing's
+    hybrid layers); decay_bound: the bounded forget gate's lower bound (Bailing's
+    `kda_lower_bound` with `kda_safe_gate`), None for Kimi's softplus.
     """
 
     def __init__(
@@ -109,6 +125,8 @@ class KimiDeltaAttention(nn.Module):
         conv_size: int = 4,
         norm_eps: float = 1e-6,
         chunk_size: int | None = 64,
+        low_rank: bool = True,
+        decay_bound: float | None = None,
     ) -> None:
         super().__init__()
         where = "KimiDeltaAttention"
@@ -123,10 +141,17 @@ class KimiDeltaAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, inner, bias=False)
         self.v_proj = nn.Linear(d_model, inner, bias=False)
         self.conv1d = nn.Conv1d(3 * inner, 3 * inner, conv_size, groups=3 * inner, bias=False)
-        self.forget_gate = ForgetGate(d_model, num_heads, head_dim)
+        if decay_bound is not None and not decay_bound < 0:
+            raise ValueError(f"{where}: decay_bound must be negative, got {decay_bound}")
+        self.forget_gate = ForgetGate(
+            d_model, num_heads, head_dim, low_rank=low_rank, bound=decay_bound
+        )
         self.b_proj = nn.Linear(d_model, num_heads, bias=False)
-        self.g_a_proj = nn.Linear(d_model, head_dim, bias=False)
-        self.g_b_proj = nn.Linear(head_dim, inner, bias=False)
+        if low_rank:
+            self.g_a_proj = nn.Linear(d_model, head_dim, bias=False)
+            self.g_b_proj = nn.Linear(head_dim, inner, bias=False)
+        else:
+            self.g_proj = nn.Linear(d_model, inner, bias=False)
         self.o_norm = GatedNorm(head_dim, eps=norm_eps)
         self.o_proj = nn.Linear(inner, d_model, bias=False)
         self.register_buffer("cache_state", None, persistent=False)
@@ -178,8 +203,14 @@ class KimiDeltaAttention(nn.Module):
     def finished(self, x: Tensor, o: Tensor) -> Tensor:
         """The layer's output from the rule's o (*batch, h, n, c_h): each head's RMSNorm times
         σ(X W_ga W_gb), then W_o."""
-        gates = self.g_b_proj(self.g_a_proj(x)).unflatten(-1, (self.num_heads, self.head_dim))
+        gates = self.gate_logits(x).unflatten(-1, (self.num_heads, self.head_dim))
         return self.o_proj(self.o_norm(o.transpose(-3, -2), gates).flatten(-2).to(x.dtype))
+
+    def gate_logits(self, x: Tensor) -> Tensor:
+        """x W_g (*batch, n, h c_h): the output gate's logits, through c_h or whole."""
+        if hasattr(self, "g_proj"):
+            return self.g_proj(x)
+        return self.g_b_proj(self.g_a_proj(x))
 
     def continued(
         self, x: Tensor, state: Tensor | None, past: Tensor | None, mixed: Tensor | None = None

@@ -1,7 +1,8 @@
-r"""`derive conform` for Kimi Delta Attention: a KDA layer (transformers' KimiLinearDeltaAttention,
-this package's `attention.kimi.KimiDeltaAttention`, or any module with their parameter names)
-checked against the rule's recurrence on its own weights (`derive`'s kda entry derives that the
-recurrent, chunked and parallel forms are one, the decay per key channel).
+r"""`derive conform` for Kimi Delta Attention: a KDA layer (transformers' KimiLinearDeltaAttention
+and BailingHybridDeltaAttention, this package's `attention.kimi.KimiDeltaAttention`, or any
+module with their parameter names) checked against the rule's recurrence on its own weights
+(`derive`'s kda entry derives that the recurrent, chunked and parallel forms are one, the decay
+per key channel).
 
 The layer is read into `attention.kimi.KimiDeltaAttention` (`READERS`), whose rule runs as the
 recurrence; its output on the same dyadic inputs is what the layer must give, in one call, and
@@ -22,7 +23,7 @@ from .report import Report
 
 __all__ = ["READERS", "MISTAKES", "RULE", "run"]
 
-_NAMES = ("q_proj", "k_proj", "v_proj", "conv1d", "forget_gate", "b_proj", "g_a_proj", "o_norm")
+_NAMES = ("q_proj", "k_proj", "v_proj", "conv1d", "forget_gate", "b_proj", "o_norm", "o_proj")
 RULE = (
     "o_t = S_tᵀ q_t, S_t = diag(α_t) S_{t−1} + k_t u_tᵀ, u_t = β_t (v_t − (diag(α_t) S_{t−1})ᵀ k_t)"
 )
@@ -67,16 +68,18 @@ def _read_named(layer: Any) -> Any:
     from attention.kimi import KimiDeltaAttention
 
     heads = layer.b_proj.weight.shape[0]
-    width = layer.g_a_proj.weight.shape[0]
     norm = layer.o_norm
     ours = KimiDeltaAttention(
         layer.q_proj.weight.shape[1],
         num_heads=heads,
-        head_dim=width,
+        head_dim=norm.weight.shape[0],
         conv_size=layer.conv1d.kernel_size[0],
         norm_eps=float(getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))),
+        low_rank=hasattr(layer, "g_a_proj"),
     )
-    ours.load_state_dict(layer.state_dict(), strict=False)
+    weights = layer.state_dict()
+    weights["forget_gate.A_log"] = weights["forget_gate.A_log"].reshape(1, 1, heads, 1)
+    ours.load_state_dict(weights, strict=False)
     return ours.to(layer.q_proj.weight.dtype)
 
 
@@ -135,7 +138,7 @@ def _with(mistake: str = "", *, normalise: bool = True, gate: str = "sigmoid"):
         o = _recurrence(q, k, v, g, beta, mistake)
         if gate == "sigmoid":
             return ours.finished(x, o)
-        gates = ours.g_b_proj(ours.g_a_proj(x)).unflatten(-1, (ours.num_heads, ours.head_dim))
+        gates = ours.gate_logits(x).unflatten(-1, (ours.num_heads, ours.head_dim))
         found = o.transpose(-3, -2).float()
         normed = found * torch.rsqrt(found.square().mean(-1, keepdim=True) + ours.o_norm.eps)
         gated = ours.o_norm.weight.float() * normed * torch.nn.functional.silu(gates.float())

@@ -1,6 +1,7 @@
-"""Kimi Linear's KDA layers on this package: `attention.huggingface.from_hf` reads transformers'
-`KimiLinearDeltaAttention` into `attention.kimi.KimiDeltaAttention` (its weights loaded by name),
-which gives the layer's outputs; a Kimi Linear model whose KDA layers are ours
+"""Kimi Delta Attention layers on this package: `attention.huggingface.from_hf` reads
+transformers' `KimiLinearDeltaAttention` (Kimi Linear's) and `BailingHybridDeltaAttention`
+(Bailing's hybrid delta layers) into `attention.kimi.KimiDeltaAttention` (their weights loaded by
+name), which gives each layer's outputs; a model whose KDA layers are ours
 (`replace_linear_attention`) gives eager's logits and gradients, and the same greedy tokens and
 logits when generating with the cache.
 
@@ -24,10 +25,10 @@ BOUND = 2.0**-18
 WIDTH, VOCAB = 32, 64
 
 
-def model_of(seed: int = 0) -> torch.nn.Module:
-    """A small Kimi Linear (a KDA layer, then a full-attention one), its KDA weights drawn at a
-    scale that makes every part count."""
-    config = T.KimiLinearConfig(
+#: Each family's small config: a KDA layer (4 heads of 8, a convolution of 3), then a full
+#: attention one. Bailing's delta layers have whole gate projections and a bounded forget gate.
+FAMILIES = {
+    "KimiLinearDeltaAttention": lambda: T.KimiLinearConfig(
         pad_token_id=0,
         bos_token_id=1,
         eos_token_id=2,
@@ -44,8 +45,29 @@ def model_of(seed: int = 0) -> torch.nn.Module:
             "head_dim": 8,
             "short_conv_kernel_size": 3,
         },
-    )
+    ),
+    "BailingHybridDeltaAttention": lambda: T.BailingHybridConfig(
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        hidden_size=WIDTH,
+        vocab_size=VOCAB,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=48,
+        linear_num_heads=4,
+        linear_head_dim=8,
+        linear_conv_kernel_dim=3,
+        layer_types=["linear_attention", "full_attention"],
+    ),
+}
+
+
+def model_of(family: str = "KimiLinearDeltaAttention", seed: int = 0) -> torch.nn.Module:
+    """The family's small model, its KDA weights drawn at a scale that makes every part count."""
     torch.manual_seed(seed)
+    config = FAMILIES[family]()
     model = T.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
     with torch.no_grad():
         for layer in kda_layers(model):
@@ -58,8 +80,14 @@ def kda_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [m for m in model.modules() if type(m).__name__ in hf.KDA_FAMILIES]
 
 
-def test_the_kda_layer_is_ours_number_for_number():
-    (layer,) = kda_layers(model_of())
+def test_every_family_read_is_tested():
+    assert set(FAMILIES) == set(hf.KDA_FAMILIES)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_kda_layer_is_ours_number_for_number(family):
+    (layer,) = kda_layers(model_of(family))
+    assert type(layer).__name__ == family
     ours = hf.from_hf(layer)
     assert isinstance(ours.linear, KimiDeltaAttention)
     x = torch.randn(2, 7, WIDTH, generator=torch.Generator().manual_seed(1))
@@ -79,8 +107,9 @@ def _gradients(model, ids):
     return logits.detach(), grads
 
 
-def test_a_kimi_linear_model_on_our_kda_layers_gives_eager_s_logits_and_gradients():
-    model = model_of(seed=2)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_model_on_our_kda_layers_gives_eager_s_logits_and_gradients(family):
+    model = model_of(family, seed=2)
     ours = copy.deepcopy(model)
     assert hf.replace_linear_attention(ours) == 1
     ids = torch.randint(3, VOCAB, (2, 9), generator=torch.Generator().manual_seed(3))
@@ -95,11 +124,13 @@ def test_a_kimi_linear_model_on_our_kda_layers_gives_eager_s_logits_and_gradient
             continue
         assert grad is not None, name
         scale = expected.abs().max()
+        grad = grad.reshape(expected.shape)  # A_log: (1, 1, h, 1) here, (h,) in Bailing's
         torch.testing.assert_close(grad, expected, rtol=0, atol=2**-14 * scale, msg=name)
 
 
-def test_generation_with_the_cache_gives_eager_s_tokens_and_logits():
-    model = model_of(seed=4)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_generation_with_the_cache_gives_eager_s_tokens_and_logits(family):
+    model = model_of(family, seed=4)
     ours = copy.deepcopy(model)
     hf.replace_linear_attention(ours)
     ids = torch.randint(3, VOCAB, (2, 6), generator=torch.Generator().manual_seed(5))
@@ -133,3 +164,7 @@ def test_what_is_not_read_is_refused_by_name():
         hf.from_hf(layer)
     with pytest.raises(ValueError, match=r"KimiDeltaAttention.*head_dim.*0"):
         KimiDeltaAttention(WIDTH, num_heads=4, head_dim=0)
+    with pytest.raises(
+        ValueError, match=r"KimiDeltaAttention: decay_bound must be negative, got 1"
+    ):
+        KimiDeltaAttention(WIDTH, num_heads=4, head_dim=8, decay_bound=1.0)

@@ -86,3 +86,35 @@ def test_a_float64_layer_computes_at_float32_s_precision_and_says_so():
     report = conform(_kimi_linear_layer().double())
     assert report.conforms and report.precision == "float32", report.table()
     assert report.checks[0].error > 64 * 2**-53 * 7
+
+
+def test_bailing_s_hybrid_delta_layer_conforms_as_kda():
+    """Bailing's delta layers: KDA with whole gate projections and a bounded forget gate."""
+    config = T.BailingHybridConfig(
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        hidden_size=32,
+        vocab_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=48,
+        linear_num_heads=4,
+        linear_head_dim=8,
+        linear_conv_kernel_dim=3,
+        layer_types=["linear_attention", "full_attention"],
+    )
+    torch.manual_seed(3)
+    model = T.AutoModelForCausalLM.from_config(config).eval()
+    layer = next(m for m in model.modules() if type(m).__name__ == "BailingHybridDeltaAttention")
+    with torch.no_grad():
+        for parameter in layer.parameters():
+            parameter.normal_(0, 0.3)
+    report = conform(layer)
+    assert report.conforms and report.variant == "kda", report.table()
+    assert [check.status for check in report.checks] == ["PASS", "PASS"]
+    broken = copy.deepcopy(layer)  # its outputs off by 1%: it fails
+    original = broken.forward
+    broken.forward = lambda hidden_states, cache=None, **_: original(hidden_states) * 1.01
+    assert not conform(broken).conforms
