@@ -502,7 +502,7 @@ class FromHFSSM(torch.nn.Module):
         mixed = self.ssm.in_proj(x)[..., self.ssm.intermediate_size : -self.ssm.num_heads]
         out, state, _ = self.ssm.continued(hidden_states, state, past, keep)
         cache.update_conv_state(mixed.mT, index, conv_kernel_size=width)
-        cache.update_recurrent_state(state.to(hidden_states.dtype), index)
+        cache.update_recurrent_state(state, index)  # in its computing dtype: float32 at least
         return out
 
 
@@ -530,6 +530,12 @@ def from_ssm(layer: torch.nn.Module) -> FromHFSSM:
             f"from_hf: {kind} has num_heads={source.num_heads} of head_dim={source.head_dim} "
             f"but an inner width of {inner}: its heads do not tile its channels (the layer "
             "itself cannot run on them)"
+        )
+    groups = inner // int(getattr(source.norm, "group_size", inner // source.n_groups))
+    if groups != source.n_groups:
+        raise ValueError(
+            f"from_hf: {kind} normalises {groups} groups of channels but has "
+            f"n_groups={source.n_groups} groups of B and C; Mamba2 reads the two as one"
         )
     low, high = (float(limit) for limit in source.time_step_limit)
     ours = Mamba2(

@@ -83,8 +83,9 @@ class ForgetGate(nn.Module):
             projected = self.f_proj(x)
         else:
             projected = self.f_b_proj(self.f_a_proj(x))
-        raw = (projected.float() + self.dt_bias.float()).unflatten(-1, (self.num_heads, -1))
-        rate = self.A_log.float().exp().reshape(self.num_heads, 1)  # e^{A_log}, one per head
+        dtype = torch.promote_types(x.dtype, torch.float32)  # float32 at least, float64 kept
+        raw = (projected.to(dtype) + self.dt_bias.to(dtype)).unflatten(-1, (self.num_heads, -1))
+        rate = self.A_log.to(dtype).exp().reshape(self.num_heads, 1)  # e^{A_log}, one per head
         if self.bound is not None:
             return self.bound * torch.sigmoid(rate * raw)
         return -rate * F.softplus(raw)
@@ -92,7 +93,7 @@ class ForgetGate(nn.Module):
 
 class GatedNorm(nn.Module):
     """RMSNorm of each head's output (its gains `weight`, c_h of them), times σ(gate): in
-    float32, returned in the input's dtype."""
+    float32 at least (float64 kept), returned in the input's dtype."""
 
     def __init__(self, head_dim: int, *, eps: float) -> None:
         super().__init__()
@@ -100,9 +101,10 @@ class GatedNorm(nn.Module):
         self.eps = eps
 
     def forward(self, o: Tensor, gate: Tensor) -> Tensor:
-        found = o.float()
+        dtype = torch.promote_types(o.dtype, torch.float32)  # float32 at least, float64 kept
+        found = o.to(dtype)
         normed = found * torch.rsqrt(found.square().mean(-1, keepdim=True) + self.eps)
-        return (self.weight.float() * normed * torch.sigmoid(gate.float())).to(o.dtype)
+        return (self.weight.to(dtype) * normed * torch.sigmoid(gate.to(dtype))).to(o.dtype)
 
 
 class KimiDeltaAttention(nn.Module):

@@ -82,6 +82,7 @@ __all__ = [
     "kda_read",
     "chunk_states",
     "ssd",
+    "selective_scan",
     "stepped_values",
     "ssd_read",
     "FEATURE_MAPS",
@@ -687,7 +688,7 @@ def ssd(
     | tuple[Float[Tensor, "*batch n h p"], Float[Tensor, "*batch h p d_state"]]
 ):
     """Mamba-2's state-space dual layer (SSD; Dao and Gu, *Transformers are SSMs*, 2024), per
-    head: h_t = a_t h_{t−1} + x_t B_tᵀ (p × d_state), y_t = h_t C_t + D x_t, with the scalar
+    head: h_t = a_t h_{t−1} + Δ_t x_t B_tᵀ (p × d_state), y_t = h_t C_t + D x_t, with the scalar
     decay a_t = e^{Δ_t A}. It is the gated rule of this module without the delta rule's
     correction: queries C_t, keys B_t, written values Δ_t x_t and log-decays g_t = Δ_t A, so that
     the quadratic (dual) form is
@@ -735,6 +736,68 @@ def ssd(
         y = y + (skip[:, None] if skip.dim() == 1 else skip) * x.to(dtype)
     y = y.to(x.dtype)
     return (y, final.transpose(-2, -1)) if return_state else y
+
+
+@checked
+def selective_scan(
+    x: Float[Tensor, "*batch n e"],
+    dt: OwnDtype[Float[Tensor, "*batch n e"]],
+    A: OwnDtype[Float[Tensor, "e d_state"]],
+    B: Float[Tensor, "*batch n d_state"],
+    C: Float[Tensor, "*batch n d_state"],
+    *,
+    D: OwnDtype[Float[Tensor, " e"]] | None = None,
+    chunk_size: int | None = None,
+    parallel: bool = False,
+    initial_state: OwnDtype[Float[Tensor, "*batch e d_state"]] | None = None,
+    return_state: bool = False,
+) -> (
+    Float[Tensor, "*batch n e"]
+    | tuple[Float[Tensor, "*batch n e"], Float[Tensor, "*batch e d_state"]]
+):
+    """Mamba's selective scan (Gu and Dao, *Mamba*, 2023; the mixers of Mamba, Falcon Mamba and
+    Jamba), per channel c of the e inner channels: h_t = e^{Δ_{t,c} A_c} ∘ h_{t−1} + Δ_{t,c}
+    x_{t,c} B_t (d_state numbers, A_c a decay rate per state entry), y_{t,c} = C_t · h_t +
+    D_c x_{t,c}. Each channel is a head of one value of this module's rule with a decay per
+    key channel and without the delta rule's correction: queries C_t, keys B_t, the written value
+    Δ_{t,c} x_{t,c}, the log-decays g_{t,j} = Δ_{t,c} A_{c,j} (`kimi_delta_rule`'s forms, so
+    `chunk_size=` and `parallel=True` give the recurrence's numbers; their n × n × d_state decays
+    per channel make them the forms to check with, the recurrence the one to run).
+
+    x: (*batch, n, e); dt: Δ (*batch, n, e), used as given (the softplus and the bias are the
+    layer's); A: (e, d_state), negative for a decay (Mamba keeps A = −e^{A_log}); B, C:
+    (*batch, n, d_state), shared by the channels; D: the skip (e,). initial_state and the
+    returned state are Mamba's ssm_state, (*batch, e, d_state).
+
+    >>> import torch
+    >>> x, dt, A = torch.randn(1, 6, 3), torch.rand(1, 6, 3), -torch.rand(3, 4)
+    >>> B, C = torch.randn(1, 6, 4), torch.randn(1, 6, 4)
+    >>> y = selective_scan(x, dt, A, B, C)
+    >>> bool(torch.allclose(y, selective_scan(x, dt, A, B, C, chunk_size=4), atol=1e-5))
+    True
+    """
+    dtype = _computing(x)
+    x_, dt_, A_, B_, C_ = (t.to(dtype) for t in (x, dt, A, B, C))
+    heads = lambda t: t[..., None, :, :].expand(*t.shape[:-2], x.shape[-1], *t.shape[-2:])  # noqa: E731
+    steps = dt_.transpose(-2, -1)  # (*batch, e, n)
+    state = None if initial_state is None else initial_state[..., None]
+    out, final = _run(
+        "selective_scan",
+        heads(C_),
+        heads(B_),
+        (steps * x_.transpose(-2, -1))[..., None],  # Δ x, one value a channel
+        steps[..., None] * A_[:, None, :],  # g_{t,j} = Δ_t A_j, (*batch, e, n, d_state)
+        None,
+        chunk_size=chunk_size,
+        parallel_form=parallel,
+        initial_state=state,
+        return_state=True,
+    )
+    y = out.to(dtype)[..., 0].transpose(-2, -1)
+    if D is not None:
+        y = y + D.to(dtype) * x_
+    y = y.to(x.dtype)
+    return (y, final[..., 0]) if return_state else y
 
 
 @checked

@@ -1,5 +1,5 @@
 r"""State-space layers: Mamba-2's mixer (Dao and Gu, *Transformers are SSMs*, 2024; the layers of
-Mamba 2, and of the hybrids Bamba, Granite 4 and Falcon H1), on `attention.linear.ssd`.
+Mamba 2, and of the hybrids Bamba, Granite 4, Nemotron-H and Zamba 2), on `attention.linear.ssd`.
 
 From x (*batch, n, d), with h heads of width p (the inner width e = h p), g groups of B and C and
 a state of d_state numbers per channel:
@@ -72,7 +72,8 @@ def gated_group_norm(y: Tensor, z: Tensor, weight: Tensor, *, groups: int, eps: 
     """RMSNorm_g(y ∘ SiLU(z)) · weight: y gated by SiLU(z), then each of `groups` equal groups of
     its last dimension divided by its root mean square (+ ε under the root), in float32, and the
     gains applied in y's dtype (Mamba-2's `RMSNormGated`, the norm after the gate)."""
-    gated = y.float() * F.silu(z.float())
+    dtype = torch.promote_types(y.dtype, torch.float32)  # float32 at least, float64 kept
+    gated = y.to(dtype) * F.silu(z.to(dtype))
     parts = gated.unflatten(-1, (groups, -1))
     normed = parts * torch.rsqrt(parts.square().mean(-1, keepdim=True) + eps)
     return weight * normed.flatten(-2).to(y.dtype)
@@ -190,13 +191,13 @@ class Mamba2(nn.Module):
         padding): a padding token's input and its convolved channels are zeroed, so that it
         writes nothing into the state (as transformers' layers do with `attention_mask`)."""
         inner, dt, B, C, z, past = self.parts(x, past, keep)
-        n = x.shape[-2]
-        y, state = linear.ssd(
-            inner,
+        n, computing = x.shape[-2], dt.dtype
+        y, state = linear.ssd(  # y kept in the computing dtype up to the norm, as transformers
+            inner.to(computing),
             self.steps(dt),
-            -self.A_log.float().exp(),
-            B,
-            C,
+            -self.A_log.to(computing).exp(),
+            B.to(computing),
+            C.to(computing),
             D=self.D,
             chunk_size=None if n == 1 or self.chunk_size is None else self.chunk_size,
             initial_state=state,
@@ -222,9 +223,10 @@ class Mamba2(nn.Module):
         groups = self.n_groups * self.ssm_state_size
         inner, B, C = xbc.split([self.intermediate_size, groups, groups], dim=-1)
         state = (self.n_groups, self.ssm_state_size)
+        computing = torch.promote_types(x.dtype, torch.float32)  # float32 at least
         return (
             inner.unflatten(-1, (self.num_heads, self.head_dim)),
-            dt.float() + self.dt_bias.float(),
+            dt.to(computing) + self.dt_bias.to(computing),
             B.unflatten(-1, state),
             C.unflatten(-1, state),
             z,
@@ -232,7 +234,9 @@ class Mamba2(nn.Module):
         )
 
     def steps(self, dt: Tensor) -> Tensor:
-        """Δ = softplus(dt + dt_bias), held within `time_step_limit`."""
+        """Δ = softplus(dt + dt_bias), held within `time_step_limit` (in every call: transformers'
+        one-token decoding path leaves Δ unclamped, which differs only for a limit other than
+        the default (0, ∞))."""
         low, high = self.time_step_limit
         return F.softplus(dt).clamp(low, high)
 

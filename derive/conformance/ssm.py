@@ -62,7 +62,7 @@ def _named_like(obj: Any) -> bool:
         isinstance(obj, torch.nn.Module)
         and not type(obj).__module__.startswith("transformers.")
         and all(hasattr(obj, name) for name in _NAMES)
-        and hasattr(obj, "n_groups")
+        and (hasattr(obj, "n_groups") or hasattr(obj, "ngroups"))  # mamba_ssm's is ngroups
     )
 
 
@@ -74,12 +74,12 @@ def _read_hugging_face(layer: Any) -> Any:
 
 def _read_named(layer: Any) -> Any:
     """A port with Mamba2Mixer's names: its sizes read off its weights (the groups from its
-    `n_groups`), its weights loaded by name."""
+    `n_groups`, mamba_ssm's `ngroups`), its weights loaded by name."""
     from attention.ssm import Mamba2
 
     heads = layer.A_log.shape[0]
     inner = layer.norm.weight.shape[0]
-    groups = int(layer.n_groups)
+    groups = int(getattr(layer, "n_groups", getattr(layer, "ngroups", 1)))
     state = (layer.conv1d.weight.shape[0] - inner) // (2 * groups)
     low, high = (float(t) for t in getattr(layer, "time_step_limit", (0.0, float("inf"))))
     ours = Mamba2(

@@ -196,7 +196,8 @@ class WithoutSoftmax(Presented):
     recurrence keeps the invariant), ``"output"`` (a token's read is the parallel form's row),
     ``"carried"`` (a state carried from chunk to chunk is the unsplit one: the chunked form),
     and for SSD ``"linear"`` (with a ≡ 1 and Δ ≡ 1 it is causal linear attention) or
-    ``"delta"`` (its write is the gated delta rule's without the correction)."""
+    ``"delta"`` (its write is the gated delta rule's without the correction) or ``"shared"``
+    (with that write, the gated delta rule's state step is SSD's)."""
 
     part: str
     rule: str

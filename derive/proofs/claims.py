@@ -304,7 +304,11 @@ def _without_softmax(graph: Graph, claim: WithoutSoftmax) -> Fact:
     parts = {"written": linear.written, "state": linear.state, "output": linear.output}
     parts["carried"] = linear.carried
     # SSD's own: what it is at a ≡ 1 and Δ ≡ 1, and beside the gated delta rule
-    ssd = {"linear": linear.as_linear_attention, "delta": linear.without_correction}
+    ssd = {
+        "linear": linear.as_linear_attention,
+        "delta": linear.without_correction,
+        "shared": linear.shares_the_state,
+    }
     if claim.rule == "ssd" and claim.part in ssd:
         return ssd[claim.part]()
     if claim.part not in parts or claim.rule not in linear.RULES:

@@ -67,6 +67,7 @@ __all__ = [
     "chunk_states",
     "as_linear_attention",
     "without_correction",
+    "shares_the_state",
 ]
 
 M, P, J, J2 = L.m, L.p, L.j, L.j2
@@ -376,23 +377,43 @@ def as_linear_attention() -> Fact:
 
 
 def without_correction() -> Fact:
-    """SSD's write is the gated delta rule's with no correction: β_m (v_m − α_m S^{(m−1)ᵀ} k_m)
-    with the correction's strength 0 and β_m = Δ_m is Δ_m v_m; the two rules keep the same
-    state otherwise (α_m S^{(m−1)} + k_m u_mᵀ), so SSD is the gated delta rule that writes
-    without first removing what the state predicts."""
+    """SSD's write is the gated delta rule's with no correction: the delta rule's write
+    β_m (v_m − ε α_m S^{(m−1)ᵀ} k_m), built by `delta_write` with its prediction scaled by a
+    strength ε (ε = 1: the gated delta rule's), taken at ε = 0 and β_m = Δ_m, is Δ_m v_m
+    (`shares_the_state`: the two rules then keep the same state)."""
     m = M
     predicted = _cumulative(predicted_by_state(m, RULES["gated-deltanet"]), m)
     strength = sp.Symbol("epsilon", nonnegative=True)  # the correction's strength
-    write = beta[m] * v[m, J2] - strength * beta[m] * predicted  # ε = 1: the gated delta rule
-    taken = write.xreplace({strength: 0})
+    write = delta_write(m, strength * predicted)  # ε = 1: the gated delta rule's write
+    taken = sp.expand(write).xreplace({strength: 0})
     return _fact(
         "ssd_without_correction",
         "SSD is the gated delta rule without the correction",
         u[m, J2],
         (write, taken, taken.xreplace({beta[m]: STEP[m]})),
         _writes(m, RULES["ssd"]),
-        "the gated delta rule's write with its correction's strength ε set to 0 and the "
-        "strength β_m taken as the step Δ_m",
+        "the gated delta rule's write (`delta_write`) with its correction scaled by ε; the "
+        "second line at ε = 0, the third with the strength β_m taken as the step Δ_m",
+    )
+
+
+def shares_the_state() -> Fact:
+    """The gated delta rule's state step, every write u_p taken as SSD's Δ_p v_p, is SSD's state
+    step: the decay and the state are the two rules' same, only the write differs."""
+    gated, ssd = RULES["gated-deltanet"], RULES["ssd"]
+    step = state(gated).derivation[0].rhs
+    written = step.replace(
+        lambda e: isinstance(e, sp.Indexed) and e.base == u,
+        lambda e: STEP[e.indices[0]] * v[e.indices[0], e.indices[1]],
+    )
+    return _fact(
+        "ssd_shares_the_state",
+        "SSD keeps the gated delta rule's state",
+        STATE[M, J, J2],
+        (step, written, canonical(written)),
+        canonical(state(ssd).derivation[0].rhs),
+        "the gated delta rule's recurrence on the invariant at token m − 1; the second line "
+        "with every written u_p taken as Δ_p v_p, SSD's write",
     )
 
 

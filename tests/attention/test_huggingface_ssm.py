@@ -182,6 +182,18 @@ def test_generation_with_the_cache_gives_eager_s_tokens_and_logits():
     assert got.sequences.shape[-1] == 12
 
 
+def test_a_bfloat16_model_keeps_the_state_in_float32_as_transformers_does():
+    model = model_of("Mamba2Mixer", seed=9).to(torch.bfloat16)
+    ours = copy.deepcopy(model)
+    hf.replace_linear_attention(ours)
+    ids = torch.randint(0, VOCAB, (1, 5), generator=torch.Generator().manual_seed(10))
+    with torch.no_grad():
+        theirs = model(ids, use_cache=True).past_key_values.get_recurrent_state(0)
+        got = ours(ids, use_cache=True).past_key_values.get_recurrent_state(0)
+    assert theirs.dtype == got.dtype == torch.float32
+    torch.testing.assert_close(got, theirs, rtol=0, atol=2**-6 * theirs.abs().max())
+
+
 def test_our_module_keeps_its_own_cache_token_by_token():
     torch.manual_seed(7)
     module = Mamba2(WIDTH, num_heads=4, head_dim=8, state_size=6, n_groups=2, conv_kernel=3)

@@ -52,6 +52,13 @@ def test_a_correct_port_conforms(name):
     assert report.kind == "Kimi Delta Attention (named)" and report.variant == "kda"
 
 
+def test_a_correct_port_in_float64_conforms_at_float64_s_precision():
+    """Our reference computes in float64 when given it: a float64 port is held to float64."""
+    report = conform(kda_ports.correct().double())
+    assert report.conforms and report.precision is None, report.table()
+    assert report.checks[0].tolerance < 1e-12
+
+
 @pytest.mark.parametrize("mistake", sorted(kda_ports.BROKEN))
 def test_a_broken_port_is_named_by_its_mistake(mistake):
     report = conform(kda_ports.BROKEN[mistake]())

@@ -139,7 +139,8 @@ _TEXT = {
     "row $j$ of the state decayed by its own $\\alpha_{m,j} = e^{g_{m,j}}$ (before the "
     "segment's first token it holds: $G_s = 0$, an empty sum):",
     "output": "What token $m$ reads is row $m$ of the graph's $C$ (with $S^{(s)} = 0$ for the "
-    "whole sequence): the parallel form.",
+    "whole sequence, and $q_m$ taken scaled by $1/\\sqrt{c}$ as the graph's "
+    "$\\tilde\\omega$ scales it): the parallel form.",
     "carried": "A chunk that starts from the state the chunk before it ended with, each "
     "channel's decays counted from its own start, holds the state of the unsplit sequence; so "
     "any split into chunks, uneven ones included, gives the recurrence's numbers:",

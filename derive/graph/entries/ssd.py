@@ -120,15 +120,18 @@ _TEXT = {
     "linear": "With no decay ($A = 0$, every $a_m = 1$, $G \\equiv 0$) and unit steps "
     "($\\Delta \\equiv 1$), what a token reads is causal linear attention's row, without a "
     "feature map and without the scaling:",
-    "delta": "SSD's write is the gated delta rule's $\\beta_m (v_m - \\alpha_m S^{(m-1)\\top} "
-    "k_m)$ with the correction's strength $\\epsilon$ set to 0 and $\\beta_m = \\Delta_m$; "
-    "the state's decay and the read are the two rules' same, so SSD is the gated delta rule "
-    "that writes without first taking out what the state predicts:",
+    "delta": "SSD's write is the gated delta rule's $\\beta_m (v_m - \\epsilon \\alpha_m "
+    "S^{(m-1)\\top} k_m)$ (the first line, $\\epsilon = 1$ its own) with the correction's "
+    "strength $\\epsilon$ set to 0 (the second line) and $\\beta_m = \\Delta_m$ (the third):",
+    "shared": "With that write, the gated delta rule's state step (the first line, on the "
+    "invariant at token $m - 1$) is SSD's: the decay and the state are the two rules' same, "
+    "so SSD is the gated delta rule that writes without first taking out what the state "
+    "predicts:",
 }
 
 
 def _claims() -> tuple[WithoutSoftmax, ...]:
-    parts = ("written", "state", "output", "carried", "linear", "delta")
+    parts = ("written", "state", "output", "carried", "linear", "delta", "shared")
     headings = {
         "written": None,
         "linear": "SSD without decay is linear attention",
@@ -144,9 +147,10 @@ VARIANT = Variant(
     "ssd",
     "Mamba-2's state-space dual (SSD)",
     (
-        "Mamba-2 (Dao and Gu, 2024; the layers of Mamba 2, Bamba, Granite 4's hybrid layers "
-        "and Falcon H1) keeps, per head, a state $h_m$ that decays by $a_m = e^{\\Delta_m A}$ "
-        "($A < 0$ a number per head, $\\Delta_m > 0$ the token's step) before each write: "
+        "Mamba-2 (Dao and Gu, 2024; the layers of Mamba 2, Bamba, Granite 4's hybrid layers, "
+        "Nemotron-H and Zamba 2) keeps, per head, a state $h_m$ that decays by "
+        "$a_m = e^{\\Delta_m A}$ ($A < 0$ a number per head, $\\Delta_m > 0$ the token's "
+        "step) before each write: "
         "$h_m = a_m h_{m-1} + \\Delta_m k_m v_m^\\top$, read as $o_m = h_m^\\top q_m$. Mamba "
         "calls the queries $C$, the keys $B$ and the values $x$; here they are the book's "
         "$Q = X W_q$, $K = X W_k$ and $V = X W_v$.",

@@ -253,10 +253,20 @@ def test_ssd_without_decay_and_with_unit_steps_is_linear_attention():
 def test_ssd_s_write_is_the_gated_delta_rule_s_without_the_correction():
     fact = D.without_correction()
     assert fact.holds and fact.claim.rhs == D.STEP[L.m] * D.v[L.m, D.J2]
-    corrected = fact.derivation[0].rhs.xreplace({sp.Symbol("epsilon", nonnegative=True): 1})
-    assert D.canonical(corrected) != D.canonical(
-        fact.claim.rhs.xreplace({D.STEP[L.m]: D.beta[L.m]})
+    epsilon = sp.Symbol("epsilon", nonnegative=True)
+    gated = D.delta_write(
+        L.m, D._cumulative(D.predicted_by_state(L.m, D.RULES["gated-deltanet"]), L.m)
     )
+    assert fact.derivation[0].rhs.xreplace({epsilon: 1}) == gated  # ε = 1: the gated rule's own
+    assert D.canonical(gated) != D.canonical(fact.claim.rhs.xreplace({D.STEP[L.m]: D.beta[L.m]}))
+
+
+def test_ssd_keeps_the_gated_delta_rule_s_state():
+    fact = D.shares_the_state()
+    assert fact.holds
+    assert fact.claim.rhs == D.canonical(D.state(D.RULES["ssd"]).derivation[0].rhs)
+    doubled = fact.derivation[1].rhs.xreplace({D.STEP[L.m]: 2 * D.STEP[L.m]})
+    assert D.canonical(doubled) != fact.claim.rhs  # another write: another state
 
 
 def test_kda_s_decay_on_the_state_s_columns_breaks_the_invariant(monkeypatch):
