@@ -7,7 +7,7 @@
     from attention.functional import cross_attention, decode_step, sliding_window_mask
     from attention import mods  # the score modifications as objects: mods=(mods.Chunked(8),)
     from attention import GatedDeltaNet, linear  # attention without the softmax (ch04/08)
-    from attention import Mamba2, ssm  # Mamba-2's layer, on linear.ssd (state-space duality)
+    from attention import Mamba, Mamba2, ssm  # Mamba's and Mamba-2's layers (linear.ssd)
     from attention import KimiDeltaAttention  # Kimi Linear's KDA layer, on linear.kimi_delta_rule
 
 Checks (jaxtyping + beartype, on every public function and `forward`) are on by default; turn
@@ -32,7 +32,7 @@ from .modules import (
     copy_weights,
 )
 from .rope import apply_rope, compute_rope_params
-from .ssm import Mamba2
+from .ssm import Mamba, Mamba2
 
 __all__ = [
     "functional",
@@ -64,6 +64,7 @@ __all__ += ["MultiHeadLatentAttention"]
 # linear attention, DeltaNet and Gated DeltaNet (the book's ch04/08_deltanet, Qwen 3.5's layers)
 __all__ += ["linear", "GatedDeltaNet"]
 
-# Mamba-2's state-space dual layer (Mamba 2, Bamba, Granite 4, Nemotron-H, Zamba 2), and Kimi
+# Mamba's selective scan (Mamba, Falcon Mamba, Jamba), Mamba-2's state-space dual layer (Mamba 2,
+# Bamba, Granite 4, Nemotron-H, Zamba 2), and Kimi
 # Delta Attention (Kimi Linear's linear layers)
-__all__ += ["ssm", "Mamba2", "KimiDeltaAttention"]
+__all__ += ["ssm", "Mamba", "Mamba2", "KimiDeltaAttention"]

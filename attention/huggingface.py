@@ -259,6 +259,8 @@ def from_hf(layer: torch.nn.Module, rotary: torch.nn.Module | None = None) -> to
         return from_ssm(source)
     if kind in KDA_FAMILIES:
         return from_kda(source)
+    if kind in MAMBA_FAMILIES:
+        return from_mamba(source)
     if kind not in FAMILIES:
         raise TypeError(
             f"from_hf: {kind} is not read (the families read: BloomAttention, "
@@ -473,10 +475,11 @@ SSM_FAMILIES = (
 
 
 class FromHFSSM(torch.nn.Module):
-    """A Hugging Face Mamba-2 mixer as this package's `attention.ssm.Mamba2` (`ssm`), called as
-    the layer is: ``module(hidden_states, cache=None, attention_mask=None)``. With a cache
-    (transformers' `Cache` of the model), the convolution's inputs and the state are read from
-    it and written back as the layer does, so the module replaces the layer in its model,
+    """A Hugging Face Mamba-2 or Mamba mixer as this package's `attention.ssm.Mamba2` or
+    `attention.ssm.Mamba` (`ssm`), called as the layer is:
+    ``module(hidden_states, cache=None, attention_mask=None)``. With a cache (transformers'
+    `Cache` of the model), the convolution's inputs and the state are read from it and written
+    back as the layer does, so the module replaces the layer in its model,
     generation included (`replace_linear_attention`)."""
 
     def __init__(self, ssm, layer_idx: int) -> None:
@@ -494,14 +497,10 @@ class FromHFSSM(torch.nn.Module):
         state = cache.get_recurrent_state(index)
         kept = cache.get_conv_state(index)  # the last inputs (b, channels, ≥ width), or None
         past = None if kept is None else kept[..., kept.shape[-1] - (width - 1) :].mT.clone()
-        x = (
-            hidden_states
-            if keep is None
-            else hidden_states * keep[..., None].to(hidden_states.dtype)
-        )
-        mixed = self.ssm.in_proj(x)[..., self.ssm.intermediate_size : -self.ssm.num_heads]
-        out, state, _ = self.ssm.continued(hidden_states, state, past, keep)
-        cache.update_conv_state(mixed.mT, index, conv_kernel_size=width)
+        out, state, past = self.ssm.continued(hidden_states, state, past, keep)
+        # the convolution's last inputs: what the cache keeps (its last conv_kernel_size columns
+        # end with them, whatever it held)
+        cache.update_conv_state(past.mT, index, conv_kernel_size=width)
         cache.update_recurrent_state(state, index)  # in its computing dtype: float32 at least
         return out
 
@@ -561,6 +560,54 @@ def from_ssm(layer: torch.nn.Module) -> FromHFSSM:
     return FromHFSSM(ours, int(getattr(source, "layer_idx", 0)))
 
 
+#: Mamba's (Mamba-1's) mixers `from_hf` reads (`from_mamba`): the norms each puts on Δ's input,
+#: B and C before the scan (`attention.ssm.NORMS`).
+MAMBA_FAMILIES = {
+    "MambaMixer": None,
+    "FalconMambaMixer": "weightless",
+    "JambaMambaMixer": "weighted",
+}
+
+
+@torch.no_grad()
+def from_mamba(layer: torch.nn.Module) -> FromHFSSM:
+    """A Hugging Face Mamba mixer (`MAMBA_FAMILIES`: Mamba's, Falcon Mamba's, Jamba's) as this
+    package's `attention.ssm.Mamba` with its weights (loaded by name), in a `FromHFSSM` (the
+    same cache as Mamba-2's: the state, the convolution's inputs)."""
+    from .ssm import Mamba
+
+    source: typing.Any = layer
+    kind = type(source).__name__
+    if kind not in MAMBA_FAMILIES:
+        raise TypeError(f"from_hf: {kind} is not read as Mamba (read: {', '.join(MAMBA_FAMILIES)})")
+    activation = getattr(source, "activation", "silu")
+    if activation not in ("silu", "swish"):
+        raise ValueError(f"from_hf: {kind} convolves with {activation!r}; read: silu")
+    norms = MAMBA_FAMILIES[kind]
+    eps = 1e-6
+    if norms is not None:
+        eps = float(source.b_layernorm.variance_epsilon)
+    ours = Mamba(
+        source.in_proj.in_features,
+        inner=source.intermediate_size,
+        state_size=source.ssm_state_size,
+        time_step_rank=source.time_step_rank,
+        conv_kernel=source.conv1d.kernel_size[0],
+        use_bias=source.in_proj.bias is not None,
+        use_conv_bias=source.conv1d.bias is not None,
+        norms=norms,
+        norm_eps=eps,
+    )
+    weight = source.in_proj.weight
+    ours = ours.to(dtype=weight.dtype, device=weight.device)
+    theirs = source.state_dict()
+    unread = sorted(set(theirs) - set(ours.state_dict()))
+    if unread:
+        raise ValueError(f"from_hf: {kind} holds {', '.join(unread)}, which Mamba does not read")
+    ours.load_state_dict(theirs)
+    return FromHFSSM(ours, int(getattr(source, "layer_idx", 0)))
+
+
 #: Kimi Delta Attention's layers `from_hf` reads (`from_kda`), with transformers' names.
 KDA_FAMILIES = ("KimiLinearDeltaAttention", "BailingHybridDeltaAttention")
 
@@ -603,19 +650,26 @@ def from_kda(layer: torch.nn.Module) -> FromHFLinear:
 
 
 def replace_linear_attention(model: torch.nn.Module) -> int:
-    """Replace every linear-attention and state-space layer of `model` (`LINEAR_FAMILIES`,
-    `SSM_FAMILIES`, `KDA_FAMILIES`) by this package's (`from_linear`, `from_ssm`, `from_kda`),
-    in place; returns how many were replaced. With `register()` for its softmax layers, a hybrid
+    """Replace every linear-attention and state-space layer of `model` (`READERS`: Gated
+    DeltaNet's, KDA's, Mamba-2's and Mamba's families) by this package's, in place; returns how
+    many were replaced. With `register()` for its softmax layers, a hybrid
     model (Qwen 3.5, Qwen3-Next, Bamba, Granite 4, Kimi Linear's KDA layers) then runs on this
     package in both kinds of layer."""
     found = [
         (parent, name, child)
         for parent in model.modules()
         for name, child in parent.named_children()
-        if type(child).__name__ in (*LINEAR_FAMILIES, *SSM_FAMILIES, *KDA_FAMILIES)
+        if type(child).__name__ in READERS
     ]
     for parent, name, child in found:
-        kind = type(child).__name__
-        read = from_linear if kind in LINEAR_FAMILIES else from_kda
-        setattr(parent, name, from_ssm(child) if kind in SSM_FAMILIES else read(child))
+        setattr(parent, name, READERS[type(child).__name__](child))
     return len(found)
+
+
+#: Every recurrent layer `from_hf` reads, by class: the function that reads it.
+READERS: dict[str, typing.Callable[[typing.Any], torch.nn.Module]] = {
+    **dict.fromkeys(LINEAR_FAMILIES, from_linear),
+    **dict.fromkeys(KDA_FAMILIES, from_kda),
+    **dict.fromkeys(SSM_FAMILIES, from_ssm),
+    **dict.fromkeys(MAMBA_FAMILIES, from_mamba),
+}

@@ -36,7 +36,7 @@ from ._convolution import convolved
 from ._shapes import ShapeError
 from ._weights import parameter, submodule
 
-__all__ = ["Mamba2", "GatedRMSNorm", "gated_group_norm"]
+__all__ = ["Mamba2", "Mamba", "GatedRMSNorm", "gated_group_norm", "NORMS"]
 
 #: The weights every call checks: d the input's width, r the in-projection's rows (2e + 2 g
 #: d_state + h), k the convolution's channels (e + 2 g d_state), w its width, e the inner width,
@@ -243,3 +243,187 @@ class Mamba2(nn.Module):
     def finished(self, y: Tensor, z: Tensor, dtype: torch.dtype) -> Tensor:
         """The layer's output from the scan's y (*batch, n, h, p): the gated RMSNorm, W_out."""
         return self.out_proj(self.norm(y.flatten(-2), z).to(dtype))
+
+
+# ---------------------------------------------------------------------------------------------
+# Mamba's mixer (Mamba-1): the selective scan, a decay per channel and state entry
+
+#: The norms some families put on Δ's low-rank input, B and C before the scan.
+NORMS = (None, "weightless", "weighted")
+
+_MAMBA_NAMES = (
+    ("in_proj.weight", Float[Tensor, "r d"]),
+    ("in_proj.bias", _R),
+    ("conv1d.weight", Float[Tensor, "e 1 w"]),
+    ("x_proj.weight", Float[Tensor, "x_rows e"]),
+    ("dt_proj.weight", Float[Tensor, "e rank"]),
+    ("dt_proj.bias", Float[Tensor, " e"]),
+    ("A_log", Float[Tensor, "e d_state"]),
+    ("D", Float[Tensor, " e"]),
+    ("out_proj.weight", Float[Tensor, "d e"]),
+    ("out_proj.bias", _D),
+)
+
+
+def _mamba_weights(module: nn.Module) -> Weights:
+    tensors = tuple(
+        parameter(submodule(module, name.split(".")[0]), name.split(".")[1])
+        if "." in name
+        else parameter(module, name)
+        for name, _ in _MAMBA_NAMES
+    )
+    return _MAMBA_NAMES, tensors
+
+
+class _RMSNorm(nn.Module):
+    """x / √(mean(x²) + ε), times gains where it has them, in float32 at least."""
+
+    def __init__(self, width: int, *, eps: float, weighted: bool) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(width)) if weighted else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        found = x.to(torch.promote_types(x.dtype, torch.float32))
+        normed = found * torch.rsqrt(found.square().mean(-1, keepdim=True) + self.eps)
+        normed = normed.to(x.dtype)
+        return normed if self.weight is None else self.weight * normed
+
+
+class Mamba(nn.Module):
+    """Mamba's mixer (Gu and Dao, *Mamba*, 2023; transformers' MambaMixer, and with `norms` Falcon
+    Mamba's and Jamba's), with transformers' parameter names so that their state dicts load:
+
+        x', z = x W_in;   x' ← SiLU(causal depthwise conv(x') + bias)
+        δ, B, C = x' W_x   (split: time_step_rank, d_state, d_state; each normalised with `norms`)
+        Δ = softplus(δ W_dt + b_dt);   A = −e^{A_log}   (e × d_state)
+        y = selective scan(x', Δ, A, B, C) + D x';   out = (y ∘ SiLU(z)) W_out
+
+    d_model; inner (e, the channels); state_size (d_state); time_step_rank; conv_kernel;
+    use_bias (in_proj, out_proj); use_conv_bias; norms: None, "weightless" (Falcon Mamba's RMS
+    norms without gains) or "weighted" (Jamba's); norm_eps; chunk_size (None: the recurrence,
+    what generation and long sequences run; the chunked form forms n × n × d_state decays per
+    channel). `forward(x, use_cache=True)` keeps the state and the convolution's inputs.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        *,
+        inner: int,
+        state_size: int = 16,
+        time_step_rank: int | None = None,
+        conv_kernel: int = 4,
+        use_bias: bool = False,
+        use_conv_bias: bool = True,
+        norms: str | None = None,
+        norm_eps: float = 1e-6,
+        chunk_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        where = "Mamba"
+        rank = math.ceil(d_model / 16) if time_step_rank is None else time_step_rank
+        check_positive(
+            where,
+            d_model=d_model,
+            inner=inner,
+            state_size=state_size,
+            time_step_rank=rank,
+            conv_kernel=conv_kernel,
+        )
+        if chunk_size is not None:
+            check_positive(where, chunk_size=chunk_size)
+        if norms not in NORMS:
+            raise ValueError(f"{where}: norms must be one of {NORMS}, got norms={norms!r}")
+        self.inner, self.ssm_state_size, self.time_step_rank = inner, state_size, rank
+        self.chunk_size = chunk_size
+        self.in_proj = nn.Linear(d_model, 2 * inner, bias=use_bias)
+        self.conv1d = nn.Conv1d(inner, inner, conv_kernel, groups=inner, bias=use_conv_bias)
+        self.x_proj = nn.Linear(inner, rank + 2 * state_size, bias=False)
+        self.dt_proj = nn.Linear(rank, inner, bias=True)
+        self.A_log = nn.Parameter(
+            torch.log(torch.arange(1, state_size + 1, dtype=torch.float32)).repeat(inner, 1)
+        )
+        self.D = nn.Parameter(torch.ones(inner))
+        self.out_proj = nn.Linear(inner, d_model, bias=use_bias)
+        if norms is not None:
+            weighted = norms == "weighted"
+            self.dt_layernorm = _RMSNorm(rank, eps=norm_eps, weighted=weighted)
+            self.b_layernorm = _RMSNorm(state_size, eps=norm_eps, weighted=weighted)
+            self.c_layernorm = _RMSNorm(state_size, eps=norm_eps, weighted=weighted)
+        self.norms = norms
+        self.register_buffer("cache_state", None, persistent=False)
+        self.register_buffer("cache_conv", None, persistent=False)
+
+    def reset_cache(self) -> None:
+        """Forget the state: the next `forward(x, use_cache=True)` starts a new sequence."""
+        self.cache_state, self.cache_conv = None, None
+
+    @checked_forward(_mamba_weights)
+    def forward(
+        self, x: Float[Tensor, "*batch n d"], use_cache: bool = False
+    ) -> Float[Tensor, "*batch n d"]:
+        """(*batch, n, d_model) -> (*batch, n, d_model); with `use_cache=True`, continuing the
+        sequence of the calls since `reset_cache()`."""
+        if not use_cache:
+            return self.continued(x, None, None)[0]
+        state = self.cache_state
+        if state is not None and state.shape[:-2] != x.shape[:-2]:
+            raise ShapeError(
+                f"Mamba.forward: x has batch {tuple(x.shape[:-2])} but the cache holds "
+                f"{tuple(state.shape[:-2])}; call reset_cache() to start another sequence"
+            )
+        out, state, past = self.continued(x, state, self.cache_conv)
+        self.cache_state, self.cache_conv = state.detach(), past.detach()
+        return out
+
+    def parts(
+        self, x: Tensor, past: Tensor | None = None, keep: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """What the scan reads from x: the channels x' (*batch, n, e), δ W_dt + b_dt (*batch, n,
+        e; before the softplus; float32 at least), B and C (*batch, n, d_state), the gate z, and
+        the convolution's `past` after x."""
+        if keep is not None:
+            x = x * keep[..., None].to(x.dtype)
+        inner, z = self.in_proj(x).chunk(2, dim=-1)
+        inner, past = convolved(self.conv1d, inner, past)
+        if keep is not None:
+            inner = inner * keep[..., None].to(inner.dtype)
+        rank, state = self.time_step_rank, self.ssm_state_size
+        step, B, C = self.x_proj(inner).split([rank, state, state], dim=-1)
+        if self.norms is not None:
+            step, B, C = self.dt_layernorm(step), self.b_layernorm(B), self.c_layernorm(C)
+        computing = torch.promote_types(x.dtype, torch.float32)
+        dt = step.to(computing) @ self.dt_proj.weight.to(computing).T
+        dt = dt + self.dt_proj.bias.to(computing)
+        return inner, dt, B.to(computing), C.to(computing), z, past
+
+    def continued(
+        self,
+        x: Tensor,
+        state: Tensor | None,
+        past: Tensor | None,
+        keep: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The output on x after a sequence summed up by `state` (*batch, e, d_state) and `past`
+        (*batch, conv_kernel − 1, e), None for a new sequence; returns (output, state, past)
+        after x. `keep`: 1 for a token, 0 for padding (zeroed before and after the convolution,
+        as transformers' layers do)."""
+        inner, dt, B, C, z, past = self.parts(x, past, keep)
+        computing, n = dt.dtype, x.shape[-2]
+        y, state = linear.selective_scan(
+            inner.to(computing),
+            F.softplus(dt),
+            -self.A_log.to(computing).exp(),
+            B,
+            C,
+            D=self.D.to(computing),
+            chunk_size=None if n == 1 or self.chunk_size is None else self.chunk_size,
+            initial_state=state,
+            return_state=True,
+        )  # pyright: ignore[reportGeneralTypeIssues]
+        return self.finished(y, z, x.dtype), state, past
+
+    def finished(self, y: Tensor, z: Tensor, dtype: torch.dtype) -> Tensor:
+        """(y ∘ SiLU(z)) W_out."""
+        return self.out_proj((y * F.silu(z.to(y.dtype))).to(dtype))

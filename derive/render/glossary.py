@@ -113,6 +113,19 @@ _JAXTYPING = (
     ("chunks *batch d_k d_v", "the states", "`attention.linear.chunk_states`: after each chunk"),
     ("*#batch n n", "the decays $\\Gamma$", "`attention.linear.causal_weights(..., decays=)`"),
     (
+        "*batch n e",
+        "$x$, $\\Delta$, $y$ of Mamba",
+        "`attention.linear.selective_scan`: each token's e channels, their steps, the outputs",
+    ),
+    ("*batch n d_state", "$B$, $C$ of Mamba", "`attention.linear.selective_scan`: one per token"),
+    ("e d_state", "$A$ of Mamba", "`selective_scan`: a decay rate per channel and state entry"),
+    ("e", "the skip $D$ of Mamba", "`selective_scan(..., D=)`: one per channel"),
+    (
+        "*batch e d_state",
+        "Mamba's state",
+        "`selective_scan`: `initial_state` and the final state (Mamba's ssm_state layout)",
+    ),
+    (
         "*#batch n c",
         "the log-decays $G$ of KDA",
         "`attention.linear.channel_decayed`, `kda_read`: one per token and key channel",

@@ -231,3 +231,103 @@ def test_bad_sizes_are_named(options, message):
     sizes = dict(num_heads=4, head_dim=8) | options
     with pytest.raises(ValueError, match=message):
         Mamba2(WIDTH, **sizes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Mamba's (Mamba-1's) mixers: Mamba, Falcon Mamba (norms without gains), Jamba (with gains)
+
+MAMBA = {
+    "MambaMixer": lambda: T.MambaConfig(
+        hidden_size=WIDTH,
+        vocab_size=VOCAB,
+        num_hidden_layers=2,
+        state_size=4,
+        intermediate_size=24,
+        conv_kernel=3,
+        time_step_rank=3,
+    ),
+    "FalconMambaMixer": lambda: T.FalconMambaConfig(
+        hidden_size=WIDTH,
+        vocab_size=VOCAB,
+        num_hidden_layers=2,
+        state_size=4,
+        intermediate_size=24,
+        conv_kernel=3,
+        time_step_rank=3,
+    ),
+    "JambaMambaMixer": lambda: T.JambaConfig(
+        pad_token_id=0,
+        hidden_size=WIDTH,
+        vocab_size=VOCAB,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=24,
+        mamba_d_state=4,
+        mamba_d_conv=3,
+        mamba_expand=2,
+        mamba_dt_rank=3,
+        attn_layer_offset=1,
+        attn_layer_period=2,
+        expert_layer_offset=1,
+        expert_layer_period=2,
+        num_experts=2,
+    ),
+}
+
+
+def mamba_model_of(family: str, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    model = T.AutoModelForCausalLM.from_config(MAMBA[family]()).eval()
+    with torch.no_grad():
+        for layer in [m for m in model.modules() if type(m).__name__ == family]:
+            for parameter in layer.parameters():
+                parameter.normal_(0, 0.3)
+    return model
+
+
+def test_every_mamba_family_read_is_tested():
+    assert set(MAMBA) == set(hf.MAMBA_FAMILIES)
+
+
+@pytest.mark.parametrize("family", MAMBA)
+def test_each_mamba_mixer_is_ours_number_for_number(family):
+    model = mamba_model_of(family)
+    layer = next(m for m in model.modules() if type(m).__name__ == family)
+    ours = hf.from_hf(layer)
+    assert type(ours.ssm).__name__ == "Mamba"
+    x = torch.randn(2, 7, WIDTH, generator=torch.Generator().manual_seed(11))
+    with torch.no_grad():
+        theirs, got = layer(x), ours(x)
+        bound = BOUND * theirs.abs().max()
+        torch.testing.assert_close(got, theirs, rtol=0, atol=bound)
+        ours.ssm.A_log.add_(0.1)  # the decay rates moved: far outside the bound
+        assert (ours(x) - theirs).abs().max() > 100 * bound
+
+
+@pytest.mark.parametrize("family", MAMBA)
+def test_a_mamba_model_on_our_mixers_generates_eager_s_tokens_and_logits(family):
+    model = mamba_model_of(family, seed=12)
+    ours = copy.deepcopy(model)
+    assert hf.replace_linear_attention(ours) >= 1
+    ids = torch.randint(1, VOCAB, (2, 6), generator=torch.Generator().manual_seed(13))
+    with torch.no_grad():
+        theirs_logits = model(ids).logits
+        torch.testing.assert_close(
+            ours(ids).logits, theirs_logits, rtol=0, atol=BOUND * theirs_logits.abs().max()
+        )
+    options = dict(max_new_tokens=5, do_sample=False, output_logits=True)
+    theirs = model.generate(ids, **options, return_dict_in_generate=True)
+    got = ours.generate(ids, **options, return_dict_in_generate=True)
+    assert got.sequences.tolist() == theirs.sequences.tolist()
+    for step, (a, b) in enumerate(zip(got.logits, theirs.logits, strict=True)):
+        torch.testing.assert_close(a, b, rtol=0, atol=BOUND * b.abs().max(), msg=f"step {step}")
+
+
+def test_mamba_s_bad_options_are_named():
+    from attention.ssm import Mamba
+
+    with pytest.raises(ValueError, match=r"Mamba: norms must be one of .*got norms='layer'"):
+        Mamba(WIDTH, inner=24, norms="layer")
+    with pytest.raises(ValueError, match=r"Mamba.*state_size.*0"):
+        Mamba(WIDTH, inner=24, state_size=0)

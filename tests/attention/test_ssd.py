@@ -271,3 +271,88 @@ def test_it_is_transformers_torch_scan():
     torch.testing.assert_close(ours, theirs, rtol=0, atol=bound)
     torch.testing.assert_close(state, their_state, rtol=0, atol=2**-18 * state.abs().max())
     assert (call(values, skip=False)[0] - theirs).abs().max() > 100 * bound  # it can fail
+
+
+# ---------------------------------------------------------------------------------------------
+# Mamba's selective scan (Mamba-1): a decay per channel and state entry
+
+
+def scan_inputs(seed=20, n=N, e=5, state=4, dtype=torch.float64):
+    gen = torch.Generator().manual_seed(seed)
+    draw = lambda *shape: torch.randn(*shape, generator=gen, dtype=dtype)  # noqa: E731
+    return dict(
+        x=draw(BATCH, n, e),
+        dt=torch.rand(BATCH, n, e, generator=gen, dtype=dtype) + 0.1,
+        A=-torch.rand(e, state, generator=gen, dtype=dtype) - 0.2,
+        B=draw(BATCH, n, state),
+        C=draw(BATCH, n, state),
+        D=draw(e),
+        initial_state=draw(BATCH, e, state),
+    )
+
+
+def scanned(values, *, state=True, **options):
+    return L.selective_scan(
+        *(values[k] for k in ("x", "dt", "A", "B", "C")),
+        D=values["D"],
+        initial_state=values["initial_state"] if state else None,
+        return_state=True,
+        **options,
+    )
+
+
+def by_mamba_s_recurrence(x, dt, A, B, C, D, initial_state):
+    """h_t = e^{Δ_t A} ∘ h_{t−1} + (Δ_t x_t) B_t per channel (e × d_state), y_t = h_t C_t + D x_t."""
+    h, rows = initial_state, []
+    for t in range(x.shape[1]):
+        h = (
+            torch.exp(dt[:, t, :, None] * A) * h
+            + (dt[:, t] * x[:, t])[..., None] * B[:, t, None, :]
+        )
+        rows.append((h @ C[:, t, :, None]).squeeze(-1) + D * x[:, t])
+    return torch.stack(rows, dim=1), h
+
+
+@pytest.mark.parametrize("form", [dict(), *FORMS], ids=str)
+def test_each_form_of_the_selective_scan_is_mamba_s_recurrence(form):
+    values = scan_inputs()
+    got, state = scanned(values, **form)
+    expected, expected_state = by_mamba_s_recurrence(
+        *(values[k] for k in ("x", "dt", "A", "B", "C", "D", "initial_state"))
+    )
+    torch.testing.assert_close(got, expected, **TOL)
+    torch.testing.assert_close(state, expected_state, **TOL)
+
+
+@pytest.mark.parametrize("form", [dict(parallel=True), dict(chunk_size=3)], ids=str)
+def test_gradients_of_the_selective_scan_equal_the_recurrence_s(form):
+    values = scan_inputs(seed=21)
+    weights = torch.randn(BATCH, N, 5, dtype=torch.float64, generator=torch.Generator())
+
+    def gradients(**options):
+        leaves = {name: t.clone().requires_grad_() for name, t in values.items()}
+        out, state = scanned(leaves, **options)
+        ((out * weights).sum() + state.square().sum()).backward()
+        return {name: t.grad for name, t in leaves.items()}
+
+    expected = gradients()
+    for name, grad in gradients(**form).items():
+        assert grad is not None and grad.abs().max() > 0, name
+        torch.testing.assert_close(grad, expected[name], **TOL, msg=name)
+
+
+def test_the_selective_scan_is_transformers_torch_scan():
+    from transformers.models.mamba.modeling_mamba import mamba_selective_scan
+
+    values = scan_inputs(seed=22, dtype=torch.float32)
+    x, dt, A, B, C, D = (values[k] for k in ("x", "dt", "A", "B", "C", "D"))
+    t = lambda u: u.transpose(1, 2)  # noqa: E731  (b, ·, n), theirs
+    theirs, their_state = mamba_selective_scan(
+        t(x), t(dt), A, t(B), t(C), D=D, return_last_state=True
+    )
+    ours, state = scanned(values, state=False, chunk_size=4)
+    bound = 2**-18 * theirs.abs().max()
+    torch.testing.assert_close(ours, t(theirs), rtol=0, atol=bound)
+    torch.testing.assert_close(state, their_state, rtol=0, atol=2**-18 * state.abs().max())
+    shared = L.selective_scan(x, dt, A[:1].expand_as(A), B, C, D=D)  # one rate for every channel
+    assert (shared - t(theirs)).abs().max() > 100 * bound
