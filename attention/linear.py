@@ -83,6 +83,7 @@ __all__ = [
     "chunk_states",
     "ssd",
     "selective_scan",
+    "selective_read",
     "stepped_values",
     "ssd_read",
     "FEATURE_MAPS",
@@ -798,6 +799,26 @@ def selective_scan(
         y = y + D.to(dtype) * x_
     y = y.to(x.dtype)
     return (y, final[..., 0]) if return_state else y
+
+
+@checked
+def selective_read(
+    x: Float[Tensor, "*batch n d"],
+    w_q: Float[Tensor, "d c"],
+    w_k: Float[Tensor, "d c"],
+    w_v: Float[Tensor, "d c_v"],
+    delta: Float[Tensor, "*#batch n 1"],
+    log_decays: Float[Tensor, "*#batch n c"],
+) -> Float[Tensor, "*batch n c_v"]:
+    """The selective scan's quadratic form with the book's weights, given the steps Δ and the
+    cumulative log-decays of each state entry G: C = ((Q ∘ e^{G}) (K ∘ e^{−G})ᵀ ∘ M) diag(Δ) V,
+    Q = X W_q (Mamba's C), K = X W_k (its B), V = X W_v (its x), unscaled. What `derive`'s
+    selective-scan entry declares; `selective_scan` computes the same numbers in its forms."""
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    scores = channel_decayed(q, log_decays, sign=1) @ channel_decayed(
+        k, log_decays, sign=-1
+    ).transpose(-2, -1)
+    return causal_weights(scores) @ stepped_values(v, delta)
 
 
 @checked

@@ -90,6 +90,11 @@ def generate_docs(*, pdf: bool = True, progress: Progress = _quiet) -> dict[str,
                     kda.MISTAKES,
                 ),
                 ("Mamba-2's ports", f"SSD's recurrence, {ssm.RULE}", ssm.MISTAKES),
+                (
+                    "Mamba's ports",
+                    f"the selective scan's recurrence, {ssm.MAMBA_RULE}",
+                    ssm.MAMBA_MISTAKES,
+                ),
             )
         ).encode("utf-8"),
         "reference/cli.md": cli_markdown().encode("utf-8"),

@@ -1,6 +1,6 @@
 """The recurrent layers `derive conform` checks by their own rules rather than by the softmax
-attention catalogue: Gated DeltaNet's (`linear`), Kimi Delta Attention's (`kda`) and Mamba-2's
-(`ssm`). Each family is its
+attention catalogue: Gated DeltaNet's (`linear`), Kimi Delta Attention's (`kda`), Mamba-2's and
+Mamba's (`ssm`). Each family is its
 readers and the run that checks a layer one of them reads."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ FAMILIES: tuple[tuple[tuple[Reader, ...], Run], ...] = (
     (linear.READERS, linear.run),
     (kda.READERS, kda.run),
     (ssm.READERS, ssm.run),
+    (ssm.MAMBA_READERS, ssm.run_mamba),
 )
 
 

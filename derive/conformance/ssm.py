@@ -19,7 +19,17 @@ import torch
 from .linear import Mistake, Reader, Rule, dyadic, judged, steps_hugging_face, steps_ours
 from .report import Report
 
-__all__ = ["READERS", "MISTAKES", "RULE", "run", "read_families"]
+__all__ = [
+    "READERS",
+    "MISTAKES",
+    "RULE",
+    "run",
+    "read_families",
+    "MAMBA_READERS",
+    "MAMBA_MISTAKES",
+    "MAMBA_RULE",
+    "run_mamba",
+]
 
 _NAMES = ("in_proj", "conv1d", "dt_bias", "A_log", "D", "norm", "out_proj")
 RULE = (
@@ -45,10 +55,11 @@ def _hugging_face(obj: Any) -> bool:
 
 
 def read_families() -> tuple[str, ...]:
-    """The classes of transformers' layers read (`attention.huggingface.SSM_FAMILIES`)."""
-    from attention.huggingface import SSM_FAMILIES
+    """The classes of transformers' state-space layers read (`attention.huggingface`'s
+    `SSM_FAMILIES`, Mamba-2's, and `MAMBA_FAMILIES`, Mamba's)."""
+    from attention.huggingface import MAMBA_FAMILIES, SSM_FAMILIES
 
-    return SSM_FAMILIES
+    return (*SSM_FAMILIES, *MAMBA_FAMILIES)
 
 
 def _ours(obj: Any) -> bool:
@@ -235,5 +246,149 @@ def run(obj: Any, reader: Reader, *, n: int = 7, seed: int = 0, name: str = "") 
             "d_state": ours.ssm_state_size,
             "g": ours.n_groups,
         },
+        name=name,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Mamba's (Mamba-1's) mixers: the selective scan, a decay per channel and state entry
+
+MAMBA_RULE = (
+    "y_t = h_t C_t + D ∘ x_t, h_t = e^{Δ_t ∘ A} ∘ h_{t−1} + (Δ_t ∘ x_t) B_tᵀ, Δ_t = softplus(δ_t "
+    "W_dt + b_dt), A = −e^{A_log}"
+)
+MAMBA_RULE_LATEX = (
+    r"y_t = h_t C_t + D \circ x_t,\; h_t = e^{\Delta_t \circ A} \circ h_{t-1} + "
+    r"(\Delta_t \circ x_t) B_t^\top,\; A = -e^{A_{\log}}"
+)
+
+
+def _mamba_hugging_face(obj: Any) -> bool:
+    kind = type(obj)
+    if not kind.__module__.startswith("transformers."):
+        return False
+    from attention.huggingface import MAMBA_FAMILIES
+
+    return kind.__name__ in MAMBA_FAMILIES
+
+
+def _mamba_ours(obj: Any) -> bool:
+    kind = type(obj)
+    return kind.__module__ == "attention.ssm" and kind.__name__ == "Mamba"
+
+
+def _read_mamba(layer: Any) -> Any:
+    from attention.huggingface import from_mamba
+
+    return from_mamba(layer).ssm
+
+
+_MAMBA_NAMES = ("in_proj", "conv1d", "x_proj", "dt_proj", "A_log", "D", "out_proj")
+
+
+def _mamba_named_like(obj: Any) -> bool:
+    """A module with MambaMixer's parameter names (a port), not one of transformers' own."""
+    return (
+        isinstance(obj, torch.nn.Module)
+        and not type(obj).__module__.startswith("transformers.")
+        and not _mamba_ours(obj)
+        and all(hasattr(obj, name) for name in _MAMBA_NAMES)
+    )
+
+
+def _read_mamba_named(layer: Any) -> Any:
+    """A port with MambaMixer's names: its sizes read off its weights, its weights by name."""
+    from attention.ssm import Mamba
+
+    inner, state = layer.A_log.shape
+    ours = Mamba(
+        layer.in_proj.weight.shape[1],
+        inner=inner,
+        state_size=state,
+        time_step_rank=layer.dt_proj.weight.shape[1],
+        conv_kernel=layer.conv1d.kernel_size[0],
+        use_bias=layer.in_proj.bias is not None,
+        use_conv_bias=layer.conv1d.bias is not None,
+    )
+    ours.load_state_dict(layer.state_dict(), strict=False)
+    return ours.to(layer.in_proj.weight.dtype)
+
+
+#: Mamba's mixers, in the order they are tried.
+MAMBA_READERS = (
+    Reader("huggingface", _mamba_hugging_face, _read_mamba, steps_hugging_face),
+    Reader("attention", _mamba_ours, _copied, steps_ours),
+    Reader("named", _mamba_named_like, _read_mamba_named),
+)
+
+
+def _mamba_with(*, softplus: bool = True, sign: float = -1.0, skip: bool = True, gate: bool = True):
+    def output(ours: Any, x: torch.Tensor) -> torch.Tensor:
+        from attention.linear import selective_scan
+
+        inner, dt, B, C, z, _ = ours.parts(x)
+        dtype = dt.dtype
+        step = torch.nn.functional.softplus(dt) if softplus else dt
+        A = sign * ours.A_log.to(dtype).exp()
+        y = selective_scan(inner.to(dtype), step, A, B, C, D=ours.D.to(dtype) if skip else None)
+        assert isinstance(y, torch.Tensor)
+        if not gate:  # the SiLU(z) gate left out
+            return ours.out_proj(y.to(x.dtype))
+        return ours.finished(y, z, x.dtype)
+
+    return output
+
+
+#: The mistakes ports of Mamba make, each computed on the layer's own weights.
+MAMBA_MISTAKES = (
+    Mistake(
+        "dt-without-softplus",
+        "the step Δ taken without its softplus",
+        "Δ_t = δ_t W_dt + b_dt",
+        _mamba_with(softplus=False),
+    ),
+    Mistake(
+        "a-sign",
+        "A taken positive: the state grows instead of decaying",
+        "A = e^{A_log}",
+        _mamba_with(sign=1.0),
+    ),
+    Mistake(
+        "d-skip-missing",
+        "the D skip left out",
+        "y_t = h_t C_t",
+        _mamba_with(skip=False),
+    ),
+    Mistake(
+        "gate-missing",
+        "the output not gated by SiLU(z)",
+        "out = y W_out",
+        _mamba_with(gate=False),
+    ),
+)
+
+
+def run_mamba(obj: Any, reader: Reader, *, n: int = 7, seed: int = 0, name: str = "") -> Report:
+    """The report of one Mamba mixer: its output against the selective scan's recurrence on its
+    own weights, in one call and token by token with its state; the mistake named if it
+    fails."""
+    layer = obj
+    ours = reader.read(layer).eval()
+    ours.chunk_size = None
+    d = ours.in_proj.weight.shape[1]
+    return judged(
+        layer,
+        reader,
+        ours,
+        dyadic(n, d, ours.in_proj.weight.dtype, seed),
+        Rule(
+            "selective-scan",
+            "Mamba's selective scan",
+            MAMBA_RULE,
+            MAMBA_RULE_LATEX,
+            MAMBA_MISTAKES,
+        ),
+        kind="state-space",
+        sizes={"n": n, "d": d, "e": ours.inner, "d_state": ours.ssm_state_size},
         name=name,
     )

@@ -109,6 +109,14 @@ RULES = {
     "gated-deltanet": Rule("gated-deltanet", "the gated delta rule", gated=True, delta=True),
     "ssd": Rule("ssd", "Mamba-2's state-space dual", gated=True, delta=False, stepped=True),
     "kda": Rule("kda", "Kimi Delta Attention", gated=True, delta=True, channel=True),
+    "selective-scan": Rule(
+        "selective-scan",
+        "Mamba's selective scan",
+        gated=True,
+        delta=False,
+        stepped=True,
+        channel=True,
+    ),
 }
 
 
@@ -256,7 +264,7 @@ def written(rule: Rule) -> Fact:
             u[m, J2],
             (value,),
             value,
-            "SSD writes v_m scaled by its step Δ_m"
+            "the token writes v_m scaled by its step Δ_m"
             if rule.stepped
             else "linear attention writes v_m as it is",
         )
@@ -517,8 +525,8 @@ def chunk(
 def _chunk_per_channel(
     Q: sp.Matrix, K: sp.Matrix, V: sp.Matrix, alpha, strengths, start: sp.Matrix, rule: Rule
 ) -> tuple[sp.Matrix, sp.Matrix]:
-    """`chunk` with a decay per key channel (Kimi Delta Attention): γ_{m,p,j} the α_{·,j} of
-    tokens p + 1 … m, inside every product over the channels."""
+    """`chunk` with a decay per key channel (Kimi Delta Attention, Mamba's selective scan):
+    γ_{m,p,j} the α_{·,j} of tokens p + 1 … m, inside every product over the channels."""
     size, c = Q.shape
 
     def decay(m: int, p: int, j: int) -> sp.Expr:
@@ -531,7 +539,10 @@ def _chunk_per_channel(
     kept = sp.Matrix(size, c, lambda m, j: decay(m, -1, j))  # e^{G_{m,j}}
     system = sp.Matrix(size, size, lambda m, p: strengths[m] * mixed(K, K, m, p) if p < m else 0)
     right = sp.diag(*strengths) * (V - K.multiply_elementwise(kept) * start)
-    written = (sp.eye(size) + system).lower_triangular_solve(right) if rule.delta else V
+    if rule.delta:
+        written = (sp.eye(size) + system).lower_triangular_solve(right)
+    else:  # each value as it is, or scaled by its step (Mamba's selective scan)
+        written = sp.diag(*strengths) * V if rule.stepped else V
     scores = sp.Matrix(size, size, lambda m, p: mixed(Q, K, m, p) if p <= m else 0)
     outputs = Q.multiply_elementwise(kept) * start + scores * written
     last = sp.Matrix(size, c, lambda p, j: decay(size - 1, p, j))  # e^{G_{C,j} − G_{p,j}}

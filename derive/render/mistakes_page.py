@@ -3,7 +3,7 @@ mistake's id, what it is, and the one step it changes, as the implementation com
 the derivation declares it (on the first of a few forms where the mistake changes a step:
 causal attention, several heads, a given mask, dropout, grouped keys with RoPE, a window, a
 softcap, sinks, QK-norm of whole rows, a cache); then the mistakes of Gated DeltaNet's, Kimi
-Delta Attention's and Mamba-2's ports. `derive docs` writes it (and hands in the recurrent
+Delta Attention's, Mamba-2's and Mamba's ports. `derive docs` writes it (and hands in the recurrent
 layers' mistakes); a test keeps the committed file equal to what this prints.
 """
 

@@ -272,6 +272,20 @@ def variant_calls(x):
             [],
         ),
         (
+            "selective_read",
+            L.selective_read,
+            {
+                "x": x,
+                "w_q": w,
+                "w_k": w,
+                "w_v": w,
+                "delta": torch.rand(N, 1),
+                "log_decays": -torch.rand(N, C),
+            },
+            ["x", "w_q", "w_k", "w_v", "delta", "log_decays"],
+            [],
+        ),
+        (
             "ssd_read",
             L.ssd_read,
             {"x": x, "w_q": w, "w_k": w, "w_v": w, "delta": torch.rand(N, 1), "decays": omega},

@@ -1,4 +1,4 @@
-"""`derive conform` on state-space layers: Mamba-2 mixers (the corpus's ports written with the
+"""`derive conform` on state-space layers: Mamba's and Mamba-2's mixers (the corpus's ports written with the
 mixer's names, this package's `Mamba2`, the mixers of transformers' Mamba 2, Bamba and Granite 4)
 checked against SSD's recurrence on their own weights, in one call and token by token with
 their state; each broken port named by its mistake's id; a hybrid model's every kind of layer
@@ -6,14 +6,15 @@ checked by `derive.testing.assert_model_conforms`."""
 
 import copy
 
+import mamba_ports
 import pytest
 import ssm_ports
 import torch
 import transformers as T
 
-from attention.ssm import Mamba2
+from attention.ssm import Mamba, Mamba2
 from derive import conform, testing
-from derive.conformance.ssm import MISTAKES
+from derive.conformance.ssm import MAMBA_MISTAKES, MISTAKES
 
 _SMALL = dict(
     hidden_size=16,
@@ -146,3 +147,52 @@ def _skip_doubled(mixer):
         return out + 0.5 * hidden_states
 
     return doubled
+
+
+# ---------------------------------------------------------------------------------------------
+# Mamba's (Mamba-1's) mixers, against the selective scan's recurrence
+
+
+@pytest.mark.parametrize("mistake", sorted(mamba_ports.BROKEN))
+def test_a_broken_mamba_port_is_named_by_its_mistake(mistake):
+    report = conform(mamba_ports.BROKEN[mistake]())
+    assert not report.conforms and report.variant == "selective-scan"
+    assert report.diagnosis is not None and report.diagnosis.id == mistake, report.table()
+
+
+def test_a_correct_mamba_port_conforms_and_the_corpus_has_every_mistake():
+    report = conform(mamba_ports.correct())
+    assert report.conforms and report.kind == "state-space (named)", report.table()
+    assert set(mamba_ports.BROKEN) == {m.id for m in MAMBA_MISTAKES}
+
+
+def test_our_mamba_conforms_one_call_and_token_by_token_at_float64():
+    torch.manual_seed(4)
+    report = conform(Mamba(12, inner=10, state_size=4).double())
+    assert report.conforms and report.precision is None, report.table()
+    assert [check.status for check in report.checks] == ["PASS", "PASS"]
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        lambda: T.MambaConfig(hidden_size=16, vocab_size=32, num_hidden_layers=1, state_size=4),
+        lambda: T.FalconMambaConfig(
+            hidden_size=16, vocab_size=32, num_hidden_layers=1, state_size=4
+        ),
+    ],
+    ids=["mamba", "falcon-mamba"],
+)
+def test_a_mamba_mixer_conforms_token_by_token_with_its_cache(config):
+    torch.manual_seed(5)
+    model = T.AutoModelForCausalLM.from_config(config()).eval()
+    layer = model.backbone.layers[0].mixer
+    with torch.no_grad():
+        for parameter in layer.parameters():
+            parameter.normal_(0, 0.3)
+    report = conform(layer)
+    assert report.conforms and report.kind == "state-space (huggingface)", report.table()
+    assert [check.status for check in report.checks] == ["PASS", "PASS"]
+    broken = copy.deepcopy(layer)  # its state forgotten between calls: token by token fails
+    broken.forward = lambda hidden_states, cache=None, **_: layer(hidden_states)
+    assert [check.status for check in conform(broken).checks] == ["PASS", "FAIL"]

@@ -89,6 +89,6 @@ def _unread_mixer(module: Any) -> str:
     from ..ssm import read_families
 
     return (
-        f"no reader reads {type(module).__name__}: read are Mamba-2's mixers "
-        f"({', '.join(read_families())}) and modules with their parameter names"
+        f"no reader reads {type(module).__name__}: read are the mixers of Mamba-2 and Mamba "
+        f"({', '.join(read_families())}) and modules with Mamba-2's parameter names"
     )

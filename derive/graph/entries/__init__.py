@@ -27,6 +27,7 @@ from . import (
     qk_norm,
     query_scale,
     rope,
+    selective_scan,
     sinks,
     sliding_window,
     softcap,
@@ -66,6 +67,7 @@ BUILT_IN = (
     deltanet.GATED_DELTANET,
     ssd.VARIANT,
     kda.VARIANT,
+    selective_scan.VARIANT,
 )
 
 #: Combinations whose title names the model that uses them (parts in their order).

@@ -62,10 +62,10 @@ K_DECAYED = register_letter(
     )
 )
 
-__all__ = ["VARIANT", "decayed_per_channel"]
+__all__ = ["VARIANT", "decayed_per_channel", "decayed", "decayed_scores"]
 
 
-def _decayed(letter: str, source: str, sign: int) -> Declaration:
+def decayed(letter: str, source: str, sign: int) -> Declaration:
     """x̊_{m,j} = x_{m,j} e^{±G_{m,j}}: each channel of a query (+) or a key (−) decayed."""
     rows = L.m if sign > 0 else L.p
     entry, base, log = L.base(letter), L.base(source), L.base("glog")
@@ -89,7 +89,7 @@ def _decayed(letter: str, source: str, sign: int) -> Declaration:
     )
 
 
-def _scores() -> Declaration:
+def decayed_scores() -> Declaration:
     """ω_{m,p} = Σ_j q̊_{m,j} k̊_{p,j}."""
     omega, q, k = L.base("omega"), L.base("qdecayed"), L.base("kdecayed")
     return Declaration(
@@ -123,7 +123,7 @@ def decayed_per_channel(graph: Graph) -> Graph:
         if step.output == "V":
             continue
         if step.name == "scores":
-            steps += [_decayed("qdecayed", "q", +1), _decayed("kdecayed", "k", -1), _scores()]
+            steps += [decayed("qdecayed", "q", +1), decayed("kdecayed", "k", -1), decayed_scores()]
         elif step.name == "context":
             steps.append(_read())
         else:

@@ -46,7 +46,7 @@ STEP = register_letter(
     )
 )
 
-__all__ = ["VARIANT", "state_space_dual"]
+__all__ = ["VARIANT", "state_space_dual", "stepped_values", "read_written"]
 
 
 def _weights() -> Declaration:
@@ -63,7 +63,7 @@ def _weights() -> Declaration:
     )
 
 
-def _stepped() -> Declaration:
+def stepped_values() -> Declaration:
     """u_{p,j} = Δ_{p,1} v_{p,j}: each value scaled by its token's step."""
     u, delta, v = L.base("uwritten"), L.base("deltastep"), L.base("v")
     return Declaration(
@@ -76,7 +76,7 @@ def _stepped() -> Declaration:
     )
 
 
-def _read() -> Declaration:
+def read_written() -> Declaration:
     """c_{m,j} = Σ_p a_{m,p} u_{p,j}."""
     ctx, a, u = L.base("ctx"), L.base("a"), L.base("uwritten")
     return Declaration(
@@ -99,7 +99,7 @@ def state_space_dual(graph: Graph) -> Graph:
         if step.name == "weights":
             steps.append(_weights())
         elif step.name == "context":
-            steps.extend((_stepped(), _read()))
+            steps.extend((stepped_values(), read_written()))
         else:
             steps.append(step)
     return Graph("Mamba-2's state-space dual", tuple(steps), graph.relations)

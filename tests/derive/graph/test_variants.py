@@ -47,6 +47,7 @@ def test_the_registered_names():
         "gated-deltanet",
         "ssd",
         "kda",
+        "selective-scan",
     )
     with pytest.raises(
         ValueError,
@@ -56,7 +57,15 @@ def test_the_registered_names():
 
 
 #: The variants whose rows of weights do not sum to 1: a sink's, and attention without the softmax.
-UNNORMALISED = ("sinks", "linear-attention", "deltanet", "gated-deltanet", "ssd", "kda")
+UNNORMALISED = (
+    "sinks",
+    "linear-attention",
+    "deltanet",
+    "gated-deltanet",
+    "ssd",
+    "kda",
+    "selective-scan",
+)
 WITHOUT_SOFTMAX = UNNORMALISED[1:]
 
 

@@ -141,6 +141,8 @@ def test_the_parallel_form_s_gradient_is_autograd_s_on_the_recurrence(rule):
     number = lambda matrix: torch.tensor(  # noqa: E731
         [[float(e.xreplace(table)) for e in row] for row in matrix.tolist()], dtype=torch.float64
     )
+    if rule.stepped and rule.channel:  # Mamba's scan, one channel: α_{m,j} = e^{Δ_m A_j}
+        return _selective_gradients(derived, number, numbers, strengths, x, table)
     if rule.stepped:  # SSD in Mamba's layout, one head: x = V, B = K, C = Q, Δ = β, α = e^{Δ A}
         return _ssd_gradients(derived, number, numbers, strengths, x, table)
     if rule.name == "linear-attention":
@@ -159,6 +161,32 @@ def test_the_parallel_form_s_gradient_is_autograd_s_on_the_recurrence(rule):
         torch.testing.assert_close(found if rule.channel else found[0], g.grad / alpha)
     if rule.delta:
         torch.testing.assert_close(number(derived["dbeta"])[0], b.grad)
+
+
+def _selective_gradients(derived, number, numbers, steps, x, table):
+    """The selective scan's derived gradients, α_{m,j} and Δ_m independent symbols, against
+    autograd through `attention.linear.selective_scan` (one channel: x = V, B = K, C = Q), where
+    α_{m,j} = e^{Δ_m A_j} ties them: dΔ_m = ∂L/∂Δ_m + Σ_j ∂L/∂α_{m,j} α_{m,j} A_j and
+    dA_j = Σ_m ∂L/∂α_{m,j} α_{m,j} Δ_m."""
+    from attention import linear
+
+    c = numbers["Q"].shape[1]
+    A = torch.tensor([[-0.7, -0.3][:c]], dtype=torch.float64, requires_grad=True)
+    alpha = torch.exp(steps[:, None] * A.detach()[0])
+    flat = [a for row in x.alpha for a in row]
+    table |= {s: float(a) for s, a in zip(flat, alpha.flatten(), strict=True)}
+    C, B = (numbers[name].clone()[None].requires_grad_() for name in ("Q", "K"))
+    v = numbers["V"].clone()[None].requires_grad_()  # one channel: (1, n, 1)
+    dt = steps.clone()[None, :, None].requires_grad_()
+    out = linear.selective_scan(v, dt, A, B, C)
+    (out[0] * numbers["bar"]).sum().backward()
+    for name, tensor in (("dQ", C), ("dK", B), ("dV", v)):
+        assert tensor.grad is not None
+        torch.testing.assert_close(number(derived[name]), tensor.grad[0], rtol=1e-12, atol=1e-12)
+    by_alpha, by_step = number(derived["dalpha"]), number(derived["dbeta"])[0]
+    assert dt.grad is not None and A.grad is not None
+    torch.testing.assert_close(by_step + (by_alpha * alpha * A.detach()).sum(1), dt.grad[0, :, 0])
+    torch.testing.assert_close((by_alpha * alpha * steps[:, None]).sum(0), A.grad[0])
 
 
 def _ssd_gradients(derived, number, numbers, steps, x, table):
@@ -185,7 +213,9 @@ def _ssd_gradients(derived, number, numbers, steps, x, table):
     torch.testing.assert_close((by_alpha * alpha * steps).sum(), A.grad[0])
 
 
-@pytest.mark.parametrize("name", ["linear-attention", "deltanet", "gated-deltanet", "ssd", "kda"])
+@pytest.mark.parametrize(
+    "name", ["linear-attention", "deltanet", "gated-deltanet", "ssd", "kda", "selective-scan"]
+)
 def test_the_page_s_states_are_the_chunked_form_s(name):
     """The state after each chunk the HTML page shows, its formulas evaluated, against
     `attention.linear.chunk_states` on the same numbers (the delta rules' written values and
@@ -208,7 +238,7 @@ def test_the_page_s_states_are_the_chunked_form_s(name):
     values = "uwritten" if name in ("deltanet", "gated-deltanet", "kda") else "v"
     table = {L.base("k")[p + 1, j + 1]: float(k[p, j]) for p in range(n) for j in range(c)}
     table |= {L.base(values)[p + 1, j + 1]: float(u[p, j]) for p in range(n) for j in range(c)}
-    if name == "ssd":  # SSD writes Δ_p v_p, its steps in the graph
+    if name in ("ssd", "selective-scan"):  # it writes Δ_p v_p, its steps in the graph
         steps = torch.rand(n, generator=gen, dtype=torch.float64) + 0.5
         table |= {L.base("deltastep")[p + 1, 1]: float(steps[p]) for p in range(n)}
         u = steps[:, None] * u
@@ -217,7 +247,7 @@ def test_the_page_s_states_are_the_chunked_form_s(name):
         for m in range(n)
         for p in range(m + 1)
     }
-    if name == "kda":  # a log-decay per key channel: G_{m,j} in the graph
+    if name in ("kda", "selective-scan"):  # a log-decay per key channel: G_{m,j} in the graph
         g = -torch.rand(n, c, generator=gen, dtype=torch.float64)
         logs = g.cumsum(0)
         table |= {

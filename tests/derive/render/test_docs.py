@@ -180,12 +180,15 @@ def test_the_mistakes_page_shows_every_mistake_with_the_step_it_changes(generate
     no formula, NaN on empty rows, which says so)."""
     from derive.conformance.kda import MISTAKES as KDA
     from derive.conformance.linear import MISTAKES as LINEAR
+    from derive.conformance.ssm import MAMBA_MISTAKES as MAMBA
     from derive.conformance.ssm import MISTAKES as SSM
     from derive.graph.mistakes import MISTAKES
 
     page = generated["mistakes.md"].decode("utf-8")
     rows = [line for line in page.splitlines() if line.startswith("| `")]
-    assert [row.split("`")[1] for row in rows] == [m.id for m in (*MISTAKES, *LINEAR, *KDA, *SSM)]
+    assert [row.split("`")[1] for row in rows] == [
+        m.id for m in (*MISTAKES, *LINEAR, *KDA, *SSM, *MAMBA)
+    ]
     for row in rows[: len(MISTAKES)]:
         cells = [cell.strip() for cell in row.strip("| ").split(" | ")]
         assert len(cells) == 4 and cells[2] and cells[3] and cells[2] != cells[3], row
