@@ -112,10 +112,12 @@ def _pieces(expr: sp.Expr) -> list[str]:
     return [text]
 
 
-def _relation(lhs: str, relation: str, rhs: sp.Expr) -> str:
-    """``lhs &= rhs``, broken into lines where it is wider than the page."""
+def _relation(lhs: str, relation: str, rhs: sp.Expr, indent: int = 0) -> str:
+    """``lhs &= rhs``, broken into lines where it is wider than the page; `indent`: the visible
+    width before the ``&`` where `lhs` is not printed (a chain's continuation line is aligned
+    after the first line's left-hand side, and is that much wider on the page)."""
     right = latex(rhs)
-    if visible_width(lhs) + visible_width(right) <= WIDEST_LINE:
+    if indent + visible_width(lhs) + visible_width(right) <= WIDEST_LINE:
         return f"{lhs} &{relation} {right}".lstrip()
     lines = [" ".join(line) for line in packed(_pieces(rhs), _PACKED)]
     if visible_width(lhs) > _WIDEST_LHS:
@@ -134,14 +136,17 @@ def chain(equations: tuple[sp.Eq, ...]) -> tuple[str, ...]:
     lines: list[str] = []
     lhs: sp.Expr | None = None
     last: sp.Expr | None = None
+    indent = 0  # the first line's left-hand side, which the continuation lines are aligned after
     for eq in equations:
         if lhs is not None and eq.lhs in (lhs, last):
             if eq.rhs != last:
-                lines.append(_relation("", _RELATION[eq.rel_op], eq.rhs))
+                lines.append(_relation("", _RELATION[eq.rel_op], eq.rhs, indent))
                 last = eq.rhs
             continue
         lines.append(equation(eq))
         lhs, last = eq.lhs, eq.rhs
+        width = visible_width(latex(eq.lhs))
+        indent = width if width <= _WIDEST_LHS else 0  # a long one has a line of its own
     return tuple(lines)
 
 

@@ -141,3 +141,21 @@ def test_explicit_attention_and_values_display_as_math():
     shown = values._repr_latex_()
     assert r"Q &= \left(\begin{matrix}1 & 0\\1 & 0\end{matrix}\right)" in shown  # exact
     assert r"A &= \left(\begin{matrix}0.500000 & 0.500000" in shown  # 30 digits, shown with 6
+
+
+def test_a_chain_s_continuation_line_is_measured_after_the_left_hand_side_it_aligns_with():
+    """A continuation line ``&= rhs`` sits after the first line's left-hand side: an rhs that fits
+    alone but not after that side is broken (the selective scan's carried state overflowed)."""
+    from derive.notation.lines import WIDEST_LINE, chain
+
+    terms = sp.symbols("alpha_1:40")
+    lhs = sp.Symbol("S_{long left side}")
+    rhs = sp.Add(*terms[:1])
+    for count in range(2, len(terms)):  # the widest sum that still fits alone
+        candidate = sp.Add(*terms[:count])
+        if visible_width(sp.latex(candidate)) > WIDEST_LINE - 4:
+            break
+        rhs = candidate
+    assert visible_width(sp.latex(rhs)) <= WIDEST_LINE < visible_width(sp.latex(lhs + rhs))
+    first, continued = chain((sp.Eq(lhs, sp.Symbol("x"), evaluate=False), sp.Eq(lhs, rhs)))
+    assert "\\\\" not in first and "\\\\" in continued  # broken, though it fits by itself
