@@ -155,3 +155,39 @@ def test_the_module_users_extend_holds_the_protocol_and_the_objects_alone():
         assert not hasattr(M, helper), helper
     first = Path(M.__file__).read_text(encoding="utf-8").splitlines()[0]
     assert first == "# pyright: strict"
+
+
+def test_every_signature_over_twelve_parameters_is_the_documented_table():
+    """docs/guides/modifications.md lists the public signatures of `attention` with more than
+    twelve parameters and why; this finds them all (each object under the first module that
+    exports it) and checks that the table is exactly them, with the counts it says."""
+    import inspect
+    import re
+    from pathlib import Path
+
+    import attention
+    from attention import functional, grouped, linear
+
+    def parameters(function) -> int:
+        return len([p for p in inspect.signature(function).parameters if p != "self"])
+
+    found, seen = {}, set()
+    for module in (attention, functional, grouped, linear):
+        for name in module.__all__:
+            value = getattr(module, name)
+            if id(value) in seen or not callable(value) or inspect.ismodule(value):
+                continue
+            seen.add(id(value))
+            if inspect.isclass(value):
+                methods = [getattr(value, m, None) for m in ("__init__", "forward")]
+                counts = [parameters(m) for m in methods if inspect.isfunction(m)]
+                count = max(counts, default=0)
+            elif inspect.isfunction(value):
+                count = parameters(value)
+            else:
+                continue
+            if count > 12:
+                found[f"{module.__name__}.{name}"] = count
+    page = Path(__file__).parents[2] / "docs" / "guides" / "modifications.md"
+    rows = re.findall(r"^\| `([\w.]+)` \| (\d+) \|", page.read_text(encoding="utf-8"), re.M)
+    assert found == {name: int(count) for name, count in rows}
