@@ -32,6 +32,7 @@ __all__ = [
     "multi_head_weights",
     "cross_weights",
     "heads_weights",
+    "named_weights",
 ]
 
 
@@ -233,3 +234,19 @@ def heads_weights(wrapper: nn.Module) -> Weights:
     heads = typing.cast("list[nn.Module]", list(submodule(wrapper, "heads")._modules.values()))
     names = tuple(item for i in range(len(heads)) for item in _qkv_names(f"heads[{i}]."))
     return names, tuple(tensor for head in heads for tensor in _qkv_tensors(head))
+
+
+def named_weights(names: tuple[tuple[str, Any], ...]):
+    """The weights reader (`attention._checks.Weights`) of a module whose checked tensors are the
+    table `names`: each (its state_dict name, ``"sub.weight"`` or ``"A_log"``; its annotation)."""
+
+    def read(module: nn.Module) -> Weights:
+        tensors = tuple(
+            parameter(submodule(module, name.split(".")[0]), name.split(".")[1])
+            if "." in name
+            else parameter(module, name)
+            for name, _ in names
+        )
+        return names, tensors
+
+    return read

@@ -35,10 +35,10 @@ from torch import Tensor
 
 from . import linear
 from ._arguments import check_positive, check_probability
-from ._checks import Weights, checked_forward
+from ._checks import checked_forward
 from ._convolution import convolved
 from ._shapes import ShapeError
-from ._weights import parameter, submodule
+from ._weights import named_weights
 
 __all__ = ["GatedDeltaNet", "l2_normalised"]
 
@@ -67,14 +67,7 @@ _NAMES = (
 )
 
 
-def _weights(module: nn.Module) -> Weights:
-    tensors = tuple(
-        parameter(submodule(module, name.split(".")[0]), name.split(".")[1])
-        if "." in name
-        else parameter(module, name)
-        for name, _ in _NAMES
-    )
-    return _NAMES, tensors
+_weights = named_weights(_NAMES)
 
 
 def l2_normalised(x: Tensor, eps: float = 1e-6) -> Tensor:

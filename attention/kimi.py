@@ -29,10 +29,9 @@ from torch import Tensor
 
 from . import linear
 from ._arguments import check_positive
-from ._checks import Weights, checked_forward
-from ._convolution import convolved
-from ._shapes import ShapeError
-from ._weights import parameter, submodule
+from ._checks import checked_forward
+from ._convolution import continued_from_cache, convolved
+from ._weights import named_weights
 from .deltanet import l2_normalised
 
 __all__ = ["KimiDeltaAttention"]
@@ -50,11 +49,7 @@ _NAMES = (
 )
 
 
-def _weights(module: nn.Module) -> Weights:
-    tensors = tuple(
-        parameter(submodule(module, name.split(".")[0]), name.split(".")[1]) for name, _ in _NAMES
-    )
-    return _NAMES, tensors
+_weights = named_weights(_NAMES)
 
 
 class ForgetGate(nn.Module):
@@ -171,16 +166,7 @@ class KimiDeltaAttention(nn.Module):
         sequence of the calls since `reset_cache()`."""
         if not use_cache:
             return self.continued(x, None, None)[0]
-        state = self.cache_state
-        if state is not None and state.shape[:-3] != x.shape[:-2]:
-            raise ShapeError(
-                f"KimiDeltaAttention.forward: x has batch {tuple(x.shape[:-2])} but the cache "
-                f"holds {tuple(state.shape[:-3])}; call reset_cache() to start another sequence"
-            )
-        out, state, past = self.continued(x, state, self.cache_conv)
-        self.cache_state = state.detach()
-        self.cache_conv = None if past is None else past.detach()
-        return out
+        return continued_from_cache(self, x, "KimiDeltaAttention.forward", 3)
 
     def mixed(self, x: Tensor) -> Tensor:
         """X W_q, X W_k and X W_v side by side: the convolution's inputs."""

@@ -31,10 +31,10 @@ from torch import Tensor
 
 from . import linear
 from ._arguments import check_positive
-from ._checks import Weights, checked_forward
-from ._convolution import convolved
+from ._checks import checked_forward
+from ._convolution import continued_from_cache, convolved
 from ._shapes import ShapeError
-from ._weights import parameter, submodule
+from ._weights import named_weights
 
 __all__ = ["Mamba2", "Mamba", "GatedRMSNorm", "gated_group_norm", "NORMS"]
 
@@ -58,14 +58,7 @@ _NAMES = (
 )
 
 
-def _weights(module: nn.Module) -> Weights:
-    tensors = tuple(
-        parameter(submodule(module, name.split(".")[0]), name.split(".")[1])
-        if "." in name
-        else parameter(module, name)
-        for name, _ in _NAMES
-    )
-    return _NAMES, tensors
+_weights = named_weights(_NAMES)
 
 
 def gated_group_norm(y: Tensor, z: Tensor, weight: Tensor, *, groups: int, eps: float) -> Tensor:
@@ -168,15 +161,7 @@ class Mamba2(nn.Module):
         sequence of the calls since `reset_cache()`."""
         if not use_cache:
             return self.continued(x, None, None)[0]
-        state = self.cache_state
-        if state is not None and state.shape[:-3] != x.shape[:-2]:
-            raise ShapeError(
-                f"Mamba2.forward: x has batch {tuple(x.shape[:-2])} but the cache holds "
-                f"{tuple(state.shape[:-3])}; call reset_cache() to start another sequence"
-            )
-        out, state, past = self.continued(x, state, self.cache_conv)
-        self.cache_state, self.cache_conv = state.detach(), past.detach()
-        return out
+        return continued_from_cache(self, x, "Mamba2.forward", 3)
 
     def continued(
         self,
@@ -265,14 +250,7 @@ _MAMBA_NAMES = (
 )
 
 
-def _mamba_weights(module: nn.Module) -> Weights:
-    tensors = tuple(
-        parameter(submodule(module, name.split(".")[0]), name.split(".")[1])
-        if "." in name
-        else parameter(module, name)
-        for name, _ in _MAMBA_NAMES
-    )
-    return _MAMBA_NAMES, tensors
+_mamba_weights = named_weights(_MAMBA_NAMES)
 
 
 class _RMSNorm(nn.Module):
@@ -367,15 +345,7 @@ class Mamba(nn.Module):
         sequence of the calls since `reset_cache()`."""
         if not use_cache:
             return self.continued(x, None, None)[0]
-        state = self.cache_state
-        if state is not None and state.shape[:-2] != x.shape[:-2]:
-            raise ShapeError(
-                f"Mamba.forward: x has batch {tuple(x.shape[:-2])} but the cache holds "
-                f"{tuple(state.shape[:-2])}; call reset_cache() to start another sequence"
-            )
-        out, state, past = self.continued(x, state, self.cache_conv)
-        self.cache_state, self.cache_conv = state.detach(), past.detach()
-        return out
+        return continued_from_cache(self, x, "Mamba.forward", 2)
 
     def parts(
         self, x: Tensor, past: Tensor | None = None, keep: Tensor | None = None

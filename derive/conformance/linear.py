@@ -25,6 +25,7 @@ __all__ = [
     "run",
     "judged",
     "dyadic",
+    "copied",
     "steps_ours",
     "steps_hugging_face",
     "Rule",
@@ -79,7 +80,8 @@ def _read_book(layer: Any) -> Any:
     return ours.to(layer.W_query.weight.dtype)
 
 
-def _copied(layer: Any) -> Any:
+def copied(layer: Any) -> Any:
+    """A copy of our own module: it is its own reference (checked on a copy, as every target)."""
     import copy
 
     return copy.deepcopy(layer)
@@ -127,7 +129,7 @@ def _ours(obj: Any) -> bool:
 #: The kinds of layer read, in the order they are tried.
 READERS = (
     Reader("huggingface", _hugging_face, _read_hugging_face, steps_hugging_face),
-    Reader("attention", _ours, _copied, steps_ours),
+    Reader("attention", _ours, copied, steps_ours),
     Reader("book", _book_like, _read_book),
 )
 

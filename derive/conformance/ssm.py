@@ -16,7 +16,16 @@ from typing import Any
 
 import torch
 
-from .linear import Mistake, Reader, Rule, dyadic, judged, steps_hugging_face, steps_ours
+from .linear import (
+    Mistake,
+    Reader,
+    Rule,
+    copied,
+    dyadic,
+    judged,
+    steps_hugging_face,
+    steps_ours,
+)
 from .report import Report
 
 __all__ = [
@@ -109,16 +118,10 @@ def _read_named(layer: Any) -> Any:
     return ours.to(layer.in_proj.weight.dtype)
 
 
-def _copied(layer: Any) -> Any:
-    import copy
-
-    return copy.deepcopy(layer)
-
-
 #: The kinds of layer read, in the order they are tried.
 READERS = (
     Reader("huggingface", _hugging_face, _read_hugging_face, steps_hugging_face),
-    Reader("attention", _ours, _copied, steps_ours),
+    Reader("attention", _ours, copied, steps_ours),
     Reader("named", _named_like, _read_named),
 )
 
@@ -317,7 +320,7 @@ def _read_mamba_named(layer: Any) -> Any:
 #: Mamba's mixers, in the order they are tried.
 MAMBA_READERS = (
     Reader("huggingface", _mamba_hugging_face, _read_mamba, steps_hugging_face),
-    Reader("attention", _mamba_ours, _copied, steps_ours),
+    Reader("attention", _mamba_ours, copied, steps_ours),
     Reader("named", _mamba_named_like, _read_mamba_named),
 )
 
