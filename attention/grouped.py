@@ -21,7 +21,6 @@ blockwise backward, the h/g heads of a group going through each product together
 """
 
 import typing
-from collections.abc import Mapping
 
 import torch
 from jaxtyping import Bool, Float
@@ -41,7 +40,7 @@ from ._layer import (
 )
 from ._shapes import DtypeError, OwnDtype, ShapeError
 from .modules._grouped import GroupedQueryAttention, RMSNorm, check_groups
-from .rope import check_rotated, compute_rope_params, interleaved_order
+from .rope import FreqConfig, check_rotated, compute_rope_params, interleaved_order
 
 __all__ = [
     "rms_norm",
@@ -138,7 +137,7 @@ def grouped_query_attention(
     theta_base: float | None = None,
     rope_width: int | None = None,
     rope_interleaved: bool = False,
-    freq_config: Mapping[str, float] | None = None,
+    freq_config: FreqConfig | None = None,
     q_gain: OwnDtype[Float[Tensor, " q_width"]] | float | None = None,
     k_gain: OwnDtype[Float[Tensor, " k_width"]] | float | None = None,
     eps: float = 1e-6,
@@ -160,7 +159,8 @@ def grouped_query_attention(
     each head's first rope_width features (partial RoPE; None: all c_h); rope_interleaved: pair
     feature 2i with 2i + 1 (the RoPE paper's, GPT-J's and GLM's layout), computed as the book's
     rotation of each head's features reordered alike in W_q, W_k and the QK-norm gains (the
-    scores are the same sums); freq_config: Llama 3.1's frequencies (`compute_rope_params`).
+    scores are the same sums); freq_config: Llama 3.1's or YaRN's frequencies
+    (`compute_rope_params`).
     q_gain, k_gain: (c_h,)
     gains of QK-norm, RMS norm of each head's queries and keys with `eps`, before RoPE (Qwen 3's
     order; None: no QK-norm); gains of the whole width, q_gain (h·c_h,) and k_gain (g·c_h,),
@@ -317,7 +317,7 @@ def grouped_decode_step(
     theta_base: float | None = None,
     rope_width: int | None = None,
     rope_interleaved: bool = False,
-    freq_config: Mapping[str, float] | None = None,
+    freq_config: FreqConfig | None = None,
     q_gain: OwnDtype[Float[Tensor, " q_width"]] | float | None = None,
     k_gain: OwnDtype[Float[Tensor, " k_width"]] | float | None = None,
     eps: float = 1e-6,
@@ -445,7 +445,7 @@ def _layer(
     theta_base: float | None,
     rope_width: int | None,
     rope_interleaved: bool,
-    freq_config: Mapping[str, float] | None,
+    freq_config: FreqConfig | None,
     q_gain: Tensor | float | None,
     k_gain: Tensor | float | None,
     eps: float,

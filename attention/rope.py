@@ -16,9 +16,21 @@ The same rotation at every position leaves q·k depending on the positions only 
 difference. Equal to the book's `llama3.compute_rope_params` / `qwen3.compute_rope_params` and
 `apply_rope` (Llama 3.1's frequency smoothing included, through `freq_config`); checked at runtime
 like `attention.functional`.
+
+`freq_config` also takes YaRN's rope scaling (Peng et al., 2023, "YaRN: Efficient Context Window
+Extension of Large Language Models", §3.2 to §3.4; GPT-OSS, DeepSeek V3, Qwen's long contexts),
+with the keys of Hugging Face's ``rope_parameters`` (``"rope_type": "yarn"``, or recognised by
+``beta_fast``): the pairs i whose index is past the correction range are divided by the factor s,
+those before it kept, and a linear ramp in i blends them between; and cos and sin are multiplied
+by the attention factor (0.1 ln s + 1 by default), so that every score is multiplied by its
+square. The ramp runs over the pair index, as the paper's code and transformers'
+(``_compute_yarn_parameters``) compute it, between the indices where a pair turns β_fast and
+β_slow times over the original context L (the paper states the ramp in the number of turns
+L/λ_i; both are 0 and 1 at the same ends).
 """
 
 import math
+import typing
 from collections.abc import Mapping
 
 import torch
@@ -31,8 +43,114 @@ from ._shapes import OwnDtype, ShapeError
 
 __all__ = ["compute_rope_params", "rope_frequencies", "rotate_half", "apply_rope", "rope_rotation"]
 
+#: A `freq_config`: Llama 3.1's numbers, or YaRN's (with its flag ``truncate`` and its
+#: ``rope_type``).
+FreqConfig = Mapping[str, float | bool | str | None]
+
 #: The keys of Llama 3.1's `freq_config` (the book's `LLAMA32_CONFIG_1B["rope_freq"]`).
 FREQ_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_context_length")
+#: YaRN's keys (Hugging Face's ``rope_parameters`` of ``rope_type: "yarn"``): the two required,
+#: then the optional ones with transformers' defaults (the attention factor's, None: from the
+#: factor, `attention_factor`).
+YARN_KEYS = ("factor", "original_max_position_embeddings")
+YARN_DEFAULTS = {
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "truncate": True,
+    "attention_factor": None,
+    "mscale": None,
+    "mscale_all_dim": None,
+}
+
+
+def is_yarn(freq_config: FreqConfig | None) -> bool:
+    """Whether `freq_config` is YaRN's: its ``rope_type`` says so, or it has ``beta_fast``."""
+    if freq_config is None:
+        return False
+    return freq_config.get("rope_type") == "yarn" or "beta_fast" in freq_config
+
+
+def _check_yarn(freq_config: FreqConfig) -> None:
+    missing = [key for key in YARN_KEYS if key not in freq_config]
+    if missing:
+        raise ValueError(
+            f"compute_rope_params: YaRN's freq_config needs the keys {', '.join(YARN_KEYS)}; "
+            f"missing {', '.join(missing)}"
+        )
+    known = {*YARN_KEYS, *YARN_DEFAULTS, "rope_type", "rope_theta", "partial_rotary_factor"}
+    unknown = sorted(set(freq_config) - known)
+    if unknown:
+        raise ValueError(
+            f"compute_rope_params: YaRN's freq_config has no key {', '.join(unknown)}; it takes "
+            f"{', '.join((*YARN_KEYS, *YARN_DEFAULTS))}"
+        )
+    fast, slow = _number(freq_config, "beta_fast"), _number(freq_config, "beta_slow")
+    if not fast > slow > 0:
+        raise ValueError(
+            f"compute_rope_params: YaRN's freq_config needs beta_fast > beta_slow > 0, got "
+            f"beta_fast={fast}, beta_slow={slow}"
+        )
+    for key in ("factor", "original_max_position_embeddings"):
+        if not _number(freq_config, key) > 0:
+            raise ValueError(
+                f"compute_rope_params: YaRN's freq_config needs {key} > 0, got {freq_config[key]}"
+            )
+
+
+def _number(freq_config: FreqConfig, key: str) -> float:
+    """A number of `freq_config` (a flag as 0 or 1), YaRN's default where it is absent or None
+    (transformers' reading)."""
+    found = freq_config.get(key)
+    found = YARN_DEFAULTS.get(key) if found is None else found
+    return float(typing.cast(float, found))
+
+
+def _mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's 0.1 · mscale · ln s + 1 (the paper's eq. 22, √(1/t)), 1 for s ≤ 1."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def attention_factor(freq_config: FreqConfig | None) -> float:
+    """What YaRN multiplies cos and sin by: ``attention_factor`` where it is given, else
+    0.1 ln s + 1 of the factor s, or with DeepSeek's ``mscale`` and ``mscale_all_dim`` the
+    ratio of the two (1 where they are equal); 1 for other rotations."""
+    if not is_yarn(freq_config):
+        return 1.0
+    assert freq_config is not None
+    if freq_config.get("attention_factor") is not None:
+        return _number(freq_config, "attention_factor")
+    factor = _number(freq_config, "factor")
+    if freq_config.get("mscale") and freq_config.get("mscale_all_dim"):
+        mscale, every = _number(freq_config, "mscale"), _number(freq_config, "mscale_all_dim")
+        return _mscale(factor, mscale) / _mscale(factor, every)
+    return _mscale(factor)
+
+
+def correction_range(width: int, theta_base: float, freq_config: FreqConfig):
+    """(a, b): the pair indices where a pair of frequency β^{−2i/c} turns beta_fast and
+    beta_slow times over the original context L, i = c ln(L / (2π β_·)) / (2 ln β); rounded
+    outwards (floor, ceil) unless ``truncate`` is false; held within [0, c − 1]."""
+    length = _number(freq_config, "original_max_position_embeddings")
+
+    def index(turns: float) -> float:
+        return width * math.log(length / (turns * 2 * math.pi)) / (2 * math.log(theta_base))
+
+    low, high = index(_number(freq_config, "beta_fast")), index(_number(freq_config, "beta_slow"))
+    if _number(freq_config, "truncate"):
+        low, high = math.floor(low), math.ceil(high)
+    return max(low, 0), min(high, width - 1)
+
+
+def _yarn_frequencies(theta: Tensor, theta_base: float, freq_config: FreqConfig):
+    """YaRN's frequencies: θ_i (1 − γ_i) + (θ_i / s) γ_i with the ramp
+    γ_i = clamp((i − a) / (b − a), 0, 1) over the correction range (a, b)."""
+    width = 2 * theta.shape[-1]
+    low, high = correction_range(width, theta_base, freq_config)
+    if low == high:  # transformers' guard against a range of one index
+        high += 0.001
+    index = torch.arange(theta.shape[-1], dtype=theta.dtype)
+    ramp = ((index - low) / (high - low)).clamp(0, 1)
+    return theta * (1 - ramp) + theta / _number(freq_config, "factor") * ramp
 
 
 def even_width(where: str, name: str, width: int) -> None:
@@ -43,14 +161,14 @@ def even_width(where: str, name: str, width: int) -> None:
         )
 
 
-def _check_freq_config(freq_config: Mapping[str, float]) -> None:
+def _check_freq_config(freq_config: FreqConfig) -> None:
     missing = [key for key in FREQ_KEYS if key not in freq_config]
     if missing:
         raise ValueError(
             f"compute_rope_params: freq_config needs the keys {', '.join(FREQ_KEYS)}; "
             f"missing {', '.join(missing)}"
         )
-    low, high = freq_config["low_freq_factor"], freq_config["high_freq_factor"]
+    low, high = _number(freq_config, "low_freq_factor"), _number(freq_config, "high_freq_factor")
     if not high > low:
         raise ValueError(
             f"compute_rope_params: freq_config needs high_freq_factor > low_freq_factor, "
@@ -58,13 +176,13 @@ def _check_freq_config(freq_config: Mapping[str, float]) -> None:
         )
 
 
-def _smoothed(theta: Tensor, freq_config: Mapping[str, float]) -> Tensor:
+def _smoothed(theta: Tensor, freq_config: FreqConfig) -> Tensor:
     """Llama 3.1's frequencies: with wavelength λ_i = 2π/θ_i and L = original_context_length,
     θ_i/factor where λ_i > L/low_freq_factor (slow pairs), θ_i where λ_i < L/high_freq_factor
     (fast pairs), and between them (1 − s_i)·θ_i/factor + s_i·θ_i with
     s_i = (L/λ_i − low_freq_factor) / (high_freq_factor − low_freq_factor)."""
-    length, factor = freq_config["original_context_length"], freq_config["factor"]
-    low, high = freq_config["low_freq_factor"], freq_config["high_freq_factor"]
+    length, factor = _number(freq_config, "original_context_length"), _number(freq_config, "factor")
+    low, high = _number(freq_config, "low_freq_factor"), _number(freq_config, "high_freq_factor")
     wavelength = 2 * math.pi / theta
     s = (length / wavelength - low) / (high - low)
     between = (1 - s) * (theta / factor) + s * theta
@@ -76,11 +194,12 @@ def _smoothed(theta: Tensor, freq_config: Mapping[str, float]) -> Tensor:
 def rope_frequencies(
     head_dim: int,
     theta_base: float = 10_000,
-    freq_config: Mapping[str, float] | None = None,
+    freq_config: FreqConfig | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> Float[Tensor, " half"]:
     """The c/2 frequencies $\\theta_i = \\beta^{-2i/c}$, i = 0 … c/2 − 1 (smoothed as Llama 3.1's
-    when `freq_config` is given); computed in float64 for float64, else in float32.
+    when `freq_config` is given, or as YaRN's when it is YaRN's: see the module docstring);
+    computed in float64 for float64, else in float32.
 
     >>> rope_frequencies(4, theta_base=100)
     tensor([1.0000, 0.1000])
@@ -93,7 +212,11 @@ def rope_frequencies(
     exact = torch.float64 if dtype == torch.float64 else torch.float32
     exponents = torch.arange(0, head_dim, 2, dtype=exact) / head_dim  # 2i / c
     theta = 1.0 / (theta_base**exponents)
-    if freq_config is not None:
+    if is_yarn(freq_config):
+        assert freq_config is not None
+        _check_yarn(freq_config)
+        theta = _yarn_frequencies(theta, theta_base, freq_config)
+    elif freq_config is not None:
         _check_freq_config(freq_config)
         theta = _smoothed(theta, freq_config)
     return theta.to(dtype)
@@ -104,7 +227,7 @@ def compute_rope_params(
     head_dim: int,
     theta_base: float = 10_000,
     context_length: int = 4096,
-    freq_config: Mapping[str, float] | None = None,
+    freq_config: FreqConfig | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> tuple[Float[Tensor, "n_ctx c"], Float[Tensor, "n_ctx c"]]:
     """(cos, sin) of the angles m·θ_i for positions m = 0 … context_length − 1, each pair's angle
@@ -126,7 +249,10 @@ def compute_rope_params(
     positions = torch.arange(context_length, dtype=exact)
     angles = positions[:, None] * theta.to(exact)[None, :]  # (n_ctx, 1) · (1, c/2) -> (n_ctx, c/2)
     angles = torch.cat([angles, angles], dim=1)  # pair i at columns i and i + c/2 -> (n_ctx, c)
-    return torch.cos(angles).to(dtype), torch.sin(angles).to(dtype)
+    factor = attention_factor(freq_config)  # YaRN's; 1 otherwise
+    if factor == 1.0:
+        return torch.cos(angles).to(dtype), torch.sin(angles).to(dtype)
+    return (torch.cos(angles) * factor).to(dtype), (torch.sin(angles) * factor).to(dtype)
 
 
 def _rotate_half(x: Tensor) -> Tensor:
@@ -205,7 +331,7 @@ def rope_rotation(
     theta_base: float = 10_000,
     rotated: int | None = None,
     interleaved: bool = False,
-    freq_config: Mapping[str, float] | None = None,
+    freq_config: FreqConfig | None = None,
 ) -> Float[Tensor, "*batch n c"]:
     """Rotate each row of x by its position 0 … n − 1 with the book's tables at x's width and
     length: ``apply_rope(x, *compute_rope_params(c, theta_base, n))`` (the twin of the step
@@ -213,7 +339,8 @@ def rope_rotation(
     rotate only the first `rotated` features, with the tables of that width, and pass the others
     on (partial RoPE; None: all c). `interleaved`: pair feature 2i with 2i + 1 (0-based; the
     RoPE paper's, GPT-J's and GLM's layout), each pair turning by the angle the book's layout
-    gives the pair (i, i + c/2). `freq_config`: Llama 3.1's frequencies (`compute_rope_params`).
+    gives the pair (i, i + c/2). `freq_config`: Llama 3.1's or YaRN's frequencies
+    (`compute_rope_params`).
 
     >>> rope_rotation(torch.tensor([[1.0, 0.0], [1.0, 0.0]]))  # position 1: (cos 1, sin 1)
     tensor([[1.0000, 0.0000],

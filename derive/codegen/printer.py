@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import sympy as sp
 from sympy import Indexed
+from sympy.printing.pycode import PythonCodePrinter
 
 from ..graph import DeclarationError
 from ..notation import letters as L
@@ -169,7 +170,7 @@ class Printer:
         expr = sp.sympify(expr)
         names = {s: sp.Symbol(python_name(s)) for s in expr.free_symbols}
         self.used |= {str(name) for name in names.values()}
-        return sp.pycode(expr.xreplace(names), fully_qualified_modules=True)
+        return _SizePrinter({"fully_qualified_modules": True}).doprint(expr.xreplace(names))
 
     def union(self, *groups: tuple[sp.Symbol, ...]) -> tuple[sp.Symbol, ...]:
         """Every axis of the groups, those of the equation's entry first, in its order (so
@@ -609,3 +610,12 @@ def equation_lines(
         printer.lines.append(f"# {variable}")
         printer.equation(equation, variable=variable)
     return printer.lines, printer
+
+
+class _SizePrinter(PythonCodePrinter):
+    """SymPy's Python printer, with Iverson's bracket (a condition on an index: YaRN's attention
+    factor on the rotated features of a partial rotation) as the condition itself, a bool that
+    multiplies as 0 or 1 (a tensor's where the index is a range)."""
+
+    def _print_Indicator(self, expr: Indicator) -> str:
+        return f"({self._print(expr.args[0])})"

@@ -63,6 +63,12 @@ def _decided(summand: sp.Expr, ranges: dict) -> sp.Expr:
     return under_ranges(_rotation_summed(under_ranges(summand, ranges), ranges), ranges)
 
 
+def _angles(graph: Graph) -> set[str]:
+    """Φ and the constant steps its formula reads (YaRN's ramp ξ), inlined together."""
+    angles = graph.step("Phi")
+    return {"Phi", *(x for x in angles.inputs if graph.producer(x) is not None)}
+
+
 def _interleaved(graph: Graph) -> bool:
     """True where the rotation pairs neighbouring features (its cases read j mod 2)."""
     return graph.step("R").element.rhs.has(sp.Mod)
@@ -156,13 +162,15 @@ def relative_position(graph: Graph) -> Fact:
     halves, rest = _halves(composed.function, width, rotated, interleaved)
     decided = {L.m: (1, L.n), L.p: (1, L.n), L.j: (sp.S.One, rotated / 2)}
     first = {L.j: 2 * L.j - 1} if interleaved else {}  # the pair's first feature
-    phi = graph.step("Phi").element.rhs.xreplace(first).xreplace({L.m: 2})
+    constants = _angles(graph)
+    phi = inline(graph.step("Phi").element.rhs, graph, constants)
+    phi = phi.xreplace(first).xreplace({L.m: 2})
     angles = _theta(
-        under_ranges(inline(halves, graph, {"Phi"}), decided), under_ranges(phi, decided)
+        under_ranges(inline(halves, graph, constants), decided), under_ranges(phi, decided)
     )
     paired = _pairs(angles)
     unrotated = {L.m: (1, L.n), L.p: (1, L.n), L.j: (rotated + 1, width)}
-    plain = sp.factor(under_ranges(inline(rest, graph, {"Phi"}), unrotated))
+    plain = sp.factor(under_ranges(inline(rest, graph, constants), unrotated))
     tail = Sum(plain, (j, rotated + 1, width)) if rest != 0 else sp.S.Zero
     pairs = (j, 1, rotated / 2)
     if interleaved:  # its subscripts 2j − 1 print wide: a sum per angle, on lines of their own

@@ -249,3 +249,65 @@ def test_interleaved_rotation_turns_neighbouring_pairs():
     partial = rope_rotation(x, theta_base=100, rotated=4, interleaved=True)
     assert torch.equal(partial[..., 4:], x[..., 4:])
     assert (partial - got).abs().max() > 1e-3  # the first four turn by the angles of width 4
+
+
+#: YaRN's rope_parameters as transformers reads them: GPT-OSS's (range not rounded), a default
+#: one (rounded), DeepSeek V3's (its mscale ratio: factor 1), one with its attention factor given,
+#: and a partial rotation.
+YARN = [
+    {"factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False},
+    {"factor": 4.0},
+    {"factor": 40.0, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+    {"factor": 8.0, "attention_factor": 1.25, "beta_slow": 2.0},
+    {"factor": 16.0, "partial_rotary_factor": 0.5},
+]
+
+
+@pytest.mark.parametrize("params", YARN)
+@pytest.mark.parametrize("head_dim", [16, 64])
+def test_yarn_equals_transformers(params, head_dim):
+    """rope_frequencies and the tables' attention factor against transformers'
+    _compute_yarn_parameters, and the tables against GPT-OSS's rotary embedding (cos and sin
+    times the factor)."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssRotaryEmbedding
+
+    read = {"rope_type": "yarn", "rope_theta": 150_000.0, "original_max_position_embeddings": 4096}
+    config = transformers.GptOssConfig(
+        head_dim=head_dim,
+        num_attention_heads=4,
+        hidden_size=4 * head_dim,
+        max_position_embeddings=131_072,
+        rope_parameters=read | params,
+    )
+    expected, factor = ROPE_INIT_FUNCTIONS["yarn"](config)
+    rotated = int(head_dim * params.get("partial_rotary_factor", 1.0))
+    freq_config = {k: v for k, v in (read | params).items() if k != "rope_theta"}
+    ours = rope_frequencies(rotated, 150_000.0, freq_config, torch.float64)
+    assert torch.allclose(ours, expected.double(), rtol=1e-6, atol=0)  # theirs: float32
+    plain = rope_frequencies(rotated, 150_000.0, dtype=torch.float64)
+    assert not torch.allclose(ours, plain)  # the scaling changed something
+    cos, sin = compute_rope_params(rotated, 150_000.0, 16, freq_config)
+    if rotated == head_dim:  # GPT-OSS's own embedding rotates the whole head
+        x, positions = torch.zeros(1, 16, 1), torch.arange(16)[None]
+        their_cos, their_sin = GptOssRotaryEmbedding(config)(x, positions)
+        half = rotated // 2  # GPT-OSS keeps one copy of each pair's angle
+        assert torch.allclose(cos[:, :half], their_cos[0], atol=1e-6)
+        assert torch.allclose(sin[:, :half], their_sin[0], atol=1e-6)
+    plain_cos, _ = compute_rope_params(rotated, 150_000.0, 16)
+    assert cos[0, 0] == pytest.approx(factor) and plain_cos[0, 0] == 1.0
+
+
+def test_bad_yarn_config_names_the_key():
+    yarn = {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096}
+    with pytest.raises(ValueError, match=r"YaRN's freq_config needs the keys .*; missing factor"):
+        compute_rope_params(8, freq_config={k: v for k, v in yarn.items() if k != "factor"})
+    with pytest.raises(
+        ValueError, match=r"beta_fast > beta_slow > 0, got beta_fast=1.0, beta_slow=1.0"
+    ):
+        compute_rope_params(8, freq_config={**yarn, "beta_fast": 1, "beta_slow": 1})
+    with pytest.raises(ValueError, match=r"has no key low_freq_factor"):
+        compute_rope_params(8, freq_config={**yarn, "low_freq_factor": 1.0})
+    with pytest.raises(ValueError, match=r"needs factor > 0, got -2"):
+        compute_rope_params(8, freq_config={**yarn, "factor": -2})

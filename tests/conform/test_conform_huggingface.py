@@ -5,6 +5,8 @@ config with random weights (nothing is downloaded) and must conform, eager and s
 a β, a cap or a variant it does not compute, it must not. transformers is a test dependency,
 never imported by derive."""
 
+import math
+
 import pytest
 import torch
 
@@ -22,6 +24,17 @@ SIZES = {
     "head_dim": 8,
 }
 DEFAULT_ROPE = {"rope_type": "default", "rope_theta": 10_000.0}
+#: GPT-OSS's YaRN (its config's own numbers but the original context, cut so that a head of 8
+#: features has pairs on both sides of the ramp and in it).
+GPT_OSS_YARN = {
+    "rope_type": "yarn",
+    "rope_theta": 10_000.0,
+    "factor": 32.0,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "truncate": False,
+    "original_max_position_embeddings": 512,
+}
 
 #: two layers, the first sliding, the second global
 TWO_KINDS = {
@@ -106,6 +119,31 @@ LAYERS = {
             }
         },
         "gqa+rope+llama3-rope",
+    ),
+    "gpt-oss-yarn": (
+        "GptOssConfig",
+        "GptOssForCausalLM",  # L_0 = 512 at head_dim 8: pairs kept, blended and interpolated
+        {
+            "rope_parameters": dict(GPT_OSS_YARN),
+            "sliding_window": 3,
+            "layer_types": ["sliding_attention"],
+            "num_local_experts": 2,
+            "num_experts_per_tok": 1,
+        },
+        "gqa+rope+yarn-rope+sliding-window+sinks",
+    ),
+    "llama-yarn": (
+        "LlamaConfig",
+        "LlamaForCausalLM",  # L_0 = 64: the range rounded outwards, its low end held at 0
+        {
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "rope_theta": 10_000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 64,
+            }
+        },
+        "gqa+rope+yarn-rope",
     ),
     "cohere": ("CohereConfig", "CohereForCausalLM", {}, "gqa+rope+interleaved-rope"),
     "glm4": (
@@ -261,6 +299,45 @@ def test_a_scale_of_the_config_is_read_as_query_scale(family, build, c_q):
     assert "query-scale" in report.variant.split("+")
     assert report.sizes["c_q"] == pytest.approx(c_q)
     assert not conform(layer, values={"c_q": 8}).conforms  # 1/√c_h: the wrong scale
+
+
+@pytest.mark.parametrize(
+    ("name", "told"),
+    [
+        ("gpt-oss-yarn", {"rho_a": 1.0}),  # the attention factor missing
+        ("gpt-oss-yarn", {"tau": 1.0}),  # the range rounded outwards: another ramp
+        ("gpt-oss-yarn", {"eta": 8.0}),  # another factor
+        ("llama-yarn", {"tau": 0.0}),
+        ("llama-yarn", {"beta_s": 2.0}),
+    ],
+)
+def test_yarn_told_another_number_does_not_conform(name, told):
+    """Each number of YaRN changes what the layer computes at these sizes."""
+    assert not conform(_layer(name), values=told).conforms
+
+
+def test_yarn_values_are_read_as_transformers_reads_them():
+    report = conform(_layer("gpt-oss-yarn"))
+    expected = {"eta": 32, "beta_f": 32, "beta_s": 1, "L_0": 512, "tau": 0}
+    assert {k: report.sizes[k] for k in expected} == expected
+    assert report.sizes["rho_a"] == pytest.approx(0.1 * math.log(32) + 1)
+
+
+def test_a_port_that_drops_yarn_s_attention_factor_does_not_conform(monkeypatch):
+    """A GPT-OSS whose rotary embedding leaves cos and sin unscaled (the attention factor
+    missing, issue 49's broken YaRN port) is found out."""
+    from transformers.models.gpt_oss import modeling_gpt_oss
+
+    layer = _layer("gpt-oss-yarn")
+    assert conform(layer).conforms
+    built = modeling_gpt_oss.GptOssRotaryEmbedding.__init__
+
+    def unscaled(self, *args, **kwargs):
+        built(self, *args, **kwargs)
+        self.attention_scaling = 1.0
+
+    monkeypatch.setattr(modeling_gpt_oss.GptOssRotaryEmbedding, "__init__", unscaled)
+    assert not conform(layer).conforms
 
 
 def test_scaled_rope_is_refused():
@@ -451,6 +528,7 @@ REFUSED_FAMILIES = {
     "lfm3": "an output gate of another kind",
     "beam": "gate_bias",
     "inkling_text": "short convolutions of its keys and values",
+    "ministral3": "llama_4_scaling_beta",
 }
 #: where a family's first attention layer is, and what building it takes (LFM3's first layers
 #: are convolutions; GPT-Neo's layers are typed)

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from ...graph.entries.llama3_rope import FREQ_CONFIG
+from ...graph.entries.yarn_rope import YARN_CONFIG
 from ...graph.forms import reference
 from ..evaluate.formulas import composed
 from ..read.harness import _first_tensor
@@ -82,7 +83,8 @@ def with_start_pos(
 def rope_tables(module: Any, x: Any, variant: str, values: Any) -> tuple:
     """(cos, sin) of β for n tokens where the variant has RoPE, the book's tables (of width c_r
     with partial RoPE: the module rotates as many features as its tables are wide; at Llama
-    3.1's frequencies with llama3-rope; how it pairs the features is the module's); ()
+    3.1's frequencies with llama3-rope, YaRN's with yarn-rope; how it pairs the features is
+    the module's); ()
     otherwise."""
     if "rope" not in variant.split("+"):
         return ()
@@ -93,6 +95,8 @@ def rope_tables(module: Any, x: Any, variant: str, values: Any) -> tuple:
     smoothing = None
     if "llama3-rope" in parts:  # the book's freq_config, from the variant's values
         smoothing = {key: float(values[str(symbol)]) for key, symbol in FREQ_CONFIG}
+    if "yarn-rope" in parts:  # YaRN's, likewise
+        smoothing = {key: float(values[str(symbol)]) for key, symbol in YARN_CONFIG}
     cos, sin = compute_rope_params(
         rotated, theta_base=beta, context_length=x.shape[-2], freq_config=smoothing, dtype=x.dtype
     )

@@ -195,6 +195,8 @@ class _Grid:
         torch = self.torch
         if isinstance(expr, sp.floor):
             return torch.floor(_tensor(torch, args[0])), 0.0
+        if isinstance(expr, sp.ceiling):  # YaRN's correction range rounded outwards
+            return torch.ceil(_tensor(torch, args[0])), 0.0
         if isinstance(expr, sp.Mod):
             return torch.remainder(_tensor(torch, args[0]), args[1]), 0.0
         comparisons = {

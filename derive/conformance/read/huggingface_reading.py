@@ -19,6 +19,7 @@ __all__ = [
     "rope",
     "beta",
     "llama3",
+    "yarn",
     "layer_type",
     "rotated_width",
     "interleaved",
@@ -116,11 +117,11 @@ def beta(module: Any) -> float | None:
         return None
     kind = found.get("rope_type", "default")
     name = type(module).__name__
-    if kind not in ("default", "llama3"):
+    if kind not in ("default", "llama3", "yarn"):
         raise ConformError(
             f"{name}: rope_type {kind!r} scales the angles; the registered RoPE "
-            "variants declare the default angles and Llama 3.1's "
-            "(llama3-rope) only"
+            "variants declare the default angles, Llama 3.1's (llama3-rope) and YaRN's "
+            "(yarn-rope) only"
         )
     return float(found["rope_theta"])
 
@@ -137,6 +138,31 @@ def llama3(module: Any) -> dict | None:
         "L_0": "original_max_position_embeddings",
     }
     return {symbol: float(found[key]) for symbol, key in names.items()}
+
+
+def yarn(module: Any) -> dict | None:
+    """The values of the yarn-rope variant where the layer's rope_type is "yarn", read as
+    transformers reads them (``_compute_yarn_parameters``): a factor not given is the ratio of
+    ``max_position_embeddings`` to the original (DeepSeek V3), β_fast and β_slow 32 and 1 where
+    absent, ``truncate`` true where absent, and the attention factor given, or DeepSeek's
+    ``mscale`` ratio, or 0.1 ln η + 1 (`attention.rope.attention_factor`)."""
+    from attention.rope import attention_factor
+
+    found = rope(module) or {}
+    if found.get("rope_type") != "yarn":
+        return None
+    config = module.config
+    original = float(found["original_max_position_embeddings"])
+    factor = found.get("factor") or config.max_position_embeddings / original
+    read = {**found, "factor": float(factor), "rope_type": "yarn"}
+    return {
+        "eta": float(factor),
+        "beta_f": float(found.get("beta_fast") or 32),
+        "beta_s": float(found.get("beta_slow") or 1),
+        "L_0": original,
+        "tau": 1.0 if found.get("truncate", True) else 0.0,
+        "rho_a": float(attention_factor(read)),
+    }
 
 
 def rotated_width(module: Any) -> int | None:

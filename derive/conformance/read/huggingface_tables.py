@@ -250,6 +250,9 @@ def _rope(module: Any, found: Projections, width: int) -> list[Said]:
     smoothing = H.llama3(module)
     if smoothing is not None:  # Llama 3.1's frequencies
         said.append(Said("llama3-rope", smoothing))
+    scaled = H.yarn(module)
+    if scaled is not None:  # YaRN's frequencies and attention factor (GPT-OSS, DeepSeek V3)
+        said.append(Said("yarn-rope", scaled))
     return said
 
 
@@ -426,5 +429,12 @@ REFUSED: tuple[tuple[Callable[[Any], bool], str], ...] = (
     (
         _holds("gate_bias"),
         "a bias of the gate's logits per head (gate_bias): the gate variant declares none",
+    ),
+    (
+        lambda layer: (H.rope(layer) or {}).get("llama_4_scaling_beta") is not None,
+        "its queries are multiplied by 1 + β log(1 + ⌊position / L_0⌋) with the position "
+        "counted from 0 (llama_4_scaling_beta, as Ministral 3's and Mistral 4's): Llama 4's "
+        "temperature tuning (the temperature-tuning variant) counts it from 1, so the two differ "
+        "at every L_0-th position, past what a check at small sizes sees",
     ),
 )

@@ -10,7 +10,7 @@ Each kind of attention layer (`layers.layer_kinds`: a model's local and global
 layers are two kinds) is then read by the Hugging Face adapter, the reading `derive conform`
 checks layers with: the variants it computes, its heads, the width of its keys (groups),
 whether it is causal, and its numbers. A layer the adapter refuses is refused with its reason
-(GPT-OSS's YaRN angles: no registered variant declares them).
+(Ministral 3's queries scaled from position 0: no registered variant declares it).
 
 transformers is imported here only: ``pip install 'attention-derive[huggingface]'``.
 """

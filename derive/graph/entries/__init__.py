@@ -34,6 +34,7 @@ from . import (
     ssd,
     temperature,
     whole_qk_norm,
+    yarn_rope,
 )
 
 BUILT_IN = (
@@ -49,6 +50,7 @@ BUILT_IN = (
     partial_rope.VARIANT,
     interleaved_rope.VARIANT,
     llama3_rope.VARIANT,
+    yarn_rope.VARIANT,
     gqa.VARIANT,
     qk_norm.VARIANT,
     whole_qk_norm.VARIANT,
@@ -76,10 +78,14 @@ MODELS = {
     ("gqa", "qk-norm", "rope"): "Qwen 3",
     ("gqa", "qk-norm", "partial-rope", "gate"): "Qwen 3.5 (its full-attention layers)",
     ("gqa", "sliding-window", "sinks"): "GPT-OSS (its sliding layers, without RoPE)",
-    ("gqa", "sliding-window", "sinks", "rope"): "GPT-OSS (its sliding layers)",
+    ("gqa", "sliding-window", "sinks", "rope"): "GPT-OSS (its sliding layers, without YaRN)",
+    ("gqa", "sliding-window", "sinks", "yarn-rope"): "GPT-OSS (its sliding layers)",
+    ("gqa", "sinks", "yarn-rope"): "GPT-OSS (its full layers)",
     ("gqa", "llama3-rope", "kv-cache"): "Llama 3.1, decoding",
     ("gqa", "sliding-window", "softcap", "rope", "kv-cache"): "Gemma 2 (local layers), decoding",
-    ("gqa", "sliding-window", "sinks", "rope", "kv-cache"): "GPT-OSS (sliding layers), decoding",
+    ("gqa", "sliding-window", "sinks", "yarn-rope", "kv-cache"): (
+        "GPT-OSS (sliding layers), decoding"
+    ),
     ("multi-head", "cross-attention"): "Whisper and BART (their cross layers)",
     ("gqa", "qk-norm", "cross-attention"): "Llama 3.2 Vision (its cross layers)",
     ("gqa", "temperature-tuning"): "Llama 4 (its global layers, without RoPE)",

@@ -87,7 +87,7 @@ VARIANT = Variant(
             L.eta,
             sp.Integer(32),
             "the factor of the slow frequencies (Llama 3.2's)",
-            meaning="the factor of RoPE's slow frequencies (Llama 3.1's `factor`; Llama 3.2: 32)",
+            meaning="the factor of RoPE's slow frequencies (Llama 3.1's and YaRN's `factor`)",
         ),
         Parameter(
             L.alpha_l,
@@ -106,7 +106,8 @@ VARIANT = Variant(
             L.L_0,
             sp.Integer(8192),
             "the context length first trained at",
-            meaning="the context length a Llama 3.1 model was first trained at (8192)",
+            meaning="the context length a model was first trained at (Llama 3.1's "
+            "`original_context_length`, YaRN's `original_max_position_embeddings`)",
         ),
     ),
     requires=(Above(L.alpha_h, L.alpha_l, "the blend runs between the two factors' wavelengths"),),

@@ -41,6 +41,13 @@ def shapes(entry: Entry) -> list[Block]:
     return [Prose(PV.VARIANT_SHAPES.format(shapes=new))] if new else []
 
 
+def _shown(value: object) -> str:
+    """A config's number in LaTeX: an integer as one, another to six significant digits (YaRN's
+    attention factor 1.34657, not the float's exact fraction)."""
+    number = float(sp.sympify(value))
+    return latex(sp.Integer(int(number))) if number.is_integer() else latex(sp.Float(number, 6))
+
+
 def values_of(entry: Entry, options) -> list[Block]:
     """Where a model's config gave the document its values (`DocumentOptions.source`): which
     model and layer, and each value by its symbol."""
@@ -49,7 +56,7 @@ def values_of(entry: Entry, options) -> list[Block]:
     symbols = {str(x.symbol): x.symbol for v in entry.chain for x in (*v.sizes, *v.parameters)}
     given = dict(options.given)
     said = ", ".join(
-        f"${latex(symbols.get(name, sp.Symbol(name)))} = {latex(sp.nsimplify(value))}$"
+        f"${latex(symbols.get(name, sp.Symbol(name)))} = {_shown(value)}$"
         for name, value in given.items()
     )
     return [Prose(PV.MODEL_VALUES.format(source=options.source, values=said))]

@@ -59,6 +59,24 @@ def test_the_command_derives_the_model_s_attention_and_states_its_values(tmp_pat
     assert "2 kinds of attention layer" in capsys.readouterr().err
 
 
+def test_gpt_oss_is_derived_with_yarn_by_its_name_and_by_its_config_file(tmp_path):
+    """GPT-OSS's sliding layers (GQA, a window, sinks, RoPE scaled by YaRN), by its model type
+    and from a saved config: the same derivation, with the config's values."""
+    import transformers
+
+    config = transformers.AutoConfig.for_model("gpt_oss").to_dict()
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    by_type, by_file = tmp_path / "type.tex", tmp_path / "file.tex"
+    assert main(["latex", "--model", "gpt_oss", "-o", str(by_type), "-q"]) == 0
+    assert main(["latex", "--config", str(path), "-o", str(by_file), "-q"]) == 0
+    tex, same = by_type.read_text(encoding="utf-8"), by_file.read_text(encoding="utf-8")
+    assert "the attention of GPT-OSS (its sliding layers)" in tex
+    for value in (r"$\eta = 32$", r"$\tau = 0$", r"$\rho_{a} = 1.34657$", r"$w = 128$"):
+        assert value in tex
+    assert tex.replace("transformers' default config", "its config config.json") == same
+
+
 def test_the_check_gives_the_model_s_parameters_and_draws_small_sizes(capsys):
     assert main(["check", "--model", "qwen3", "--seed", "0", "--forward-only", "-q"]) == 0
     out = capsys.readouterr().out
@@ -69,7 +87,7 @@ def test_the_check_gives_the_model_s_parameters_and_draws_small_sizes(capsys):
     ("argv", "message"),
     [
         (["latex", "--model", "gema2"], "unknown model type 'gema2'; did you mean 'gemma2'?"),
-        (["latex", "--model", "gpt_oss"], "rope_type 'yarn' scales the angles"),
+        (["latex", "--model", "ministral3"], "llama_4_scaling_beta"),
         (["latex", "--model", "gemma2", "--layer", "2"], "--layer 2, but gemma2"),
         (["latex", "--model", "gemma2", "--variant", "rope"], "drop --variant"),
         (["latex", "--model", "gemma2", "--config", "c.json"], "not both"),
@@ -99,10 +117,10 @@ def test_conform_checks_each_kind_of_layer_of_a_model(capsys):
     shown = json.loads(capsys.readouterr().out)
     assert set(shown["layers"]) == {"model.layers.0.self_attn", "model.layers.1.self_attn"}
     assert all(layer["conforms"] for layer in shown["layers"].values())
-    assert main(["conform", "--model", "gpt_oss", "-q"]) == 1
-    assert "model.layers.0.self_attn: not read: GptOssAttention: rope_type 'yarn'" in (
-        capsys.readouterr().out
-    )
+    assert main(["conform", "--model", "ministral3", "-q"]) == 1
+    assert "model.layers.0.self_attn: not read: Ministral3Attention:" in capsys.readouterr().out
+    assert main(["conform", "--model", "gpt_oss", "-q"]) == 0  # YaRN: both kinds conform
+    assert capsys.readouterr().out.count("conforms (") == 2
 
 
 @pytest.mark.parametrize(

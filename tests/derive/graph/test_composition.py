@@ -83,7 +83,9 @@ def test_with_sinks_the_rows_claim_is_the_sink_s():
     assert "rows_sum_with_sink" in names and "rows_sum_to_one" not in names
     assert "rows_sum_to_one" in {fact.name for fact in derive.facts("gqa+kv-cache")}
     tex = derive.document(derive.DocumentOptions(variant="gqa+rope+sliding-window+sinks"))
-    assert "GPT-OSS (its sliding layers)" in tex
+    assert "GPT-OSS (its sliding layers, without YaRN)" in tex
+    tex = derive.document(derive.DocumentOptions(variant="gqa+sliding-window+sinks+yarn-rope"))
+    assert "GPT-OSS (its sliding layers)" in tex and r"\rho_{a}" in tex
 
 
 def test_a_decoding_step_with_a_given_mask_has_no_twin_and_says_so():

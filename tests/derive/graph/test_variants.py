@@ -29,6 +29,7 @@ def test_the_registered_names():
         "partial-rope",
         "interleaved-rope",
         "llama3-rope",
+        "yarn-rope",
         "gqa",
         "qk-norm",
         "whole-qk-norm",
