@@ -45,8 +45,11 @@ def add(commands, argparse) -> None:
     sub.add_argument("--no-pdf", action="store_true", help="skip docs/derivation.pdf")
 
 
-def generate_docs(*, pdf: bool = True, progress: Progress = _quiet) -> dict[str, bytes]:
-    """Every generated file under docs/, by path relative to docs/ (deterministic)."""
+def generate_docs(
+    *, pdf: bool = True, models: bool = True, progress: Progress = _quiet
+) -> dict[str, bytes]:
+    """Every generated file under docs/, by path relative to docs/ (deterministic); `models`:
+    the headline models' pages too (docs/models/, `model_pages`; they need transformers)."""
     from ..conformance import kda, linear, ssm
     from ..render.explanations import explanation_pages
     from ..render.glossary import glossary_markdown
@@ -106,6 +109,11 @@ def generate_docs(*, pdf: bool = True, progress: Progress = _quiet) -> dict[str,
         **shown,
     }
     progress("printed the documents")
+    if models:
+        from .model_pages import model_pages
+
+        files |= {path: page.encode("utf-8") for path, page in model_pages().items()}
+        progress("derived the headline models' pages")
     files["derivation.ipynb"] = notebook(DOCS_OPTIONS, progress)
     if pdf:
         files["derivation.pdf"] = compile_pdf(tex, figures)

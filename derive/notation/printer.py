@@ -208,6 +208,17 @@ class AttentionPrinter(MatrixPrinting, LatexPrinter):
         head = rf"\sum_{{{self._print(variable)}={self._print(low)}}}^{{{self._print(high)}}}"
         return f"{head} {self._print(inner)}"
 
+    def _print_ceiling(self, expr: sp.Expr, exp: str | None = None) -> str:
+        """⌈x⌉ with delimiters of a fixed size (YaRN's rounded range): KaTeX draws a ceiling
+        or floor stretched around a tall fraction with a malformed path."""
+        body = rf"\lceil {self._print(expr.args[0])} \rceil"
+        return body if exp is None else rf"\left({body}\right)^{{{exp}}}"
+
+    def _print_floor(self, expr: sp.Expr, exp: str | None = None) -> str:
+        """⌊x⌋, as ⌈x⌉ (`_print_ceiling`)."""
+        body = rf"\lfloor {self._print(expr.args[0])} \rfloor"
+        return body if exp is None else rf"\left({body}\right)^{{{exp}}}"
+
     def _print_Heaviside(self, expr: sp.Expr, exp: str | None = None) -> str:
         """θ(x): its value at 0 (the second argument, 0 in a derivative) is the convention the
         backward section states, not part of each formula."""

@@ -64,9 +64,15 @@ def _decided(summand: sp.Expr, ranges: dict) -> sp.Expr:
 
 
 def _angles(graph: Graph) -> set[str]:
-    """Φ and the constant steps its formula reads (YaRN's ramp ξ), inlined together."""
-    angles = graph.step("Phi")
-    return {"Phi", *(x for x in angles.inputs if graph.producer(x) is not None)}
+    """Φ and the constant steps its formula reads, and theirs (YaRN's ramp ξ and its ends),
+    inlined together."""
+    found, todo = set(), ["Phi"]
+    while todo:
+        letter = todo.pop()
+        found.add(letter)
+        step = graph.step(letter)
+        todo += [x for x in step.inputs if graph.producer(x) is not None and x not in found]
+    return found
 
 
 def _interleaved(graph: Graph) -> bool:

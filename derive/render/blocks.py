@@ -340,6 +340,7 @@ def _latex_block(block: Block) -> str:
         return "\\begin{center}\n" + "\n".join(lines) + "\n\\end{center}"
     if isinstance(block, Code):  # plain LaTeX (a fragment needs no package); ASCII only
         text = block.text.encode("ascii", "replace").decode("ascii").rstrip()
+        text = "\n".join(part for line in text.splitlines() for part in code_lines(line))
         return f"{{\\scriptsize\n\\begin{{verbatim}}\n{text}\n\\end{{verbatim}}\n}}"
     if isinstance(block, Figure):
         return (
@@ -348,6 +349,38 @@ def _latex_block(block: Block) -> str:
             f"\n\n\\smallskip{{\\small {block.caption}}}\n\\end{{figure}}"
         )
     raise TypeError(f"unknown block {block!r}")
+
+
+#: The most characters of a line of code the PDF's page holds (\scriptsize verbatim).
+CODE_WIDTH = 90
+
+
+def code_lines(line: str, width: int = CODE_WIDTH) -> list[str]:
+    """A line of Python broken to `width` where Python allows it, inside brackets: after a
+    comma or before a binary + or *, each piece after the first indented 4 more (the code still
+    runs as printed). A piece with no such place is kept whole."""
+    indent = line[: len(line) - len(line.lstrip())] + "    "
+    pieces, depth = [], 0
+    while len(line) > width:
+        cut, at, level, quote = -1, depth, depth, ""
+        for k, char in enumerate(line[:width]):
+            if quote:
+                quote = "" if char == quote else quote
+            elif char in "\"'":
+                quote = char
+            elif char in "([{":
+                level += 1
+            elif char in ")]}":
+                level -= 1
+            elif level > 0 and k > len(indent) and char == "," and line[k + 1 : k + 2] == " ":
+                cut, at = k + 1, level
+            elif level > 0 and k > len(indent) and line[k : k + 3] in (" + ", " * "):
+                cut, at = k, level
+        if cut < 0:
+            break
+        pieces.append(line[:cut].rstrip())
+        line, depth = indent + line[cut:].lstrip(), at
+    return [*pieces, line]
 
 
 def _pdf_string(text: str) -> str:

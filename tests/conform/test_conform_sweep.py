@@ -37,6 +37,7 @@ FAMILIES = [
     "gpt2",
     "gpt_bigcode",
     "gpt_neox",
+    "gpt_oss",
     "granitemoehybrid",
     "helium",
     "internlm3",

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ModelLayer", "model_layers", "built_model", "ModelError"]
+__all__ = ["ModelLayer", "model_layers", "model_reading", "built_model", "ModelError"]
 
 #: The sizes made small: none of them changes what an attention layer computes.
 SMALL = {
@@ -170,7 +170,16 @@ def model_layers(
             text = path.read_text(encoding="utf-8")
         except OSError as error:
             raise ModelError(f"config {str(config)!r} cannot be read: {error}") from None
-    return _model_layers(model, str(config) if config is not None else None, text)
+    return _model_reading(model, str(config) if config is not None else None, text)[0]
+
+
+def model_reading(
+    *, model: str | None = None, config: str | Path | None = None
+) -> tuple[tuple[ModelLayer, ...], dict[str, str]]:
+    """`model_layers`, and the layers that look like attention and are not read, each with its
+    reason (by path): a model page says both."""
+    text = Path(config).read_text(encoding="utf-8") if config is not None else None
+    return _model_reading(model, str(config) if config is not None else None, text)
 
 
 def built_model(*, model: str | None = None, config: str | Path | None = None) -> tuple[Any, str]:
@@ -190,9 +199,10 @@ def built_model(*, model: str | None = None, config: str | Path | None = None) -
 
 
 @functools.cache
-def _model_layers(
+def _model_reading(
     model: str | None, config: str | None, text: str | None
-) -> tuple[ModelLayer, ...]:
+) -> tuple[tuple[ModelLayer, ...], dict[str, str]]:
+    from ..recurrent import recognised
     from .layers import layer_kinds
     from .registry import find_adapter
 
@@ -204,10 +214,34 @@ def _model_layers(
             f"{source}: no attention layer is read"
             + (f" ({why})" if why else " (no module of it is an attention layer an adapter reads)")
         )
-    return tuple(
+    recurrent = {path: layer for path, layer in layers.items() if recognised(layer) is not None}
+    kinds = tuple(
         _kind(source, path, layer, find_adapter(layer).read(layer))
         for path, layer in layers.items()
+        if path not in recurrent
     )
+    others = {path: _recurrent(layer) for path, layer in recurrent.items()} | dict(refused)
+    if not kinds:
+        raise ModelError(f"{source}: no layer of softmax attention is read ({_said(others)})")
+    return kinds, others
+
+
+def _recurrent(layer: Any) -> str:
+    """What is done with a linear or state-space layer (Qwen 3.5's Gated DeltaNet, Mamba-2's
+    mixer): checked, not derived as the layer."""
+    from ..recurrent import recognised
+
+    found = recognised(layer)
+    assert found is not None
+    return (
+        f"{type(layer).__name__}: a recurrent layer ({found[0].name}), which derive conform "
+        "checks against its recurrence; the documents derive the registry's rule for one "
+        "head, not the whole layer"
+    )
+
+
+def _said(reasons: dict[str, str]) -> str:
+    return "; ".join(f"{path}: {reason}" for path, reason in reasons.items())
 
 
 def _kind(source: str, path: str, layer: Any, weights: Any) -> ModelLayer:

@@ -9,13 +9,15 @@ run it (Hugging Face's ``rope_type: "yarn"``). With the frequency ω_i = β^{−
 0-based index i = j − 1 (of the first half of a head, as the book's RoPE pairs j and j + c/2):
 
     x_f = c ln(L_0 / (2π β_f)) / (2 ln β),   x_s = c ln(L_0 / (2π β_s)) / (2 ln β)
-    a = max(0, τ ⌊x_f⌋ + (1 − τ) x_f),     b = min(c − 1, τ ⌈x_s⌉ + (1 − τ) x_s)
-    γ_i = min(1, max(0, (i − a) / (b − a)))
-    ω'_i = ω_i (1 − γ_i) + (ω_i / η) γ_i
+    ι^f = max(0, τ ⌊x_f⌋ + (1 − τ) x_f),    ι^s = min(c − 1, τ ⌈x_s⌉ + (1 − τ) x_s)
+    ξ_i = min(1, max(0, (i − ι^f) / (ι^s − ι^f)))
+    ω'_i = ω_i (1 − ξ_i) + (ω_i / η) ξ_i = ω_i (1 − ξ_i (1 − 1/η))
 
 x_· is the pair index where a pair turns β_· times over L_0 (β_f = 32 "fast" turns, β_s = 1
-"slow"): pairs before a keep their frequency (they turn often enough to extrapolate), pairs past
-b are interpolated (divided by η), and the ramp blends them between. τ = 1 rounds the range
+"slow"): pairs before ι^f keep their frequency (they turn often enough to extrapolate), pairs
+past ι^s are interpolated (divided by η), and the ramp blends them between. The two ends and the
+ramp are constant steps of their own (the same number in every entry of an end), so that each
+prints on a line. τ = 1 rounds the range
 outwards (transformers' default ``truncate``), τ = 0 keeps it as it is (GPT-OSS). The paper
 states the ramp in the number of turns L_0 ω_i / (2π); its code and transformers'
 (``_compute_yarn_parameters``) ramp linearly in the index between the same two ends, which is
@@ -47,13 +49,13 @@ from ..sizes import Above, AtLeast, Parameter
 from ..variant import Variant
 from .rope import rotations_told
 
-__all__ = ["VARIANT", "BETA_F", "BETA_S", "TAU", "RHO", "YARN_CONFIG", "ramp"]
+__all__ = ["VARIANT", "BETA_F", "BETA_S", "TAU", "RHO", "YARN_CONFIG", "ramp", "with_yarn_rope"]
 
 #: YaRN's ramp: the share of each pair's frequency that is interpolated (divided by η).
 XI = register_letter(
     Letter(
         "Xi",
-        "xi",
+        "yarnramp",
         r"\Xi",
         r"\xi",
         meaning="YaRN's ramp: the share of the frequency of feature j's pair divided by $\\eta$ "
@@ -61,6 +63,33 @@ XI = register_letter(
         indices=(L.m, L.j),
         constant=True,
         after="phi",
+    )
+)
+#: The ramp's two ends: the pair indices where a pair turns β_f and β_s times over L_0.
+IOTA_F = register_letter(
+    Letter(
+        "Iota_f",
+        "iotaf",
+        r"I^{\mathrm{f}}",
+        r"\iota^{\mathrm{f}}",
+        meaning="the low end of YaRN's ramp: the pair index where a pair turns $\\beta_f$ times "
+        "over $L_0$ (the same for every m and j)",
+        indices=(L.m, L.j),
+        constant=True,
+        after="yarnramp",
+    )
+)
+IOTA_S = register_letter(
+    Letter(
+        "Iota_s",
+        "iotas",
+        r"I^{\mathrm{s}}",
+        r"\iota^{\mathrm{s}}",
+        meaning="the high end of YaRN's ramp: the pair index where a pair turns $\\beta_s$ "
+        "times over $L_0$ (the same for every m and j)",
+        indices=(L.m, L.j),
+        constant=True,
+        after="iotaf",
     )
 )
 
@@ -87,12 +116,29 @@ def _turned_at(turns: sp.Expr, width: sp.Expr) -> sp.Expr:
     return width * sp.log(L.L_0 / (2 * sp.pi * turns)) / (2 * sp.log(L.beta))
 
 
-def ramp(index: sp.Expr, width: sp.Expr) -> sp.Expr:
-    """γ of the pair of 0-based `index` in a rotation of `width` features (see the module
-    docstring)."""
-    fast, slow = _turned_at(BETA_F, width), _turned_at(BETA_S, width)
-    low = sp.Max(0, TAU * sp.floor(fast) + (1 - TAU) * fast)
-    high = sp.Min(width - 1, TAU * sp.ceiling(slow) + (1 - TAU) * slow)
+def _end(turns: sp.Expr, width: sp.Expr, rounded, held) -> sp.Expr:
+    """One end of the ramp: the index where a pair turns `turns` times, rounded outwards by
+    `rounded` where τ = 1, and `held` within the pairs."""
+    at = _turned_at(turns, width)
+    return held(TAU * rounded(at) + (1 - TAU) * at)
+
+
+def _end_step(output: str, title: str, value: sp.Expr, shape: tuple) -> Declaration:
+    entry = L.name_of(output)
+    return Declaration(
+        "yarn_range",
+        output,
+        title,
+        Eq(L.base(entry)[L.m, L.j], value, evaluate=False),
+        {output: shape},
+        constant=True,
+    )
+
+
+def ramp(index: sp.Expr) -> sp.Expr:
+    """ξ of the pair of 0-based `index`: its place between the ramp's ends ι^f and ι^s, held
+    within [0, 1] (see the module docstring)."""
+    low, high = L.base("iotaf")[L.m, L.j], L.base("iotas")[L.m, L.j]
     return sp.Min(1, sp.Max(0, (index - low) / (high - low)))
 
 
@@ -114,16 +160,31 @@ def _ramp_step(angles: Declaration, width: sp.Expr) -> Declaration:
     indices = [(index(angle), condition) for angle, condition in cases]
     indices = [(i, condition) for i, condition in indices if i is not None]  # 0 past c_r: none
     if len(indices) == 1:
-        pair = indices[0][0]
-    else:  # the last case holds where the others do not
-        pair = sp.Piecewise(*indices[:-1], (indices[-1][0], True))
+        share = ramp(indices[0][0])
+    else:  # each case its ramp (not the cases inside one fraction: tall brackets), the last
+        # holding where the others do not
+        share = sp.Piecewise(
+            *((ramp(i), condition) for i, condition in indices[:-1]), (ramp(indices[-1][0]), True)
+        )
+    shape = angles.shapes["Phi"]
     return Declaration(
         "yarn_ramp",
         "Xi",
         "The ramp over the pairs (YaRN)",
-        Eq(L.base("xi")[L.m, L.j], ramp(pair, width), evaluate=False),
-        {"Xi": angles.shapes["Phi"]},
+        Eq(L.base("yarnramp")[L.m, L.j], share, evaluate=False),
+        {"Xi": shape, "Iota_f": shape, "Iota_s": shape},
         constant=True,
+    )
+
+
+def _end_steps(width: sp.Expr, shape: tuple) -> tuple[Declaration, Declaration]:
+    """ι^f and ι^s: where the ramp starts and ends (rounded outwards where τ = 1, and held
+    within the pairs 0 … c − 1 as transformers holds them)."""
+    low = _end(BETA_F, width, sp.floor, lambda x: sp.Max(0, x))
+    high = _end(BETA_S, width, sp.ceiling, lambda x: sp.Min(width - 1, x))
+    return (
+        _end_step("Iota_f", "Where the ramp starts (YaRN)", low, shape),
+        _end_step("Iota_s", "Where the ramp ends (YaRN)", high, shape),
     )
 
 
@@ -135,7 +196,7 @@ def _rotated_width(graph: Graph) -> sp.Expr:
 def _scaled_frequencies(step: Declaration) -> Declaration:
     """The angles at ω (1 − ξ (1 − 1/η)): each frequency ω of the pair of feature j less the
     share ξ_{m,j} of it that YaRN interpolates."""
-    share = L.base("xi")[L.m, L.j]
+    share = L.base("yarnramp")[L.m, L.j]
     rhs = step.element.rhs.replace(
         lambda e: isinstance(e, sp.Pow) and e.base == L.beta,
         lambda e: e * (1 - share * (1 - 1 / L.eta)),
@@ -171,7 +232,14 @@ def with_yarn_rope(graph: Graph) -> Graph:
         for step in rotations_told(graph, ("freq_config", YARN_CONFIG))
     )
     at = next(k for k, step in enumerate(steps) if step.output == "Phi")
-    steps = (*steps[:at], _ramp_step(angles, width), _scaled_frequencies(angles), *steps[at + 1 :])
+    ends = _end_steps(width, angles.shapes["Phi"])
+    steps = (
+        *steps[:at],
+        *ends,
+        _ramp_step(angles, width),
+        _scaled_frequencies(angles),
+        *steps[at + 1 :],
+    )
     return Graph(graph.name.replace("RoPE", "RoPE scaled by YaRN"), steps, graph.relations)
 
 

@@ -10,7 +10,11 @@ pytest.importorskip("transformers", reason="--model reads a transformers config"
 
 import derive  # noqa: E402
 from derive.cli import main  # noqa: E402
-from derive.conformance.read.models import ModelError, model_layers  # noqa: E402
+from derive.conformance.read.models import (  # noqa: E402
+    ModelError,
+    model_layers,
+    model_reading,
+)
 
 
 def _config_file(tmp_path, **changes):
@@ -75,6 +79,18 @@ def test_gpt_oss_is_derived_with_yarn_by_its_name_and_by_its_config_file(tmp_pat
     for value in (r"$\eta = 32$", r"$\tau = 0$", r"$\rho_{a} = 1.34657$", r"$w = 128$"):
         assert value in tex
     assert tex.replace("transformers' default config", "its config config.json") == same
+
+
+def test_a_model_with_recurrent_layers_derives_its_softmax_layers_and_names_the_others(tmp_path):
+    """Qwen 3.5: its full-attention layers derive; its Gated DeltaNet layers are listed as
+    checked by conform against their recurrence (they made --model fail before)."""
+    kinds, others = model_reading(model="qwen3_5_text")
+    assert [derive.variant(kind.variant).name for kind in kinds] == [
+        "gqa+qk-norm+partial-rope+gate"
+    ]
+    ((path, reason),) = others.items()
+    assert path.endswith("linear_attn") and "a recurrent layer" in reason
+    assert main(["markdown", "--model", "qwen3_5_text", "-q", "-o", str(tmp_path / "q.md")]) == 0
 
 
 def test_the_check_gives_the_model_s_parameters_and_draws_small_sizes(capsys):

@@ -11,6 +11,7 @@ import torch
 
 import derive
 from attention.rope import attention_factor, correction_range, rope_frequencies
+from derive.calculus import inline
 from derive.graph import self_attention
 from derive.graph.entries import yarn_rope
 from derive.graph.entries.rope import with_rope
@@ -32,8 +33,7 @@ CONFIGS = [
 def _declared_frequencies(c, beta, length, fast, slow, tau, eta):
     """ω'_j of the declared angles (Φ at m = 2 over m − 1 = 1), pair by pair, the ramp put in."""
     graph = yarn_rope.with_yarn_rope(with_rope(self_attention(causal=True)))
-    share = graph.step("Xi").element.rhs
-    angle = graph.step("Phi").element.rhs.xreplace({L.base("xi")[L.m, L.j]: share})
+    angle = inline(graph.step("Phi").element.rhs, graph, {"Xi", "Iota_f", "Iota_s"})
     values = {L.c: c, L.beta: beta, L.L_0: length, L.eta: eta, L.m: 2}
     values |= {yarn_rope.BETA_F: fast, yarn_rope.BETA_S: slow, yarn_rope.TAU: tau}
     return [float(angle.xreplace(values | {L.j: j})) for j in range(1, c // 2 + 1)]
@@ -82,8 +82,8 @@ def _broken(name, change):
 
 
 def _ramp_late(graph):
-    share = graph.step("Xi").element.rhs
-    return graph.replace("Xi", share.xreplace({L.j: L.j + 1}))  # one pair late
+    share, low = graph.step("Xi").element.rhs, L.base("iotaf")[L.m, L.j]
+    return graph.replace("Xi", share.xreplace({low: low + 1}))  # starting one pair late
 
 
 def _no_ramp(graph):

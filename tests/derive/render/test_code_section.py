@@ -40,3 +40,24 @@ def test_a_formula_with_no_torch_printing_is_said():
     blocks = code(dataclasses.replace(entry, graph=changed, name="gamma scores"))
     assert not any(isinstance(block, Code) for block in blocks)
     assert "cannot print gamma" in blocks[-1].text
+
+
+def test_a_long_line_of_code_is_broken_where_python_allows_and_still_compiles():
+    """The PDF's code breaks a line past CODE_WIDTH inside its brackets (after a comma, before
+    + or *), so that it fits the page and runs as printed."""
+    from derive.render.blocks import CODE_WIDTH, code_lines
+
+    long = (
+        "    Iota_f = X0.new_tensor(max(0, (1/2)*c*(1 - tau)*math.log((1/2)*L_0/(math.pi*beta_f))"
+        "/math.log(beta) + tau*math.floor((1/2)*c*math.log((1/2)*L_0/(math.pi*beta_f))"
+        "/math.log(beta)))).expand(*batch, n, c)"
+    )
+    pieces = code_lines(long)
+    assert len(pieces) > 1 and "".join(p.strip() for p in pieces).replace(" ", "") == (
+        long.strip().replace(" ", "")
+    )
+    assert all(piece.startswith("        ") for piece in pieces[1:])
+    compile("def f():\n" + "\n".join(pieces), "code", "exec")
+    assert max(len(piece) for piece in pieces[:-1]) <= CODE_WIDTH
+    assert code_lines("x = 1") == ["x = 1"]
+    assert code_lines('s = "' + "a, b " * 30 + '"') == ['s = "' + "a, b " * 30 + '"']  # a string

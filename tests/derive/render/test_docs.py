@@ -20,6 +20,7 @@ import pytest
 from programs import require
 
 from derive.cli.docs import generate_docs
+from derive.cli.model_pages import HEADLINES, model_page
 from derive.render.pdf import compile_pdf, pdf_producer, pdf_source_hash, source_hash
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
@@ -30,7 +31,7 @@ HINT = "docs/ drifted from the code; regenerate with `derive docs`"
 def generated():
     import matplotlib  # noqa: F401 - a test dependency; the figures need it
 
-    return generate_docs(pdf=False)
+    return generate_docs(pdf=False, models=False)  # the models' pages: test_model_page_matches
 
 
 def _png_text(data: bytes) -> dict[str, str]:
@@ -192,3 +193,27 @@ def test_the_mistakes_page_shows_every_mistake_with_the_step_it_changes(generate
     for row in rows[: len(MISTAKES)]:
         cells = [cell.strip() for cell in row.strip("| ").split(" | ")]
         assert len(cells) == 4 and cells[2] and cells[3] and cells[2] != cells[3], row
+
+
+@pytest.mark.parametrize("headline", HEADLINES, ids=lambda h: h.slug)
+def test_model_page_matches(headline):
+    """Each headline model's page (docs/models/), generated apart so that the pages spread over
+    the test workers."""
+    pytest.importorskip("transformers", reason="the models' pages read transformers' configs")
+    page = model_page(headline)
+    assert (DOCS / "models" / f"{headline.slug}.md").read_text(encoding="utf-8") == page, HINT
+    if headline.config is not None:
+        written = (DOCS / headline.config_path).read_text(encoding="utf-8")
+        assert written == headline.config_text(), HINT
+
+
+def test_the_model_pages_say_what_each_layer_is_and_are_on_the_site():
+    """Every page is in the site's navigation, and a model with layers is derived by kind."""
+    site = (DOCS / "mkdocs" / "mkdocs.yml").read_text(encoding="utf-8")
+    for headline in HEADLINES:
+        assert f"models/{headline.slug}.md" in site
+    gpt_oss = (DOCS / "models" / "gpt-oss.md").read_text(encoding="utf-8")
+    assert gpt_oss.count("## Layer ") == 2 and "yarn-rope" in gpt_oss
+    assert r"\rho_{a}" in gpt_oss  # YaRN's attention factor, derived
+    deepseek = (DOCS / "models" / "deepseek-v3.md").read_text(encoding="utf-8")
+    assert "**Not derived.**" in deepseek and "## Layer" not in deepseek
