@@ -163,14 +163,7 @@ def model_layers(
     the config file given, as the registry's combination and the config's values; a
     `ModelError` saying why where none is read. Read once per process for each model type and
     each content of a config file."""
-    text = None
-    if config is not None:
-        path = Path(config) / "config.json" if Path(config).is_dir() else Path(config)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as error:
-            raise ModelError(f"config {str(config)!r} cannot be read: {error}") from None
-    return _model_reading(model, str(config) if config is not None else None, text)[0]
+    return model_reading(model=model, config=config)[0]
 
 
 def model_reading(
@@ -178,8 +171,15 @@ def model_reading(
 ) -> tuple[tuple[ModelLayer, ...], dict[str, str]]:
     """`model_layers`, and the layers that look like attention and are not read, each with its
     reason (by path): a model page says both."""
-    text = Path(config).read_text(encoding="utf-8") if config is not None else None
-    return _model_reading(model, str(config) if config is not None else None, text)
+    text = None
+    if config is not None:
+        path = Path(config) / "config.json" if Path(config).is_dir() else Path(config)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as error:
+            raise ModelError(f"config {str(config)!r} cannot be read: {error}") from None
+    kinds, others = _model_reading(model, str(config) if config is not None else None, text)
+    return kinds, dict(others)  # a copy: the reading is cached
 
 
 def built_model(*, model: str | None = None, config: str | Path | None = None) -> tuple[Any, str]:
