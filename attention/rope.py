@@ -70,13 +70,18 @@ def is_yarn(freq_config: FreqConfig | None) -> bool:
     return freq_config.get("rope_type") == "yarn" or "beta_fast" in freq_config
 
 
-def _check_yarn(freq_config: FreqConfig) -> None:
-    missing = [key for key in YARN_KEYS if key not in freq_config]
+def _check_keys(freq_config: FreqConfig, keys: tuple[str, ...], whose: str) -> None:
+    """`keys` all in `freq_config`; a ValueError naming the missing ones otherwise."""
+    missing = [key for key in keys if key not in freq_config]
     if missing:
         raise ValueError(
-            f"compute_rope_params: YaRN's freq_config needs the keys {', '.join(YARN_KEYS)}; "
+            f"compute_rope_params: {whose} needs the keys {', '.join(keys)}; "
             f"missing {', '.join(missing)}"
         )
+
+
+def _check_yarn(freq_config: FreqConfig) -> None:
+    _check_keys(freq_config, YARN_KEYS, "YaRN's freq_config")
     known = {*YARN_KEYS, *YARN_DEFAULTS, "rope_type", "rope_theta", "partial_rotary_factor"}
     unknown = sorted(set(freq_config) - known)
     if unknown:
@@ -162,12 +167,7 @@ def even_width(where: str, name: str, width: int) -> None:
 
 
 def _check_freq_config(freq_config: FreqConfig) -> None:
-    missing = [key for key in FREQ_KEYS if key not in freq_config]
-    if missing:
-        raise ValueError(
-            f"compute_rope_params: freq_config needs the keys {', '.join(FREQ_KEYS)}; "
-            f"missing {', '.join(missing)}"
-        )
+    _check_keys(freq_config, FREQ_KEYS, "freq_config")
     low, high = _number(freq_config, "low_freq_factor"), _number(freq_config, "high_freq_factor")
     if not high > low:
         raise ValueError(

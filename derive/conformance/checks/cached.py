@@ -32,9 +32,8 @@ from typing import Any
 
 import torch
 
-from ...graph.entries.llama3_rope import FREQ_CONFIG
-from ...graph.entries.yarn_rope import YARN_CONFIG
 from ...graph.forms import reference
+from ...graph.registry import declared
 from ..evaluate.formulas import composed
 from ..read.harness import _first_tensor
 from ..read.target import ConformError
@@ -93,10 +92,10 @@ def rope_tables(module: Any, x: Any, variant: str, values: Any) -> tuple:
     parts, values = variant.split("+"), values or {}
     beta, rotated = values.get("beta", 10_000), values.get("c_r", module.head_dim)
     smoothing = None
-    if "llama3-rope" in parts:  # the book's freq_config, from the variant's values
-        smoothing = {key: float(values[str(symbol)]) for key, symbol in FREQ_CONFIG}
-    if "yarn-rope" in parts:  # YaRN's, likewise
-        smoothing = {key: float(values[str(symbol)]) for key, symbol in YARN_CONFIG}
+    for part in parts:  # a scaling's freq_config (Llama 3.1's, YaRN's), as its twins get it
+        told = dict(declared(part).options).get("freq_config")
+        if isinstance(told, tuple):  # ((key, symbol), ...)
+            smoothing = {key: float(values[str(symbol)]) for key, symbol in told}
     cos, sin = compute_rope_params(
         rotated, theta_base=beta, context_length=x.shape[-2], freq_config=smoothing, dtype=x.dtype
     )

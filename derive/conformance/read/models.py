@@ -214,27 +214,27 @@ def _model_reading(
             f"{source}: no attention layer is read"
             + (f" ({why})" if why else " (no module of it is an attention layer an adapter reads)")
         )
-    recurrent = {path: layer for path, layer in layers.items() if recognised(layer) is not None}
+    readers = {path: recognised(layer) for path, layer in layers.items()}
     kinds = tuple(
         _kind(source, path, layer, find_adapter(layer).read(layer))
         for path, layer in layers.items()
-        if path not in recurrent
+        if readers[path] is None
     )
-    others = {path: _recurrent(layer) for path, layer in recurrent.items()} | dict(refused)
+    others = {
+        path: _recurrent(layers[path], found[0].name)
+        for path, found in readers.items()
+        if found is not None
+    } | dict(refused)
     if not kinds:
         raise ModelError(f"{source}: no layer of softmax attention is read ({_said(others)})")
     return kinds, others
 
 
-def _recurrent(layer: Any) -> str:
+def _recurrent(layer: Any, reader: str) -> str:
     """What is done with a linear or state-space layer (Qwen 3.5's Gated DeltaNet, Mamba-2's
-    mixer): checked, not derived as the layer."""
-    from ..recurrent import recognised
-
-    found = recognised(layer)
-    assert found is not None
+    mixer) that `reader` reads: checked, not derived as the layer."""
     return (
-        f"{type(layer).__name__}: a recurrent layer ({found[0].name}), which derive conform "
+        f"{type(layer).__name__}: a recurrent layer ({reader}), which derive conform "
         "checks against its recurrence; the documents derive the registry's rule for one "
         "head, not the whole layer"
     )
