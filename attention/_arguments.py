@@ -61,10 +61,10 @@ def check_window(where: str, name: str, window: object, causal: bool = True) -> 
         )
 
 
-def check_offset(where: str, offset: object) -> None:
-    """A position offset (the tokens before these, after a cache): an integer (a Python int,
-    a NumPy integer, a 0-d integer tensor; not a bool), TypeError naming it otherwise; at least
-    0, ValueError otherwise."""
+def check_offset(where: str, offset: object, *, name: str = "offset") -> None:
+    """A position offset (the tokens before these, after a cache), the argument `name`: an
+    integer (a Python int, a NumPy integer, a 0-d integer tensor; not a bool), TypeError naming
+    it otherwise; at least 0, ValueError otherwise."""
     import operator
 
     try:
@@ -72,9 +72,9 @@ def check_offset(where: str, offset: object) -> None:
             raise TypeError
         value = operator.index(offset)  # type: ignore[arg-type]
     except TypeError:
-        raise TypeError(f"{where}: offset must be an int, got offset={offset!r}") from None
+        raise TypeError(f"{where}: {name} must be an int, got {name}={offset!r}") from None
     if value < 0:
-        raise ValueError(f"{where}: offset must be a non-negative int, got offset={offset!r}")
+        raise ValueError(f"{where}: {name} must be a non-negative int, got {name}={offset!r}")
 
 
 def check_finite(where: str, name: str, value: object) -> None:

@@ -41,7 +41,19 @@ __all__ = ["Gradients", "self_attention_gradients", "self_attention_backward"]
 
 
 class Gradients(NamedTuple):
-    """Every intermediate gradient of the backward pass, named as in the derivation."""
+    """Every intermediate gradient of the backward pass, named as in the derivation.
+
+    Args:
+        dX: ∂L/∂X, `(*batch, n, d)`.
+        dW_q: ∂L/∂W_q, `(d, c)`, summed over the batch.
+        dW_k: ∂L/∂W_k, `(d, c)`, summed over the batch.
+        dW_v: ∂L/∂W_v, `(d, c)`, summed over the batch.
+        dQ: ∂L/∂Q, `(*batch, n, c)`.
+        dK: ∂L/∂K, `(*batch, n, c)`.
+        dV: ∂L/∂V, `(*batch, n, c)`.
+        dA: ∂L/∂A, `(*batch, n, n)`.
+        dOmega: ∂L/∂Ω, `(*batch, n, n)`.
+    """
 
     dX: Tensor  # (*batch, n, d)
     dW_q: Tensor  # (d, c)
@@ -104,9 +116,23 @@ def self_attention_gradients(
 ) -> Gradients:
     """All the gradients of the backward pass (see the module docstring for the formulas).
 
-    grad_c: dC = ∂L/∂C, the upstream gradient, shaped like C. Returns a `Gradients` tuple:
-    dX (*batch, n, d); dW_q, dW_k, dW_v (d, c); dQ, dK, dV (*batch, n, c); dA, dOmega
-    (*batch, n, n).
+    Args:
+        x: the input X, `(*batch, n, d)`.
+        w_q: Wq, `(d, c)`.
+        w_k: Wk, `(d, c)`.
+        w_v: Wv, `(d, c)`.
+        grad_c: dC = ∂L/∂C, the upstream gradient, shaped like C, `(*batch, n, c)`.
+        causal: the gradients of causal self-attention (token m attends p ≤ m only).
+
+    Returns:
+        A `Gradients` tuple: dX `(*batch, n, d)`; dW_q, dW_k, dW_v `(d, c)`; dQ, dK, dV
+            `(*batch, n, c)`; dA, dOmega `(*batch, n, n)`; computed in float64, in x's dtype.
+
+    Raises:
+        ShapeError: when the weights or grad_c do not fit x or one another.
+        DtypeError: when a tensor is not float or not x's dtype.
+        DeviceError: when a tensor is not on x's device.
+        TypeError: when causal is not a bool.
     """
     return _gradients(x, w_q, w_k, w_v, grad_c, causal)
 
@@ -125,6 +151,24 @@ def self_attention_backward(
 ]:
     """(dX, dWq, dWk, dWv): the gradients of L with respect to the inputs of `self_attention`,
     from the upstream gradient grad_c = ∂L/∂C, by the matrix formulas of the module docstring.
+
+    Args:
+        x: the input X, `(*batch, n, d)`.
+        w_q: Wq, `(d, c)`.
+        w_k: Wk, `(d, c)`.
+        w_v: Wv, `(d, c)`.
+        grad_c: dC = ∂L/∂C, the upstream gradient, `(*batch, n, c)`.
+        causal: the gradients of causal self-attention (token m attends p ≤ m only).
+
+    Returns:
+        The tuple (dX, dWq, dWk, dWv): dX `(*batch, n, d)`, and dWq, dWk, dWv `(d, c)` each,
+            summed over the batch; computed in float64, in x's dtype.
+
+    Raises:
+        ShapeError: when the weights or grad_c do not fit x or one another.
+        DtypeError: when a tensor is not float or not x's dtype.
+        DeviceError: when a tensor is not on x's device.
+        TypeError: when causal is not a bool.
 
     >>> import torch
     >>> from attention.functional import self_attention_backward

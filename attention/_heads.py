@@ -29,7 +29,18 @@ __all__ = ["split_heads", "merge_heads", "multi_head_attention"]
 def split_heads(t: Float[Tensor, "*batch n c"], heads: int) -> Float[Tensor, "*batch h n c_h"]:
     """Split the c columns into h heads of c_h = c / h: head i takes columns i·c_h … (i+1)·c_h−1.
 
-    (*batch, n, c) -> (*batch, h, n, c_h)
+    Args:
+        t: Q, K, V or any `(*batch, n, c)`, c a multiple of h.
+        heads: h, the number of heads.
+
+    Returns:
+        The heads, `(*batch, h, n, c_h)`.
+
+    Raises:
+        ValueError: when heads is not a positive integer.
+        TypeError: when heads is not an int.
+        ShapeError: when heads does not divide c.
+        DtypeError: when t is not a float tensor.
     """
     check_positive("split_heads", heads=heads)
     if t.shape[-1] % heads:
@@ -42,9 +53,18 @@ def split_heads(t: Float[Tensor, "*batch n c"], heads: int) -> Float[Tensor, "*b
 
 @checked
 def merge_heads(t: Float[Tensor, "*batch h n c_h"]) -> Float[Tensor, "*batch n c"]:
-    """Concatenate the heads' context vectors side by side.
+    """Concatenate the heads' context vectors side by side (the inverse of `split_heads`).
 
-    (*batch, h, n, c_h) -> (*batch, n, c) with c = h·c_h.
+    Args:
+        t: the heads, `(*batch, h, n, c_h)`.
+
+    Returns:
+        The heads side by side, `(*batch, n, c)` with c = h·c_h: head i in columns
+            i·c_h … (i+1)·c_h−1.
+
+    Raises:
+        ShapeError: when t has fewer than 3 dimensions.
+        DtypeError: when t is not a float tensor.
     """
     return _core.merge_heads(t)
 
@@ -85,19 +105,60 @@ def multi_head_attention(
       A_i = \\operatorname{softmax}\\!\\big(Q_i K_i^\\top / \\sqrt{c_h}\\big)$$
 
     where Q_i, K_i, V_i are columns i·c_h … (i+1)·c_h−1 of Q = X Wq, K = X Wk, V = X Wv. All
-    heads go through one fused kernel call when the weights are not requested. `mask`
-    (*batch, n, n) and `key_padding_mask` (*batch, n) as in `self_attention`, shared by the
-    heads, and `window` (with causal) as in `self_attention`. softcap: κ, each scaled score ω̃
-    replaced by κ tanh(ω̃/κ) (Gemma 2). alibi (with causal): −μ_ℓ (m − p) added to head ℓ's
-    scores (BLOOM), True for Press et al.'s slopes (`alibi_slopes`) or a tensor of h slopes.
-    sinks: h logits ζ_ℓ, exp(ζ_ℓ) in each row's denominator of head ℓ (GPT-OSS's attention
-    sinks). w_g, b_g: the output gate's W_g (d, c) and bias: the merged heads multiplied by
-    σ(X W_g + b_g) before W_o (Qwen 3.5's gate, each head's block of columns its own;
-    `output_gate`). query_pre_attn_scalar: the scale 1/√query_pre_attn_scalar in place of
-    1/√c_h (Gemma 2 and 3). mods: more modifications, as objects (`attention.mods`: `Chunked`,
-    `Temperature`, a researcher's own subclass of `Modification`, …), applied with those the
-    keywords build (one of each kind). Returns C (*batch, n, c_out), or (C, A) with A
-    (*batch, h, n, n).
+    heads go through one fused kernel call when the weights are not requested.
+
+    Args:
+        x: the input X, `(*batch, n, d)`.
+        w_q: Wq, `(d, c)`, c a multiple of h.
+        w_k: Wk, `(d, c)`.
+        w_v: Wv, `(d, c)`.
+        w_o: W_o, `(c, c_out)`.
+        heads: h, the number of heads.
+        b_q: a bias of Q, `(c,)`; None for none.
+        b_k: a bias of K, `(c,)`; None for none.
+        b_v: a bias of V, `(c,)`; None for none.
+        b_o: a bias of the output, `(c_out,)`; None for none.
+        causal: token m attends to the tokens p ≤ m only.
+        window: w, with causal: token m attends to its last w tokens only, 0 ≤ m − p < w; None
+            for no window.
+        mask: True where query m may attend key p, `(*batch, n, n)` (its batch broadcasts
+            against x's), shared by the heads; None for none.
+        key_padding_mask: True where key p exists, `(*batch, n)` (the opposite of
+            torch.nn.MultiheadAttention's), shared by the heads; None for none.
+        dropout_p: dropout on A after the softmax, applied whenever > 0.
+        return_weights: return the heads' A with C.
+        softcap: κ, each scaled score ω̃ replaced by κ tanh(ω̃/κ) (Gemma 2); None for none.
+        alibi: with causal, −μ_ℓ (m − p) added to head ℓ's scores (BLOOM): True for Press et
+            al.'s slopes (`alibi_slopes`), a float tensor of h slopes `(h,)`, False for none.
+        sinks: h logits ζ_ℓ, `(h,)`: exp(ζ_ℓ) in each row's denominator of head ℓ (GPT-OSS's
+            attention sinks); None for none.
+        w_g: the output gate's W_g, `(d, c)`: the merged heads multiplied by σ(X W_g + b_g)
+            before W_o (Qwen 3.5's gate, each head's block of columns its own; `output_gate`);
+            None for no gate.
+        b_g: the gate's bias, `(c,)`, with w_g; None for none.
+        query_pre_attn_scalar: the scale 1/√query_pre_attn_scalar in place of 1/√c_h (Gemma 2
+            and 3); None for 1/√c_h.
+        mods: more modifications, as objects (`attention.mods`: `Chunked`, `Temperature`, a
+            researcher's own subclass of `Modification`, …), applied with those the keywords
+            build (one of each kind).
+
+    Returns:
+        The output C, `(*batch, n, c_out)`; with `return_weights=True`, the pair (C, A), A
+            `(*batch, h, n, n)` after dropout.
+
+    Raises:
+        ValueError: when heads is not a positive integer, dropout_p is not in [0, 1), window is
+            not a positive integer or is given without causal, softcap or
+            query_pre_attn_scalar is not a positive number, alibi is given without causal, b_g
+            is given without w_g, or a kind of modification is given twice (in mods, or by mods
+            and a keyword).
+        TypeError: when an argument is not of its annotated type (a flag not a bool, mods not
+            a tuple, alibi neither a bool nor a tensor), or a mod is not a `Modification`.
+        ShapeError: when heads does not divide c, the weights, biases or masks do not fit x or
+            one another, or alibi, sinks or a mod's tensor does not have h entries.
+        DtypeError: when x or a weight, bias, alibi or sinks tensor is not float or not x's
+            dtype, or a mask is not bool.
+        DeviceError: when a tensor is not on x's device.
     """
     check_positive("multi_head_attention", heads=heads)
     check_probability("multi_head_attention", dropout_p=dropout_p)

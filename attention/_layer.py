@@ -32,12 +32,26 @@ __all__ = ["LayerWeights", "attention", "attention_layer", "one_head", "split_ga
 class LayerWeights:
     """A layer's tensors in the book's orientation (Q = X W_q, W_q of shape d × h·c_h; K = Y W_k
     with Y = X in self-attention, so d_y = d), checked against one another and against the call
-    by `attention`.
+    by `attention`. The modifications' tensors (ALiBi's slopes, the sinks) travel in their
+    objects (`attention.mods`).
 
-    w_g: the gate's own W_g (d × h·c_h), or None; with `gate_in_query`, W_q is d × 2h·c_h and
-    each head's 2c_h columns are its queries then its gate (Qwen 3.5's `q_proj`). q_norm, k_norm:
-    QK-norm, callables over the last axis (c_h). The modifications' tensors (ALiBi's slopes, the
-    sinks) travel in their objects (`attention.mods`).
+    Args:
+        w_q: W_q, `(d, c_q)`: c_q = h·c_h, or 2h·c_h with `gate_in_query`.
+        w_k: W_k, `(d_y, c_kv)` with c_kv = g·c_h.
+        w_v: W_v, `(d_y, c_kv)`.
+        w_o: W_o, `(c, c_out)` with c = h·c_h; None for no output projection (c_out = c).
+        b_q: a bias of Q, `(c_q,)`; None for none.
+        b_k: a bias of K, `(c_kv,)`; None for none.
+        b_v: a bias of V, `(c_kv,)`; None for none.
+        b_o: a bias of the output, `(c_out,)`; None for none.
+        w_g: the output gate's own W_g, `(d, c)`: the merged heads multiplied by σ(X W_g + b_g)
+            before W_o; None for none (not read with `gate_in_query`).
+        b_g: the gate's bias, `(c,)`, read with w_g only; None for none.
+        gate_in_query: the gate in W_q: each head's 2c_h columns are its queries then its gate's
+            (Qwen 3.5's `q_proj`).
+        q_norm: QK-norm of each head's queries, a callable over the last axis (c_h); None for
+            none.
+        k_norm: the same of each group's keys; None for none.
     """
 
     w_q: Float[Tensor, "d c_q"]
@@ -108,15 +122,44 @@ def attention(
     `Temperature`, `Softcap`, `ALiBi`, `Sinks`, `QueryScale`, or a researcher's own
     `Modification`), and γ(ℓ) the key/value group head ℓ reads.
 
-    x: X (*batch, n, d). weights: the layer's tensors (`LayerWeights`: W_q (d, h·c_h), W_k and
-    W_v (d, g·c_h), optional W_o, biases, the output gate and QK-norm). heads: h; groups: g
-    (None: g = h, multi-head attention; 1: multi-query). mask (*batch, n, s): True where query m
-    may attend key p; key_padding_mask (*batch, s): True where key p exists. y: the keys'
-    sequence Y (*batch, s, d_y) of cross-attention (None: self-attention, s = n). rope: the
-    tables (cos, sin) of `rope.compute_rope_params`, (n_ctx, c_r) each with n_ctx ≥ n and c_r ≤ c_h
-    even (c_r < c_h rotates each head's first c_r features); positions 0 … n − 1. dropout_p: dropout
-    on A. Returns C (*batch, n, c_out) (c_out = h·c_h without W_o), or (C, A) with
-    `return_weights`, A (*batch, h, n, s).
+    Args:
+        x: the input X, `(*batch, n, d)`.
+        weights: the layer's tensors (`LayerWeights`: W_q `(d, h·c_h)`, W_k and W_v
+            `(d_y, g·c_h)`, optional W_o, biases, the output gate and QK-norm).
+        heads: h, the number of query heads.
+        groups: g, the key/value groups, a divisor of h; None for g = h (multi-head
+            attention), 1 for multi-query attention.
+        mods: the modifications μ, as objects (`attention.mods`), at most one of each kind.
+        mask: True where query m may attend key p, `(*batch, n, s)` (its batch broadcasts
+            against x's), shared by the heads; None for none.
+        key_padding_mask: True where key p exists, `(*batch, s)`; None for none.
+        y: the keys' sequence Y of cross-attention, `(*batch, s, d_y)`; None for
+            self-attention (s = n, d_y = d).
+        rope: the tables (cos, sin) of `rope.compute_rope_params`, `(n_ctx, c_r)` each with
+            n_ctx ≥ n and c_r ≤ c_h even (c_r < c_h rotates each head's first c_r features),
+            in any float dtype; positions 0 … n − 1. None for no RoPE.
+        dropout_p: dropout on A after the softmax, applied whenever > 0.
+        return_weights: return the heads' A with C.
+
+    Returns:
+        The output C, `(*batch, n, c_out)` (c_out = h·c_h without W_o); with
+            `return_weights=True`, the pair (C, A), A `(*batch, h, n, s)` after dropout.
+
+    Raises:
+        ValueError: when heads or groups is not a positive integer, dropout_p is not in
+            [0, 1), or a kind of modification is given twice in mods.
+        TypeError: when an argument is not of its annotated type (weights not a
+            `LayerWeights`, mods not a tuple, a flag not a bool), or a mod is not a
+            `Modification`.
+        ShapeError: when h is not divisible by g, W_q's columns by h (by 2h with
+            `gate_in_query`), W_k's columns are not g·c_h, W_o's rows, W_g's or b_g's columns
+            are not h·c_h, in self-attention W_k's rows are not d or a mask's keys not n,
+            rope's tables have fewer than n rows or an odd number of columns or more than
+            c_h, a mod's tensor does not have h entries, or the tensors' shapes otherwise
+            disagree.
+        DtypeError: when x, y or a weight is not float or not x's dtype (rope's tables may
+            keep their own), or a mask is not bool.
+        DeviceError: when a tensor is not on x's device.
 
     >>> import torch
     >>> from attention import mods

@@ -55,11 +55,21 @@ def masked_outside(
 
 
 def distance(first: int, last: int, low: int, high: int, like: Tensor) -> Tensor:
-    """m − p for the queries at positions first … last − 1 and the keys low … high − 1:
-    (b, K), in `like`'s dtype and device: ALiBi's distance and the factor of its slope's
-    gradient. The positions are subtracted as integers and the difference rounded once: bfloat16
-    holds whole numbers exactly only up to 256 (float16 to 2048), so positions in it would
-    meet."""
+    """m − p for the queries at positions first … last − 1 and the keys low … high − 1: ALiBi's
+    distance and the factor of its slope's gradient. The positions are subtracted as integers
+    and the difference rounded once: bfloat16 holds whole numbers exactly only up to 256
+    (float16 to 2048), so positions in it would meet.
+
+    Args:
+        first: the first query's position (0-based).
+        last: one past the last query's position.
+        low: the first key's position.
+        high: one past the last key's position.
+        like: a tensor whose dtype and device the result takes.
+
+    Returns:
+        The distances m − p, `(b, K)` with b = last − first and K = high − low.
+    """
     queries = torch.arange(first, last, device=like.device)
     gaps = queries[:, None] - torch.arange(low, high, device=like.device)
     return gaps.to(like.dtype)

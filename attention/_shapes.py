@@ -61,7 +61,11 @@ class DeviceError(AttentionError, ValueError):
 
 
 def checks_enabled() -> bool:
-    """True unless checks were turned off with jaxtyping's switch (see the module docstring)."""
+    """Whether the runtime checks are on.
+
+    Returns:
+        True unless checks were turned off with jaxtyping's switch (see the module docstring).
+    """
     return not jaxtyping_config.jaxtyping_disable
 
 

@@ -44,12 +44,33 @@ def cross_attention(
     $$Q = X W_q,\\quad K = Y W_k,\\quad V = Y W_v,\\quad
       C = \\operatorname{softmax}\\!\\big(Q K^\\top / \\sqrt{c}\\big)\\, V$$
 
-    x: X (*batch, n, d); y: Y (*batch, s, d_y), s entries of width d_y (an encoder's output, an
-    image's patches); w_q: Wq (d, c); w_k, w_v: Wk, Wv (d_y, c). Ω = QKᵀ and A are n × s, the
-    softmax taken over the s keys of each row; never causal (the keys are another sequence).
-    mask (*batch, n, s): True where query m may attend key p; key_padding_mask (*batch, s): True
-    where key p exists. dropout_p: dropout on A after the softmax. Returns C (*batch, n, c), or
-    (C, A) with `return_weights`. With Y = X it is `self_attention`.
+    Ω = QKᵀ and A are n × s, the softmax taken over the s keys of each row; never causal (the
+    keys are another sequence). With Y = X it is `self_attention`.
+
+    Args:
+        x: the queries' sequence X, `(*batch, n, d)`.
+        y: the keys' and values' sequence Y, `(*batch, s, d_y)`: s entries of width d_y (an
+            encoder's output, an image's patches).
+        w_q: Wq, `(d, c)`.
+        w_k: Wk, `(d_y, c)`.
+        w_v: Wv, `(d_y, c)`.
+        mask: True where query m may attend key p, `(*batch, n, s)` (its batch broadcasts
+            against x's); None for none.
+        key_padding_mask: True where key p exists, `(*batch, s)`; None for none.
+        dropout_p: dropout on A after the softmax, applied whenever > 0.
+        return_weights: return A with C.
+
+    Returns:
+        The context vectors C, `(*batch, n, c)`; with `return_weights=True`, the pair (C, A),
+            A `(*batch, n, s)` after dropout.
+
+    Raises:
+        ValueError: when dropout_p is not in [0, 1).
+        TypeError: when return_weights is not a bool.
+        ShapeError: when y's batch is not x's, or the weights or masks do not fit x, y or one
+            another.
+        DtypeError: when x, y or a weight is not float or not x's dtype, or a mask is not bool.
+        DeviceError: when a tensor is not on x's device.
 
     >>> import torch
     >>> from attention.functional import cross_attention
@@ -76,6 +97,17 @@ def sliding_window_mask(n: int, w: int) -> Bool[Tensor, "n n"]:
     """The sliding-window mask (n×n): True where 0 ≤ m − p < w, i.e. where token m may attend
     token p, one of its last w tokens (itself included). With w ≥ n it is `causal_mask(n)`.
 
+    Args:
+        n: the number of tokens.
+        w: the window's width, in tokens.
+
+    Returns:
+        The mask, `(n, n)`, bool on the CPU.
+
+    Raises:
+        ValueError: when n or w is not a positive integer.
+        TypeError: when n or w is not an int.
+
     >>> from attention.functional import sliding_window_mask
     >>> sliding_window_mask(4, 2).int().tolist()
     [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]]
@@ -89,6 +121,17 @@ def chunked_mask(n: int, size: int) -> Bool[Tensor, "n n"]:
     """The mask of chunked attention (n×n; Llama 4's `attention_chunk_size`): True where
     p ≤ m and both lie in the same chunk of `size` positions, ⌊p / size⌋ = ⌊m / size⌋ (0-based),
     i.e. where token m may attend token p. With size ≥ n it is `causal_mask(n)`.
+
+    Args:
+        n: the number of tokens.
+        size: the chunk's length, in tokens.
+
+    Returns:
+        The mask, `(n, n)`, bool on the CPU.
+
+    Raises:
+        ValueError: when n or size is not a positive integer.
+        TypeError: when n or size is not an int.
 
     >>> from attention.functional import chunked_mask
     >>> chunked_mask(4, 2).int().tolist()
@@ -111,17 +154,37 @@ def decode_step(
 ) -> tuple[Float[Tensor, "*batch t c"], NextCache]:
     """One step of generation with a key-value cache: the context rows of t new tokens.
 
-    x_new: the new rows of X (*batch, t, d), t ≥ 1; cache: None, or the (K, V) that the last
-    call returned ((*batch, m, c) each: the keys and values of the m tokens before them). The
-    new tokens' own keys and values join the cache, and new token i (at position m + i) attends
-    every key p ≤ m + i (with `window` w, only m + i − w < p):
+    The new tokens' own keys and values join the cache, and new token i (at position m + i)
+    attends every key p ≤ m + i (with `window` w, only m + i − w < p):
 
     $$z_{m+i} = \\sum_{p} \\operatorname{softmax}_p\\!\\big(q_{m+i} \\cdot k_p / \\sqrt{c}\\big)
       \\, v_p,\\qquad q_{m+i} = x_{m+i} W_q$$
 
     exactly the rows m … m + t − 1 of `self_attention(X, ..., causal=True, window=window)`, at
-    the cost of t rows of scores instead of (m + t)². Returns (context rows (*batch, t, c),
-    (K, V)): the grown cache, (*batch, m + t, c) each, or its last w rows with a window.
+    the cost of t rows of scores instead of (m + t)².
+
+    Args:
+        x_new: the new rows of X, `(*batch, t, d)`, t ≥ 1.
+        w_q: Wq, `(d, c)`.
+        w_k: Wk, `(d, c)`.
+        w_v: Wv, `(d, c)`.
+        cache: the pair (K, V) that the last call returned, `(*batch, m, c)` each: the keys
+            and values of the m tokens before the new ones; None for none (the prompt, m = 0).
+        window: w: each token attends its last w tokens only, and the cache keeps the last w
+            rows; None for no window.
+
+    Returns:
+        The pair (the new tokens' context rows `(*batch, t, c)`, the grown cache (K, V),
+            `(*batch, m + t, c)` each, or its last w rows with a window).
+
+    Raises:
+        ValueError: when window is not a positive integer.
+        TypeError: when cache is neither None nor a pair of tensors, or window neither an int
+            nor None.
+        ShapeError: when the weights or the cache do not fit x_new or one another (the cache's
+            c, m or batch).
+        DtypeError: when x_new, a weight or the cache is not float or not x_new's dtype.
+        DeviceError: when a tensor is not on x_new's device.
 
     >>> import torch
     >>> from attention.functional import decode_step

@@ -98,6 +98,18 @@ def copy_weights(source: BookWeights, target: BookWeights) -> None:
     where the storage differs (V1: `W_query` is d×c; the others: `W_query.weight` is c×d). A
     target with biases gets the source's, or zeros if the source has none (the same function);
     a source with biases into a target without raises ValueError (it would change the function).
+    Between two multi-head modules of as many heads (MultiHeadAttention, MultiHeadAttentionWithSWA,
+    CrossAttention), `out_proj` is copied too.
+
+    Args:
+        source: the module to copy from.
+        target: the module to copy into.
+
+    Raises:
+        TypeError: when source or target is not a module with the book's Wq, Wk, Wv.
+        ValueError: when the two have different numbers of heads (or one has a single head and
+            the other several), or source has a nonzero bias where target has none.
+        ShapeError: when their Wq differ in shape (d, c).
 
     >>> from attention import SelfAttentionV1, SelfAttentionV2
     >>> v1, v2 = SelfAttentionV1(3, 2), SelfAttentionV2(3, 2)

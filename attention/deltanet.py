@@ -78,13 +78,33 @@ def l2_normalised(x: Tensor, eps: float = 1e-6) -> Tensor:
 class GatedDeltaNet(nn.Module):
     """Gated DeltaNet (the module docstring): the book's ch04/08 class, and Qwen 3.5's layer.
 
-    d_in, d_out, dropout, num_heads, qkv_bias: the book's (d_out = h c_h, the width of the
-    values and of the output gate). Keyword options, for Qwen 3.5's layer: key_heads (h_k, h by
-    default; h must be a multiple), key_dim (c_k, c_h by default), beta ("channel": the book's
-    β per value channel; "head": one per head), conv_size (the causal convolution's width, None:
-    none), out_features (the width of W_o's output, d_out by default), out_bias (W_o's bias,
-    the book's True), norm_eps (the RMSNorm's ε), chunk_size (the chunked form's C; None: the
-    recurrence).
+    The positional parameters are the book's; the keyword options build Qwen 3.5's layer.
+
+    Args:
+        d_in: d, the width of each input row.
+        d_out: h c_h, the width of the values and of the output gate (and of the output, unless
+            `out_features`); a multiple of num_heads.
+        dropout: the rate of dropout on the gated heads before W_o, in training mode, in [0, 1).
+        num_heads: h, the heads of the values (one delta rule each).
+        qkv_bias: give `W_query`, `W_key` and `W_value` biases.
+        key_heads: h_k, the heads of the queries and keys, each serving h / h_k consecutive value
+            heads (h must be a multiple); None: h.
+        key_dim: c_k, the width of a query or key head; None: c_h = d_out / h.
+        beta: "channel" for the book's β per value channel (`W_beta`: d_in → d_out), "head" for
+            one per head (Qwen 3.5's, `W_beta`: d_in → h).
+        conv_size: the width of the causal depthwise convolution on q, k, v (Qwen 3.5's); None:
+            no convolution (the book's).
+        out_features: the width of W_o's output; None: d_out.
+        out_bias: give W_o (`out_proj`) a bias (the book's True).
+        norm_eps: the ε of each head's RMSNorm.
+        chunk_size: the chunked form's C, the tokens of a chunk; None: the recurrence, token by
+            token (what a one-token call always runs).
+
+    Raises:
+        ValueError: when d_in, d_out, num_heads, key_heads, key_dim, conv_size or chunk_size is
+            not a positive int, dropout is not in [0, 1), or beta is neither "channel" nor
+            "head".
+        ShapeError: when num_heads does not divide d_out, or is not a multiple of key_heads.
     """
 
     def __init__(
@@ -159,8 +179,25 @@ class GatedDeltaNet(nn.Module):
     def forward(
         self, x: Float[Tensor, "*batch n d"], use_cache: bool = False
     ) -> Float[Tensor, "*batch n c_out"]:
-        """(*batch, n, d_in) -> (*batch, n, out_features): the layer's output; with
-        `use_cache=True`, continuing the sequence of the calls since `reset_cache()`."""
+        """The layer's output on x; with `use_cache=True`, continuing the sequence of the calls
+        since `reset_cache()`.
+
+        Args:
+            x: the input X, `(*batch, n, d)` with d = d_in.
+            use_cache: start from the state S (and the convolution's last inputs) that the calls
+                since `reset_cache()` kept, and keep them after x (generation: each new token
+                costs the same, whatever its position); False: x is a whole sequence, and the
+                cache is neither read nor changed.
+
+        Returns:
+            The output, `(*batch, n, out_features)` (out_features = d_out by default).
+
+        Raises:
+            ShapeError: when x is not `(*batch, n, d)` with d = d_in, or, with `use_cache=True`,
+                its batch is not the cached state's (call `reset_cache()` first).
+            DtypeError: when x is not a float tensor of the weights' dtype.
+            DeviceError: when x is not on the weights' device.
+        """
         if not use_cache:
             out, _, _ = self.continued(x, None, None)
             return out
@@ -178,17 +215,34 @@ class GatedDeltaNet(nn.Module):
         return out
 
     def mixed(self, x: Tensor) -> Tensor:
-        """(*batch, n, d_in) -> (*batch, n, channels): X W_q, X W_k and X W_v side by side, the
-        convolution's inputs (Qwen 3.5's `mixed_qkv`)."""
+        """X W_q, X W_k and X W_v side by side, the convolution's inputs (Qwen 3.5's `mixed_qkv`).
+
+        Args:
+            x: the input X, `(*batch, n, d_in)`.
+
+        Returns:
+            The projections, `(*batch, n, 2 h_k c_k + d_out)`.
+        """
         return torch.cat([self.W_query(x), self.W_key(x), self.W_value(x)], dim=-1)
 
     def parts(
         self, x: Tensor, past: Tensor | None = None, mixed: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor | None]:
-        """What the rule reads from x, before the L2 norm and the scale: q, k (*batch, h, n, c_k;
-        each key head repeated for the value heads it serves), v (*batch, h, n, c_h), the
-        log-decays g (*batch, h, n, float32) and β (*batch, n, h c_h or h); and the
-        convolution's `past` after x (see `continued`)."""
+        """What the rule reads from x, before the L2 norm and the scale.
+
+        Args:
+            x: the input X, `(*batch, n, d_in)`.
+            past: the convolution's last inputs before x, `(*batch, conv_size − 1,
+                2 h_k c_k + d_out)`; None for a new sequence (zeros). Unused without conv_size.
+            mixed: `self.mixed(x)`, if the caller has it already; None: computed here.
+
+        Returns:
+            The tuple (q, k, v, g, β, past): q and k `(*batch, h, n, c_k)` (each key head
+                repeated for the value heads it serves), v `(*batch, h, n, c_h)`, the log-decays
+                g `(*batch, h, n)` in float32, β `(*batch, n, h c_h)` (beta="channel") or
+                `(*batch, n, h)` (beta="head"), and the convolution's last inputs after x (None
+                without conv_size).
+        """
         mixed, past = self.convolved(self.mixed(x) if mixed is None else mixed, past)
         qk = self.key_heads * self.key_dim
         q, k, v = mixed[..., :qk], mixed[..., qk : 2 * qk], mixed[..., 2 * qk :]
@@ -200,8 +254,15 @@ class GatedDeltaNet(nn.Module):
         return q, k, self.heads(v, self.head_dim), g.transpose(-2, -1), beta, past
 
     def finished(self, x: Tensor, o: Tensor) -> Tensor:
-        """The layer's output from the rule's o (*batch, h, n, c_h): the RMSNorm of each head,
-        the SiLU gate, W_o."""
+        """The layer's output from the rule's o: the RMSNorm of each head, the SiLU gate, W_o.
+
+        Args:
+            x: the input X, `(*batch, n, d_in)`, which the gate reads.
+            o: the rule's output, `(*batch, h, n, c_h)`.
+
+        Returns:
+            The output, `(*batch, n, out_features)`.
+        """
         o = self.norm(o.transpose(-3, -2))  # (*batch, n, h, c_h)
         gate = self.W_gate(x).unflatten(-1, (self.num_heads, self.head_dim))
         return self.out_proj(self.dropout((o * F.silu(gate)).flatten(-2)))
@@ -209,22 +270,53 @@ class GatedDeltaNet(nn.Module):
     def continued(
         self, x: Tensor, state: Tensor | None, past: Tensor | None, mixed: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """The output on x after a sequence summed up by `state` (*batch, h, c_k, c_h) and `past`
-        (*batch, conv_size − 1, channels: the convolution's last inputs), None for a new
-        sequence; returns (output, state, past) after x. `mixed`: `self.mixed(x)`, if the caller
-        has it already."""
+        """The output on x after a sequence summed up by `state` and `past`.
+
+        Args:
+            x: the new tokens, `(*batch, n, d_in)`.
+            state: the state S after the tokens before x, `(*batch, h, c_k, c_h)`; None for a
+                new sequence.
+            past: the convolution's last inputs before x, `(*batch, conv_size − 1,
+                2 h_k c_k + d_out)`; None for a new sequence, or without conv_size.
+            mixed: `self.mixed(x)`, if the caller has it already; None: computed here.
+
+        Returns:
+            The tuple (output, state, past) after x: the output `(*batch, n, out_features)`, the
+                state S `(*batch, h, c_k, c_h)`, and the convolution's last inputs (None without
+                conv_size).
+        """
         q, k, v, g, beta, past = self.parts(x, past, mixed)
         q = l2_normalised(q) / math.sqrt(self.key_dim)
         o, state = self.rule(q, l2_normalised(k), v, g, beta, state)
         return self.finished(x, o), state, past
 
     def heads(self, x: Tensor, width: int) -> Tensor:
-        """(*batch, n, heads · width) -> (*batch, heads, n, width)."""
+        """x split into heads of `width` features, the heads before the tokens.
+
+        Args:
+            x: `(*batch, n, heads · width)`.
+            width: the features of a head.
+
+        Returns:
+            `(*batch, heads, n, width)`.
+        """
         return x.unflatten(-1, (-1, width)).transpose(-3, -2)
 
     def convolved(self, mixed: Tensor, past: Tensor | None) -> tuple[Tensor, Tensor | None]:
         """The causal depthwise convolution of each channel of q, k, v and SiLU (Qwen 3.5's),
-        continuing from `past`; unchanged without `conv_size`."""
+        continuing from `past`; unchanged without `conv_size`.
+
+        Args:
+            mixed: the convolution's inputs (`self.mixed(x)`), `(*batch, n, channels)` with
+                channels = 2 h_k c_k + d_out.
+            past: the inputs before these, `(*batch, conv_size − 1, channels)`; None for a new
+                sequence (zeros).
+
+        Returns:
+            The pair (output, past): the convolved channels `(*batch, n, channels)` and the last
+                conv_size − 1 inputs `(*batch, conv_size − 1, channels)`; without conv_size,
+                (mixed, None).
+        """
         if self.conv1d is None:
             return mixed, None
         return convolved(self.conv1d, mixed, past)
@@ -232,8 +324,23 @@ class GatedDeltaNet(nn.Module):
     def rule(
         self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor | None
     ) -> tuple[Tensor, Tensor]:
-        """The gated delta rule on (*batch, h, n, ·) heads: β per head (*batch, n, h), or per
-        value channel (*batch, n, h c_h; each channel its own rule, the columns of S)."""
+        """The gated delta rule on the heads, β per head or per value channel (each channel its
+        own rule, the columns of S): chunked by chunk_size, token by token for one token or
+        without it.
+
+        Args:
+            q: the queries, `(*batch, h, n, c_k)`, L2-normalised and scaled.
+            k: the keys, `(*batch, h, n, c_k)`, L2-normalised.
+            v: the values, `(*batch, h, n, c_h)`.
+            g: the log-decays, `(*batch, h, n)`.
+            beta: the write strengths, `(*batch, n, h)` (beta="head") or `(*batch, n, h c_h)`
+                (beta="channel").
+            state: S before these tokens, `(*batch, h, c_k, c_h)`; None for a new sequence.
+
+        Returns:
+            The pair (o, S): the output `(*batch, h, n, c_h)` and the state after the tokens
+                `(*batch, h, c_k, c_h)`.
+        """
         n = q.shape[-2]
         size = None if n == 1 or self.chunk_size is None else self.chunk_size
         if self.beta == "head":

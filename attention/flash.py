@@ -72,31 +72,59 @@ __all__ = [
 
 
 class OnlineState(NamedTuple):
-    """The state of the online softmax after each block of keys (T_c of them), and its end."""
+    """The state of the online softmax after each block of keys (T_c of them), and its end.
 
-    mu: Tensor  # (T_c, *batch, n): μ^{(t)}, the running maximum of each row
-    ell: Tensor  # (T_c, *batch, n): ℓ^{(t)}, the running sum of exponentials
-    o: Tensor  # (T_c, *batch, n, c_v): O^{(t)}, the running output, not yet divided by ℓ
-    c: Tensor  # (*batch, n, c_v): the context O^{(T)} / ℓ^{(T)}
-    lse: Tensor  # (*batch, n): the log-sum-exp μ^{(T)} + log ℓ^{(T)}
+    Args:
+        mu: μ^{(t)}, the running maximum of each row after block t, `(T_c, *batch, n)`.
+        ell: ℓ^{(t)}, the running sum of exponentials, `(T_c, *batch, n)`.
+        o: O^{(t)}, the running output, not yet divided by ℓ^{(t)}, `(T_c, *batch, n, c_v)`.
+        c: the context C = O^{(T)} / ℓ^{(T)}, `(*batch, n, c_v)`.
+        lse: the log-sum-exp L = μ^{(T)} + log ℓ^{(T)}, `(*batch, n)`.
+    """
+
+    mu: Tensor
+    ell: Tensor
+    o: Tensor
+    c: Tensor
+    lse: Tensor
 
 
 class BlockedGradients(NamedTuple):
-    """The gradients of Q, K, V, and what each block added to them."""
+    """The gradients of Q, K, V, and what each block added to them.
 
-    dQ: Tensor  # (*batch, n, c)
-    dK: Tensor  # (*batch, s, c)
-    dV: Tensor  # (*batch, s, c_v)
-    dQ_blocks: Tensor  # (T_c, *batch, n, c): from each block of keys
-    dK_blocks: Tensor  # (T_r, *batch, s, c): from each block of queries
-    dV_blocks: Tensor  # (T_r, *batch, s, c_v): from each block of queries
+    Args:
+        dQ: the gradient of Q, `(*batch, n, c)`.
+        dK: the gradient of K, `(*batch, s, c)`.
+        dV: the gradient of V, `(*batch, s, c_v)`.
+        dQ_blocks: what each of the T_c blocks of keys added to dQ, `(T_c, *batch, n, c)`.
+        dK_blocks: what each of the T_r blocks of queries added to dK, `(T_r, *batch, s, c)`.
+        dV_blocks: what each of the T_r blocks of queries added to dV, `(T_r, *batch, s, c_v)`.
+    """
+
+    dQ: Tensor
+    dK: Tensor
+    dV: Tensor
+    dQ_blocks: Tensor
+    dK_blocks: Tensor
+    dV_blocks: Tensor
 
 
 def skipped(rows: slice, keys: slice, mods: tuple) -> bool:
-    """Whether the block of keys `keys` is masked for every query of `rows` (0-based slices of
-    a self-attention, query m reading key p ≤ m, and p > m − w with a window, in its own chunk
-    with chunks): it lies wholly outside the keys those queries may attend (`key_range`, the
-    fast path's rule too). `mods`: the modifications (`attention.mods` objects)."""
+    """Whether the block of keys `keys` is masked for every query of `rows` (query m reading
+    key p ≤ m under `Causal`, and p > m − w with a window, in its own chunk with chunks): it
+    lies wholly outside the keys those queries may attend (`key_range`, the fast path's rule
+    too).
+
+    Args:
+        rows: the queries' positions among the keys, a 0-based slice (a cache's offset
+            included).
+        keys: the block of keys, a 0-based slice.
+        mods: the modifications, `attention.mods` objects, as the paths pass them (checked and
+            resolved, not checked here); only the masks among them matter.
+
+    Returns:
+        True when no query of `rows` may read a key of `keys`; False without a mask.
+    """
     total = max(keys.stop, rows.stop)  # at least the keys read, and the rows' own positions
     low, high = _modify.key_range(mods, rows.start, rows.stop, total)
     return keys.start >= high or keys.stop <= low
@@ -150,11 +178,34 @@ def online_softmax(
 ) -> OnlineState:
     """The forward pass of FlashAttention, every block's state kept (see the module docstring).
 
-    q: n queries; k, v: s keys and values; block_rows, block_keys: B_r, B_c (≥ 1); scale: the
-    scores' factor (default 1/√c); mods: the score modifications as objects of `attention.mods`
-    (one number per head's modification, a constant here; a mask places query m at position
-    m + offset among the keys: s = n + offset). Returns an `OnlineState`; a skipped block's
-    state is the one before it.
+    Args:
+        q: the n queries Q, `(*batch, n, c)`.
+        k: the s keys K, `(*batch, s, c)`.
+        v: the s values V, `(*batch, s, c_v)`.
+        block_rows: B_r, the query rows of a block (the last block may be shorter).
+        block_keys: B_c, the keys of a block (the last block may be shorter).
+        scale: the scores' factor, positive; None for 1/√c (or 1/√c' with a `QueryScale`'s c'
+            in mods).
+        rescale: multiply the running ℓ and O by e^{μ^{(t−1)} − μ^{(t)}} when the maximum
+            grows; False leaves the factor out (the mistake the tests catch).
+        mods: the score modifications, objects of `attention.mods`. A per-head number (ALiBi's
+            slope, the sink's logit) is one number here, a constant; a mask places query m at
+            position m + offset among the keys, so with one s = n + offset.
+
+    Returns:
+        An `OnlineState`: μ^{(t)}, ℓ^{(t)} and O^{(t)} after each of the T_c blocks of keys,
+            C `(*batch, n, c_v)` and L `(*batch, n)`; a skipped block's state is the one before
+            it.
+
+    Raises:
+        ShapeError: when q, k and v differ in `*batch`, q and k in c, k and v in s, a dimension is
+            0, or a mod's tensor holds more than one number.
+        DtypeError: when q, k and v are not float tensors of one dtype.
+        DeviceError: when q, k and v are not on one device.
+        ValueError: when block_rows or block_keys is not a positive int, scale is not a
+            positive finite number or is given with a `QueryScale`, a mask comes with
+            s ≠ n + offset, two mods are of one kind, or the sink's logit is not finite.
+        TypeError: when rescale is not a bool, or mods is not a tuple of `Modification`s.
     """
     mods, sink = _modifications("online_softmax", q, k, mods)
     _sizes("online_softmax", block_rows, block_keys, scale)
@@ -241,7 +292,34 @@ def blocked_backward(
     """The backward pass of FlashAttention from C and its log-sum-exp L (see the module
     docstring): the weights recomputed block by block as e^{ω̃ − L}, D = rowsum(dC ∘ C) in place
     of rowsum(A ∘ dA); the same modifications as the forward pass, skipped blocks skipped.
-    Returns a `BlockedGradients`."""
+
+    Args:
+        q: the n queries Q, `(*batch, n, c)`.
+        k: the s keys K, `(*batch, s, c)`.
+        v: the s values V, `(*batch, s, c_v)`.
+        c: the context C of the forward pass (`OnlineState.c`), `(*batch, n, c_v)`.
+        lse: its log-sum-exp L (`OnlineState.lse`), `(*batch, n)`.
+        dc: the upstream gradient dC, `(*batch, n, c_v)`.
+        block_rows: B_r, the query rows of a block.
+        block_keys: B_c, the keys of a block.
+        scale: the scores' factor, as the forward pass had it; None for 1/√c (or a
+            `QueryScale`'s).
+        mods: the forward pass's modifications, objects of `attention.mods` (as
+            `online_softmax` takes them).
+
+    Returns:
+        A `BlockedGradients`: dQ, dK, dV and what each block added to them.
+
+    Raises:
+        ShapeError: when the tensors differ in `*batch`, n, s, c or c_v, a dimension is 0, or a
+            mod's tensor holds more than one number.
+        DtypeError: when the tensors are not float tensors of one dtype.
+        DeviceError: when the tensors are not on one device.
+        ValueError: when block_rows or block_keys is not a positive int, scale is not a
+            positive finite number or is given with a `QueryScale`, a mask comes with
+            s ≠ n + offset, two mods are of one kind, or the sink's logit is not finite.
+        TypeError: when mods is not a tuple of `Modification`s.
+    """
     mods, _ = _modifications("blocked_backward", q, k, mods)
     offset = _modify.offset_of(mods)
     _sizes("blocked_backward", block_rows, block_keys, scale)
@@ -285,8 +363,39 @@ def flash_attention(
     mods: tuple = (),
 ) -> Float[Tensor, "*batch n c_v"]:
     """The context C = softmax(scale · Q Kᵀ) V by the online softmax (`online_softmax`), with
-    its score modifications: `mods` (objects of `attention.mods`), and `causal`, a `window` w
-    (with causal) and a `softcap` κ by keyword, the same objects."""
+    its score modifications: `mods`, and `causal`, a `window` and a `softcap` by keyword, turned
+    into the same objects.
+
+    Args:
+        q: the n queries Q, `(*batch, n, c)`.
+        k: the s keys K, `(*batch, s, c)`; s = n with causal.
+        v: the s values V, `(*batch, s, c_v)`.
+        block_rows: B_r, the query rows of a block.
+        block_keys: B_c, the keys of a block.
+        scale: the scores' factor, positive; None for 1/√c (or a `QueryScale`'s).
+        rescale: the online softmax's rescaling; False leaves it out (`online_softmax`).
+        causal: query m attends the keys p ≤ m.
+        window: w, with causal: query m attends the keys m − w < p ≤ m; None for none.
+        softcap: κ, each scaled score ω̃ replaced by κ tanh(ω̃/κ); None for none.
+        mods: more modifications, objects of `attention.mods` (as `online_softmax` takes
+            them), one of each kind with those of the keywords.
+
+    Returns:
+        The context C, `(*batch, n, c_v)`.
+
+    Raises:
+        ShapeError: when q, k and v differ in `*batch`, q and k in c, k and v in s, a dimension is
+            0, or a mod's tensor holds more than one number.
+        DtypeError: when q, k and v are not float tensors of one dtype.
+        DeviceError: when q, k and v are not on one device.
+        ValueError: when block_rows or block_keys is not a positive int, scale is not a
+            positive finite number or is given with a `QueryScale`, window is not a positive
+            int or comes without causal, softcap is not a positive number, a mask comes with
+            s ≠ n + offset, a keyword and a mod say the same thing, or the sink's logit is not
+            finite.
+        TypeError: when rescale or causal is not a bool, or mods is not a tuple of
+            `Modification`s.
+    """
     mods = _keywords("flash_attention", causal, window, softcap, mods)
     return online_softmax(
         q,
@@ -316,7 +425,37 @@ def flash_gradients(
     mods: tuple = (),
 ) -> BlockedGradients:
     """dQ, dK, dV for the upstream gradient dC: the forward pass, then the backward pass from
-    its C and log-sum-exp, with the same modifications (as `flash_attention` takes them)."""
+    its C and log-sum-exp, with the same modifications (as `flash_attention` takes them).
+
+    Args:
+        q: the n queries Q, `(*batch, n, c)`.
+        k: the s keys K, `(*batch, s, c)`; s = n with causal.
+        v: the s values V, `(*batch, s, c_v)`.
+        dc: the upstream gradient dC, `(*batch, n, c_v)`.
+        block_rows: B_r, the query rows of a block.
+        block_keys: B_c, the keys of a block.
+        scale: the scores' factor, positive; None for 1/√c (or a `QueryScale`'s).
+        causal: query m attends the keys p ≤ m.
+        window: w, with causal: query m attends the keys m − w < p ≤ m; None for none.
+        softcap: κ, each scaled score ω̃ replaced by κ tanh(ω̃/κ); None for none.
+        mods: more modifications, objects of `attention.mods`, one of each kind with those of
+            the keywords.
+
+    Returns:
+        A `BlockedGradients`: dQ, dK, dV and what each block added to them.
+
+    Raises:
+        ShapeError: when the tensors differ in `*batch`, n, s, c or c_v, a dimension is 0, or a
+            mod's tensor holds more than one number.
+        DtypeError: when the tensors are not float tensors of one dtype.
+        DeviceError: when the tensors are not on one device.
+        ValueError: when block_rows or block_keys is not a positive int, scale is not a
+            positive finite number or is given with a `QueryScale`, window is not a positive
+            int or comes without causal, softcap is not a positive number, a mask comes with
+            s ≠ n + offset, a keyword and a mod say the same thing, or the sink's logit is not
+            finite.
+        TypeError: when causal is not a bool, or mods is not a tuple of `Modification`s.
+    """
     mods = _keywords("flash_gradients", causal, window, softcap, mods)
     sizes: dict[str, Any] = dict(block_rows=block_rows, block_keys=block_keys, scale=scale)
     state = online_softmax(q, k, v, **sizes, mods=mods)

@@ -105,8 +105,18 @@ def projection(
 
     $$q_{m,j} = \\sum_{i=1}^{d} x_{m,i} (W_q)_{i,j}$$
 
-    x: X (*batch, n, d); w: W (d, c) in the book's orientation (`nn.Linear` stores Wᵀ);
-    b: optional bias (c).
+    Args:
+        x: the input X, `(*batch, n, d)`.
+        w: W, `(d, c)`, in the book's orientation (`nn.Linear` stores Wᵀ).
+        b: a bias added to every row, `(c,)`; None for none.
+
+    Returns:
+        X W (+ b), `(*batch, n, c)`.
+
+    Raises:
+        ShapeError: when w's rows are not x's d, or b's width is not w's c.
+        DtypeError: when x, w or b is not a float tensor, or their dtypes differ.
+        DeviceError: when they are not on one device.
 
     >>> import torch
     >>> from attention.functional import projection
@@ -124,7 +134,17 @@ def scores(
 
     $$\\omega_{m,p} = q_m \\cdot k_p = \\sum_{j=1}^{c} q_{m,j} k_{p,j}$$
 
-    q: n queries (*batch, n, c); k: s keys (*batch, s, c), s = n in self-attention.
+    Args:
+        q: the n queries Q, `(*batch, n, c)`.
+        k: the s keys K, `(*batch, s, c)`; s = n in self-attention.
+
+    Returns:
+        Ω, `(*batch, n, s)`.
+
+    Raises:
+        ShapeError: when q and k differ in c or in their batch dimensions.
+        DtypeError: when q or k is not a float tensor, or their dtypes differ.
+        DeviceError: when they are not on one device.
     """
     return _core.scores(q, k)
 
@@ -137,6 +157,18 @@ def scaled_scores(omega: Float[Tensor, "*batch n s"], c: float) -> Float[Tensor,
     c; dividing by √c brings it back to 1 and keeps the softmax away from a step function. A
     model may take another number for c (Gemma's `query_pre_attn_scalar`; `derive latex
     --variant query-scale`), so c is any positive number.
+
+    Args:
+        omega: the scores Ω, `(*batch, n, s)`.
+        c: the c of 1/√c: the width of q and k, or the model's own number.
+
+    Returns:
+        Ω / √c, `(*batch, n, s)`.
+
+    Raises:
+        ValueError: when c is not a positive finite number.
+        TypeError: when c is not a number.
+        DtypeError: when omega is not a float tensor.
     """
     if isinstance(c, int) and not isinstance(c, bool):
         check_positive("scaled_scores", c=c)  # a width: also one too large for a float
@@ -154,6 +186,19 @@ def masked_scores(
     declaration of `derive`; `weights` takes the mask itself, so that a row with no key gets
     zero weights rather than 0/0).
 
+    Args:
+        omega: the scores, `(*batch, n, s)`.
+        mask: True where query m may attend key p, `(*batch, n, s)` (its batch broadcasts
+            against omega's).
+
+    Returns:
+        The masked scores Ω̂, `(*batch, n, s)`.
+
+    Raises:
+        ShapeError: when mask does not fit omega.
+        DtypeError: when omega is not a float tensor, or mask is not bool.
+        DeviceError: when they are not on one device.
+
     >>> import torch
     >>> masked_scores(torch.zeros(2, 2), causal_mask(2))
     tensor([[0., -inf],
@@ -168,6 +213,18 @@ def softcapped_scores(
 ) -> Float[Tensor, "*batch n s"]:
     """Logit softcapping (Gemma 2): $\\breve\\omega_{m,p} = \\kappa \\tanh(\\tilde\\omega_{m,p} /
     \\kappa)$, every scaled score squashed into (−κ, κ), nearly unchanged where |ω̃| ≪ κ.
+
+    Args:
+        omega_scaled: the scaled scores Ω̃ = Ω / √c, `(*batch, n, s)`.
+        cap: κ, a positive number.
+
+    Returns:
+        The softcapped scores, `(*batch, n, s)`.
+
+    Raises:
+        ValueError: when cap is not a positive finite number.
+        TypeError: when cap is not a number.
+        DtypeError: when omega_scaled is not a float tensor.
 
     >>> import torch
     >>> softcapped_scores(torch.tensor([[0.1, 100.0]]), cap=2.0)
@@ -186,8 +243,24 @@ def alibi_scores(
 ) -> Float[Tensor, "*batch n s"]:
     """ALiBi (Press, Smith and Lewis, 2022; BLOOM, MPT): one head's scores with a bias linear
     in the distance, $\\dot\\omega_{m,p} = \\tilde\\omega_{m,p} - \\mu\\,(m - p)$, query m
-    at position m + offset (after a cache), key p at p. `slope`: μ, a number or a 0-d tensor
-    (learned slopes get their gradient).
+    at position m + offset (after a cache), key p at p.
+
+    Args:
+        omega_scaled: one head's scaled scores Ω̃, `(*batch, n, s)`.
+        slope: μ, a number or a 0-d tensor `()` (learned slopes get their gradient).
+        offset: the position of the first query: the tokens before it in a cache; 0 by
+            default.
+
+    Returns:
+        The biased scores, `(*batch, n, s)`.
+
+    Raises:
+        ValueError: when offset is negative.
+        TypeError: when slope is neither a number nor a tensor, or offset is not an int.
+        ShapeError: when a tensor slope is not 0-d.
+        DtypeError: when omega_scaled is not a float tensor, or a tensor slope's dtype is not
+            omega_scaled's.
+        DeviceError: when a tensor slope is not on omega_scaled's device.
 
     >>> import torch
     >>> alibi_scores(torch.zeros(2, 2), 0.5)
@@ -210,6 +283,21 @@ def temperature_scores(
     m at position m + offset after a cache; `floor` F, `scale` α), so that the weights of long
     contexts stay sharp; τ_m = 1 while m < F (`attention.mods.Temperature`).
 
+    Args:
+        omega_scaled: the scaled scores Ω̃, `(*batch, n, s)`.
+        floor: F, a positive finite number (Llama 4's `floor_scale`).
+        scale: α, a finite number (Llama 4's `attn_scale`).
+        offset: the tokens before the first query (a cache's); 0 by default.
+
+    Returns:
+        The scores with row m multiplied by τ_m, `(*batch, n, s)`.
+
+    Raises:
+        ValueError: when floor is not a positive finite number, scale is not finite, or
+            offset is negative.
+        TypeError: when floor or scale is not a number, or offset is not an int.
+        DtypeError: when omega_scaled is not a float tensor.
+
     >>> import torch
     >>> temperature_scores(torch.ones(3, 3), floor=2.0, scale=1.0)[:, 0]
     tensor([1.0000, 1.6931, 1.6931])
@@ -225,6 +313,16 @@ def alibi_slopes(heads: int) -> Float[Tensor, " h"]:
     """ALiBi's default slopes, one per head (Press et al.; BLOOM's `_get_alibi_slopes`): for h
     a power of 2, μ_ℓ = 2^(−8ℓ/h), ℓ = 1 … h; otherwise those of the power of 2 below h, then
     every other slope of the sequence for twice that power.
+
+    Args:
+        heads: h, the number of heads.
+
+    Returns:
+        The slopes μ_1 … μ_h, `(h,)`, float32 on the CPU.
+
+    Raises:
+        ValueError: when heads is not a positive integer.
+        TypeError: when heads is not an int.
 
     >>> alibi_slopes(4)
     tensor([0.2500, 0.0625, 0.0156, 0.0039])
@@ -256,6 +354,30 @@ def weights(
     row sums to 1, or is all zeros when no key is allowed. With a `sink` ζ (an attention sink's
     logit, a number or a 0-d tensor), exp(ζ) joins each row's denominator: a row sums to
     1 − e^ζ / (e^ζ + Σ_r …).
+
+    Args:
+        omega: the scores Ω, `(*batch, n, s)`.
+        c: the width c of the scale 1/√c.
+        causal: keep only the keys p ≤ m (Ω square).
+        window: w, with causal: keep only the keys 0 ≤ m − p < w; None for no window.
+        mask: True where query m may attend key p, `(*batch, n, s)` (its batch broadcasts
+            against omega's); None for none.
+        key_padding_mask: True where key p exists, `(*batch, s)`; None for none.
+        sink: ζ, a number or a 0-d tensor `()` (−∞: no sink); None for none.
+
+    Returns:
+        A, `(*batch, n, s)`.
+
+    Raises:
+        ValueError: when c is not a positive integer, window is not a positive integer or is
+            given without causal, or sink is the float NaN.
+        TypeError: when c is not an int, window neither an int nor None, or causal not a
+            bool.
+        ShapeError: when causal is given with n ≠ s, a mask does not fit omega, or a tensor
+            sink is not 0-d.
+        DtypeError: when omega is not a float tensor, a mask is not bool, or a tensor sink's
+            dtype is not omega's.
+        DeviceError: when a mask or sink is not on omega's device.
     """
     check_positive("weights", c=c)
     check_window("weights", "window", window, causal)
@@ -280,6 +402,18 @@ def context(
     """Context vectors $C = A V$: row m is the attention-weighted sum of the value rows.
 
     $$c_{m,j} = \\sum_{p=1}^{n} a_{m,p} v_{p,j}$$
+
+    Args:
+        a: the weights A, `(*batch, n, s)`.
+        v: the values V, `(*batch, s, c)`.
+
+    Returns:
+        C, `(*batch, n, c)`.
+
+    Raises:
+        ShapeError: when v's s or batch is not a's.
+        DtypeError: when a or v is not a float tensor, or their dtypes differ.
+        DeviceError: when they are not on one device.
     """
     return _core.context(a, v)
 
@@ -292,6 +426,18 @@ def output_gate(
     sigmoid of its gate logit, $\\tilde z_{m,j} = \\hat z_{m,j}\\,\\sigma(\\gamma_{m,j})$, with
     Γ = X W_g; a logit → +∞ lets the feature through unchanged.
 
+    Args:
+        c: the merged heads' context vectors Ẑ, `(*batch, n, c)`.
+        gamma: the gate's logits Γ, `(*batch, n, c)`.
+
+    Returns:
+        Ẑ ∘ σ(Γ), `(*batch, n, c)`.
+
+    Raises:
+        ShapeError: when gamma's shape is not c's.
+        DtypeError: when c or gamma is not a float tensor, or their dtypes differ.
+        DeviceError: when they are not on one device.
+
     >>> output_gate(torch.ones(1, 2), torch.tensor([[0.0, 100.0]]))
     tensor([[0.5000, 1.0000]])
     """
@@ -300,7 +446,18 @@ def output_gate(
 
 @checked
 def causal_mask(n: int) -> Bool[Tensor, "n n"]:
-    """The causal mask (n×n): True where p ≤ m, i.e. where token m may attend to token p."""
+    """The causal mask (n×n): True where p ≤ m, i.e. where token m may attend to token p.
+
+    Args:
+        n: the number of tokens.
+
+    Returns:
+        The mask, `(n, n)`, bool on the CPU.
+
+    Raises:
+        ValueError: when n is not a positive integer.
+        TypeError: when n is not an int.
+    """
     check_positive("causal_mask", n=n)
     return _masks.causal_allowed(n, torch.device("cpu"))  # the one causal mask of the package
 
@@ -329,22 +486,51 @@ def self_attention(
     """Trainable scaled dot-product self-attention,
     $C = \\operatorname{softmax}\\!\\big(X W_q (X W_k)^\\top / \\sqrt{c}\\big)\\, X W_v$.
 
-    x: X (*batch, n, d). w_q, w_k, w_v: Wq, Wk, Wv (d, c), so that Q = X Wq. b_q, b_k, b_v:
-    optional biases (c). causal: token m attends to p ≤ m only; window (with causal): to the
-    last w tokens only, 0 ≤ m − p < w (sliding-window attention). mask (*batch, n, n): True where
-    query m may attend key p. key_padding_mask (*batch, n): True where key p exists (True =
-    ignore in torch.nn.MultiheadAttention: invert it). The three combine. dropout_p: dropout on
-    A after the softmax (the book's order), applied whenever > 0 (modules pass 0 in eval mode).
-    softcap: κ, each scaled score ω̃ replaced by κ tanh(ω̃/κ) before the masks and the softmax
-    (Gemma 2's logit softcapping, `softcapped_scores`); None: none. alibi (with causal): the
-    bias −μ (m − p) added to each score (`alibi_scores`), True for the slope 2^−8 of one head,
-    or a tensor of one slope. sinks: an attention sink's logit ζ (a tensor of one), exp(ζ) in
-    each row's denominator (GPT-OSS; `weights(..., sink=)`). mods: more modifications, as
-    objects (`attention.mods`: Llama 4's `Chunked` and `Temperature`, a researcher's own
-    subclass of `Modification`), with those the keywords build (one of each kind).
+    Args:
+        x: the input X, `(*batch, n, d)`.
+        w_q: Wq, `(d, c)`, so that Q = X Wq.
+        w_k: Wk, `(d, c)`.
+        w_v: Wv, `(d, c)`.
+        b_q: a bias of Q, `(c,)`; None for none.
+        b_k: a bias of K, `(c,)`; None for none.
+        b_v: a bias of V, `(c,)`; None for none.
+        causal: token m attends to the tokens p ≤ m only.
+        window: w, with causal: token m attends to its last w tokens only, 0 ≤ m − p < w
+            (sliding-window attention); None for no window.
+        mask: True where query m may attend key p, `(*batch, n, n)` (its batch broadcasts
+            against x's); None for none.
+        key_padding_mask: True where key p exists, `(*batch, n)` (True = ignore in
+            torch.nn.MultiheadAttention: invert it); None for none. The masks and causal
+            combine.
+        dropout_p: dropout on A after the softmax (the book's order), applied whenever > 0
+            (modules pass 0 in eval mode).
+        return_weights: return A with C.
+        softcap: κ, each scaled score ω̃ replaced by κ tanh(ω̃/κ) before the masks and the
+            softmax (Gemma 2's logit softcapping, `softcapped_scores`); None for none.
+        alibi: with causal, the bias −μ (m − p) added to each score (`alibi_scores`): True for
+            the slope 2^−8 of one head, a float tensor of one slope `(1,)`, False for none.
+        sinks: an attention sink's logit ζ, `(1,)`: exp(ζ) in each row's denominator (GPT-OSS;
+            `weights(..., sink=)`); None for none.
+        mods: more modifications, as objects (`attention.mods`: Llama 4's `Chunked` and
+            `Temperature`, a researcher's own subclass of `Modification`), applied with those
+            the keywords build (one of each kind).
 
-    Returns C (*batch, n, c), or (C, A) with `return_weights` (A after dropout, the weights that
-    were used).
+    Returns:
+        The context vectors C, `(*batch, n, c)`; with `return_weights=True`, the pair (C, A),
+            A `(*batch, n, n)` after dropout (the weights that were used).
+
+    Raises:
+        ValueError: when dropout_p is not in [0, 1), window is not a positive integer or is
+            given without causal, softcap is not a positive number, alibi is given without
+            causal, or a kind of modification is given twice (in mods, or by mods and a
+            keyword).
+        TypeError: when an argument is not of its annotated type (a flag not a bool, mods not
+            a tuple, alibi neither a bool nor a tensor), or a mod is not a `Modification`.
+        ShapeError: when the weights, biases or masks do not fit x or one another, or alibi or
+            sinks is not `(1,)`.
+        DtypeError: when x or a weight, bias, alibi or sinks tensor is not float or not x's
+            dtype, or a mask is not bool.
+        DeviceError: when a tensor is not on x's device.
 
     >>> import torch
     >>> from attention.functional import self_attention

@@ -68,6 +68,21 @@ def rms_norm(
 
     (float16 and bfloat16 computed in float32, as the book's Qwen 3 `RMSNorm`).
 
+    Args:
+        x: the rows, `(*batch, n, c)`.
+        gain: the gains g, `(c,)`, in any float dtype (float32 gains with bfloat16 x); None for
+            none.
+        eps: ε, added to the mean square; at least 0.
+
+    Returns:
+        The normalised rows, `(*batch, n, c)`, in x's dtype.
+
+    Raises:
+        ValueError: when eps is negative or NaN.
+        ShapeError: when gain is not `(c,)`.
+        DtypeError: when x or gain is not a float tensor.
+        DeviceError: when x and gain are not on one device.
+
     >>> rms_norm(torch.tensor([[3.0, 4.0]]), torch.ones(2), eps=0.0)  # rms of (3, 4) is √12.5
     tensor([[0.8485, 1.1314]])
     """
@@ -84,7 +99,17 @@ def expand_groups(
     each group repeated h/g times in place (the book's `repeat_interleave(h // g, dim=1)`).
     The reference formulation; the fast path never builds this.
 
-    (*batch, g, n, c_h) -> (*batch, h, n, c_h)
+    Args:
+        t: the g groups' keys or values, `(*batch, g, n, c_h)`.
+        heads: h, a multiple of g.
+
+    Returns:
+        Each head's keys or values, `(*batch, h, n, c_h)`.
+
+    Raises:
+        ValueError: when heads is not a positive int or g does not divide it.
+        ShapeError: when t has fewer than 3 dimensions.
+        DtypeError: when t is not a float tensor.
     """
     check_positive("expand_groups", heads=heads)
     if heads % t.shape[-3]:
@@ -152,30 +177,71 @@ def grouped_query_attention(
 ) -> Float[Tensor, "*batch n c_out"]:
     """Grouped-query attention, every composition of the module docstring in one function.
 
-    x: X (n, d) or (*batch, n, d). w_q: W_q (d, h·c_h); w_k, w_v: (d, g·c_h); w_o: W_o
-    (h·c_h, c_out), or None for no output projection (then c_out = h·c_h: with heads=1, plain
-    single-head attention). heads: h; groups: g (None: g = h). theta_base: β of RoPE, applied to
-    each head's queries and keys at positions 0 … n−1 (None: no RoPE); rope_width: rotate only
-    each head's first rope_width features (partial RoPE; None: all c_h); rope_interleaved: pair
-    feature 2i with 2i + 1 (the RoPE paper's, GPT-J's and GLM's layout), computed as the book's
-    rotation of each head's features reordered alike in W_q, W_k and the QK-norm gains (the
-    scores are the same sums); freq_config: Llama 3.1's or YaRN's frequencies
-    (`compute_rope_params`).
-    q_gain, k_gain: (c_h,)
-    gains of QK-norm, RMS norm of each head's queries and keys with `eps`, before RoPE (Qwen 3's
-    order; None: no QK-norm); gains of the whole width, q_gain (h·c_h,) and k_gain (g·c_h,),
-    normalise each row of Q and K over all heads at once before the heads are split (OLMo 2 and
-    3; with one head the two are the same); a number for every gain alike (1.0: Llama 4's L2
-    norm, which has none). causal: query m attends keys p ≤ m; mask (*batch,
-    n, n): True where query m may attend key p; window w (with causal): query m attends the keys
-    m − w < p ≤ m. softcap: κ, each scaled score ω̃ replaced by κ tanh(ω̃/κ). alibi (with causal):
-    −μ_ℓ (m − p) added to head ℓ's scores, True for Press et al.'s slopes or a tensor of h
-    slopes. sinks: h logits, exp(ζ_ℓ) in each row's denominator of head ℓ (GPT-OSS). w_g: the
-    output gate's W_g (d, h·c_h), the merged heads multiplied by σ(X W_g) before W_o (Qwen 3.5).
-    Scale 1/√c_h, or 1/√query_pre_attn_scalar (Gemma 2 and 3). mods: more modifications, as
-    objects (`attention.mods`: `Chunked`, `Temperature`, a researcher's own subclass of
-    `Modification`, …), applied with those the keywords build (one of each kind). Returns C
-    (*batch, n, c_out).
+    Args:
+        x: the input X, `(n, d)` or `(*batch, n, d)`.
+        w_q: W_q, `(d, h·c_h)`.
+        w_k: W_k, `(d, g·c_h)`.
+        w_v: W_v, `(d, g·c_h)`.
+        w_o: W_o, `(h·c_h, c_out)`; None for no output projection (then c_out = h·c_h: with
+            heads=1, plain single-head attention).
+        heads: h, the query heads; it divides the width of w_q.
+        groups: g, the key/value groups, dividing h; None: g = h.
+        causal: query m attends the keys p ≤ m.
+        theta_base: β of RoPE, applied to each head's queries and keys at positions 0 … n − 1;
+            None for no RoPE.
+        rope_width: rotate only each head's first rope_width features (partial RoPE; even, at
+            most c_h); None: all c_h.
+        rope_interleaved: pair feature 2i with 2i + 1 (the RoPE paper's, GPT-J's and GLM's
+            layout), computed as the book's rotation of each head's features reordered alike in
+            W_q, W_k and the QK-norm gains (the scores are the same sums).
+        freq_config: Llama 3.1's or YaRN's frequencies (`compute_rope_params`); None: the plain
+            ones.
+        q_gain: QK-norm's gains of the queries, RMS norm with `eps` before RoPE (Qwen 3's
+            order): `(c_h,)` for each head's queries, or `(h·c_h,)` for each row of Q over all
+            heads at once, before the heads are split (OLMo 2 and 3; with one head the two are
+            the same); a number for every gain alike (1.0: Llama 4's L2 norm, which has none);
+            None for no QK-norm.
+        k_gain: the same for the keys: `(c_h,)`, or `(g·c_h,)` over all groups (as q_gain);
+            a number; None for none.
+        eps: ε of QK-norm, added to the mean square; at least 0.
+        mask: True where query m may attend key p, `(*batch, n, n)` (its batch broadcasts
+            against x's); with causal or a window, a key must pass both. None for none. A query
+            left with no key gets a row of zeros.
+        window: w, with causal: query m attends the keys m − w < p ≤ m; None for none.
+        softcap: κ, Gemma 2's softcapping: each scaled score ω̃ replaced by κ tanh(ω̃/κ); None
+            for none.
+        alibi: with causal, −μ_ℓ (m − p) added to head ℓ's scores: True for Press et al.'s
+            slopes, a float tensor of h slopes `(h,)`, False for none.
+        sinks: GPT-OSS's sinks, h logits `(h,)`, e^{ζ_ℓ} in the denominator of each row of
+            head ℓ; None for none.
+        w_g: the output gate's W_g, `(d, h·c_h)`: the merged heads multiplied by σ(X W_g)
+            before W_o (Qwen 3.5); None for none.
+        query_pre_attn_scalar: the scale 1/√query_pre_attn_scalar in place of 1/√c_h (Gemma 2
+            and 3); None for 1/√c_h.
+        mods: more modifications as objects (`attention.mods`: `Chunked`, `Temperature`, a
+            researcher's own subclass of `Modification`, …), applied with those the keywords
+            build (one of each kind).
+
+    Returns:
+        The context C, `(*batch, n, c_out)`.
+
+    Raises:
+        ValueError: when heads or groups is not a positive int, groups does not divide heads,
+            window is not a positive int or comes without causal, alibi comes without causal,
+            softcap or query_pre_attn_scalar is not a positive number, eps is negative,
+            theta_base is not positive, rope_width, rope_interleaved or freq_config comes
+            without theta_base, freq_config lacks a key, or a keyword and a mod say the same
+            thing.
+        ShapeError: when x and the weights do not fit together, heads does not divide the
+            width c of w_q, w_k's width is not g·c_h, a gain has neither c_h nor the whole
+            width (or the two gains differ in kind), rope_width is odd or not in 1 … c_h, c_h
+            is odd with RoPE, the tensor of alibi or sinks is not `(h,)`, or mask is not
+            `(*batch, n, n)`.
+        DtypeError: when x and the weights are not float tensors of one dtype, or mask is not
+            bool.
+        DeviceError: when the tensors are not on one device.
+        TypeError: when a gain is neither a tensor nor a number, alibi is neither a bool nor a
+            tensor, or a mod is not a `Modification`.
 
     >>> X = torch.rand(5, 8)
     >>> W_q, W_kv, W_o = torch.rand(8, 16), torch.rand(8, 8), torch.rand(16, 8)
@@ -246,10 +312,50 @@ def grouped_cross_attention(
     keys and values (Whisper's and BART's cross layers with g = h; Llama 3.2 Vision's with
     grouped keys and QK-norm).
 
-    x: X (*batch, n, d); y: Y (*batch, s, d_y); w_q (d, h·c_h); w_k, w_v (d_y, g·c_h); w_o
-    (h·c_h, c_out) or None. The other options are `grouped_query_attention`'s that do not
-    read positions (the keys are another sequence: no causal mask, window, ALiBi or RoPE);
-    mask (*batch, n, s): True where query m may attend key p of Y. Returns C (*batch, n, c_out).
+    The options are `grouped_query_attention`'s that do not read positions (the keys are
+    another sequence: no causal mask, window, ALiBi or RoPE).
+
+    Args:
+        x: the input X of the queries, `(*batch, n, d)`.
+        y: the sequence Y of the keys and values, `(*batch, s, d_y)`, with x's batch.
+        w_q: W_q, `(d, h·c_h)`.
+        w_k: W_k, `(d_y, g·c_h)`.
+        w_v: W_v, `(d_y, g·c_h)`.
+        w_o: W_o, `(h·c_h, c_out)`; None for no output projection (c_out = h·c_h).
+        heads: h, the query heads; it divides the width of w_q.
+        groups: g, the key/value groups, dividing h; None: g = h.
+        q_gain: QK-norm's gains of the queries: `(c_h,)` per head, `(h·c_h,)` over all heads,
+            a number for every gain alike, or None for no QK-norm (`grouped_query_attention`).
+        k_gain: the same for the keys: `(c_h,)`, `(g·c_h,)`, a number, or None.
+        eps: ε of QK-norm, added to the mean square; at least 0.
+        mask: True where query m may attend key p of Y, `(*batch, n, s)` (its batch broadcasts
+            against x's); None for none.
+        softcap: κ, each scaled score ω̃ replaced by κ tanh(ω̃/κ); None for none.
+        sinks: h logits `(h,)`, e^{ζ_ℓ} in the denominator of each row of head ℓ; None for
+            none.
+        w_g: the output gate's W_g, `(d, h·c_h)`: the merged heads multiplied by σ(X W_g)
+            before W_o; None for none.
+        query_pre_attn_scalar: the scale 1/√query_pre_attn_scalar in place of 1/√c_h; None for
+            1/√c_h.
+        mods: more modifications as objects (`attention.mods`), one of each kind with those of
+            the keywords.
+
+    Returns:
+        The context C, `(*batch, n, c_out)`.
+
+    Raises:
+        ValueError: when heads or groups is not a positive int, groups does not divide heads,
+            softcap or query_pre_attn_scalar is not a positive number, eps is negative, or a
+            keyword and a mod say the same thing.
+        ShapeError: when x, y and the weights do not fit together (y's batch must be x's),
+            heads does not divide the width c of w_q, w_k's width is not g·c_h, a gain has
+            neither c_h nor the whole width (or the two gains differ in kind), the tensor of
+            sinks is not `(h,)`, or mask is not `(*batch, n, s)`.
+        DtypeError: when x, y and the weights are not float tensors of one dtype, or mask is
+            not bool.
+        DeviceError: when the tensors are not on one device.
+        TypeError: when a gain is neither a tensor nor a number, or a mod is not a
+            `Modification`.
 
     >>> X, Y = torch.rand(5, 8), torch.rand(3, 6)
     >>> W_q, W_kv = torch.rand(8, 8), torch.rand(6, 4)
@@ -294,9 +400,14 @@ def grouped_cross_attention(
 
 
 class DecodeCache(typing.NamedTuple):
-    """What `grouped_decode_step` keeps between calls: each group's keys (QK-normalised and
-    rotated at their positions) and values, (*batch, g, m, c_h) each (the last w with a
-    window), and how many tokens came before (the next token's position)."""
+    """What `grouped_decode_step` keeps between calls.
+
+    Args:
+        keys: each group's keys, QK-normalised and rotated at their positions,
+            `(*batch, g, m, c_h)` (the last w with a window).
+        values: each group's values, `(*batch, g, m, c_h)`.
+        position: how many tokens came before: the next token's position.
+    """
 
     keys: Float[Tensor, "*batch g m c_h"]
     values: Float[Tensor, "*batch g m c_h"]
@@ -332,14 +443,56 @@ def grouped_decode_step(
     """One step of generation with a key-value cache, for every composition that
     `grouped_query_attention` computes causally: the rows of t new tokens against the cache.
 
-    x_new: the new rows of X (*batch, t, d); cache: None for the prompt, or the `DecodeCache`
-    the last call returned. The options are `grouped_query_attention`'s (it is causal, and takes
-    no mask). The new tokens sit at positions m … m + t − 1 (m = cache.position): RoPE rotates
-    their queries and keys there, ALiBi, chunks and temperature tuning read those positions, and
-    new token i attends the cached keys and the new ones up to its own (the last w with a
-    window). Returns (the context rows (*batch, t, c_out), the cache grown by the new keys and
-    values): rows m … m + t − 1 of ``grouped_query_attention(X, ..., causal=True)``, at the cost
-    of t rows of scores. The cache holds g groups, not h heads: grouped-query attention's saving.
+    The options are `grouped_query_attention`'s (it is causal, and takes no mask). The new
+    tokens sit at positions m … m + t − 1 (m = cache.position): RoPE rotates their queries and
+    keys there, ALiBi, chunks and temperature tuning read those positions, and new token i
+    attends the cached keys and the new ones up to its own (the last w with a window). The
+    result is rows m … m + t − 1 of ``grouped_query_attention(X, ..., causal=True)``, at the
+    cost of t rows of scores. The cache holds g groups, not h heads: grouped-query attention's
+    saving.
+
+    Args:
+        x_new: the new rows of X, `(*batch, t, d)`.
+        w_q: W_q, `(d, h·c_h)`.
+        w_k: W_k, `(d, g·c_h)`.
+        w_v: W_v, `(d, g·c_h)`.
+        w_o: W_o, `(h·c_h, c_out)`; None for no output projection (c_out = h·c_h).
+        cache: the `DecodeCache` the last call returned, made with the same weights and
+            options; None for the prompt.
+        heads: h, the query heads; it divides the width of w_q.
+        groups: g, the key/value groups, dividing h; None: g = h.
+        theta_base: β of RoPE; None for no RoPE.
+        rope_width: rotate only each head's first rope_width features; None: all c_h.
+        rope_interleaved: pair feature 2i with 2i + 1 (`grouped_query_attention`).
+        freq_config: Llama 3.1's or YaRN's frequencies; None: the plain ones.
+        q_gain: QK-norm's gains of the queries: `(c_h,)` per head, `(h·c_h,)` over all heads,
+            a number for every gain alike, or None for no QK-norm.
+        k_gain: the same for the keys: `(c_h,)`, `(g·c_h,)`, a number, or None.
+        eps: ε of QK-norm, added to the mean square; at least 0.
+        window: w: query m attends the keys m − w < p ≤ m; None for none.
+        softcap: κ, each scaled score ω̃ replaced by κ tanh(ω̃/κ); None for none.
+        alibi: −μ_ℓ (m − p) added to head ℓ's scores: True for Press et al.'s slopes, a float
+            tensor of h slopes `(h,)`, False for none.
+        sinks: h logits `(h,)`, e^{ζ_ℓ} in the denominator of each row of head ℓ; None for
+            none.
+        w_g: the output gate's W_g, `(d, h·c_h)`; None for none.
+        query_pre_attn_scalar: the scale 1/√query_pre_attn_scalar in place of 1/√c_h; None for
+            1/√c_h.
+        mods: more modifications as objects (`attention.mods`), one of each kind with those of
+            the keywords (the causal mask among them).
+
+    Returns:
+        The pair (the context rows `(*batch, t, c_out)`, the cache grown by the new keys and
+            values, at position m + t).
+
+    Raises:
+        ValueError: as `grouped_query_attention`; and when cache.position is less than the
+            keys the cache holds.
+        ShapeError: as `grouped_query_attention`; and when the cache's batch is not x_new's.
+        DtypeError: as `grouped_query_attention`; and when the cache's dtype is not x_new's.
+        DeviceError: when the tensors are not on one device.
+        TypeError: as `grouped_query_attention`; and when cache is not a `DecodeCache` or its
+            position is not an int.
 
     >>> X, W_q, W_kv = torch.rand(6, 8), torch.rand(8, 8), torch.rand(8, 4)
     >>> rows, cache = grouped_decode_step(X[:4], W_q, W_kv, W_kv, heads=4, groups=2, theta_base=1e4)

@@ -79,14 +79,37 @@ def attention_forward(
     is_causal: bool | None = None,
     **kwargs: object,
 ) -> tuple[Tensor, Tensor | None]:
-    """`transformers`' attention implementation signature: query (b, h, n, c_h), key and value
-    (b, g, s, c_h) (after the layer's cache), its mask, and the layer's options -> (attention
-    output (b, n, h, c_h), None: the weights are never formed).
+    """`transformers`' attention implementation signature: the layer's queries, keys and values
+    (after its cache), its mask and its options, attended on this package's fast path. Inputs
+    are not checked as this package's functions check theirs: `transformers` built them.
 
-    scaling: the factor of q·k (None: 1/√c_h). sliding_window w: query m attends its last w keys
-    (used where no mask is given; a given mask already holds it). softcap: Gemma 2's cap.
-    s_aux: GPT-OSS's sinks (h,). is_causal: the layer's (default: `module.is_causal`, else True);
-    with no mask, causal attention whose new queries are the last n of the s positions."""
+    Args:
+        module: the attention layer that calls it; its `is_causal` is read.
+        query: the queries, `(b, h, n, c_h)`, projected, normalised and rotated by the layer.
+        key: the keys, `(b, g, s, c_h)` (g divides h), the cache's included.
+        value: the values, `(b, g, s, c_h)`.
+        attention_mask: the mask `transformers` built, `(b, 1, n, s)` (its last n rows and s
+            columns read): boolean (True: may attend) or additive (0: may attend; a large
+            negative number or −∞: may not); None for causal attention (if the layer is) with
+            the window.
+        scaling: the factor of q·k (Gemma's 1/√query_pre_attn_scalar); None: 1/√c_h.
+        dropout: the rate of dropout on the weights, applied as given (the layers pass 0.0
+            outside training).
+        sliding_window: w: query m attends its last w keys, where no mask is given (a given
+            mask already holds it); None for none.
+        softcap: κ, Gemma 2's cap: each scaled score ω̃ replaced by κ tanh(ω̃/κ); None for none.
+        s_aux: GPT-OSS's sinks, one logit per head `(h,)`; None for none.
+        is_causal: whether the layer is causal; None: `module.is_causal`, else True. With no
+            mask, causal attention whose new queries are the last n of the s positions.
+        **kwargs: the layer's other keywords, ignored.
+
+    Returns:
+        The pair (the attention output `(b, n, h, c_h)`, None: the weights are never formed).
+
+    Raises:
+        ValueError: when sliding_window is not a positive int, softcap is not a positive
+            number, or, with no mask and a causal layer, s < n.
+    """
     n, s = query.shape[-2], key.shape[-2]
     scale = _core.scale(query.shape[-1]) if scaling is None else float(scaling)
     causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
@@ -117,8 +140,17 @@ def attention_forward(
 
 def register(name: str = NAME) -> str:
     """Add `attention_forward` to `transformers`' attention implementations (and the boolean
-    masks of its sdpa implementation, which it reads) under `name`; returns the name, to pass as
-    ``attn_implementation=``."""
+    masks of its sdpa implementation, which it reads) under `name`.
+
+    Args:
+        name: the implementation's name; `NAME`, ``"attention_derive"``, by default.
+
+    Returns:
+        The name, to pass as ``attn_implementation=``.
+
+    Raises:
+        ImportError: when `transformers` is not installed.
+    """
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
@@ -134,7 +166,20 @@ def from_bloom(layer: "BloomAttention", *, context_length: int = 2048) -> MultiH
     is BLOOM's before the residual is added (BLOOM's `dropout_add` adds it in the layer).
 
     BLOOM's fused `query_key_value` (3c × d) holds, for each head, its queries, keys and values
-    one after the other (c_h rows each); they are split into `W_query`, `W_key`, `W_value`."""
+    one after the other (c_h rows each); they are split into `W_query`, `W_key`, `W_value`.
+
+    Args:
+        layer: BLOOM's attention layer, `model.transformer.h[i].self_attention`.
+        context_length: the most tokens the module takes (the size of its causal mask).
+
+    Returns:
+        A `MultiHeadAttention` with the layer's weights, dtype and device.
+
+    Raises:
+        TypeError: when layer lacks what `BloomAttention` has (`num_heads`, `head_dim`,
+            `query_key_value`, `dense`, `attention_dropout`).
+        ValueError: when context_length is not a positive int.
+    """
     needed = ("num_heads", "head_dim", "query_key_value", "dense", "attention_dropout")
     missing = [name for name in needed if not hasattr(layer, name)]
     if missing:
@@ -200,10 +245,24 @@ FAMILIES = {
 
 class FromHF(torch.nn.Module):
     """A Hugging Face attention layer as this package's `GroupedQueryAttention` (`attention`),
-    called as ``module(x)`` on the layer's input x (*batch, n, d), its positions 0 … n − 1, with
-    the model's rotary embedding (`rotary`, None for a layer without RoPE): the layer's output
-    (before the residual). `layer_type` is what the layer's rotary embedding is asked for where
-    it keeps one per kind of layer (Gemma 3's local and global)."""
+    called as ``module(x)`` on the layer's input x `(*batch, n, d)`, its positions 0 … n − 1,
+    causal, with the model's rotary embedding: the layer's output (before the residual).
+    `from_hf` builds it.
+
+    Args:
+        attention: the `GroupedQueryAttention` holding the layer's weights.
+        rotary: the model's rotary embedding (``model.model.rotary_emb``), called on (x,
+            positions) and giving cos and sin, each `(1, n, c_h)` (or the rotated width), or
+            Llama 4's complex e^{iθ}; None for a layer without RoPE.
+        layer_type: passed to the rotary embedding as its third argument, where it keeps one
+            per kind of layer (Gemma 3's ``"sliding_attention"`` and ``"full_attention"``);
+            None: not passed.
+        interleaved: the rotary embedding gives complex angles of the pairs (2i, 2i + 1)
+            (Llama 4's), read as the book's cos and sin halves (W_query's and W_key's rows
+            reordered to match, as `from_hf` does).
+        width: c_r, the rotated features of a head (partial RoPE): the first c_r columns of cos
+            and sin; None: all.
+    """
 
     def __init__(self, attention, rotary, *, layer_type=None, interleaved=False, width=None):
         super().__init__()
@@ -214,6 +273,19 @@ class FromHF(torch.nn.Module):
         self.width = width  # the rotated features of a head (partial RoPE), None: all
 
     def forward(self, x: Tensor) -> Tensor:
+        """The layer's output on its input x, causal, at positions 0 … n − 1.
+
+        Args:
+            x: the layer's input, `(*batch, n, d)`, d the model's hidden size.
+
+        Returns:
+            The layer's output before the residual, `(*batch, n, d)`.
+
+        Raises:
+            ShapeError: when x is not `(*batch, n, d)` with the layer's d.
+            DtypeError: when x is not a float tensor of the weights' dtype.
+            DeviceError: when x is not on the weights' device.
+        """
         n = x.shape[-2]
         blocked = ~_core_causal(n, x.device)
         if self.rotary is None:
@@ -244,9 +316,29 @@ def from_hf(layer: torch.nn.Module, rotary: torch.nn.Module | None = None) -> to
     1/√query_pre_attn_scalar), its QK-norm (with gains, 1 + gains, or none: Llama 4's L2 norm),
     its window (`sliding_window`), Gemma 2's softcap, Llama 4's chunks (`attention_chunk_size`
     on a `chunked_attention` layer) and temperature (`attn_temperature_tuning` on a layer
-    without RoPE), Qwen 3.5's gate. `rotary`: the model's rotary embedding
-    (``model.model.rotary_emb``), needed for a layer with RoPE. A family not in `FAMILIES` is
-    refused by name."""
+    without RoPE), Qwen 3.5's gate. A layer of a family not read is refused by name.
+
+    The recurrent layers are read too: a Gated DeltaNet (`LINEAR_FAMILIES`) or Kimi Delta
+    Attention layer (`KDA_FAMILIES`) into a `FromHFLinear`, a Mamba-2 or Mamba mixer
+    (`SSM_FAMILIES`, `MAMBA_FAMILIES`) into a `FromHFSSM`.
+
+    Args:
+        layer: the model's layer (``model.model.layers[i].self_attn``, or BLOOM's
+            `BloomAttention`, or a recurrent layer).
+        rotary: the model's rotary embedding (``model.model.rotary_emb``), needed for a layer
+            with RoPE; None otherwise (not read for a layer without RoPE).
+
+    Returns:
+        The module, with the layer's weights, dtype and device: a `FromHF`, `from_bloom`'s
+            `MultiHeadAttention` for BLOOM (context_length 2048), or a `FromHFLinear` or
+            `FromHFSSM` for a recurrent layer.
+
+    Raises:
+        TypeError: when the layer's class is not read.
+        ValueError: when the layer has RoPE and rotary is None, has a bias on a projection it
+            does not read, or (a recurrent layer) another activation than SiLU or tensors the
+            module does not hold.
+    """
     from .grouped import GroupedQueryAttention
 
     source: typing.Any = layer  # a Hugging Face layer: its attributes as it has them

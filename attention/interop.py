@@ -45,7 +45,19 @@ def to_torch_multihead(module: MultiHeadAttention) -> nn.MultiheadAttention:
     """A `torch.nn.MultiheadAttention(batch_first=True)` holding the same weights as `module`.
 
     Call it with the causal mask inverted: `torch_mha(x, x, x, attn_mask=~causal_mask(n))`, or
-    with `**torch_masks(num_heads, ...)`.
+    with `**torch_masks(n, num_heads, ...)`.
+
+    Args:
+        module: the module to copy, with d_in = d_out.
+
+    Returns:
+        A new `torch.nn.MultiheadAttention` with `batch_first=True`, `bias=True` (zeros where
+            `module` has no qkv biases), and `module`'s dropout rate, dtype, device and
+            training mode.
+
+    Raises:
+        TypeError: when module is not an `attention.MultiHeadAttention`.
+        ValueError: when its d_in and d_out differ.
     """
     where = "to_torch_multihead"
     _check_type(where, "module", module, MultiHeadAttention, "an attention.MultiHeadAttention")
@@ -81,9 +93,20 @@ def to_torch_multihead(module: MultiHeadAttention) -> nn.MultiheadAttention:
 def from_torch_multihead(twin: nn.MultiheadAttention, context_length: int) -> MultiHeadAttention:
     """A `MultiHeadAttention` (causal, up to `context_length` tokens) with `twin`'s weights.
 
-    `twin` must use one packed input projection (`kdim = vdim = embed_dim`), without
-    `add_bias_kv` or `add_zero_attn` (extra keys that ours does not have). Built with
-    `bias=False`, it gives a module without qkv biases and a zero `out_proj.bias`.
+    Args:
+        twin: the torch module to copy: one packed input projection (`kdim = vdim = embed_dim`),
+            without `add_bias_kv` or `add_zero_attn` (extra keys that ours does not have).
+        context_length: the most tokens the new module takes (its causal mask's side).
+
+    Returns:
+        A new `MultiHeadAttention` with d_in = d_out = embed_dim, and twin's heads, dropout
+            rate, dtype, device and training mode; from a twin built with `bias=False`, one
+            without qkv biases and with a zero `out_proj.bias`.
+
+    Raises:
+        TypeError: when twin is not a `torch.nn.MultiheadAttention`.
+        ValueError: when context_length is not a positive int, or twin has no packed
+            `in_proj_weight`, or has `add_bias_kv` or `add_zero_attn`.
     """
     where = "from_torch_multihead"
     _check_type(where, "twin", twin, nn.MultiheadAttention, "a torch.nn.MultiheadAttention")
@@ -125,8 +148,26 @@ def torch_masks(
     tokens (causal by default, as `MultiHeadAttention` is).
 
     Ours: True = may attend (`mask`), True = the key exists (`key_padding_mask`); torch's: True
-    = may not. `attn_mask` is (n, n) for an unbatched `mask` or none, and (B·h, n, n) for a
-    batched one (one copy per head, batch-major, as torch wants).
+    = may not. `attn_mask` is `(n, n)` for an unbatched `mask` or none, and `(B·h, n, n)` for
+    a batched one (one copy per head, batch-major, as torch wants).
+
+    Args:
+        n: the tokens, n.
+        num_heads: h, the heads of the torch module (a batched `attn_mask` has one copy each).
+        causal: add the causal mask (query m reads the keys p ≤ m).
+        mask: True where query m may attend key p, `(*batch, n, n)`; None for none.
+        key_padding_mask: True where key p exists, `(*batch, n)`; None for none.
+
+    Returns:
+        The keyword arguments for the torch module's call: `attn_mask` (True = may not
+            attend) unless neither `causal` nor `mask` restricts anything, and
+            `key_padding_mask` (True = ignore the key) where one is given.
+
+    Raises:
+        ValueError: when n or num_heads is not a positive int.
+        ShapeError: when mask is not `(*batch, n, n)` or key_padding_mask not `(*batch, n)` for
+            this n, or their batches do not broadcast.
+        DtypeError: when mask or key_padding_mask is not a bool tensor.
 
     >>> import torch
     >>> from attention import torch_masks

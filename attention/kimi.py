@@ -105,12 +105,24 @@ class GatedNorm(nn.Module):
 class KimiDeltaAttention(nn.Module):
     """Kimi Linear's KDA layer (the module docstring).
 
-    d_model: the input's and output's width; num_heads (h), head_dim (c_h); conv_size: the causal
-    convolution's width; norm_eps: the gated RMSNorm's ε; chunk_size: the chunked form's C (None:
-    the recurrence); low_rank: the forget and output gates' projections through c_h (Kimi
-    Linear's `f_a_proj`/`f_b_proj`, `g_a_proj`/`g_b_proj`), or whole (`f_proj`, `g_proj`: Bailing's
-    hybrid layers); decay_bound: the bounded forget gate's lower bound (Bailing's
-    `kda_lower_bound` with `kda_safe_gate`), None for Kimi's softplus.
+    Args:
+        d_model: d, the input's and the output's width.
+        num_heads: h, the heads (of the queries, keys and values alike).
+        head_dim: c_h, the width of each head.
+        conv_size: the width of the causal depthwise convolution on q, k, v.
+        norm_eps: the ε of the gated RMSNorm.
+        chunk_size: the chunked form's C, the tokens of a chunk; None: the recurrence, token by
+            token (what a one-token call always runs).
+        low_rank: the forget and output gates' projections through c_h (Kimi Linear's
+            `f_a_proj`/`f_b_proj`, `g_a_proj`/`g_b_proj`); False: whole (`f_proj`, `g_proj`:
+            Bailing's hybrid layers).
+        decay_bound: the bounded forget gate's lower bound b < 0, its log-decays
+            b σ(e^{A_log} (x W_f + dt_bias)) in (b, 0) (Bailing's `kda_lower_bound` with
+            `kda_safe_gate`); None: Kimi's −e^{A_log} softplus(x W_f + dt_bias).
+
+    Raises:
+        ValueError: when d_model, num_heads, head_dim, conv_size or chunk_size is not a positive
+            int, or decay_bound is not negative.
     """
 
     def __init__(
@@ -162,26 +174,67 @@ class KimiDeltaAttention(nn.Module):
     def forward(
         self, x: Float[Tensor, "*batch n d"], use_cache: bool = False
     ) -> Float[Tensor, "*batch n d"]:
-        """(*batch, n, d_model) -> (*batch, n, d_model); with `use_cache=True`, continuing the
-        sequence of the calls since `reset_cache()`."""
+        """The layer's output on x; with `use_cache=True`, continuing the sequence of the calls
+        since `reset_cache()`.
+
+        Args:
+            x: the input X, `(*batch, n, d)` with d = d_model.
+            use_cache: start from the state and the convolution's last inputs that the calls
+                since `reset_cache()` kept, and keep them after x (generation); False: x is a
+                whole sequence, and the cache is neither read nor changed.
+
+        Returns:
+            The output, `(*batch, n, d)`.
+
+        Raises:
+            ShapeError: when x is not `(*batch, n, d)` with d = d_model, or, with
+                `use_cache=True`, its batch is not the cached state's (call `reset_cache()`
+                first).
+            DtypeError: when x is not a float tensor of the weights' dtype.
+            DeviceError: when x is not on the weights' device.
+        """
         if not use_cache:
             return self.continued(x, None, None)[0]
         return continued_from_cache(self, x, "KimiDeltaAttention.forward", 3)
 
     def mixed(self, x: Tensor) -> Tensor:
-        """X W_q, X W_k and X W_v side by side: the convolution's inputs."""
+        """X W_q, X W_k and X W_v side by side: the convolution's inputs.
+
+        Args:
+            x: the input X, `(*batch, n, d)`.
+
+        Returns:
+            The projections, `(*batch, n, 3 h c_h)`.
+        """
         return torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
 
     def heads(self, t: Tensor) -> Tensor:
-        """(*batch, n, h c_h) -> (*batch, h, n, c_h)."""
+        """t split into the h heads, the heads before the tokens.
+
+        Args:
+            t: `(*batch, n, h c_h)`.
+
+        Returns:
+            `(*batch, h, n, c_h)`.
+        """
         return t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(-3, -2)
 
     def parts(
         self, x: Tensor, past: Tensor | None = None, mixed: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """What the rule reads from x, before the L2 norm and the scale: q, k, v (*batch, h, n,
-        c_h), the log-decays g (*batch, h, n, c_h; float32 at least), β (*batch, h, n), and the
-        convolution's `past` after x."""
+        """What the rule reads from x, before the L2 norm and the scale.
+
+        Args:
+            x: the input X, `(*batch, n, d)`.
+            past: the convolution's last inputs before x, `(*batch, conv_size − 1, 3 h c_h)`;
+                None for a new sequence (zeros).
+            mixed: `self.mixed(x)`, if the caller has it already; None: computed here.
+
+        Returns:
+            The tuple (q, k, v, g, β, past): q, k, v `(*batch, h, n, c_h)`, the log-decays g
+                `(*batch, h, n, c_h)` (float32 at least), β `(*batch, h, n)`, and the
+                convolution's last inputs after x, `(*batch, conv_size − 1, 3 h c_h)`.
+        """
         mixed, past = convolved(self.conv1d, self.mixed(x) if mixed is None else mixed, past)
         q, k, v = (self.heads(t) for t in mixed.chunk(3, dim=-1))
         g = self.forget_gate(x).transpose(-3, -2)
@@ -189,13 +242,28 @@ class KimiDeltaAttention(nn.Module):
         return q, k, v, g, beta, past
 
     def finished(self, x: Tensor, o: Tensor) -> Tensor:
-        """The layer's output from the rule's o (*batch, h, n, c_h): each head's RMSNorm times
-        σ(X W_ga W_gb), then W_o."""
+        """The layer's output from the rule's o: each head's RMSNorm times σ(X W_ga W_gb), then
+        W_o.
+
+        Args:
+            x: the input X, `(*batch, n, d)`, which the gate reads.
+            o: the rule's output, `(*batch, h, n, c_h)`.
+
+        Returns:
+            The output, `(*batch, n, d)`, in x's dtype.
+        """
         gates = self.gate_logits(x).unflatten(-1, (self.num_heads, self.head_dim))
         return self.o_proj(self.o_norm(o.transpose(-3, -2), gates).flatten(-2).to(x.dtype))
 
     def gate_logits(self, x: Tensor) -> Tensor:
-        """x W_g (*batch, n, h c_h): the output gate's logits, through c_h or whole."""
+        """x W_g: the output gate's logits, through c_h (`low_rank`) or whole.
+
+        Args:
+            x: the input X, `(*batch, n, d)`.
+
+        Returns:
+            The logits, `(*batch, n, h c_h)`.
+        """
         if hasattr(self, "g_proj"):
             return self.g_proj(x)
         return self.g_b_proj(self.g_a_proj(x))
@@ -203,9 +271,21 @@ class KimiDeltaAttention(nn.Module):
     def continued(
         self, x: Tensor, state: Tensor | None, past: Tensor | None, mixed: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """The output on x after a sequence summed up by `state` (*batch, h, c_h, c_h) and `past`
-        (*batch, conv_size − 1, channels), None for a new sequence; returns (output, state,
-        past) after x. `mixed`: `self.mixed(x)`, if the caller has it already."""
+        """The output on x after a sequence summed up by `state` and `past`.
+
+        Args:
+            x: the new tokens, `(*batch, n, d)`.
+            state: the state S after the tokens before x, `(*batch, h, c_h, c_h)`; None for a
+                new sequence.
+            past: the convolution's last inputs before x, `(*batch, conv_size − 1, 3 h c_h)`;
+                None for a new sequence.
+            mixed: `self.mixed(x)`, if the caller has it already; None: computed here.
+
+        Returns:
+            The tuple (output, state, past) after x: the output `(*batch, n, d)`, the state S
+                `(*batch, h, c_h, c_h)`, and the convolution's last inputs
+                `(*batch, conv_size − 1, 3 h c_h)`.
+        """
         q, k, v, g, beta, past = self.parts(x, past, mixed)
         q = l2_normalised(q) / math.sqrt(self.head_dim)
         n = x.shape[-2]

@@ -39,7 +39,27 @@ def latent_attention(
 ) -> Float[Tensor, "*batch n c_out"]:
     """Multi-head latent attention (the module docstring's formulas): C_kv = X W_dkv (n × r),
     K = C_kv W_uk, V = C_kv W_uv, Q = X W_q, then h heads of width c_h = c/h, concatenated and
-    projected by w_o (None: no projection, c_out = c). Causal unless `causal=False`.
+    projected by w_o.
+
+    Args:
+        x: the input X, `(*batch, n, d)`.
+        w_q: W_q, `(d, c)`.
+        w_dkv: W_dkv, `(d, r)`, the down-projection to the latent C_kv.
+        w_uk: W_uk, `(r, c)`, the keys' up-projection.
+        w_uv: W_uv, `(r, c)`, the values' up-projection.
+        w_o: W_o, `(c, c_out)`; None: no projection (c_out = c).
+        heads: h, the heads, of width c_h = c/h each.
+        causal: each query reads only the keys up to its own position; False: every key.
+
+    Returns:
+        The context vectors, `(*batch, n, c_out)`.
+
+    Raises:
+        ValueError: when heads is not a positive int.
+        ShapeError: when heads does not divide c, the weights do not fit x or each other, or a
+            dimension is 0.
+        DtypeError: when x and the weights are not float tensors of one dtype.
+        DeviceError: when they are not on one device.
 
     >>> import torch
     >>> X, W_q, W_dkv, W_u = torch.rand(5, 8), torch.rand(8, 6), torch.rand(8, 2), torch.rand(2, 6)

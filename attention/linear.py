@@ -333,13 +333,40 @@ def linear_attention(
     docstring's forms: `chunk_size=None` the recurrence, `chunk_size=C` chunks of C tokens,
     `parallel=True` the n × n matrix (φ(Q) φ(K)ᵀ ∘ M) V).
 
-    feature_map: φ, a name of `FEATURE_MAPS` ("elu+1", "relu"), a function of a tensor, or None
-    (φ(x) = x). normalize: divide each o_t by φ(q_t) · Σ_{i ≤ t} φ(k_i) (Katharopoulos et al.'s
-    normalised form). The sum is carried as one more column of the state, so the normalised
-    form takes no `initial_state` and returns none: to generate with it, append a column of
-    ones to v, carry that state, and divide by the last column of the outputs (what
-    `normalize=True` does). Returns o (*batch, n, d_v), and the final state (*batch, d_k, d_v)
-    with `return_state=True`.
+    The normalised form's sum Σ_{i ≤ t} φ(k_i) is carried as one more column of the state, so
+    it takes no `initial_state` and returns none: to generate with it, append a column of ones
+    to v, carry that state, and divide by the last column of the outputs (what
+    `normalize=True` does).
+
+    Args:
+        q: the queries, `(*batch, n, d_k)`, the heads among the batch dimensions.
+        k: the keys, `(*batch, n, d_k)`.
+        v: the values, `(*batch, n, d_v)`.
+        feature_map: φ, a name of `FEATURE_MAPS` ("elu+1", "relu"), a function of a tensor that
+            keeps every dimension but the last, or None (φ(x) = x). A function that changes the
+            width works only without `initial_state` and `return_state`.
+        normalize: divide each o_t by φ(q_t) · Σ_{i ≤ t} φ(k_i) (Katharopoulos et al.'s
+            normalised form).
+        chunk_size: C, the tokens of a chunk of the chunked form (a C beyond n: one chunk);
+            None: the recurrence, or the parallel form with `parallel=True`.
+        parallel: the parallel form, one n × n matrix (with chunk_size None).
+        initial_state: S_0, `(*batch, d_k, d_v)`, in any float dtype; None: zeros.
+        return_state: also return the final state, to give as `initial_state` to the next call.
+
+    Returns:
+        The outputs o, `(*batch, n, d_v)`, in v's dtype; with `return_state=True`, the pair
+            (o, S), S the final state `(*batch, d_k, d_v)` in float32 at least.
+
+    Raises:
+        ValueError: when chunk_size is not a positive int or is given with `parallel=True`,
+            feature_map is a name not in `FEATURE_MAPS`, or `normalize=True` comes with
+            initial_state or `return_state=True`.
+        TypeError: when feature_map is neither a str, a function nor None.
+        ShapeError: when q, k, v and initial_state disagree in their batch dimensions, n, d_k
+            or d_v, a dimension is 0, or feature_map changes a dimension but the last.
+        DtypeError: when q, k and v are not float tensors of one dtype, or initial_state is
+            not a float tensor.
+        DeviceError: when the tensors are not on one device.
 
     >>> import torch
     >>> q, k, v = torch.rand(2, 5, 4), torch.rand(2, 5, 4), torch.rand(2, 5, 3)
@@ -405,7 +432,23 @@ def causal_weights(
     """A = Ω̃ ∘ M, or Ω̃ ∘ Γ ∘ M with `decays` Γ: the weights of causal linear attention (of the
     delta rule's parallel form, with Γ the gated rule's decays e^{G_m − G_p}), each scaled score
     kept where p ≤ m and 0 after (a product with the causal mask, where softmax attention adds
-    −∞ and takes the softmax). The step `derive`'s linear-attention entries declare."""
+    −∞ and takes the softmax). The step `derive`'s linear-attention entries declare.
+
+    Args:
+        omega_scaled: Ω̃, the scaled scores, `(*batch, n, n)`.
+        decays: Γ, the decays γ_{m,p}, `(*batch, n, n)` (its leading dimensions broadcast
+            against omega_scaled's); None: no decay.
+
+    Returns:
+        The weights A, `(*batch, n, n)`, 0 where p > m.
+
+    Raises:
+        ShapeError: when omega_scaled is not square in its last two dimensions, decays is not
+            `(n, n)` with leading dimensions that broadcast to omega_scaled's, or a dimension
+            is 0.
+        DtypeError: when omega_scaled and decays are not float tensors of one dtype.
+        DeviceError: when they are not on one device.
+    """
     n = omega_scaled.shape[-1]
     causal = torch.ones(n, n, dtype=torch.bool, device=omega_scaled.device).tril()
     kept = omega_scaled if decays is None else omega_scaled * decays
@@ -425,6 +468,24 @@ def linear_self_attention(
     """Causal linear attention of X with the book's weights: Q, K, V = X W_q, X W_k, X W_v, the
     queries scaled by 1/√c (Gated DeltaNet's scale), then `linear_attention` in the form asked
     for: C = (Q Kᵀ/√c ∘ M) V, the recurrence by default.
+
+    Args:
+        x: the input X, `(*batch, n, d)`.
+        w_q: W_q, `(d, c)`.
+        w_k: W_k, `(d, c)`.
+        w_v: W_v, `(d, c_v)`.
+        chunk_size: C, the tokens of a chunk of the chunked form; None: the recurrence, or the
+            parallel form with `parallel=True`.
+        parallel: the parallel form, one n × n matrix (with chunk_size None).
+
+    Returns:
+        The context vectors C, `(*batch, n, c_v)`.
+
+    Raises:
+        ValueError: when chunk_size is not a positive int or is given with `parallel=True`.
+        ShapeError: when the weights do not fit x or each other, or a dimension is 0.
+        DtypeError: when x and the weights are not float tensors of one dtype.
+        DeviceError: when they are not on one device.
 
     >>> import torch
     >>> x, w = torch.rand(5, 4), torch.rand(4, 3)
@@ -451,7 +512,25 @@ def read_written(
     rule the decays Γ, γ_{m,p} = e^{G_m − G_p}): C = (Q Kᵀ/√c ∘ Γ ∘ M) U, with Q = X W_q and
     K = X W_k (the parallel form's read, what `derive`'s deltanet and gated-deltanet entries
     declare). Without `decays` it runs linear attention's recurrence on (Q/√c, K, U): the
-    state written with U is the delta rule's."""
+    state written with U is the delta rule's.
+
+    Args:
+        x: the input X, `(*batch, n, d)`.
+        w_q: W_q, `(d, c)`.
+        w_k: W_k, `(d, c)`.
+        u: the values the tokens wrote, U, `(*batch, n, c_v)`.
+        decays: Γ, the gated rule's decays, `(*batch, n, n)` (its leading dimensions broadcast
+            against x's); None: no decay (the delta rule).
+
+    Returns:
+        The context vectors C, `(*batch, n, c_v)`.
+
+    Raises:
+        ShapeError: when the weights, u or decays do not fit x or each other, or a dimension
+            is 0.
+        DtypeError: when the tensors are not float tensors of one dtype.
+        DeviceError: when they are not on one device.
+    """
     q, k = x @ w_q, x @ w_k
     q = q / q.shape[-1] ** 0.5
     if decays is None:
@@ -489,8 +568,32 @@ def delta_rule(
     return_state: bool = False,
 ) -> Result:
     """DeltaNet's delta rule: S_t = S_{t−1} + β_t k_t (v_t − S_{t−1}ᵀ k_t)ᵀ, o_t = S_tᵀ q_t
-    (the module docstring's three forms). beta: β_t, the write strength (in (0, 1) in DeltaNet:
-    a sigmoid). Returns o (*batch, n, d_v), and the final state with `return_state=True`."""
+    (the module docstring's three forms).
+
+    Args:
+        q: the queries, `(*batch, n, d_k)`, the heads among the batch dimensions.
+        k: the keys, `(*batch, n, d_k)`.
+        v: the values, `(*batch, n, d_v)`.
+        beta: β_t, the write strength, `(*batch, n)` (in (0, 1) in DeltaNet: a sigmoid), in any
+            float dtype.
+        chunk_size: C, the tokens of a chunk of the chunked form (a C beyond n: one chunk);
+            None: the recurrence, or the parallel form with `parallel=True`.
+        parallel: the parallel form, one n × n matrix (with chunk_size None).
+        initial_state: S_0, `(*batch, d_k, d_v)`, in any float dtype; None: zeros.
+        return_state: also return the final state, to give as `initial_state` to the next call.
+
+    Returns:
+        The outputs o, `(*batch, n, d_v)`, in v's dtype; with `return_state=True`, the pair
+            (o, S), S the final state `(*batch, d_k, d_v)` in float32 at least.
+
+    Raises:
+        ValueError: when chunk_size is not a positive int or is given with `parallel=True`.
+        ShapeError: when q, k, v, beta and initial_state disagree in their batch dimensions,
+            n, d_k or d_v, or a dimension is 0.
+        DtypeError: when q, k and v are not float tensors of one dtype, or beta or
+            initial_state is not a float tensor.
+        DeviceError: when the tensors are not on one device.
+    """
     return _run(
         "delta_rule",
         q,
@@ -520,17 +623,37 @@ def gated_delta_rule(
 ) -> Result:
     """Gated DeltaNet's rule (Qwen 3.5's and Qwen3-Next's linear layers): the state decays by
     α_t = e^{g_t} before the delta rule's write, S_t = α_t S_{t−1} + β_t k_t (v_t − α_t S_{t−1}ᵀ
-    k_t)ᵀ, o_t = S_tᵀ q_t (the module docstring's three forms).
+    k_t)ᵀ, o_t = S_tᵀ q_t (the module docstring's three forms). q and k are used as given: the
+    L2 norm and the 1/√d_k of Qwen 3.5 are the caller's (`attention.deltanet`).
 
-    g: the log-decays g_t ≤ 0, finite (a positive g_t grows the state, and the chunked and
-    parallel forms' e^{G} may overflow; g_t = −∞, a decay of exactly 0, is the recurrence's
-    alone: the other forms take differences of G, −∞ − (−∞); give a large negative number);
-    beta: β_t, the write strength. q and k are used as given: the
-    L2 norm and the 1/√d_k of Qwen 3.5 are the caller's (`attention.deltanet`). chunk_size:
-    None for the recurrence, C for chunks of C tokens (64 in transformers and
-    flash-linear-attention); parallel: the n × n form. Returns o (*batch, n, d_v), and the final
-    state (*batch, d_k, d_v) with `return_state=True`, to give as `initial_state` to the next
-    call (generation: one token at a time, O(d_k d_v) each).
+    Args:
+        q: the queries, `(*batch, n, d_k)`, the heads among the batch dimensions.
+        k: the keys, `(*batch, n, d_k)`.
+        v: the values, `(*batch, n, d_v)`.
+        g: the log-decays g_t ≤ 0, finite, `(*batch, n)`, in any float dtype (a positive g_t
+            grows the state, and the chunked and parallel forms' e^{G} may overflow; g_t = −∞,
+            a decay of exactly 0, is the recurrence's alone: the other forms take differences
+            of G, −∞ − (−∞); give a large negative number).
+        beta: β_t, the write strength, `(*batch, n)`, in any float dtype.
+        chunk_size: C, the tokens of a chunk of the chunked form (64 in transformers and
+            flash-linear-attention; a C beyond n: one chunk); None: the recurrence, or the
+            parallel form with `parallel=True`.
+        parallel: the parallel form, one n × n matrix (with chunk_size None).
+        initial_state: S_0, `(*batch, d_k, d_v)`, in any float dtype; None: zeros.
+        return_state: also return the final state, to give as `initial_state` to the next call
+            (generation: one token at a time, O(d_k d_v) each).
+
+    Returns:
+        The outputs o, `(*batch, n, d_v)`, in v's dtype; with `return_state=True`, the pair
+            (o, S), S the final state `(*batch, d_k, d_v)` in float32 at least.
+
+    Raises:
+        ValueError: when chunk_size is not a positive int or is given with `parallel=True`.
+        ShapeError: when q, k, v, g, beta and initial_state disagree in their batch
+            dimensions, n, d_k or d_v, or a dimension is 0.
+        DtypeError: when q, k and v are not float tensors of one dtype, or g, beta or
+            initial_state is not a float tensor.
+        DeviceError: when the tensors are not on one device.
 
     >>> import torch
     >>> q, k, v = torch.rand(2, 7, 4), torch.rand(2, 7, 4), torch.rand(2, 7, 3)
@@ -572,10 +695,33 @@ def kimi_delta_rule(
     the parallel form, the decays γ_{t,i,j} = e^{G_{t,j} − G_{i,j}} of each channel j are formed
     as an n × n × d_k tensor, never as e^{−G}, which overflows).
 
-    g: the log-decays (*batch, n, d_k), ≤ 0 and finite, one per token and key channel; beta:
-    β_t, the write strength. With every channel's g equal it is `gated_delta_rule`. q and k are
-    used as given (Kimi Linear normalises them and scales q by 1/√d_k first). Returns o
-    (*batch, n, d_v), and the final state (*batch, d_k, d_v) with `return_state=True`.
+    With every channel's g equal it is `gated_delta_rule`. q and k are used as given (Kimi
+    Linear normalises them and scales q by 1/√d_k first).
+
+    Args:
+        q: the queries, `(*batch, n, d_k)`, the heads among the batch dimensions.
+        k: the keys, `(*batch, n, d_k)`.
+        v: the values, `(*batch, n, d_v)`.
+        g: the log-decays, ≤ 0 and finite, one per token and key channel, `(*batch, n, d_k)`,
+            in any float dtype.
+        beta: β_t, the write strength, `(*batch, n)`, in any float dtype.
+        chunk_size: C, the tokens of a chunk of the chunked form (a C beyond n: one chunk);
+            None: the recurrence, or the parallel form with `parallel=True`.
+        parallel: the parallel form, one n × n (× d_k) tensor (with chunk_size None).
+        initial_state: S_0, `(*batch, d_k, d_v)`, in any float dtype; None: zeros.
+        return_state: also return the final state, to give as `initial_state` to the next call.
+
+    Returns:
+        The outputs o, `(*batch, n, d_v)`, in v's dtype; with `return_state=True`, the pair
+            (o, S), S the final state `(*batch, d_k, d_v)` in float32 at least.
+
+    Raises:
+        ValueError: when chunk_size is not a positive int or is given with `parallel=True`.
+        ShapeError: when q, k, v, g, beta and initial_state disagree in their batch
+            dimensions, n, d_k or d_v, or a dimension is 0.
+        DtypeError: when q, k and v are not float tensors of one dtype, or g, beta or
+            initial_state is not a float tensor.
+        DeviceError: when the tensors are not on one device.
 
     >>> import torch
     >>> q, k, v = torch.rand(2, 7, 4), torch.rand(2, 7, 4), torch.rand(2, 7, 3)
@@ -604,7 +750,24 @@ def channel_decayed(
 ) -> Float[Tensor, "*batch n c"]:
     """x ∘ e^{±G}: each channel j of row m scaled by e^{G_{m,j}} (`sign=1`, the queries) or
     e^{−G_{m,j}} (`sign=-1`, the keys), G the cumulative log-decays of each channel: the step
-    `derive`'s kda entry declares (the parallel read; `kimi_delta_rule` never forms e^{−G})."""
+    `derive`'s kda entry declares (the parallel read; `kimi_delta_rule` never forms e^{−G}).
+
+    Args:
+        x: the queries or the keys, `(*batch, n, c)`.
+        log_decays: G, the cumulative log-decays of each channel, `(*batch, n, c)` (its leading
+            dimensions broadcast against x's).
+        sign: 1 for e^{G} (the queries), -1 for e^{−G} (the keys).
+
+    Returns:
+        The scaled x, `(*batch, n, c)`.
+
+    Raises:
+        ValueError: when sign is neither 1 nor -1.
+        TypeError: when sign is not an int.
+        ShapeError: when log_decays does not fit x, or a dimension is 0.
+        DtypeError: when x and log_decays are not float tensors of one dtype.
+        DeviceError: when they are not on one device.
+    """
     if sign not in (1, -1):
         raise ValueError(f"channel_decayed: sign must be 1 or -1, got sign={sign!r}")
     return x * (sign * log_decays).exp()
@@ -620,7 +783,25 @@ def kda_read(
 ) -> Float[Tensor, "*batch n c_v"]:
     """What Kimi Delta Attention's tokens read, given the values they wrote, U, and the
     cumulative log-decays of each key channel, G: C = ((Q ∘ e^{G}) (K ∘ e^{−G})ᵀ/√c ∘ M) U, with
-    Q = X W_q and K = X W_k (the parallel form's read, what `derive`'s kda entry declares)."""
+    Q = X W_q and K = X W_k (the parallel form's read, what `derive`'s kda entry declares).
+
+    Args:
+        x: the input X, `(*batch, n, d)`.
+        w_q: W_q, `(d, c)`.
+        w_k: W_k, `(d, c)`.
+        u: the values the tokens wrote, U, `(*batch, n, c_v)`.
+        log_decays: G, the cumulative log-decays of each key channel, `(*batch, n, c)` (its
+            leading dimensions broadcast against x's).
+
+    Returns:
+        The context vectors C, `(*batch, n, c_v)`.
+
+    Raises:
+        ShapeError: when the weights, u or log_decays do not fit x or each other, or a
+            dimension is 0.
+        DtypeError: when the tensors are not float tensors of one dtype.
+        DeviceError: when they are not on one device.
+    """
     q, k = x @ w_q, x @ w_k
     q = channel_decayed(q, log_decays, sign=1) / q.shape[-1] ** 0.5
     scores = q @ channel_decayed(k, log_decays, sign=-1).transpose(-2, -1)
@@ -638,8 +819,30 @@ def chunk_states(
     chunk_size: int,
 ) -> Float[Tensor, "chunks *batch d_k d_v"]:
     """The state after each chunk of the chunked form (from S_0 = 0): what the derivation's
-    carried state is checked against, chunk after chunk. g None: no decay; beta None: no delta
-    rule (linear attention)."""
+    carried state is checked against, chunk after chunk.
+
+    Args:
+        q: the queries, `(*batch, n, d_k)`.
+        k: the keys, `(*batch, n, d_k)`.
+        v: the values, `(*batch, n, d_v)`.
+        g: the log-decays, one per token `(*batch, n)` or one per token and key channel
+            `(*batch, n, d_k)` (KDA's), in any float dtype; None: no decay.
+        beta: the write strengths β, `(*batch, n)`, in any float dtype; None: no delta rule
+            (linear attention).
+        chunk_size: C, the tokens of a chunk (a C beyond n: one chunk).
+
+    Returns:
+        The state after each chunk, `(chunks, *batch, d_k, d_v)` with chunks = ⌈n / C⌉, in
+            float32 at least.
+
+    Raises:
+        ValueError: when chunk_size is not a positive int.
+        ShapeError: when q, k, v, g and beta disagree in their batch dimensions, n or d_k, or
+            a dimension is 0.
+        DtypeError: when q, k and v are not float tensors of one dtype, or g or beta is not a
+            float tensor.
+        DeviceError: when the tensors are not on one device.
+    """
     check_positive("chunk_states", chunk_size=chunk_size)
     dtype = _computing(q)
     q, k, v, g, beta = _cast(dtype, q, k, v, g, beta)
@@ -699,14 +902,35 @@ def ssd(
     (L is 1-semiseparable: `derive`'s ssd entry proves the three forms one, and that with
     a ≡ 1 and Δ ≡ 1 it is causal linear attention without a feature map).
 
-    x: (*batch, n, h, p), the heads' inputs; dt: Δ (*batch, n, h), used as given — the softplus
-    and its bias are the layer's (`transformers`' Mamba2Mixer applies both before the scan);
-    A: (h,), negative for a decay (Mamba-2 keeps A = −e^{A_log}); B, C: (*batch, n, g,
-    d_state), g groups each shared by h/g consecutive heads; D: the skip, (h,) or (h, p).
-    chunk_size: None for the recurrence, C for chunks of C tokens (Mamba-2's algorithm: the
-    quadratic form within a chunk, the states passed between chunks; 256 in Mamba-2), or
-    parallel=True for the n × n form. initial_state and the returned state are Mamba's
-    ssm_state layout, (*batch, h, p, d_state).
+    Args:
+        x: the heads' inputs, `(*batch, n, h, p)`.
+        dt: Δ, `(*batch, n, h)`, in any float dtype, used as given: the softplus and its bias
+            are the layer's (`transformers`' Mamba2Mixer applies both before the scan).
+        A: `(h,)`, in any float dtype, negative for a decay (Mamba-2 keeps A = −e^{A_log}).
+        B: the keys B_t, `(*batch, n, g, d_state)`, g groups each shared by h/g consecutive
+            heads.
+        C: the queries C_t, `(*batch, n, g, d_state)`, grouped as B.
+        D: the skip, `(h,)` or `(h, p)`, in any float dtype; None: no skip.
+        chunk_size: the tokens of a chunk (Mamba-2's algorithm: the quadratic form within a
+            chunk, the states passed between chunks; 256 in Mamba-2); None: the recurrence, or
+            the parallel form with `parallel=True`.
+        parallel: the n × n form (with chunk_size None).
+        initial_state: the state before x, in Mamba's ssm_state layout
+            `(*batch, h, p, d_state)`, in any float dtype; None: zeros.
+        return_state: also return the final state, to give as `initial_state` to the next call.
+
+    Returns:
+        The outputs y, `(*batch, n, h, p)`, in x's dtype; with `return_state=True`, the pair
+            (y, state), the final state `(*batch, h, p, d_state)` (Mamba's ssm_state layout)
+            in float32 at least.
+
+    Raises:
+        ValueError: when chunk_size is not a positive int or is given with `parallel=True`.
+        ShapeError: when the groups g do not divide the heads h, the tensors disagree in their
+            batch dimensions, n, h, p, g or d_state, or a dimension is 0.
+        DtypeError: when x, B and C are not float tensors of one dtype, or dt, A, D or
+            initial_state is not a float tensor.
+        DeviceError: when the tensors are not on one device.
 
     >>> import torch
     >>> x, dt, A = torch.randn(1, 6, 4, 3), torch.rand(1, 6, 4), -torch.rand(4)
@@ -765,10 +989,34 @@ def selective_scan(
     `chunk_size=` and `parallel=True` give the recurrence's numbers; their n × n × d_state decays
     per channel make them the forms to check with, the recurrence the one to run).
 
-    x: (*batch, n, e); dt: Δ (*batch, n, e), used as given (the softplus and the bias are the
-    layer's); A: (e, d_state), negative for a decay (Mamba keeps A = −e^{A_log}); B, C:
-    (*batch, n, d_state), shared by the channels; D: the skip (e,). initial_state and the
-    returned state are Mamba's ssm_state, (*batch, e, d_state).
+    Args:
+        x: the inputs of the e channels, `(*batch, n, e)`.
+        dt: Δ, `(*batch, n, e)`, in any float dtype, used as given (the softplus and the bias
+            are the layer's).
+        A: `(e, d_state)`, in any float dtype, negative for a decay (Mamba keeps
+            A = −e^{A_log}).
+        B: the keys B_t, `(*batch, n, d_state)`, shared by the channels.
+        C: the queries C_t, `(*batch, n, d_state)`, shared by the channels.
+        D: the skip, `(e,)`, in any float dtype; None: no skip.
+        chunk_size: the tokens of a chunk of the chunked form; None: the recurrence, or the
+            parallel form with `parallel=True`.
+        parallel: the n × n form (with chunk_size None).
+        initial_state: the state before x, Mamba's ssm_state `(*batch, e, d_state)`, in any
+            float dtype; None: zeros.
+        return_state: also return the final state, to give as `initial_state` to the next call.
+
+    Returns:
+        The outputs y, `(*batch, n, e)`, in x's dtype; with `return_state=True`, the pair
+            (y, state), the final state `(*batch, e, d_state)` (Mamba's ssm_state) in float32
+            at least.
+
+    Raises:
+        ValueError: when chunk_size is not a positive int or is given with `parallel=True`.
+        ShapeError: when the tensors disagree in their batch dimensions, n, e or d_state, or
+            a dimension is 0.
+        DtypeError: when x, B and C are not float tensors of one dtype, or dt, A, D or
+            initial_state is not a float tensor.
+        DeviceError: when the tensors are not on one device.
 
     >>> import torch
     >>> x, dt, A = torch.randn(1, 6, 3), torch.rand(1, 6, 3), -torch.rand(3, 4)
@@ -813,7 +1061,26 @@ def selective_read(
     """The selective scan's quadratic form with the book's weights, given the steps Δ and the
     cumulative log-decays of each state entry G: C = ((Q ∘ e^{G}) (K ∘ e^{−G})ᵀ ∘ M) diag(Δ) V,
     Q = X W_q (Mamba's C), K = X W_k (its B), V = X W_v (its x), unscaled. What `derive`'s
-    selective-scan entry declares; `selective_scan` computes the same numbers in its forms."""
+    selective-scan entry declares; `selective_scan` computes the same numbers in its forms.
+
+    Args:
+        x: the input X, `(*batch, n, d)`.
+        w_q: W_q, `(d, c)`.
+        w_k: W_k, `(d, c)`.
+        w_v: W_v, `(d, c_v)`.
+        delta: the steps Δ, `(*batch, n, 1)` (its leading dimensions broadcast against x's).
+        log_decays: G, the cumulative log-decays of each state entry, `(*batch, n, c)` (its
+            leading dimensions broadcast against x's).
+
+    Returns:
+        The context vectors C, `(*batch, n, c_v)`.
+
+    Raises:
+        ShapeError: when the weights, delta or log_decays do not fit x or each other, or a
+            dimension is 0.
+        DtypeError: when the tensors are not float tensors of one dtype.
+        DeviceError: when they are not on one device.
+    """
     q, k, v = x @ w_q, x @ w_k, x @ w_v
     scores = channel_decayed(q, log_decays, sign=1) @ channel_decayed(
         k, log_decays, sign=-1
@@ -827,7 +1094,21 @@ def stepped_values(
 ) -> Float[Tensor, "*batch n c_v"]:
     """U = diag(Δ) V, u_{p,j} = Δ_p v_{p,j}: what SSD writes into its state, each token's
     input scaled by its step Δ_p (the discretisation of Mamba's B̄_p x_p). The step `derive`'s
-    ssd entry declares."""
+    ssd entry declares.
+
+    Args:
+        v: the values V, `(*batch, n, c_v)`.
+        delta: the steps Δ, `(*batch, n, 1)` (its leading dimensions broadcast against v's).
+
+    Returns:
+        The written values U = diag(Δ) V, `(*batch, n, c_v)`.
+
+    Raises:
+        ShapeError: when delta's last dimension is not 1, or delta does not fit v, or a
+            dimension is 0.
+        DtypeError: when v and delta are not float tensors of one dtype.
+        DeviceError: when they are not on one device.
+    """
     return delta * v
 
 
@@ -843,6 +1124,24 @@ def ssd_read(
     """SSD's quadratic form with the book's weights, given the steps Δ and the decays Γ
     (γ_{m,p} = a_{p+1} ⋯ a_m, Mamba-2's semiseparable mask): C = (Q Kᵀ ∘ Γ ∘ M) diag(Δ) V, with
     Q = X W_q (Mamba's C), K = X W_k (its B) and V = X W_v (its x), unscaled. What `derive`'s
-    ssd entry declares; `ssd` computes the same numbers in its three forms."""
+    ssd entry declares; `ssd` computes the same numbers in its three forms.
+
+    Args:
+        x: the input X, `(*batch, n, d)`.
+        w_q: W_q, `(d, c)`.
+        w_k: W_k, `(d, c)`.
+        w_v: W_v, `(d, c_v)`.
+        delta: the steps Δ, `(*batch, n, 1)` (its leading dimensions broadcast against x's).
+        decays: Γ, `(*batch, n, n)` (its leading dimensions broadcast against x's).
+
+    Returns:
+        The context vectors C, `(*batch, n, c_v)`.
+
+    Raises:
+        ShapeError: when the weights, delta or decays do not fit x or each other, or a
+            dimension is 0.
+        DtypeError: when the tensors are not float tensors of one dtype.
+        DeviceError: when they are not on one device.
+    """
     q, k, v = x @ w_q, x @ w_k, x @ w_v
     return causal_weights(q @ k.transpose(-2, -1), decays=decays) @ stepped_values(v, delta)

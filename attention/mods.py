@@ -76,7 +76,14 @@ Bound = int | Tensor | None
 class Block(NamedTuple):
     """A block of scores: the queries at positions first … last − 1 against the keys at
     positions low … high − 1 (0-based; a query's position counts the tokens before it, a cache's
-    included)."""
+    included).
+
+    Args:
+        first: the position of the block's first query.
+        last: one past the position of its last query (b = last − first rows).
+        low: the position of its first key.
+        high: one past the position of its last key (K = high − low columns).
+    """
 
     first: int
     last: int
@@ -100,10 +107,20 @@ class Modification:
     def scores(
         self, s: Tensor, block: Block, param: Tensor | None, inplace: bool
     ) -> tuple[Tensor, Any]:
-        """(the block's scores after it, what its backward needs). s: (…, b, K); `param`: its
-        tensor, shaped by the path to broadcast against s (one number per head); `inplace`: s
-        may be overwritten (no autograd through it). The default: a mask (one that states
-        `bounds`) puts −∞ at the keys it rules out; anything else leaves s as it is."""
+        """The block's scores after it, and what its backward needs. The default: a mask (one
+        that states `bounds`) puts −∞ at the keys it rules out; anything else leaves s as it is.
+
+        Args:
+            s: the block's scores as they reach it, `(..., b, K)`.
+            block: the positions of the block's queries and keys.
+            param: its learned tensor (one number per head), shaped by the path to broadcast
+                against s; None where it has none.
+            inplace: whether s may be overwritten (no autograd through it).
+
+        Returns:
+            The pair (the scores after it, `(..., b, K)`; what its `backward` needs, None for
+                nothing). The default saves None.
+        """
         if self.is_mask:
             return masked_outside(s, block, self.bounds, inplace), None
         return s, None
@@ -122,33 +139,68 @@ class Modification:
         return type(self).scores is not Modification.scores
 
     def query_offset(self) -> int:
-        """The position of the first query, where it places the queries after a cache's keys
-        (`Causal.offset`); 0 otherwise."""
+        """Where it places the queries after a cache's keys (`Causal.offset`).
+
+        Returns:
+            The position of the first query; 0 by default.
+        """
         return 0
 
     def query_scale(self) -> float | None:
-        """The c of the factor 1/√c of q·k, where it sets one (`QueryScale`); None otherwise."""
+        """The c of the factor 1/√c of q·k, where it sets one (`QueryScale`).
+
+        Returns:
+            That c, or None (the default) to keep the head width c_h.
+        """
         return None
 
     def resolved(self, heads: int, like: Tensor) -> "Modification":
-        """The same with what it takes from the call filled in (ALiBi's default slopes for
-        `heads` heads, in `like`'s dtype and device): itself by default."""
+        """The same with what it takes from the call filled in (ALiBi's default slopes).
+
+        Args:
+            heads: the call's number of heads h.
+            like: a tensor whose dtype and device a filled-in tensor takes.
+
+        Returns:
+            The modification ready for the call; itself by default.
+        """
         return self
 
     def backward(
         self, d_s: Tensor, saved: Any, block: Block, param: Tensor | None
     ) -> Tensor | None:
-        """Given dL/d(its output) `d_s` (…, b, K): turns it into dL/d(its input) in place, and
-        returns its parameter's gradient summed over the block's rows and keys (…,), or None."""
+        """Turns dL/d(its output) into dL/d(its input) in place. The default leaves d_s alone.
+
+        Args:
+            d_s: dL/d(its output) over the block, `(..., b, K)`; overwritten with dL/d(its input).
+            saved: what its `scores` returned for its backward.
+            block: the positions of the block's queries and keys.
+            param: its learned tensor, shaped as `scores` got it; None where it has none.
+
+        Returns:
+            Its parameter's gradient summed over the block's rows and keys, `(...,)`; None where
+                it has no parameter to train (the default).
+        """
         return None
 
     def bounds(self, m: Position) -> tuple[Bound, Bound]:
-        """(L(m), H(m)): query m (an int or an integer tensor of positions) may read the keys
-        L(m) ≤ p < H(m); None for no bound. Both never decrease as m grows."""
+        """The keys query m may read: L(m) ≤ p < H(m). Both never decrease as m grows.
+
+        Args:
+            m: a query's position (0-based, a cache's tokens counted), or an integer tensor of
+                positions.
+
+        Returns:
+            The pair (L(m), H(m)), each like m; None for no bound (the default: both None).
+        """
         return None, None
 
     def reach(self) -> int | None:
-        """At most how many keys before its own a query reads (m − L(m)); None: unbounded."""
+        """At most how many keys before its own a query reads.
+
+        Returns:
+            The largest m − L(m); None (the default) where it is unbounded.
+        """
         return None
 
     #: Whether it moves with the positions (L(m + t) = L(m) + t, H likewise, the same change
@@ -157,8 +209,15 @@ class Modification:
     shifts: ClassVar[bool] = True
 
     def moved(self, start: int) -> "Modification":
-        """The same modification for positions counted from `start` (a cache whose first key
-        sits at position `start`): itself where it shifts."""
+        """The same modification for positions counted from `start`.
+
+        Args:
+            start: the position where the new count's 0 sits (a cache whose first key sits
+                there).
+
+        Returns:
+            The modification for the new positions; itself (the default) where it `shifts`.
+        """
         return self
 
 
@@ -169,7 +228,15 @@ class Modification:
 @dataclass(frozen=True)
 class Causal(Modification):
     """Query m reads the keys p ≤ m + offset: it sits at position m + `offset` (the tokens of a
-    cache before it) and reads no later token."""
+    cache before it) and reads no later token.
+
+    Args:
+        offset: the number of tokens before the first query (a cache's keys); 0 by default.
+
+    Raises:
+        TypeError: when offset is not an integer (a bool included).
+        ValueError: when offset is negative.
+    """
 
     offset: int = 0
     stage: ClassVar[int] = 30
@@ -178,16 +245,36 @@ class Causal(Modification):
         check_offset("Causal", self.offset)
 
     def bounds(self, m: Position) -> tuple[Bound, Bound]:
+        """The keys query m may read: every key up to its own.
+
+        Args:
+            m: a query's position (its offset included), or an integer tensor of positions.
+
+        Returns:
+            The pair (None, m + 1).
+        """
         return None, m + 1
 
     def query_offset(self) -> int:
+        """Where the queries sit after a cache's keys.
+
+        Returns:
+            The position of the first query, `offset`.
+        """
         return self.offset
 
 
 @dataclass(frozen=True)
 class Window(Modification):
     """A sliding window of w tokens: query m reads the keys p > m − w (with `Causal`:
-    0 ≤ m − p < w; Mistral, Gemma's and GPT-OSS's local layers)."""
+    0 ≤ m − p < w; Mistral, Gemma's and GPT-OSS's local layers).
+
+    Args:
+        size: the window's width w, in tokens.
+
+    Raises:
+        ValueError: when size is not a positive integer.
+    """
 
     size: int
     stage: ClassVar[int] = 31
@@ -196,9 +283,22 @@ class Window(Modification):
         check_positive("Window", size=self.size)
 
     def bounds(self, m: Position) -> tuple[Bound, Bound]:
+        """The keys query m may read: none more than w − 1 before its own.
+
+        Args:
+            m: a query's position, or an integer tensor of positions.
+
+        Returns:
+            The pair (m − w + 1, None); the window bounds no later key.
+        """
         return m - self.size + 1, None
 
     def reach(self) -> int | None:
+        """At most how many keys before its own a query reads.
+
+        Returns:
+            w − 1.
+        """
         return self.size - 1
 
 
@@ -207,7 +307,17 @@ class Chunked(Modification):
     """Chunked attention (Llama 4's `attention_chunk_size` C): the positions fall into chunks
     of C tokens, 0 … C − 1, C … 2C − 1, …, and query m reads the keys of its own chunk only,
     ⌊p / C⌋ = ⌊m / C⌋ (with `Causal`: the keys from its chunk's start to m). A query's cost is
-    bounded by C, whatever the sequence's length."""
+    bounded by C, whatever the sequence's length.
+
+    Args:
+        size: the chunk's length C, in tokens.
+        start: the position, in the sequence whose chunks these are, of this object's position
+            0 (set by `moved` for a cache that dropped its first keys); 0 by default.
+
+    Raises:
+        ValueError: when size is not a positive integer, or start is negative.
+        TypeError: when start is not an integer.
+    """
 
     size: int
     start: int = 0
@@ -216,16 +326,37 @@ class Chunked(Modification):
 
     def __post_init__(self):
         check_positive("Chunked", size=self.size)
-        check_offset("Chunked", self.start)
+        check_offset("Chunked", self.start, name="start")
 
     def bounds(self, m: Position) -> tuple[Bound, Bound]:
+        """The keys query m may read: those of its own chunk.
+
+        Args:
+            m: a query's position, or an integer tensor of positions.
+
+        Returns:
+            The pair (the first position of m's chunk, the first position of the next chunk).
+        """
         first = ((m + self.start) // self.size) * self.size - self.start  # m's chunk's start
         return first, first + self.size
 
     def moved(self, start: int) -> "Chunked":
+        """The same chunks for positions counted from `start` (chunks do not shift).
+
+        Args:
+            start: the position where the new count's 0 sits.
+
+        Returns:
+            A `Chunked` of the same size whose `start` is increased by `start`.
+        """
         return Chunked(self.size, self.start + start)
 
     def reach(self) -> int | None:
+        """At most how many keys before its own a query reads.
+
+        Returns:
+            C − 1.
+        """
         return self.size - 1
 
 
@@ -237,7 +368,14 @@ class Chunked(Modification):
 class QueryScale(Modification):
     """The scale 1/√`scalar` of q·k in place of 1/√c_h (Gemma 2 and 3's
     `query_pre_attn_scalar`). It acts on the queries before their products (so that q·k does
-    not overflow where the scaled scores fit), read by `scaled_width`; nothing on a block."""
+    not overflow where the scaled scores fit), read by `scaled_width`; nothing on a block.
+
+    Args:
+        scalar: the c of the scale 1/√c, a positive finite number.
+
+    Raises:
+        ValueError: when scalar is not a positive finite number.
+    """
 
     scalar: float
     stage: ClassVar[int] = 0
@@ -247,6 +385,11 @@ class QueryScale(Modification):
         check_cap("QueryScale", "scalar", self.scalar)
 
     def query_scale(self) -> float | None:
+        """The c of the factor 1/√c of q·k.
+
+        Returns:
+            `scalar`.
+        """
         return self.scalar
 
 
@@ -256,7 +399,19 @@ class Temperature(Modification):
     Scalable-Softmax): query m's scores multiplied by τ_m = α log(1 + ⌊(m + 1)/F⌋) + 1 (`scale`
     α, `floor` F, m the 0-based position), so that long contexts keep sharp weights; τ_m = 1 for
     m + 1 < F, and F → ∞ gives plain attention. Hugging Face multiplies the queries by τ_m before
-    their products, the same numbers."""
+    their products, the same numbers.
+
+    Args:
+        floor: F, a positive finite number (Llama 4's `floor_scale`).
+        scale: α, a finite number (Llama 4's `attn_scale`).
+        start: the position, in the sequence, of this object's position 0 (set by `moved`);
+            0 by default.
+
+    Raises:
+        ValueError: when floor is not a positive finite number, scale is not finite, or start
+            is negative.
+        TypeError: when start is not an int.
+    """
 
     floor: float
     scale: float
@@ -268,25 +423,65 @@ class Temperature(Modification):
         check_finite("Temperature", "floor", self.floor)
         check_cap("Temperature", "floor", self.floor)
         check_finite("Temperature", "scale", self.scale)
+        check_offset("Temperature", self.start, name="start")
 
     def factors(self, first: int, last: int, like: Tensor) -> Tensor:
-        """τ_m for the positions first … last − 1, (b, 1), in `like`'s dtype and device."""
+        """τ_m for the queries at positions first … last − 1 (computed in float64, then cast).
+
+        Args:
+            first: the first query's position.
+            last: one past the last query's position.
+            like: a tensor whose dtype and device the factors take.
+
+        Returns:
+            The factors τ_m, `(b, 1)` with b = last − first.
+        """
         positions = torch.arange(first, last, device=like.device, dtype=torch.float64) + self.start
         tau = torch.log1p(torch.floor((positions + 1.0) / self.floor)) * self.scale + 1.0
         return tau.to(like.dtype)[:, None]
 
     def moved(self, start: int) -> "Temperature":
+        """The same factors for positions counted from `start` (they do not shift).
+
+        Args:
+            start: the position where the new count's 0 sits.
+
+        Returns:
+            A `Temperature` with the same F and α whose `start` is increased by `start`.
+        """
         return Temperature(self.floor, self.scale, self.start + start)
 
     def scores(
         self, s: Tensor, block: Block, param: Tensor | None, inplace: bool
     ) -> tuple[Tensor, Any]:
+        """Multiplies each query's scores by its τ_m.
+
+        Args:
+            s: the block's scores, `(..., b, K)`.
+            block: the positions of the block's queries and keys.
+            param: unused (no learned tensor).
+            inplace: whether s may be overwritten.
+
+        Returns:
+            The pair (τ_m ω̃ over the block, `(..., b, K)`; the factors τ_m, `(b, 1)`).
+        """
         tau = self.factors(block.first, block.last, s)
         return (s.mul_(tau) if inplace else s * tau), tau
 
     def backward(
         self, d_s: Tensor, saved: Any, block: Block, param: Tensor | None
     ) -> Tensor | None:
+        """Multiplies the gradient by τ_m, in place.
+
+        Args:
+            d_s: dL/d(its output), `(..., b, K)`; overwritten with dL/d(its input).
+            saved: the factors τ_m that `scores` returned, `(b, 1)`.
+            block: the positions of the block's queries and keys.
+            param: unused (no learned tensor).
+
+        Returns:
+            None: it has no parameter.
+        """
         d_s.mul_(saved)  # ∂(τ_m ω̃)/∂ω̃ = τ_m
         return None
 
@@ -294,7 +489,14 @@ class Temperature(Modification):
 @dataclass(frozen=True)
 class Softcap(Modification):
     """Logit softcapping (Gemma 2): each score ω̃ replaced by κ tanh(ω̃ / κ), within (−κ, κ);
-    the gradient takes 1 − tanh²(ω̃ / κ)."""
+    the gradient takes 1 − tanh²(ω̃ / κ).
+
+    Args:
+        cap: κ, a positive finite number.
+
+    Raises:
+        ValueError: when cap is not a positive finite number.
+    """
 
     cap: float
     stage: ClassVar[int] = 20
@@ -306,11 +508,33 @@ class Softcap(Modification):
     def scores(
         self, s: Tensor, block: Block, param: Tensor | None, inplace: bool
     ) -> tuple[Tensor, Any]:
+        """Caps the block's scores (`softcap_parts`, right for every κ in s's dtype).
+
+        Args:
+            s: the block's scores, `(..., b, K)`.
+            block: the positions of the block's queries and keys (unused).
+            param: unused (no learned tensor).
+            inplace: whether s may be overwritten (it may then hold tanh(ω̃ / κ)).
+
+        Returns:
+            The pair (κ tanh(ω̃ / κ); tanh(ω̃ / κ)), both `(..., b, K)`.
+        """
         return softcap_parts(s, self.cap, overwrite=inplace)
 
     def backward(
         self, d_s: Tensor, saved: Any, block: Block, param: Tensor | None
     ) -> Tensor | None:
+        """Multiplies the gradient by 1 − tanh²(ω̃ / κ), in place.
+
+        Args:
+            d_s: dL/d(its output), `(..., b, K)`; overwritten with dL/d(its input).
+            saved: the tanh(ω̃ / κ) that `scores` returned; overwritten (its memory is reused).
+            block: the positions of the block's queries and keys (unused).
+            param: unused (no learned tensor).
+
+        Returns:
+            None: it has no parameter.
+        """
         d_s.mul_(saved.square_().neg_().add_(1.0))  # 1 − tanh², saved's memory reused
         return None
 
@@ -320,7 +544,14 @@ class Clamp(Modification):
     """Clamping: each score ω̃ held within [−γ, γ] (`bound` γ), the hard counterpart of
     `Softcap`; a score beyond the bound passes no gradient back (torch.clamp's rule: the bound
     itself still does). `derive latex --variant clamp` derives it; the guide adds it as the
-    example of a modification of one's own (docs/guides/modifications.md)."""
+    example of a modification of one's own (docs/guides/modifications.md).
+
+    Args:
+        bound: γ, a positive finite number.
+
+    Raises:
+        ValueError: when bound is not a positive finite number.
+    """
 
     bound: float
     stage: ClassVar[int] = 22
@@ -332,6 +563,17 @@ class Clamp(Modification):
     def scores(
         self, s: Tensor, block: Block, param: Tensor | None, inplace: bool
     ) -> tuple[Tensor, Any]:
+        """Clamps the block's scores to [−γ, γ].
+
+        Args:
+            s: the block's scores, `(..., b, K)`.
+            block: the positions of the block's queries and keys (unused).
+            param: unused (no learned tensor).
+            inplace: whether s may be overwritten.
+
+        Returns:
+            The pair (the clamped scores; True where −γ ≤ ω̃ ≤ γ), both `(..., b, K)`.
+        """
         inside = s.abs() <= self.bound  # where the gradient passes: −γ ≤ ω̃ ≤ γ
         return (
             s.clamp_(-self.bound, self.bound) if inplace else s.clamp(-self.bound, self.bound)
@@ -340,6 +582,17 @@ class Clamp(Modification):
     def backward(
         self, d_s: Tensor, saved: Any, block: Block, param: Tensor | None
     ) -> Tensor | None:
+        """Zeroes the gradient of the scores beyond the bound, in place.
+
+        Args:
+            d_s: dL/d(its output), `(..., b, K)`; overwritten with dL/d(its input).
+            saved: the boolean tensor that `scores` returned, True where the gradient passes.
+            block: the positions of the block's queries and keys (unused).
+            param: unused (no learned tensor).
+
+        Returns:
+            None: it has no parameter.
+        """
         d_s.mul_(saved)
         return None
 
@@ -347,8 +600,17 @@ class Clamp(Modification):
 @dataclass(frozen=True, eq=False)
 class ALiBi(Modification):
     """ALiBi (Press, Smith and Lewis, 2022; BLOOM, MPT): −μ_ℓ (m − p) added to head ℓ's scores,
-    a slope μ_ℓ per head (`slopes`, (h,), learned if it requires grad; with `Causal`). Its
-    slope's gradient is −Σ_{m,p} dω̃_{m,p} (m − p)."""
+    a slope μ_ℓ per head (with `Causal`). Its slope's gradient is −Σ_{m,p} dω̃_{m,p} (m − p).
+
+    Args:
+        slopes: the slopes μ, a float tensor `(h,)`, learned if it requires grad; None (the
+            default) for Press et al.'s (`default_slopes`), filled in by `resolved`.
+
+    Raises:
+        TypeError: when slopes is neither None nor a float tensor.
+        ShapeError: when slopes has more than one dimension (their count, h, is checked by
+            the call that knows the heads).
+    """
 
     slopes: Tensor | None = None
     stage: ClassVar[int] = 25
@@ -358,8 +620,15 @@ class ALiBi(Modification):
         _check_per_head("ALiBi", "slopes", self.slopes)
 
     def resolved(self, heads: int, like: Tensor) -> "ALiBi":
-        """With no slopes given, Press et al.'s for `heads` heads (`default_slopes`), in
-        `like`'s dtype and device."""
+        """With no slopes given, Press et al.'s (`default_slopes`).
+
+        Args:
+            heads: the number of heads h to make slopes for.
+            like: a tensor whose dtype and device the default slopes take.
+
+        Returns:
+            Itself where it has slopes; otherwise a new `ALiBi` with the default slopes `(h,)`.
+        """
         if self.slopes is not None:
             return self
         return ALiBi(default_slopes(heads, dtype=like.dtype, device=like.device))
@@ -367,6 +636,18 @@ class ALiBi(Modification):
     def scores(
         self, s: Tensor, block: Block, param: Tensor | None, inplace: bool
     ) -> tuple[Tensor, Any]:
+        """Subtracts μ_ℓ (m − p) from the block's scores.
+
+        Args:
+            s: the block's scores, `(..., b, K)`.
+            block: the positions of the block's queries and keys (m and p).
+            param: the slopes, shaped by the path to broadcast against s; required (the slopes
+                are read from here, not from the object, so `resolved` must have run).
+            inplace: whether s may be overwritten.
+
+        Returns:
+            The pair (the biased scores, `(..., b, K)`; None).
+        """
         slope = typing.cast(Tensor, param)  # the path gives it: the slopes are resolved first
         gaps = distance(*block, s)
         return (s.addcmul_(slope, gaps, value=-1.0) if inplace else s - slope * gaps), None
@@ -374,6 +655,17 @@ class ALiBi(Modification):
     def backward(
         self, d_s: Tensor, saved: Any, block: Block, param: Tensor | None
     ) -> Tensor | None:
+        """The slopes' gradient; the scores' gradient passes unchanged (the bias is additive).
+
+        Args:
+            d_s: dL/d(its output), `(..., b, K)`; left as it is.
+            saved: unused (None).
+            block: the positions of the block's queries and keys (m and p).
+            param: the slopes as `scores` got them; None where they are not learned.
+
+        Returns:
+            −Σ_{m,p} dω̃_{m,p} (m − p), `(...,)`; None where param is None.
+        """
         if param is None:  # not learned
             return None
         return -(d_s * distance(*block, d_s)).sum(dim=(-2, -1))
@@ -393,7 +685,21 @@ def _geometric(heads: int) -> tuple[float, ...]:
 def default_slopes(
     heads: int, *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
 ) -> Tensor:
-    """ALiBi's default slopes μ (h,) (Press, Smith and Lewis, *Train Short, Test Long*, 2022)."""
+    """ALiBi's default slopes μ (Press, Smith and Lewis, *Train Short, Test Long*, 2022): for h a
+    power of 2, μ_ℓ = 2^(−8ℓ/h), ℓ = 1 … h; for other h, BLOOM's interleaved extension.
+
+    Args:
+        heads: the number of heads h.
+        dtype: the slopes' dtype; float32 by default.
+        device: the slopes' device; None for torch's default.
+
+    Returns:
+        The slopes μ, `(h,)`.
+
+    Raises:
+        ValueError: when heads is not a positive integer.
+    """
+    check_positive("default_slopes", heads=heads)
     return torch.tensor(_geometric(heads), dtype=dtype, device=device)
 
 
@@ -402,7 +708,17 @@ class Sinks(Modification):
     """Attention sinks (GPT-OSS): a logit ζ_ℓ per head (`logits`, (h,)), e^{ζ_ℓ} in each row's
     denominator, a key every query reads that has no value. It acts in the softmax
     (`sink_normalised`, `online_start`), not on the scores; its gradient is
-    −Σ_m a_{m,ζ} rowsum(A ∘ dA)_m (`sink_gradient`)."""
+    −Σ_m a_{m,ζ} rowsum(A ∘ dA)_m (`sink_gradient`).
+
+    Args:
+        logits: the sinks' logits ζ, a float tensor `(h,)`, learned if it requires grad; None
+            (the default) for no sink.
+
+    Raises:
+        TypeError: when logits is neither None nor a float tensor.
+        ShapeError: when logits has more than one dimension (their count, h, is checked by
+            the call that knows the heads).
+    """
 
     logits: Tensor | None = None
     stage: ClassVar[int] = 40
@@ -456,10 +772,31 @@ def modifications(
     sinks: Tensor | None = None,
     query_pre_attn_scalar: float | None = None,
 ) -> tuple[Modification, ...]:
-    """The tuple of modifications for the public keywords (checked by the caller): `causal` with
-    the queries at `offset`, a `window` w, `chunk` C, Llama 4's `temperature`, a `softcap` κ,
-    ALiBi (`alibi`: True for the default slopes, or the slopes (h,)), the `sinks`' logits (h,),
-    the query scale 1/√`query_pre_attn_scalar`."""
+    """The tuple of modifications for the public keywords (checked by the caller; each object
+    also checks its own values).
+
+    Args:
+        causal: whether each query reads no later key (`Causal`).
+        offset: the number of tokens before the first query (a cache's); read only with causal.
+        window: a sliding window's width w (`Window`); None for none.
+        chunk: the chunk length C of chunked attention (`Chunked`); None for none.
+        temperature: Llama 4's temperature tuning (`Temperature`), added as given; None for none.
+        softcap: the softcap κ (`Softcap`); None for none.
+        alibi: ALiBi's slopes, a float tensor `(h,)`, or True for the default slopes (`ALiBi`);
+            False for none (None, which the public functions refuse, gives the default slopes).
+        sinks: the sinks' logits, `(h,)` (`Sinks`); None for none.
+        query_pre_attn_scalar: the c of the scale 1/√c of q·k (`QueryScale`); None for c_h.
+
+    Returns:
+        The modifications, in the order they act (their `stage`).
+
+    Raises:
+        ValueError: when a value is out of range (a negative offset, a window, chunk, softcap
+            or query_pre_attn_scalar that is not positive).
+        TypeError: when offset (with causal) is not an integer, or alibi (other than True) or
+            sinks is not a float tensor.
+        ShapeError: when alibi's slopes or sinks has more than one dimension.
+    """
     mods: list[Modification] = []
     if query_pre_attn_scalar is not None:
         mods.append(QueryScale(query_pre_attn_scalar))

@@ -201,6 +201,23 @@ def rope_frequencies(
     when `freq_config` is given, or as YaRN's when it is YaRN's: see the module docstring);
     computed in float64 for float64, else in float32.
 
+    Args:
+        head_dim: c, the width of a head; even.
+        theta_base: β, the base of the frequencies.
+        freq_config: Llama 3.1's smoothing (the keys factor, low_freq_factor, high_freq_factor,
+            original_context_length) or YaRN's scaling (Hugging Face's `rope_parameters`, with
+            `"rope_type": "yarn"` or `beta_fast`); None: the plain frequencies.
+        dtype: the result's dtype, a floating-point one.
+
+    Returns:
+        θ, `(c/2,)`, in `dtype`.
+
+    Raises:
+        ValueError: when head_dim is not a positive int, theta_base is not positive, or
+            freq_config lacks a key or holds a value out of its range.
+        ShapeError: when head_dim is odd.
+        TypeError: when dtype is not a floating-point torch.dtype.
+
     >>> rope_frequencies(4, theta_base=100)
     tensor([1.0000, 0.1000])
     """
@@ -231,11 +248,30 @@ def compute_rope_params(
     dtype: torch.dtype = torch.float32,
 ) -> tuple[Float[Tensor, "n_ctx c"], Float[Tensor, "n_ctx c"]]:
     """(cos, sin) of the angles m·θ_i for positions m = 0 … context_length − 1, each pair's angle
-    written twice (columns i and i + c/2), both of shape (context_length, head_dim): the book's
-    `compute_rope_params` (llama3's signature; qwen3's is the same without `freq_config`).
+    written twice (columns i and i + c/2): the book's `compute_rope_params` (llama3's signature;
+    qwen3's is the same without `freq_config`).
 
     Computed in float32 (float64 when `dtype` is float64: then the frequencies are exact to
     float64, where the book's rounds them to float32), returned in `dtype`.
+
+    Args:
+        head_dim: c, the width of a head (or of its rotated part); even.
+        theta_base: β, the base of the frequencies θ_i = β^(−2i/c).
+        context_length: n_ctx, the positions the tables cover.
+        freq_config: Llama 3.1's smoothing (the keys factor, low_freq_factor, high_freq_factor,
+            original_context_length) or YaRN's scaling (Hugging Face's `rope_parameters`, with
+            `"rope_type": "yarn"` or `beta_fast`; cos and sin then carry its attention factor);
+            None: the plain frequencies.
+        dtype: the tables' dtype, a floating-point one.
+
+    Returns:
+        (cos, sin), each `(context_length, head_dim)`.
+
+    Raises:
+        ValueError: when head_dim or context_length is not a positive int, theta_base is not
+            positive, or freq_config lacks a key or holds a value out of its range.
+        ShapeError: when head_dim is odd.
+        TypeError: when dtype is not a floating-point torch.dtype.
 
     >>> cos, sin = compute_rope_params(head_dim=4, context_length=3)
     >>> cos.shape, sin[1]
@@ -279,6 +315,15 @@ def rotate_half(x: Float[Tensor, "*batch n c"]) -> Float[Tensor, "*batch n c"]:
     """$x R = [-x_2 \\,|\\, x_1]$: the halves swapped, the new first half negated (R is the c×c
     matrix with $R_{j', j} = \\delta_{j', j - c/2} - \\delta_{j', j + c/2}$).
 
+    Args:
+        x: `(*batch, n, c)`, c even.
+
+    Returns:
+        x R, `(*batch, n, c)`.
+
+    Raises:
+        ShapeError: when c is odd.
+
     >>> rotate_half(torch.tensor([[1.0, 2.0, 3.0, 4.0]]))
     tensor([[-3., -4.,  1.,  2.]])
     """
@@ -294,14 +339,29 @@ def apply_rope(
     offset: int = 0,
 ) -> Float[Tensor, "*batch n c"]:
     """Rotate each row of x by its position: row m (0-based) by the angles of position
-    offset + m, $x \\circ \\cos + (x R) \\circ \\sin$ (see the module docstring).
+    offset + m, $x \\circ \\cos + (x R) \\circ \\sin$ (see the module docstring). The book's
+    `apply_rope(x, cos, sin)` is offset 0 on `(b, h, n, c_h)`.
 
-    x: queries or keys, (*batch, n, c) (per head: c = c_h); cos, sin: (n_ctx, c) from
-    `compute_rope_params`, n_ctx ≥ offset + n, or (n_ctx, c_r) with an even c_r < c to rotate
-    only the first c_r features (partial RoPE: GPT-NeoX, Qwen 3.5); in any float dtype
-    (computed in the promoted one, returned in x's: float32 tables with bfloat16 x, as the
-    book's models do). The book's `apply_rope(x, cos, sin)` is offset 0 on (b, h, n, c_h);
-    `offset` places a block of new tokens after the cached ones.
+    Args:
+        x: queries or keys, `(*batch, n, c)` (per head: c = c_h).
+        cos: the cosines from `compute_rope_params`, `(n_ctx, c)` with n_ctx ≥ offset + n, or
+            `(n_ctx, c_r)` with an even c_r < c to rotate only the first c_r features (partial
+            RoPE: GPT-NeoX, Qwen 3.5); in any float dtype (float32 tables with bfloat16 x, as
+            the book's models have them).
+        sin: the sines, of cos's shape.
+        offset: the position of x's first row: the tokens before it, when a block of new
+            tokens follows cached ones.
+
+    Returns:
+        The rotated x, `(*batch, n, c)`, computed in the promoted dtype of x and the tables,
+            returned in x's.
+
+    Raises:
+        ShapeError: when cos and sin have more columns than x, an odd number of them, fewer
+            than offset + n rows, or shapes that differ.
+        ValueError: when offset is negative.
+        TypeError: when offset is not an int.
+        DtypeError: when x, cos or sin is not a float tensor.
 
     >>> cos, sin = compute_rope_params(head_dim=2, theta_base=10_000, context_length=8)
     >>> apply_rope(torch.tensor([[1.0, 0.0]]), cos, sin, offset=1)  # (cos 1, sin 1)
@@ -335,12 +395,26 @@ def rope_rotation(
 ) -> Float[Tensor, "*batch n c"]:
     """Rotate each row of x by its position 0 … n − 1 with the book's tables at x's width and
     length: ``apply_rope(x, *compute_rope_params(c, theta_base, n))`` (the twin of the step
-    `apply_rope` of `derive`, whose angles and rotation are declared, not given). `rotated`:
-    rotate only the first `rotated` features, with the tables of that width, and pass the others
-    on (partial RoPE; None: all c). `interleaved`: pair feature 2i with 2i + 1 (0-based; the
-    RoPE paper's, GPT-J's and GLM's layout), each pair turning by the angle the book's layout
-    gives the pair (i, i + c/2). `freq_config`: Llama 3.1's or YaRN's frequencies
-    (`compute_rope_params`).
+    `apply_rope` of `derive`, whose angles and rotation are declared, not given).
+
+    Args:
+        x: queries or keys, `(*batch, n, c)`.
+        theta_base: β, the base of the frequencies.
+        rotated: rotate only the first `rotated` features (even), with the tables of that width,
+            and pass the others on (partial RoPE); None: all c (then c must be even).
+        interleaved: pair feature 2i with 2i + 1 (0-based; the RoPE paper's, GPT-J's and GLM's
+            layout), each pair turning by the angle the book's layout gives the pair
+            (i, i + c/2); False: the book's pairs (i, i + c/2).
+        freq_config: Llama 3.1's or YaRN's frequencies (`compute_rope_params`); None: the plain
+            ones.
+
+    Returns:
+        The rotated x, `(*batch, n, c)`, in x's dtype.
+
+    Raises:
+        ShapeError: when the rotated width is odd, or rotated is not an int from 1 to c.
+        ValueError: when theta_base is not positive, or freq_config lacks a key or holds a
+            value out of its range.
 
     >>> rope_rotation(torch.tensor([[1.0, 0.0], [1.0, 0.0]]))  # position 1: (cos 1, sin 1)
     tensor([[1.0000, 0.0000],

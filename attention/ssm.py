@@ -87,12 +87,25 @@ class GatedRMSNorm(nn.Module):
 class Mamba2(nn.Module):
     """Mamba-2's mixer (the module docstring).
 
-    d_model: the input's and output's width; num_heads (h) and head_dim (p): the SSD's heads,
-    e = h p the inner width; state_size: d_state; n_groups: the groups of B and C (h must be a
-    multiple); conv_kernel: the convolution's width; use_bias: biases on in_proj and out_proj;
-    use_conv_bias: a bias on the convolution; norm_eps: the gated RMSNorm's ε; chunk_size: the
-    chunked form's C (None: the recurrence); time_step_limit: (low, high) that Δ is held within
-    after its softplus.
+    Args:
+        d_model: d, the input's and the output's width.
+        num_heads: h, the SSD's heads; a multiple of n_groups.
+        head_dim: p, the width of a head (e = h p, the inner width).
+        state_size: d_state, the state's numbers per channel.
+        n_groups: g, the groups of B and C (and of the gated RMSNorm's channels).
+        conv_kernel: the width of the causal depthwise convolution on x', B, C.
+        use_bias: give `in_proj` and `out_proj` biases.
+        use_conv_bias: give the convolution a bias.
+        norm_eps: the ε of the gated RMSNorm.
+        chunk_size: the chunked form's C, the tokens of a chunk; None: the recurrence, token by
+            token (what a one-token call always runs).
+        time_step_limit: (low, high), the range Δ is held within after its softplus.
+
+    Raises:
+        ValueError: when d_model, num_heads, head_dim, state_size, n_groups, conv_kernel or
+            chunk_size is not a positive int, or time_step_limit is not (low, high) with
+            0 ≤ low ≤ high.
+        ShapeError: when num_heads is not a multiple of n_groups.
     """
 
     def __init__(
@@ -157,8 +170,25 @@ class Mamba2(nn.Module):
     def forward(
         self, x: Float[Tensor, "*batch n d"], use_cache: bool = False
     ) -> Float[Tensor, "*batch n d"]:
-        """(*batch, n, d_model) -> (*batch, n, d_model); with `use_cache=True`, continuing the
-        sequence of the calls since `reset_cache()`."""
+        """The layer's output on x; with `use_cache=True`, continuing the sequence of the calls
+        since `reset_cache()`.
+
+        Args:
+            x: the input X, `(*batch, n, d)` with d = d_model.
+            use_cache: start from the state and the convolution's last inputs that the calls
+                since `reset_cache()` kept, and keep them after x (generation); False: x is a
+                whole sequence, and the cache is neither read nor changed.
+
+        Returns:
+            The output, `(*batch, n, d)`.
+
+        Raises:
+            ShapeError: when x is not `(*batch, n, d)` with d = d_model, or, with
+                `use_cache=True`, its batch is not the cached state's (call `reset_cache()`
+                first).
+            DtypeError: when x is not a float tensor of the weights' dtype.
+            DeviceError: when x is not on the weights' device.
+        """
         if not use_cache:
             return self.continued(x, None, None)[0]
         return continued_from_cache(self, x, "Mamba2.forward", 3)
@@ -170,11 +200,23 @@ class Mamba2(nn.Module):
         past: Tensor | None,
         keep: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """The output on x after a sequence summed up by `state` (*batch, h, p, d_state) and
-        `past` (*batch, conv_kernel − 1, channels: the convolution's last inputs), None for a new
-        sequence; returns (output, state, past) after x. `keep` (*batch, n; 1 for a token, 0 for
-        padding): a padding token's input and its convolved channels are zeroed, so that it
-        writes nothing into the state (as transformers' layers do with `attention_mask`)."""
+        """The output on x after a sequence summed up by `state` and `past`.
+
+        Args:
+            x: the new tokens, `(*batch, n, d)`.
+            state: the state after the tokens before x, `(*batch, h, p, d_state)`; None for a
+                new sequence.
+            past: the convolution's last inputs before x, `(*batch, conv_kernel − 1, channels)`
+                with channels = e + 2 g d_state; None for a new sequence.
+            keep: 1 for a token, 0 for padding, `(*batch, n)`: a padding token's input and its
+                convolved channels are zeroed, so that it writes nothing into the state (as
+                transformers' layers do with `attention_mask`); None: every token counts.
+
+        Returns:
+            The tuple (output, state, past) after x: the output `(*batch, n, d)`, the state
+                `(*batch, h, p, d_state)`, and the convolution's last inputs
+                `(*batch, conv_kernel − 1, channels)`.
+        """
         inner, dt, B, C, z, past = self.parts(x, past, keep)
         n, computing = x.shape[-2], dt.dtype
         y, state = linear.ssd(  # y kept in the computing dtype up to the norm, as transformers
@@ -193,10 +235,21 @@ class Mamba2(nn.Module):
     def parts(
         self, x: Tensor, past: Tensor | None = None, keep: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """What the scan reads from x (`continued`'s arguments): the heads' inputs x'
-        (*batch, n, h, p), dt + dt_bias (*batch, n, h; float32 at least, before the softplus),
-        B and C (*batch, n, g, d_state), the gate z (*batch, n, e), and the convolution's
-        `past` after x."""
+        """What the scan reads from x.
+
+        Args:
+            x: the input X, `(*batch, n, d)`.
+            past: the convolution's last inputs before x, `(*batch, conv_kernel − 1, channels)`
+                with channels = e + 2 g d_state; None for a new sequence (zeros).
+            keep: 1 for a token, 0 for padding, `(*batch, n)` (as in `continued`); None: every
+                token counts.
+
+        Returns:
+            The tuple (x', dt, B, C, z, past): the heads' inputs x' `(*batch, n, h, p)`,
+                dt + dt_bias `(*batch, n, h)` (float32 at least, before the softplus), B and C
+                `(*batch, n, g, d_state)`, the gate z `(*batch, n, e)`, and the convolution's
+                last inputs after x, `(*batch, conv_kernel − 1, channels)`.
+        """
         if keep is not None:
             x = x * keep[..., None].to(x.dtype)
         z, xbc, dt = self.in_proj(x).split(
@@ -221,12 +274,29 @@ class Mamba2(nn.Module):
     def steps(self, dt: Tensor) -> Tensor:
         """Δ = softplus(dt + dt_bias), held within `time_step_limit` (in every call: transformers'
         one-token decoding path leaves Δ unclamped, which differs only for a limit other than
-        the default (0, ∞))."""
+        the default (0, ∞)).
+
+        Args:
+            dt: the time steps before the softplus, dt + dt_bias, `(*batch, n, h)`, as `parts`
+                gives them.
+
+        Returns:
+            Δ, `(*batch, n, h)`.
+        """
         low, high = self.time_step_limit
         return F.softplus(dt).clamp(low, high)
 
     def finished(self, y: Tensor, z: Tensor, dtype: torch.dtype) -> Tensor:
-        """The layer's output from the scan's y (*batch, n, h, p): the gated RMSNorm, W_out."""
+        """The layer's output from the scan's y: the gated RMSNorm, W_out.
+
+        Args:
+            y: the scan's output, `(*batch, n, h, p)`.
+            z: the gate, `(*batch, n, e)`.
+            dtype: the output's dtype (the input's).
+
+        Returns:
+            The output, `(*batch, n, d)`.
+        """
         return self.out_proj(self.norm(y.flatten(-2), z).to(dtype))
 
 
@@ -277,11 +347,25 @@ class Mamba(nn.Module):
         Δ = softplus(δ W_dt + b_dt);   A = −e^{A_log}   (e × d_state)
         y = selective scan(x', Δ, A, B, C) + D x';   out = (y ∘ SiLU(z)) W_out
 
-    d_model; inner (e, the channels); state_size (d_state); time_step_rank; conv_kernel;
-    use_bias (in_proj, out_proj); use_conv_bias; norms: None, "weightless" (Falcon Mamba's RMS
-    norms without gains) or "weighted" (Jamba's); norm_eps; chunk_size (None: the recurrence,
-    what generation and long sequences run; the chunked form forms n × n × d_state decays per
-    channel). `forward(x, use_cache=True)` keeps the state and the convolution's inputs.
+    `forward(x, use_cache=True)` keeps the state and the convolution's inputs.
+
+    Args:
+        d_model: d, the input's and the output's width.
+        inner: e, the channels of the scan.
+        state_size: d_state, the state's numbers per channel.
+        time_step_rank: the width of δ, Δ's low-rank input; None: ⌈d_model / 16⌉.
+        conv_kernel: the width of the causal depthwise convolution on x'.
+        use_bias: give `in_proj` and `out_proj` biases.
+        use_conv_bias: give the convolution a bias.
+        norms: the RMS norms on δ, B and C: None for none, "weightless" (Falcon Mamba's, without
+            gains) or "weighted" (Jamba's).
+        norm_eps: the ε of those norms.
+        chunk_size: the chunked form's C, the tokens of a chunk (it forms n × n × d_state decays
+            per channel); None: the recurrence, what generation and long sequences run.
+
+    Raises:
+        ValueError: when d_model, inner, state_size, time_step_rank, conv_kernel or chunk_size
+            is not a positive int, or norms is not one of None, "weightless", "weighted".
     """
 
     def __init__(
@@ -341,8 +425,25 @@ class Mamba(nn.Module):
     def forward(
         self, x: Float[Tensor, "*batch n d"], use_cache: bool = False
     ) -> Float[Tensor, "*batch n d"]:
-        """(*batch, n, d_model) -> (*batch, n, d_model); with `use_cache=True`, continuing the
-        sequence of the calls since `reset_cache()`."""
+        """The layer's output on x; with `use_cache=True`, continuing the sequence of the calls
+        since `reset_cache()`.
+
+        Args:
+            x: the input X, `(*batch, n, d)` with d = d_model.
+            use_cache: start from the state and the convolution's last inputs that the calls
+                since `reset_cache()` kept, and keep them after x (generation); False: x is a
+                whole sequence, and the cache is neither read nor changed.
+
+        Returns:
+            The output, `(*batch, n, d)`.
+
+        Raises:
+            ShapeError: when x is not `(*batch, n, d)` with d = d_model, or, with
+                `use_cache=True`, its batch is not the cached state's (call `reset_cache()`
+                first).
+            DtypeError: when x is not a float tensor of the weights' dtype.
+            DeviceError: when x is not on the weights' device.
+        """
         if not use_cache:
             return self.continued(x, None, None)[0]
         return continued_from_cache(self, x, "Mamba.forward", 2)
@@ -350,9 +451,21 @@ class Mamba(nn.Module):
     def parts(
         self, x: Tensor, past: Tensor | None = None, keep: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """What the scan reads from x: the channels x' (*batch, n, e), δ W_dt + b_dt (*batch, n,
-        e; before the softplus; float32 at least), B and C (*batch, n, d_state), the gate z, and
-        the convolution's `past` after x."""
+        """What the scan reads from x.
+
+        Args:
+            x: the input X, `(*batch, n, d)`.
+            past: the convolution's last inputs before x, `(*batch, conv_kernel − 1, e)`; None
+                for a new sequence (zeros).
+            keep: 1 for a token, 0 for padding, `(*batch, n)` (as in `continued`); None: every
+                token counts.
+
+        Returns:
+            The tuple (x', dt, B, C, z, past): the channels x' `(*batch, n, e)`, δ W_dt + b_dt
+                `(*batch, n, e)` (before the softplus), B and C `(*batch, n, d_state)` (dt, B
+                and C float32 at least), the gate z `(*batch, n, e)`, and the convolution's last
+                inputs after x, `(*batch, conv_kernel − 1, e)`.
+        """
         if keep is not None:
             x = x * keep[..., None].to(x.dtype)
         inner, z = self.in_proj(x).chunk(2, dim=-1)
@@ -375,10 +488,22 @@ class Mamba(nn.Module):
         past: Tensor | None,
         keep: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """The output on x after a sequence summed up by `state` (*batch, e, d_state) and `past`
-        (*batch, conv_kernel − 1, e), None for a new sequence; returns (output, state, past)
-        after x. `keep`: 1 for a token, 0 for padding (zeroed before and after the convolution,
-        as transformers' layers do)."""
+        """The output on x after a sequence summed up by `state` and `past`.
+
+        Args:
+            x: the new tokens, `(*batch, n, d)`.
+            state: the state after the tokens before x, `(*batch, e, d_state)`; None for a new
+                sequence.
+            past: the convolution's last inputs before x, `(*batch, conv_kernel − 1, e)`; None
+                for a new sequence.
+            keep: 1 for a token, 0 for padding, `(*batch, n)` (a padding token is zeroed before
+                and after the convolution, as transformers' layers do); None: every token counts.
+
+        Returns:
+            The tuple (output, state, past) after x: the output `(*batch, n, d)`, the state
+                `(*batch, e, d_state)`, and the convolution's last inputs
+                `(*batch, conv_kernel − 1, e)`.
+        """
         inner, dt, B, C, z, past = self.parts(x, past, keep)
         computing, n = dt.dtype, x.shape[-2]
         y, state = linear.selective_scan(
@@ -395,5 +520,14 @@ class Mamba(nn.Module):
         return self.finished(y, z, x.dtype), state, past
 
     def finished(self, y: Tensor, z: Tensor, dtype: torch.dtype) -> Tensor:
-        """(y ∘ SiLU(z)) W_out."""
+        """(y ∘ SiLU(z)) W_out.
+
+        Args:
+            y: the scan's output, `(*batch, n, e)`.
+            z: the gate, `(*batch, n, e)`.
+            dtype: the output's dtype (the input's).
+
+        Returns:
+            The output, `(*batch, n, d)`.
+        """
         return self.out_proj((y * F.silu(z.to(y.dtype))).to(dtype))

@@ -194,14 +194,31 @@ def matrix(
     indices: tuple = (),
     role: str = "",
 ) -> IndexedBase:
-    """A matrix of yours: its letter (``"W_g"``), the name of its entries (``"wg"``), its shape
-    (``(d, c)``), how documents print the matrix and its entries (default: the letter, the
-    name), what an entry is (`meaning`, for the glossary), the indices documents give its
-    entries (default: the book's for its shape: (m, p) for n × n, (i, j) for d × c, (m, j) for
-    n × c, (1, 1) for one number) and what the matrix is (`role`). It is a `Letter`, the record
-    the built-in variants declare theirs with (`letter`). Returns the ``IndexedBase`` of its
-    entries (``wg[i, j]``): an input of your variant (weights) or the output of a step of
-    yours."""
+    """A matrix of yours: an input of your variant (weights) or the output of a step of yours.
+
+    It is a `Letter`, the record the built-in variants declare theirs with, registered by
+    `letter_base`.
+
+    Args:
+        letter: the matrix's letter in code (``"W_g"``; a Python identifier).
+        entry: the name of its entries (``"wg"``; a Python identifier).
+        shape: its ``(rows, columns)`` in the book's sizes (``(d, c)``).
+        latex: how documents print the matrix; None (the default): `letter`.
+        entry_latex: how documents print one entry's letter; None (the default): `entry`.
+        meaning: what an entry is, for the glossary.
+        indices: the indices documents give its entries; empty (the default): the book's for
+            its shape: ``(m, p)`` for ``(n, n)``, ``(i, j)`` for ``(d, c)``, ``(m, j)`` for
+            ``(n, c)``, ``(1, 1)`` for one number.
+        role: what the matrix is, for a document's table of shapes.
+
+    Returns:
+        The ``IndexedBase`` of its entries, 1-based (``wg[i, j]``).
+
+    Raises:
+        DeclarationError: when the letter is J, is not a Python identifier, ends in ``_l``, is
+            taken with another meaning or reads as another letter's gradient (``dq``), or when
+            `shape` is not two sizes.
+    """
     return letter_base(
         Letter(
             letter,
@@ -218,7 +235,20 @@ def matrix(
 
 def letter_base(record: Letter) -> IndexedBase:
     """Register a `Letter` (its shape, where it gives one) and return the ``IndexedBase`` of
-    its entries; a letter taken with another meaning is a `DeclarationError`."""
+    its entries.
+
+    Args:
+        record: the letter; registering one already registered with the same meaning does
+            nothing.
+
+    Returns:
+        The ``IndexedBase`` of its entries, 1-based (``base[m, p]``).
+
+    Raises:
+        DeclarationError: when the letter is J, is not a Python identifier, ends in ``_l``, is
+            taken with another meaning or reads as another letter's gradient (``dq``), or when
+            its shape is given and is not two sizes.
+    """
     if "J" in (record.matrix, record.latex):
         raise DeclarationError(
             f"matrix {record.matrix}: J is the all-ones matrix of the derived matrix forms "
@@ -238,9 +268,21 @@ def letter_base(record: Letter) -> IndexedBase:
 
 
 def base_step(output: str, of: str = ROOT) -> Declaration:
-    """The step of a registered entry (self-attention by default) that computes `output`
-    (``"A"``), or the one named `output` (``"weights"``): its formula to read, or to change with
-    `dataclasses.replace`."""
+    """The step of a registered entry that computes `output`, or the one named `output`: its
+    formula to read, or to change with `dataclasses.replace`.
+
+    Args:
+        output: the letter of the matrix the step computes (``"A"``), or the step's name
+            (``"weights"``).
+        of: the registered entry whose steps are read; self-attention by default.
+
+    Returns:
+        The step, as the entry's graph declares it.
+
+    Raises:
+        DeclarationError: when the entry has no such step (the message lists its steps).
+        ValueError: when `of` is not a registered variant.
+    """
     graph = _entry(of).graph
     found = graph.producer(output) or next(
         (s for s in graph.declarations if s.name == output), None
@@ -275,21 +317,34 @@ def step(
     """A step declared by the formula of one entry of its output.
 
     Args:
-        name: what it computes (``"sigmoid_weights"``); its twin is
-            ``attention.functional.<name>`` unless `twin` says otherwise.
+        name: what it computes (``"sigmoid_weights"``); with no `twin`, the name of the
+            function of ``attention.functional`` that is its twin.
         element: ``Eq(entry of the output, formula)``, such as ``Eq(a[m, p], ...)``: the
             left-hand side an entry of the output at its free indices, the right-hand side in
             entries of earlier steps and inputs (finite sums with ``sympy.Sum``).
-        shape: the output's (rows, columns), in the book's sizes (``(n, n)``).
+        shape: the output's ``(rows, columns)``, in the book's sizes (``(n, n)``).
         title: a few words for documents.
         twin: the torch function that computes it (a callable, or a dotted name), called with
-            the matrices the step reads and `options` as keywords (a size or parameter symbol
-            is passed as its number): docs/twins.md is the contract (the order, the shapes of
-            a 1 × 1 or per-head input, what it returns).
+            the matrices the step reads and `options` as keywords: docs/twins.md is the
+            contract (the order, the shapes of a 1 × 1 or per-head input, what it returns).
+            None (the default): the function of ``attention.functional`` of its name where
+            there is one, else the torch code derive generates. A `StepTwin` is taken as it
+            is, `options` and `arguments` ignored.
+        options: the twin's keyword arguments by name (a size or parameter symbol is passed
+            as its number at the check's sizes); None (the default): none.
         arguments: the letters of the matrices it takes, in its order (default: the order its
             parameters' names say, ``def context(a_diff, v)``, else the book's).
         requires: conditions on the sizes it needs (`Even`, `Divides`, `AtLeast`).
         text: a few sentences its document prints before it.
+
+    Returns:
+        The step, for `variant`'s `replaces` or `inserts`; it is checked against the graph it
+            goes into when the variant is built.
+
+    Raises:
+        DeclarationError: when `element` is not a ``sympy.Eq``, its left-hand side is not an
+            entry of a known matrix with two indices (three, the first ``ell``, for one
+            head's), each a symbol or 1 on an axis of one entry, or `shape` is not two sizes.
     """
     where = f"step {name}"
     if not isinstance(element, sp.Eq):
@@ -340,14 +395,38 @@ def claim(
     evaluated, the difference simplified to 0 (``claim(sympy.Limit(a[m, p], b, -sympy.oo), 0,
     title="…")``). A claim SymPy cannot prove is tried at numbers: one a counter-example
     refutes is a `DeclarationError` that shows it; one no draw refutes is printed as stated,
-    marked unproved (a warning; ``--strict`` refuses it), never as derived."""
+    marked unproved (a warning; ``--strict`` refuses it), never as derived.
+
+    Args:
+        lhs: the left-hand side, a SymPy expression in the entries of the graph
+            (``sympy.Limit(a[m, p], b, -sympy.oo)``).
+        rhs: the right-hand side (``0``).
+        title: the heading of the fact in documents.
+        text: the words documents print before it; None (the default): none.
+        how: a few words on what SymPy did, for the provenance; empty (the default): the
+            declared formulas put in, evaluated and simplified by SymPy.
+
+    Returns:
+        The claim, for `variant`'s `claims`.
+    """
     return Equality(sp.sympify(lhs), sp.sympify(rhs), title, how, text=text)
 
 
 def bound(smaller: sp.Expr, larger: sp.Expr, *, title: str, text: str | None = None) -> Bound:
     """A bound SymPy is to prove, smaller ≤ larger (``bound(a[m, p], 1, title="…")``): the
     difference with the formulas of the steps it names put in, simplified, and found
-    non-negative from what SymPy knows of its symbols (entries are real, sizes positive)."""
+    non-negative from what SymPy knows of its symbols (entries are real, sizes positive).
+
+    Args:
+        smaller: the side that is at most the other, a SymPy expression in the entries of the
+            graph (``a[m, p]``).
+        larger: the side that is at least the other (``1``).
+        title: the heading of the fact in documents.
+        text: the words documents print before it; None (the default): none.
+
+    Returns:
+        The claim, for `variant`'s `claims`.
+    """
     return Bound(sp.sympify(smaller), sp.sympify(larger), title, text=text)
 
 
@@ -372,20 +451,34 @@ def variant(
 
     Args:
         name: its key, as ``--variant`` takes it (one word).
-        title, text: its words (a few sentences; formulas come from the steps).
+        title: its title in documents; the graph is named after it.
+        text: its words, a few sentences (one string, or several paragraphs); formulas come
+            from the steps.
         base: the registered entry it changes (``"self-attention"``, ``"causal"``, …).
         replaces: steps declared in place of the base's steps that compute the same output.
-        inserts: (the output a new step comes after, the step).
-        sizes: sizes it adds, with their defaults (``{w: 2}``); parameters: the numbers its
-            formulas read that are not sizes, with their defaults (a number, or an expression in
-            the sizes: ``{b: -sympy.log(n)}``).
-        requires: conditions on its sizes; claims: what SymPy is to prove (`claim`, `SameAs`,
-            `RowsSumToOne`, …).
+        inserts: pairs (the output a new step comes after, the step).
+        sizes: sizes it adds, with their defaults (``{w: 2}``), or `Size` records.
+        parameters: the numbers its formulas read that are not sizes, with their defaults (a
+            number, or an expression in the sizes: ``{b: -sympy.log(n)}``), as a mapping or
+            pairs.
+        requires: conditions on its sizes (`Even`, `Divides`, `AtLeast`).
+        claims: what SymPy is to prove (`claim`, `bound`, `SameAs`, `RowsSumToOne`, …).
         twin: the function that computes it (a callable, or a dotted name), called with the
-            graph's `arguments` (``"W_o?"``: where it has W_o) and its parameters by name
-            (docs/twins.md).
+            graph's `arguments` and its parameters by name (docs/twins.md); a `Twin` is taken
+            as it is. None (the default): no twin of the whole.
+        arguments: the letters of the graph's inputs the twin takes, in order (``"W_o?"``:
+            where the graph has W_o); default: X, W_q, W_k, W_v, W_o?.
         rank: where it goes in a combination (the built-ins rank from 0 to 50).
         register: add it to this process's registry now (``--variant file.py:NAME`` does it).
+
+    Returns:
+        The variant (registered too, with `register`); its steps are checked against its base
+            when it is built (registered, or first resolved).
+
+    Raises:
+        DeclarationError: when an item of `replaces` or `inserts` is not a step made by
+            `step`; with `register`, when `register_variant` refuses it (its name, its base,
+            or a mistake in its steps).
     """
     replaces, inserts = tuple(replaces), tuple(inserts)
     for item in (*replaces, *(spec for _, spec in inserts)):

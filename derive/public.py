@@ -31,6 +31,19 @@ def steps(name: str = ROOT_NAME) -> tuple[calculus.Step, ...]:
     """The steps of a variant, each with its declaration and the matrix form SymPy derives
     from it.
 
+    Args:
+        name: a registered variant's name, or several joined by `+` (`"gqa+rope"`); default
+            `"self-attention"`.
+
+    Returns:
+        Every step, in forward order (`step.output` is its letter: `"Omega"`, `"A"`, `"C"`).
+
+    Raises:
+        ValueError: when `name` is not registered (the message names the closest) or its
+            parts do not combine.
+        DerivationError: when SymPy cannot derive a step's matrix form (the message names
+            the step).
+
     Example:
         >>> [step.output for step in steps("sliding-window")][-4:]
         ['M', 'Omega_masked', 'A', 'C']
@@ -40,8 +53,21 @@ def steps(name: str = ROOT_NAME) -> tuple[calculus.Step, ...]:
 
 def backward_steps(name: str = ROOT_NAME) -> tuple[calculus.Gradient, ...]:
     """Every gradient of a variant at symbolic sizes, derived by reverse mode, each printed form
-    checked by numbers against the chain rule at concrete sizes first (a `DerivationError`
-    names one that differs: `derive.explicit.checked`).
+    checked by numbers against the chain rule at concrete sizes first (`derive.explicit.checked`).
+
+    Args:
+        name: a registered variant's name, or several joined by `+` (`"gqa+rope"`); default
+            `"self-attention"`.
+
+    Returns:
+        Every gradient (`g.output` is its letter: `"dA"`, `"dV"`, `"dX"`), from the output's
+            back to the inputs'.
+
+    Raises:
+        ValueError: when `name` is not registered (the message names the closest) or its
+            parts do not combine.
+        DerivationError: when a printed form differs from the chain rule by numbers, or
+            SymPy cannot derive one (the message names it).
 
     Example:
         >>> [g.output for g in backward_steps()][:3]
@@ -52,8 +78,19 @@ def backward_steps(name: str = ROOT_NAME) -> tuple[calculus.Gradient, ...]:
 
 def facts(name: str = ROOT_NAME) -> tuple[Fact, ...]:
     """The facts of a variant's document, each claim proved at its stage (self-attention's:
-    rows sum to 1, shift invariance, the variances). A fact that does not hold says why
-    (`Fact.verdict`: proved, unproved, or false with its counter-example).
+    rows sum to 1, shift invariance, the variances).
+
+    Args:
+        name: a registered variant's name, or several joined by `+` (`"gqa+rope"`); default
+            `"self-attention"`.
+
+    Returns:
+        One `Fact` per claim, in the entry's order. A fact that does not hold says why
+            (`Fact.verdict`: proved, unproved, or false with its counter-example); none raises.
+
+    Raises:
+        ValueError: when `name` is not registered (the message names the closest) or its
+            parts do not combine.
 
     Example:
         >>> [fact.name for fact in facts("sliding-window")]
@@ -70,10 +107,26 @@ def document(
     fragment: bool = False,
     example: Any = None,
 ) -> str:
-    r"""The derivation of ``options.variant`` (a `derive.DocumentOptions`) as LaTeX (a
-    standalone article, or with `fragment` the body to \input), Markdown (``$$`` math) or one
-    self-contained HTML page. With ``options.example`` the worked example is computed (torch)
-    unless given.
+    r"""The derivation of ``options.variant`` as LaTeX, Markdown or one self-contained HTML
+    page.
+
+    Args:
+        options: what the document contains (a `derive.DocumentOptions`: the variant, the
+            explicit sizes, the worked example, the figures).
+        format: `"latex"` (the default), `"markdown"` (``$$`` math) or `"html"` (KaTeX and
+            the figures inlined).
+        fragment: for `"latex"`, the body to `\input` instead of a standalone article;
+            ignored by the other formats.
+        example: the worked example (`derive.worked_example`'s); None computes it with torch
+            where `options.example` asks for one.
+
+    Returns:
+        The document's text.
+
+    Raises:
+        ValueError: when `format` is not one of `FORMATS`, or the worked example cannot be
+            made at `options.sizes`.
+        RuntimeError: when the computed worked example's torch and declared values disagree.
 
     Example:
         >>> from derive import DocumentOptions

@@ -34,7 +34,21 @@ __all__ = [
 
 def assert_conforms(obj: Any, **options: Any) -> Report:
     """`derive.conform(obj, **options)`, raising AssertionError (the report) unless it
-    conforms; returns the report when it does. Bad input raises `ConformError`."""
+    conforms.
+
+    Args:
+        obj: the attention to check, as `derive.conform` takes it (a module, a function
+            f(q, k, v, ...), a builder, or a TARGET string).
+        **options: `derive.conform`'s options (`kind`, `causal`, `n`, `dtype`, `variant`, …).
+
+    Returns:
+        The `Report`, when it conforms.
+
+    Raises:
+        AssertionError: when it does not conform; the message is the report's table.
+        ConformError: bad input (a target that cannot be loaded or called, weights not found).
+        TypeError: an option `derive.conform` does not take.
+    """
     report = conform(obj, **options)
     if not report.conforms:
         raise AssertionError("\n" + report.table())
@@ -47,23 +61,49 @@ def attention_layers(model: Any) -> dict[str, Any]:
     a kind being the layer's class, the variant the adapter reads and its values (a model's local
     and global layers, its layers with and without RoPE, are two kinds); a hybrid model's
     linear-attention layers (Gated DeltaNet's) are a kind of their own. The layers an adapter
-    recognises and refuses to read are `refused_layers`'."""
+    recognises and refuses to read are `refused_layers`'.
+
+    Args:
+        model: the model, an `nn.Module`, whose submodules are searched.
+
+    Returns:
+        The first layer of each kind, by its path in `model`.
+    """
     return layer_kinds(model)[0]
 
 
 def refused_layers(model: Any) -> dict[str, str]:
     """The layers of `model` an adapter recognises and refuses to read (the Hugging Face
     adapter's refusals: BitNet's norm of the merged heads, a scale no variant declares, ...),
-    each kind (class and reason) once, by the path of its first layer: path -> the reason."""
+    each kind (class and reason) once, by the path of its first layer.
+
+    Args:
+        model: the model, an `nn.Module`, whose submodules are searched.
+
+    Returns:
+        The reason each kind is refused, by the path of its first layer in `model`.
+    """
     return layer_kinds(model)[1]
 
 
 def assert_model_conforms(model: Any, **options: Any) -> dict[str, Report]:
     """`derive.conform` on each kind of attention layer of `model` (`attention_layers`: each
-    layer read with its own index, its own variant), raising AssertionError that names every
-    layer that does not conform, with its report, and every layer an adapter refuses to read
-    (`refused_layers`), with the reason; returns the reports by layer path. A model with no
-    attention layer an adapter recognises raises ConformError."""
+    layer read with its own index, its own variant).
+
+    Args:
+        model: the model, an `nn.Module`.
+        **options: `derive.conform`'s options, the same for every layer.
+
+    Returns:
+        The `Report` of each kind of layer, by the path of its first layer, when all conform.
+
+    Raises:
+        AssertionError: naming every layer that does not conform, with its report, and every
+            layer an adapter refuses to read (`refused_layers`), with the reason.
+        ConformError: when no attention layer of the model is recognised by an adapter, or
+            `derive.conform` raises it for a layer (an option it cannot apply there).
+        TypeError: an option `derive.conform` does not take.
+    """
     layers, refused = layer_kinds(model)
     if not layers and not refused:
         raise ConformError(

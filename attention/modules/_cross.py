@@ -22,11 +22,22 @@ class CrossAttention(OutputProjection, BookWeights, MultiHeadModule):
       A_i = \\operatorname{softmax}\\!\\big(Q_i K_i^\\top / \\sqrt{c_h}\\big),\\quad
       Q = X W_q,\\ K = Y W_k,\\ V = Y W_v$$
 
-    d_in = d (the width of X), d_kv = d_y (the width of Y), d_out = c; Ω and A are n × s per
-    head, never causal. `forward(x, y)` also takes `mask` (*batch, n, s) and
-    `key_padding_mask` (*batch, s) (True = the key exists), shared by the heads; dropout acts
-    on the weights in training mode. With num_heads=1 and `out_proj` the identity it is
-    `functional.cross_attention`.
+    Ω and A are n × s per head, never causal. `forward(x, y)` also takes `mask` and
+    `key_padding_mask`, shared by the heads; dropout acts on the weights in training mode. With
+    num_heads=1 and `out_proj` the identity it is `functional.cross_attention`.
+
+    Args:
+        d_in: d, the width of X (the queries' sequence).
+        d_kv: d_y, the width of Y (the keys' and values' sequence).
+        d_out: c, the width of Q, K, V and of the output; num_heads divides it.
+        dropout: the rate of dropout on A in training mode, in [0, 1).
+        num_heads: h; each head has width c_h = d_out / num_heads.
+        qkv_bias: give `W_query`, `W_key` and `W_value` biases (`out_proj` always has one).
+
+    Raises:
+        ValueError: when d_in, d_kv, d_out or num_heads is not a positive int, num_heads does
+            not divide d_out, or dropout is not in [0, 1).
+        TypeError: when qkv_bias is not a bool.
 
     >>> import torch
     >>> from attention import CrossAttention
@@ -69,8 +80,30 @@ class CrossAttention(OutputProjection, BookWeights, MultiHeadModule):
         Float[Tensor, "*batch n c_out"]
         | tuple[Float[Tensor, "*batch n c_out"], Float[Tensor, "*batch h n s"]]
     ):
-        """(*batch, n, d), (*batch, s, d_y) -> (*batch, n, d_out); with `return_weights`, also
-        A (*batch, h, n, s)."""
+        """The context vectors C of X's queries, read from Y's keys and values.
+
+        Args:
+            x: the queries' sequence X, `(*batch, n, d)` with d = d_in.
+            y: the keys' and values' sequence Y, `(*batch, s, d_y)` with d_y = d_kv, the same
+                batch as x.
+            mask: True where query m may attend key p, `(*batch, n, s)` (its batch broadcasts
+                against x's), shared by the heads; None for none. A query left with no key gets
+                a row of zeros.
+            key_padding_mask: True where key p exists, `(*batch, s)` (the opposite of
+                torch.nn.MultiheadAttention's); None for none.
+            return_weights: also return the attention weights A (after dropout, in training mode).
+
+        Returns:
+            C, `(*batch, n, d_out)`; with `return_weights=True`, the pair (C, A), A
+                `(*batch, h, n, s)`.
+
+        Raises:
+            ShapeError: when x or y does not have the shape above, their batches differ, or a
+                mask does not fit them.
+            DtypeError: when x or y is not a float tensor of the weights' dtype, or a mask is not
+                bool.
+            DeviceError: when x, y or a mask is not on the weights' device.
+        """
         return forward_layer(
             self,
             x,

@@ -44,6 +44,17 @@ class RMSNorm(nn.Module):
     `gains=False`, no g (Llama 4's `L2Norm`, despite its name an RMS norm without gains).
 
     $$y = x / \\sqrt{\\operatorname{mean}(x^2) + \\varepsilon} \\circ g \\;(+\\, b)$$
+
+    Args:
+        emb_dim: the width of the last axis, normalised (that of g and b).
+        eps: ε, added to the mean square.
+        bias: learn a shift b (the parameter `shift`, zeros at first).
+        qwen3_compatible: normalise float16 and bfloat16 inputs in float32, as the book's Qwen 3
+            does; False: in their own dtype.
+        gains: learn gains g (the parameter `scale`, ones at first); False for none.
+
+    Raises:
+        ValueError: when emb_dim is not a positive int.
     """
 
     def __init__(
@@ -65,7 +76,19 @@ class RMSNorm(nn.Module):
 
     @checked_forward(lambda m: (_NORM_NAMES, (parameter(m, "scale"), parameter(m, "shift"))))
     def forward(self, x: Float[Tensor, "*batch n c"]) -> Float[Tensor, "*batch n c"]:
-        """(*batch, n, c) -> (*batch, n, c): each row normalised."""
+        """Each row of x normalised.
+
+        Args:
+            x: the rows to normalise, `(*batch, n, c)` with c = emb_dim.
+
+        Returns:
+            The normalised rows, `(*batch, n, c)`, in x's dtype.
+
+        Raises:
+            ShapeError: when x is not `(*batch, n, c)` with c = emb_dim.
+            DtypeError: when x is not a float tensor.
+            DeviceError: when x is not on the gains' device.
+        """
         return _core.rms_norm(x, self.scale, self.eps, self.shift, self.qwen3_compatible)
 
 
@@ -126,18 +149,51 @@ class GroupedQueryAttention(MultiHeadModule):
     normalise in float32).
 
     Beyond the books, keyword-only, as Hugging Face's configurations name them:
-    `sliding_window` w (each query attends its last w tokens, causal whatever `blocked` says;
-    Gemma's and GPT-OSS's local layers), `softcap` κ (Gemma 2's logit softcapping, each scaled
-    score ω̃ replaced by κ tanh(ω̃/κ)) and `alibi` (linear biases −μ_ℓ (m − p), True for Press et
-    al.'s slopes or a tensor of h slopes; causal whatever `blocked` says) and `sinks` (GPT-OSS's
-    attention sinks, the parameter `sinks`: a learned logit per head in each row's softmax),
-    `gate` (Qwen 3.5's output gate: `W_query` twice as wide, each head's queries then its gate's
-    logits, the merged heads multiplied by their sigmoid before `out_proj`) and
-    `query_pre_attn_scalar` (Gemma 2's and 3's query scale 1/√query_pre_attn_scalar);
-    `qk_norm="l2"` (Llama 4's RoPE layers: QK-norm without gains); `mods`, more modifications as
-    objects (`attention.mods`: Llama 4's `Chunked` attention, causal whatever `blocked` says, and
-    `Temperature` tuning, a researcher's own; without tensors: the module's own tensors are its
-    parameters).
+    `sliding_window`, `softcap`, `alibi`, `sinks`, `gate`, `query_pre_attn_scalar`,
+    `qk_norm="l2"` and `mods`.
+
+    Args:
+        d_in: d, the width of each input row (and, in the qwen3 layout, of the output).
+        num_heads: h, the query heads.
+        num_kv_groups: g, the key/value groups, each serving h / g query heads; divides
+            num_heads.
+        d_out: the llama3 layout: the width h·c_h of Q and of the output; None for the qwen3
+            layout. Not with head_dim.
+        head_dim: c_h, the qwen3 layout's; None: d_out / num_heads, or d_in / num_heads without
+            d_out.
+        qk_norm: True for `RMSNorm`s `q_norm`, `k_norm` (eps 1e-6) over each head's queries and
+            keys, before RoPE; ``"whole"`` (OLMo 3) for norms over all the features of a row of
+            Q and of K, before the heads are split; ``"l2"`` (Llama 4's RoPE layers) for
+            per-head norms without gains; False for none.
+        dtype: the dtype of the linear layers' weights; None for torch's default.
+        sliding_window: w: each query attends its last w tokens, causal whatever `blocked`
+            says (Gemma's and GPT-OSS's local layers); None for none.
+        softcap: κ, Gemma 2's logit softcapping: each scaled score ω̃ replaced by κ tanh(ω̃/κ);
+            None for none.
+        alibi: linear biases −μ_ℓ (m − p) added to head ℓ's scores, causal whatever `blocked`
+            says: True for Press et al.'s slopes, a float tensor of h slopes `(h,)`, False for
+            none.
+        sinks: GPT-OSS's attention sinks, a learned logit per head in each row's softmax (the
+            parameter `sinks`): True to draw them from N(0, 0.02²), a float tensor `(h,)` of
+            initial logits, False for none.
+        gate: Qwen 3.5's sigmoid output gate: `W_query` twice as wide, each head's queries then
+            its gate's logits, the merged heads multiplied by their sigmoid before `out_proj`.
+        query_pre_attn_scalar: Gemma 2's and 3's query scale 1/√query_pre_attn_scalar in place
+            of 1/√c_h; None for 1/√c_h.
+        mods: more modifications of the scores as objects (`attention.mods`: Llama 4's
+            `Chunked` attention, causal whatever `blocked` says, `Temperature` tuning, a
+            researcher's own), without tensors: the module's own tensors are its parameters.
+
+    Raises:
+        ValueError: when a size is not a positive int, num_kv_groups does not divide
+            num_heads, num_heads does not divide d_out (or d_in, without d_out and head_dim),
+            both d_out and head_dim are given, sliding_window is neither a positive int nor
+            None, softcap or query_pre_attn_scalar is not a positive number, or a mod is a mask
+            (`Causal`, `Window`) or carries a tensor.
+        TypeError: when dtype is not a floating-point torch.dtype, qk_norm is not a bool,
+            ``"whole"`` or ``"l2"``, gate is not a bool, alibi or sinks is neither a bool nor a
+            float tensor, or a mod is not a `Modification`.
+        ShapeError: when the tensor of alibi or sinks is not `(h,)`.
     """
 
     def __init__(
@@ -226,10 +282,30 @@ class GroupedQueryAttention(MultiHeadModule):
         cos: OwnDtype[Float[Tensor, "n_ctx c_r"]] | None = None,
         sin: OwnDtype[Float[Tensor, "n_ctx c_r"]] | None = None,
     ) -> Float[Tensor, "*batch n c_out"]:
-        """(*batch, n, d_in) -> (*batch, n, c_out), c_out the book's output width (llama3's
-        d_out, qwen3's d_in); `blocked` (n, n), True = may not attend; cos, sin (n_ctx, c_r),
-        n_ctx ≥ n: c_r = head_dim, or fewer (even) to rotate only each head's first c_r
-        features (partial RoPE: GPT-NeoX, Qwen 3.5)."""
+        """The context vectors C of X, the books' `forward(x, mask, cos, sin)`.
+
+        Args:
+            x: the input X, `(*batch, n, d)` with d = d_in.
+            blocked: the books' mask, `(n, n)`: True where query m may NOT attend key p; None
+                for none. A query left with no key gets a row of zeros.
+            cos: RoPE's cosines, from `compute_rope_params`, `(n_ctx, c_r)` with n_ctx ≥ n and
+                c_r = head_dim, or fewer (even) to rotate only each head's first c_r features
+                (partial RoPE: GPT-NeoX, Qwen 3.5); None, with sin, for no RoPE.
+            sin: RoPE's sines, as cos.
+
+        Returns:
+            C, `(*batch, n, c_out)`, c_out the book's output width (llama3's d_out, qwen3's
+                d_in).
+
+        Raises:
+            ValueError: when only one of cos and sin is given.
+            ShapeError: when x is not `(*batch, n, d)` with d = d_in, blocked is not `(n, n)`,
+                or the tables have fewer than n rows, more columns than head_dim, or an odd
+                number of them.
+            DtypeError: when x is not a float tensor of the weights' dtype, or blocked is not
+                bool.
+            DeviceError: when x, blocked, cos or sin is not on the weights' device.
+        """
         where = "GroupedQueryAttention.forward"
         n = x.shape[-2]
         if (cos is None) != (sin is None):

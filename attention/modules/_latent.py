@@ -45,15 +45,28 @@ class MultiHeadLatentAttention(nn.Module):
     """The book's `MultiHeadLatentAttention` (ch04/05_mla): the same constructor, parameters
     (`W_query`, `W_DKV`, `W_UK`, `W_UV`, `out_proj`), creation order and initialisation, so the
     same `torch.manual_seed` gives the same numbers and its state_dicts load unchanged; and the
-    same latent cache: `cache_c_kv` (*batch, tokens so far, latent_dim), a non-persistent buffer,
-    with `ptr_current_pos` the position of the next query.
+    same latent cache: `cache_c_kv` `(*batch, tokens so far, latent_dim)`, a non-persistent
+    buffer, with `ptr_current_pos` the position of the next query.
 
-    latent_dim: r, default max(16, d_out // 8) as the book's. `forward(x, use_cache=False)`:
-    causal. With `use_cache`, the new tokens' latents are appended to the cache, the queries sit
-    at positions ptr_current_pos … ptr_current_pos + n − 1 and attend every cached key at or
-    before their position. Without it, the cache is neither read nor written and the position
-    goes back to 0 (the book's semantics: call `reset_cache()` before a new sequence). Dropout
-    on the weights in training mode, as the book's.
+    `forward(x, use_cache=False)`: causal. With `use_cache`, the new tokens' latents are
+    appended to the cache, the queries sit at positions ptr_current_pos … ptr_current_pos + n − 1
+    and attend every cached key at or before their position. Without it, the cache is neither
+    read nor written and the position goes back to 0 (the book's semantics: call `reset_cache()`
+    before a new sequence). Dropout on the weights in training mode, as the book's.
+
+    Args:
+        d_in: d, the width of each input row.
+        d_out: c, the width of Q, K, V and of the output; num_heads divides it.
+        dropout: the rate of dropout on A in training mode, in [0, 1).
+        num_heads: h; each head has width c_h = d_out / num_heads.
+        qkv_bias: give `W_query`, `W_DKV`, `W_UK` and `W_UV` biases (`out_proj` always has one).
+        latent_dim: r, the width of the latent C_kv that keys and values are made from; None
+            for the book's default, max(16, d_out // 8).
+
+    Raises:
+        ValueError: when d_in, d_out, num_heads or latent_dim is not a positive int, num_heads
+            does not divide d_out, or dropout is not in [0, 1).
+        TypeError: when qkv_bias is not a bool.
     """
 
     cache_c_kv: Tensor | None
@@ -95,7 +108,23 @@ class MultiHeadLatentAttention(nn.Module):
     def forward(
         self, x: Float[Tensor, "*batch n d"], use_cache: bool = False
     ) -> Float[Tensor, "*batch n c_out"]:
-        """(*batch, n, d_in) -> (*batch, n, d_out), causal; `use_cache`: see the class."""
+        """The context vectors C of X, causal.
+
+        Args:
+            x: the input X, `(*batch, n, d)` with d = d_in; with `use_cache`, the new tokens.
+            use_cache: append the new tokens' latents to `cache_c_kv` and attend the queries, at
+                positions ptr_current_pos onwards, to every cached key at or before theirs;
+                False: neither read nor write the cache, and put the position back to 0.
+
+        Returns:
+            C, `(*batch, n, d_out)`.
+
+        Raises:
+            ShapeError: when x is not `(*batch, n, d)` with d = d_in, or (with `use_cache`) its
+                batch is not the cache's.
+            DtypeError: when x is not a float tensor of the weights' dtype.
+            DeviceError: when x is not on the weights' device.
+        """
         n = x.shape[-2]
         latent = self.W_DKV(x)  # the new tokens' C_kv: (*batch, n, r)
         if use_cache:

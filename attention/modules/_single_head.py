@@ -68,6 +68,13 @@ class SelfAttentionV1(BookWeights, nn.Module):
 
     with d = d_in and c = d_out; weights drawn by `torch.rand` as in the book.
 
+    Args:
+        d_in: d, the width of each input row.
+        d_out: c, the width of Q, K, V and of the output.
+
+    Raises:
+        ValueError: when d_in or d_out is not a positive int.
+
     >>> import torch
     >>> from attention import SelfAttentionV1
     >>> _ = torch.manual_seed(123)
@@ -87,7 +94,20 @@ class SelfAttentionV1(BookWeights, nn.Module):
     def forward(
         self, x: Float[Tensor, "*batch n d"], *, return_weights: bool = False
     ) -> Context | ContextAndWeights:
-        """C (*batch, n, c) from X (*batch, n, d); with `return_weights`, (C, A)."""
+        """The context vectors C of X.
+
+        Args:
+            x: the input X, `(*batch, n, d)` with d = d_in.
+            return_weights: also return the attention weights A.
+
+        Returns:
+            C, `(*batch, n, c)`; with `return_weights=True`, the pair (C, A), A `(*batch, n, n)`.
+
+        Raises:
+            ShapeError: when x is not `(*batch, n, d)` with d = d_in.
+            DtypeError: when x is not a float tensor of the weights' dtype.
+            DeviceError: when x is not on the weights' device.
+        """
         return _one_head(self, x, causal=False, return_weights=return_weights)
 
 
@@ -96,6 +116,15 @@ class SelfAttentionV2(BookWeights, nn.Module):
 
     Same formula as V1 (plus optional biases); `nn.Linear` stores `W_query.weight` = Wqᵀ (c×d),
     and `self.w_q` gives Wq (d×c). Initialisation is `nn.Linear`'s, as in the book.
+
+    Args:
+        d_in: d, the width of each input row.
+        d_out: c, the width of Q, K, V and of the output.
+        qkv_bias: give `W_query`, `W_key` and `W_value` biases.
+
+    Raises:
+        ValueError: when d_in or d_out is not a positive int.
+        TypeError: when qkv_bias is not a bool.
     """
 
     def __init__(self, d_in: int, d_out: int, qkv_bias: bool = False):
@@ -110,7 +139,20 @@ class SelfAttentionV2(BookWeights, nn.Module):
     def forward(
         self, x: Float[Tensor, "*batch n d"], *, return_weights: bool = False
     ) -> Context | ContextAndWeights:
-        """C (*batch, n, c) from X (*batch, n, d); with `return_weights`, (C, A)."""
+        """The context vectors C of X.
+
+        Args:
+            x: the input X, `(*batch, n, d)` with d = d_in.
+            return_weights: also return the attention weights A.
+
+        Returns:
+            C, `(*batch, n, c)`; with `return_weights=True`, the pair (C, A), A `(*batch, n, n)`.
+
+        Raises:
+            ShapeError: when x is not `(*batch, n, d)` with d = d_in.
+            DtypeError: when x is not a float tensor of the weights' dtype.
+            DeviceError: when x is not on the weights' device.
+        """
         return _one_head(self, x, causal=False, return_weights=return_weights)
 
 
@@ -123,9 +165,20 @@ class CausalAttention(BookWeights, nn.Module):
 
     The `mask` buffer (context_length × context_length, 1 above the diagonal) is kept as in the
     book so that its state_dicts load; inputs may have at most `context_length` tokens. Dropout
-    acts in training mode only. `forward` also takes a boolean `mask` (*batch, n, n) (True = may
-    attend) and a `key_padding_mask` (*batch, n) (True = the key exists: the opposite of
-    torch.nn.MultiheadAttention's), combined with the causal one.
+    acts in training mode only. `forward` also takes a boolean `mask` and a `key_padding_mask`,
+    combined with the causal one.
+
+    Args:
+        d_in: d, the width of each input row.
+        d_out: c, the width of Q, K, V and of the output.
+        context_length: the most tokens an input may have (the side of the `mask` buffer).
+        dropout: the rate of dropout on A in training mode, in [0, 1).
+        qkv_bias: give `W_query`, `W_key` and `W_value` biases.
+
+    Raises:
+        ValueError: when d_in, d_out or context_length is not a positive int, or dropout is not
+            in [0, 1).
+        TypeError: when qkv_bias is not a bool.
     """
 
     mask: Tensor
@@ -155,8 +208,25 @@ class CausalAttention(BookWeights, nn.Module):
         key_padding_mask: KeyPaddingArg = None,
         return_weights: bool = False,
     ) -> Context | ContextAndWeights:
-        """C (*batch, n, c) from X (*batch, n, d), n ≤ context_length; with `return_weights`,
-        (C, A)."""
+        """The context vectors C of X, causal.
+
+        Args:
+            x: the input X, `(*batch, n, d)` with d = d_in and n ≤ context_length.
+            mask: True where query m may attend key p, `(*batch, n, n)` (its batch broadcasts
+                against x's); None for none. A query left with no key gets a row of zeros.
+            key_padding_mask: True where key p exists, `(*batch, n)` (the opposite of
+                torch.nn.MultiheadAttention's); None for none.
+            return_weights: also return the attention weights A (after dropout, in training mode).
+
+        Returns:
+            C, `(*batch, n, c)`; with `return_weights=True`, the pair (C, A), A `(*batch, n, n)`.
+
+        Raises:
+            ShapeError: when x is not `(*batch, n, d)` with d = d_in, n passes context_length, or
+                a mask does not fit x.
+            DtypeError: when x is not a float tensor of the weights' dtype, or a mask is not bool.
+            DeviceError: when x or a mask is not on the weights' device.
+        """
         within_context("CausalAttention.forward", x.shape[-2], self.mask.shape[-1])
         return _one_head(
             self,

@@ -35,9 +35,40 @@ class MultiHeadAttentionWithSWA(KVCache, OutputProjection, BookWeights, MultiHea
     `sliding_window_size` may be changed after construction (the book's `GPTModel` does, layer
     by layer); it is checked again at every forward. `forward(x, use_cache=True)`: the new
     tokens against the cache (the last w tokens), as `MultiHeadAttention`'s. `forward` also
-    takes `mask` (*batch, n, n) and `key_padding_mask` (*batch, n), combined with the window.
-    Beyond the book, keyword-only: `softcap`, `alibi`, `sinks`, `gate` and
-    `query_pre_attn_scalar`, as `MultiHeadAttention`'s.
+    takes `mask` and `key_padding_mask`, combined with the window. Beyond the book,
+    keyword-only: `softcap`, `alibi`, `sinks`, `gate`, `query_pre_attn_scalar` and `mods`, as
+    `MultiHeadAttention`'s.
+
+    Args:
+        d_in: d, the width of each input row.
+        d_out: c, the width of Q, K, V and of the output; num_heads divides it.
+        dropout: the rate of dropout on A in training mode, in [0, 1).
+        num_heads: h; each head has width c_h = d_out / num_heads.
+        qkv_bias: give `W_query`, `W_key` and `W_value` biases (`out_proj` always has one).
+        sliding_window_size: w, the tokens each query sees, itself included; None for causal
+            attention over all of them.
+        softcap: κ, Gemma 2's logit softcapping: each scaled score ω̃ replaced by κ tanh(ω̃/κ);
+            None for none.
+        alibi: BLOOM's and MPT's linear biases, −μ_ℓ (m − p) added to head ℓ's scores: True for
+            Press et al.'s slopes, a float tensor of h slopes `(h,)`, False for none.
+        sinks: GPT-OSS's attention sinks, a learned logit per head in each row's softmax (the
+            parameter `sinks`): True to draw them from N(0, 0.02²), a float tensor `(h,)` of
+            initial logits, False for none.
+        gate: Qwen 3.5's sigmoid output gate: `W_query` twice as wide, each head's queries then
+            its gate's logits, the merged heads multiplied by their sigmoid before `out_proj`.
+        query_pre_attn_scalar: Gemma 2's and 3's query scale 1/√query_pre_attn_scalar in place
+            of 1/√c_h; None for 1/√c_h.
+        mods: more modifications of the scores as objects (`attention.mods`: `Chunked`,
+            `Temperature`, a researcher's own subclass of `Modification`), without tensors.
+
+    Raises:
+        ValueError: when d_in, d_out or num_heads is not a positive int, num_heads does not
+            divide d_out, dropout is not in [0, 1), sliding_window_size is neither a positive
+            int nor None, softcap or query_pre_attn_scalar is not a positive number, or a mod is
+            a mask (`Causal`, `Window`) or carries a tensor.
+        TypeError: when qkv_bias or gate is not a bool, alibi or sinks is neither a bool nor a
+            float tensor, or a mod is not a `Modification`.
+        ShapeError: when the tensor of alibi or sinks is not `(h,)`.
 
     >>> import torch
     >>> from attention import MultiHeadAttentionWithSWA
@@ -95,8 +126,33 @@ class MultiHeadAttentionWithSWA(KVCache, OutputProjection, BookWeights, MultiHea
         Float[Tensor, "*batch n c_out"]
         | tuple[Float[Tensor, "*batch n c_out"], Float[Tensor, "*batch h n n"]]
     ):
-        """(*batch, n, d) -> (*batch, n, d_out); with `return_weights`, also A (*batch, h, n, n).
-        With `use_cache`, x holds the new tokens only."""
+        """The context vectors C of X, each query reading its last w tokens.
+
+        Args:
+            x: the input X, `(*batch, n, d)` with d = d_in; with `use_cache`, the new tokens only.
+            use_cache: attend the new tokens, within the window, to themselves and to the tokens
+                since `reset_cache()`, and cache their keys and values (the last w kept); takes no
+                mask and returns no weights.
+            mask: True where query m may attend key p, `(*batch, n, n)` (its batch broadcasts
+                against x's), shared by the heads; None for none. A query left with no key gets
+                a row of zeros.
+            key_padding_mask: True where key p exists, `(*batch, n)` (the opposite of
+                torch.nn.MultiheadAttention's); None for none.
+            return_weights: also return the attention weights A (after dropout, in training mode).
+
+        Returns:
+            C, `(*batch, n, d_out)`; with `return_weights=True`, the pair (C, A), A
+                `(*batch, h, n, n)`.
+
+        Raises:
+            ShapeError: when x is not `(*batch, n, d)` with d = d_in, a mask does not fit x, or
+                x's batch is not the cache's.
+            DtypeError: when x is not a float tensor of the weights' (and the cache's) dtype, or
+                a mask is not bool.
+            DeviceError: when x or a mask is not on the weights' (and the cache's) device.
+            ValueError: when sliding_window_size is now neither a positive int nor None, or
+                use_cache comes with a mask, a key_padding_mask or return_weights.
+        """
         where = "MultiHeadAttentionWithSWA.forward"
         window = self.sliding_window_size
         check_window(where, "sliding_window_size", window)

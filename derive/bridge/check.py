@@ -392,9 +392,28 @@ def check(
     forward_only: bool = False,
     **sizes: object,
 ) -> Checked:
-    """`derive check` from Python: the variant named (``"gqa+rope"``, a loaded user's) at the
-    sizes given (``n=4, h=2``; the others drawn with `seed`, every condition of the variant
-    holding), its every step, entry point and gradient compared with its torch twins.
+    """`derive check` from Python: the variant named at the sizes given, its every step, entry
+    point and gradient compared with its torch twins.
+
+    Args:
+        name: a registered name or a combination (``"gqa+rope"``), a user's once loaded
+            (`load_variant`); default `"self-attention"`.
+        seed: draws the sizes not given, and each trial's inputs (trial k's with seed + k − 1).
+        trials: how many trials to run, each at its own drawn sizes (default 1).
+        forward_only: compare the forward steps only, not the gradients.
+        **sizes: the sizes and parameters given (``n=4, h=2``); the others drawn, every
+            condition of the variant holding. No gradient is checked for a size over
+            `derive.explicit.MAX_GRADIENT_SIZE`.
+
+    Returns:
+        What was found (`Checked`): `passed`, each trial's rows (`trials`), and `table()` as
+            `derive check` prints it. A comparison that differs is a failed row, not an error.
+
+    Raises:
+        ValueError: when `name` is not registered, `trials` is not a positive int, or a size
+            given is not the variant's own or breaks one of its conditions.
+        DeclarationError: when the variant's own twin does not take an option a variant it
+            is built on gives (a user's twin without `causal=` on causal attention).
 
     Example:
         >>> import derive

@@ -176,9 +176,22 @@ def _generated(name: str) -> GeneratedFunction:
 
 
 def torch_function(name: str) -> GeneratedFunction:
-    """The torch code of a variant (a registered name, a combination, a user's loaded
-    ``file.py:NAME``), generated from its declaration: forward from each step's formula,
-    backward from the derived gradients (`GeneratedFunction`)."""
+    """The torch code of a variant, generated from its declaration: forward from each step's
+    formula, backward from the derived gradients. Made once per variant in a process.
+
+    Args:
+        name: a registered name, a combination (`"gqa+rope"`), or a user's
+            `"path/to/file.py:NAME"` or `"module:NAME"` (loaded and registered first).
+
+    Returns:
+        The `GeneratedFunction`: called with the graph's inputs in order
+            (``f(X, W_q, W_k, W_v)``) and the variant's own sizes by keyword, it returns C.
+
+    Raises:
+        ValueError: when a name is not registered or the parts do not combine.
+        DeclarationError: when a user's spec does not load (`load_variant`).
+        DerivationError: when a derived gradient fails its check by numbers.
+    """
     entry = load_variant(name)
     return _generated(entry.name)
 
@@ -257,8 +270,27 @@ def _per_token(entry: Entry, letter: str) -> bool:
 
 
 def torch_module(name: str, *, d: int, c: int, dtype: Any = None, **own: Any) -> GeneratedModule:
-    """A module of a variant's generated code (`GeneratedModule`): X of width d, Q of width c,
-    the variant's own sizes and parameters by keyword (``h=4``; their defaults otherwise)."""
+    """A module of a variant's generated code, its learnable matrices as parameters.
+
+    Args:
+        name: a registered name, a combination (`"gqa+rope"`), or a user's
+            `"path/to/file.py:NAME"` (as `torch_function` takes it).
+        d: the width of X's rows.
+        c: the width of Q's rows.
+        dtype: the weights' dtype (None: torch's default).
+        **own: the variant's own sizes and parameters by keyword (``h=4``, ``kappa=50.0``);
+            their defaults otherwise. Fixed when the module is made.
+
+    Returns:
+        The `GeneratedModule`: its ``forward`` takes X (and the variant's other per-token
+            inputs) and returns C, `(n, c)` for X `(n, d)` (with X's batch axes in front).
+
+    Raises:
+        ValueError: as `torch_function` raises it, or when a keyword is not the variant's own
+            size or parameter, a value is outside its domain, or the sizes break a condition.
+        DeclarationError: when a user's spec does not load (`load_variant`).
+        DerivationError: when a derived gradient fails its check by numbers.
+    """
     return GeneratedModule(name, d=d, c=c, dtype=dtype, **own)
 
 

@@ -262,10 +262,26 @@ def _score_mod(name: str, values: tuple[tuple[str, float], ...]) -> ScoreMod:
 
 
 def score_mod(name: str, **values: float) -> ScoreMod:
-    """The rule on the scores of a variant (a registered name, a combination, a user's
-    ``file.py:NAME``), generated from its declaration and checked (`ScoreMod`): its parameters
-    and sizes by keyword (``kappa=30``; a parameter's default otherwise; a size the rule or
-    its mask reads, such as a window's w, must be given). A DeclarationError says which step
-    makes a variant not a rule on the scores."""
+    """The rule on the scores of a variant, generated from its declaration and checked. Made
+    once per name and values in a process.
+
+    Args:
+        name: a registered name, a combination (`"causal+softcap"`), or a user's
+            `"path/to/file.py:NAME"` (loaded and registered first).
+        **values: the variant's parameters and sizes by keyword (``kappa=30``); a parameter's
+            default otherwise; a size the rule or its mask reads, such as a window's w, must
+            be given.
+
+    Returns:
+        The `ScoreMod`: the rule as `attention.mods` modifications (`ScoreMod.mods`), and as
+            FlexAttention's `score_mod` and `mask_mod` and FlashAttention 4's `score_mod_bwd`.
+
+    Raises:
+        ValueError: when a name is not registered or the parts do not combine.
+        DeclarationError: when a step makes the variant not a rule on the scores (the message
+            names it), a keyword is not its parameter or size, a size it reads is not given,
+            or a user's spec does not load.
+        DerivationError: when a derived derivative differs from autograd's through the rule.
+    """
     load_variant(name)  # a user's file registered first, its name then resolved
     return _score_mod(name, tuple(sorted(values.items())))

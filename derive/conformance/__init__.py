@@ -44,54 +44,62 @@ def conform(obj: Any, **options: Any) -> Report:
     """Check an attention implementation against the derivation.
 
     Args:
-        obj: an `nn.Module` (x (batch, n, d) -> (batch, n, d_out)), a function f(q, k, v, ...)
-            on (batch, heads, n, c) tensors, a function with no arguments that builds one of
-            these, or a TARGET string (``"module:attribute"``, ``"path/file.py:attribute"``).
-            A function may be a functools.partial, a bound method or a lambda; a
-            torch.compile'd target is checked through its original, eagerly.
-        kind: ``"sdpa"``, ``"module"`` or ``"self"`` to say what it is (default: recognised).
-        causal: True or False to say whether it is causal (default: probed).
-        n: tokens (default 5, or fewer where a module's context is shorter).
-        seed: of the inputs (default 0).
-        dtype: a torch dtype: of q, k, v for a function (default float32); a module's copy is
-            converted to it (default: the module's own).
-        width, heads: c and the heads of q, k, v for a function (defaults 8 and 3).
-        batch: the batch size (default: the smallest size from 2 on that no other size has).
-        adapter: the name of the adapter to use (default: the first that recognises it).
-        variant: registered variants the module computes besides what its adapter reads,
-            joined by ``+`` (``"rope"``, ``"gqa+qk-norm"``; `derive.graph.registry.variants`
-            lists them, the user's own included), or a user's declaration to load
-            (``"path/to/file.py:NAME"``): the forms, tolerances and diagnosis come from that
-            variant's graph.
-        values: numbers those variants read, by their symbol's name (``{"beta": 5e5}``),
-            over the adapter's and the module's (an attribute of that name), whose absence
-            means the variant's default.
-        params: where the module keeps what a variant reads, by letter or symbol name
-            (``{"Lam": "attn.lambda_", "s": "scale"}``); without it, each matrix the adapter
-            does not read and each parameter is looked for by its own name (``Lam`` or
-            ``lam``, case and underscores aside; an nn.Linear is read as its weight
-            transposed, as the book's W_query).
-        strict: fail on the conventions the derivation leaves open (default False: state them):
-            a query with no key gets derive's zero weights, and a float64 target is float64
-            throughout (its adapter's known conventions ignored).
-        conventions: conventions told, over those the adapter knows its modules keep (the
-            huggingface adapter: an eager layer's softmax and every model's RoPE tables in
-            float32): ``{"softmax": "float32"}`` (the dtype the softmax runs in),
-            ``{"tables": "float32"}`` (that of RoPE's tables), ``{"precision": "float32"}``
-            (every step: a layer that casts to float32 inside), ``{"empty rows": "zero"}`` (or
-            ``"nan"``, ``"any"``: what a query with no key must get). A float64 target that
-            fails is tried again with its softmax, its tables, then both in float32, and the
-            report says when that would conform (it still fails: only the caller can say the
-            rest of the layer is float64); then, unless `strict`, with every step in float32:
-            where that passes, it conforms at float32's precision, and the report's verdict,
-            its `precision` and a finding say so (never "no mistake matches").
-        mistakes: the catalogue to diagnose with (default `derive.graph.mistakes.MISTAKES`).
+        obj: an `nn.Module` (x `(batch, n, d)` -> `(batch, n, d_out)`), a function
+            f(q, k, v, ...) on `(batch, heads, n, c)` tensors, a function with no arguments that
+            builds one of these, or a TARGET string (``"module:attribute"``,
+            ``"path/file.py:attribute"``). A function may be a functools.partial, a bound method
+            or a lambda; a torch.compile'd target is checked through its original, eagerly.
+        **options: keyword options, each optional:
+
+            - `kind`: ``"sdpa"``, ``"module"`` or ``"self"`` to say what it is (default:
+                recognised).
+            - `causal`: True or False to say whether it is causal (default: probed).
+            - `n`: tokens (default 5, or fewer where a module's context is shorter).
+            - `seed`: of the inputs (default 0).
+            - `dtype`: a torch dtype: of q, k, v for a function (default float32); a module's
+                copy is converted to it (default: the module's own).
+            - `width`, `heads`: c and the heads of q, k, v for a function (defaults 8 and 3).
+            - `batch`: the batch size (default: the smallest size from 2 on that no other size
+                has).
+            - `adapter`: the name of the adapter to use (default: the first that recognises
+                it).
+            - `variant`: registered variants the module computes besides what its adapter
+                reads, joined by ``+`` (``"rope"``, ``"gqa+qk-norm"``;
+                `derive.graph.registry.variants` lists them, the user's own included), or a
+                user's declaration to load (``"path/to/file.py:NAME"``): the forms, tolerances
+                and diagnosis come from that variant's graph.
+            - `values`: numbers those variants read, by their symbol's name
+                (``{"beta": 5e5}``), over the adapter's and the module's (an attribute of that
+                name), whose absence means the variant's default.
+            - `params`: where the module keeps what a variant reads, by letter or symbol name
+                (``{"Lam": "attn.lambda_", "s": "scale"}``); without it, each matrix the
+                adapter does not read and each parameter is looked for by its own name
+                (``Lam`` or ``lam``, case and underscores aside; an nn.Linear is read as its
+                weight transposed, as the book's W_query).
+            - `strict`: fail on the conventions the derivation leaves open (default False:
+                state them): a query with no key gets derive's zero weights, and a float64
+                target is float64 throughout (its adapter's known conventions ignored).
+            - `conventions`: conventions told, over those the adapter knows its modules keep
+                (the huggingface adapter: an eager layer's softmax and every model's RoPE
+                tables in float32): ``{"softmax": "float32"}`` (the dtype the softmax runs
+                in), ``{"tables": "float32"}`` (that of RoPE's tables),
+                ``{"precision": "float32"}`` (every step: a layer that casts to float32
+                inside), ``{"empty rows": "zero"}`` (or ``"nan"``, ``"any"``: what a query with
+                no key must get). A float64 target that fails is tried again with its softmax,
+                its tables, then both in float32, and the report says when that would conform
+                (it still fails: only the caller can say the rest of the layer is float64);
+                then, unless `strict`, with every step in float32: where that passes, it
+                conforms at float32's precision, and the report's verdict, its `precision` and
+                a finding say so (never "no mistake matches").
+            - `mistakes`: the catalogue to diagnose with (default
+                `derive.graph.mistakes.MISTAKES`).
 
     Returns:
-        a `Report`: ``report.conforms``, its checks, its diagnosis; ``print(report)``.
+        A `Report`: ``report.conforms``, its checks, its diagnosis; ``print(report)``.
 
     Raises:
         ConformError: the target cannot be loaded or called, or its weights not found.
+        TypeError: an option not in the list above.
     """
     from .checks.run import Options
     from .checks.run_function import FunctionRun

@@ -74,8 +74,31 @@ class Diagnosis:
 
 @dataclass(frozen=True)
 class Report:
-    """What `derive.conform` found; `unchecked` says which checks the target could have run
-    but did not, and why (``"the mask checks did not run: …"``): the verdict line says it."""
+    """What `derive.conform` found.
+
+    Args:
+        target: how the report names what was checked (the TARGET string, or its name).
+        kind: what it was checked as: ``"sdpa"``, ``"module"`` or ``"self"``; for a recurrent
+            layer, its kind with the reader's name.
+        convention: the name of the adapter that read a module's weights; None for a function
+            or a recurrent layer.
+        causal: whether it was checked as causal.
+        causal_how: how that was known (``"as told"``, what the probe found, ``"a
+            recurrence"``).
+        dtype: the dtype it was checked in, as text (``"float32"``).
+        sizes: the sizes it was shown, by name (n, d, c, h, …).
+        checks: one `Check` per property, in the table's order.
+        diagnosis: the mistake of the catalogue it computes, or where it first differs; None
+            when no check fails.
+        notes: lines printed after the diagnosis, before the verdict (findings, how the target
+            was read).
+        unchecked: the checks the target could have run but did not, and why (``"the mask
+            checks did not run: …"``): the verdict line says it.
+        variant: the registered variants it was checked for, joined by ``+``; empty for none.
+        precision: the dtype it computes in where that is coarser than its inputs' (a float64
+            layer that casts to float32 inside), found by conform: its checks are then within
+            that dtype's rounding; None otherwise.
+    """
 
     target: str
     kind: str
@@ -115,7 +138,14 @@ class Report:
         return verdict + "".join(f", but {what}" for what in self.unchecked)
 
     def table(self, colour: bool = False) -> str:
-        """A table for a terminal, with the formulas and tolerances under each row."""
+        """A table for a terminal, with the formulas and tolerances under each row.
+
+        Args:
+            colour: colour each row's result (PASS, FAIL, n/a) with ANSI escape codes.
+
+        Returns:
+            The table, its lines joined by newlines, the verdict last.
+        """
         lines = self._header() + [""]
         width = max(len(c.name) for c in self.checks)
         lines.append(
@@ -161,7 +191,11 @@ class Report:
         return [*lines, ""]
 
     def markdown(self) -> str:
-        """The report as Markdown: a table, then the diagnosis with its formulas in LaTeX."""
+        """The report as Markdown: a table, then the diagnosis with its formulas in LaTeX.
+
+        Returns:
+            The Markdown text, ending in a newline.
+        """
         head = self._header()
         lines = [
             f"**{head[0]}**",
@@ -202,8 +236,12 @@ class Report:
         return "\n".join(lines) + "\n"
 
     def as_json(self) -> dict:
-        """``{"conforms", "kind", "checks", "diagnosis", …}``, ready for `json.dumps`: every
-        SymPy number as a Python one (a size given by ``--value w=3`` is an Integer)."""
+        """The report as plain data, for tools.
+
+        Returns:
+            ``{"conforms", "kind", "checks", "diagnosis", …}``, ready for `json.dumps`: every
+                SymPy number as a Python one (a size given by ``--value w=3`` is an Integer).
+        """
         found = self.diagnosis
         return _plain(
             {

@@ -29,10 +29,32 @@ def explicit_variant(
     key_padding_mask: Sequence | Any = None,
     **sizes: object,
 ) -> ExplicitGraph:
-    """A variant written out at sizes n, d, c and its own (``w=3``, ``h=2``; its defaults
-    otherwise): every step's entries, their formulas, `evaluate` for numbers. A variant whose
-    mask is given (``"masked"``) takes it as booleans, True where a query may attend: `mask`
-    (n, n) and `key_padding_mask` (n,), True for the keys that exist (both: where both allow).
+    """A variant written out at sizes n, d, c and its own: every step's entries, their
+    formulas, `evaluate` for numbers.
+
+    Args:
+        name: a registered variant's name, or several joined by `+` (`"gqa+rope"`); default
+            `"self-attention"`.
+        n: the number of tokens, the rows of X (default 3).
+        d: the width of X's rows (default 4).
+        c: the width of Q, K, V (default 2).
+        mask: for a variant whose mask is given (`"masked"`), booleans `(n, n)`, True where
+            query m may attend key p; None for none.
+        key_padding_mask: for such a variant too, booleans `(n,)`, True for the keys that
+            exist (with `mask`, a key is read where both allow); None for none.
+        **sizes: the variant's own sizes and parameters by name (``w=3``, ``h=2``); its
+            defaults otherwise.
+
+    Returns:
+        The variant's graph at these sizes (`ExplicitGraph`): its inputs' and steps' entries
+            as attributes by letter (``explicit.A``).
+
+    Raises:
+        TypeError: when a size is not an int (a bool or a float included).
+        ValueError: when `name` is not registered, a size is below 1 or over
+            `derive.explicit.MAX_SIZE` (16), a size or parameter is not the variant's own, the
+            sizes break one of its conditions, a mask is not booleans of its shape, or a mask
+            is given to a variant that takes none (or missing for one that takes it).
 
     Example:
         >>> explicit = explicit_variant("sliding-window", 4, 3, 2, w=2)
@@ -65,9 +87,26 @@ def explicit_gradients(
     name: str = ROOT, n: int = 3, d: int = 4, c: int = 2, **sizes: object
 ) -> ExplicitGradients:
     r"""The backward pass of a variant at concrete sizes, entry by entry by the chain rule
-    (`explicit_variant`'s forward steps): `dC` (fresh entries \bar{z}_{m,j}), every gradient
-    (``dX``, ``dW_q``, ``dA``; a tuple per head), `evaluate`, and `residuals` against the forms
-    derived at symbolic sizes. Each size is at most `derive.explicit.MAX_GRADIENT_SIZE`.
+    (`explicit_variant`'s forward steps).
+
+    Args:
+        name: a registered variant's name, or several joined by `+` (`"gqa+rope"`); default
+            `"self-attention"`.
+        n: the number of tokens, the rows of X (default 3).
+        d: the width of X's rows (default 4).
+        c: the width of Q, K, V (default 2).
+        **sizes: the variant's own sizes and parameters by name (``w=3``, ``h=2``); its
+            defaults otherwise.
+
+    Returns:
+        The gradients (`ExplicitGradients`): `dC` (fresh entries `\bar{z}_{m,j}`), every
+            gradient by its letter (``dX``, ``dW_q``, ``dA``; a tuple per head), `evaluate`, and
+            `residuals` against the forms derived at symbolic sizes.
+
+    Raises:
+        TypeError: when a size is not an int (a bool or a float included).
+        ValueError: as `explicit_variant` raises it, or when a size is over
+            `derive.explicit.MAX_GRADIENT_SIZE` (8).
 
     Example:
         >>> explicit_gradients("self-attention", 2, 3, 2).dW_q.shape

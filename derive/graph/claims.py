@@ -74,7 +74,21 @@ class Presented:
 @dataclass(frozen=True)
 class SameAs(Presented):
     """Step for step the same as `other`, after `substitute` (entries or sizes, in the
-    variant's declarations) and where each size in `assume` is at least its bound."""
+    variant's declarations) and where each size in `assume` is at least its bound.
+
+    Args:
+        other: the graph it is compared with: a `Graph`, a registered entry's name
+            (``"causal"``), or `BEFORE`.
+        substitute: pairs (old, new) put into the variant's declarations: a matrix's entries
+            for another's (``(y, x)``) or a size for a value (``(g, h)``); empty by default.
+        assume: pairs (size, bound), each size taken to be at least its bound (``(w, n)``:
+            w ≥ n); empty by default.
+        heading: the heading documents print; None (the default): the fact's own title;
+            ``""``: none.
+        text: the words before it; None (the default): the registry's words for its kind.
+        then: the words between stated assumptions and the derivation; unused here, as
+            this kind states none.
+    """
 
     other: Other
     substitute: tuple[tuple[sp.Basic, sp.Basic], ...] = ()
@@ -83,7 +97,16 @@ class SameAs(Presented):
 
 @dataclass(frozen=True)
 class ReadsRows(Presented):
-    """Row m of `letter` reads only the rows p ≤ m of the keys and values."""
+    """Row m of `letter` reads only the rows p ≤ m of the keys and values.
+
+    Args:
+        letter: the matrix whose rows are read; ``"C"`` by default.
+        heading: the heading documents print; None (the default): the fact's own title;
+            ``""``: none.
+        text: the words before it; None (the default): the registry's words for its kind.
+        then: the words between stated assumptions and the derivation; unused here, as
+            this kind states none.
+    """
 
     letter: str = "C"
 
@@ -220,7 +243,15 @@ class Absorption(Presented):
 
 @dataclass(frozen=True)
 class RowsSumToOne(Presented):
-    """Σ_p a_{m,p} = 1 over the keys, for every row m (with a declared mask, over its limits)."""
+    """Σ_p a_{m,p} = 1 over the keys, for every row m (with a declared mask, over its limits).
+
+    Args:
+        heading: the heading documents print; None (the default): the fact's own title;
+            ``""``: none.
+        text: the words before it; None (the default): none.
+        then: the words between stated assumptions and the derivation; unused here, as
+            this kind states none.
+    """
 
 
 @dataclass(frozen=True)
@@ -233,7 +264,15 @@ class RowsSumWithSink(Presented):
 
 @dataclass(frozen=True)
 class ShiftInvariance(Presented):
-    """A constant added to every score of a row leaves the weights unchanged."""
+    """A constant added to every score of a row leaves the weights unchanged.
+
+    Args:
+        heading: the heading documents print; None (the default): the fact's own title;
+            ``""``: none.
+        text: the words before it; None (the default): none.
+        then: the words between stated assumptions and the derivation; unused here, as
+            this kind states none.
+    """
 
 
 @dataclass(frozen=True)
@@ -253,12 +292,28 @@ class ScaledScoreVariance(Presented):
 @dataclass(frozen=True)
 class WeightsJacobian(Presented):
     """∂a_{m,p}/∂x_{m,t} of the weights with respect to the scores they read, in the weights:
-    a_{m,p}(δ_{p,t} − a_{m,t}) for the softmax."""
+    a_{m,p}(δ_{p,t} − a_{m,t}) for the softmax.
+
+    Args:
+        heading: the heading documents print; None (the default): the fact's own title;
+            ``""``: none.
+        text: the words before it; None (the default): none.
+        then: the words between stated assumptions and the derivation; unused here, as
+            this kind states none.
+    """
 
 
 @dataclass(frozen=True)
 class RowsumIdentity(Presented):
-    """Σ_r a_{m,r} ā_{m,r} = Σ_j z̄_{m,j} z_{m,j} (from the derived gradient of A)."""
+    """Σ_r a_{m,r} ā_{m,r} = Σ_j z̄_{m,j} z_{m,j} (from the derived gradient of A).
+
+    Args:
+        heading: the heading documents print; None (the default): the fact's own title;
+            ``""``: none.
+        text: the words before it; None (the default): none.
+        then: the words between stated assumptions and the derivation; unused here, as
+            this kind states none.
+    """
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,19 @@ SHAPES: dict[str, tuple[sp.Expr, sp.Expr]] = {}
 @dataclass(frozen=True)
 class Step:
     """A step declared by the formula of one entry of its output (see `step`); its shapes, but
-    the output's, are read off the graph it is put into."""
+    the output's, are read off the graph it is put into.
+
+    Args:
+        name: what it computes (``"sigmoid_weights"``).
+        element: ``Eq(entry of the output, formula)``, such as ``Eq(a[m, p], ...)``.
+        shape: the output's ``(rows, columns)``, in the book's sizes (``(n, n)``).
+        title: a few words for documents.
+        twin: the torch function that computes it; None (the default): the function of
+            ``attention.functional`` of its name where there is one, else derive's generated
+            code.
+        requires: conditions on the sizes it needs (`Even`, `Divides`, `AtLeast`).
+        text: a few sentences its document prints before it.
+    """
 
     name: str
     element: sp.Eq

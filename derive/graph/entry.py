@@ -26,16 +26,20 @@ class Stage:
 
 @dataclass(frozen=True)
 class Entry:
-    """A name resolved: what documents, explicit matrices and checks read.
+    """A name resolved: what documents, explicit matrices and checks read (`derive.variant`
+    makes one).
 
-    Attributes:
+    Args:
         name: the canonical name (parts in their order: ``"gqa+qk-norm+rope"``).
-        title: for documents; `text` its paragraphs.
-        parts: the variants named, in order; `chain`, every variant it stands for.
-        graph: its declarations; `base`, the graph of its base (None for self-attention),
-            whose steps its document refers to.
-        claims: each claim with the stage it is proved at.
-        document: how its document reads.
+        title: its title, for documents.
+        text: its paragraphs, for documents.
+        parts: the variants named, in order.
+        chain: every variant it stands for, in rank order.
+        graph: its declarations.
+        base: the graph of its base, whose steps its document refers to (None for
+            self-attention).
+        claims: each claim with the `Stage` it is proved at.
+        document: how its document reads (`Document`).
     """
 
     name: str
@@ -115,8 +119,15 @@ class Entry:
 
     def with_graph(self, graph: Graph) -> Entry:
         """The entry with other declarations in place of its graph's (a test changes one
-        declaration this way and checks that every display derived from it changes): the
-        claims proved on its graph are proved on `graph`."""
+        declaration this way and checks that every display derived from it changes).
+
+        Args:
+            graph: the declarations to put in place of the entry's graph.
+
+        Returns:
+            A copy of the entry with `graph`; the claims proved on its old graph are proved on
+                `graph`, the others keep their stages.
+        """
         claims = tuple(
             (claim, replace(stage, graph=graph) if stage.graph == self.graph else stage)
             for claim, stage in self.claims

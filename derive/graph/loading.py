@@ -23,7 +23,22 @@ def spec_of(name: str) -> str | None:
 def load_variant(spec: str) -> Entry:
     """The variant a spec names, registered: ``path/to/file.py:NAME`` (the file loaded, its
     folder on the import path while it loads) or ``package.module:NAME`` (imported); NAME is a
-    `Variant` in it. A plain registered name resolves as `variant` does."""
+    `Variant` in it. A plain registered name resolves as `variant` does. A file is run once per
+    process.
+
+    Args:
+        spec: `"path/to/file.py:NAME"`, `"package.module:NAME"`, or a registered name or
+            combination (`"gqa+rope"`).
+
+    Returns:
+        The `Entry` of the variant, registered under its own name (`Variant.name`).
+
+    Raises:
+        DeclarationError: when the spec is malformed, the file does not exist or fails to
+            run, the module does not import, NAME is missing or not a `Variant`, or the
+            variant does not register (`register_variant`).
+        ValueError: when a plain name is not registered (as `variant` raises it).
+    """
     where, colon, attribute = spec.rpartition(":")
     if not colon:
         return variant(spec)

@@ -69,7 +69,11 @@ def _registry() -> dict[str, Variant]:
 
 def variants() -> tuple[str, ...]:
     """The names of the registered variants: self-attention, causal, masked, multi-head, the
-    book's later variants, then those registered in this process."""
+    book's later variants, then those registered in this process.
+
+    Returns:
+        The names, in the registry's order (`variant` takes each, or several joined by `+`).
+    """
     return tuple(_registry())
 
 
@@ -86,8 +90,20 @@ def declared(name: str) -> Variant:
 
 def register_variant(found: Variant) -> Variant:
     """Add `found` to this process's registry (then ``variant(found.name)`` and
-    ``--variant NAME`` find it); a `DeclarationError` if its declaration does not resolve.
-    Registering a name again replaces the user's earlier variant of that name."""
+    ``--variant NAME`` find it). Registering a name again replaces the user's earlier variant
+    of that name.
+
+    Args:
+        found: the declaration to register; its `base` names the entry it changes.
+
+    Returns:
+        `found` itself, now registered.
+
+    Raises:
+        DeclarationError: when `found` is not a `Variant` (an `Entry` included), its name is
+            not one word without `+`, `:` or spaces, names a built-in variant, its base is
+            None, or its declaration does not resolve (the earlier registration is kept).
+    """
     if not isinstance(found, Variant):
         kind = type(found).__name__
         said = (
@@ -234,9 +250,20 @@ def _title(parts: tuple[Variant, ...]) -> str:
 
 
 def variant(name: str) -> Entry:
-    """The entry registered under `name`, or the combination ``"gqa+rope"``; a ValueError
-    naming the known variants otherwise (a `DeclarationError` where a declaration does not
-    resolve, or parts do not combine)."""
+    """The entry registered under `name`, or the combination ``"gqa+rope"``.
+
+    Args:
+        name: a registered variant's name, or several joined by `+` (`"gqa+rope"`); a part
+            already in another part's chain is dropped (`"causal+rope"` is `"rope"`).
+
+    Returns:
+        The resolved `Entry`: its graph, its base's graph, its claims with their stages.
+
+    Raises:
+        ValueError: when `name` is not a non-empty string, a part is not registered (the
+            message names the closest and the known ones), or the parts do not combine.
+        DeclarationError: when a declaration does not resolve (a `ValueError` too).
+    """
     parts = _normalised(name)
     return _resolve("+".join(p.name for p in parts))
 

@@ -24,9 +24,17 @@ __all__ = ["Size", "Parameter", "Constraint", "Divides", "Even", "AtLeast", "Abo
 
 @dataclass(frozen=True)
 class Size:
-    """A size a variant adds to n, d, c (the window w, the groups g), its default at explicit
-    sizes, a few words for the command line's help, and the option that gives it there where
-    its name is not the symbol's (``block-keys`` for B_c)."""
+    """A size a variant adds to n, d, c (the window w, the groups g).
+
+    Args:
+        symbol: the size's symbol (a positive integer ``sympy.Symbol``).
+        default: its value at explicit sizes, where no option gives another.
+        text: a few words for the command line's help.
+        option: the command line's ``--option`` that gives it, where its name is not the
+            symbol's (``block-keys`` for B_c); empty (the default): the symbol's name, ``_``
+            written ``-``.
+        meaning: the glossary's sentence (LaTeX allowed); empty (the default): `text`.
+    """
 
     symbol: sp.Symbol
     default: int
@@ -38,8 +46,15 @@ class Size:
 @dataclass(frozen=True)
 class Parameter:
     """A number a variant's formulas read that is not a size (RoPE's base β, QK-norm's ε, a
-    bias b), and its value at explicit sizes: a number, or an expression in the sizes
-    (-log n)."""
+    bias b).
+
+    Args:
+        symbol: the parameter's ``sympy.Symbol``.
+        default: its value at explicit sizes: a number, or an expression in the sizes
+            (``-log n``).
+        text: a few words on what it is, for the list of a variant's steps and the glossary.
+        meaning: the glossary's sentence (LaTeX allowed); empty (the default): `text`.
+    """
 
     symbol: sp.Symbol
     default: sp.Expr
@@ -82,62 +97,140 @@ class Constraint:
 
 @dataclass(frozen=True)
 class Divides(Constraint):
-    """`small` divides `large` (h divides c: each head gets c / h columns)."""
+    """`small` divides `large` (h divides c: each head gets c / h columns).
+
+    Args:
+        small: the size that divides (h).
+        large: the size it divides (c).
+        why: the reason, said at the end of the message (``"each head gets c / h columns"``).
+    """
 
     small: sp.Expr
     large: sp.Expr
     why: str
 
     def condition(self) -> sp.Basic:
+        """The condition on the sizes.
+
+        Returns:
+            ``Eq(Mod(large, small), 0)``.
+        """
         return sp.Eq(sp.Mod(self.large, self.small), 0)
 
     def message(self, sizes: dict) -> str:
+        """What is wrong where the condition fails.
+
+        Args:
+            sizes: the value of each size symbol.
+
+        Returns:
+            One line naming both sizes and their values, with the reason
+                (``h=3 does not divide c=8 (…)``).
+        """
         a, b = _value(self.small, sizes), _value(self.large, sizes)
         return f"{label(self.small)}={a} does not divide {label(self.large)}={b} ({self.why})"
 
 
 @dataclass(frozen=True)
 class Even(Constraint):
-    """`size` is even (RoPE rotates pairs of features)."""
+    """`size` is even (RoPE rotates pairs of features).
+
+    Args:
+        size: the size that must be even (c_h).
+        why: the reason, said at the start of the message (``"RoPE rotates pairs of features"``).
+    """
 
     size: sp.Expr
     why: str
 
     def condition(self) -> sp.Basic:
+        """The condition on the sizes.
+
+        Returns:
+            ``Eq(Mod(size, 2), 0)``.
+        """
         return sp.Eq(sp.Mod(self.size, 2), 0)
 
     def message(self, sizes: dict) -> str:
+        """What is wrong where the condition fails.
+
+        Args:
+            sizes: the value of each size symbol.
+
+        Returns:
+            One line naming the size and its value, after the reason (``…: c / h=3 must be
+                even``).
+        """
         return f"{self.why}: {label(self.size)}={_value(self.size, sizes)} must be even"
 
 
 @dataclass(frozen=True)
 class AtLeast(Constraint):
     """`size` ≥ `bound` (a window of at least one key; n ≥ w + 1, a window narrower than the
-    sequence)."""
+    sequence).
+
+    Args:
+        size: the size bounded below (n).
+        bound: its least value, a number or an expression in the sizes (w + 1).
+        why: the reason, said at the end of the message.
+    """
 
     size: sp.Expr
     bound: sp.Expr
     why: str
 
     def condition(self) -> sp.Basic:
+        """The condition on the sizes.
+
+        Returns:
+            ``Ge(size, bound)``.
+        """
         return sp.Ge(self.size, self.bound)
 
     def message(self, sizes: dict) -> str:
+        """What is wrong where the condition fails.
+
+        Args:
+            sizes: the value of each size symbol.
+
+        Returns:
+            One line naming the size, its value and the bound's, with the reason
+                (``w=0 must be at least 1 (…)``).
+        """
         value, bound = _value(self.size, sizes), _value(self.bound, sizes)
         return f"{label(self.size)}={value} must be at least {bound} ({self.why})"
 
 
 @dataclass(frozen=True)
 class Above(Constraint):
-    """`value` > `bound`, strictly (Llama 3.1's high frequency factor above its low one)."""
+    """`value` > `bound`, strictly (Llama 3.1's high frequency factor above its low one).
+
+    Args:
+        value: the size or parameter bounded below (α_h).
+        bound: what it must exceed (α_l).
+        why: the reason, said at the end of the message.
+    """
 
     value: sp.Expr
     bound: sp.Expr
     why: str
 
     def condition(self) -> sp.Basic:
+        """The condition on the sizes.
+
+        Returns:
+            ``Gt(value, bound)``.
+        """
         return sp.Gt(self.value, self.bound)
 
     def message(self, sizes: dict) -> str:
+        """What is wrong where the condition fails.
+
+        Args:
+            sizes: the value of each size symbol.
+
+        Returns:
+            One line naming both and their values, with the reason.
+        """
         value, bound = _value(self.value, sizes), _value(self.bound, sizes)
         return f"{label(self.value)}={value} must be above {label(self.bound)}={bound} ({self.why})"

@@ -78,11 +78,12 @@ def joined(first: object, second: object) -> object:
 class StepTwin:
     """The torch function that computes one step.
 
-    Attributes:
+    Args:
         function: a dotted name or a callable.
-        arguments: the letters it takes positionally (default: the matrices the step reads,
-            constants left out).
-        options: keyword arguments (see the module docstring for their values).
+        arguments: the letters it takes positionally; None (the default): the matrices the
+            step reads, constants left out.
+        options: keyword arguments, as (name, value) pairs (see the module docstring for
+            their values).
     """
 
     function: Callee
@@ -94,13 +95,15 @@ class StepTwin:
 class Twin:
     """An entry point of `attention` (or of a user's file) that computes a whole variant.
 
-    Attributes:
+    Args:
         function: a dotted name or a callable.
         arguments: the graph's inputs it takes positionally (``"W_o?"``: where the graph has
-            W_o).
-        options: keyword arguments of its own; a variant's `options` add to them.
-        label: how `derive check` names its row (default: the function's name).
-        output: the position of C in what it returns, where it returns a tuple.
+            W_o); default: X, W_q, W_k, W_v.
+        options: keyword arguments of its own, as (name, value) pairs; a variant's `options`
+            add to them.
+        label: how `derive check` names its row; None (the default): the function's name.
+        output: the position of C in what it returns, where it returns a tuple; None (the
+            default): it returns C.
         incremental: called one new row of X at a time with the cache it returned last
             (``decode_step(x_new, w_q, w_k, w_v, cache=None) -> (context rows, cache)``).
         implies: the variants' options it computes without being told (decode_step is causal).

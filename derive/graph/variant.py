@@ -104,28 +104,37 @@ class Document:
 class Variant:
     """One entry of the registry.
 
-    Attributes:
-        name: its key (``"sliding-window"``), as ``derive latex --variant NAME`` takes it.
-        title: a few words for documents (``"Sliding-window attention"``); `short`, the words
-            in the title of a combination (default: the title without what is in brackets).
-        text: a few sentences for its document (words only; the formulas come from the graph).
+    Args:
+        name: its key (``"sliding-window"``), as ``derive latex --variant NAME`` takes it: one
+            word without `+`, `:` or spaces.
+        title: a few words for documents (``"Sliding-window attention"``).
+        text: a few sentences for its document, one string or a paragraph each (words only;
+            the formulas come from the graph).
         base: the entry it changes (a name, or a combination such as ``"causal+multi-head"``;
-            None only for self-attention itself); its document refers to the base's steps.
+            default `"self-attention"`, None only for self-attention itself); its document
+            refers to the base's steps.
         build: its graph from the graph it is put into (None: that graph, unchanged).
         claims: what SymPy derives about it, proved at its stage (`derive.graph.claims`).
-        sizes: the sizes it adds to n, d, c, with their defaults; parameters likewise.
+        sizes: the sizes it adds to n, d, c, with their defaults (`Size`).
+        parameters: the parameters it adds, with their defaults (`Parameter`).
         requires: conditions on the sizes beyond those its steps state (`derive.graph.sizes`).
         draws: conditions on the sizes `derive check` draws (n ≥ 2: one token tests nothing).
-        twin: the function that computes it; `also`, more (the explicit path, the book's
-            classes, a written-out backward pass); `options`, what it adds to the twins of the
-            variants it is combined with (``causal=True``).
-        rank: where it goes in a combination (applied in increasing rank).
+        twin: the function that computes it (None: none of its own; see `Entry.twins`).
+        also: more functions that compute it (the explicit path, the book's classes, a
+            written-out backward pass).
+        options: `(key, value)` pairs it adds to the twins of the variants it is combined with
+            (`(("causal", True),)`).
+        rank: where it goes in a combination (applied in increasing rank; default 100).
         alone: why it joins no other variant, where it does not (the step it replaces and
-            what is derived for that graph alone: "" for a variant that combines).
+            what is derived for that graph alone); `""` (the default) for a variant that
+            combines.
         drops: variants it takes out of a combination's chains (cross-attention takes out
             causal attention, on which GQA and QK-norm are declared: a query's position and a
             key's are in two sequences); naming one of them beside it is refused.
-        document: how its document reads (`Document`).
+        short: its words in the title of a combination (`""`: the title without what is in
+            brackets).
+        document: how its document reads (`Document`; default: the sections of `SECTIONS`,
+            no words of its own).
         notation: the letters its steps introduce (`derive.notation.letters.Letter`, each
             registered where it is declared) and the other symbols it names (`Name`): what the
             glossary lists, in this order.

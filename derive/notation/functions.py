@@ -31,6 +31,14 @@ class Sigmoid(sp.Function):
 
     @classmethod
     def eval(cls, x: sp.Expr) -> sp.Expr | None:
+        """SymPy's hook that evaluates ``Sigmoid(x)`` where it has an exact value.
+
+        Args:
+            x: the argument.
+
+        Returns:
+            1/2 at 0, 1 at ∞, 0 at −∞; None elsewhere (``Sigmoid(x)`` stays as it is).
+        """
         if x.is_zero:
             return sp.S.Half
         if x is sp.oo:
@@ -40,6 +48,14 @@ class Sigmoid(sp.Function):
         return None
 
     def fdiff(self, argindex: int = 1) -> sp.Expr:
+        """SymPy's hook for the derivative with respect to the argument.
+
+        Args:
+            argindex: which argument (1-based); σ has one, so 1, the default.
+
+        Returns:
+            σ(x)(1 − σ(x)), in ``Sigmoid(x)`` itself.
+        """
         return self * (1 - self)
 
     def _eval_rewrite_as_exp(self, x: sp.Expr, **kwargs: object) -> sp.Expr:
@@ -84,6 +100,15 @@ class Indicator(sp.Function):
 
     @classmethod
     def eval(cls, condition: sp.Basic) -> sp.Expr | None:
+        """SymPy's hook that evaluates ``Indicator(P)`` where `P` is decided.
+
+        Args:
+            condition: the condition P.
+
+        Returns:
+            1 where P is ``sympy.true``, 0 where it is ``sympy.false``; None otherwise
+            (``Indicator(P)`` stays as it is).
+        """
         if condition is sp.true:
             return sp.S.One
         if condition is sp.false:

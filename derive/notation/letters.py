@@ -150,16 +150,17 @@ class Letter:
     this record, as a user's file does (`derive.declare.matrix` makes one); `register_letter`
     puts it into the tables every printer reads.
 
-    Attributes:
+    Args:
         matrix: the matrix's letter in code (``"Omega_capped"``; a Python identifier).
         entry: the name of its entries (``"omegacap"``: ``base("omegacap")[m, p]``).
         latex: LaTeX of the matrix (``\breve{\Omega}``; default: `matrix`).
         entry_latex: LaTeX of one entry's letter (``\breve{\omega}``; default: `entry`).
         meaning: what one entry is, for the glossary (LaTeX allowed: ``$\kappa$``).
         indices: the indices the book gives an entry (``(m, p)``; default: read off `shape`).
-        shape: its shape, where the letter states it (a user's matrix; the built-ins' shapes
-            come from their steps).
-        constant: numbers fixed by the sizes (a mask, RoPE's angles): no gradient flows into it.
+        shape: its ``(rows, columns)``, where the letter states it (a user's matrix; the
+            built-ins' shapes come from their steps).
+        constant: its entries are numbers fixed by the sizes (a mask, RoPE's angles): no
+            gradient flows into it. False by default.
         after: the entry name it reads after in a product or a sum (``"omegatilde"``: ω̃ then
             ω̆), the book's order (x W, q k, a v, ẑ W_o); None: after every letter before it.
         gradient_after: the same for its gradient's entries (``"domegatilde"``).
@@ -196,10 +197,13 @@ class Name:
     entries of the registry that use it declare it (`derive.graph.Variant.notation`); the sizes
     and parameters a variant adds say theirs in their own records (`Size`, `Parameter`).
 
-    Attributes:
+    Args:
         symbol: the SymPy symbol, or the LaTeX of a symbol that is none (``r"\\delta_{p,t}"``).
         meaning: what it is (LaTeX allowed).
-        kind: ``"size"``, ``"index"`` or ``"other"``.
+        kind: ``"size"``, ``"index"`` or ``"other"`` (the default).
+
+    Raises:
+        ValueError: when `kind` is none of those three.
     """
 
     symbol: sp.Symbol | str

@@ -242,6 +242,18 @@ _PRINTER = AttentionPrinter()
 
 
 def latex(expr: sp.Basic, **settings: object) -> str:
-    """LaTeX of a SymPy object in the book's notation (`AttentionPrinter`)."""
+    """LaTeX of a SymPy object in the book's notation (`AttentionPrinter`).
+
+    Args:
+        expr: the SymPy object to print: an expression, a matrix, an equation (``omega[m, p]``).
+        **settings: SymPy's `LatexPrinter` settings (``mul_symbol="dot"``), and `decimals`:
+            print every Float with exactly this many decimals; none given: the book's defaults.
+
+    Returns:
+        The LaTeX, without `$` delimiters (``\\omega_{m,p}``).
+
+    Raises:
+        TypeError: when a setting is not one `LatexPrinter` or `decimals` knows.
+    """
     printer = AttentionPrinter(settings) if settings else _PRINTER
     return printer.doprint(expr)

@@ -60,17 +60,27 @@ Progress = Callable[[str], None]
 class DocumentOptions:
     """What a derivation document contains.
 
-    Attributes:
-        sizes: (n, d, c) for the explicit mode, or None for the generic derivation only.
+    Args:
+        sizes: `(n, d, c)` for the explicit mode, or None (the default) for the generic
+            derivation only.
         causal: causal attention (the entry ``causal``, or the variant with it).
         heads: h > 1: multi-head attention with h heads (the entry ``multi-head``, or h for a
-            variant that has heads).
+            variant that has heads); default 1.
         example: add the worked example ("the fat cat sat on the mat"; computed with torch).
         figures: the folder, relative to the document, that holds the figures (None: no figures).
         variant: the entry of the registry (None: self-attention), or a combination.
         extra: the entry's own sizes and parameters (``(("w", 3),)``); its defaults otherwise.
         source: where `heads` and `extra` come from, where a model's config gave them
             (``derive latex --model gemma2``): the document says so after its introduction.
+
+    Raises:
+        TypeError: when an explicit size (in `sizes`, or a size in `extra` with them) is not
+            an int.
+        ValueError: when an explicit size is below 1 or over `derive.explicit.MAX_SIZE`,
+            `heads` is not a positive int, `variant` is not registered or does not combine
+            with `causal` or multi-head attention, a name in `extra` is not the entry's own,
+            a value is outside its domain or breaks a condition, `example` is asked of an
+            entry that has none, or the sizes do not fit together.
     """
 
     sizes: tuple[int, int, int] | None = None
@@ -113,7 +123,14 @@ class DocumentOptions:
 
     def variant_sizes(self) -> dict[sp.Symbol, int]:
         """The explicit sizes: n, d, c, the entry's own (given, or its defaults), those its
-        relations fix (c_h) and its parameters (`derive.graph.explicit_sizes`)."""
+        relations fix (c_h) and its parameters (`derive.graph.explicit_sizes`).
+
+        Returns:
+            Each size and parameter by its SymPy symbol (``{n: 3, d: 4, c: 2, h: 2, c_h: 1}``).
+
+        Raises:
+            ValueError: when the sizes do not fit together (the message names them).
+        """
         assert self.sizes is not None, "variant_sizes needs explicit sizes"
         n, d, c = self.sizes
         return explicit_sizes(self.entry, n, d, c, self.given)

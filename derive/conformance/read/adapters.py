@@ -65,15 +65,19 @@ def forward_takes(module: Any, *names: str) -> bool | None:
 class Weights:
     """The book's matrices of one module, and the variant it computes.
 
-    Attributes:
-        W_q: (d, c); Q = X W_q (+ b_q).
-        W_k, W_v: (d, c), or (d, g c_h) with g groups of keys and values shared by h / g
+    Args:
+        W_q: `(d, c)`; Q = X W_q (+ b_q).
+        W_k: `(d, c)`, or `(d, g c_h)` with g groups of keys and values shared by h / g
             heads each (grouped-query attention, the book's ``repeat_interleave`` order);
             never repeat them to c columns: a shared weight is compared as one. None where
             the variant computes K and V otherwise (multi-head latent attention: from the
             latent, its ``inputs`` W_dkv, W_uk, W_uv).
-        W_o: (c, c_out), C = Ĉ W_o (+ b_o); None without an output projection.
-        b_q: (c,) or None; b_k, b_v: as wide as W_k; b_o: (c_out,) or None.
+        W_v: as W_k, the same shape.
+        W_o: `(c, c_out)`, C = Ĉ W_o (+ b_o); None without an output projection.
+        b_q: `(c,)`, or None for none.
+        b_k: as wide as W_k, or None for none.
+        b_v: as wide as W_v, or None for none.
+        b_o: `(c_out,)`, or None for none.
         heads: h; each head reads c_h = c / h columns of Q, in order.
         variant: the registered variants (``derive variants``) the module computes besides
             heads and causality, joined by ``+``: ``"rope+qk-norm"``; ``"gqa"`` is added when
@@ -82,8 +86,8 @@ class Weights:
             ``beta``, the softcap ``kappa``, the window ``w``, QK-norm's ``epsilon`` (each
             variant's default where absent; ``derive variants --show NAME`` lists them).
         inputs: the other matrices those variants read, by letter: QK-norm's gains ``G_q``,
-            ``G_k`` (1, c_h); ALiBi's slopes ``Mu`` and the sinks' logits ``Zeta`` (1, h);
-            the gate's ``W_g`` (d, c). Views, like the W's: their gradients are compared too.
+            ``G_k`` `(1, c_h)`; ALiBi's slopes ``Mu`` and the sinks' logits ``Zeta`` `(1, h)`;
+            the gate's ``W_g`` `(d, c)`. Views, like the W's: their gradients are compared too.
     """
 
     W_q: Any
@@ -116,7 +120,16 @@ class Weights:
         return "+".join(parts)
 
     def check(self, adapter: str) -> None:
-        """Shapes that fit together; a ConformError naming the adapter and the shapes if not."""
+        """Check that the shapes fit together.
+
+        Args:
+            adapter: the adapter's name, for the message.
+
+        Raises:
+            ConformError: naming the adapter and the shapes, when heads does not divide c, W_k
+                or W_v does not fit W_q and heads (or only one of them is given, or neither
+                without a variant), or W_o does not have c rows.
+        """
         d, c = tuple(self.W_q.shape)
         if not isinstance(self.heads, int) or self.heads < 1 or c % self.heads:
             raise ConformError(
@@ -304,8 +317,8 @@ def register_adapter(
 
     Returns:
         the decorator, which registers `weights` and returns it unchanged. ``weights(module)``
-        returns `Weights`; it is also called with each parameter's gradient in place of its
-        value, to read the weights' gradients, so read the parameters, do not cache them.
+            returns `Weights`; it is also called with each parameter's gradient in place of its
+            value, to read the weights' gradients, so read the parameters, do not cache them.
 
     Raises:
         ValueError: `mask_means` is neither ``"allowed"`` nor ``"masked"``.
