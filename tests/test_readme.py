@@ -27,6 +27,16 @@ def test_the_test_command_is_what_ci_runs():
     assert test_command.strip() in guide  # the site's guide says the same
 
 
+def test_the_main_command_is_run_by_ci_as_written():
+    """The README's first command that sets up and runs (the main job) is not run by the site's
+    test (it installs: network, minutes), so CI runs it, as written, on its fresh clone."""
+    commands = re.findall(r"```sh\n(.*?)\n```", README, re.S)
+    main = next(c for c in commands if "derive latex" in c)
+    assert main.startswith("python3 -m venv .venv") and "pytest" not in main
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert main.strip() in ci
+
+
 def test_the_readme_is_short_and_its_two_commands_come_first():
     assert len(README.splitlines()) <= 150
     headings = re.findall(r"^## (.*)$", README, re.M)

@@ -61,23 +61,15 @@ def _figures_take_no_folder(where: str, argv: list[str], extra: list[str]) -> No
 
 
 class _Version(argparse.Action):
-    """--version, its number read only when asked (reading the installed distribution's
-    metadata costs about 20 ms, too much for every command's start)."""
+    """--version: derive's version and those of what it runs with (torch, SymPy, transformers,
+    TeX...), read only when asked (reading the installed metadata costs tens of ms, too much for
+    every command's start)."""
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
-        print(f"{PROG} {_version()}")
+        from .versions import versions
+
+        print("\n".join(versions()))
         parser.exit()
-
-
-def _version() -> str:
-    """The installed distribution's version (attention-derive), or a word saying it is not
-    installed (a checkout on the import path)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("attention-derive")
-    except metadata.PackageNotFoundError:
-        return "(not installed: run from a checkout)"
 
 
 def _parser() -> Parser:
@@ -89,7 +81,10 @@ def _parser() -> Parser:
         epilog="run 'derive COMMAND --help' for the options of each command",
     )
     parser.add_argument(
-        "--version", action=_Version, nargs=0, help="print the version of derive and exit"
+        "--version",
+        action=_Version,
+        nargs=0,
+        help="print the version of derive, and of torch, SymPy, transformers and TeX found; exit",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for module in dict.fromkeys(COMMANDS.values()):

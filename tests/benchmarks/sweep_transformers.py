@@ -255,16 +255,17 @@ def markdown(rows: list[Row], version: str) -> str:
         "",
         f"{len({row.family for row in rows})} families, {len(rows)} rows: {summary}.",
         "",
-        "| family | layer | class | variant read | verdict | time | why |",
+        # the verdict first, beside the family: the column a reader looks for, on screen at
+        # any width (the layer's path and class, long, come after it)
+        "| family | verdict | variant read | time | class | layer | why |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in rows:
         why = row.why.replace("|", "\\|").replace("\n", " ")
+        layer = f"`{row.path}`" if row.path else ""
         lines.append(
-            f"| {row.family} | `{row.path}` | {row.layer} | {row.variant} | {row.verdict} | "
-            f"{row.seconds:.1f} s | {why} |"
-            if row.path
-            else f"| {row.family} | | | | {row.verdict} | {row.seconds:.1f} s | {why} |"
+            f"| {row.family} | {row.verdict} | {row.variant if row.path else ''} | "
+            f"{row.seconds:.1f} s | {row.layer if row.path else ''} | {layer} | {why} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -480,17 +480,21 @@ def test_the_public_face_is_about_twenty_names_in_one_dialect():
 
 
 def test_import_derive_loads_nothing_until_used():
+    """`import derive` is cheap because it loads nothing heavy until a name is used: read from
+    what it loads, not timed (a wall-clock bound fails on a busy machine; the import's time is
+    bench_derive.py's)."""
     import subprocess
     import sys
 
     probe = (
-        "import sys, time; t = time.perf_counter(); import derive; "
-        "print(round(time.perf_counter() - t, 3), 'sympy' in sys.modules, "
-        "'derive.graph' in sys.modules)"
+        "import sys; before = set(sys.modules); import derive; "
+        "print(*sorted(set(sys.modules) - before))"
     )
     result = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     )
-    seconds, sympy_loaded, graph_loaded = result.stdout.split()
-    assert sympy_loaded == "False" and graph_loaded == "False"
-    assert float(seconds) < 0.3
+    loaded = result.stdout.split()
+    assert "derive" in loaded
+    heavy = [m for m in loaded if m.split(".")[0] in ("sympy", "torch", "numpy", "mpmath")]
+    assert heavy == [] and "derive.graph" not in loaded, loaded
+    assert len([m for m in loaded if m.startswith("derive")]) <= 3, loaded

@@ -81,7 +81,14 @@ def test_every_display_fits_or_shows_that_it_scrolls(browser, pages, name, width
         "document.querySelectorAll('.math.display, figure.plot')"
         ".forEach(e => e.style.contentVisibility = 'visible')"
     )
-    page.wait_for_timeout(300)  # the script marks them when their size is known
+    try:  # the script marks them when their size is known: wait for that, not for a time
+        page.wait_for_function(
+            """() => Array.from(document.querySelectorAll('.math.display, figure.plot .plot-area'))
+            .every(e => (e.scrollWidth > e.clientWidth + 1) === e.classList.contains('scrolls'))""",
+            timeout=120_000,
+        )
+    except Exception:  # noqa: BLE001 - not marked in two minutes: the assertions below say which
+        pass
     state = page.evaluate(
         """() => Array.from(document.querySelectorAll('.math.display, figure.plot .plot-area'))
         .map(e => ({wide: e.scrollWidth > e.clientWidth + 1, marked: e.classList.contains('scrolls'),
