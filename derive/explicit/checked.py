@@ -9,8 +9,10 @@ by entry at those sizes (`ExplicitGradients`: ``sympy.diff`` of each entry's for
 ``derive check`` compares with torch's autograd):
 
 - every gradient's matrix form, through its entry (\bar{q}_{m,j} at every m, j): its value;
-- every term of it (one per step that reads the matrix), and the equations of the chain rule a
-  document prints for a term derived entry by entry: each the value of its term.
+- every term of it (one per step that reads the matrix), and every equation of the chain rule a
+  document prints for a term derived entry by entry, each the value of its term: the first too,
+  Σ ∂y/∂u · ȳ with its derivatives left as such, each ∂y/∂u put in as the derivative of y's
+  formula at those sizes.
 
 A form that differs, or that leaves an index free (a summed index escaped from its sum), is a
 `DerivationError` naming the gradient, the step, the entry and both values: derive refuses to
@@ -36,7 +38,7 @@ from ..notation import letters as L
 from ..notation.plain import plain
 from .forward import ExplicitGraph
 from .gradients import MAX_GRADIENT_SIZE, ExplicitGradients
-from .instantiate import cells
+from .instantiate import cells, value_at
 from .values import exact_numbers
 
 __all__ = ["Mismatch", "mismatches", "checked_backward", "printed_gradients", "CHECK_SIZES"]
@@ -126,6 +128,24 @@ class _Values:
     def at(self, expr: sp.Expr) -> sp.Expr:
         return _number(expr.xreplace(self.env))
 
+    def step_partial(self, y: Indexed, u: Indexed, otherwise: sp.Expr) -> sp.Expr:
+        """∂y/∂u from y's step formula at symbolic sizes, read at y's indices (the entries it
+        reads kept by name, so a folded u stays), or `otherwise` where no step's formula has
+        y's letter with plain indices."""
+        for step in self.g.forward.generic_steps:
+            lhs, rhs = step.element.lhs, step.element.rhs
+            same = lhs.base.label == y.base.label and len(lhs.indices) == len(y.indices)
+            if not same or not all(sp.sympify(i).is_Symbol for i in lhs.indices):
+                continue
+            sizes = self.g.forward.sizes
+            at = {k: int(v) for k, v in sizes.items() if sp.sympify(v).is_Integer}
+            at |= dict(zip(lhs.indices, (int(i) for i in y.indices), strict=True))
+            formula = value_at(rhs, at, sizes)
+            stand_in = sp.Symbol("_u", real=True)
+            held = formula.xreplace({u: stand_in})
+            return calculus.almost_everywhere(sp.diff(held, stand_in), held).xreplace({stand_in: u})
+        return otherwise
+
 
 def _drawn(g: ExplicitGradients, seed: int) -> dict:
     rng = random.Random(seed)
@@ -153,6 +173,29 @@ def _cells(element: sp.Eq, shape: tuple, values: _Values):
     yield from cells(element, shape, sizes, values.g.heads)
 
 
+def _partials_put_in(expr: sp.Expr, values: _Values) -> sp.Expr:
+    """The chain rule as printed first (Σ ∂y/∂u · ȳ, with SymPy's Derivative objects) at
+    concrete indices, each ∂y/∂u replaced by its formula at the check's sizes: the derivative of
+    y's formula with respect to u (`ExplicitGradients.partials`), 0 where y does not read u; where
+    u is an entry the explicit pass folded into y (a mask added, a copy), the derivative of y's
+    own step formula, read at y's indices. One that cannot be read stays a Derivative, and the
+    check reports the equation."""
+    g = values.g
+    folded = g.forward.instance.folded
+
+    def partial(derivative: sp.Derivative) -> sp.Expr:
+        ((u, count),) = derivative.variable_count
+        y = derivative.expr
+        table = g.partials.get(y)
+        if count != 1 or not isinstance(y, Indexed) or not isinstance(u, Indexed):
+            return derivative
+        if table is not None and (u in table or u not in folded):
+            return table.get(u, sp.S.Zero)
+        return values.step_partial(y, u, derivative)
+
+    return expr.replace(lambda e: isinstance(e, sp.Derivative), partial)
+
+
 def _term_mismatches(
     gradient: Gradient, part: Contribution, values: _Values, shapes: dict
 ) -> tuple[list[Mismatch], dict]:
@@ -161,11 +204,16 @@ def _term_mismatches(
     element = term_element(gradient.of, part, shapes)
     shape = shapes[gradient.of]
     term = {lhs: values.at(rhs) for _, lhs, rhs in _cells(element, shape, values)}
-    for number, equation in enumerate(part.chain[1:], 1):
-        form = ("the chain rule, differentiated", "the chain rule, deltas summed out")
-        label = form[min(number - 1, 1)] if number < len(part.chain) - 1 else "the derived entry"
+    for number, equation in enumerate(part.chain):
+        form = (
+            "the chain rule",
+            "the chain rule, differentiated",
+            "the chain rule, deltas summed out",
+        )
+        last = number == len(part.chain) - 1 and number > 0
+        label = "the derived entry" if last else form[min(number, 2)]
         for _, lhs, rhs in _cells(equation, shape, values):
-            printed = values.at(rhs)
+            printed = values.at(_partials_put_in(rhs, values) if number == 0 else rhs)
             expected = term.get(lhs)
             if expected is not None and _differs(printed, expected):
                 found.append(

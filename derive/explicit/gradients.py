@@ -150,13 +150,18 @@ class ExplicitGradients:
         nodes = [(key, None, value, None) for key, value in self.forward.inputs.items()]
         nodes += [(s.output, s.head, s.entries, s.formula) for s in self.forward.steps]
         terms: dict[Indexed, list[sp.Expr]] = {}
+        partials: dict[Indexed, dict[Indexed, sp.Expr]] = {}
         for _, _, entries, formula in nodes:
             if formula is None:
                 continue
             for output, f in zip(entries, formula, strict=True):
                 d_output = gradient_of(output)
-                for u, partial in _partials(f):
+                partials[output] = dict(_partials(f))
+                for u, partial in partials[output].items():
                     terms.setdefault(u, []).append(d_output * partial)
+        #: ∂output/∂u for each named entry `output` of a step and each named entry u its formula
+        #: reads (what the chain rule's Derivative objects stand for, at these sizes).
+        self.partials = partials
         compact = self._compact()
         derived = []
         for key, head, entries, _ in reversed(nodes):

@@ -167,6 +167,41 @@ def test_a_wrong_printed_gradient_is_refused_by_the_documents(monkeypatch):
         checked.checked_backward(entry)
 
 
+def _first_equation_corrupted(monkeypatch, letter: str):
+    """calculus.backward with the first equation of one gradient's chains (the chain rule with
+    its Derivative objects, as the documents print it first) doubled, the others left alone."""
+    original = calculus.backward
+
+    def backward(graph):
+        found = []
+        for gradient in original(graph):
+            if gradient.output == letter:
+                parts = []
+                for part in gradient.contributions:
+                    first, *rest = part.chain
+                    wrong = sp.Eq(first.lhs, 2 * first.rhs)
+                    parts.append(dataclasses.replace(part, chain=(wrong, *rest)))
+                gradient = dataclasses.replace(gradient, contributions=tuple(parts))
+            found.append(gradient)
+        return tuple(found)
+
+    monkeypatch.setattr(calculus, "backward", backward)
+
+
+@pytest.mark.parametrize(
+    ("name", "letter"),
+    [("causal", "dOmega_masked"), ("gqa+sinks", "dZeta"), ("gqa+sinks", "dOmega_masked_l")],
+)
+def test_a_wrong_first_equation_of_a_chain_is_refused(monkeypatch, name, letter):
+    """The first equation of each chain (Σ ∂y/∂u · ȳ) is checked by numbers too: each
+    derivative put in as its value's formula at the check's sizes."""
+    _first_equation_corrupted(monkeypatch, letter)
+    graph = derive.variant(name).graph.named("corrupted")  # not the cached graph
+    entry = derive.variant(name).with_graph(graph)
+    with pytest.raises(DerivationError, match=rf"print the gradient {letter}.*the chain rule,? "):
+        checked.checked_backward(entry)
+
+
 # -- a property: index expressions of the declaring language ------------------------------------
 
 #: Blocks of one entry ω_{m,p}: each a formula in q and k (n × c, c even) and a short name.
