@@ -344,11 +344,17 @@ def _fits_elsewhere(
     name: str, tensor: Tensor, tensors: Mapping[str, tuple[Any, Any]], bindings: dict[str, Any]
 ) -> str:
     """A hint when a misfit tensor would fit an optional argument left out (a key-padding mask
-    given as `mask`), else ''."""
+    given as `mask`) and takes its dtype, else ''. A record's field (`weights.b_o`) gets none:
+    it is no argument that could have been given in another's place."""
+    if "." in name:
+        return ""
+    kind = str(tensor.dtype).removeprefix("torch.")
     for other, (value, annotation) in tensors.items():
         if other == name or value is not None or not _is_optional(annotation) or "." in other:
             continue  # (a record's field left out is no argument to give instead)
         for candidate in _array_annotations(annotation):
+            if kind not in getattr(candidate, "dtypes", (kind,)):
+                continue  # a float tensor is no mask, a bool one no bias
             try:
                 _bind("", [(other, tensor, candidate.dim_str)], dict(bindings))
             except ShapeError:

@@ -488,7 +488,8 @@ def grouped_decode_step(
     Raises:
         ValueError: as `grouped_query_attention`; and when cache.position is less than the
             keys the cache holds.
-        ShapeError: as `grouped_query_attention`; and when the cache's batch is not x_new's.
+        ShapeError: as `grouped_query_attention`; and when the cache's batch is not x_new's, or
+            its groups or head width are not this call's.
         DtypeError: as `grouped_query_attention`; and when the cache's dtype is not x_new's.
         DeviceError: when the tensors are not on one device.
         TypeError: as `grouped_query_attention`; and when cache is not a `DecodeCache` or its
@@ -536,6 +537,7 @@ def grouped_decode_step(
     q, k, v, gate = project_heads(x_new, layer.weights, heads=heads, groups=layer.groups)
     q, k = normalise_and_rotate(q, k, layer.weights, layer.rope, position)
     if cache is not None:
+        _check_cache_heads(where, cache, k, v)
         k = torch.cat([cache.keys, k], dim=-2)  # (*batch, g, m, c_h) + t rows
         v = torch.cat([cache.values, v], dim=-2)
     start = position + t - k.shape[-2]  # the position of the first key kept
@@ -571,6 +573,18 @@ def _check_cache(where: str, x_new: Tensor, cache: DecodeCache) -> None:
             f"{where}: cache.position={cache.position} is less than the {cache.keys.shape[-2]} "
             "keys the cache holds"
         )
+
+
+def _check_cache_heads(where: str, cache: DecodeCache, k: Tensor, v: Tensor) -> None:
+    """The cache's keys and values must have this call's groups g and head width c_h (a cache
+    of another layer, or of a call with other groups, is named, not met in torch.cat)."""
+    for name, held, new in (("keys", cache.keys, k), ("values", cache.values, v)):
+        if held.shape[-3] != new.shape[-3] or held.shape[-1] != new.shape[-1]:
+            raise ShapeError(
+                f"{where}: cache.{name} has g={held.shape[-3]}, c_h={held.shape[-1]} but this "
+                f"call's groups and head width are g={new.shape[-3]}, c_h={new.shape[-1]} "
+                f"(cache.{name}: shape {tuple(held.shape)}, expected (*batch, g, m, c_h))"
+            )
 
 
 class _Layer(typing.NamedTuple):

@@ -280,8 +280,10 @@ def test_a_decoded_token_at_the_wrong_position_is_not_the_row():
         ("batch", ShapeError, "x_new has batch=(2,) but the cache has batch=(3,)"),
         ("dtype", DtypeError, "x_new has dtype torch.float64 but the cache holds torch.float32"),
         ("position", ValueError, "cache.position=1 is less than the 3 keys the cache holds"),
+        ("groups", ShapeError, f"cache.keys has g={G + 1}, c_h={CH} but this call's groups"),
+        ("width", ShapeError, f"cache.values has g={G}, c_h={CH + 1} but this call's groups"),
     ],
-    ids=["not a cache", "batch", "dtype", "position"],
+    ids=["not a cache", "batch", "dtype", "position", "groups", "width"],
 )
 def test_a_bad_decode_cache_is_named(cache, error, message):
     x, weights = _grouped(4)
@@ -291,6 +293,8 @@ def test_a_bad_decode_cache_is_named(cache, error, message):
         "batch": lambda: DecodeCache(other, other, 3),
         "dtype": lambda: DecodeCache(keys.float(), keys.float(), 3),
         "position": lambda: DecodeCache(keys, keys, 1),
+        "groups": lambda: DecodeCache(*(torch.zeros(2, G + 1, 3, CH, dtype=torch.float64),) * 2, 3),
+        "width": lambda: DecodeCache(keys, torch.zeros(2, G, 3, CH + 1, dtype=torch.float64), 3),
     }
     cache = made[cache]() if isinstance(cache, str) else cache
     with pytest.raises(error, match=re.escape(message)):

@@ -274,6 +274,16 @@ def test_a_bad_call_is_refused_by_name(case, change, error, words):
         assert word in str(raised.value), (case, str(raised.value))
 
 
+def test_a_record_s_field_gets_no_hint_that_it_fits_another_argument():
+    # b_o's length is the keys' count s = n: it fits key_padding_mask's shape, but a bias
+    # (float, a field of the weights) is no mask left out, so no such hint
+    (x,) = _tensors((5, 8))
+    (b_o,) = _tensors((5,))
+    with pytest.raises(ShapeError) as raised:
+        attention(x, _layer(b_o=b_o), heads=4, groups=2)
+    assert "weights.b_o" in str(raised.value) and "fits" not in str(raised.value)
+
+
 def test_a_record_s_shapes_are_part_of_the_remembered_signature():
     # the checks run once per signature: a record that passed must not let through another of
     # the same type whose tensors have other shapes

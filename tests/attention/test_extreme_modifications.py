@@ -157,7 +157,7 @@ def test_a_nan_sink_gives_nan_where_it_is_read(path):
 def test_a_nan_sink_given_as_a_number_is_refused_by_name():
     with pytest.raises(ValueError, match=r"^weights: sink must be a number .*got sink=nan"):
         F.weights(torch.randn(3, 3), 3, sink=float("nan"))
-    with pytest.raises(ValueError, match=r"online_softmax: the sink's logit must be a finite"):
+    with pytest.raises(ValueError, match=r"flash_attention: the sink's logit must be a finite"):
         nan = (M.Sinks(torch.tensor([math.nan])),)
         flash.flash_attention(*_qkv(torch.float32), block_rows=2, block_keys=2, mods=nan)
 

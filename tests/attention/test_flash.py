@@ -123,6 +123,10 @@ def test_bad_options_are_named(keywords, message):
     q, k, v = _qkv()
     with pytest.raises((ValueError, TypeError), match=message):
         F.online_softmax(q, k, v, **({"block_rows": 2, "block_keys": 2} | keywords))
+    for function, more in ((F.flash_attention, ()), (F.flash_gradients, (v,))):
+        name = function.__name__  # the function called is the one named, not the one inside
+        with pytest.raises((ValueError, TypeError), match=rf"^{name}: .*{message.split(': ')[-1]}"):
+            function(q, k, v, *more, **({"block_rows": 2, "block_keys": 2} | keywords))
 
 
 def test_shapes_that_do_not_fit_are_named():
