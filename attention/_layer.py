@@ -46,7 +46,8 @@ class LayerWeights:
         b_o: a bias of the output, `(c_out,)`; None for none.
         w_g: the output gate's own W_g, `(d, c)`: the merged heads multiplied by σ(X W_g + b_g)
             before W_o; None for none (not read with `gate_in_query`).
-        b_g: the gate's bias, `(c,)`, read with w_g only; None for none.
+        b_g: the gate's bias, `(c,)`, with w_g only (refused without it, or with
+            `gate_in_query`); None for none.
         gate_in_query: the gate in W_q: each head's 2c_h columns are its queries then its gate's
             (Qwen 3.5's `q_proj`).
         q_norm: QK-norm of each head's queries, a callable over the last axis (c_h); None for
@@ -147,7 +148,8 @@ def attention(
 
     Raises:
         ValueError: when heads or groups is not a positive integer, dropout_p is not in
-            [0, 1), or a kind of modification is given twice in mods.
+            [0, 1), a kind of modification is given twice in mods, or weights.b_g comes
+            without weights.w_g (or with `gate_in_query`).
         TypeError: when an argument is not of its annotated type (weights not a
             `LayerWeights`, mods not a tuple, a flag not a bool), or a mod is not a
             `Modification`.
@@ -225,6 +227,12 @@ def _check_layer(
         raise ShapeError(
             f"{where}: weights.w_o has {weights.w_o.shape[0]} rows but the heads give c = "
             f"heads · c_h = {c}"
+        )
+    if weights.b_g is not None and (weights.w_g is None or weights.gate_in_query):
+        raise ValueError(  # it would be read by nothing: a bias with no gate of its own
+            f"{where}: weights.b_g is given but "
+            + ("the gate is in w_q (gate_in_query)" if weights.gate_in_query else "w_g is None")
+            + "; b_g is the bias of w_g's gate"
         )
     for name in ("w_g", "b_g"):
         tensor = getattr(weights, name)

@@ -48,10 +48,13 @@ _BUILT_IN = ", ".join(
 )
 
 
-def check(where: str, mods: object, heads: int) -> tuple["Modification", ...]:
+def check(
+    where: str, mods: object, heads: int, *, keywords: bool = False
+) -> tuple["Modification", ...]:
     """A user's `mods`: a tuple or list of modification objects (`Modification`), at most one of
     each kind, the per-head tensors with `heads` entries; returned in order. TypeError,
-    ValueError or ShapeError naming the argument otherwise."""
+    ValueError or ShapeError naming the argument otherwise (`keywords`: some were built from
+    the call's keywords, which the error about two of a kind then names)."""
     if not isinstance(mods, tuple | list):
         raise TypeError(
             f"{where}: mods must be a tuple of modifications (attention.mods), got "
@@ -73,15 +76,14 @@ def check(where: str, mods: object, heads: int) -> tuple["Modification", ...]:
     try:
         return ordered(mods)
     except ValueError as error:
-        raise ValueError(
-            f"{where}: {error} (mods and the keywords say the same thing twice)"
-        ) from None
+        said = "mods and the keywords say the same thing twice" if keywords else "one of each kind"
+        raise ValueError(f"{where}: {error} ({said})") from None
 
 
 def joined(where: str, built: tuple, given: object, heads: int) -> tuple["Modification", ...]:
     """The modifications of one call: those its keywords `built` and those `given` by `mods=`
     (checked first, `check`), one of each kind, in order."""
-    return check(where, (*built, *check(where, given, heads)), heads)
+    return check(where, (*built, *check(where, given, heads)), heads, keywords=bool(built))
 
 
 def scaled_width(mods, width: int) -> float:

@@ -40,6 +40,7 @@ from . import mods as M
 from ._arguments import (
     check_alibi,
     check_cap,
+    check_finite,
     check_offset,
     check_positive,
     check_probability,
@@ -303,6 +304,9 @@ def temperature_scores(
     tensor([1.0000, 1.6931, 1.6931])
     """
     check_offset("temperature_scores", offset)
+    check_finite("temperature_scores", "floor", floor)  # named here, not as Temperature
+    check_cap("temperature_scores", "floor", floor)
+    check_finite("temperature_scores", "scale", scale)
     mod = M.Temperature(floor, scale)
     n, s = omega_scaled.shape[-2:]
     return mod.scores(omega_scaled, M.Block(offset, offset + n, 0, s), None, inplace=False)[0]

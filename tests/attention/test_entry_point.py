@@ -259,6 +259,12 @@ BAD = [
         ShapeError,
         ["mods[0]", "heads=4"],
     ),
+    (
+        "b_g without w_g",
+        dict(weights=_layer(b_g=torch.zeros(8, dtype=torch.float64))),
+        ValueError,
+        ["weights.b_g", "w_g is None"],
+    ),
     ("heads", dict(heads=0), ValueError, ["heads", "0"]),
     ("dropout_p", dict(dropout_p=1.5), ValueError, ["dropout_p", "1.5"]),
 ]

@@ -4,6 +4,7 @@ subclass runs on every path with the exact backward, the objects refuse bad valu
 and a module's mask given as its modification; a cache that dropped its first keys counts
 positions from its own first key (`moved`)."""
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -122,6 +123,13 @@ def test_mods_refuses_what_is_not_one_modification_of_each_kind(mods, error, mes
         _mha(mods)
 
 
+def test_two_of_a_kind_in_mods_alone_blame_mods_not_the_keywords():
+    x, w = torch.randn(5, 8), torch.randn(8, 8)
+    weights = F.LayerWeights(w, w, w)
+    with pytest.raises(ValueError, match=r"^attention: .*Causal given twice \(one of each kind\)$"):
+        F.attention(x, weights, heads=2, mods=(M.Causal(), M.Causal()))
+
+
 @pytest.mark.parametrize(
     ("mods", "message"),
     [
@@ -195,3 +203,12 @@ def test_every_signature_over_twelve_parameters_is_the_documented_table():
     page = Path(__file__).parents[2] / "docs" / "guides" / "modifications.md"
     rows = re.findall(r"^\| `([\w.]+)` \| (\d+) \|", page.read_text(encoding="utf-8"), re.M)
     assert found == {name: int(count) for name, count in rows}
+
+
+@pytest.mark.parametrize(
+    ("floor", "scale", "message"),
+    [(-1.0, 0.1, r"floor must be a positive number"), (2.0, math.nan, r"scale must be a finite")],
+)
+def test_temperature_scores_names_itself_for_a_bad_floor_or_scale(floor, scale, message):
+    with pytest.raises(ValueError, match=rf"^temperature_scores: {message}"):
+        F.temperature_scores(torch.ones(3, 3), floor=floor, scale=scale)
