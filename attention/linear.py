@@ -363,7 +363,8 @@ def linear_attention(
             initial_state or `return_state=True`.
         TypeError: when feature_map is neither a str, a function nor None.
         ShapeError: when q, k, v and initial_state disagree in their batch dimensions, n, d_k
-            or d_v, a dimension is 0, or feature_map changes a dimension but the last.
+            or d_v, a dimension is 0, feature_map changes a dimension but the last, or it
+            changes the width and initial_state or `return_state=True` is given.
         DtypeError: when q, k and v are not float tensors of one dtype, or initial_state is
             not a float tensor.
         DeviceError: when the tensors are not on one device.
@@ -376,7 +377,7 @@ def linear_attention(
     """
     where = "linear_attention"
     phi = _feature_map(where, feature_map)
-    given, dtype = v.dtype, _computing(q)
+    given, dtype, d_k = v.dtype, _computing(q), q.shape[-1]
     q, k, v = phi(q.to(dtype)), phi(k.to(dtype)), v.to(dtype)
     for name, mapped in (("q", q), ("k", k)):
         if mapped.shape[:-1] != v.shape[:-1]:
@@ -384,6 +385,12 @@ def linear_attention(
                 f"{where}: feature_map changed the shape of {name} to {tuple(mapped.shape)}; "
                 "it must keep every dimension but the last"
             )
+    if q.shape[-1] != d_k and (initial_state is not None or return_state):
+        raise ShapeError(  # the state S is d_k × d_v by its annotation: φ's width is no d_k
+            f"{where}: feature_map maps q's d_k={d_k} to {q.shape[-1]} features, so the state "
+            f"would be {q.shape[-1]} × d_v, not d_k × d_v: a width-changing feature_map takes "
+            "no initial_state and returns no state"
+        )
     if not normalize:
         result = _run(
             where,

@@ -273,6 +273,16 @@ def test_the_normalised_form_refuses_a_state_and_an_unknown_feature_map():
         L.linear_attention(q, k, v, feature_map="softmax")
 
 
+def test_a_feature_map_that_changes_the_width_takes_no_state():
+    q, k, v, *_ = inputs()
+    both = lambda t: torch.cat([t.relu(), (-t).relu()], dim=-1)  # noqa: E731 - φ, twice as wide
+    assert L.linear_attention(q, k, v, feature_map=both).shape == v.shape  # without a state: runs
+    state = torch.zeros(*q.shape[:-2], q.shape[-1], v.shape[-1], dtype=q.dtype)
+    for given in ({"return_state": True}, {"initial_state": state}):
+        with pytest.raises(ShapeError, match=r"feature_map maps q's d_k=\d+ to \d+ features"):
+            L.linear_attention(q, k, v, feature_map=both, **given)
+
+
 def test_the_normalised_form_divides_before_returning_to_half_precision():
     """The running sum of φ(k) passes float16's largest number long before the ratio does:
     computed in float32 and divided there, the float16 outputs stay finite."""
