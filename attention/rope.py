@@ -17,7 +17,10 @@ difference. Equal to the book's `llama3.compute_rope_params` / `qwen3.compute_ro
 `apply_rope` (Llama 3.1's frequency smoothing included, through `freq_config`); checked at runtime
 like `attention.functional`.
 
-`freq_config` also takes YaRN's rope scaling (Peng et al., 2023, "YaRN: Efficient Context Window
+`freq_config` also takes linear position interpolation (Chen et al., 2023, "Extending Context
+Window of Large Language Models via Positional Interpolation"; Hugging Face's ``"rope_type":
+"linear"``): every frequency divided by the factor s, the positions m read as m/s. And it takes
+YaRN's rope scaling (Peng et al., 2023, "YaRN: Efficient Context Window
 Extension of Large Language Models", §3.2 to §3.4; GPT-OSS, DeepSeek V3, Qwen's long contexts),
 with the keys of Hugging Face's ``rope_parameters`` (``"rope_type": "yarn"``, or recognised by
 ``beta_fast``): the pairs i whose index is past the correction range are divided by the factor s,
@@ -68,6 +71,29 @@ def is_yarn(freq_config: FreqConfig | None) -> bool:
     if freq_config is None:
         return False
     return freq_config.get("rope_type") == "yarn" or "beta_fast" in freq_config
+
+
+def is_linear(freq_config: FreqConfig | None) -> bool:
+    """Whether `freq_config` is linear position interpolation's (``"rope_type": "linear"``)."""
+    return freq_config is not None and freq_config.get("rope_type") == "linear"
+
+
+def _check_linear(freq_config: FreqConfig) -> None:
+    """Position interpolation's freq_config: its factor, positive; no key it does not read."""
+    _check_keys(freq_config, ("factor",), "linear scaling's freq_config")
+    unknown = sorted(
+        set(freq_config) - {"factor", "rope_type", "rope_theta", "partial_rotary_factor"}
+    )
+    if unknown:
+        raise ValueError(
+            f"compute_rope_params: linear scaling's freq_config has no key {', '.join(unknown)}; "
+            "it takes factor"
+        )
+    if not _number(freq_config, "factor") > 0:
+        raise ValueError(
+            "compute_rope_params: linear scaling's freq_config needs factor > 0, got "
+            f"{freq_config['factor']}"
+        )
 
 
 def _check_keys(freq_config: FreqConfig, keys: tuple[str, ...], whose: str) -> None:
@@ -205,8 +231,9 @@ def rope_frequencies(
         head_dim: c, the width of a head; even.
         theta_base: β, the base of the frequencies.
         freq_config: Llama 3.1's smoothing (the keys factor, low_freq_factor, high_freq_factor,
-            original_context_length) or YaRN's scaling (Hugging Face's `rope_parameters`, with
-            `"rope_type": "yarn"` or `beta_fast`); None: the plain frequencies.
+            original_context_length), YaRN's scaling (Hugging Face's `rope_parameters`, with
+            `"rope_type": "yarn"` or `beta_fast`) or linear position interpolation
+            (`{"rope_type": "linear", "factor": s}`); None: the plain frequencies.
         dtype: the result's dtype, a floating-point one.
 
     Returns:
@@ -233,6 +260,10 @@ def rope_frequencies(
         assert freq_config is not None
         _check_yarn(freq_config)
         theta = _yarn_frequencies(theta, theta_base, freq_config)
+    elif is_linear(freq_config):  # position interpolation: every position divided by s
+        assert freq_config is not None
+        _check_linear(freq_config)
+        theta = theta / _number(freq_config, "factor")
     elif freq_config is not None:
         _check_freq_config(freq_config)
         theta = _smoothed(theta, freq_config)
@@ -259,9 +290,10 @@ def compute_rope_params(
         theta_base: β, the base of the frequencies θ_i = β^(−2i/c).
         context_length: n_ctx, the positions the tables cover.
         freq_config: Llama 3.1's smoothing (the keys factor, low_freq_factor, high_freq_factor,
-            original_context_length) or YaRN's scaling (Hugging Face's `rope_parameters`, with
-            `"rope_type": "yarn"` or `beta_fast`; cos and sin then carry its attention factor);
-            None: the plain frequencies.
+            original_context_length), YaRN's scaling (Hugging Face's `rope_parameters`, with
+            `"rope_type": "yarn"` or `beta_fast`; cos and sin then carry its attention factor)
+            or linear position interpolation (`{"rope_type": "linear", "factor": s}`); None: the
+            plain frequencies.
         dtype: the tables' dtype, a floating-point one.
 
     Returns:

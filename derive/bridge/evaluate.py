@@ -23,7 +23,7 @@ import torch
 from ..explicit.forward import ExplicitGraph
 from ..explicit.instantiate import key_of
 from ..graph import DeclarationError
-from ..graph.twins import Built, Callee, step_twin, twin_letters
+from ..graph.twins import Built, Callee, Given, step_twin, twin_letters
 from ..notation import letters as L
 
 __all__ = [
@@ -129,6 +129,8 @@ class Reader:
         as booleans, a row as a vector; masks by their letters, joined), one entry of a matrix
         (``μ_{1,ℓ}``: head ℓ's, as a 0-d tensor, so that a gradient reaches the matrix), a dict
         of (name, value) pairs (Llama 3.1's ``freq_config``), or the value itself."""
+        if isinstance(value, Given):
+            return value.value
         if isinstance(value, sp.Indexed):
             at = {L.ell: head or 1} | self.explicit.sizes
             rows = [int(sp.sympify(index).xreplace(at)) - 1 for index in value.indices]

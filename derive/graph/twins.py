@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "Built",
+    "Given",
     "StepTwin",
     "Twin",
     "ModuleTwin",
@@ -46,6 +47,17 @@ __all__ = [
 
 #: A dotted name (imported when the check runs) or a callable.
 Callee = str | Callable
+
+
+@dataclass(frozen=True)
+class Given:
+    """An option's value as it is, read as nothing else (a string such as a ``rope_type``,
+    which a letter's name would otherwise be read as). Printed as its value."""
+
+    value: object
+
+    def __repr__(self) -> str:
+        return repr(self.value)
 
 
 @dataclass(frozen=True)

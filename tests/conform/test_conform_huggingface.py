@@ -145,6 +145,12 @@ LAYERS = {
         },
         "gqa+rope+yarn-rope",
     ),
+    "llama-linear": (
+        "LlamaConfig",
+        "LlamaForCausalLM",  # position interpolation: every frequency divided by 4
+        {"rope_parameters": {"rope_type": "linear", "rope_theta": 10_000.0, "factor": 4.0}},
+        "gqa+rope+linear-rope",
+    ),
     "cohere": ("CohereConfig", "CohereForCausalLM", {}, "gqa+rope+interleaved-rope"),
     "glm4": (
         "Glm4Config",
@@ -340,11 +346,25 @@ def test_a_port_that_drops_yarn_s_attention_factor_does_not_conform(monkeypatch)
     assert not conform(layer).conforms
 
 
-def test_scaled_rope_is_refused():
+def test_linear_scaling_is_read_with_its_factor_and_told_another_does_not_conform():
+    report = conform(_layer("llama-linear"))
+    assert report.conforms and report.sizes["eta"] == 4
+    assert not conform(_layer("llama-linear"), values={"eta": 2.0}).conforms
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "longrope"])
+def test_a_rope_scaling_that_reads_the_sequence_s_length_is_refused(kind):
+    """Dynamic NTK and LongRoPE change the angles with the sequence's length (at the sizes a
+    check runs, dynamic's are the default ones): read as plain RoPE, a layer would "conform"
+    while the model computes otherwise past its original context. Refused by name instead."""
     config = transformers.LlamaConfig(**SIZES)
-    config.rope_parameters = {"rope_type": "linear", "rope_theta": 10_000.0, "factor": 2.0}
+    config.rope_parameters = {"rope_type": kind, "rope_theta": 10_000.0, "factor": 2.0}
+    if kind == "longrope":
+        half = SIZES["hidden_size"] // SIZES["num_attention_heads"] // 2
+        config.rope_parameters |= {"short_factor": [1.0] * half, "long_factor": [2.0] * half}
+        config.rope_parameters["original_max_position_embeddings"] = 64
     layer = transformers.LlamaForCausalLM(config).model.layers[0].self_attn
-    with pytest.raises(ConformError, match=r"rope_type 'linear' scales the angles"):
+    with pytest.raises(ConformError, match=rf"rope_type '{kind}' scales the angles"):
         conform(layer)
 
 

@@ -34,6 +34,7 @@ import torch
 
 from ...graph.forms import reference
 from ...graph.registry import declared
+from ...graph.twins import Given
 from ..evaluate.formulas import composed
 from ..read.harness import _first_tensor
 from ..read.target import ConformError
@@ -95,7 +96,9 @@ def rope_tables(module: Any, x: Any, variant: str, values: Any) -> tuple:
     for part in parts:  # a scaling's freq_config (Llama 3.1's, YaRN's), as its twins get it
         told = dict(declared(part).options).get("freq_config")
         if isinstance(told, tuple):  # ((key, symbol), ...)
-            smoothing = {key: float(values[str(symbol)]) for key, symbol in told}
+            smoothing = {
+                key: v.value if isinstance(v, Given) else float(values[str(v)]) for key, v in told
+            }
     cos, sin = compute_rope_params(
         rotated, theta_base=beta, context_length=x.shape[-2], freq_config=smoothing, dtype=x.dtype
     )

@@ -13,8 +13,9 @@ model itself uses it; what is not read is a row of `REFUSED`, with its reason:
   rotary embedding (the class beside the layer's, ``LlamaRotaryEmbedding`` for
   ``LlamaAttention``) and passes its tables at the positions 0 … n − 1 (``default`` rope, or
   ``llama3``: the llama3-rope variant; ``yarn``: the yarn-rope variant, its values read as
-  transformers reads them; the other scaled kinds change the angles in ways no registered
-  variant declares);
+  transformers reads them; ``linear``: the linear-rope variant; the other scaled kinds,
+  ``dynamic`` and ``longrope``, change the angles with the sequence's length in ways no
+  registered variant declares);
   ``partial_rotary_factor`` (GPT-NeoX's ``rotary_pct``) below 1 rotates each head's first
   c_r = int(head_dim · factor) features: the partial-rope variant; where the model's own
   ``rotate_half`` pairs neighbouring features (Cohere, GLM; a probe tells), the

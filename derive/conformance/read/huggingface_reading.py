@@ -20,6 +20,7 @@ __all__ = [
     "beta",
     "llama3",
     "yarn",
+    "linear",
     "layer_type",
     "rotated_width",
     "interleaved",
@@ -117,11 +118,11 @@ def beta(module: Any) -> float | None:
         return None
     kind = found.get("rope_type", "default")
     name = type(module).__name__
-    if kind not in ("default", "llama3", "yarn"):
+    if kind not in ("default", "llama3", "yarn", "linear"):
         raise ConformError(
             f"{name}: rope_type {kind!r} scales the angles; the registered RoPE "
-            "variants declare the default angles, Llama 3.1's (llama3-rope) and YaRN's "
-            "(yarn-rope) only"
+            "variants declare the default angles, Llama 3.1's (llama3-rope), YaRN's "
+            "(yarn-rope) and linear position interpolation's (linear-rope) only"
         )
     return float(found["rope_theta"])
 
@@ -163,6 +164,15 @@ def yarn(module: Any) -> dict | None:
         "tau": 1.0 if found.get("truncate", True) else 0.0,
         "rho_a": float(attention_factor(read)),
     }
+
+
+def linear(module: Any) -> dict | None:
+    """The values of the linear-rope variant where the layer's rope_type is "linear" (position
+    interpolation: every frequency divided by the factor η)."""
+    found = rope(module) or {}
+    if found.get("rope_type") != "linear":
+        return None
+    return {"eta": float(found["factor"])}
 
 
 def rotated_width(module: Any) -> int | None:

@@ -253,6 +253,9 @@ def _rope(module: Any, found: Projections, width: int) -> list[Said]:
     scaled = H.yarn(module)
     if scaled is not None:  # YaRN's frequencies and attention factor (GPT-OSS, DeepSeek V3)
         said.append(Said("yarn-rope", scaled))
+    interpolated = H.linear(module)
+    if interpolated is not None:  # position interpolation: every frequency divided by η
+        said.append(Said("linear-rope", interpolated))
     return said
 
 

@@ -87,7 +87,8 @@ VARIANT = Variant(
             L.eta,
             sp.Integer(32),
             "the factor of the slow frequencies (Llama 3.2's)",
-            meaning="the factor of RoPE's slow frequencies (Llama 3.1's and YaRN's `factor`)",
+            meaning="RoPE's frequency factor `factor`: Llama 3.1's and YaRN's divide the slow "
+            "frequencies by it, linear scaling every one",
         ),
         Parameter(
             L.alpha_l,

@@ -30,6 +30,7 @@ def test_the_registered_names():
         "interleaved-rope",
         "llama3-rope",
         "yarn-rope",
+        "linear-rope",
         "gqa",
         "qk-norm",
         "whole-qk-norm",
