@@ -67,10 +67,12 @@ YARN_DEFAULTS = {
 
 
 def is_yarn(freq_config: FreqConfig | None) -> bool:
-    """Whether `freq_config` is YaRN's: its ``rope_type`` says so, or it has ``beta_fast``."""
+    """Whether `freq_config` is YaRN's: its ``rope_type`` says so, or it names none and has
+    ``beta_fast``."""
     if freq_config is None:
         return False
-    return freq_config.get("rope_type") == "yarn" or "beta_fast" in freq_config
+    kind = freq_config.get("rope_type")
+    return kind == "yarn" or (kind is None and "beta_fast" in freq_config)
 
 
 def is_linear(freq_config: FreqConfig | None) -> bool:

@@ -311,3 +311,18 @@ def test_bad_yarn_config_names_the_key():
         compute_rope_params(8, freq_config={**yarn, "low_freq_factor": 1.0})
     with pytest.raises(ValueError, match=r"needs factor > 0, got -2"):
         compute_rope_params(8, freq_config={**yarn, "factor": -2})
+
+
+def test_linear_scaling_divides_every_frequency_and_names_a_bad_config():
+    linear = {"rope_type": "linear", "factor": 4.0}
+    plain = compute_rope_params(8, context_length=9, dtype=torch.float64)
+    scaled = compute_rope_params(8, context_length=9, freq_config=linear, dtype=torch.float64)
+    # position m at factor 4 is position m/4 unscaled: rows 0, 4, 8 are plain rows 0, 1, 2
+    for cos_or_sin in (0, 1):
+        torch.testing.assert_close(scaled[cos_or_sin][::4], plain[cos_or_sin][:3], rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"linear scaling's freq_config needs the keys factor"):
+        compute_rope_params(8, freq_config={"rope_type": "linear"})
+    with pytest.raises(ValueError, match=r"linear scaling's freq_config has no key beta_fast"):
+        compute_rope_params(8, freq_config={**linear, "beta_fast": 32.0})
+    with pytest.raises(ValueError, match=r"linear scaling's freq_config needs factor > 0, got 0"):
+        compute_rope_params(8, freq_config={**linear, "factor": 0})
