@@ -164,7 +164,6 @@ def _sizes(where: str, block_rows: int, block_keys: int, scale: float | None) ->
         raise ValueError(f"{where}: scale must be a positive finite number, got scale={scale!r}")
 
 
-@checked
 def _checked_call(
     where: str, q: Tensor, k: Tensor, mods: object, block_rows: int, block_keys: int, scale: object
 ) -> tuple[tuple, Any, float]:
@@ -175,6 +174,7 @@ def _checked_call(
     return resolved, sink, _scale(where, scale, resolved, q.shape[-1])  # type: ignore[arg-type]
 
 
+@checked
 def online_softmax(
     q: Float[Tensor, "*batch n c"],
     k: Float[Tensor, "*batch s c"],

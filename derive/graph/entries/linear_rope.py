@@ -64,7 +64,7 @@ VARIANT = Variant(
     "RoPE with interpolated positions",
     "Position interpolation (Chen et al., 2023) stretches RoPE to a context $\\eta$ times the "
     "one a model was trained on by reading position $m$ as $m/\\eta$: every frequency "
-    "$\\omega_j$ divided by $\\eta$ (Hugging Face's `rope_type` linear).",
+    "$\\omega_j$ divided by $\\eta$ (Hugging Face's linear RoPE scaling).",
     base="rope",
     build=with_linear_rope,
     claims=(RowsSumToOne(), RelativePosition()),
