@@ -276,15 +276,24 @@ def test_derive_progress_after_sets_when_progress_shows(capsysbinary, monkeypatc
         assert f"DERIVE_PROGRESS_AFTER must be a number of seconds ≥ 0 (or inf), got {bad!r}" in err
 
 
-def test_docs_creates_its_folder_and_can_skip_the_pdf(tmp_path, capsysbinary):
-    import matplotlib  # noqa: F401 - the figures need it
+def test_docs_creates_its_folder_and_can_skip_the_pdf(tmp_path, capsysbinary, monkeypatch):
+    """The command's part: the folder made, --no-pdf passed on, every file written where it
+    belongs. (What the files hold is tests/derive/render/test_docs.py's: it generates them all
+    and compares them with docs/; generating them again here took a worker 100 s.)"""
+    asked: list[bool] = []
 
+    def generated(*, pdf: bool = True, **_) -> dict[str, bytes]:
+        asked.append(pdf)
+        pages = {"derivation.tex": b"tex", "glossary.md": b"md", "figures/a.svg": b"<svg/>"}
+        return pages | ({"derivation.pdf": b"%PDF"} if pdf else {})
+
+    monkeypatch.setattr("derive.cli.docs.generate_docs", generated)
     out = tmp_path / "new" / "docs"
     status, _, err = _run(capsysbinary, "docs", "--out", str(out), "--no-pdf", "-q")
-    assert (status, err) == (0, "")
+    assert (status, err, asked) == (0, "", [False])
     names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert "derivation.tex" in names and "glossary.md" in names
-    assert "derivation.pdf" not in names
+    assert names == ["derivation.tex", "figures/a.svg", "glossary.md"]
+    assert (out / "figures" / "a.svg").read_bytes() == b"<svg/>"
 
 
 def test_docs_without_tex_fails_before_any_work(tmp_path, capsysbinary, monkeypatch):
