@@ -54,7 +54,7 @@ class Given:
     """An option's value as it is, read as nothing else (a string such as a ``rope_type``,
     which a letter's name would otherwise be read as). Printed as its value."""
 
-    value: object
+    value: str | float | bool | None
 
     def __repr__(self) -> str:
         return repr(self.value)
