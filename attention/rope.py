@@ -82,20 +82,8 @@ def is_linear(freq_config: FreqConfig | None) -> bool:
 
 def _check_linear(freq_config: FreqConfig) -> None:
     """Position interpolation's freq_config: its factor, positive; no key it does not read."""
-    _check_keys(freq_config, ("factor",), "linear scaling's freq_config")
-    unknown = sorted(
-        set(freq_config) - {"factor", "rope_type", "rope_theta", "partial_rotary_factor"}
-    )
-    if unknown:
-        raise ValueError(
-            f"compute_rope_params: linear scaling's freq_config has no key {', '.join(unknown)}; "
-            "it takes factor"
-        )
-    if not _number(freq_config, "factor") > 0:
-        raise ValueError(
-            "compute_rope_params: linear scaling's freq_config needs factor > 0, got "
-            f"{freq_config['factor']}"
-        )
+    _check_known(freq_config, "linear scaling's freq_config", ("factor",))
+    _check_above_zero(freq_config, "linear scaling's freq_config", ("factor",))
 
 
 def _check_keys(freq_config: FreqConfig, keys: tuple[str, ...], whose: str) -> None:
@@ -108,26 +96,41 @@ def _check_keys(freq_config: FreqConfig, keys: tuple[str, ...], whose: str) -> N
         )
 
 
-def _check_yarn(freq_config: FreqConfig) -> None:
-    _check_keys(freq_config, YARN_KEYS, "YaRN's freq_config")
-    known = {*YARN_KEYS, *YARN_DEFAULTS, "rope_type", "rope_theta", "partial_rotary_factor"}
-    unknown = sorted(set(freq_config) - known)
+#: Keys of Hugging Face's ``rope_parameters`` a scaling's freq_config may hold beside its own.
+_ANY_SCALING = ("rope_type", "rope_theta", "partial_rotary_factor")
+
+
+def _check_known(
+    freq_config: FreqConfig, whose: str, required: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> None:
+    """A scaling's freq_config: its `required` keys present, and no key but those, its
+    `optional` ones and `_ANY_SCALING`; a ValueError naming them otherwise."""
+    _check_keys(freq_config, required, whose)
+    unknown = sorted(set(freq_config) - {*required, *optional, *_ANY_SCALING})
     if unknown:
         raise ValueError(
-            f"compute_rope_params: YaRN's freq_config has no key {', '.join(unknown)}; it takes "
-            f"{', '.join((*YARN_KEYS, *YARN_DEFAULTS))}"
+            f"compute_rope_params: {whose} has no key {', '.join(unknown)}; it takes "
+            f"{', '.join((*required, *optional))}"
         )
+
+
+def _check_above_zero(freq_config: FreqConfig, whose: str, keys: tuple[str, ...]) -> None:
+    for key in keys:
+        if not _number(freq_config, key) > 0:
+            raise ValueError(
+                f"compute_rope_params: {whose} needs {key} > 0, got {freq_config[key]}"
+            )
+
+
+def _check_yarn(freq_config: FreqConfig) -> None:
+    _check_known(freq_config, "YaRN's freq_config", YARN_KEYS, tuple(YARN_DEFAULTS))
     fast, slow = _number(freq_config, "beta_fast"), _number(freq_config, "beta_slow")
     if not fast > slow > 0:
         raise ValueError(
             f"compute_rope_params: YaRN's freq_config needs beta_fast > beta_slow > 0, got "
             f"beta_fast={fast}, beta_slow={slow}"
         )
-    for key in ("factor", "original_max_position_embeddings"):
-        if not _number(freq_config, key) > 0:
-            raise ValueError(
-                f"compute_rope_params: YaRN's freq_config needs {key} > 0, got {freq_config[key]}"
-            )
+    _check_above_zero(freq_config, "YaRN's freq_config", YARN_KEYS)
 
 
 def _number(freq_config: FreqConfig, key: str) -> float:
