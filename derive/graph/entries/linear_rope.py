@@ -25,7 +25,7 @@ from ..declaration import Declaration, Graph
 from ..sizes import Parameter
 from ..twins import Given
 from ..variant import Variant
-from .rope import rotations_told
+from .rope import rotations_told, unscaled_angles
 
 __all__ = ["VARIANT", "with_linear_rope", "LINEAR_CONFIG"]
 
@@ -46,17 +46,12 @@ def _interpolated(step: Declaration) -> Declaration:
 
 def with_linear_rope(graph: Graph) -> Graph:
     """`graph` (with RoPE, perhaps partial or interleaved) at positions divided by η."""
-    angles = graph.step("Phi")
-    if angles.title.endswith("frequencies"):
-        raise ValueError(
-            f"linear scaling replaces RoPE's frequencies, and {angles.title.lower()} are "
-            "already replaced: two scalings of one step (compute_rope_params)"
-        )
+    angles = unscaled_angles(graph, "linear scaling")
     steps = rotations_told(graph, ("freq_config", LINEAR_CONFIG))
     found = Graph(
         graph.name.replace("RoPE", "RoPE with interpolated positions"), steps, graph.relations
     )
-    return found.with_step(_interpolated(found.step("Phi")))
+    return found.with_step(_interpolated(angles))  # rotations_told leaves Φ as it was
 
 
 VARIANT = Variant(

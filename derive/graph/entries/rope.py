@@ -83,7 +83,15 @@ K_ROT = register_letter(
     )
 )
 
-__all__ = ["VARIANT", "rope_angles", "rotate_half", "apply_rope", "with_rope", "rotations_told"]
+__all__ = [
+    "VARIANT",
+    "rope_angles",
+    "rotate_half",
+    "apply_rope",
+    "with_rope",
+    "rotations_told",
+    "unscaled_angles",
+]
 
 _ROTATED = {"q": "qrot", "k": "krot", "qnorm": "qrot", "knorm": "krot"}
 
@@ -158,6 +166,18 @@ def apply_rope(source: str, head: bool, rows: sp.Expr) -> Declaration:
         twin=twin,
         requires=(Even(width, "RoPE rotates pairs of features"),),
     )
+
+
+def unscaled_angles(graph: Graph, scaling: str) -> Declaration:
+    """The graph's angles Φ, for `scaling` (its name in an error) to replace their frequencies;
+    a ValueError where another scaling has replaced them already (its title says so)."""
+    angles = graph.step("Phi")
+    if angles.title.endswith("frequencies"):
+        raise ValueError(
+            f"{scaling} replaces RoPE's frequencies, and {angles.title.lower()} are already "
+            "replaced: two scalings of one step (compute_rope_params)"
+        )
+    return angles
 
 
 def rotations_told(graph: Graph, option: tuple[str, object]) -> tuple[Declaration, ...]:

@@ -47,7 +47,7 @@ from ..claims import RelativePosition, RowsSumToOne
 from ..declaration import Declaration, Graph
 from ..sizes import Above, AtLeast, Parameter
 from ..variant import Variant
-from .rope import rotations_told
+from .rope import rotations_told, unscaled_angles
 
 __all__ = ["VARIANT", "BETA_F", "BETA_S", "TAU", "RHO", "YARN_CONFIG", "ramp", "with_yarn_rope"]
 
@@ -219,12 +219,7 @@ def _with_attention_factor(step: Declaration, width: sp.Expr, partial: bool) -> 
 def with_yarn_rope(graph: Graph) -> Graph:
     """`graph` (with RoPE, perhaps partial or interleaved) at YaRN's frequencies, its rotated
     queries and keys multiplied by the attention factor."""
-    angles = graph.step("Phi")
-    if angles.title.endswith("frequencies"):
-        raise ValueError(
-            f"YaRN replaces RoPE's frequencies, and {angles.title.lower()} are already "
-            "replaced: two scalings of one step (compute_rope_params)"
-        )
+    angles = unscaled_angles(graph, "YaRN")
     width = _rotated_width(graph)
     partial = width == L.c_r
     steps = tuple(
