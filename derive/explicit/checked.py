@@ -37,7 +37,7 @@ from ..graph.fitting import drawn_sizes
 from ..notation import letters as L
 from ..notation.plain import plain
 from .forward import ExplicitGraph
-from .gradients import MAX_GRADIENT_SIZE, ExplicitGradients
+from .gradients import MAX_GRADIENT_SIZE, ExplicitGradients, partial_of
 from .instantiate import cells, value_at
 from .values import exact_numbers
 
@@ -140,10 +140,7 @@ class _Values:
             sizes = self.g.forward.sizes
             at = {k: int(v) for k, v in sizes.items() if sp.sympify(v).is_Integer}
             at |= dict(zip(lhs.indices, (int(i) for i in y.indices), strict=True))
-            formula = value_at(rhs, at, sizes)
-            stand_in = sp.Symbol("_u", real=True)
-            held = formula.xreplace({u: stand_in})
-            return calculus.almost_everywhere(sp.diff(held, stand_in), held).xreplace({stand_in: u})
+            return partial_of(value_at(rhs, at, sizes), u)
         return otherwise
 
 

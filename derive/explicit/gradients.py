@@ -80,8 +80,18 @@ def _partials(formula: sp.Expr) -> list[tuple[Indexed, sp.Expr]]:
     Each entry stands in as a plain symbol for the derivative and is put back after: SymPy
     differentiates with respect to a symbol about twice as fast as with respect to an `Indexed`.
     """
-    entries = formula.atoms(Indexed)
-    plain = {u: sp.Symbol(str(u), real=True) for u in entries}
+    return _derivatives(formula, formula.atoms(Indexed))
+
+
+def partial_of(formula: sp.Expr, u: Indexed) -> sp.Expr:
+    """∂formula/∂u for one named entry u, as `_partials` gives it (0 where it does not read u)."""
+    return _derivatives(formula, {u})[0][1]
+
+
+def _derivatives(formula: sp.Expr, entries) -> list[tuple[Indexed, sp.Expr]]:
+    """(u, ∂formula/∂u) for each u of `entries`, each entry of the formula standing in as a
+    plain symbol while it is differentiated."""
+    plain = {u: sp.Symbol(str(u), real=True) for u in formula.atoms(Indexed) | set(entries)}
     back = {symbol: u for u, symbol in plain.items()}
     stand_in = formula.xreplace(plain)
     return [
