@@ -265,15 +265,20 @@ def _script(blocks: list[Block]) -> str:
     return "\n".join(lines)
 
 
+def _path_outside() -> str:
+    """PATH without the project's environment (the one running the tests): a reader's PATH
+    before activating it."""
+    own = str(Path(sys.prefix) / "bin")
+    return os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != own)
+
+
 def _run_as_written(script: str, folder: Path) -> subprocess.CompletedProcess:
     """Run a page's commands as written from a fresh folder that holds docs/, tests/ and the
     project's environment as .venv (the folder a reader is in after the README's commands), with
     that environment *not* on PATH: a bare `derive` works only where the page activates it."""
     for name, target in (("docs", DOCS), ("tests", ROOT / "tests"), (".venv", Path(sys.prefix))):
         (folder / name).symlink_to(target)
-    own = str(Path(sys.prefix) / "bin")
-    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != own)
-    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"} | {"PATH": path}
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"} | {"PATH": _path_outside()}
     return subprocess.run(
         ["bash", "-c", script], cwd=folder, env=env, capture_output=True, text=True, timeout=900
     )
@@ -314,9 +319,7 @@ def test_a_page_with_a_broken_command_fails_and_names_it(tmp_path):
 
 
 def test_a_bare_derive_fails_where_the_page_does_not_activate(tmp_path):
-    own = str(Path(sys.prefix) / "bin")
-    elsewhere = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != own)
-    assert shutil.which("derive", path=elsewhere) is None, "derive is installed outside .venv"
+    assert shutil.which("derive", path=_path_outside()) is None, "derive is installed elsewhere"
     done = _run_as_written(_script(_blocks_of("```sh\nderive variants\n```\n")), tmp_path)
     assert done.returncode == 127, done.stderr  # the reader's "command not found"
 
