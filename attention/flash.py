@@ -164,6 +164,16 @@ def _sizes(where: str, block_rows: int, block_keys: int, scale: float | None) ->
         raise ValueError(f"{where}: scale must be a positive finite number, got scale={scale!r}")
 
 
+def _checked_call(
+    where: str, q: Tensor, k: Tensor, mods: object, block_rows: int, block_keys: int, scale: object
+) -> tuple[tuple, Any, float]:
+    """The checks of a call of the forward pass, its errors named after `where` (the function
+    the user called): the resolved modifications, the sink, the scores' factor."""
+    resolved, sink = _modifications(where, q, k, mods)
+    _sizes(where, block_rows, block_keys, scale)  # type: ignore[arg-type]
+    return resolved, sink, _scale(where, scale, resolved, q.shape[-1])  # type: ignore[arg-type]
+
+
 @checked
 def online_softmax(
     q: Float[Tensor, "*batch n c"],
@@ -207,25 +217,7 @@ def online_softmax(
             s ≠ n + offset, two mods are of one kind, or the sink's logit is not finite.
         TypeError: when rescale is not a bool, or mods is not a tuple of `Modification`s.
     """
-    return _forward("online_softmax", q, k, v, block_rows, block_keys, scale, rescale, mods)
-
-
-def _forward(
-    where: str,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    block_rows: int,
-    block_keys: int,
-    scale: float | None,
-    rescale: bool,
-    given: object,
-) -> OnlineState:
-    """`online_softmax`'s pass, its checks of the options named after `where`: the function
-    the user called (online_softmax, flash_attention or flash_gradients), checked once."""
-    mods, sink = _modifications(where, q, k, given)
-    _sizes(where, block_rows, block_keys, scale)
-    factor = _scale(where, scale, mods, q.shape[-1])
+    mods, sink, factor = _checked_call("online_softmax", q, k, mods, block_rows, block_keys, scale)
     keys = _blocks(k.shape[-2], block_keys)
     rows = q.shape[:-1]
     mu = q.new_full((len(keys), *rows), -math.inf)
@@ -413,7 +405,17 @@ def flash_attention(
             `Modification`s.
     """
     mods = _keywords("flash_attention", causal, window, softcap, mods)
-    return _forward("flash_attention", q, k, v, block_rows, block_keys, scale, rescale, mods).c
+    _checked_call("flash_attention", q, k, mods, block_rows, block_keys, scale)  # named so
+    return online_softmax(
+        q,
+        k,
+        v,
+        block_rows=block_rows,
+        block_keys=block_keys,
+        scale=scale,
+        rescale=rescale,
+        mods=mods,
+    ).c
 
 
 @checked
@@ -464,6 +466,7 @@ def flash_gradients(
         TypeError: when causal is not a bool, or mods is not a tuple of `Modification`s.
     """
     mods = _keywords("flash_gradients", causal, window, softcap, mods)
+    _checked_call("flash_gradients", q, k, mods, block_rows, block_keys, scale)  # named so
     sizes: dict[str, Any] = dict(block_rows=block_rows, block_keys=block_keys, scale=scale)
-    state = _forward("flash_gradients", q, k, v, block_rows, block_keys, scale, True, mods)
+    state = online_softmax(q, k, v, **sizes, mods=mods)
     return blocked_backward(q, k, v, state.c, state.lse, dc, **sizes, mods=mods)
