@@ -468,43 +468,71 @@ def linear_self_attention(
     w_q: Float[Tensor, "d c"],
     w_k: Float[Tensor, "d c"],
     w_v: Float[Tensor, "d c_v"],
+    w_o: Float[Tensor, "c_v c_out"] | None = None,
     *,
+    heads: int = 1,
     chunk_size: int | None = None,
     parallel: bool = False,
-) -> Float[Tensor, "*batch n c_v"]:
+) -> Float[Tensor, "*batch n c_out"]:
     """Causal linear attention of X with the book's weights: Q, K, V = X W_q, X W_k, X W_v, the
     queries scaled by 1/√c (Gated DeltaNet's scale), then `linear_attention` in the form asked
-    for: C = (Q Kᵀ/√c ∘ M) V, the recurrence by default.
+    for: C = (Q Kᵀ/√c ∘ M) V, the recurrence by default. With `heads` h, as multi-head
+    attention (the book's section 3.6) splits the softmax's: head ℓ takes its block of c_h =
+    c / h columns of Q, K and V, scaled by 1/√c_h, and the heads' contexts are put side by
+    side, then projected by `w_o` where it is given (Katharopoulos et al.'s linear
+    transformer, and the linear layers of Qwen 3.5, run heads so).
 
     Args:
         x: the input X, `(*batch, n, d)`.
         w_q: W_q, `(d, c)`.
         w_k: W_k, `(d, c)`.
         w_v: W_v, `(d, c_v)`.
+        w_o: W_o, `(c_v, c_out)`, the output projection of the heads' contexts side by side;
+            None: none (c_out = c_v).
+        heads: h, the number of heads; c and c_v multiples of it.
         chunk_size: C, the tokens of a chunk of the chunked form; None: the recurrence, or the
             parallel form with `parallel=True`.
-        parallel: the parallel form, one n × n matrix (with chunk_size None).
+        parallel: the parallel form, one n × n matrix per head (with chunk_size None).
 
     Returns:
-        The context vectors C, `(*batch, n, c_v)`.
+        The context vectors C, `(*batch, n, c_out)`.
 
     Raises:
-        ValueError: when chunk_size is not a positive int or is given with `parallel=True`.
-        ShapeError: when the weights do not fit x or each other, or a dimension is 0.
+        ValueError: when chunk_size or heads is not a positive int, or chunk_size is given
+            with `parallel=True`.
+        ShapeError: when the weights do not fit x or each other, heads does not divide c or
+            c_v, or a dimension is 0.
         DtypeError: when x and the weights are not float tensors of one dtype.
         DeviceError: when they are not on one device.
 
     >>> import torch
-    >>> x, w = torch.rand(5, 4), torch.rand(4, 3)
+    >>> x, w = torch.rand(5, 4), torch.rand(4, 4)
     >>> linear_self_attention(x, w, w, w).shape
+    torch.Size([5, 4])
+    >>> linear_self_attention(x, w, w, w, torch.rand(4, 3), heads=2).shape
     torch.Size([5, 3])
     """
-    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    check_positive("linear_self_attention", heads=heads)
+    for name, width in (
+        ("c (the width of w_q)", w_q.shape[-1]),
+        ("c_v (the width of w_v)", w_v.shape[-1]),
+    ):
+        if width % heads:
+            raise ShapeError(
+                f"linear_self_attention: {name}={width} is not divisible by heads={heads}"
+            )
+    q, k, v = (_heads_of(x @ w, heads) for w in (w_q, w_k, w_v))
     result = linear_attention(
         q / q.shape[-1] ** 0.5, k, v, chunk_size=chunk_size, parallel=parallel
     )
     assert isinstance(result, Tensor)
-    return result
+    context = result.transpose(-3, -2).flatten(-2)  # the heads side by side: (*batch, n, c_v)
+    return context if w_o is None else context @ w_o
+
+
+def _heads_of(t: Tensor, heads: int) -> Tensor:
+    """(*batch, n, c) as (*batch, h, n, c_h): head ℓ takes columns ℓ·c_h … (ℓ+1)·c_h − 1."""
+    return t.unflatten(-1, (heads, t.shape[-1] // heads)).transpose(-3, -2)
 
 
 @checked

@@ -212,21 +212,6 @@ class Streamed(Presented):
 
 
 @dataclass(frozen=True)
-class WithoutSoftmax(Presented):
-    """Attention without the softmax (`derive.proofs.linear`): `rule` is ``"linear-attention"``,
-    ``"deltanet"``, ``"gated-deltanet"`` or ``"ssd"``; `part` is ``"written"`` (what token m
-    writes into the state: a row of the delta rule's triangular system), ``"state"`` (the
-    recurrence keeps the invariant), ``"output"`` (a token's read is the parallel form's row),
-    ``"carried"`` (a state carried from chunk to chunk is the unsplit one: the chunked form),
-    and for SSD ``"linear"`` (with a ≡ 1 and Δ ≡ 1 it is causal linear attention) or
-    ``"delta"`` (its write is the gated delta rule's without the correction) or ``"shared"``
-    (with that write, the gated delta rule's state step is SSD's)."""
-
-    part: str
-    rule: str
-
-
-@dataclass(frozen=True)
 class Rounding(Presented):
     """The first-order float32 rounding of the two backward routes (`derive.proofs.rounding`):
     `part` is ``"stored-weights"``, ``"maximum-weights"``, ``"bounded-product"``,
@@ -252,6 +237,23 @@ class RowsSumToOne(Presented):
         then: the words between stated assumptions and the derivation; unused here, as
             this kind states none.
     """
+
+
+@dataclass(frozen=True)
+class WithoutSoftmax(Presented):
+    """Attention without the softmax (`derive.proofs.linear`): `rule` is ``"linear-attention"``,
+    ``"deltanet"``, ``"gated-deltanet"`` or ``"ssd"``; `part` is ``"written"`` (what token m
+    writes into the state: a row of the delta rule's triangular system), ``"state"`` (the
+    recurrence keeps the invariant), ``"output"`` (a token's read is the parallel form's row),
+    ``"carried"`` (a state carried from chunk to chunk is the unsplit one: the chunked form),
+    and for SSD ``"linear"`` (with a ≡ 1 and Δ ≡ 1 it is causal linear attention) or
+    ``"delta"`` (its write is the gated delta rule's without the correction) or ``"shared"``
+    (with that write, the gated delta rule's state step is SSD's). In a combination they stand
+    for every part's `RowsSumToOne`: without the softmax nothing makes a row sum to one."""
+
+    supersedes: typing.ClassVar[tuple[type, ...]] = (RowsSumToOne,)
+    part: str
+    rule: str
 
 
 @dataclass(frozen=True)

@@ -103,19 +103,38 @@ class Entry:
     @property
     def twins(self) -> tuple[Twin | ModuleTwin | GradientTwin | StateTwin, ...]:
         """The functions that compute it: the twins of its highest-ranked variant that declares
-        one, and the `also` of that variant and of those ranked after it (none where a variant
-        ranked after it changes the graph and gives no option: a user's variant without a
-        twin). A twin applies where the entry's options are ones it takes or implies
-        (`derive.bridge` checks its signature) and the variants it requires are in the entry."""
-        declaring = [v for v in self.chain if v.twin is not None]
+        one and hears of every change to the graph (`_told`), and the `also` of that variant
+        and of those ranked after it that hear of them too (none where a variant ranked after
+        it changes the graph and gives no option: a user's variant without a twin). A twin
+        applies where the entry's options are ones it takes or implies (`derive.bridge` checks
+        its signature) and the variants it requires are in the entry."""
+        declaring = [v for v in self.chain if v.twin is not None and self._told(v)]
         if not declaring:
             return ()
         owner = declaring[-1]
         later = self.chain[self.chain.index(owner) :]
         if any(v.build is not None and not v.options for v in later[1:]):
             return ()  # a variant after it changes the graph and tells its twins nothing
-        found = (owner.twin, *(t for v in later for t in v.also))  # owner.twin: not None
+        found = (owner.twin, *(t for v in later if self._told(v) for t in v.also))
         return tuple(t for t in found if t is not None and set(t.requires) <= self.names)
+
+    def _told(self, variant: Variant) -> bool:
+        """Whether `variant`'s twins hear of every change the entry's other variants make to
+        the graph: each variant outside `variant`'s own chain changes nothing or gives its
+        twins options. Linear attention replaces the softmax and says nothing to the twins
+        of multi-head attention, which compute the softmax's heads: with heads, linear
+        attention's own twins (told the heads) compute the entry."""
+        by_name = {v.name: v for v in self.chain}
+        under: set[str] = set()
+        names = [variant.name]
+        while names:
+            name = names.pop()
+            if name in under or name not in by_name:
+                continue
+            under.add(name)
+            base = by_name[name].base
+            names += base.split("+") if base else []
+        return all(v.name in under or v.build is None or v.options for v in self.chain)
 
     def with_graph(self, graph: Graph) -> Entry:
         """The entry with other declarations in place of its graph's (a test changes one

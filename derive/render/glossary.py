@@ -94,6 +94,11 @@ _JAXTYPING = (
     ),
     ("d c_v", "$W_v$ of linear attention", "`attention.linear.linear_self_attention`: c_v wide"),
     (
+        "c_v c_out",
+        "$W_o$ of linear attention",
+        "`attention.linear.linear_self_attention`: the heads' contexts side by side, projected",
+    ),
+    (
         "*batch n c_v",
         "$V$ or $U$, and $C$",
         "`attention.linear`: the values (the delta rule's written values), the context",

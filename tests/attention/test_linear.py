@@ -333,3 +333,46 @@ def test_kimi_delta_attention_is_transformers_torch_kda(form):
     bound = 2**-18 * theirs.abs().max()
     torch.testing.assert_close(ours, t(theirs), rtol=0, atol=bound)
     torch.testing.assert_close(our_state, state, rtol=0, atol=2**-18 * state.abs().max())
+
+
+@pytest.mark.parametrize("form", [dict(), *FORMS[:3]], ids=str)
+def test_with_heads_each_head_is_linear_attention_on_its_block_then_projected(form):
+    """linear_self_attention with h heads: head ℓ's block of c_h columns of Q, K and V, the
+    queries scaled by 1/√c_h, its causal (Q_ℓ K_ℓᵀ ∘ M) V_ℓ written out here, the heads side by
+    side, then W_o."""
+    gen = torch.Generator().manual_seed(12)
+    x = torch.randn(B, N, 5, generator=gen, dtype=torch.float64)
+    w_q, w_k, w_v = (torch.randn(5, 6, generator=gen, dtype=torch.float64) for _ in range(3))
+    w_o = torch.randn(6, 4, generator=gen, dtype=torch.float64)
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    heads = []
+    for ell in range(3):
+        block = slice(2 * ell, 2 * ell + 2)
+        scores = q[..., block] @ k[..., block].transpose(-2, -1) / 2**0.5
+        heads.append(scores.tril() @ v[..., block])
+    expected = torch.cat(heads, dim=-1) @ w_o
+    got = L.linear_self_attention(x, w_q, w_k, w_v, w_o, heads=3, **form)
+    torch.testing.assert_close(got, expected, **TOL)
+    one = L.linear_self_attention(x, w_q, w_k, w_v, **form)  # one head: scaled by 1/√c, no W_o
+    causal = (q @ k.transpose(-2, -1) / 6**0.5).tril() @ v
+    torch.testing.assert_close(one, causal, **TOL)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"heads": 4}, r"c \(the width of w_q\)=6 is not divisible by heads=4"),
+        ({"heads": 0}, "heads"),
+        (
+            {"w_v": torch.zeros(5, 9, dtype=torch.float64), "w_o": torch.zeros(9, 4).double()},
+            r"c_v \(the width of w_v\)=9 is not divisible by heads=2",
+        ),
+        ({"w_o": torch.zeros(5, 4, dtype=torch.float64)}, "w_o has c_v=5 but w_v has c_v=6"),
+    ],
+)
+def test_heads_that_do_not_fit_the_weights_are_named(change, message):
+    w = torch.zeros(5, 6, dtype=torch.float64)
+    arguments = {"w_q": w, "w_k": w, "w_v": w, "w_o": torch.zeros(6, 4, dtype=torch.float64)}
+    arguments |= {"heads": 2, **change}
+    with pytest.raises((ShapeError, ValueError), match=message):
+        L.linear_self_attention(torch.zeros(N, 5, dtype=torch.float64), **arguments)

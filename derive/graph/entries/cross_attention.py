@@ -70,11 +70,23 @@ def _refuse_positions(graph: Graph) -> None:
     """A step of positions alone (a mask's pattern, ALiBi's distances, RoPE's angles) reads a
     query's position and a key's in one sequence: refused, naming it."""
     for step in graph.declarations:
+        title = f"{step.title[0].lower()}{step.title[1:]} ({step.output})"
         if step.constant:
             raise ValueError(
-                f"{step.title[0].lower()}{step.title[1:]} ({step.output}): a pattern of the "
-                "queries' and the keys' positions in one sequence, and cross-attention's keys "
-                "are another sequence Y (a given mask of n × s is the masked variant)"
+                f"{title}: a pattern of the queries' and the keys' positions in one sequence, "
+                "and cross-attention's keys are another sequence Y (a given mask of n × s is "
+                "the masked variant)"
+            )
+        compared = [  # a condition on the positions themselves, not on a matrix's entries
+            r
+            for r in step.element.rhs.atoms(sp.core.relational.Relational)
+            if {L.m, L.p} <= r.free_symbols and not r.atoms(sp.Indexed)
+        ]
+        if compared:
+            raise ValueError(
+                f"{title}: its formula compares a query's position with a key's "
+                f"({sp.sstr(compared[0])}, one sequence), and cross-attention's keys are "
+                "another sequence Y"
             )
 
 

@@ -55,6 +55,9 @@ def without_softmax(graph: Graph) -> Graph:
     return Graph("causal linear attention", steps, graph.relations)
 
 
+#: What its twins take: X and the weights, and W_o where the graph has heads.
+_ARGUMENTS = ("X", "W_q", "W_k", "W_v", "W_o?")
+
 _RULES = (
     ("linear-attention", "Linear attention", "its state adds $k_m v_m^\\top$, token after token"),
     ("deltanet", "The delta rule (DeltaNet)", "its state writes only what it does not predict"),
@@ -120,21 +123,21 @@ VARIANT = Variant(
     ),
     build=without_softmax,
     claims=_claims(),
-    twin=Twin("attention.linear.linear_self_attention", label="recurrent form"),
+    twin=Twin("attention.linear.linear_self_attention", _ARGUMENTS, label="recurrent form"),
     also=(
         Twin(
             "attention.linear.linear_self_attention",
+            _ARGUMENTS,
             options=(("chunk_size", 2),),
             label="chunked form (chunks of 2)",
         ),
         Twin(
             "attention.linear.linear_self_attention",
+            _ARGUMENTS,
             options=(("parallel", True),),
             label="parallel form",
         ),
     ),
-    alone="it replaces the softmax weights (A) by the causal scaled scores, and its "
-    "recurrent, chunked and parallel forms are derived for one head of that graph",
     rank=5,
     short="linear attention",
     document=Document(

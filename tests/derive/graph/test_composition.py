@@ -95,6 +95,32 @@ def test_a_decoding_step_with_a_given_mask_has_no_twin_and_says_so():
     assert not any("decode" in row.step for row in trial.rows)
 
 
+@pytest.mark.parametrize("name", ["linear-attention+multi-head", "linear-attention+gate"])
+def test_linear_attention_runs_heads_with_its_own_twins(name):
+    """Linear attention with heads (Katharopoulos et al.'s linear transformer; Qwen 3.5's
+    linear layers, with their output gate): each head's weights are its causal scaled scores,
+    no softmax. Multi-head attention's twins compute the softmax's heads and hear nothing of
+    the change, so the twins are linear attention's, told the heads; without the softmax no
+    row sums to one, and linear attention's facts say what holds instead."""
+    entry = derive.variant(name)
+    (weights,) = [s for s in entry.graph.declarations if s.name == "weights"]
+    assert weights.output == "A_l" and isinstance(weights.element.rhs, sp.Piecewise)
+    assert {t.function for t in entry.twins} == {"attention.linear.linear_self_attention"}
+    names = {fact.name for fact in derive.facts(name)}
+    assert "rows_sum_to_one" not in names and any("linear" in n for n in names), names
+    (trial,) = derive.check(name, forward_only=True).trials
+    forms = [r.step for r in trial.rows if "·" in r.step and "generated" not in r.step]
+    if name.endswith("multi-head"):
+        assert forms == [
+            "C · recurrent form",
+            "C · chunked form (chunks of 2)",
+            "C · parallel form",
+        ]
+    else:  # the gate is an option linear_self_attention does not take: no twin runs
+        assert forms == []
+    assert all(row.passed for row in trial.rows), [r.step for r in trial.rows if not r.passed]
+
+
 #: Cross-attention joined to what the models' cross layers have: heads, groups, QK-norm, a gate.
 CROSS = {
     "Whisper, BART": "multi-head+cross-attention",
@@ -136,6 +162,12 @@ def test_cross_attention_joins_heads_groups_norms_and_a_gate(name):
         ("causal+cross-attention", "cross-attention takes causal out of what it joins"),
         ("kv-cache+cross-attention", "kv-cache declares no step, only what holds of causal"),
         ("flash+causal", "flash joins no other variant: its facts (the online softmax"),
+        (
+            "cross-attention+linear-attention",
+            "weights without the softmax (the causal scaled scores) (A): its formula compares "
+            "a query's position with a key's (m >= p, one sequence)",
+        ),
+        ("linear-attention+sinks", "its weights A are not the softmax of the scaled scores"),
     ],
 )
 def test_a_refused_pair_names_its_rule_and_the_step(name, rule):
