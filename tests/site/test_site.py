@@ -130,10 +130,10 @@ def test_the_site_builds_with_every_page_of_its_nav(site):
     assert (site / "assets/katex/katex.min.js").is_file()
 
 
-def _visit(browser, url: str, width: int, host: str) -> tuple[list, list, dict]:
-    """Open one page: (its errors and failed requests, the requests to other hosts, the state
-    of its math and width)."""
-    context = browser.new_context(viewport={"width": width, "height": 800})
+def _visit(context, url: str, host: str) -> tuple[list, list, dict]:
+    """Open one page in a tab of `context` (one per width: the pages share its cache of the
+    site's scripts, styles and fonts, as a reader's browser does): (its errors and failed
+    requests, the requests to other hosts, the state of its math and width)."""
     tab = context.new_page()
     errors: list[str] = []
     elsewhere: list[str] = []
@@ -154,7 +154,7 @@ def _visit(browser, url: str, width: int, host: str) -> tuple[list, list, dict]:
             overflow: document.documentElement.scrollWidth - window.innerWidth,
         })"""
     )
-    context.close()
+    tab.close()
     return errors, elsewhere, state
 
 
@@ -162,15 +162,19 @@ def _visit(browser, url: str, width: int, host: str) -> tuple[list, list, dict]:
 def test_every_page_opens_with_its_math_typeset_and_nothing_outside(browser, server, width):
     host = server.split("//")[1]
     problems = []
-    for page in _pages():
-        url = f"{server}/{page.replace('.md', '.html')}"
-        errors, elsewhere, state = _visit(browser, url, width, host)
-        if errors or elsewhere:
-            problems.append((page, errors, elsewhere))
-        if state["typeset"] != state["math"] or state["katexErrors"]:
-            problems.append((page, state))
-        if state["overflow"] > 0:  # the page itself scrolls sideways: something sticks out
-            problems.append((page, f"{state['overflow']} px wider than the {width} px screen"))
+    context = browser.new_context(viewport={"width": width, "height": 800})
+    try:
+        for page in _pages():
+            url = f"{server}/{page.replace('.md', '.html')}"
+            errors, elsewhere, state = _visit(context, url, host)
+            if errors or elsewhere:
+                problems.append((page, errors, elsewhere))
+            if state["typeset"] != state["math"] or state["katexErrors"]:
+                problems.append((page, state))
+            if state["overflow"] > 0:  # the page itself scrolls sideways: something sticks out
+                problems.append((page, f"{state['overflow']} px wider than the {width} px screen"))
+    finally:
+        context.close()
     assert problems == []
 
 

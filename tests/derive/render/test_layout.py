@@ -147,12 +147,14 @@ def test_the_worked_example_s_inputs_are_kept_on_one_page(example):
     assert inputs.group(0).count("\\\\*[1.2ex]") == 3  # no page break between the four
 
 
-def test_the_pdf_has_its_metadata_and_no_page_holding_only_a_figure(tmp_path):
+def test_the_pdf_has_its_metadata_and_no_page_holding_only_a_figure(tmp_path, example):
+    """docs/derivation.pdf as `derive docs` compiles it (its LaTeX and its figures at the
+    options of docs/), without the rest of what `derive docs` writes."""
     require("pdflatex", "pdftotext")
-    from derive.cli.docs import generate_docs
+    from derive.cli.documents import compile_pdf, figure_files
 
-    files = generate_docs(pdf=True)
-    pdf = files["derivation.pdf"]
+    tex = latex_document(DOCS_OPTIONS, example=example)
+    pdf = compile_pdf(tex, figure_files(DOCS_OPTIONS, example))
     assert b"/Title (Trainable scaled dot-product self-attention, derived)" in pdf
     subject = re.search(rb"/Subject \(([^)]*)\)", pdf).group(1).decode()
     assert subject.startswith("Trainable scaled dot-product self-attention: every formula")
