@@ -279,9 +279,10 @@ def attend_new_rows(
     the keys k and values v (..., s, c) of every token so far, whose last t rows are the new
     tokens' own. New token i sits at position s − t + i and attends key p iff p ≤ s − t + i
     (and the other masks of `mods` allow it): causal attention at offset s − t (`mods`' own
-    `Causal` replaced), whose blocks read the keys the masks reach only."""
+    causal mask, `Modification.causal`, replaced), whose blocks read the keys the masks reach
+    only."""
     offset = k.shape[-2] - q.shape[-2]
-    mods = M.ordered((*(m for m in mods if not isinstance(m, M.Causal)), M.Causal(offset)))
+    mods = M.ordered((*(m for m in mods if not m.causal), M.Causal(offset)))
     return attend(q, k, v, scale=scale, heads=heads, mods=mods, dropout_p=dropout_p)
 
 

@@ -67,6 +67,29 @@ __all__ = [
 ]
 
 
+#: Where each built-in rule on a row of scores acts, declared once for both sides: each object
+#: below takes its `stage` from its row, and derive gives each registered variant its `rank`
+#: from the same rows (`derive.graph.order`, which reads this table from this file as text,
+#: without importing attention or torch), so that a combination derives its rules in the order
+#: they run here (temperature tuning, softcapping, clamping and ALiBi do not commute). Each row
+#: names the rule as derive's registry names its variant. The masks are not in it: a −∞
+#: commutes with every rule, and derive places a mask by the step it replaces (`Causal`,
+#: `Window` and `Chunked` state their stages, 30 to 32). A user's rule states its own stage.
+SCORE_RULES: tuple[tuple[str, int], ...] = (
+    ("query-scale", 0),
+    ("temperature-tuning", 10),
+    ("softcap", 20),
+    ("clamp", 22),
+    ("alibi", 25),
+    ("sinks", 40),
+)
+
+
+def _stage(rule: str) -> int:
+    """The stage of a built-in rule on the scores, from its row of `SCORE_RULES`."""
+    return dict(SCORE_RULES)[rule]
+
+
 #: A position (0-based), or an integer tensor of positions.
 Position = int | Tensor
 #: One end of the keys a query may read, L(m) or H(m), for a `Position`; None: no bound.
@@ -96,13 +119,28 @@ class Modification:
     """What every modification states. The defaults: no effect on the scores, nothing in the
     backward pass, every key allowed, no learned parameter."""
 
-    #: Where in a row's computation it acts (the module docstring's order).
+    #: Where in a row's computation it acts (the module docstring's order); the built-in rules
+    #: on the scores take theirs from `SCORE_RULES`, which derive's ranks read.
     stage: ClassVar[int] = 0
     #: The name of its learned tensor field, if it has one (a tensor of one number per head).
     parameter: ClassVar[str | None] = None
     #: Whether its tensor is a sink's logit per head, e^{ζ_ℓ} in each row's denominator (`Sinks`):
     #: the paths then normalise each row with it (`sink_normalised`) and give its gradient.
     sink: ClassVar[bool] = False
+    #: Whether it is the causal mask (`Causal`): a decoding step puts `Causal(offset)` in its
+    #: place, the new queries sitting after the cache's keys (and adds it where it is absent:
+    #: decoding is causal).
+    causal: ClassVar[bool] = False
+    #: Whether it belongs to one call, not to a module (`Causal`, `Window`): a module's forward
+    #: takes it from its mask argument (and `sliding_window=`), so a module built with it in
+    #: `mods=` is refused.
+    of_the_call: ClassVar[bool] = False
+    #: Whether it is made for causal attention (ALiBi's bias counts m − p ≥ 0; Llama 4's chunks
+    #: hold the keys up to the query's): the book's grouped module built with it masks causally.
+    needs_causal: ClassVar[bool] = False
+    #: The module buffer that keeps its tensor (ALiBi's given slopes: ``alibi_slopes``), read at
+    #: each call so that it follows `.to()`; None (the default) where a module keeps none.
+    buffer: ClassVar[str | None] = None
 
     def scores(
         self, s: Tensor, block: Block, param: Tensor | None, inplace: bool
@@ -240,6 +278,8 @@ class Causal(Modification):
 
     offset: int = 0
     stage: ClassVar[int] = 30
+    causal: ClassVar[bool] = True
+    of_the_call: ClassVar[bool] = True
 
     def __post_init__(self):
         check_offset("Causal", self.offset)
@@ -278,6 +318,7 @@ class Window(Modification):
 
     size: int
     stage: ClassVar[int] = 31
+    of_the_call: ClassVar[bool] = True
 
     def __post_init__(self):
         check_positive("Window", size=self.size)
@@ -323,6 +364,7 @@ class Chunked(Modification):
     start: int = 0
     stage: ClassVar[int] = 32
     shifts: ClassVar[bool] = False
+    needs_causal: ClassVar[bool] = True
 
     def __post_init__(self):
         check_positive("Chunked", size=self.size)
@@ -378,7 +420,7 @@ class QueryScale(Modification):
     """
 
     scalar: float
-    stage: ClassVar[int] = 0
+    stage: ClassVar[int] = _stage("query-scale")
 
     def __post_init__(self):
         check_finite("QueryScale", "scalar", self.scalar)
@@ -416,7 +458,7 @@ class Temperature(Modification):
     floor: float
     scale: float
     start: int = 0
-    stage: ClassVar[int] = 10
+    stage: ClassVar[int] = _stage("temperature-tuning")
     shifts: ClassVar[bool] = False
 
     def __post_init__(self):
@@ -499,7 +541,7 @@ class Softcap(Modification):
     """
 
     cap: float
-    stage: ClassVar[int] = 20
+    stage: ClassVar[int] = _stage("softcap")
 
     def __post_init__(self):
         check_finite("Softcap", "cap", self.cap)
@@ -554,7 +596,7 @@ class Clamp(Modification):
     """
 
     bound: float
-    stage: ClassVar[int] = 22
+    stage: ClassVar[int] = _stage("clamp")
 
     def __post_init__(self):
         check_finite("Clamp", "bound", self.bound)
@@ -613,8 +655,10 @@ class ALiBi(Modification):
     """
 
     slopes: Tensor | None = None
-    stage: ClassVar[int] = 25
+    stage: ClassVar[int] = _stage("alibi")
     parameter: ClassVar[str | None] = "slopes"
+    needs_causal: ClassVar[bool] = True
+    buffer: ClassVar[str | None] = "alibi_slopes"
 
     def __post_init__(self):
         _check_per_head("ALiBi", "slopes", self.slopes)
@@ -721,7 +765,7 @@ class Sinks(Modification):
     """
 
     logits: Tensor | None = None
-    stage: ClassVar[int] = 40
+    stage: ClassVar[int] = _stage("sinks")
     parameter: ClassVar[str | None] = "logits"
     sink: ClassVar[bool] = True
 

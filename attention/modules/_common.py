@@ -3,6 +3,7 @@ the constructors' prologue (checks, then the layers of multi-head attention in t
 order), the one call of every forward into the layer (`forward_layer`), the dropout rate a
 forward uses, the context-length check, the output projection's W_o."""
 
+import dataclasses
 import typing
 from typing import Literal, overload
 
@@ -154,14 +155,15 @@ def set_score_options(
     module.softcap = softcap
     module.alibi = alibi is not False
     if isinstance(alibi, Tensor):
-        module.register_buffer("alibi_slopes", alibi.detach().clone(), persistent=False)
+        buffer = typing.cast(str, M.ALiBi.buffer)  # where module_mods reads the slopes
+        module.register_buffer(buffer, alibi.detach().clone(), persistent=False)
     module.query_pre_attn_scalar = query_pre_attn_scalar
     built = M.modifications(
         softcap=softcap, alibi=alibi is not False, query_pre_attn_scalar=query_pre_attn_scalar
     )  # the tensors (the slopes given, the sinks) are read at each call: `module_mods`
     mods = _modify.check(where, mods, module.num_heads)
     for i, mod in enumerate(mods):
-        if isinstance(mod, M.Causal | M.Window):
+        if mod.of_the_call:
             raise ValueError(
                 f"{where}: mods[{i}] ({type(mod).__name__}) is the call's mask, not the "
                 f"module's: the forward's mask says it (and `sliding_window=` where the class "
@@ -256,18 +258,28 @@ def module_mods(module: nn.Module, *masks: M.Modification) -> tuple:
     """The modifications of one call of a module: those it was built with (`score_mods`), its
     tensors read now (they follow `.to()` and training: ALiBi's given slopes, the buffer
     `alibi_slopes`; the parameter `sinks`), and the call's `masks`."""
-    sinks, slopes = module._parameters.get("sinks"), module._buffers.get("alibi_slopes")
+    sinks = module._parameters.get("sinks")
     heads = typing.cast("int", module.num_heads)
-    for name, value, what in (("sinks", sinks, "sink"), ("alibi_slopes", slopes, "slope")):
-        if value is not None and value.shape != (heads,):  # reassigned since it was built
-            check_per_head(type(module).__name__, name, value, heads, what)
-    mods = [
-        M.ALiBi(slopes) if isinstance(mod, M.ALiBi) and slopes is not None else mod
-        for mod in getattr(module, "score_mods", ())
-    ]
+    if sinks is not None and sinks.shape != (heads,):  # reassigned since it was built
+        check_per_head(type(module).__name__, "sinks", sinks, heads, "sink")
+    mods = [_with_buffer(module, mod, heads) for mod in getattr(module, "score_mods", ())]
     if sinks is not None:
         mods.append(M.Sinks(sinks))
     return M.ordered((*mods, *masks))
+
+
+def _with_buffer(module: nn.Module, mod: M.Modification, heads: int) -> M.Modification:
+    """`mod` with the tensor the module keeps for it now (`Modification.buffer`: ALiBi's given
+    slopes), checked against the heads (it may have been reassigned since the module was
+    built); `mod` itself where the module keeps none."""
+    if mod.buffer is None or mod.parameter is None:
+        return mod
+    value = module._buffers.get(mod.buffer)
+    if value is None:
+        return mod
+    if value.shape != (heads,):  # "slopes" -> one slope per head
+        check_per_head(type(module).__name__, mod.buffer, value, heads, mod.parameter[:-1])
+    return dataclasses.replace(mod, **{mod.parameter: value})
 
 
 # What `forward_layer` returns follows `return_weights`: C alone, or (C, A).

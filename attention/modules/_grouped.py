@@ -314,7 +314,7 @@ class GroupedQueryAttention(MultiHeadModule):
             width = ("head_dim", self.head_dim)
             check_tables(where, "cos and sin", cos.shape[-1], cos.shape[0], width, n)
         causal, window, allowed = book_mask(blocked, n)
-        if self.alibi or any(isinstance(mod, M.Chunked) for mod in self.score_mods):
+        if any(mod.needs_causal for mod in self.score_mods):
             causal = True  # ALiBi's bias is the causal one; Llama 4's chunks are causal
         if self.sliding_window is not None:  # a window is causal, and the narrower one holds
             causal = True

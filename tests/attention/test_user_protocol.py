@@ -212,3 +212,64 @@ def test_a_users_modification_with_a_cache(user):
             q[..., -t:, :], k, v, scale=WIDTH**-0.5, mods=make(), dropout_p=0.0, heads=True
         )
         torch.testing.assert_close(rows, whole[..., -t:, :], rtol=1e-10, atol=1e-12)
+
+
+@dataclass(frozen=True)
+class OwnChunks(M.Modification):
+    """A user's chunks made for causal attention (as Llama 4's are): query m reads the keys of
+    its own chunk of `size`; `needs_causal` says a module built with it masks causally."""
+
+    size: int
+    stage: ClassVar[int] = 33
+    shifts: ClassVar[bool] = False
+    needs_causal: ClassVar[bool] = True
+
+    def bounds(self, m):
+        first = (m // self.size) * self.size
+        return first, first + self.size
+
+
+class LooseChunks(OwnChunks):
+    """The same chunks, not said to be made for causal attention."""
+
+    needs_causal: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
+class OwnWindow(M.Modification):
+    """A user's window that belongs to the call, as the built-in `Window` does: a module takes
+    it from its forward's mask, so `of_the_call` makes a module built with it refuse it."""
+
+    size: int
+    stage: ClassVar[int] = 34
+    of_the_call: ClassVar[bool] = True
+
+    def bounds(self, m):
+        return m - self.size + 1, None
+
+
+def _grouped(mods: tuple) -> torch.nn.Module:
+    from attention import GroupedQueryAttention
+
+    torch.manual_seed(3)
+    return GroupedQueryAttention(8, num_heads=2, num_kv_groups=1, mods=mods).double()
+
+
+@pytest.mark.parametrize("needs", [True, False])
+def test_a_users_mask_made_for_causal_attention_makes_the_module_causal(needs):
+    """`needs_causal` (Chunked's, ALiBi's) read from the protocol: the book's grouped module,
+    called without a mask, masks causally with the user's chunks; without it, a query also
+    reads the later keys of its chunk."""
+    kind = OwnChunks if needs else LooseChunks
+    module = _grouped((kind(3),))
+    x = torch.randn(2, N, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    got = module(x)
+    causal_only = _grouped(())(x, torch.ones(N, N, dtype=torch.bool).triu(1))
+    first_rows_equal = torch.allclose(got[:, 0], causal_only[:, 0], rtol=1e-10, atol=1e-12)
+    assert first_rows_equal == needs  # the first query reads itself alone, or its chunk's keys
+
+
+def test_a_users_mask_of_the_call_is_refused_by_a_module_and_named():
+    with pytest.raises(ValueError, match=r"mods\[0\] \(OwnWindow\) is the call's mask"):
+        _grouped((OwnWindow(4),))
+    assert _grouped((TwoChunks(3),)).score_mods  # a mask that is not the call's is taken

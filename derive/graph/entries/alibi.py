@@ -20,6 +20,7 @@ from ...notation import letters as L
 from ...notation.letters import Letter, register_letter
 from ..claims import Equality, RowsSumToOne, ShiftInvariance
 from ..declaration import Declaration, Graph
+from ..order import score_rank
 from ..twins import StepTwin
 from ..variant import Variant
 from .scores import after_scores
@@ -153,7 +154,7 @@ VARIANT = Variant(
         RowsSumToOne(),
     ),
     options=(("alibi", "Mu"),),
-    rank=47,
+    rank=score_rank("alibi"),
     short="ALiBi",
     notation=(GAP, MU, OMEGA_BIASED),
 )

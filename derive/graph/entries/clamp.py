@@ -22,6 +22,7 @@ from ...notation import letters as L
 from ...notation.letters import Letter, register_letter
 from ..claims import Bound, RowsSumToOne
 from ..declaration import Declaration, Graph
+from ..order import score_rank
 from ..sizes import Parameter
 from ..twins import Built
 from ..variant import Variant
@@ -111,7 +112,7 @@ VARIANT = Variant(
         ),
     ),
     options=(("mods", (Built("attention.mods.Clamp", (GAMMA,)),)),),
-    rank=46,
+    rank=score_rank("clamp"),
     short="clamping",
     notation=(OMEGA_CLAMPED,),
 )

@@ -18,6 +18,7 @@ from sympy import Eq, sqrt
 
 from ..claims import RowsSumToOne
 from ..declaration import Declaration, Graph
+from ..order import score_rank
 from ..sizes import Parameter
 from ..twins import Built, StepTwin
 from ..variant import Variant
@@ -74,6 +75,6 @@ VARIANT = Variant(
         ),
     ),
     options=(("mods", (Built("attention.mods.QueryScale", (C_Q,)),)),),
-    rank=42,
+    rank=score_rank("query-scale"),
     short="the config's scale",
 )

@@ -19,6 +19,7 @@ from ...notation import letters as L
 from ...notation.letters import Letter, register_letter
 from ..claims import BEFORE, RowsSumWithSink, SameAs
 from ..declaration import Declaration, Graph
+from ..order import score_rank
 from ..twins import StepTwin
 from ..variant import Variant
 
@@ -90,7 +91,7 @@ VARIANT = Variant(
         ),
     ),
     options=(("sinks", "Zeta"),),
-    rank=48,
+    rank=score_rank("sinks"),
     short="sinks",
     notation=(ZETA,),
 )

@@ -18,6 +18,7 @@ from ...notation import letters as L
 from ...notation.letters import Letter, register_letter
 from ..claims import Bound, Equality, RowsSumToOne
 from ..declaration import Declaration, Graph
+from ..order import score_rank
 from ..sizes import Parameter
 from ..twins import StepTwin
 from ..variant import Variant
@@ -106,7 +107,7 @@ VARIANT = Variant(
         ),
     ),
     options=(("softcap", L.kappa),),
-    rank=45,
+    rank=score_rank("softcap"),
     short="softcapping",
     notation=(OMEGA_CAPPED,),
 )

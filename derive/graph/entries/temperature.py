@@ -18,6 +18,7 @@ from ...notation import letters as L
 from ...notation.letters import Letter, register_letter
 from ..claims import Equality, RowsSumToOne
 from ..declaration import Declaration, Graph
+from ..order import score_rank
 from ..sizes import Parameter
 from ..twins import Built, StepTwin
 from ..variant import Variant
@@ -116,7 +117,7 @@ VARIANT = Variant(
         ),
     ),
     options=(("mods", (Built("attention.mods.Temperature", (FLOOR, ALPHA)),)),),
-    rank=44,
+    rank=score_rank("temperature-tuning"),
     short="temperature tuning",
     notation=(OMEGA_TEMPERED,),
 )

@@ -7,6 +7,8 @@ is not a rule on the scores is refused by its step."""
 
 import dataclasses
 import math
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -438,10 +440,10 @@ ORDERED = {
     ids="+".join,
 )
 def test_derive_composes_the_rules_in_the_order_attention_applies_them(names) -> None:
-    """The order is stated twice, derive's ranks (where each step goes in a combination) and
-    `attention.mods`' stages (where each object acts): a combination's rule, composed in
-    derive's order, gives the numbers of the objects applied in attention's, so the two
-    cannot disagree unseen (temperature, the cap and ALiBi do not commute)."""
+    """Derive's ranks (where each step goes in a combination) and `attention.mods`' stages
+    (where each object acts) are read from one table (`attention.mods.SCORE_RULES`): a combination's
+    rule, composed in derive's order, gives the numbers of the objects applied in attention's
+    (temperature, the cap and ALiBi do not commute)."""
     name = "gqa+" + "+".join(names)
     values = {k: v for n in names for k, v in ORDERED[n][0].items()}
     rule = derive.score_mod(name, **values)
@@ -474,6 +476,32 @@ def test_every_rule_on_the_scores_acts_where_derive_ranks_it() -> None:
     by_stage = [name for _, name in sorted(kinds, key=lambda pair: pair[0].stage)]
     by_rank = [name for _, name in sorted(kinds, key=lambda pair: declared(pair[1]).rank)]
     assert by_stage == by_rank
+
+
+def test_the_order_is_declared_once_and_both_sides_read_it() -> None:
+    """`attention.mods.SCORE_RULES` is the one statement of where each rule on the scores
+    acts: every built-in object that changes the scores or is a sink has its row's stage, and
+    its variant the rank derive reads from the same row; derive reads the table as a file, so
+    resolving a combination of the rules loads neither attention nor torch."""
+    from derive.conformance.read.ours import _rows
+    from derive.graph.order import FIRST, score_rank, score_rules
+    from derive.graph.registry import declared
+
+    by_stage = [name for name, _ in sorted(M.SCORE_RULES, key=lambda row: row[1])]
+    assert list(score_rules()) == by_stage
+    read = 0
+    for kind, (name, _) in _rows().items():
+        if kind.sink or kind.scores is not M.Modification.scores:
+            assert kind.stage == dict(M.SCORE_RULES)[name], (kind, name)
+            assert declared(name).rank == score_rank(name) == FIRST + by_stage.index(name)
+            read += 1
+    assert read >= len(by_stage) - 1  # every rule (the query scale acts on q, not a block)
+    probe = (
+        "import sys, derive; derive.variant('gqa+temperature-tuning+softcap+alibi+sinks'); "
+        "print(sorted({'attention', 'torch'} & set(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
 
 
 def test_a_scale_of_the_variant_s_own_is_given_with_the_rule() -> None:
