@@ -19,6 +19,7 @@ Nothing here names a variant: the sizes, their conditions and the twins come fro
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from ..explicit.checked import printed_gradients
 from ..explicit.forward import ExplicitGraph
 from ..explicit.gradients import ExplicitGradients
 from ..graph import Entry, explicit_sizes
-from ..graph.errors import DeclarationError
+from ..graph.errors import DeclarationError, DerivationError
 from ..graph.fitting import drawn_sizes
 from ..graph.registry import ROOT
 from ..graph.twins import GradientTwin
@@ -152,6 +153,28 @@ def _generated_output(
     return function.apply(tensors, function.at(explicit.sizes))
 
 
+def _generated_gradient_rows(
+    entry: Entry, explicit: ExplicitGraph, inputs: dict, upstream: Any, values: Any
+) -> list[Row]:
+    """Each input's gradient by the generated backward pass against the chain rule's; where
+    the generated code refuses its backward (a derived gradient failed its check by numbers,
+    which the printed rows show), one failing row that says so, in place of the numbers."""
+    generated = {k: v.detach().clone().requires_grad_() for k, v in inputs.items()}
+    try:
+        _generated_output(entry, explicit, inputs, generated).backward(upstream)
+    except DerivationError as error:
+        return [
+            Row(f"backward · generated, refused: {error.doing}", (0, 0), math.inf, False, False)
+        ]
+    rows = []
+    for letter, tensor in generated.items():
+        name = L.gradient(letter)
+        if tensor.grad is not None and name in values.matrices:
+            expected = torch.tensor(values.floats(name), dtype=torch.float64)
+            rows.append(_row(f"{name} · generated", expected, tensor.grad, GRADIENT_TOLERANCE))
+    return rows
+
+
 def _gradient_rows(entry: Entry, explicit: ExplicitGraph, inputs: dict, seed: int) -> list[Row]:
     """Every gradient by the chain rule at these sizes against autograd through the twins, and
     the entry's written-out backward passes."""
@@ -178,13 +201,7 @@ def _gradient_rows(entry: Entry, explicit: ExplicitGraph, inputs: dict, seed: in
             [[float(e) for e in row] for row in printed[step.output].tolist()], dtype=torch.float64
         )
         rows.append(_printed_row(step, shown, tensor.grad))
-    generated = {k: v.detach().clone().requires_grad_() for k, v in inputs.items()}
-    _generated_output(entry, explicit, inputs, generated).backward(upstream)
-    for letter, tensor in generated.items():
-        name = L.gradient(letter)
-        if tensor.grad is not None and name in values.matrices:
-            expected = torch.tensor(values.floats(name), dtype=torch.float64)
-            rows.append(_row(f"{name} · generated", expected, tensor.grad, GRADIENT_TOLERANCE))
+    rows += _generated_gradient_rows(entry, explicit, inputs, upstream, values)
     read = Reader(explicit, dict(inputs) | {gradients.upstream: upstream})
     for twin in entry.twins:
         if not (isinstance(twin, GradientTwin) and twins.applies(twin, entry.options)):

@@ -24,7 +24,7 @@ import sympy as sp
 import torch
 
 from ..codegen.printer import python_name
-from ..codegen.program import program, step_source
+from ..codegen.program import Program, forward_program, program, step_source
 from ..graph import Entry, variant
 from ..graph.fitting import check_given, explicit_sizes, not_its_own, with_relations
 from ..graph.loading import load_variant
@@ -94,14 +94,35 @@ class GeneratedFunction:
 
     def __init__(self, entry: Entry) -> None:
         self.entry = entry
-        found = program(entry)
-        self.inputs, self.output = found.inputs, found.output
-        self.source, self.backward_source = found.forward_source, found.backward_source
-        self.gradients = found.gradients
-        self.sizes = tuple(sorted({*found.forward_sizes, *found.backward_sizes}))
-        self._program = found
+        self.inputs, self.output = entry.graph.inputs, entry.graph.output
+        self.source, self._forward_sizes = forward_program(entry)
         self._forward = _compiled(self.source, "forward", entry.name)
-        self._backward = _compiled(self.backward_source, "backward", entry.name)
+
+    @functools.cached_property
+    def _program(self) -> Program:
+        """Both passes: the backward's gradients derived and checked when first needed (a
+        `DerivationError` then, where one fails its check), so that the forward pass alone
+        never waits for them."""
+        return program(self.entry)
+
+    @functools.cached_property
+    def _backward(self) -> Any:
+        return _compiled(self.backward_source, "backward", self.entry.name)
+
+    @property
+    def backward_source(self) -> str:
+        """The backward pass's code (derived and checked when first read)."""
+        return self._program.backward_source
+
+    @property
+    def gradients(self) -> tuple[str, ...]:
+        """The inputs the backward pass gives a gradient of."""
+        return self._program.gradients
+
+    @property
+    def sizes(self) -> tuple[str, ...]:
+        """The keyword sizes and parameters the two passes read."""
+        return tuple(sorted({*self._forward_sizes, *self._program.backward_sizes}))
 
     def __repr__(self) -> str:
         return f"GeneratedFunction({self.entry.name!r}: {', '.join(self.inputs)} -> {self.output})"
@@ -136,13 +157,12 @@ class GeneratedFunction:
                     f"{letter} must be {_shown(shapes[letter])} = {want[0]} × {want[1]} "
                     f"for {self.entry.name} at these sizes, got {tuple(tensor.shape[-2:])}"
                 )
-        values = {python_name(k): _number(v) for k, v in at.items()}
-        return {name: values[name] for name in self.sizes}
+        return {python_name(k): _number(v) for k, v in at.items()}
 
     def at(self, sizes: Mapping[sp.Symbol, object]) -> dict[str, Any]:
-        """The keyword sizes of the generated code from sizes by symbol (an explicit graph's)."""
-        values = {python_name(k): _number(v) for k, v in sizes.items()}
-        return {name: values[name] for name in self.sizes}
+        """The keyword sizes of the generated code from sizes by symbol (an explicit graph's):
+        every one of them, each pass reading those it uses."""
+        return {python_name(k): _number(v) for k, v in sizes.items()}
 
     def apply(self, tensors: Iterable[Any], sizes: Mapping[str, Any]) -> Any:
         """C by the generated forward, with the derived backward, at keyword sizes as `at`
@@ -150,7 +170,7 @@ class GeneratedFunction:
         return _Generated.apply(self, dict(sizes), *tensors)
 
     def forward_sizes(self, sizes: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: sizes[k] for k in self._program.forward_sizes}
+        return {k: sizes[k] for k in self._forward_sizes}
 
     def steps(self, *tensors: Any, **sizes: object) -> dict[str, Any]:
         """Every step's value (per-head ones as h × rows × cols), by the generated forward."""
@@ -177,7 +197,9 @@ def _generated(name: str) -> GeneratedFunction:
 
 def torch_function(name: str) -> GeneratedFunction:
     """The torch code of a variant, generated from its declaration: forward from each step's
-    formula, backward from the derived gradients. Made once per variant in a process.
+    formula, backward from the derived gradients (derived and checked when the backward pass
+    first runs, so that the forward pass alone never waits for them). Made once per variant in
+    a process.
 
     Args:
         name: a registered name, a combination (`"gqa+rope"`), or a user's
@@ -190,7 +212,8 @@ def torch_function(name: str) -> GeneratedFunction:
     Raises:
         ValueError: when a name is not registered or the parts do not combine.
         DeclarationError: when a user's spec does not load (`load_variant`).
-        DerivationError: when a derived gradient fails its check by numbers.
+        DerivationError: when a derived gradient fails its check by numbers (raised by the
+            backward pass, or by reading `backward_source`).
     """
     entry = load_variant(name)
     return _generated(entry.name)

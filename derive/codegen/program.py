@@ -17,7 +17,7 @@ from ..graph import Entry
 from ..notation import letters as L
 from .printer import Printer
 
-__all__ = ["Program", "program", "step_source"]
+__all__ = ["Program", "forward_program", "program", "step_source"]
 
 
 @dataclass(frozen=True)
@@ -99,8 +99,18 @@ def _sizes(entry: Entry) -> frozenset[sp.Symbol]:
 
 
 @functools.cache
+def forward_program(entry: Entry) -> tuple[str, tuple[str, ...]]:
+    """The forward pass alone: its source and the keyword sizes it reads (no gradient derived,
+    so that running the forward pass never waits for the backward's derivation and check)."""
+    forward, printer = _forward(entry)
+    return forward, tuple(sorted(printer.used))
+
+
+@functools.cache
 def program(entry: Entry) -> Program:
-    forward, forward_printer = _forward(entry)
+    """Both functions of the entry: the forward pass, and the backward pass of the gradients
+    derive derives and checks (a `DerivationError` where one fails its check)."""
+    forward, forward_sizes = forward_program(entry)
     backward, backward_printer, given = _backward(entry)
     graph = entry.graph
     return Program(
@@ -109,7 +119,7 @@ def program(entry: Entry) -> Program:
         forward,
         backward,
         given,
-        tuple(sorted(forward_printer.used)),
+        forward_sizes,
         tuple(sorted(backward_printer.used)),
     )
 

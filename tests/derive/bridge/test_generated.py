@@ -132,6 +132,28 @@ def test_a_changed_formula_changes_what_runs():
     assert not torch.allclose(got, original, atol=1e-6)
 
 
+def test_the_forward_pass_runs_before_any_gradient_is_derived(monkeypatch):
+    """The forward pass is the declaration's formulas alone: a function whose gradients cannot
+    be derived still runs forward (what `derive check --forward-only` runs), and refuses its
+    backward pass by name when it is first run."""
+    from derive.explicit import checked
+
+    def refused(*_):
+        raise derive.DerivationError("print the gradient dQ", "a test's refusal")
+
+    monkeypatch.setattr(checked, "checked_backward", refused)
+    entry = derive.variant("self-attention")
+    function = GeneratedFunction(dataclasses.replace(entry, name="forward alone"))
+    x, w = torch.randn(4, 3, dtype=torch.float64), torch.randn(3, 5, dtype=torch.float64)
+    x.requires_grad_()
+    out = function(x, w, w, w)
+    q = x.detach() @ w
+    expected = torch.softmax(q @ q.T / 5**0.5, dim=-1) @ q
+    assert torch.allclose(out.detach(), expected, atol=1e-13, rtol=0)
+    with pytest.raises(derive.DerivationError, match="print the gradient dQ"):
+        out.sum().backward()
+
+
 def test_float32_scores_do_not_overflow():
     """Scores in the thousands: the softmax as printed stays finite (e^{1000} would not)."""
     function = derive.torch_function("causal")

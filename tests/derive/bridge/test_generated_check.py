@@ -22,13 +22,10 @@ def test_check_has_rows_for_the_generated_code():
 
 def test_check_fails_where_the_generated_code_is_wrong(monkeypatch):
     """Generated code that scales by c in place of √c: its rows fail, the twins' pass."""
-    wrong = programs.program.__wrapped__(derive.variant("causal"))
-    broken = wrong.forward_source.replace("math.sqrt(c)", "c")
-    assert broken != wrong.forward_source
-    monkeypatch.setattr(
-        "derive.bridge.generated.program",
-        lambda entry: programs.Program(**{**wrong.__dict__, "forward_source": broken}),
-    )
+    source, sizes = programs.forward_program.__wrapped__(derive.variant("causal"))
+    broken = source.replace("math.sqrt(c)", "c")
+    assert broken != source
+    monkeypatch.setattr("derive.bridge.generated.forward_program", lambda entry: (broken, sizes))
     from derive.bridge import generated
 
     generated._generated.cache_clear()

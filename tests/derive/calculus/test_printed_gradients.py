@@ -149,13 +149,34 @@ def _corrupted(monkeypatch, letter: str):
     monkeypatch.setattr(calculus, "backward", backward)
 
 
+def _derived_afresh() -> None:
+    """Forget what this process derived and generated, so that a test's corrupted derivation
+    is the one derive check reads, whichever tests ran before it (and none after it reads the
+    corruption)."""
+    from derive.bridge import generated
+    from derive.codegen import program
+
+    for cache in (generated._generated, program.program, program.forward_program, checked._checked):
+        cache.cache_clear()
+
+
 def test_a_wrong_printed_gradient_fails_check_and_names_it(monkeypatch):
+    """derive check shows its table: the printed gradient's row fails, naming the entry, and
+    the generated code, whose backward pass is that gradient checked by numbers, refuses to
+    run it; the forward rows still pass (the forward pass needs no gradient)."""
+    _derived_afresh()
     _corrupted(monkeypatch, "dQ")
-    result = derive.check("self-attention", n=3, d=2, c=4)
+    try:
+        result = derive.check("self-attention", n=3, d=2, c=4)
+    finally:
+        _derived_afresh()
     failed = [row.step for trial in result.trials for row in trial.rows if not row.passed]
     assert not result.passed
-    assert len(failed) == 1  # the gradient, and an entry of the row that was corrupted
+    assert len(failed) == 2, failed  # the gradient, and an entry of the row that was corrupted
     assert re.fullmatch(r"dQ · printed, worst q̄\[1,\d\]", failed[0]), failed
+    assert failed[1] == "backward · generated, refused: print the gradient dQ", failed
+    (trial,) = result.trials
+    assert [r.passed for r in trial.rows if r.step == "C · generated"] == [True]
     assert "dQ" in result.table() and "FAIL" in result.table()
 
 
