@@ -102,14 +102,9 @@ def layers_for_every_kind(config) -> int:
     return min(needed, MOST_LAYERS)
 
 
-def build(family: str):
-    """The family's causal LM from its default config with the sizes of `SMALL` and as many
-    layers as its kinds of layer need (`layers_for_every_kind`), float32, random weights drawn
-    from seed 0."""
-    import torch
-    import transformers
-
-    config = transformers.AutoConfig.for_model(family)
+def _made_small(config) -> None:
+    """One config made small in place: the sizes of `SMALL` where it has them, the state-space
+    heads, as many layers as its kinds of layer need, a padding id within the small vocabulary."""
     layers = layers_for_every_kind(config)
     for key, value in SMALL.items():
         if hasattr(config, key):
@@ -124,6 +119,29 @@ def build(family: str):
     pad = getattr(config, "pad_token_id", None)
     if isinstance(pad, int) and pad >= SMALL["vocab_size"]:  # a token id of the full vocabulary
         config.pad_token_id = 0
+
+
+def _with_sub_configs(config) -> list:
+    """A config and the configs it holds (a multimodal model's text and vision configs, theirs
+    in turn), as transformers' `sub_configs` names them."""
+    found = [config]
+    for name in getattr(config, "sub_configs", None) or {}:
+        held = getattr(config, name, None)
+        if held is not None and hasattr(held, "to_dict"):
+            found += _with_sub_configs(held)
+    return found
+
+
+def build(family: str):
+    """The family's causal LM from its default config, it and every config it holds (a
+    multimodal model's text and vision towers) made small (`_made_small`: the sizes of `SMALL`,
+    as many layers as its kinds of layer need), float32, random weights drawn from seed 0."""
+    import torch
+    import transformers
+
+    config = transformers.AutoConfig.for_model(family)
+    for held in _with_sub_configs(config):
+        _made_small(held)
     torch.manual_seed(0)
     return transformers.AutoModelForCausalLM.from_config(config).eval()
 
