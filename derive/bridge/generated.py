@@ -312,7 +312,8 @@ def torch_module(name: str, *, d: int, c: int, dtype: Any = None, **own: Any) ->
         ValueError: as `torch_function` raises it, or when a keyword is not the variant's own
             size or parameter, a value is outside its domain, or the sizes break a condition.
         DeclarationError: when a user's spec does not load (`load_variant`).
-        DerivationError: when a derived gradient fails its check by numbers.
+        DerivationError: when a derived gradient fails its check by numbers (raised by the
+            first backward pass, as `torch_function`'s).
     """
     return GeneratedModule(name, d=d, c=c, dtype=dtype, **own)
 

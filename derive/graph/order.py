@@ -19,6 +19,8 @@ __all__ = ["FIRST", "score_rank", "score_rules"]
 #: The rank of the first rule on the scores: after the QK norms (40), before RoPE (50), which
 #: leaves the rules between the masks and the rotation as the table orders them.
 FIRST = 41
+#: The rank of the next variant (RoPE's), which the rules' ranks must stay below.
+NEXT = 50
 
 
 @functools.cache
@@ -38,6 +40,11 @@ def score_rules() -> tuple[str, ...]:
         and node.value is not None
     ]
     rules = ast.literal_eval(table)
+    if FIRST + len(rules) > NEXT:
+        raise ValueError(
+            f"{len(rules)} rules on the scores take the ranks {FIRST} to {FIRST + len(rules) - 1}"
+            f", past RoPE's {NEXT}: move FIRST or RoPE's ranks"
+        )
     return tuple(name for name, _ in sorted(rules, key=lambda row: row[1]))
 
 

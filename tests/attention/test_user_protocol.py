@@ -255,18 +255,19 @@ def _grouped(mods: tuple) -> torch.nn.Module:
     return GroupedQueryAttention(8, num_heads=2, num_kv_groups=1, mods=mods).double()
 
 
-@pytest.mark.parametrize("needs", [True, False])
-def test_a_users_mask_made_for_causal_attention_makes_the_module_causal(needs):
-    """`needs_causal` (Chunked's, ALiBi's) read from the protocol: the book's grouped module,
-    called without a mask, masks causally with the user's chunks; without it, a query also
-    reads the later keys of its chunk."""
-    kind = OwnChunks if needs else LooseChunks
-    module = _grouped((kind(3),))
+@pytest.mark.parametrize(
+    ("mod", "needs"),
+    [(OwnChunks(3), True), (LooseChunks(3), False), (M.ALiBi(), True)],
+    ids=["chunks made for causal attention", "chunks not said so", "ALiBi in mods="],
+)
+def test_a_mask_made_for_causal_attention_makes_the_module_causal(mod, needs):
+    """`needs_causal` (Chunked's, ALiBi's) read from the protocol: the book's grouped module
+    built with such a modification, called without a mask, gives what it gives with the causal
+    mask; without the flag, a query also reads the later keys of its chunk."""
+    module = _grouped((mod,))
     x = torch.randn(2, N, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
-    got = module(x)
-    causal_only = _grouped(())(x, torch.ones(N, N, dtype=torch.bool).triu(1))
-    first_rows_equal = torch.allclose(got[:, 0], causal_only[:, 0], rtol=1e-10, atol=1e-12)
-    assert first_rows_equal == needs  # the first query reads itself alone, or its chunk's keys
+    causal = module(x, torch.ones(N, N, dtype=torch.bool).triu(1))
+    assert torch.allclose(module(x), causal, rtol=1e-10, atol=1e-12) == needs
 
 
 def test_a_users_mask_of_the_call_is_refused_by_a_module_and_named():
