@@ -28,7 +28,7 @@ import sympy as sp
 from sympy import Eq, Piecewise, Sum, exp, sqrt
 
 from ..notation import letters as L
-from .declaration import Declaration
+from .declaration import Declaration, Graph
 from .sizes import Divides
 from .twins import StepTwin
 
@@ -243,6 +243,15 @@ def context(*, head: bool = False, dims: Dims = SELF) -> Declaration:
         Eq(_entry("ctx", head, m, j), rhs, evaluate=False),
         dims.shapes("A" + s, "V" + s, "C" + s),
     )
+
+
+def softmax_weights(graph: Graph) -> Declaration | None:
+    """The graph's weights step where it is a softmax (its formula has e^x: self-attention's,
+    masked or not, a sink's), else None (none, or linear attention's scores as the weights)."""
+    for step in graph.declarations:
+        if step.name == "weights":
+            return step if step.element.rhs.has(sp.exp) else None
+    return None
 
 
 def split_heads(which: str) -> Declaration:

@@ -18,6 +18,7 @@ from sympy import Eq
 
 from ...notation import letters as L
 from ...notation.letters import Letter, register_letter
+from .. import attention as S
 from ..claims import Equality, RowsSumToOne, ShiftInvariance
 from ..declaration import Declaration, Graph
 from ..order import score_rank
@@ -108,6 +109,11 @@ def with_alibi(graph: Graph) -> Graph:
     def made(source: str, head: bool, rows: sp.Expr, keys: sp.Expr) -> tuple[Declaration, ...]:
         return alibi_distance(rows, keys), alibi_scores(source, head, rows, keys)
 
+    if S.softmax_weights(graph) is None:  # its bias is a factor e^{−μ(m−p)} on the weights
+        raise ValueError(
+            f"{graph.name} has no softmax for ALiBi's bias, a factor e^(−μ (m − p)) on each "
+            "weight, to act through"
+        )
     biased = after_scores(graph, made, "omegabias", "for ALiBi to bias")
     return biased.named(graph.name + " with ALiBi")
 

@@ -221,6 +221,28 @@ def with_mask(graph: Graph, mask: Declaration | None, name: str) -> Graph:
     return Graph(named, tuple(steps), graph.relations)
 
 
+def causal(graph: Graph) -> Graph:
+    """`graph` with the causal mask (`with_mask`); a graph whose weights are causal already is
+    left as it is (linear attention's, a_{m,p} = 0 for p > m: `causal_already`)."""
+    if causal_already(graph):
+        return graph
+    return with_mask(graph, S.causal_mask(), "causal")
+
+
+def causal_already(graph: Graph) -> bool:
+    """Whether the graph's weights (each head's) are 0 past the query's own position by their
+    own formula: a Piecewise whose first piece holds for p ≤ m and whose last is 0."""
+    for step in graph.declarations:
+        if step.name == "weights":
+            rhs = step.element.rhs
+            return (
+                isinstance(rhs, sp.Piecewise)
+                and rhs.args[0].cond in (sp.Le(L.p, L.m), sp.Ge(L.m, L.p))
+                and rhs.args[-1].expr == 0
+            )
+    return False
+
+
 _LINEAR = (
     ("W_query.weight", "W_q", True),
     ("W_key.weight", "W_k", True),
@@ -231,7 +253,7 @@ VARIANT = Variant(
     "causal",
     "Causal attention",
     TEXT,
-    build=lambda graph: with_mask(graph, S.causal_mask(), "causal"),
+    build=causal,
     claims=(RowsSumToOne(),),
     options=(("causal", True),),
     also=(

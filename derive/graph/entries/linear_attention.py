@@ -123,19 +123,26 @@ VARIANT = Variant(
     ),
     build=without_softmax,
     claims=_claims(),
-    twin=Twin("attention.linear.linear_self_attention", _ARGUMENTS, label="recurrent form"),
+    twin=Twin(
+        "attention.linear.linear_self_attention",
+        _ARGUMENTS,
+        label="recurrent form",
+        implies=("causal",),
+    ),
     also=(
         Twin(
             "attention.linear.linear_self_attention",
             _ARGUMENTS,
             options=(("chunk_size", 2),),
             label="chunked form (chunks of 2)",
+            implies=("causal",),
         ),
         Twin(
             "attention.linear.linear_self_attention",
             _ARGUMENTS,
             options=(("parallel", True),),
             label="parallel form",
+            implies=("causal",),
         ),
     ),
     rank=5,

@@ -17,6 +17,7 @@ from sympy import Eq, exp
 
 from ...notation import letters as L
 from ...notation.letters import Letter, register_letter
+from .. import attention as S
 from ..claims import BEFORE, RowsSumWithSink, SameAs
 from ..declaration import Declaration, Graph
 from ..order import score_rank
@@ -62,7 +63,7 @@ def sink_weights(step: Declaration) -> Declaration:
 
 def with_sinks(graph: Graph) -> Graph:
     """`graph` with a sink's logit in the denominator of its weights (each head's own)."""
-    if not any(step.name == "weights" for step in graph.declarations):
+    if S.softmax_weights(graph) is None:
         raise ValueError(f"{graph.name} has no softmax for a sink to join")
     steps = tuple(sink_weights(s) if s.name == "weights" else s for s in graph.declarations)
     return Graph(graph.name + " with sinks", steps, graph.relations)

@@ -121,6 +121,21 @@ def test_linear_attention_runs_heads_with_its_own_twins(name):
     assert all(row.passed for row in trial.rows), [r.step for r in trial.rows if not r.passed]
 
 
+def test_linear_attention_is_causal_already_and_joins_what_is_declared_on_causal_attention():
+    """Linear attention's weights are 0 past the query's own position by their formula, so the
+    causal mask leaves its graph as it is, and what is declared on causal attention joins it:
+    groups of heads sharing keys and values, the QK norms (Gated DeltaNet's L2 norm), the
+    cache; each derives and passes derive check."""
+    alone = derive.variant("linear-attention").graph.declarations
+    assert derive.variant("causal+linear-attention").graph.declarations == alone
+    for name in ("gqa+linear-attention", "l2-qk-norm+linear-attention"):
+        entry = derive.variant(name)
+        assert "M" not in entry.graph.shapes and "causal" in entry.names
+        assert "rows_sum_to_one" not in {fact.name for fact in derive.facts(name)}
+        (trial,) = derive.check(name, forward_only=True).trials
+        assert all(row.passed for row in trial.rows), [r.step for r in trial.rows if not r.passed]
+
+
 #: Cross-attention joined to what the models' cross layers have: heads, groups, QK-norm, a gate.
 CROSS = {
     "Whisper, BART": "multi-head+cross-attention",
@@ -167,7 +182,9 @@ def test_cross_attention_joins_heads_groups_norms_and_a_gate(name):
             "weights without the softmax (the causal scaled scores) (A): its formula compares "
             "a query's position with a key's (m >= p, one sequence)",
         ),
-        ("linear-attention+sinks", "its weights A are not the softmax of the scaled scores"),
+        ("linear-attention+sinks", "causal linear attention has no softmax for a sink to join"),
+        ("linear-attention+alibi", "no softmax for ALiBi's bias, a factor e^(−μ (m − p))"),
+        ("linear-attention+sliding-window", "cuts the causal mask, which causal linear attention"),
     ],
 )
 def test_a_refused_pair_names_its_rule_and_the_step(name, rule):
