@@ -466,11 +466,12 @@ def causal_weights(
 def linear_self_attention(
     x: Float[Tensor, "*batch n d"],
     w_q: Float[Tensor, "d c"],
-    w_k: Float[Tensor, "d c"],
+    w_k: Float[Tensor, "d c_k"],
     w_v: Float[Tensor, "d c_v"],
-    w_o: Float[Tensor, "c_v c_out"] | None = None,
+    w_o: Float[Tensor, "c_o c_out"] | None = None,
     *,
     heads: int = 1,
+    groups: int | None = None,
     chunk_size: int | None = None,
     parallel: bool = False,
 ) -> Float[Tensor, "*batch n c_out"]:
@@ -480,16 +481,18 @@ def linear_self_attention(
     attention (the book's section 3.6) splits the softmax's: head ℓ takes its block of c_h =
     c / h columns of Q, K and V, scaled by 1/√c_h, and the heads' contexts are put side by
     side, then projected by `w_o` where it is given (Katharopoulos et al.'s linear
-    transformer, and the linear layers of Qwen 3.5, run heads so).
+    transformer, and the linear layers of Qwen 3.5, run heads so). With `groups` g, as
+    grouped-query attention: K and V have g heads, each read by h / g consecutive query heads.
 
     Args:
         x: the input X, `(*batch, n, d)`.
         w_q: W_q, `(d, c)`.
-        w_k: W_k, `(d, c)`.
-        w_v: W_v, `(d, c_v)`.
-        w_o: W_o, `(c_v, c_out)`, the output projection of the heads' contexts side by side;
-            None: none (c_out = c_v).
-        heads: h, the number of heads; c and c_v multiples of it.
+        w_k: W_k, `(d, c_k)`, c_k = g · c_h (c without groups).
+        w_v: W_v, `(d, c_v)`, c_v a multiple of g (of h without groups).
+        w_o: W_o, `(c_o, c_out)`, c_o = h · c_v / g, the output projection of the heads'
+            contexts side by side; None: none (c_out = c_o).
+        heads: h, the number of heads; c a multiple of it.
+        groups: g, the heads of K and V, h a multiple of it; None: h (no grouping).
         chunk_size: C, the tokens of a chunk of the chunked form; None: the recurrence, or the
             parallel form with `parallel=True`.
         parallel: the parallel form, one n × n matrix per head (with chunk_size None).
@@ -498,10 +501,10 @@ def linear_self_attention(
         The context vectors C, `(*batch, n, c_out)`.
 
     Raises:
-        ValueError: when chunk_size or heads is not a positive int, or chunk_size is given
-            with `parallel=True`.
-        ShapeError: when the weights do not fit x or each other, heads does not divide c or
-            c_v, or a dimension is 0.
+        ValueError: when chunk_size, heads or groups is not a positive int, or chunk_size is
+            given with `parallel=True`.
+        ShapeError: when the weights do not fit x or each other (c_k, c_o), heads does not
+            divide c, groups does not divide heads or c_v, or a dimension is 0.
         DtypeError: when x and the weights are not float tensors of one dtype.
         DeviceError: when they are not on one device.
 
@@ -511,22 +514,38 @@ def linear_self_attention(
     torch.Size([5, 4])
     >>> linear_self_attention(x, w, w, w, torch.rand(4, 3), heads=2).shape
     torch.Size([5, 3])
+    >>> w_kv = torch.rand(4, 2)  # one group of K and V for two query heads of width 2
+    >>> linear_self_attention(x, w, w_kv, w_kv, torch.rand(4, 3), heads=2, groups=1).shape
+    torch.Size([5, 3])
     """
-    check_positive("linear_self_attention", heads=heads)
-    for name, width in (
-        ("c (the width of w_q)", w_q.shape[-1]),
-        ("c_v (the width of w_v)", w_v.shape[-1]),
-    ):
-        if width % heads:
-            raise ShapeError(
-                f"linear_self_attention: {name}={width} is not divisible by heads={heads}"
-            )
-    q, k, v = (_heads_of(x @ w, heads) for w in (w_q, w_k, w_v))
+    where = "linear_self_attention"
+    g = heads if groups is None else groups
+    check_positive(where, heads=heads, groups=g)
+    by = f"heads={heads}" if groups is None else f"groups={g}"
+    c, c_k, c_v = w_q.shape[-1], w_k.shape[-1], w_v.shape[-1]
+    if c % heads:
+        raise ShapeError(f"{where}: c (the width of w_q)={c} is not divisible by heads={heads}")
+    if heads % g:
+        raise ShapeError(f"{where}: heads={heads} is not divisible by groups={g}")
+    if c_k != g * (c // heads):
+        raise ShapeError(
+            f"{where}: w_k has c_k={c_k} columns, expected {g * (c // heads)} ({by} of c_h="
+            f"{c // heads}, the width of a query head)"
+        )
+    if c_v % g:
+        raise ShapeError(f"{where}: c_v (the width of w_v)={c_v} is not divisible by {by}")
+    if w_o is not None and w_o.shape[-2] != heads * (c_v // g):
+        raise ShapeError(
+            f"{where}: w_o has c_o={w_o.shape[-2]} rows, expected {heads * (c_v // g)} (the "
+            f"{heads} heads' contexts side by side, each c_v/{g if groups else heads} wide)"
+        )
+    q = _heads_of(x @ w_q, heads)
+    k, v = (_heads_of(x @ w, g).repeat_interleave(heads // g, dim=-3) for w in (w_k, w_v))
     result = linear_attention(
         q / q.shape[-1] ** 0.5, k, v, chunk_size=chunk_size, parallel=parallel
     )
     assert isinstance(result, Tensor)
-    context = result.transpose(-3, -2).flatten(-2)  # the heads side by side: (*batch, n, c_v)
+    context = result.transpose(-3, -2).flatten(-2)  # the heads side by side: (*batch, n, c_o)
     return context if w_o is None else context @ w_o
 
 

@@ -94,7 +94,12 @@ _JAXTYPING = (
     ),
     ("d c_v", "$W_v$ of linear attention", "`attention.linear.linear_self_attention`: c_v wide"),
     (
-        "c_v c_out",
+        "d c_k",
+        "$W_k$ of linear attention",
+        "`attention.linear.linear_self_attention`: c_k = g · c_h with groups, c without",
+    ),
+    (
+        "c_o c_out",
         "$W_o$ of linear attention",
         "`attention.linear.linear_self_attention`: the heads' contexts side by side, projected",
     ),

@@ -358,6 +358,26 @@ def test_with_heads_each_head_is_linear_attention_on_its_block_then_projected(fo
     torch.testing.assert_close(one, causal, **TOL)
 
 
+@pytest.mark.parametrize("form", [dict(), *FORMS[:3]], ids=str)
+def test_with_groups_each_key_and_value_head_is_read_by_its_query_heads(form):
+    """groups g: K and V have g heads of c_h columns, head ℓ of the h query heads reading
+    group ⌊ℓ g / h⌋ (consecutive query heads share one), written out here."""
+    gen = torch.Generator().manual_seed(13)
+    x = torch.randn(B, N, 5, generator=gen, dtype=torch.float64)
+    w_q = torch.randn(5, 8, generator=gen, dtype=torch.float64)  # 4 heads of 2
+    w_k, w_v = (torch.randn(5, 4, generator=gen, dtype=torch.float64) for _ in range(2))
+    w_o = torch.randn(8, 3, generator=gen, dtype=torch.float64)
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    heads = []
+    for ell in range(4):
+        group = slice(2 * (ell // 2), 2 * (ell // 2) + 2)
+        scores = q[..., 2 * ell : 2 * ell + 2] @ k[..., group].transpose(-2, -1) / 2**0.5
+        heads.append(scores.tril() @ v[..., group])
+    expected = torch.cat(heads, dim=-1) @ w_o
+    got = L.linear_self_attention(x, w_q, w_k, w_v, w_o, heads=4, groups=2, **form)
+    torch.testing.assert_close(got, expected, **TOL)
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
@@ -367,7 +387,9 @@ def test_with_heads_each_head_is_linear_attention_on_its_block_then_projected(fo
             {"w_v": torch.zeros(5, 9, dtype=torch.float64), "w_o": torch.zeros(9, 4).double()},
             r"c_v \(the width of w_v\)=9 is not divisible by heads=2",
         ),
-        ({"w_o": torch.zeros(5, 4, dtype=torch.float64)}, "w_o has c_v=5 but w_v has c_v=6"),
+        ({"w_o": torch.zeros(5, 4, dtype=torch.float64)}, r"w_o has c_o=5 rows, expected 6"),
+        ({"heads": 3, "groups": 2}, "heads=3 is not divisible by groups=2"),
+        ({"groups": 1}, r"w_k has c_k=6 columns, expected 3 \(groups=1 of c_h=3"),
     ],
 )
 def test_heads_that_do_not_fit_the_weights_are_named(change, message):

@@ -128,12 +128,14 @@ def test_linear_attention_is_causal_already_and_joins_what_is_declared_on_causal
     cache; each derives and passes derive check."""
     alone = derive.variant("linear-attention").graph.declarations
     assert derive.variant("causal+linear-attention").graph.declarations == alone
-    for name in ("gqa+linear-attention", "l2-qk-norm+linear-attention"):
+    for name, forms in (("gqa+linear-attention", 3), ("l2-qk-norm+linear-attention", 0)):
         entry = derive.variant(name)
         assert "M" not in entry.graph.shapes and "causal" in entry.names
         assert "rows_sum_to_one" not in {fact.name for fact in derive.facts(name)}
         (trial,) = derive.check(name, forward_only=True).trials
         assert all(row.passed for row in trial.rows), [r.step for r in trial.rows if not r.passed]
+        twins = [r.step for r in trial.rows if "form" in r.step]  # groups: linear_self_attention
+        assert len(twins) == forms, twins  # takes them; the QK norms' gains it does not
 
 
 #: Cross-attention joined to what the models' cross layers have: heads, groups, QK-norm, a gate.
