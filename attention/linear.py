@@ -66,6 +66,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
+from . import _core
 from ._arguments import check_positive
 from ._checks import checked
 from ._shapes import OwnDtype, ShapeError
@@ -537,21 +538,16 @@ def linear_self_attention(
     if w_o is not None and w_o.shape[-2] != heads * (c_v // g):
         raise ShapeError(
             f"{where}: w_o has c_o={w_o.shape[-2]} rows, expected {heads * (c_v // g)} (the "
-            f"{heads} heads' contexts side by side, each c_v/{g if groups else heads} wide)"
+            f"{heads} heads' contexts side by side, each c_v/{g} wide)"
         )
-    q = _heads_of(x @ w_q, heads)
-    k, v = (_heads_of(x @ w, g).repeat_interleave(heads // g, dim=-3) for w in (w_k, w_v))
+    q = _core.split_heads(x @ w_q, heads)
+    k, v = (_core.expand_groups(_core.split_heads(x @ w, g), heads) for w in (w_k, w_v))
     result = linear_attention(
         q / q.shape[-1] ** 0.5, k, v, chunk_size=chunk_size, parallel=parallel
     )
     assert isinstance(result, Tensor)
-    context = result.transpose(-3, -2).flatten(-2)  # the heads side by side: (*batch, n, c_o)
+    context = _core.merge_heads(result)  # the heads side by side: (*batch, n, c_o)
     return context if w_o is None else context @ w_o
-
-
-def _heads_of(t: Tensor, heads: int) -> Tensor:
-    """(*batch, n, c) as (*batch, h, n, c_h): head ℓ takes columns ℓ·c_h … (ℓ+1)·c_h − 1."""
-    return t.unflatten(-1, (heads, t.shape[-1] // heads)).transpose(-3, -2)
 
 
 @checked

@@ -245,13 +245,16 @@ def context(*, head: bool = False, dims: Dims = SELF) -> Declaration:
     )
 
 
+def weights_step(graph: Graph) -> Declaration | None:
+    """The graph's weights step (A, or each head's A_ℓ), or None where it has none."""
+    return next((step for step in graph.declarations if step.name == "weights"), None)
+
+
 def softmax_weights(graph: Graph) -> Declaration | None:
     """The graph's weights step where it is a softmax (its formula has e^x: self-attention's,
     masked or not, a sink's), else None (none, or linear attention's scores as the weights)."""
-    for step in graph.declarations:
-        if step.name == "weights":
-            return step if step.element.rhs.has(sp.exp) else None
-    return None
+    step = weights_step(graph)
+    return step if step is not None and step.element.rhs.has(sp.exp) else None
 
 
 def split_heads(which: str) -> Declaration:

@@ -232,15 +232,15 @@ def causal(graph: Graph) -> Graph:
 def causal_already(graph: Graph) -> bool:
     """Whether the graph's weights (each head's) are 0 past the query's own position by their
     own formula: a Piecewise whose first piece holds for p ≤ m and whose last is 0."""
-    for step in graph.declarations:
-        if step.name == "weights":
-            rhs = step.element.rhs
-            return (
-                isinstance(rhs, sp.Piecewise)
-                and rhs.args[0].cond in (sp.Le(L.p, L.m), sp.Ge(L.m, L.p))
-                and rhs.args[-1].expr == 0
-            )
-    return False
+    step = S.weights_step(graph)
+    if step is None:
+        return False
+    rhs = step.element.rhs
+    return (
+        isinstance(rhs, sp.Piecewise)
+        and rhs.args[0].cond in (sp.Le(L.p, L.m), sp.Ge(L.m, L.p))
+        and rhs.args[-1].expr == 0
+    )
 
 
 _LINEAR = (
